@@ -1,0 +1,39 @@
+# The developer workflow. `make demo` and `make test` work on a fresh machine: each
+# creates the virtual environment and installs hami-core and every backend first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+BACKENDS := $(wildcard backends/hami-*)
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck layers unit install clean
+
+$(STAMP): pyproject.toml $(wildcard backends/*/pyproject.toml) $(wildcard shim/src/*) $(wildcard shim/Makefile)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "hami needs Python >= 3.11; set PYTHON=python3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]' $(foreach b,$(BACKENDS),-e $(b))
+	touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/hami simulate
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy hami_core $(foreach b,$(BACKENDS),$(b)/hami_$(subst hami-,,$(notdir $(b))))
+
+layers: $(STAMP)
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest
+
+test: lint typecheck layers unit
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

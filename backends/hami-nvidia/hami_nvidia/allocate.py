@@ -1,0 +1,78 @@
+"""What kubelet adds to an NVIDIA container (PROTOCOL.md §7)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hami_core.model import ContainerAllocation, ContainerDevices, Mount
+from hami_core.protocol.config import VendorConfig
+
+from .names import CORE_POLICY, PRIORITY_RESOURCE, first_annotation
+from .requests import resource_value
+
+#: Where the shim, its preload file and the per-container regions live inside containers.
+CONTAINER_HOOK_DIR = "/usr/local/vgpu"
+OPTION_DEFAULTS: dict[str, Any] = {
+    "hookPath": "/usr/local/vgpu",  # host directory of libvgpu.so, ld.so.preload, containers/
+    "libraryPath": "",  # host path of libvgpu.so; "" = <hookPath>/libvgpu.so
+    "corePolicy": "default",  # GPU_CORE_UTILIZATION_POLICY unless the pod says otherwise
+}
+
+
+def container_dir(hook_path: str, pod_uid: str, container: str) -> str:
+    """Host directory of one container's shared region: ``<hook>/containers/<uid>_<name>``."""
+    return f"{hook_path.rstrip('/')}/containers/{pod_uid}_{container}"
+
+
+def allocate(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    devices: ContainerDevices,
+    config: VendorConfig,
+) -> ContainerAllocation:
+    """Env, mounts for one container given its slices (empty: no devices).
+
+    Env: ``NVIDIA_VISIBLE_DEVICES`` (UUIDs, or ``none``), ``CUDA_DEVICE_MEMORY_LIMIT_<i>``
+    (``<MiB>m``), ``CUDA_DEVICE_SM_LIMIT`` and ``_<i>`` (percent),
+    ``CUDA_DEVICE_MEMORY_SHARED_CACHE``, ``CUDA_OVERSUBSCRIBE`` (memory scaling > 1),
+    ``GPU_CORE_UTILIZATION_POLICY``, ``CUDA_TASK_PRIORITY``. Mounts: the shim (read-only),
+    ``/etc/ld.so.preload`` unless the container sets ``CUDA_DISABLE_CONTROL=true``, and the
+    writable per-container directory the monitor reads.
+    """
+    if not devices:
+        return ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": "none"})
+    opts = {**OPTION_DEFAULTS, **config.options}
+    hook = str(opts["hookPath"]).rstrip("/")
+    meta = pod.get("metadata") or {}
+    name = str(container.get("name", ""))
+    envs: dict[str, str] = {"NVIDIA_VISIBLE_DEVICES": ",".join(d.uuid for d in devices)}
+    for i, d in enumerate(devices):
+        envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{d.memory_mib}m"
+        envs[f"CUDA_DEVICE_SM_LIMIT_{i}"] = str(d.cores_pct)
+    envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].cores_pct)
+    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{CONTAINER_HOOK_DIR}/shared/vgpu.cache"
+    if config.memory_scaling > 1:
+        envs["CUDA_OVERSUBSCRIBE"] = "true"
+    policy = first_annotation(meta.get("annotations") or {}, CORE_POLICY) or str(opts["corePolicy"])
+    envs["GPU_CORE_UTILIZATION_POLICY"] = "disable" if policy == "none" else policy
+    priority = resource_value(container, PRIORITY_RESOURCE)
+    if priority is not None:
+        envs["CUDA_TASK_PRIORITY"] = str(priority)
+
+    library = str(opts["libraryPath"]) or f"{hook}/libvgpu.so"
+    mounts = [
+        Mount(container_path=f"{CONTAINER_HOOK_DIR}/libvgpu.so", host_path=library),
+        Mount(
+            container_path=f"{CONTAINER_HOOK_DIR}/shared",
+            host_path=container_dir(hook, str(meta.get("uid", "")), name),
+            read_only=False,
+        ),
+    ]
+    disabled = any(
+        e.get("name") == "CUDA_DISABLE_CONTROL" and str(e.get("value", "")).lower() == "true"
+        for e in container.get("env") or []
+    )
+    if not disabled:
+        mounts.append(Mount(container_path="/etc/ld.so.preload", host_path=f"{hook}/ld.so.preload"))
+    return ContainerAllocation(envs=envs, mounts=tuple(mounts))

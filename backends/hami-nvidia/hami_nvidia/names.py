@@ -1,0 +1,54 @@
+"""NVIDIA resource names, annotation keys and their handbook aliases (PROTOCOL.md §1-5)."""
+
+from __future__ import annotations
+
+from hami_core.model import DeviceTypeInfo, ResourceNames
+from hami_core.protocol.config import VendorConfig
+
+from . import VENDOR
+
+DEFAULT_RESOURCES = ResourceNames(
+    count="nvidia.com/gpu",
+    memory="nvidia.com/gpumem",
+    memory_pct="nvidia.com/gpumem-percentage",
+    cores="nvidia.com/gpucores",
+)
+#: Accepted alias of the cores resource (the handbook's name).
+CORES_ALIAS = "nvidia.com/cores"
+PRIORITY_RESOURCE = "nvidia.com/priority"
+
+DEVICE_TYPE = DeviceTypeInfo(
+    vendor=VENDOR,
+    resources=DEFAULT_RESOURCES,
+    register_annotation="hami.io/node-nvidia-register",
+    handshake_annotation="hami.io/node-handshake",
+    to_allocate_annotation="hami.io/vgpu-devices-to-allocate",
+    allocated_annotation="hami.io/vgpu-devices-allocated",
+)
+
+# Pod annotations (PROTOCOL.md §5): HAMi's names first, then the handbook's aliases.
+USE_TYPE = ("nvidia.com/use-gputype", "hami.io/gpu-type")
+NOUSE_TYPE = ("nvidia.com/nouse-gputype",)
+USE_UUID = ("nvidia.com/use-gpuuuid", "hami.io/gpu-uuid-include", "hami.io/gpu-uuid-white-list")
+NOUSE_UUID = ("nvidia.com/nouse-gpuuuid", "hami.io/gpu-uuid-exclude")
+NUMA_BIND = ("nvidia.com/numa-bind", "hami.io/numa-hint")
+CORE_POLICY = ("hami.io/core-policy",)
+TASK_PRIORITY = ("hami.io/task-priority",)
+
+
+def resources(config: VendorConfig) -> ResourceNames:
+    """The resource names in force: the defaults with the config's overrides."""
+    return ResourceNames(
+        count=config.resource_count_name or DEFAULT_RESOURCES.count,
+        memory=config.resource_memory_name or DEFAULT_RESOURCES.memory,
+        memory_pct=config.resource_memory_pct_name or DEFAULT_RESOURCES.memory_pct,
+        cores=config.resource_cores_name or DEFAULT_RESOURCES.cores,
+    )
+
+
+def first_annotation(annotations: dict[str, str], keys: tuple[str, ...]) -> str | None:
+    """The value of the first of ``keys`` present in ``annotations``."""
+    for key in keys:
+        if key in annotations:
+            return annotations[key]
+    return None

@@ -1,0 +1,122 @@
+"""Reading an NVIDIA request from a container spec, defaults applied (PROTOCOL.md §1)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from hami_core.errors import InvalidInputError
+from hami_core.model import DeviceRequest, ResourceNames
+from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.quantity import parse_quantity_int
+
+from . import VENDOR
+from .names import CORES_ALIAS, resources
+
+
+@attrs.frozen(kw_only=True)
+class RawRequest:
+    """The NVIDIA quantities a container states, before defaults (None = not stated)."""
+
+    count: int | None
+    memory_mib: int | None
+    memory_pct: int | None
+    cores_pct: int | None
+
+    @property
+    def empty(self) -> bool:
+        return all(
+            v is None for v in (self.count, self.memory_mib, self.memory_pct, self.cores_pct)
+        )
+
+
+def resource_value(container: Mapping[str, Any], name: str) -> object | None:
+    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
+    res = container.get("resources") or {}
+    for section in ("limits", "requests"):
+        values = res.get(section) or {}
+        if name in values:
+            return values[name]  # type: ignore[no-any-return]
+    return None
+
+
+def read_raw(container: Mapping[str, Any], names: ResourceNames) -> RawRequest:
+    """Read the stated quantities of one container.
+
+    Raises:
+        InvalidInputError: a quantity is malformed, fractional, negative or too large,
+            or a percentage is above 100; the message names the container, the
+            resource and the value.
+    """
+    cname = container.get("name", "?")
+
+    def get(name: str, *, maximum: int | None = None) -> int | None:
+        raw = resource_value(container, name)
+        if raw is None:
+            return None
+        try:
+            if maximum is None:
+                return parse_quantity_int(raw, resource=name)
+            return parse_quantity_int(raw, resource=name, maximum=maximum)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"container {cname!r}: {exc}") from None
+
+    cores = get(names.cores, maximum=100)
+    if cores is None and names.cores != CORES_ALIAS:
+        cores = get(CORES_ALIAS, maximum=100)
+    return RawRequest(
+        count=get(names.count),
+        memory_mib=get(names.memory),
+        memory_pct=get(names.memory_pct, maximum=100) if names.memory_pct else None,
+        cores_pct=cores,
+    )
+
+
+def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
+    """The container's NVIDIA request with HAMi's defaults, or None when it asks none.
+
+    Defaults (PROTOCOL.md §1): memory unset (``gpumem`` absent or 0 and
+    ``gpumem-percentage`` absent or 0) -> ``defaultMemory`` MiB if configured, else 100
+    percent of each device; cores unset -> 100 (exclusive) for a count-only request
+    that takes whole devices, else ``defaultCores``; memory or cores without a count ->
+    ``defaultGPUNum`` devices.
+
+    Raises:
+        InvalidInputError: malformed quantities (see ``read_raw``), both ``gpumem`` and
+            ``gpumem-percentage`` set, or a count of 0 with memory or cores.
+    """
+    names = resources(config)
+    raw = read_raw(container, names)
+    if raw.empty:
+        return None
+    cname = container.get("name", "?")
+    memory_mib = raw.memory_mib or 0
+    memory_pct = raw.memory_pct or 0
+    if memory_mib and memory_pct:
+        raise InvalidInputError(
+            f"container {cname!r}: set either {names.memory} or {names.memory_pct}, not both"
+        )
+    if raw.count == 0:
+        if memory_mib or memory_pct or raw.cores_pct:
+            raise InvalidInputError(
+                f"container {cname!r}: {names.count} is 0 but memory or cores are requested"
+            )
+        return None
+    count = raw.count if raw.count is not None else config.default_count
+    whole_device = False
+    if not memory_mib and not memory_pct:
+        if config.default_memory_mib:
+            memory_mib = config.default_memory_mib
+        else:
+            memory_pct, whole_device = 100, True
+    if raw.cores_pct is not None:
+        cores = raw.cores_pct
+    elif whole_device and raw.memory_pct is None:
+        cores = 100
+    else:
+        cores = config.default_cores_pct
+    return DeviceRequest(
+        vendor=VENDOR, count=count, memory_mib=memory_mib, memory_pct=memory_pct, cores_pct=cores
+    )

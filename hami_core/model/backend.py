@@ -1,0 +1,129 @@
+"""What a backend says about itself (``hami_backend_info``), and node-side results."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class ResourceNames:
+    """Extended-resource names of one vendor key (PROTOCOL.md §1).
+
+    Attributes:
+        count: number of devices, e.g. ``nvidia.com/gpu``.
+        memory: memory per device, e.g. ``nvidia.com/gpumem`` (unit: see ``memory_unit_mib``).
+        memory_pct: memory per device in percent, or "" when the vendor has none.
+        cores: compute per device in percent, or "" when the vendor has none.
+        memory_unit_mib: MiB per unit of the memory resource (256 for Cambricon).
+    """
+
+    count: str
+    memory: str = ""
+    memory_pct: str = ""
+    cores: str = ""
+    memory_unit_mib: int = 1
+
+    def all(self) -> tuple[str, ...]:
+        """Every non-empty resource name."""
+        return tuple(n for n in (self.count, self.memory, self.memory_pct, self.cores) if n)
+
+
+@attrs.frozen(kw_only=True)
+class DeviceTypeInfo:
+    """One vendor key a backend serves, with its resource names and annotation keys.
+
+    Attributes:
+        vendor: the vendor key used in device lists, e.g. ``NVIDIA``.
+        resources: the extended-resource names.
+        register_annotation: node inventory key, e.g. ``hami.io/node-nvidia-register``.
+        handshake_annotation: node handshake key, e.g. ``hami.io/node-handshake``.
+        to_allocate_annotation: pod key the device plugin consumes, e.g.
+            ``hami.io/vgpu-devices-to-allocate``.
+        allocated_annotation: pod key kept for accounting, e.g.
+            ``hami.io/vgpu-devices-allocated``.
+    """
+
+    vendor: str
+    resources: ResourceNames
+    register_annotation: str
+    handshake_annotation: str
+    to_allocate_annotation: str
+    allocated_annotation: str
+
+
+@attrs.frozen(kw_only=True)
+class BackendInfo:
+    """The answer of ``hami_backend_info``.
+
+    Attributes:
+        name: the backend's name; the manager checks it equals the entry-point name.
+        device_types: the vendor keys this backend serves (at least one).
+        description: one line for ``hami backends``.
+        option_defaults: backend-specific configuration keys and their defaults, beyond
+            the common per-vendor keys; any other key in the backend's config section is
+            an error.
+    """
+
+    name: str
+    device_types: tuple[DeviceTypeInfo, ...] = attrs.field(validator=attrs.validators.min_len(1))
+    description: str = ""
+    option_defaults: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def vendors(self) -> tuple[str, ...]:
+        """The vendor keys served."""
+        return tuple(t.vendor for t in self.device_types)
+
+
+@attrs.frozen(kw_only=True)
+class Mount:
+    """A host path mounted into a container (kubelet ``Mount``)."""
+
+    container_path: str
+    host_path: str
+    read_only: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class DeviceNode:
+    """A device node exposed to a container (kubelet ``DeviceSpec``)."""
+
+    container_path: str
+    host_path: str
+    permissions: str = "rw"
+
+
+@attrs.frozen(kw_only=True)
+class ContainerAllocation:
+    """The answer of ``hami_allocate``: what kubelet adds to one container.
+
+    Attributes:
+        envs: environment variables (PROTOCOL.md §7).
+        mounts: host paths to mount.
+        device_nodes: device nodes to expose.
+        cdi_devices: fully-qualified CDI device names, in CDI mode.
+        annotations: container annotations for the runtime.
+    """
+
+    envs: Mapping[str, str] = attrs.field(factory=dict)
+    mounts: tuple[Mount, ...] = ()
+    device_nodes: tuple[DeviceNode, ...] = ()
+    cdi_devices: tuple[str, ...] = ()
+    annotations: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class MutateResult:
+    """The answer of ``hami_mutate`` for one container.
+
+    Attributes:
+        patch: RFC 6902 JSON-patch operations on the whole pod object.
+        denial: when set, the pod is denied with this message (naming the container,
+            the resource and the value); ``patch`` is then ignored.
+    """
+
+    patch: tuple[Mapping[str, Any], ...] = ()
+    denial: str | None = None

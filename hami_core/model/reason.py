@@ -1,0 +1,28 @@
+"""Reason codes: why a device or a node cannot take a request (PROTOCOL.md §5)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ReasonCode(enum.StrEnum):
+    """HAMi's filter reason codes; the wire form is the member's value.
+
+    Per-device codes are aggregated per node as ``"<n>/<devices> <Code>"``.
+    Source: HAMi 2.10 ``pkg/device/common`` reason constants (PROTOCOL.md §5).
+    """
+
+    CARD_TYPE_MISMATCH = "CardTypeMismatch"
+    CARD_UUID_MISMATCH = "CardUuidMismatch"
+    CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
+    CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
+    CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
+    CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
+    CARD_NOT_HEALTH = "CardNotHealth"
+    CARD_CORDONED = "CardCordoned"
+    NUMA_NOT_FIT = "NumaNotFit"
+    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
+    NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
+    ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
+    RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
+    NODE_UNREGISTERED = "NodeUnregistered"

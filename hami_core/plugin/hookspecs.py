@@ -1,0 +1,157 @@
+"""Hook specifications of the ``hami`` pluggy project.
+
+Every hook a vendor backend can implement is specified here, and only here. The core
+calls hooks exclusively through ``hami_core.plugin.BackendManager``, which dispatches by
+vendor: ``hami_fit``, ``hami_score`` and ``hami_allocate`` go only to the backend that
+owns the vendor key; ``hami_parse_request`` and ``hami_mutate`` go to every backend,
+and each answers ``None`` for a container that asks nothing of its vendors (the
+conformance kit checks that it does). Hooks may take any subset of the arguments
+(pluggy passes only those an implementation names), so specs can gain arguments
+without breaking backends.
+
+Pods and containers are the JSON form of Kubernetes ``v1.Pod`` / ``v1.Container``
+(plain dicts, as the API server sends them). "Does not fit" is never an exception.
+A hook may raise ``hami_core.errors.InvalidInputError`` for malformed input; any other
+exception is reported as a ``BackendError`` naming the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pluggy
+
+from hami_core.model import (
+    BackendInfo,
+    ContainerAllocation,
+    ContainerDevices,
+    DeviceInfo,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceUsage,
+    FitResult,
+    MutateResult,
+    NodeInfo,
+    NodePolicy,
+)
+from hami_core.protocol.config import VendorConfig
+
+PROJECT = "hami"
+_hookspec = pluggy.HookspecMarker(PROJECT)
+
+Pod = Mapping[str, Any]
+Container = Mapping[str, Any]
+
+
+@_hookspec
+def hami_backend_info() -> BackendInfo:  # type: ignore[empty-body]
+    """Describe the backend: its name, vendor keys, resource names, annotation keys.
+
+    Called by: ``BackendManager`` once, when the backend is loaded.
+    Returns: ``BackendInfo`` whose ``name`` equals the entry-point name. Required.
+    """
+
+
+@_hookspec
+def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
+    """Find this vendor's physical devices on the local node.
+
+    Called by: the device plugin's node agent, at start and on every health change.
+    Args:
+        config: this backend's configuration section (split count, scaling, ...).
+    Returns: the devices, index order, with ``memory_mib`` / ``cores_pct`` already
+        scaled as the inventory states them (PROTOCOL.md §2); ``[]`` when the node has
+        none; ``None`` when the backend cannot discover on this node (no driver).
+    """
+
+
+@_hookspec
+def hami_parse_request(
+    pod: Pod, container: Container, init: bool, config: VendorConfig
+) -> DeviceRequest | None:
+    """Read one container's request for this backend's devices, defaults applied.
+
+    Called by: the webhook (validation, quota), the scheduler (filter, bind) and the
+    device plugin (matching Allocate to a pod), for every container of a pod.
+    Args:
+        pod: the pod; container: one of its containers; init: True for an init container.
+        config: this backend's configuration section.
+    Returns: the ``DeviceRequest`` (count of distinct devices, memory per device in MiB
+        or percent, cores per device in percent), or ``None`` when the container asks
+        nothing of this backend's vendors.
+    Raises: ``InvalidInputError`` naming the container, the resource and the value.
+    """
+
+
+@_hookspec
+def hami_mutate(
+    pod: Pod, container: Container, container_path: str, config: VendorConfig
+) -> MutateResult | None:
+    """Default and validate one container at admission.
+
+    Called by: the webhook, for every container (init containers first) of a pod that
+    is mutated (PROTOCOL.md §6).
+    Args:
+        container_path: JSON pointer of the container in the pod, e.g.
+            ``/spec/containers/1``; patches address the container through it.
+    Returns: ``MutateResult`` with RFC 6902 operations on the whole pod (limits copied to
+        requests, defaults, env), or with a ``denial`` message; ``None`` when the
+        container asks nothing of this backend's vendors.
+    """
+
+
+@_hookspec
+def hami_fit(
+    request: DeviceRequest,
+    node: NodeInfo,
+    usage: Sequence[DeviceUsage],
+    pod: Pod,
+    policy: DevicePolicy,
+    config: VendorConfig,
+) -> FitResult | None:
+    """Place one container's request on one node, or say per device why not.
+
+    Called by: the scheduler's fit driver, for each container in wire order (init
+    containers one at a time, app containers cumulatively: ``usage`` already includes
+    the pod's earlier app containers), on each candidate node. Only the backend that
+    owns ``request.vendor`` is called.
+    Args:
+        request: the container's request for this vendor.
+        node: the node (name, devices, link scores).
+        usage: the node's devices of ``request.vendor`` with current usage, index order.
+        pod: the pod (for type/UUID filter and NUMA annotations).
+        policy: the device policy in force for this pod.
+    Returns: ``FitResult`` with ``request.count`` distinct devices, or empty devices with
+        a reason for every rejected device (never raises for "does not fit").
+    """
+
+
+@_hookspec
+def hami_score(
+    node: NodeInfo,
+    usage: Sequence[DeviceUsage],
+    devices: ContainerDevices,
+    policy: NodePolicy,
+) -> float | None:
+    """Score placing ``devices`` on ``node`` under the node policy.
+
+    Called by: the scheduler's prioritize step, once per feasible node and vendor.
+    Args:
+        usage: the node's devices of this vendor with usage before the placement.
+        devices: the slices the pod would take on this node (all containers).
+    Returns: 0..100, higher is better (binpack: fuller is better; spread: emptier).
+        The core normalises the node total to 0..10 for kube-scheduler.
+    """
+
+
+@_hookspec
+def hami_allocate(
+    pod: Pod, container: Container, devices: ContainerDevices, config: VendorConfig
+) -> ContainerAllocation | None:
+    """Build what kubelet adds to one container: env, mounts, device nodes, CDI names.
+
+    Called by: the device plugin's ``Allocate``, once per container of the pod being
+    allocated, with the slices the scheduler wrote for that container (possibly empty).
+    Returns: ``ContainerAllocation`` (PROTOCOL.md §7 for NVIDIA).
+    """

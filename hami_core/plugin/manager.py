@@ -1,0 +1,407 @@
+"""``BackendManager``: the one typed facade over the hooks.
+
+It loads backends from the ``hami.backends`` entry-point group (minus
+``HAMI_DISABLED_BACKENDS``), validates them at load (a misspelt ``hami_*`` function fails
+here, not at 3 a.m.), dispatches calls by vendor key, and checks every returned value,
+turning a contract break into a ``BackendError`` that names the backend.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, TypeVar, cast
+
+import attrs
+import pluggy
+
+from hami_core.errors import BackendError, HamiError
+from hami_core.model import (
+    BackendInfo,
+    ContainerAllocation,
+    ContainerDevices,
+    DeviceInfo,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceTypeInfo,
+    DeviceUsage,
+    FitResult,
+    MutateResult,
+    NodeInfo,
+    NodePolicy,
+)
+from hami_core.protocol.config import HamiConfig, VendorConfig
+
+from . import hookspecs
+from .hookspecs import Container, Pod
+
+ENTRY_POINT_GROUP = "hami.backends"
+DISABLE_ENV = "HAMI_DISABLED_BACKENDS"
+
+T = TypeVar("T")
+
+
+class _PluginManager(pluggy.PluginManager):
+    """Treat every ``hami_*`` function as a hook implementation, marked or not.
+
+    Without this, a misspelt and unmarked ``hami_fitt`` would be silently ignored;
+    with it, ``check_pending()`` rejects it at load (pytest does the same for
+    ``pytest_*``).
+    """
+
+    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if (
+            opts is None
+            and name.startswith("hami_")
+            and inspect.isroutine(getattr(plugin, name, None))
+        ):
+            return {}
+        return opts
+
+
+@attrs.frozen(kw_only=True)
+class BackendRecord:
+    """A loaded backend: its name, distribution version, info and implemented hooks."""
+
+    name: str
+    version: str
+    info: BackendInfo
+    hooks: tuple[str, ...]
+
+
+class BackendManager:
+    """Loads backends and is the only caller of their hooks.
+
+    Use ``BackendManager.from_entry_points()`` in programs and
+    ``BackendManager.from_plugins({...})`` in tests.
+    """
+
+    def __init__(
+        self,
+        plugins: Mapping[str, object],
+        *,
+        config: HamiConfig | None = None,
+        versions: Mapping[str, str] | None = None,
+    ) -> None:
+        """Register ``plugins`` (name -> module or object holding hookimpls).
+
+        Raises:
+            BackendError: a plugin has an unknown ``hami_*`` hook, a signature that
+                does not match its spec, no or a wrong ``hami_backend_info``, or a
+                vendor key another backend already serves.
+        """
+        self._pm = _PluginManager(hookspecs.PROJECT)
+        self._pm.add_hookspecs(hookspecs)
+        self.config = config or HamiConfig()
+        self._records: dict[str, BackendRecord] = {}
+        self._by_vendor: dict[str, str] = {}
+        self._callers: dict[tuple[str, str], Any] = {}
+        for name in sorted(plugins):
+            try:
+                self._pm.register(plugins[name], name=name)
+            except pluggy.PluginValidationError as exc:
+                raise BackendError(name, f"invalid hook implementation: {exc}") from exc
+        try:
+            self._pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            plugin_name = self._pm.get_name(exc.plugin) or "?"
+            raise BackendError(plugin_name, f"unknown hook: {exc}") from exc
+        for name in sorted(plugins):
+            info = self._call_one(name, "hami_backend_info", BackendInfo)
+            if info is None:
+                raise BackendError(name, "hami_backend_info is required and returned None")
+            if info.name != name:
+                raise BackendError(name, f"hami_backend_info names itself {info.name!r}")
+            for vendor in info.vendors:
+                if vendor in self._by_vendor:
+                    raise BackendError(
+                        name,
+                        f"vendor key {vendor!r} is already served by {self._by_vendor[vendor]!r}",
+                    )
+                self._by_vendor[vendor] = name
+            hooks = tuple(
+                sorted(
+                    impl_name
+                    for impl_name in dir(plugins[name])
+                    if impl_name.startswith("hami_") and impl_name != "hami_backend_info"
+                )
+            )
+            self._records[name] = BackendRecord(
+                name=name, version=(versions or {}).get(name, ""), info=info, hooks=hooks
+            )
+
+    # -- construction ---------------------------------------------------------------
+
+    @classmethod
+    def from_entry_points(
+        cls,
+        *,
+        config: HamiConfig | None = None,
+        disabled: Iterable[str] | None = None,
+        group: str = ENTRY_POINT_GROUP,
+    ) -> BackendManager:
+        """Load every backend of the entry-point group, minus the disabled ones.
+
+        Args:
+            disabled: backend names to skip; default: the comma list in the
+                ``HAMI_DISABLED_BACKENDS`` environment variable.
+
+        Raises:
+            BackendError: an entry point fails to import or breaks the contract.
+        """
+        if disabled is None:
+            disabled = [n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",")]
+        blocked = {n for n in disabled if n}
+        plugins: dict[str, object] = {}
+        versions: dict[str, str] = {}
+        for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+            if ep.name in blocked or ep.name in plugins:
+                continue
+            plugins[ep.name] = _load(ep)
+            versions[ep.name] = ep.dist.version if ep.dist is not None else ""
+        return cls(plugins, config=config, versions=versions)
+
+    @classmethod
+    def from_plugins(
+        cls, plugins: Mapping[str, object], *, config: HamiConfig | None = None
+    ) -> BackendManager:
+        """Register plugin objects directly (tests, embedding)."""
+        return cls(plugins, config=config)
+
+    def with_config(self, config: HamiConfig) -> BackendManager:
+        """The same backends under another configuration."""
+        plugins = {name: self._pm.get_plugin(name) for name in self._records}
+        versions = {name: r.version for name, r in self._records.items()}
+        return BackendManager(plugins, config=config, versions=versions)
+
+    # -- introspection --------------------------------------------------------------
+
+    @property
+    def backends(self) -> tuple[BackendRecord, ...]:
+        """Loaded backends, by name."""
+        return tuple(self._records[n] for n in sorted(self._records))
+
+    @property
+    def infos(self) -> dict[str, BackendInfo]:
+        """Backend name -> ``BackendInfo``."""
+        return {n: r.info for n, r in sorted(self._records.items())}
+
+    @property
+    def vendors(self) -> tuple[str, ...]:
+        """Every vendor key served, sorted."""
+        return tuple(sorted(self._by_vendor))
+
+    def device_types(self) -> tuple[DeviceTypeInfo, ...]:
+        """Every ``DeviceTypeInfo`` of every backend, by backend then declaration."""
+        return tuple(t for r in self.backends for t in r.info.device_types)
+
+    def device_type(self, vendor: str) -> DeviceTypeInfo:
+        """The ``DeviceTypeInfo`` of a vendor key. Raises ``KeyError`` when unknown."""
+        info = self._records[self.backend_of(vendor)].info
+        return next(t for t in info.device_types if t.vendor == vendor)
+
+    def backend_of(self, vendor: str) -> str:
+        """Name of the backend serving ``vendor``. Raises ``KeyError`` when none."""
+        try:
+            return self._by_vendor[vendor]
+        except KeyError:
+            raise KeyError(f"no installed backend serves vendor {vendor!r}") from None
+
+    def vendor_config(self, backend: str) -> VendorConfig:
+        """The configuration section of a backend."""
+        return self.config.vendor(backend)
+
+    # -- hooks ----------------------------------------------------------------------
+
+    def parse_requests(self, pod: Pod, container: Container, *, init: bool) -> list[DeviceRequest]:
+        """Every backend's request for one container (usually zero or one).
+
+        Raises:
+            InvalidInputError: a backend found a malformed quantity.
+            BackendError: a backend broke the contract.
+        """
+        out = []
+        for name in self._records:
+            req = self._call_one(
+                name,
+                "hami_parse_request",
+                DeviceRequest,
+                pod=pod,
+                container=container,
+                init=init,
+                config=self.vendor_config(name),
+            )
+            if req is not None:
+                if self._by_vendor.get(req.vendor) != name:
+                    raise BackendError(
+                        name, f"hami_parse_request returned vendor {req.vendor!r}, not its own"
+                    )
+                out.append(req)
+        return out
+
+    def mutate(
+        self, pod: Pod, container: Container, *, container_path: str
+    ) -> list[tuple[str, MutateResult]]:
+        """Every backend's mutation of one container, as (backend name, result)."""
+        out = []
+        for name in self._records:
+            res = self._call_one(
+                name,
+                "hami_mutate",
+                MutateResult,
+                pod=pod,
+                container=container,
+                container_path=container_path,
+                config=self.vendor_config(name),
+            )
+            if res is not None:
+                out.append((name, res))
+        return out
+
+    def fit(
+        self,
+        request: DeviceRequest,
+        node: NodeInfo,
+        usage: Sequence[DeviceUsage],
+        *,
+        pod: Pod,
+        policy: DevicePolicy,
+    ) -> FitResult:
+        """Ask the backend of ``request.vendor`` to place the request on ``node``.
+
+        Raises:
+            BackendError: the backend returned something other than a ``FitResult``,
+                or a placement that is not ``request.count`` distinct devices of the
+                node.
+        """
+        name = self.backend_of(request.vendor)
+        result = self._call_one(
+            name,
+            "hami_fit",
+            FitResult,
+            request=request,
+            node=node,
+            usage=tuple(usage),
+            pod=pod,
+            policy=policy,
+            config=self.vendor_config(name),
+        )
+        if result is None:
+            raise BackendError(
+                name, f"hami_fit returned None for its own vendor {request.vendor!r}"
+            )
+        if result.fits:
+            uuids = [d.uuid for d in result.devices]
+            known = {u.device.uuid for u in usage}
+            if (
+                len(uuids) != request.count
+                or len(set(uuids)) != len(uuids)
+                or not set(uuids) <= known
+            ):
+                raise BackendError(
+                    name,
+                    f"hami_fit placed {uuids} for a request of {request.count} distinct devices "
+                    f"among {sorted(known)}",
+                )
+        return cast(FitResult, result)
+
+    def score(
+        self,
+        vendor: str,
+        node: NodeInfo,
+        usage: Sequence[DeviceUsage],
+        devices: ContainerDevices,
+        *,
+        policy: NodePolicy,
+    ) -> float | None:
+        """The vendor backend's 0..100 score of a placement, or None if it has none."""
+        name = self.backend_of(vendor)
+        value = self._call_one(
+            name,
+            "hami_score",
+            (int, float),
+            node=node,
+            usage=tuple(usage),
+            devices=devices,
+            policy=policy,
+        )
+        if value is not None and not 0 <= value <= 100:
+            raise BackendError(name, f"hami_score returned {value}, outside 0..100")
+        return None if value is None else float(value)
+
+    def discover(self, backend: str) -> list[DeviceInfo] | None:
+        """Devices one backend finds on this node, or None when it cannot discover."""
+        devices = self._call_one(backend, "hami_discover", list, config=self.vendor_config(backend))
+        if devices is not None:
+            vendors = self._records[backend].info.vendors
+            for d in devices:
+                if not isinstance(d, DeviceInfo) or d.vendor not in vendors:
+                    raise BackendError(
+                        backend, f"hami_discover returned {d!r}, not a DeviceInfo of {vendors}"
+                    )
+        return cast("list[DeviceInfo] | None", devices)
+
+    def allocate(
+        self, vendor: str, pod: Pod, container: Container, devices: ContainerDevices
+    ) -> ContainerAllocation:
+        """What kubelet adds to one container for its ``vendor`` devices."""
+        name = self.backend_of(vendor)
+        res = self._call_one(
+            name,
+            "hami_allocate",
+            ContainerAllocation,
+            pod=pod,
+            container=container,
+            devices=devices,
+            config=self.vendor_config(name),
+        )
+        if res is None:
+            raise BackendError(name, f"hami_allocate returned None for its own vendor {vendor!r}")
+        return cast(ContainerAllocation, res)
+
+    def call_backend(self, backend: str, hook: str, **kwargs: Any) -> Any:
+        """Call one backend's hook and return its raw answer (None when it has none).
+
+        For the conformance kit, which must see what a backend returns for requests
+        of other vendors; everything else uses the typed methods above.
+        """
+        return self._call_one(backend, hook, object, **kwargs)
+
+    # -- internals ------------------------------------------------------------------
+
+    def _call_one(self, name: str, hook: str, expected: Any, **kwargs: Any) -> Any:
+        caller = self._caller(name, hook)
+        try:
+            results = caller(**kwargs)
+        except HamiError:
+            raise
+        except Exception as exc:
+            raise BackendError(name, f"{hook} raised {type(exc).__name__}: {exc}") from exc
+        if not results:
+            return None
+        value = results[0]
+        if not isinstance(value, expected) or isinstance(value, bool):
+            want = (
+                " or ".join(t.__name__ for t in expected)
+                if isinstance(expected, tuple)
+                else expected.__name__
+            )
+            raise BackendError(name, f"{hook} returned {type(value).__name__}, expected {want}")
+        return value
+
+    def _caller(self, name: str, hook: str) -> Callable[..., list[Any]]:
+        key = (name, hook)
+        if key not in self._callers:
+            others = [p for n, p in self._pm.list_name_plugin() if n != name]
+            self._callers[key] = self._pm.subset_hook_caller(hook, remove_plugins=others)
+        return self._callers[key]  # type: ignore[no-any-return]
+
+
+def _load(ep: EntryPoint) -> object:
+    try:
+        return ep.load()
+    except Exception as exc:
+        raise BackendError(ep.name, f"cannot load entry point {ep.value!r}: {exc}") from exc

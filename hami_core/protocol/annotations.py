@@ -1,0 +1,36 @@
+"""Annotation and label keys of the wire contract (PROTOCOL.md §2-5).
+
+Only the keys shared by every vendor live here; a vendor's own keys (inventory,
+device lists) come from its ``DeviceTypeInfo``.
+"""
+
+from __future__ import annotations
+
+# Node (PROTOCOL.md §2, §4)
+NODE_LOCK = "hami.io/mutex.lock"
+DEVICE_CORDON = "hami.io/device-cordon"
+NVIDIA_NODE_SCORE = "hami.io/node-nvidia-score"
+
+# Pod allocation, written at bind (PROTOCOL.md §3)
+VGPU_NODE = "hami.io/vgpu-node"
+VGPU_TIME = "hami.io/vgpu-time"
+BIND_PHASE = "hami.io/bind-phase"
+BIND_TIME = "hami.io/bind-time"
+DEVICE_ALLOCATED_JSON = "hami.io/device-allocated"
+
+BIND_PHASE_ALLOCATING = "allocating"
+BIND_PHASE_SUCCESS = "success"
+BIND_PHASE_FAILED = "failed"
+
+# Pod annotations read by the scheduler (PROTOCOL.md §5)
+NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
+GPU_SCHEDULER_POLICY = "hami.io/gpu-scheduler-policy"
+
+#: Label that keeps the webhook away from a namespace or object (PROTOCOL.md §6).
+WEBHOOK_IGNORE_LABEL = "hami.io/webhook"
+WEBHOOK_IGNORE_VALUE = "ignore"
+
+#: Pod annotation keys only the scheduler may write; a pod that carries one at
+#: admission is denied (PROTOCOL.md §6). Vendor device-list keys are added from each
+#: backend's ``DeviceTypeInfo``.
+SCHEDULER_OWNED = (VGPU_NODE, VGPU_TIME, BIND_PHASE, BIND_TIME, DEVICE_ALLOCATED_JSON)

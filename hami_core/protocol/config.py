@@ -1,0 +1,224 @@
+"""The configuration file: versioned YAML with per-backend sections.
+
+Example (every key optional; these are the defaults)::
+
+    version: v1
+    schedulerName: hami-scheduler
+    defaultSchedulerPolicy:
+      nodeSchedulerPolicy: binpack    # binpack | spread
+      gpuSchedulerPolicy: spread      # binpack | spread | topology-aware | numa
+    nodeLockExpirySeconds: 300
+    nvidia:                           # one section per backend, named as its entry point
+      resourceCountName: nvidia.com/gpu
+      resourceMemoryName: nvidia.com/gpumem
+      resourceMemoryPercentageName: nvidia.com/gpumem-percentage
+      resourceCoreName: nvidia.com/gpucores
+      deviceSplitCount: 10
+      deviceMemoryScaling: 1
+      deviceCoreScaling: 1
+      defaultMemory: 0                # MiB; 0 = the whole device
+      defaultCores: 0                 # percent
+      defaultGPUNum: 1
+
+Key names follow HAMi's ``device-config.yaml`` so a HAMi user recognises them. Unknown
+keys and bad values are errors that name the key (``nvidia.deviceSplitCount``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import yaml
+
+from hami_core.errors import ConfigError
+from hami_core.model import BackendInfo, DevicePolicy, NodePolicy
+
+CONFIG_VERSION: Final = "v1"
+DEFAULT_SCHEDULER_NAME: Final = "hami-scheduler"
+
+
+@attrs.frozen(kw_only=True)
+class VendorConfig:
+    """One backend's section. Resource names of "" mean the backend's own defaults.
+
+    Attributes:
+        resource_count_name, resource_memory_name, resource_memory_pct_name,
+        resource_cores_name: overrides of the extended-resource names.
+        split_count: max containers sharing one device (``deviceSplitCount``).
+        memory_scaling: factor applied to physical memory in the inventory; > 1
+            oversubscribes (``deviceMemoryScaling``).
+        core_scaling: factor applied to the 100 percent of compute (``deviceCoreScaling``).
+        default_memory_mib: memory per device when a request names none; 0 = whole device.
+        default_cores_pct: cores per device when a request names none.
+        default_count: devices for a request that names memory or cores but no count.
+        options: backend-specific keys (declared by the backend's ``option_defaults``).
+    """
+
+    resource_count_name: str = ""
+    resource_memory_name: str = ""
+    resource_memory_pct_name: str = ""
+    resource_cores_name: str = ""
+    split_count: int = 10
+    memory_scaling: float = 1.0
+    core_scaling: float = 1.0
+    default_memory_mib: int = 0
+    default_cores_pct: int = 0
+    default_count: int = 1
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class HamiConfig:
+    """The whole configuration; ``vendor(name)`` gives a backend's section."""
+
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    node_policy: NodePolicy = NodePolicy.BINPACK
+    device_policy: DevicePolicy = DevicePolicy.SPREAD
+    node_lock_expiry_s: float = 300.0
+    vendors: Mapping[str, VendorConfig] = attrs.field(factory=dict)
+
+    def vendor(self, backend: str) -> VendorConfig:
+        """The section of ``backend`` (the defaults when the file has none)."""
+        return self.vendors.get(backend) or VendorConfig()
+
+
+# YAML key -> (attribute, type, check)
+_VENDOR_KEYS: Final[dict[str, tuple[str, type]]] = {
+    "resourceCountName": ("resource_count_name", str),
+    "resourceMemoryName": ("resource_memory_name", str),
+    "resourceMemoryPercentageName": ("resource_memory_pct_name", str),
+    "resourceCoreName": ("resource_cores_name", str),
+    "deviceSplitCount": ("split_count", int),
+    "deviceMemoryScaling": ("memory_scaling", float),
+    "deviceCoreScaling": ("core_scaling", float),
+    "defaultMemory": ("default_memory_mib", int),
+    "defaultCores": ("default_cores_pct", int),
+    "defaultGPUNum": ("default_count", int),
+}
+_TOP_KEYS: Final = (
+    "version",
+    "schedulerName",
+    "defaultSchedulerPolicy",
+    "nodeLockExpirySeconds",
+)
+
+
+def load_config(path: str | Path | None, *, backends: Mapping[str, BackendInfo]) -> HamiConfig:
+    """Load a configuration file; ``None`` gives the defaults.
+
+    Args:
+        path: the YAML file.
+        backends: the installed backends by name; their names are the allowed sections
+            and their ``option_defaults`` the allowed backend-specific keys.
+
+    Raises:
+        ConfigError: unreadable file, wrong ``version``, unknown key or bad value; the
+            message names the file and the key.
+    """
+    if path is None:
+        return parse_config({"version": CONFIG_VERSION}, backends=backends)
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    try:
+        return parse_config(data, backends=backends)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+def parse_config(data: object, *, backends: Mapping[str, BackendInfo]) -> HamiConfig:
+    """Validate an already-parsed document (a mapping). See ``load_config``."""
+    if not isinstance(data, Mapping):
+        raise ConfigError("the configuration must be a mapping")
+    version = data.get("version")
+    if version != CONFIG_VERSION:
+        raise ConfigError(f"version: expected {CONFIG_VERSION!r}, got {version!r}")
+    unknown = [k for k in data if k not in _TOP_KEYS and k not in backends]
+    if unknown:
+        allowed = ", ".join([*_TOP_KEYS, *sorted(backends)])
+        raise ConfigError(f"unknown key {unknown[0]!r} (allowed: {allowed})")
+
+    scheduler_name = _typed(data, "schedulerName", str, DEFAULT_SCHEDULER_NAME)
+    if not scheduler_name:
+        raise ConfigError("schedulerName: must not be empty")
+    policies = data.get("defaultSchedulerPolicy")
+    policies = {} if policies is None else policies
+    if not isinstance(policies, Mapping):
+        raise ConfigError("defaultSchedulerPolicy: must be a mapping")
+    for key in policies:
+        if key not in ("nodeSchedulerPolicy", "gpuSchedulerPolicy"):
+            raise ConfigError(f"defaultSchedulerPolicy.{key}: unknown key")
+    node_policy = _enum(policies, "nodeSchedulerPolicy", NodePolicy, NodePolicy.BINPACK)
+    device_policy = _enum(policies, "gpuSchedulerPolicy", DevicePolicy, DevicePolicy.SPREAD)
+    expiry = _typed(data, "nodeLockExpirySeconds", float, 300.0)
+    if expiry <= 0:
+        raise ConfigError(f"nodeLockExpirySeconds: must be > 0, got {expiry}")
+
+    vendors = {
+        name: _vendor(name, {} if data[name] is None else data[name], info)
+        for name, info in backends.items()
+        if name in data
+    }
+    return HamiConfig(
+        scheduler_name=scheduler_name,
+        node_policy=node_policy,
+        device_policy=device_policy,
+        node_lock_expiry_s=expiry,
+        vendors=vendors,
+    )
+
+
+def _vendor(name: str, section: object, info: BackendInfo) -> VendorConfig:
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{name}: must be a mapping")
+    fields: dict[str, Any] = {}
+    options = dict(info.option_defaults)
+    for key in section:
+        if key in _VENDOR_KEYS:
+            attr, kind = _VENDOR_KEYS[key]
+            fields[attr] = _typed(section, key, kind, None, prefix=f"{name}.")
+        elif key in info.option_defaults:
+            default = info.option_defaults[key]
+            options[key] = _typed(section, key, type(default), default, prefix=f"{name}.")
+        else:
+            raise ConfigError(f"{name}.{key}: unknown key")
+    cfg = VendorConfig(**fields, options=options)
+    checks = (
+        ("deviceSplitCount", cfg.split_count >= 1),
+        ("deviceMemoryScaling", cfg.memory_scaling > 0),
+        ("deviceCoreScaling", cfg.core_scaling > 0),
+        ("defaultMemory", cfg.default_memory_mib >= 0),
+        ("defaultCores", 0 <= cfg.default_cores_pct <= 100),
+        ("defaultGPUNum", cfg.default_count >= 1),
+    )
+    for key, ok in checks:
+        if not ok:
+            raise ConfigError(f"{name}.{key}: value {section.get(key)!r} is out of range")
+    return cfg
+
+
+def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any, *, prefix: str = "") -> Any:
+    if key not in data:
+        return default
+    value = data[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"{prefix}{key}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def _enum(data: Mapping[str, Any], key: str, kind: Any, default: Any) -> Any:
+    if key not in data:
+        return default
+    try:
+        return kind(data[key])
+    except ValueError:
+        allowed = ", ".join(m.value for m in kind)
+        raise ConfigError(
+            f"defaultSchedulerPolicy.{key}: {data[key]!r} is not one of {allowed}"
+        ) from None

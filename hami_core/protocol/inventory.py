@@ -1,0 +1,171 @@
+"""Node inventory annotation codec (PROTOCOL.md §2).
+
+JSON form (HAMi >= 2.5): an array, one object per device, keys ``id index count devmem
+devcore type numa mode health``; HAMi omits zero values, so a reader takes a missing key
+as the zero value (``health`` missing = unhealthy). Legacy form: per device
+``id,count,devmem,devcore,type,numa,health[,index,mode]`` followed by ``:``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hami_core.errors import AnnotationError
+from hami_core.model import DEVICE_MODES, DeviceInfo
+
+_JSON_FIELDS = ("id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "health")
+
+
+def encode_inventory(devices: tuple[DeviceInfo, ...] | list[DeviceInfo]) -> str:
+    """Encode devices as the JSON inventory, zero values omitted as HAMi does.
+
+    Args:
+        devices: the node's devices of one vendor, in index order.
+
+    Returns:
+        A compact JSON array, e.g. ``[{"id":"GPU-a","count":10,"devmem":16384,...}]``.
+    """
+    out = []
+    for d in devices:
+        item: dict[str, Any] = {
+            "id": d.uuid,
+            "index": d.index,
+            "count": d.split_count,
+            "devmem": d.memory_mib,
+            "devcore": d.cores_pct,
+            "type": d.model,
+            "numa": d.numa,
+            "mode": d.mode,
+            "health": d.healthy,
+        }
+        out.append({k: v for k, v in item.items() if v not in (0, "", False)})
+    return json.dumps(out, separators=(",", ":"))
+
+
+def encode_inventory_legacy(devices: tuple[DeviceInfo, ...] | list[DeviceInfo]) -> str:
+    """Encode devices in the legacy 9-field colon/comma form (for tests and old readers)."""
+    return "".join(
+        f"{d.uuid},{d.split_count},{d.memory_mib},{d.cores_pct},{d.model},{d.numa},"
+        f"{'true' if d.healthy else 'false'},{d.index},{d.mode}:"
+        for d in devices
+    )
+
+
+def decode_inventory(value: str, *, node: str, vendor: str) -> tuple[DeviceInfo, ...]:
+    """Decode a node inventory annotation, JSON first, else the legacy form.
+
+    Args:
+        value: the annotation value.
+        node: the node name, for error messages.
+        vendor: the vendor key of the annotation (the wire form does not carry it).
+
+    Returns:
+        The devices in annotation order.
+
+    Raises:
+        AnnotationError: malformed value; the message names the node, the device
+            position and the problem. Callers mark that node unregistered; they do not
+            stop serving.
+    """
+    text = value.strip()
+    if text.startswith(("[", "{")):
+        return _decode_json(text, node=node, vendor=vendor)
+    return _decode_legacy(text, node=node, vendor=vendor)
+
+
+def _decode_json(text: str, *, node: str, vendor: str) -> tuple[DeviceInfo, ...]:
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AnnotationError(f"node {node}: inventory is not valid JSON: {exc}") from exc
+    if not isinstance(items, list):
+        raise AnnotationError(f"node {node}: inventory must be a JSON array")
+    devices = []
+    for pos, item in enumerate(items):
+        where = f"node {node}: inventory device #{pos}"
+        if not isinstance(item, dict):
+            raise AnnotationError(f"{where}: expected an object, got {type(item).__name__}")
+        # Unknown keys are ignored: HAMi adds fields (customInfo, ...) across releases.
+        uuid = _get(item, "id", str, where)
+        if not uuid:
+            raise AnnotationError(f"{where}: missing device id")
+        devices.append(
+            _device(
+                where,
+                uuid=uuid,
+                vendor=vendor,
+                model=_get(item, "type", str, where),
+                index=_get(item, "index", int, where),
+                split_count=_get(item, "count", int, where),
+                memory_mib=_get(item, "devmem", int, where),
+                cores_pct=_get(item, "devcore", int, where),
+                numa=_get(item, "numa", int, where),
+                mode=_get(item, "mode", str, where) or "hami-core",
+                healthy=_get(item, "health", bool, where),
+            )
+        )
+    return tuple(devices)
+
+
+def _get(item: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    value = item.get(key)
+    if value is None:
+        return kind()
+    # bool is an int in Python; a JSON true where a number belongs is still wrong.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise AnnotationError(f"{where}: {key} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def _decode_legacy(text: str, *, node: str, vendor: str) -> tuple[DeviceInfo, ...]:
+    devices = []
+    entries = text.split(":")
+    if entries and entries[-1] == "":
+        entries.pop()  # every device ends with ':'
+    for pos, entry in enumerate(entries):
+        where = f"node {node}: inventory device #{pos}"
+        fields = entry.split(",")
+        if len(fields) not in (7, 9):
+            raise AnnotationError(
+                f"{where}: legacy entry {entry!r} has {len(fields)} fields, expected 7 or 9"
+            )
+        health = fields[6].strip().lower()
+        if health not in ("true", "false"):
+            raise AnnotationError(f"{where}: health must be true or false, got {fields[6]!r}")
+        devices.append(
+            _device(
+                where,
+                uuid=fields[0],
+                vendor=vendor,
+                split_count=_int(fields[1], "count", where),
+                memory_mib=_int(fields[2], "devmem", where),
+                cores_pct=_int(fields[3], "devcore", where),
+                model=fields[4],
+                numa=_int(fields[5], "numa", where),
+                healthy=health == "true",
+                index=_int(fields[7], "index", where) if len(fields) == 9 else pos,
+                mode=(fields[8] if len(fields) == 9 else "") or "hami-core",
+            )
+        )
+    return tuple(devices)
+
+
+def _int(text: str, key: str, where: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise AnnotationError(f"{where}: {key} must be an integer, got {text!r}") from None
+
+
+def _device(where: str, **fields: Any) -> DeviceInfo:
+    if not fields["uuid"]:
+        raise AnnotationError(f"{where}: missing device id")
+    if fields["mode"] not in DEVICE_MODES:
+        raise AnnotationError(
+            f"{where}: mode must be one of {', '.join(DEVICE_MODES)}, got {fields['mode']!r}"
+        )
+    try:
+        return DeviceInfo(**fields)
+    except (ValueError, TypeError) as exc:
+        raise AnnotationError(f"{where}: {exc}") from exc

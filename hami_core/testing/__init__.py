@@ -1,0 +1,21 @@
+"""The backend conformance kit: what a vendor backend runs to prove itself correct.
+
+Opt in from a ``conftest.py``::
+
+    pytest_plugins = ["hami_core.testing.plugin"]
+
+then subclass ``BackendConformance`` in a test module::
+
+    from hami_core.testing import BackendConformance
+
+    class TestMyBackend(BackendConformance):
+        backend_name = "myvendor"      # the entry-point name in ``hami.backends``
+
+Every test of the base class then runs against the backend. Override ``plugin`` to
+test a plugin object that is not installed, and ``sample_devices`` /
+``sample_container`` when the vendor's shapes differ from the defaults.
+"""
+
+from .conformance import BackendConformance
+
+__all__ = ["BackendConformance"]

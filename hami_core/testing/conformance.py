@@ -1,0 +1,315 @@
+"""``BackendConformance``: the contract every backend must keep, as pytest tests."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, ClassVar
+
+import jsonpatch
+import pytest
+
+from hami_core.model import (
+    BackendInfo,
+    ContainerAllocation,
+    ContainerDevice,
+    DeviceInfo,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceTypeInfo,
+    DeviceUsage,
+    FitResult,
+    MutateResult,
+    NodeInfo,
+    NodePolicy,
+)
+from hami_core.plugin import BackendManager
+
+FOREIGN_VENDOR = "ConformanceForeignVendor"
+FOREIGN_RESOURCE = "conformance.example.com/foreign-device"
+
+
+@pytest.mark.hami_conformance
+class BackendConformance:
+    """Base class of a backend's conformance tests. Set ``backend_name``.
+
+    Class attributes:
+        backend_name: the backend's name (its entry-point name).
+        plugin: the plugin object to test; None = load it from its entry point.
+        device_memory_mib: memory of each sample device.
+    """
+
+    backend_name: ClassVar[str] = ""
+    plugin: ClassVar[object | None] = None
+    device_memory_mib: ClassVar[int] = 16384
+
+    # -- what a backend may override ------------------------------------------------
+
+    @pytest.fixture
+    def manager(self) -> BackendManager:
+        """The backend alone in a manager."""
+        assert self.backend_name, "set backend_name on the conformance test class"
+        if self.plugin is not None:
+            return BackendManager.from_plugins({self.backend_name: self.plugin})
+        full = BackendManager.from_entry_points(disabled=[])
+        names = [r.name for r in full.backends]
+        assert self.backend_name in names, f"{self.backend_name!r} not installed: {names}"
+        return BackendManager.from_entry_points(
+            disabled=[n for n in names if n != self.backend_name]
+        )
+
+    def device_type(self, manager: BackendManager) -> DeviceTypeInfo:
+        """The vendor key the kit exercises (the backend's first)."""
+        return manager.infos[self.backend_name].device_types[0]
+
+    def sample_devices(self, dtype: DeviceTypeInfo) -> tuple[DeviceInfo, ...]:
+        """Two healthy, empty devices of the vendor."""
+        return tuple(
+            DeviceInfo(
+                uuid=f"{dtype.vendor}-conformance-{i}",
+                vendor=dtype.vendor,
+                model=f"{dtype.vendor} conformance",
+                index=i,
+                split_count=10,
+                memory_mib=self.device_memory_mib,
+                cores_pct=100,
+                numa=0,
+                healthy=True,
+            )
+            for i in range(2)
+        )
+
+    def sample_container(
+        self, dtype: DeviceTypeInfo, *, count: int, memory_mib: int
+    ) -> dict[str, Any]:
+        """A container asking ``count`` devices with ``memory_mib`` each."""
+        res = dtype.resources
+        limits: dict[str, Any] = {res.count: str(count)}
+        if res.memory:
+            limits[res.memory] = str(max(1, memory_mib // res.memory_unit_mib))
+        return {"name": "main", "image": "busybox", "resources": {"limits": limits}}
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _pod(self, *containers: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "conformance", "namespace": "default", "uid": "uid-conformance"},
+            "spec": {"containers": list(containers)},
+        }
+
+    def _usage(self, devices: tuple[DeviceInfo, ...]) -> tuple[DeviceUsage, ...]:
+        return tuple(DeviceUsage(device=d) for d in devices)
+
+    def _request(self, manager: BackendManager, container: dict[str, Any]) -> DeviceRequest:
+        reqs = manager.parse_requests(self._pod(container), container, init=False)
+        assert len(reqs) == 1, f"expected one request from the sample container, got {reqs}"
+        return reqs[0]
+
+    # -- the contract ---------------------------------------------------------------
+
+    def test_info(self, manager: BackendManager) -> None:
+        info = manager.infos[self.backend_name]
+        assert isinstance(info, BackendInfo)
+        assert info.name == self.backend_name
+        for t in info.device_types:
+            assert t.vendor and "," not in t.vendor and ":" not in t.vendor and ";" not in t.vendor
+            assert "/" in t.resources.count, "the count resource must be a qualified name"
+            for name in t.resources.all():
+                assert "/" in name, f"resource {name!r} must be a qualified extended-resource name"
+            for key in (
+                t.register_annotation,
+                t.handshake_annotation,
+                t.to_allocate_annotation,
+                t.allocated_annotation,
+            ):
+                assert key.startswith("hami.io/"), f"annotation key {key!r} outside hami.io/"
+            assert t.resources.memory_unit_mib >= 1
+
+    def test_ignores_other_vendors(self, manager: BackendManager) -> None:
+        name = self.backend_name
+        config = manager.vendor_config(name)
+        foreign = {"name": "other", "resources": {"limits": {FOREIGN_RESOURCE: "1"}}}
+        pod = self._pod(foreign)
+        assert (
+            manager.call_backend(
+                name, "hami_parse_request", pod=pod, container=foreign, init=False, config=config
+            )
+            is None
+        )
+        assert (
+            manager.call_backend(
+                name,
+                "hami_mutate",
+                pod=pod,
+                container=foreign,
+                container_path="/spec/containers/0",
+                config=config,
+            )
+            is None
+        )
+        device = DeviceInfo(
+            uuid="F-0", vendor=FOREIGN_VENDOR, split_count=10, memory_mib=1024, cores_pct=100
+        )
+        req = DeviceRequest(vendor=FOREIGN_VENDOR, count=1, memory_mib=10)
+        node = NodeInfo(name="n", devices=(device,))
+        assert (
+            manager.call_backend(
+                name,
+                "hami_fit",
+                request=req,
+                node=node,
+                usage=(DeviceUsage(device=device),),
+                pod=pod,
+                policy=DevicePolicy.SPREAD,
+                config=config,
+            )
+            is None
+        )
+        slice_ = (ContainerDevice(uuid="F-0", vendor=FOREIGN_VENDOR, memory_mib=10, cores_pct=0),)
+        assert (
+            manager.call_backend(
+                name, "hami_allocate", pod=pod, container=foreign, devices=slice_, config=config
+            )
+            is None
+        )
+        assert (
+            manager.call_backend(
+                name,
+                "hami_score",
+                node=node,
+                usage=(DeviceUsage(device=device),),
+                devices=slice_,
+                policy=NodePolicy.BINPACK,
+            )
+            is None
+        )
+
+    def test_parse_request(self, manager: BackendManager) -> None:
+        dtype = self.device_type(manager)
+        req = self._request(
+            manager, self.sample_container(dtype, count=1, memory_mib=self.device_memory_mib // 8)
+        )
+        assert req.vendor == dtype.vendor
+        assert req.count == 1
+        assert 0 <= req.cores_pct <= 100
+
+    @pytest.mark.parametrize("policy", list(DevicePolicy))
+    def test_fit_places_within_capacity(
+        self, manager: BackendManager, policy: DevicePolicy
+    ) -> None:
+        dtype = self.device_type(manager)
+        devices = self.sample_devices(dtype)
+        container = self.sample_container(dtype, count=1, memory_mib=self.device_memory_mib // 8)
+        req = self._request(manager, container)
+        node = NodeInfo(name="conformance-node", devices=devices)
+        result = manager.fit(
+            req, node, self._usage(devices), pod=self._pod(container), policy=policy
+        )
+        assert isinstance(result, FitResult)
+        assert result.fits, f"a small request must fit an empty node: {result}"
+        by_uuid = {d.uuid: d for d in devices}
+        assert len(result.devices) == req.count
+        for d in result.devices:
+            assert d.vendor == dtype.vendor
+            assert 0 < d.memory_mib <= by_uuid[d.uuid].memory_mib
+            assert 0 <= d.cores_pct <= by_uuid[d.uuid].cores_pct
+        again = manager.fit(
+            req, node, self._usage(devices), pod=self._pod(container), policy=policy
+        )
+        assert again == result, "the same input must give the same placement"
+
+    def test_no_fit_explains_every_device(self, manager: BackendManager) -> None:
+        dtype = self.device_type(manager)
+        devices = self.sample_devices(dtype)
+        container = self.sample_container(dtype, count=1, memory_mib=self.device_memory_mib // 8)
+        req = self._request(manager, container)
+        full = tuple(
+            DeviceUsage(
+                device=d,
+                used_count=d.split_count,
+                used_memory_mib=d.memory_mib,
+                used_cores_pct=d.cores_pct,
+            )
+            for d in devices
+        )
+        result = manager.fit(
+            req,
+            NodeInfo(name="full", devices=devices),
+            full,
+            pod=self._pod(container),
+            policy=DevicePolicy.SPREAD,
+        )
+        assert not result.fits
+        assert not result.devices
+        assert set(result.device_reasons) == {d.uuid for d in devices}, result
+        too_many = manager.fit(
+            DeviceRequest(vendor=req.vendor, count=len(devices) + 1, memory_pct=100, cores_pct=0),
+            NodeInfo(name="small", devices=devices),
+            self._usage(devices),
+            pod=self._pod(container),
+            policy=DevicePolicy.SPREAD,
+        )
+        assert not too_many.fits and too_many.node_reason is not None
+
+    @pytest.mark.parametrize("policy", list(NodePolicy))
+    def test_score_in_range(self, manager: BackendManager, policy: NodePolicy) -> None:
+        dtype = self.device_type(manager)
+        devices = self.sample_devices(dtype)
+        slice_ = (
+            ContainerDevice(
+                uuid=devices[0].uuid,
+                vendor=dtype.vendor,
+                memory_mib=self.device_memory_mib // 8,
+                cores_pct=10,
+            ),
+        )
+        value = manager.score(
+            dtype.vendor,
+            NodeInfo(name="n", devices=devices),
+            self._usage(devices),
+            slice_,
+            policy=policy,
+        )
+        assert value is None or 0 <= value <= 100
+
+    def test_allocate(self, manager: BackendManager) -> None:
+        dtype = self.device_type(manager)
+        devices = self.sample_devices(dtype)
+        container = self.sample_container(dtype, count=1, memory_mib=self.device_memory_mib // 8)
+        slice_ = (
+            ContainerDevice(
+                uuid=devices[0].uuid,
+                vendor=dtype.vendor,
+                memory_mib=self.device_memory_mib // 8,
+                cores_pct=10,
+            ),
+        )
+        try:
+            res = manager.allocate(dtype.vendor, self._pod(container), container, slice_)
+        except Exception as exc:  # a backend without hami_allocate is reported, not crashed on
+            pytest.fail(f"hami_allocate failed: {exc}")
+        assert isinstance(res, ContainerAllocation)
+        for key, value in res.envs.items():
+            assert isinstance(key, str) and isinstance(value, str), (key, value)
+        for m in res.mounts:
+            assert m.container_path.startswith("/") and m.host_path.startswith("/")
+
+    def test_mutate_patch_applies(self, manager: BackendManager) -> None:
+        dtype = self.device_type(manager)
+        container = self.sample_container(dtype, count=1, memory_mib=self.device_memory_mib // 8)
+        pod = self._pod({"name": "sidecar", "image": "busybox"}, container)
+        results = manager.mutate(pod, container, container_path="/spec/containers/1")
+        assert len(results) == 1, results
+        name, res = results[0]
+        assert name == self.backend_name
+        assert isinstance(res, MutateResult)
+        assert res.denial is None, res.denial
+        patched = jsonpatch.apply_patch(copy.deepcopy(pod), list(res.patch))
+        before = self._request(manager, container)
+        after_container = patched["spec"]["containers"][1]
+        assert self._request(manager, after_container) == before, "mutation changed the request"
+        assert patched["spec"]["containers"][0] == pod["spec"]["containers"][0]
+        # Mutating the mutated pod again changes nothing (the webhook may be re-invoked).
+        again = manager.mutate(patched, after_container, container_path="/spec/containers/1")
+        assert jsonpatch.apply_patch(copy.deepcopy(patched), list(again[0][1].patch)) == patched

@@ -1,0 +1,5 @@
+from hami_core.testing import BackendConformance
+
+
+class TestNvidiaBackend(BackendConformance):
+    backend_name = "nvidia"

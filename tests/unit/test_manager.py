@@ -1,0 +1,173 @@
+"""The BackendManager facade: loading, validation, dispatch, contract checks."""
+
+import types
+
+import pytest
+
+from hami_core.errors import BackendError, InvalidInputError
+from hami_core.model import DevicePolicy, DeviceRequest, DeviceUsage, FitResult, NodeInfo
+from hami_core.plugin import BackendManager, hookimpl
+from tests.toy_backend import TOY_DEVICE, ToyBackend
+
+
+def toy(**overrides):
+    plugin = ToyBackend()
+    for name, fn in overrides.items():
+        setattr(plugin, name, hookimpl(fn))
+    return plugin
+
+
+REQ = DeviceRequest(vendor="TOY", count=1, memory_mib=10)
+NODE = NodeInfo(name="n", devices=(TOY_DEVICE,))
+
+
+def test_entry_points_and_disable(monkeypatch):
+    manager = BackendManager.from_entry_points()
+    assert "nvidia" in [b.name for b in manager.backends]
+    record = next(b for b in manager.backends if b.name == "nvidia")
+    assert record.version and "hami_fit" in record.hooks
+    monkeypatch.setenv("HAMI_DISABLED_BACKENDS", "nvidia, other")
+    assert BackendManager.from_entry_points().backends == ()
+
+
+def test_dispatch_by_vendor():
+    manager = BackendManager.from_plugins({"toy": toy()})
+    result = manager.fit(
+        REQ, NODE, (DeviceUsage(device=TOY_DEVICE),), pod={}, policy=DevicePolicy.SPREAD
+    )
+    assert result.fits and result.devices[0].uuid == TOY_DEVICE.uuid
+    with pytest.raises(KeyError, match="no installed backend serves vendor 'NOPE'"):
+        manager.fit(
+            DeviceRequest(vendor="NOPE", count=1, memory_mib=1),
+            NODE,
+            (),
+            pod={},
+            policy=DevicePolicy.SPREAD,
+        )
+
+
+def test_wrong_return_type_names_the_backend():
+    manager = BackendManager.from_plugins({"toy": toy(hami_fit=lambda request: "fits!")})
+    with pytest.raises(
+        BackendError, match=r"backend 'toy': hami_fit returned str, expected FitResult"
+    ):
+        manager.fit(
+            REQ, NODE, (DeviceUsage(device=TOY_DEVICE),), pod={}, policy=DevicePolicy.SPREAD
+        )
+
+
+def test_placement_outside_the_node_is_a_contract_break():
+    bad = FitResult(
+        devices=(
+            __import__("hami_core.model", fromlist=["ContainerDevice"]).ContainerDevice(
+                uuid="GHOST", vendor="TOY", memory_mib=1, cores_pct=0
+            ),
+        )
+    )
+    manager = BackendManager.from_plugins({"toy": toy(hami_fit=lambda request: bad)})
+    with pytest.raises(BackendError, match="backend 'toy': hami_fit placed"):
+        manager.fit(
+            REQ, NODE, (DeviceUsage(device=TOY_DEVICE),), pod={}, policy=DevicePolicy.SPREAD
+        )
+
+
+def test_exception_in_hook_names_the_backend_but_invalid_input_passes():
+    def boom(container):
+        raise KeyError("resources")
+
+    manager = BackendManager.from_plugins({"toy": toy(hami_parse_request=boom)})
+    with pytest.raises(BackendError, match=r"backend 'toy': hami_parse_request raised KeyError"):
+        manager.parse_requests({}, {}, init=False)
+
+    def invalid(container):
+        raise InvalidInputError("container 'x': bad")
+
+    manager = BackendManager.from_plugins({"toy": toy(hami_parse_request=invalid)})
+    with pytest.raises(InvalidInputError, match="container 'x': bad"):
+        manager.parse_requests({}, {}, init=False)
+
+
+def test_misspelt_hook_fails_at_load_marked_or_not():
+    plugin = types.SimpleNamespace(
+        hami_backend_info=ToyBackend.hami_backend_info, hami_fitt=lambda request: None
+    )
+    with pytest.raises(BackendError, match=r"backend 'toy': unknown hook.*hami_fitt"):
+        BackendManager.from_plugins({"toy": plugin})
+    marked = types.SimpleNamespace(
+        hami_backend_info=ToyBackend.hami_backend_info, hami_scor=hookimpl(lambda: 1)
+    )
+    with pytest.raises(BackendError, match="hami_scor"):
+        BackendManager.from_plugins({"toy": marked})
+
+
+def test_unknown_argument_fails_at_load():
+    plugin = toy(hami_fit=lambda request, gpus: None)
+    with pytest.raises(BackendError, match=r"(?s)backend 'toy': invalid hook implementation.*gpus"):
+        BackendManager.from_plugins({"toy": plugin})
+
+
+def test_backend_info_is_required_and_checked():
+    with pytest.raises(BackendError, match="hami_backend_info is required"):
+        BackendManager.from_plugins({"toy": types.SimpleNamespace()})
+    with pytest.raises(BackendError, match="names itself 'toy'"):
+        BackendManager.from_plugins({"other": toy()})
+    with pytest.raises(BackendError, match="already served"):
+        BackendManager.from_plugins(
+            {"toy": toy(), "toy2": toy(hami_backend_info=lambda: ToyBackend.info("toy2"))}
+        )
+
+
+def constant(value):
+    return lambda: value
+
+
+def test_score_out_of_range_and_bool_rejected():
+    for value in (101, -1):
+        manager = BackendManager.from_plugins({"toy": toy(hami_score=constant(value))})
+        with pytest.raises(BackendError, match="outside 0..100"):
+            manager.score(
+                "TOY",
+                NODE,
+                (),
+                (),
+                policy=__import__("hami_core.model", fromlist=["NodePolicy"]).NodePolicy.BINPACK,
+            )
+    manager = BackendManager.from_plugins({"toy": toy(hami_score=lambda: True)})
+    with pytest.raises(BackendError, match="returned bool"):
+        manager.score(
+            "TOY",
+            NODE,
+            (),
+            (),
+            policy=__import__("hami_core.model", fromlist=["NodePolicy"]).NodePolicy.BINPACK,
+        )
+
+
+def test_parse_request_for_a_foreign_vendor_is_refused():
+    manager = BackendManager.from_plugins(
+        {
+            "toy": toy(
+                hami_parse_request=lambda: DeviceRequest(vendor="NVIDIA", count=1, memory_mib=1)
+            )
+        }
+    )
+    with pytest.raises(BackendError, match="returned vendor 'NVIDIA', not its own"):
+        manager.parse_requests({}, {}, init=False)
+
+
+def test_failing_entry_point_names_it(monkeypatch):
+    import hami_core.plugin.manager as m
+
+    class EP:
+        name = "broken"
+        value = "nowhere.plugin"
+        dist = None
+
+        def load(self):
+            raise ImportError("No module named 'nowhere'")
+
+    monkeypatch.setattr(m, "entry_points", lambda group: [EP()])
+    with pytest.raises(
+        BackendError, match=r"backend 'broken': cannot load entry point 'nowhere.plugin'"
+    ):
+        BackendManager.from_entry_points(disabled=[])

@@ -1,0 +1,70 @@
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hami_core.errors import QuantityError
+from hami_core.protocol import INT32_MAX, parse_quantity_int
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("5k", 5000),
+        ("1Ki", 1024),
+        ("3", 3),
+        (3, 3),
+        ("0", 0),
+        ("2M", 2_000_000),
+        ("1e3", 1000),
+        ("1000m", 1),
+        (Decimal("7"), 7),
+    ],
+)
+def test_exact_integers(value, expected):
+    assert parse_quantity_int(value, resource="nvidia.com/gpumem") == expected
+
+
+def test_fractional_count_is_an_error_naming_the_resource():
+    with pytest.raises(
+        QuantityError, match=r"nvidia.com/gpu: '1500m' is not a whole number \(1.5\)"
+    ):
+        parse_quantity_int("1500m", resource="nvidia.com/gpu")
+
+
+def test_mib_over_int32_is_rejected_not_wrapped():
+    with pytest.raises(QuantityError, match=r"nvidia.com/gpumem: '16Gi' is 17179869184, above"):
+        parse_quantity_int("16Gi", resource="nvidia.com/gpumem")
+    assert parse_quantity_int(str(INT32_MAX), resource="r") == INT32_MAX
+    with pytest.raises(QuantityError):
+        parse_quantity_int(str(INT32_MAX + 1), resource="r")
+    with pytest.raises(QuantityError):
+        parse_quantity_int(2**31, resource="r")
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "", "1.5", None, True, [1], {"a": 1}, "1 2"])
+def test_malformed(value):
+    with pytest.raises(QuantityError, match="nvidia.com/gpucores"):
+        parse_quantity_int(value, resource="nvidia.com/gpucores")
+
+
+def test_custom_maximum():
+    assert parse_quantity_int("100", resource="p", maximum=100) == 100
+    with pytest.raises(QuantityError, match="above the largest accepted value 100"):
+        parse_quantity_int("101", resource="p", maximum=100)
+
+
+@given(st.integers(min_value=0, max_value=INT32_MAX))
+def test_plain_integers_round_trip(n):
+    assert parse_quantity_int(str(n), resource="r") == n
+    assert parse_quantity_int(n, resource="r") == n
+
+
+@given(
+    st.integers(min_value=0, max_value=2**21 - 1),
+    st.sampled_from([("Ki", 1024), ("k", 1000), ("Mi", 2**20)]),
+)
+def test_suffixes(n, suffix):
+    text, factor = suffix
+    assert parse_quantity_int(f"{n}{text}", resource="r", maximum=2**63) == n * factor
