@@ -1,1 +1,6 @@
-"""See DESIGN.md."""
+"""Cluster state behind one interface (``ClusterStore``): embedded or real."""
+
+from .base import ClusterStore, KubeObject
+from .memory import Event, MemoryCluster
+
+__all__ = ["ClusterStore", "Event", "KubeObject", "MemoryCluster"]

@@ -18,6 +18,7 @@ class ResourceNames:
         memory_pct: memory per device in percent, or "" when the vendor has none.
         cores: compute per device in percent, or "" when the vendor has none.
         memory_unit_mib: MiB per unit of the memory resource (256 for Cambricon).
+        cores_alias: another accepted name of the cores resource (``nvidia.com/cores``).
     """
 
     count: str
@@ -25,6 +26,7 @@ class ResourceNames:
     memory_pct: str = ""
     cores: str = ""
     memory_unit_mib: int = 1
+    cores_alias: str = ""
 
     def all(self) -> tuple[str, ...]:
         """Every non-empty resource name."""

@@ -12,9 +12,9 @@ DEFAULT_RESOURCES = ResourceNames(
     memory="nvidia.com/gpumem",
     memory_pct="nvidia.com/gpumem-percentage",
     cores="nvidia.com/gpucores",
+    cores_alias="nvidia.com/cores",  # the handbook's name
 )
-#: Accepted alias of the cores resource (the handbook's name).
-CORES_ALIAS = "nvidia.com/cores"
+CORES_ALIAS = DEFAULT_RESOURCES.cores_alias
 PRIORITY_RESOURCE = "nvidia.com/priority"
 
 DEVICE_TYPE = DeviceTypeInfo(
@@ -43,6 +43,7 @@ def resources(config: VendorConfig) -> ResourceNames:
         memory=config.resource_memory_name or DEFAULT_RESOURCES.memory,
         memory_pct=config.resource_memory_pct_name or DEFAULT_RESOURCES.memory_pct,
         cores=config.resource_cores_name or DEFAULT_RESOURCES.cores,
+        cores_alias=CORES_ALIAS,
     )
 
 

@@ -1,0 +1,225 @@
+"""The embedded cluster: nodes, pods and resource quotas held in process.
+
+Used by ``hami simulate`` and most tests. Semantics follow the API server where the
+scheduler depends on them: every write bumps ``metadata.resourceVersion``, a stale
+``resource_version`` precondition raises ``ConflictError``, reads return copies.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+import uuid as uuidlib
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from hami_core.errors import ConflictError, InvalidInputError, NotFoundError
+from hami_core.protocol.annotations import VGPU_NODE
+
+from .base import KubeObject
+
+
+@attrs.frozen
+class Event:
+    """An event recorded by the embedded cluster."""
+
+    kind: str
+    namespace: str
+    name: str
+    type: str
+    reason: str
+    message: str
+
+
+class MemoryCluster:
+    """A ``ClusterStore`` in memory. Thread-safe; objects are copied in and out."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._nodes: dict[str, KubeObject] = {}
+        self._pods: dict[tuple[str, str], KubeObject] = {}
+        self._quotas: dict[tuple[str, str], KubeObject] = {}
+        self._versions = itertools.count(1)
+        self.events: list[Event] = []
+
+    # -- writes used by loaders and tests ------------------------------------------
+
+    def add_node(self, node: Mapping[str, Any]) -> KubeObject:
+        """Add or replace a node object."""
+        obj = self._stamp(node, "Node")
+        with self._lock:
+            self._nodes[obj["metadata"]["name"]] = obj
+        return copy.deepcopy(obj)
+
+    def add_pod(self, pod: Mapping[str, Any]) -> KubeObject:
+        """Create a pod (a ``uid`` is assigned when missing). Replaces one of the same name."""
+        obj = self._stamp(pod, "Pod")
+        meta = obj["metadata"]
+        meta.setdefault("namespace", "default")
+        meta.setdefault("uid", str(uuidlib.uuid4()))
+        obj.setdefault("status", {}).setdefault("phase", "Pending")
+        with self._lock:
+            self._pods[(meta["namespace"], meta["name"])] = obj
+        return copy.deepcopy(obj)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Remove a pod; its devices are free at once (usage is recomputed from pods)."""
+        with self._lock:
+            if self._pods.pop((namespace, name), None) is None:
+                raise NotFoundError(f"pod {namespace}/{name} not found")
+
+    def set_pod_phase(self, namespace: str, name: str, phase: str) -> None:
+        """Set ``status.phase`` (``Succeeded`` / ``Failed`` pods hold no devices)."""
+        with self._lock:
+            pod = self._pod(namespace, name)
+            pod.setdefault("status", {})["phase"] = phase
+            self._bump(pod)
+
+    def add_quota(self, quota: Mapping[str, Any]) -> KubeObject:
+        """Add a ``ResourceQuota``."""
+        obj = self._stamp(quota, "ResourceQuota")
+        meta = obj["metadata"]
+        meta.setdefault("namespace", "default")
+        with self._lock:
+            self._quotas[(meta["namespace"], meta["name"])] = obj
+        return copy.deepcopy(obj)
+
+    # -- ClusterStore --------------------------------------------------------------
+
+    def list_nodes(self) -> list[KubeObject]:
+        with self._lock:
+            return [copy.deepcopy(n) for _, n in sorted(self._nodes.items())]
+
+    def get_node(self, name: str) -> KubeObject:
+        with self._lock:
+            return copy.deepcopy(self._node(name))
+
+    def list_pods(self, *, namespace: str | None = None) -> list[KubeObject]:
+        with self._lock:
+            return [
+                copy.deepcopy(p)
+                for (ns, _), p in sorted(self._pods.items())
+                if namespace is None or ns == namespace
+            ]
+
+    def pods_on_node(self, node: str) -> list[KubeObject]:
+        with self._lock:
+            return [
+                copy.deepcopy(p)
+                for _, p in sorted(self._pods.items())
+                if (p["metadata"].get("annotations") or {}).get(VGPU_NODE) == node
+                or (p.get("spec") or {}).get("nodeName") == node
+            ]
+
+    def get_pod(self, namespace: str, name: str) -> KubeObject:
+        with self._lock:
+            return copy.deepcopy(self._pod(namespace, name))
+
+    def patch_node_annotations(
+        self,
+        name: str,
+        annotations: Mapping[str, str | None],
+        *,
+        resource_version: str | None = None,
+    ) -> KubeObject:
+        with self._lock:
+            node = self._node(name)
+            self._check_version(node, resource_version)
+            _merge(node["metadata"].setdefault("annotations", {}), annotations)
+            self._bump(node)
+            return copy.deepcopy(node)
+
+    def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        annotations: Mapping[str, str | None] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+        resource_version: str | None = None,
+    ) -> KubeObject:
+        with self._lock:
+            pod = self._pod(namespace, name)
+            self._check_version(pod, resource_version)
+            _merge(pod["metadata"].setdefault("annotations", {}), annotations or {})
+            _merge(pod["metadata"].setdefault("labels", {}), labels or {})
+            self._bump(pod)
+            return copy.deepcopy(pod)
+
+    def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        with self._lock:
+            pod = self._pod(namespace, name)
+            if pod["metadata"].get("uid") != uid:
+                raise ConflictError(f"pod {namespace}/{name} has another uid than {uid}")
+            if pod.setdefault("spec", {}).get("nodeName"):
+                raise ConflictError(f"pod {namespace}/{name} is already bound")
+            self._node(node)
+            pod["spec"]["nodeName"] = node
+            self._bump(pod)
+
+    def list_quotas(self, namespace: str) -> list[KubeObject]:
+        with self._lock:
+            return [
+                copy.deepcopy(q) for (ns, _), q in sorted(self._quotas.items()) if ns == namespace
+            ]
+
+    def record_event(self, obj: KubeObject, *, type: str, reason: str, message: str) -> None:
+        meta = obj.get("metadata") or {}
+        with self._lock:
+            self.events.append(
+                Event(
+                    kind=str(obj.get("kind", "")),
+                    namespace=str(meta.get("namespace", "")),
+                    name=str(meta.get("name", "")),
+                    type=type,
+                    reason=reason,
+                    message=message,
+                )
+            )
+
+    # -- internals -----------------------------------------------------------------
+
+    def _stamp(self, obj: Mapping[str, Any], kind: str) -> KubeObject:
+        out = copy.deepcopy(dict(obj))
+        out.setdefault("kind", kind)
+        meta = out.setdefault("metadata", {})
+        if not meta.get("name"):
+            raise InvalidInputError(f"{kind} without metadata.name")
+        self._bump(out)
+        return out
+
+    def _bump(self, obj: KubeObject) -> None:
+        obj["metadata"]["resourceVersion"] = str(next(self._versions))
+
+    def _node(self, name: str) -> KubeObject:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise NotFoundError(f"node {name} not found") from None
+
+    def _pod(self, namespace: str, name: str) -> KubeObject:
+        try:
+            return self._pods[(namespace, name)]
+        except KeyError:
+            raise NotFoundError(f"pod {namespace}/{name} not found") from None
+
+    @staticmethod
+    def _check_version(obj: KubeObject, resource_version: str | None) -> None:
+        current = obj["metadata"].get("resourceVersion")
+        if resource_version is not None and resource_version != current:
+            kind = obj.get("kind", "object")
+            raise ConflictError(
+                f"{kind} {obj['metadata']['name']} changed (resourceVersion {current}, "
+                f"expected {resource_version})"
+            )
+
+
+def _merge(target: dict[str, str], changes: Mapping[str, str | None]) -> None:
+    for key, value in changes.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = value

@@ -1,0 +1,124 @@
+"""Namespace quotas on device resources (PROTOCOL.md §8), for every vendor.
+
+``ResourceQuota`` keys ``limits.<resource>`` and the handbook's bare ``<resource>``
+(``nvidia.com/gpumem``, ``nvidia.com/gpucores``, ``nvidia.com/cores``, ``nvidia.com/gpu``)
+are enforced by the webhook and by fit. A pod's charge is count x per-device value,
+summed over app containers, max'ed with the largest init container. Usage is the
+charge of the namespace's live pods that hold an allocation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from hami_core.errors import AnnotationError, QuantityError
+from hami_core.model import DeviceTypeInfo, PodDevices
+from hami_core.protocol.quantity import parse_quantity_int
+
+from .usage import init_count, is_live, pod_allocation
+
+MEMORY, CORES, COUNT = "memory", "cores", "count"
+
+
+@attrs.frozen
+class QuotaLimit:
+    """One enforced quota: the quota's key, what it measures, its hard limit."""
+
+    quota: str
+    key: str
+    vendor: str
+    measure: str  # MEMORY (MiB), CORES (percent) or COUNT (devices)
+    hard: int
+
+
+def quota_limits(
+    quotas: Iterable[Mapping[str, Any]], device_types: Iterable[DeviceTypeInfo]
+) -> list[QuotaLimit]:
+    """The device limits stated by ``quotas`` (unparseable values are skipped)."""
+    by_resource: dict[str, tuple[str, str]] = {}
+    for t in device_types:
+        r = t.resources
+        for name, measure in (
+            (r.memory, MEMORY),
+            (r.cores, CORES),
+            (r.cores_alias, CORES),
+            (r.count, COUNT),
+        ):
+            if name:
+                by_resource[name] = (t.vendor, measure)
+    out = []
+    for q in quotas:
+        qname = str((q.get("metadata") or {}).get("name", ""))
+        for key, value in ((q.get("spec") or {}).get("hard") or {}).items():
+            resource = key.removeprefix("limits.").removeprefix("requests.")
+            if resource not in by_resource:
+                continue
+            vendor, measure = by_resource[resource]
+            try:
+                hard = parse_quantity_int(value, resource=key, maximum=2**62)
+            except QuantityError:
+                continue
+            out.append(QuotaLimit(quota=qname, key=key, vendor=vendor, measure=measure, hard=hard))
+    return out
+
+
+def charge_of(devices: PodDevices, *, init_count: int) -> dict[str, int]:
+    """A pod's charge per measure for one vendor's device list."""
+    totals = {MEMORY: 0, CORES: 0, COUNT: 0}
+    largest_init = {MEMORY: 0, CORES: 0, COUNT: 0}
+    for pos, container in enumerate(devices):
+        c = {
+            MEMORY: sum(d.memory_mib for d in container),
+            CORES: sum(d.cores_pct for d in container),
+            COUNT: len(container),
+        }
+        for m in totals:
+            if pos < init_count:
+                largest_init[m] = max(largest_init[m], c[m])
+            else:
+                totals[m] += c[m]
+    return {m: max(totals[m], largest_init[m]) for m in totals}
+
+
+def namespace_usage(
+    pods: Iterable[Mapping[str, Any]],
+    device_types: Iterable[DeviceTypeInfo],
+    *,
+    exclude_uid: str | None = None,
+) -> dict[tuple[str, str], int]:
+    """(vendor, measure) -> total charge of the live, allocated pods given."""
+    types = tuple(device_types)
+    out: dict[tuple[str, str], int] = {}
+    for pod in pods:
+        if not is_live(pod) or (pod.get("metadata") or {}).get("uid") == exclude_uid:
+            continue
+        try:
+            allocation = pod_allocation(pod, types)
+        except AnnotationError:
+            continue
+        for vendor, devices in allocation.items():
+            for measure, value in charge_of(devices, init_count=init_count(pod)).items():
+                out[(vendor, measure)] = out.get((vendor, measure), 0) + value
+    return out
+
+
+def quota_violation(
+    limits: Iterable[QuotaLimit],
+    used: Mapping[tuple[str, str], int],
+    charge: Mapping[tuple[str, str], int],
+) -> str | None:
+    """A message naming the quota and the amounts when ``charge`` does not fit, else None.
+
+    Example: ``quota gpu-quota: limits.nvidia.com/gpumem 24000, used 0, this pod 32000``.
+    """
+    for limit in limits:
+        want = charge.get((limit.vendor, limit.measure), 0)
+        if not want:
+            continue
+        have = used.get((limit.vendor, limit.measure), 0)
+        if have + want > limit.hard:
+            return f"quota {limit.quota}: {limit.key} {limit.hard}, used {have}, this pod {want}"
+    return None

@@ -1,0 +1,352 @@
+"""The scheduler: filter, prioritize and bind over a ``ClusterStore``.
+
+The same functions serve the extender (``/filter``, ``/prioritize``, ``/bind``) and
+``hami simulate``. Filtering returns every feasible node (kube-scheduler keeps its say on
+affinity, CPU and memory); binding re-fits against current usage under the node lock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from hami_core.cluster.base import ClusterStore, KubeObject
+from hami_core.errors import ConflictError, HamiError, InvalidInputError, NotFoundError
+from hami_core.model import Allocation, DevicePolicy, DeviceUsage, NodeInfo, NodePolicy, PodRequest
+from hami_core.plugin import BackendManager
+from hami_core.protocol import annotations as keys
+from hami_core.protocol.devicelist import encode_pod_devices
+
+from .fitting import NodeFit, fit_pod
+from .nodelock import acquire_node_lock, release_node_lock
+from .nodes import read_node
+from .podspec import read_pod_request
+from .policy import Policies, resolve_policies
+from .quota import QuotaLimit, namespace_usage, quota_limits
+from .scoring import extender_score, node_score
+from .usage import node_usage
+
+log = logging.getLogger(__name__)
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@attrs.frozen(kw_only=True)
+class FilterResult:
+    """The answer of a filter.
+
+    Attributes:
+        feasible: names of nodes that can take the pod, in input order.
+        failed: node name -> reason (``"1/1 CardInsufficientMemory"``).
+        fits: node name -> ``NodeFit`` (placements and details, for explanations).
+        scores: node name -> 0..100 score of the feasible nodes under the node policy.
+        policies: the policies applied.
+    """
+
+    feasible: tuple[str, ...]
+    failed: Mapping[str, str]
+    fits: Mapping[str, NodeFit]
+    scores: Mapping[str, float]
+    policies: Policies
+
+    def best(self) -> str | None:
+        """The highest-scored feasible node; ties go to the smallest name."""
+        if not self.feasible:
+            return None
+        return min(self.feasible, key=lambda n: (-self.scores.get(n, 0.0), n))
+
+
+class Scheduler:
+    """Filter, prioritize and bind pods asking for managed devices."""
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        manager: BackendManager,
+        *,
+        clock: Callable[[], dt.datetime] = utcnow,
+        node_policy: NodePolicy | None = None,
+        device_policy: DevicePolicy | None = None,
+    ) -> None:
+        """Args:
+        node_policy / device_policy: override the configured defaults (pod
+            annotations still win).
+        """
+        self.store = store
+        self.manager = manager
+        self.clock = clock
+        self._node_policy = node_policy
+        self._device_policy = device_policy
+        self._types = manager.device_types()
+
+    # -- reading ---------------------------------------------------------------------
+
+    def pod_request(self, pod: Mapping[str, Any]) -> PodRequest:
+        """The pod's device requests. Raises ``InvalidInputError``."""
+        return read_pod_request(pod, self.manager)
+
+    def policies(self, pod: Mapping[str, Any]) -> Policies:
+        """The pod's policies. Raises ``InvalidInputError`` for an unknown name."""
+        return resolve_policies(
+            pod, self.manager.config, node=self._node_policy, device=self._device_policy
+        )
+
+    def node_info(self, node: Mapping[str, Any]) -> NodeInfo:
+        """A node's devices and registration state."""
+        return read_node(node, self._types, now=self.clock())
+
+    def node_usage(
+        self, info: NodeInfo, *, exclude_uid: str | None = None
+    ) -> dict[str, DeviceUsage]:
+        """Current usage of a node's devices from the live pods on it."""
+        broken: list[str] = []
+        usage = node_usage(
+            info,
+            self.store.pods_on_node(info.name),
+            self._types,
+            exclude_uid=exclude_uid,
+            broken=broken,
+        )
+        for message in broken:
+            log.warning("ignoring an unreadable allocation: %s", message)
+        return usage
+
+    # -- filter / prioritize ----------------------------------------------------------
+
+    def filter(
+        self, pod: Mapping[str, Any], node_names: Iterable[str] | None = None
+    ) -> FilterResult:
+        """Fit the pod on the named nodes (all nodes when None) against current usage.
+
+        Raises:
+            InvalidInputError: the pod's requests or policy annotations are invalid.
+        """
+        if node_names is None:
+            nodes = self.store.list_nodes()
+        else:
+            nodes = []
+            missing = []
+            for name in node_names:
+                try:
+                    nodes.append(self.store.get_node(name))
+                except NotFoundError:
+                    missing.append(name)
+            if missing:
+                log.info("filter: unknown nodes %s", missing)
+        return self._filter(pod, nodes, live_usage=True, extra_failed={})
+
+    def filter_objects(
+        self, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]
+    ) -> FilterResult:
+        """Fit against the node objects given, with zero usage and no quota, writing
+        nothing (kube-scheduler's full-``Nodes`` form, used by the cluster autoscaler)."""
+        return self._filter(pod, list(nodes), live_usage=False, extra_failed={})
+
+    def _filter(
+        self,
+        pod: Mapping[str, Any],
+        nodes: Sequence[Mapping[str, Any]],
+        *,
+        live_usage: bool,
+        extra_failed: dict[str, str],
+    ) -> FilterResult:
+        request = self.pod_request(pod)
+        policies = self.policies(pod)
+        names = [str((n.get("metadata") or {}).get("name", "")) for n in nodes]
+        if not request.wants_devices:
+            return FilterResult(
+                feasible=tuple(names), failed={}, fits={}, scores={}, policies=policies
+            )
+        limits: tuple[QuotaLimit, ...] = ()
+        used: dict[tuple[str, str], int] = {}
+        if live_usage:
+            limits = tuple(quota_limits(self.store.list_quotas(request.namespace), self._types))
+            if limits:
+                used = namespace_usage(
+                    self.store.list_pods(namespace=request.namespace),
+                    self._types,
+                    exclude_uid=request.uid,
+                )
+        feasible: list[str] = []
+        failed = dict(extra_failed)
+        fits: dict[str, NodeFit] = {}
+        scores: dict[str, float] = {}
+        for node in nodes:
+            info = self.node_info(node)
+            usage = (
+                self.node_usage(info, exclude_uid=request.uid)
+                if live_usage
+                else {
+                    d.uuid: DeviceUsage(device=d, cordoned=d.uuid in info.cordoned_uuids)
+                    for d in info.devices
+                }
+            )
+            fit = fit_pod(
+                pod,
+                request,
+                info,
+                usage,
+                self.manager,
+                policy=policies.device,
+                quota_limits=limits,
+                quota_used=used,
+            )
+            fits[info.name] = fit
+            if fit.allocation is not None:
+                feasible.append(info.name)
+                scores[info.name] = node_score(
+                    info, usage, fit.allocation, self.manager, policy=policies.node
+                )
+            else:
+                failed[info.name] = fit.reason
+        return FilterResult(
+            feasible=tuple(feasible), failed=failed, fits=fits, scores=scores, policies=policies
+        )
+
+    def prioritize(
+        self, pod: Mapping[str, Any], node_names: Iterable[str]
+    ) -> list[tuple[str, int]]:
+        """``[(node, 0..10)]`` for the named nodes; infeasible nodes score 0."""
+        names = list(node_names)
+        result = self.filter(pod, names)
+        return [(n, extender_score(result.scores[n]) if n in result.scores else 0) for n in names]
+
+    # -- bind ------------------------------------------------------------------------
+
+    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> Allocation | None:
+        """Lock ``node``, re-fit the pod there against current usage, write the
+        allocation annotations, create the Binding; on any failure undo the
+        annotations and the lock. Emits ``BindingSucceed`` / ``BindingFailed``.
+
+        Returns:
+            The allocation, or None for a pod that asks no managed device.
+
+        Raises:
+            NotFoundError: pod or node missing. ConflictError: uid mismatch, lock held
+            by another pod, or the pod no longer fits (kube-scheduler retries).
+        """
+        pod = self.store.get_pod(namespace, name)
+        if (pod.get("metadata") or {}).get("uid") != uid:
+            raise ConflictError(
+                f"pod {namespace}/{name} has uid {pod['metadata'].get('uid')}, not {uid}"
+            )
+        request = self.pod_request(pod)
+        if not request.wants_devices:
+            self.store.bind_pod(namespace, name, uid=uid, node=node)
+            return None
+        now = self.clock()
+        try:
+            acquire_node_lock(
+                self.store,
+                node,
+                namespace=namespace,
+                pod=name,
+                now=now,
+                expiry_s=self.manager.config.node_lock_expiry_s,
+            )
+        except HamiError as exc:
+            self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
+            raise
+        wrote = False
+        try:
+            result = self.filter(pod, [node])
+            fit = result.fits.get(node)
+            if fit is None or fit.allocation is None:
+                reason = fit.reason if fit is not None else "node not found"
+                raise ConflictError(f"pod {namespace}/{name} no longer fits node {node}: {reason}")
+            allocation = fit.allocation
+            self.store.patch_pod_metadata(
+                namespace,
+                name,
+                annotations=self._allocation_annotations(allocation, now),
+                labels={keys.VGPU_NODE: node},
+            )
+            wrote = True
+            self.store.bind_pod(namespace, name, uid=uid, node=node)
+        except Exception as exc:
+            self._undo(pod, node, wrote=wrote, allocation_keys=self._allocation_keys())
+            self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
+            raise
+        self._event(pod, "Normal", "BindingSucceed", f"bound to {node}: {describe(allocation)}")
+        return allocation
+
+    def _allocation_annotations(
+        self, allocation: Allocation, now: dt.datetime
+    ) -> dict[str, str | None]:
+        stamp = str(int(now.timestamp()))
+        out: dict[str, str | None] = {
+            keys.VGPU_NODE: allocation.node,
+            keys.VGPU_TIME: stamp,
+            keys.BIND_TIME: stamp,
+            keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
+        }
+        for vendor, devices in allocation.devices.items():
+            dtype = self.manager.device_type(vendor)
+            encoded = encode_pod_devices(devices)
+            out[dtype.to_allocate_annotation] = encoded
+            out[dtype.allocated_annotation] = encoded
+        # The handbook's JSON form, for people reading `kubectl describe`.
+        out[keys.DEVICE_ALLOCATED_JSON] = json.dumps(
+            [
+                {"type": d.vendor, "uuid": d.uuid, "memory": d.memory_mib, "cores": d.cores_pct}
+                for d in allocation.all_devices()
+            ],
+            separators=(",", ":"),
+        )
+        return out
+
+    def _allocation_keys(self) -> list[str]:
+        out = [
+            keys.VGPU_NODE,
+            keys.VGPU_TIME,
+            keys.BIND_TIME,
+            keys.BIND_PHASE,
+            keys.DEVICE_ALLOCATED_JSON,
+        ]
+        for t in self._types:
+            out += [t.to_allocate_annotation, t.allocated_annotation]
+        return out
+
+    def _undo(self, pod: KubeObject, node: str, *, wrote: bool, allocation_keys: list[str]) -> None:
+        meta = pod["metadata"]
+        if wrote:
+            try:
+                self.store.patch_pod_metadata(
+                    meta["namespace"],
+                    meta["name"],
+                    annotations=dict.fromkeys(allocation_keys),
+                    labels={keys.VGPU_NODE: None},
+                )
+            except HamiError as exc:
+                log.error(
+                    "bind rollback: cannot clear annotations of %s/%s: %s",
+                    meta["namespace"],
+                    meta["name"],
+                    exc,
+                )
+        try:
+            release_node_lock(self.store, node, namespace=meta["namespace"], pod=meta["name"])
+        except HamiError as exc:
+            log.error("bind rollback: cannot release the lock of %s: %s", node, exc)
+
+    def _event(self, pod: KubeObject, type_: str, reason: str, message: str) -> None:
+        try:
+            self.store.record_event(pod, type=type_, reason=reason, message=message)
+        except Exception as exc:  # events are best effort; never fail a bind for one
+            log.warning("cannot record event %s: %s", reason, exc)
+
+
+def describe(allocation: Allocation) -> str:
+    """``GPU-a 4000MiB 30%, GPU-b 4000MiB 30%`` (all containers)."""
+    parts = [f"{d.uuid} {d.memory_mib}MiB {d.cores_pct}%" for d in allocation.all_devices()]
+    return ", ".join(parts) or "no devices"
+
+
+__all__ = ["FilterResult", "InvalidInputError", "Scheduler", "describe", "utcnow"]
