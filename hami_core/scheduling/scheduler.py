@@ -237,6 +237,12 @@ class Scheduler:
             raise ConflictError(
                 f"pod {namespace}/{name} has uid {pod['metadata'].get('uid')}, not {uid}"
             )
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to:
+            # A retried bind of a pod that is already bound: never undo a good placement.
+            if bound_to != node:
+                raise ConflictError(f"pod {namespace}/{name} is already bound to {bound_to}")
+            return None
         request = self.pod_request(pod)
         if not request.wants_devices:
             self.store.bind_pod(namespace, name, uid=uid, node=node)

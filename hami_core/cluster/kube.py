@@ -1,0 +1,376 @@
+"""The real cluster store: the API server through the official ``kubernetes`` client.
+
+Reads come from list+watch caches of nodes, pods and resource quotas (raw JSON
+objects, exactly as the API server sends them). A watch that drops is resumed from
+the last ``resourceVersion``; a ``410 Gone`` forces a fresh list (Kubernetes API
+concepts, "Efficient detection of changes"). Writes go to the API server and, when
+they succeed, straight into the cache, so the process never reads its own writes
+stale. Node reads used for the node lock bypass the cache: the lock needs the
+current ``resourceVersion``.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch import Watch
+
+from hami_core.errors import ConflictError, HamiError, InvalidInputError, NotFoundError
+from hami_core.protocol.annotations import VGPU_NODE
+
+from .base import KubeObject
+
+log = logging.getLogger(__name__)
+
+#: Server-side watch timeout; the watch is re-opened from the last resourceVersion.
+WATCH_TIMEOUT_S = 240
+#: Wait before re-listing / re-watching after an error.
+RETRY_DELAY_S = 1.0
+#: Attempts of a read-modify-write that loses optimistic-concurrency races.
+CONFLICT_RETRIES = 5
+
+
+def make_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
+    """A client from ``kubeconfig``; else in-cluster config; else ``$KUBECONFIG`` /
+    ``~/.kube/config`` (the kubernetes client's own lookup).
+
+    Raises:
+        HamiError: no usable configuration was found.
+    """
+    from kubernetes import config as kconfig
+
+    try:
+        if kubeconfig:
+            return cast(k8s.ApiClient, kconfig.new_client_from_config(config_file=kubeconfig))
+        try:
+            configuration = k8s.Configuration()
+            kconfig.load_incluster_config(client_configuration=configuration)
+            return k8s.ApiClient(configuration)
+        except kconfig.ConfigException:
+            return cast(k8s.ApiClient, kconfig.new_client_from_config())
+    except (kconfig.ConfigException, OSError) as exc:
+        raise HamiError(f"no Kubernetes configuration: {exc}") from exc
+
+
+class ApiError(HamiError):
+    """The API server refused a request for another reason than 404 / 409."""
+
+    def __init__(self, what: str, exc: ApiException) -> None:
+        super().__init__(f"{what}: HTTP {exc.status} {exc.reason}: {_message(exc)}")
+        self.status = exc.status
+
+
+def _message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message", exc.body))
+    except (ValueError, AttributeError):
+        return str(exc.body)
+
+
+def call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a client method without deserialising into models; return parsed JSON.
+
+    Raises:
+        NotFoundError (404), ConflictError (409), InvalidInputError (400/422),
+        ApiError (anything else).
+    """
+    try:
+        resp = fn(*args, _preload_content=False, **kwargs)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise NotFoundError(f"{what}: not found") from None
+        if exc.status == 409:
+            raise ConflictError(f"{what}: {_message(exc)}") from None
+        if exc.status in (400, 422):
+            raise InvalidInputError(f"{what}: {_message(exc)}") from None
+        raise ApiError(what, exc) from None
+    data = resp.data
+    return json.loads(data) if data else {}
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class Informer:
+    """A list+watch cache of one resource (raw JSON objects keyed by namespace/name)."""
+
+    def __init__(self, name: str, list_fn: Callable[..., Any]) -> None:
+        self.name = name
+        self._list_fn = list_fn
+        self._lock = threading.RLock()
+        self._items: dict[str, KubeObject] = {}
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._watch: Watch | None = None
+        self._thread: threading.Thread | None = None
+        self.relists = 0
+
+    @staticmethod
+    def key(obj: Mapping[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace") or ""
+        return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        return self._synced.wait(timeout_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+
+    def items(self) -> list[KubeObject]:
+        with self._lock:
+            return [copy.deepcopy(v) for _, v in sorted(self._items.items())]
+
+    def get(self, key: str) -> KubeObject | None:
+        with self._lock:
+            obj = self._items.get(key)
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def put(self, obj: KubeObject) -> None:
+        """Store ``obj`` unless the cache already holds a newer version."""
+        key = self.key(obj)
+        with self._lock:
+            old = self._items.get(key)
+            if old is None or _rv(obj) >= _rv(old):
+                self._items[key] = copy.deepcopy(obj)
+
+    def remove(self, obj: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._items.pop(self.key(obj), None)
+
+    def _relist(self) -> str:
+        data = call(f"list {self.name}", self._list_fn)
+        items = {self.key(o): o for o in data.get("items") or []}
+        with self._lock:
+            self._items = items
+        self.relists += 1
+        self._synced.set()
+        return str((data.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _run(self) -> None:
+        rv: str | None = None
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    rv = self._relist()
+                self._watch = Watch()
+                for event in self._watch.stream(
+                    self._list_fn,
+                    resource_version=rv,
+                    timeout_seconds=WATCH_TIMEOUT_S,
+                    allow_watch_bookmarks=True,
+                    deserialize=False,
+                ):
+                    if self._stop.is_set():
+                        break
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        code = obj.get("code") if isinstance(obj, dict) else None
+                        if code == 410:
+                            rv = None
+                            break
+                        raise RuntimeError(f"watch error: {obj}")
+                    new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if new_rv:
+                        rv = str(new_rv)
+                    if kind in ("ADDED", "MODIFIED"):
+                        self.put(obj)
+                    elif kind == "DELETED":
+                        self.remove(obj)
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("%s watch expired (410 Gone): re-listing", self.name)
+                    rv = None
+                    continue
+                log.warning("%s watch failed (HTTP %s); retrying", self.name, exc.status)
+                self._stop.wait(RETRY_DELAY_S)
+            except Exception as exc:  # dropped connections, API server restarts
+                if self._stop.is_set():
+                    break
+                log.warning("%s watch dropped (%s); retrying", self.name, exc)
+                self._stop.wait(RETRY_DELAY_S)
+
+
+class KubeCluster:
+    """A ``ClusterStore`` over the API server. Call ``start()`` before use."""
+
+    def __init__(self, api_client: k8s.ApiClient, *, component: str = "hami-scheduler") -> None:
+        """Args:
+        api_client: a configured client (in-cluster, kubeconfig, or a test's).
+        component: reporting controller name written on events.
+        """
+        self.api = api_client
+        self.core = k8s.CoreV1Api(api_client)
+        self.events_api = k8s.EventsV1Api(api_client)
+        self.component = component
+        self.instance = socket.gethostname()
+        self.nodes = Informer("nodes", self.core.list_node)
+        self.pods = Informer("pods", self.core.list_pod_for_all_namespaces)
+        self.quotas = Informer("resourcequotas", self.core.list_resource_quota_for_all_namespaces)
+        self._informers = (self.nodes, self.pods, self.quotas)
+
+    def start(self, *, timeout_s: float = 30.0) -> None:
+        """Start the caches and wait until each has listed once.
+
+        Raises:
+            HamiError: a cache could not list within ``timeout_s``.
+        """
+        for inf in self._informers:
+            inf.start()
+        for inf in self._informers:
+            if not inf.wait_synced(timeout_s):
+                raise HamiError(f"cannot list {inf.name} from the API server within {timeout_s}s")
+
+    def stop(self) -> None:
+        for inf in self._informers:
+            inf.stop()
+
+    # -- reads -----------------------------------------------------------------------
+
+    def list_nodes(self) -> list[KubeObject]:
+        return self.nodes.items()
+
+    def get_node(self, name: str) -> KubeObject:
+        node: KubeObject = call(f"get node {name}", self.core.read_node, name)
+        self.nodes.put(node)
+        return node
+
+    def list_pods(self, *, namespace: str | None = None) -> list[KubeObject]:
+        pods = self.pods.items()
+        if namespace is None:
+            return pods
+        return [p for p in pods if (p.get("metadata") or {}).get("namespace") == namespace]
+
+    def pods_on_node(self, node: str) -> list[KubeObject]:
+        return [
+            p
+            for p in self.pods.items()
+            if ((p.get("metadata") or {}).get("annotations") or {}).get(VGPU_NODE) == node
+            or (p.get("spec") or {}).get("nodeName") == node
+        ]
+
+    def get_pod(self, namespace: str, name: str) -> KubeObject:
+        cached = self.pods.get(f"{namespace}/{name}")
+        if cached is not None:
+            return cached
+        pod: KubeObject = call(
+            f"get pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace
+        )
+        self.pods.put(pod)
+        return pod
+
+    def list_quotas(self, namespace: str) -> list[KubeObject]:
+        return [
+            q
+            for q in self.quotas.items()
+            if (q.get("metadata") or {}).get("namespace") == namespace
+        ]
+
+    # -- writes ----------------------------------------------------------------------
+
+    def patch_node_annotations(
+        self,
+        name: str,
+        annotations: Mapping[str, str | None],
+        *,
+        resource_version: str | None = None,
+    ) -> KubeObject:
+        meta: dict[str, Any] = {"annotations": dict(annotations)}
+        if resource_version is not None:
+            meta["resourceVersion"] = resource_version  # a stale one is refused with 409
+        node: KubeObject = call(
+            f"patch node {name}",
+            self.core.patch_node,
+            name,
+            {"metadata": meta},
+            _content_type="application/merge-patch+json",
+        )
+        self.nodes.put(node)
+        return node
+
+    def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        annotations: Mapping[str, str | None] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+        resource_version: str | None = None,
+    ) -> KubeObject:
+        meta: dict[str, Any] = {}
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        if labels:
+            meta["labels"] = dict(labels)
+        if resource_version is not None:
+            meta["resourceVersion"] = resource_version
+        pod: KubeObject = call(
+            f"patch pod {namespace}/{name}",
+            self.core.patch_namespaced_pod,
+            name,
+            namespace,
+            {"metadata": meta},
+            _content_type="application/merge-patch+json",
+        )
+        self.pods.put(pod)
+        return pod
+
+    def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        call(
+            f"bind pod {namespace}/{name} to {node}",
+            self.core.create_namespaced_binding,
+            namespace,
+            body,
+        )
+
+    def record_event(self, obj: KubeObject, *, type: str, reason: str, message: str) -> None:
+        """Write an ``events.k8s.io/v1`` Event about ``obj`` (shown by ``kubectl describe``)."""
+        meta = obj.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        now = dt.datetime.now(dt.UTC)
+        body = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "reportingController": f"hami.io/{self.component}",
+            "reportingInstance": f"{self.component}-{self.instance}",
+            "action": reason.removesuffix("Succeed").removesuffix("Failed") or reason,
+            "reason": reason,
+            "note": message[:1024],
+            "type": type,
+            "regarding": {
+                "apiVersion": obj.get("apiVersion", "v1"),
+                "kind": obj.get("kind", "Pod"),
+                "name": meta.get("name"),
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+        }
+        call(f"record event {reason}", self.events_api.create_namespaced_event, namespace, body)

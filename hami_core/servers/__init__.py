@@ -1,0 +1,1 @@
+"""Network edges of hami (extender, webhook): the only package that imports flask."""

@@ -1,0 +1,247 @@
+"""The kube-scheduler extender (PROTOCOL.md §5): ``/filter``, ``/prioritize`` (``/score``),
+``/bind``, health and introspection, as a Flask app factory.
+
+kube-scheduler expects HTTP 200 with the error in the ``Error`` field
+(``ExtenderFilterResult`` / ``ExtenderBindingResult``, Kubernetes
+``k8s.io/kube-scheduler/extender/v1``); keys are Go field names, and we accept any case.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from flask import Flask, Response, jsonify, request
+
+from hami_core.errors import ConflictError, HamiError, InvalidInputError
+from hami_core.scheduling.podspec import pod_ref
+from hami_core.scheduling.scheduler import Scheduler
+from hami_core.scheduling.scoring import extender_score
+
+from .metrics import SchedulerMetrics
+
+log = logging.getLogger(__name__)
+
+
+def _fold(data: Any) -> dict[str, Any]:
+    """Top-level keys lower-cased, so ``NodeNames``, ``nodenames`` and ``nodeNames`` agree."""
+    if not isinstance(data, dict):
+        raise InvalidInputError("the request body must be a JSON object")
+    return {str(k).lower(): v for k, v in data.items()}
+
+
+def _pod(args: Mapping[str, Any]) -> dict[str, Any]:
+    pod = args.get("pod")
+    if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
+        raise InvalidInputError("ExtenderArgs.Pod must be a Pod object")
+    return pod
+
+
+def _node_names(args: Mapping[str, Any]) -> list[str] | None:
+    names = args.get("nodenames")
+    if names is None:
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InvalidInputError("ExtenderArgs.NodeNames must be a list of strings")
+    return names
+
+
+def _nodes(args: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    nodes = args.get("nodes")
+    if nodes is None:
+        return None
+    items = nodes.get("items") if isinstance(nodes, dict) else None
+    if items is None:
+        return None
+    if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):
+        raise InvalidInputError("ExtenderArgs.Nodes.items must be a list of Node objects")
+    return items
+
+
+def create_extender_app(
+    scheduler: Scheduler,
+    *,
+    is_leader: Callable[[], bool] = lambda: True,
+    leader_identity: Callable[[], str | None] = lambda: None,
+    is_ready: Callable[[], bool] = lambda: True,
+    metrics: SchedulerMetrics | None = None,
+) -> Flask:
+    """Build the extender app.
+
+    Args:
+        scheduler: the engine over the cluster store.
+        is_leader: only the leader binds; a follower's ``/bind`` answers an error so
+            kube-scheduler retries (against whichever replica is leader then).
+        leader_identity: who leads, for the follower's error message.
+        is_ready: ``/readyz`` answers 200 only when this is true (caches synced).
+        metrics: where durations and bind outcomes are recorded.
+    """
+    app = Flask("hami-scheduler")
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+
+    def timed(hist: Any) -> Any:
+        return hist.time() if hist is not None else _Null()
+
+    @app.post("/filter")
+    def filter_() -> Response:
+        with timed(metrics.filter_seconds if metrics else None):
+            names: list[str] = []
+            try:
+                args = _fold(request.get_json(force=True, silent=True))
+                pod = _pod(args)
+                nodes = _nodes(args)
+                if nodes is not None:  # full Nodes (autoscaler simulation): answer, write nothing
+                    result = scheduler.filter_objects(pod, nodes)
+                    feasible = set(result.feasible)
+                    return jsonify(
+                        {
+                            "Nodes": {
+                                "apiVersion": "v1",
+                                "kind": "NodeList",
+                                "items": [
+                                    n for n in nodes if n["metadata"].get("name") in feasible
+                                ],
+                            },
+                            "NodeNames": list(result.feasible),
+                            "FailedNodes": dict(result.failed),
+                            "FailedAndUnresolvableNodes": {},
+                            "Error": "",
+                        }
+                    )
+                names = _node_names(args) or []
+                result = scheduler.filter(pod, names)
+            except HamiError as exc:
+                return jsonify(_filter_error(names, str(exc)))
+            except Exception as exc:  # never let kube-scheduler see a 500 stack trace
+                log.exception("filter failed")
+                return jsonify(_filter_error(names, f"internal error: {exc}"))
+            if result.fits:  # the pod asks for managed devices: tell its owner what happened
+                _filter_event(scheduler, pod, result.feasible, result.failed)
+            return jsonify(
+                {
+                    "NodeNames": list(result.feasible),
+                    "FailedNodes": dict(result.failed),
+                    "FailedAndUnresolvableNodes": {},
+                    "Error": "",
+                }
+            )
+
+    def prioritize() -> Response:
+        with timed(metrics.score_seconds if metrics else None):
+            try:
+                args = _fold(request.get_json(force=True, silent=True))
+                pod = _pod(args)
+                nodes = _nodes(args)
+                if nodes is not None:
+                    result = scheduler.filter_objects(pod, nodes)
+                    names = [str(n["metadata"].get("name")) for n in nodes]
+                    scores = [
+                        (n, extender_score(result.scores[n]) if n in result.scores else 0)
+                        for n in names
+                    ]
+                else:
+                    scores = scheduler.prioritize(pod, _node_names(args) or [])
+            except HamiError as exc:
+                log.warning("prioritize: %s", exc)
+                return jsonify([])
+            except Exception:
+                log.exception("prioritize failed")
+                return jsonify([])
+            return jsonify([{"Host": n, "Score": s} for n, s in scores])
+
+    app.add_url_rule("/prioritize", "prioritize", prioritize, methods=["POST"])
+    app.add_url_rule("/score", "score", prioritize, methods=["POST"])
+
+    @app.post("/bind")
+    def bind() -> Response:
+        with timed(metrics.bind_seconds if metrics else None):
+            try:
+                args = _fold(request.get_json(force=True, silent=True))
+                fields = {k: args.get(k) for k in ("podname", "podnamespace", "poduid", "node")}
+                missing = [k for k, v in fields.items() if not isinstance(v, str) or not v]
+                if missing:
+                    raise InvalidInputError(f"ExtenderBindingArgs: missing {', '.join(missing)}")
+                if not is_leader():
+                    leader = leader_identity() or "unknown"
+                    raise ConflictError(f"this replica is not the leader (leader: {leader}); retry")
+                scheduler.bind(
+                    str(fields["podnamespace"]),
+                    str(fields["podname"]),
+                    uid=str(fields["poduid"]),
+                    node=str(fields["node"]),
+                )
+            except HamiError as exc:
+                if metrics:
+                    metrics.bind_failure.inc()
+                return jsonify({"Error": str(exc)})
+            except Exception as exc:
+                log.exception("bind failed")
+                if metrics:
+                    metrics.bind_failure.inc()
+                return jsonify({"Error": f"internal error: {exc}"})
+            if metrics:
+                metrics.bind_success.inc()
+            return jsonify({"Error": ""})
+
+    @app.get("/healthz")
+    def healthz() -> tuple[str, int]:
+        return "ok", 200
+
+    @app.get("/readyz")
+    def readyz() -> tuple[str, int]:
+        return ("ok", 200) if is_ready() else ("caches not synced", 503)
+
+    @app.get("/-/backends")
+    def backends() -> Response:
+        return jsonify(
+            [
+                {
+                    "name": r.name,
+                    "version": r.version,
+                    "vendors": list(r.info.vendors),
+                    "hooks": list(r.hooks),
+                }
+                for r in scheduler.manager.backends
+            ]
+        )
+
+    @app.get("/-/leader")
+    def leader() -> Response:
+        return jsonify({"leader": is_leader(), "identity": leader_identity()})
+
+    @app.errorhandler(404)
+    @app.errorhandler(405)
+    def not_found(exc: Any) -> tuple[Response, int]:
+        return jsonify({"Error": str(exc)}), exc.code
+
+    return app
+
+
+def _filter_error(names: list[str], message: str) -> dict[str, Any]:
+    return {"NodeNames": [], "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": message}
+
+
+def _filter_event(
+    scheduler: Scheduler, pod: dict[str, Any], feasible: tuple[str, ...], failed: Mapping[str, str]
+) -> None:
+    total = len(feasible) + len(failed)
+    if feasible:
+        kind, reason = "Normal", "FilteringSucceed"
+        message = f"{len(feasible)}/{total} nodes fit: {', '.join(feasible)}"
+    else:
+        kind, reason = "Warning", "FilteringFailed"
+        detail = "; ".join(f"{n}: {r}" for n, r in sorted(failed.items()))
+        message = f"0/{total} nodes fit for {pod_ref(pod)}: {detail}"
+    try:
+        scheduler.store.record_event(pod, type=kind, reason=reason, message=message)
+    except Exception as exc:
+        log.warning("cannot record %s event: %s", reason, exc)
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

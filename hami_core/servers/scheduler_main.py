@@ -1,0 +1,125 @@
+"""``hami scheduler``: the extender server process (kube API store, leader election,
+metrics, HTTP or HTTPS)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from typing import Any
+
+import attrs
+from prometheus_client import start_http_server
+from waitress.server import create_server
+
+from hami_core.cluster.kube import KubeCluster, make_api_client
+from hami_core.cluster.lease import LeaderElector
+from hami_core.model import DevicePolicy, NodePolicy
+from hami_core.plugin import BackendManager
+from hami_core.protocol.config import load_config
+from hami_core.scheduling.scheduler import Scheduler
+
+from .extender import create_extender_app
+from .metrics import SchedulerMetrics
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen(kw_only=True)
+class SchedulerOptions:
+    bind_address: str = "0.0.0.0"
+    port: int = 8888
+    metrics_port: int = 9395
+    kubeconfig: str | None = None
+    config: str | None = None
+    tls_cert_file: str | None = None
+    tls_private_key_file: str | None = None
+    leader_elect: bool = True
+    lease_name: str = "hami-scheduler"
+    lease_namespace: str = "kube-system"
+    identity: str = ""
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    node_policy: str | None = None
+    gpu_policy: str | None = None
+    threads: int = 8
+
+
+def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None) -> None:
+    """Serve until SIGTERM / SIGINT (or ``stop`` is set).
+
+    Raises:
+        HamiError: bad configuration, or the API server cannot be listed at start.
+    """
+    manager = BackendManager.from_entry_points()
+    manager = manager.with_config(load_config(opts.config, backends=manager.infos))
+    api = make_api_client(opts.kubeconfig)
+    store = KubeCluster(api, component="hami-scheduler")
+    store.start()
+    scheduler = Scheduler(
+        store,
+        manager,
+        node_policy=NodePolicy(opts.node_policy) if opts.node_policy else None,
+        device_policy=DevicePolicy(opts.gpu_policy) if opts.gpu_policy else None,
+    )
+    elector: LeaderElector | None = None
+    if opts.leader_elect:
+        elector = LeaderElector(
+            api,
+            name=opts.lease_name,
+            namespace=opts.lease_namespace,
+            identity=opts.identity or f"{socket.gethostname()}_{os.getpid()}",
+            lease_duration_s=opts.lease_duration_s,
+            renew_deadline_s=opts.renew_deadline_s,
+            retry_period_s=opts.retry_period_s,
+        )
+        elector.start()
+    metrics = SchedulerMetrics(scheduler)
+    start_http_server(opts.metrics_port, addr=opts.bind_address, registry=metrics.registry)
+    app = create_extender_app(
+        scheduler,
+        is_leader=elector.is_leader if elector else (lambda: True),
+        leader_identity=elector.leader_identity if elector else (lambda: None),
+        is_ready=lambda: all(inf.wait_synced(0) for inf in (store.nodes, store.pods, store.quotas)),
+        metrics=metrics,
+    )
+    server = _server(app, opts)
+    done = stop or threading.Event()
+
+    def shutdown(*_: Any) -> None:
+        done.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, shutdown)
+        signal.signal(signal.SIGINT, shutdown)
+    thread = threading.Thread(target=server.run, name="extender-http", daemon=True)
+    thread.start()
+    log.info(
+        "hami scheduler extender on %s:%s, metrics on :%s",
+        opts.bind_address,
+        opts.port,
+        opts.metrics_port,
+    )
+    done.wait()
+    server.close()
+    if elector is not None:
+        elector.stop()
+    store.stop()
+
+
+def _server(app: Any, opts: SchedulerOptions) -> Any:
+    if opts.tls_cert_file and opts.tls_private_key_file:
+        from .https import make_https_server
+
+        return make_https_server(
+            app,
+            host=opts.bind_address,
+            port=opts.port,
+            cert_file=opts.tls_cert_file,
+            key_file=opts.tls_private_key_file,
+            threads=opts.threads,
+        )
+    return create_server(app, host=opts.bind_address, port=opts.port, threads=opts.threads)

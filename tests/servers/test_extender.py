@@ -1,0 +1,282 @@
+"""The extender app through Flask's test client, on the embedded cluster."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from hami_core.errors import ConflictError
+from hami_core.scheduling.scheduler import Scheduler
+from hami_core.servers.extender import create_extender_app
+from hami_core.servers.metrics import SchedulerMetrics
+from hami_core.webhook import Admission
+from tests.builders import cluster, container, gpu, manager, node, pod
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "extender"
+
+
+def admitted(c, p):
+    """Store a pod as the webhook would have admitted it."""
+    review = Admission(manager(), c).review(p)
+    import jsonpatch
+
+    obj = jsonpatch.apply_patch(copy.deepcopy(p), list(review.patch)) if review.patch else p
+    return c.add_pod(obj)
+
+
+@pytest.fixture
+def env():
+    c = cluster(node("n1", [gpu("GPU-1")]), node("n2", [gpu("GPU-2", memory_mib=8192)]))
+    sched = Scheduler(c, manager())
+    metrics = SchedulerMetrics(sched)
+    state = {"leader": True}
+    app = create_extender_app(
+        sched,
+        is_leader=lambda: state["leader"],
+        leader_identity=lambda: "other-replica",
+        metrics=metrics,
+    )
+    return c, sched, app.test_client(), state, metrics
+
+
+def real_filter_args(p, names):
+    args = json.loads((FIXTURES / "filter-request.json").read_text())
+    args["Pod"] = p
+    args["NodeNames"] = names
+    return args
+
+
+def test_filter_with_the_fixture_shape(env):
+    c, _, client, _, _ = env
+    p = admitted(c, pod("big", container(gpu=1, gpumem=10000)))
+    resp = client.post("/filter", json=real_filter_args(p, ["n1", "n2"]))
+    assert resp.status_code == 200
+    assert resp.get_json() == {
+        "NodeNames": ["n1"],
+        "FailedNodes": {"n2": "1/1 CardInsufficientMemory"},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
+    assert [e.reason for e in c.events] == ["FilteringSucceed"]
+
+
+def test_filter_failing_everywhere_records_filtering_failed(env):
+    c, _, client, _, _ = env
+    p = admitted(c, pod("huge", container(gpu=1, gpumem=20000)))
+    body = client.post(
+        "/filter", json={"pod": p, "nodenames": ["n1", "n2"]}
+    ).get_json()  # any key case
+    assert body["NodeNames"] == [] and set(body["FailedNodes"]) == {"n1", "n2"}
+    event = c.events[-1]
+    assert event.reason == "FilteringFailed" and event.type == "Warning"
+    assert "n1: 1/1 CardInsufficientMemory" in event.message
+
+
+def test_filter_for_a_pod_without_devices_passes_every_node(env):
+    c, _, client, _, _ = env
+    p = c.add_pod(pod("plain", {"name": "c", "image": "x"}))
+    body = client.post("/filter", json={"Pod": p, "NodeNames": ["n1", "n2"]}).get_json()
+    assert body["NodeNames"] == ["n1", "n2"] and body["FailedNodes"] == {}
+    assert c.events == []
+
+
+def test_full_nodes_form_answers_from_objects_and_writes_nothing(env):
+    c, _, client, _, _ = env
+    p = admitted(c, pod("p", container(gpu=1, gpumem=10000)))
+    before = (c.list_nodes(), c.list_pods())
+    nodes = {
+        "items": [
+            node("x1", [gpu("GPU-X", memory_mib=40000)]),
+            node("x2", [gpu("GPU-Y", memory_mib=4000)]),
+        ]
+    }
+    body = client.post("/filter", json={"Pod": p, "Nodes": nodes, "NodeNames": None}).get_json()
+    assert body["NodeNames"] == ["x1"]
+    assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["x1"]
+    assert body["FailedNodes"] == {"x2": "1/1 CardInsufficientMemory"}
+    assert (c.list_nodes(), c.list_pods()) == before and c.events == []
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"not json",
+        b"[]",
+        json.dumps({"NodeNames": ["n1"]}).encode(),
+        json.dumps({"Pod": "x", "NodeNames": []}).encode(),
+        json.dumps({"Pod": {"metadata": {}}, "NodeNames": "n1"}).encode(),
+        json.dumps(
+            {
+                "Pod": {
+                    "metadata": {"name": "p"},
+                    "spec": {
+                        "containers": [
+                            {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1500m"}}}
+                        ]
+                    },
+                },
+                "NodeNames": ["n1"],
+            }
+        ).encode(),
+    ],
+)
+def test_malformed_filter_requests_get_an_error_not_a_crash(env, payload):
+    _, _, client, _, _ = env
+    resp = client.post("/filter", data=payload, content_type="application/json")
+    assert resp.status_code == 200
+    body = resp.get_json()
+    assert body["Error"] and body["NodeNames"] == []
+
+
+def test_unknown_policy_annotation_is_an_error(env):
+    c, _, client, _, _ = env
+    p = admitted(c, pod("p", container(gpu=1, gpumem=100)))
+    p["metadata"]["annotations"] = {"hami.io/gpu-scheduler-policy": "pack"}
+    body = client.post("/filter", json={"Pod": p, "NodeNames": ["n1"]}).get_json()
+    assert "hami.io/gpu-scheduler-policy" in body["Error"] and "'pack'" in body["Error"]
+
+
+def test_prioritize_and_score_alias(env):
+    c, _, client, _, _ = env
+    c.add_pod(pod("existing", container(gpu=1, gpumem=8000)))
+    p = admitted(c, pod("p", container(gpu=1, gpumem=1000)))
+    for path in ("/prioritize", "/score"):
+        body = client.post(path, json={"Pod": p, "NodeNames": ["n1", "n2"]}).get_json()
+        assert [h["Host"] for h in body] == ["n1", "n2"]
+        assert all(0 <= h["Score"] <= 10 for h in body)
+    assert client.post("/prioritize", data=b"junk").get_json() == []
+
+
+def test_prioritize_binpack_prefers_the_fuller_node():
+    c = cluster(node("empty", [gpu("GPU-E")]), node("busy", [gpu("GPU-B")]))
+    sched = Scheduler(c, manager())
+    client = create_extender_app(sched).test_client()
+    first = admitted(c, pod("first", container(gpu=1, gpumem=8000)))
+    sched.bind("default", "first", uid=first["metadata"]["uid"], node="busy")
+    p = admitted(c, pod("p", container(gpu=1, gpumem=1000)))
+    scores = {
+        h["Host"]: h["Score"]
+        for h in client.post(
+            "/prioritize", json={"Pod": p, "NodeNames": ["empty", "busy"]}
+        ).get_json()
+    }
+    assert scores["busy"] > scores["empty"]
+
+
+def test_bind_writes_the_allocation_and_counts(env):
+    c, _, client, _, metrics = env
+    p = admitted(c, pod("p", container(gpu=1, gpumem=3000, gpucores=30)))
+    args = json.loads((FIXTURES / "bind-request.json").read_text())
+    args.update(PodName="p", PodNamespace="default", PodUID=p["metadata"]["uid"], Node="n1")
+    assert client.post("/bind", json=args).get_json() == {"Error": ""}
+    bound = c.get_pod("default", "p")
+    ann = bound["metadata"]["annotations"]
+    assert bound["spec"]["nodeName"] == "n1"
+    assert ann["hami.io/vgpu-devices-to-allocate"] == "GPU-1,NVIDIA,3000,30:;"
+    assert ann["hami.io/vgpu-devices-allocated"] == "GPU-1,NVIDIA,3000,30:;"
+    assert ann["hami.io/bind-phase"] == "allocating" and ann["hami.io/vgpu-node"] == "n1"
+    assert bound["metadata"]["labels"]["hami.io/vgpu-node"] == "n1"
+    assert c.get_node("n1")["metadata"]["annotations"]["hami.io/mutex.lock"].endswith(",default,p")
+    assert c.events[-1].reason == "BindingSucceed"
+    assert metrics.registry.get_sample_value("hami_scheduler_bind_success_total") == 1
+    text = "\n".join(f"{m.name}" for m in metrics.registry.collect())
+    assert "hami_gpu_memory_allocated_bytes" in text
+    assert (
+        metrics.registry.get_sample_value(
+            "hami_gpu_memory_allocated_bytes", {"node": "n1", "device": "GPU-1", "type": "NVIDIA"}
+        )
+        == 3000 * 2**20
+    )
+    assert (
+        metrics.registry.get_sample_value(
+            "hami_vgpu_memory_allocated_bytes",
+            {"namespace": "default", "pod": "p", "container": "main", "device": "GPU-1"},
+        )
+        == 3000 * 2**20
+    )
+
+
+def test_follower_refuses_bind(env):
+    c, _, client, state, metrics = env
+    p = admitted(c, pod("p", container(gpu=1, gpumem=1000)))
+    state["leader"] = False
+    body = client.post(
+        "/bind",
+        json={
+            "PodName": "p",
+            "PodNamespace": "default",
+            "PodUID": p["metadata"]["uid"],
+            "Node": "n1",
+        },
+    ).get_json()
+    assert "not the leader" in body["Error"] and "other-replica" in body["Error"]
+    assert "hami.io/vgpu-node" not in (
+        c.get_pod("default", "p")["metadata"].get("annotations") or {}
+    )
+    assert metrics.registry.get_sample_value("hami_scheduler_bind_failure_total") == 1
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{}, {"PodName": "p"}, {"PodName": "p", "PodNamespace": "default", "PodUID": 3, "Node": "n1"}],
+)
+def test_bind_malformed(env, payload):
+    _, _, client, _, _ = env
+    assert "missing" in client.post("/bind", json=payload).get_json()["Error"]
+
+
+def test_bind_unknown_pod_and_uid_mismatch(env):
+    c, _, client, _, _ = env
+    assert (
+        "not found"
+        in client.post(
+            "/bind",
+            json={"PodName": "ghost", "PodNamespace": "default", "PodUID": "u", "Node": "n1"},
+        ).get_json()["Error"]
+    )
+    admitted(c, pod("p", container(gpu=1, gpumem=1000)))
+    assert (
+        "has uid"
+        in client.post(
+            "/bind",
+            json={"PodName": "p", "PodNamespace": "default", "PodUID": "wrong", "Node": "n1"},
+        ).get_json()["Error"]
+    )
+
+
+def test_health_ready_backends(env):
+    _, _, client, _, _ = env
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+    assert client.get("/-/backends").get_json()[0]["name"] == "nvidia"
+    assert client.get("/nope").status_code == 404
+    assert client.get("/filter").status_code == 405
+
+
+def test_not_ready():
+    c = cluster()
+    app = create_extender_app(Scheduler(c, manager()), is_ready=lambda: False)
+    assert app.test_client().get("/readyz").status_code == 503
+
+
+def test_internal_errors_are_reported_in_error(env, monkeypatch):
+    c, sched, client, _, _ = env
+    p = admitted(c, pod("p", container(gpu=1, gpumem=1000)))
+
+    def boom(*a, **k):
+        raise RuntimeError("cache exploded")
+
+    monkeypatch.setattr(sched, "filter", boom)
+    body = client.post("/filter", json={"Pod": p, "NodeNames": ["n1"]}).get_json()
+    assert body["Error"] == "internal error: cache exploded"
+    monkeypatch.setattr(sched, "bind", boom)
+    assert (
+        client.post(
+            "/bind", json={"PodName": "p", "PodNamespace": "default", "PodUID": "u", "Node": "n1"}
+        ).get_json()["Error"]
+        == "internal error: cache exploded"
+    )
+    monkeypatch.setattr(sched, "prioritize", boom)
+    assert client.post("/prioritize", json={"Pod": p, "NodeNames": ["n1"]}).get_json() == []
+    _ = ConflictError
