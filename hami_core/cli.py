@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
+from typing import Any
 
 import click
 
 from hami_core import __version__
 from hami_core.errors import HamiError
+from hami_core.model import DevicePolicy, NodePolicy
 from hami_core.plugin import BackendManager
 
 
@@ -53,6 +57,393 @@ def backends(output: str) -> None:
     for row in rows:
         click.echo(f"{row['name']} {row['version']}  vendors: {', '.join(row['vendors'])}")
         click.echo(f"  hooks: {', '.join(row['hooks'])}")
+
+
+@cli.command()
+@click.option(
+    "--bind-address",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address of the extender and metrics servers.",
+)
+@click.option(
+    "--port",
+    default=8888,
+    show_default=True,
+    type=int,
+    help="Extender port (/filter, /prioritize, /score, /bind, /healthz, /readyz, /-/backends).",
+)
+@click.option(
+    "--metrics-port", default=9395, show_default=True, type=int, help="Prometheus metrics port."
+)
+@click.option(
+    "--kubeconfig",
+    default=None,
+    help="kubeconfig file; default: in-cluster config, else $KUBECONFIG or ~/.kube/config.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    default=None,
+    help="hami configuration file (YAML, version v1); default: built-in defaults.",
+)
+@click.option(
+    "--tls-cert-file",
+    default=None,
+    help="Serve the extender over HTTPS with this certificate (PEM).",
+)
+@click.option("--tls-private-key-file", default=None, help="Private key (PEM) of --tls-cert-file.")
+@click.option(
+    "--leader-elect/--no-leader-elect",
+    default=True,
+    show_default=True,
+    help="Elect a leader on a coordination.k8s.io/v1 Lease; only the leader binds.",
+)
+@click.option(
+    "--lease-name", default="hami-scheduler", show_default=True, help="Name of the Lease."
+)
+@click.option(
+    "--lease-namespace",
+    default=lambda: os.environ.get("POD_NAMESPACE", "kube-system"),
+    show_default="$POD_NAMESPACE or kube-system",
+    help="Namespace of the Lease.",
+)
+@click.option(
+    "--identity",
+    default="",
+    show_default="<hostname>_<pid>",
+    help="This replica's identity in the Lease.",
+)
+@click.option(
+    "--lease-duration",
+    default=15.0,
+    show_default=True,
+    type=float,
+    help="Seconds a follower waits on an unrenewed Lease before taking over.",
+)
+@click.option(
+    "--renew-deadline",
+    default=10.0,
+    show_default=True,
+    type=float,
+    help="Seconds a leader keeps acting without a successful renewal.",
+)
+@click.option(
+    "--retry-period",
+    default=2.0,
+    show_default=True,
+    type=float,
+    help="Seconds between election rounds.",
+)
+@click.option(
+    "--node-policy",
+    type=click.Choice([p.value for p in NodePolicy]),
+    default=None,
+    show_default="from config (binpack)",
+    help="Default node policy; a pod's hami.io/node-scheduler-policy wins.",
+)
+@click.option(
+    "--gpu-policy",
+    type=click.Choice([p.value for p in DevicePolicy]),
+    default=None,
+    show_default="from config (spread)",
+    help="Default device policy; a pod's hami.io/gpu-scheduler-policy wins.",
+)
+@click.option(
+    "--threads", default=8, show_default=True, type=int, help="Worker threads of the HTTP server."
+)
+@click.option(
+    "--bind-lock-wait",
+    default=5.0,
+    show_default=True,
+    type=float,
+    help="Seconds /bind waits for another pod's node lock before failing.",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def scheduler(**opts: Any) -> None:
+    """Run the kube-scheduler extender (filter, prioritize, bind) against the API server.
+
+    Environment: HAMI_DISABLED_BACKENDS (comma list of backends to skip),
+    POD_NAMESPACE (default Lease namespace), KUBECONFIG.
+    """
+    from hami_core.servers.scheduler_main import SchedulerOptions, run_scheduler
+
+    logging.basicConfig(
+        level=opts.pop("log_level").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    run_scheduler(
+        SchedulerOptions(
+            bind_address=opts["bind_address"],
+            port=opts["port"],
+            metrics_port=opts["metrics_port"],
+            kubeconfig=opts["kubeconfig"],
+            config=opts["config_file"],
+            tls_cert_file=opts["tls_cert_file"],
+            tls_private_key_file=opts["tls_private_key_file"],
+            leader_elect=opts["leader_elect"],
+            lease_name=opts["lease_name"],
+            lease_namespace=opts["lease_namespace"],
+            identity=opts["identity"],
+            lease_duration_s=opts["lease_duration"],
+            renew_deadline_s=opts["renew_deadline"],
+            retry_period_s=opts["retry_period"],
+            node_policy=opts["node_policy"],
+            gpu_policy=opts["gpu_policy"],
+            threads=opts["threads"],
+            bind_lock_wait_s=opts["bind_lock_wait"],
+        )
+    )
+
+
+@cli.command()
+@click.option(
+    "--bind-address",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address the HTTPS server listens on.",
+)
+@click.option(
+    "--port",
+    default=9443,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="HTTPS port (/webhook, /healthz, /readyz).",
+)
+@click.option(
+    "--cert-mode",
+    type=click.Choice(["files", "auto"]),
+    default="files",
+    show_default=True,
+    help="files: serve --tls-cert-file / --tls-private-key-file. auto: make a CA and a "
+    "serving certificate, keep them in --secret-name (reused by every replica) and write "
+    "the CA into the caBundle of --webhook-config-name.",
+)
+@click.option(
+    "--tls-cert-file",
+    default=None,
+    show_default="none; auto mode: a temporary file",
+    help="Serving certificate (PEM). In auto mode, where the generated one is written.",
+)
+@click.option(
+    "--tls-private-key-file",
+    default=None,
+    show_default="none; auto mode: a temporary file",
+    help="Private key (PEM) of --tls-cert-file. In auto mode, where the generated one is written.",
+)
+@click.option(
+    "--service-name",
+    default="hami-webhook",
+    show_default=True,
+    help="Service in front of the webhook (auto mode: the certificate names "
+    "<svc>, <svc>.<ns>, <svc>.<ns>.svc and <svc>.<ns>.svc.cluster.local).",
+)
+@click.option(
+    "--service-namespace",
+    default=None,
+    show_default="$POD_NAMESPACE, else the service-account namespace, else kube-system",
+    help="Namespace of the Service and of --secret-name.",
+)
+@click.option(
+    "--webhook-config-name",
+    default="hami-webhook",
+    show_default=True,
+    help="MutatingWebhookConfiguration whose webhooks get the CA bundle (auto mode).",
+)
+@click.option(
+    "--secret-name",
+    default="hami-webhook-tls",
+    show_default=True,
+    help="Secret (type kubernetes.io/tls, plus ca.crt and ca.key) holding the auto-mode "
+    "certificates.",
+)
+@click.option(
+    "--cert-ip-address",
+    "cert_ip_addresses",
+    multiple=True,
+    default=(),
+    show_default="none",
+    help="Extra IP SAN of the auto-mode certificate (repeatable), e.g. 127.0.0.1 when the "
+    "API server calls a url on loopback.",
+)
+@click.option(
+    "--cert-dns-name",
+    "cert_dns_names",
+    multiple=True,
+    default=(),
+    show_default="none",
+    help="Extra DNS SAN of the auto-mode certificate (repeatable).",
+)
+@click.option(
+    "--kubeconfig",
+    default=None,
+    show_default="in-cluster config, else $KUBECONFIG, else ~/.kube/config",
+    help="kubeconfig file for the API server (quotas, namespaces, Secret, caBundle).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    default=None,
+    show_default="built-in defaults",
+    help="hami configuration file (YAML, version v1).",
+)
+@click.option(
+    "--threads",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 1024),
+    help="Worker threads of the HTTPS server.",
+)
+@click.option(
+    "--namespace-cache-seconds",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="How long a namespace's labels (hami.io/webhook: ignore) are reused.",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="Logging threshold.",
+)
+def webhook(**opts: Any) -> None:
+    """Run the mutating admission webhook (AdmissionReview v1 and v1beta1 at /webhook,
+    HTTPS only).
+
+    Pods asking for managed devices get schedulerName and the backend defaults; pods
+    that break the rules (privileged, nodeName preset, bad quantities, over quota) are
+    denied with the reason. Environment: HAMI_DISABLED_BACKENDS, POD_NAMESPACE,
+    KUBECONFIG.
+    """
+    from hami_core.servers.webhook_main import WebhookOptions, run_webhook
+
+    logging.basicConfig(
+        level=opts.pop("log_level").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    options = WebhookOptions(
+        bind_address=opts["bind_address"],
+        port=opts["port"],
+        cert_mode=opts["cert_mode"],
+        tls_cert_file=opts["tls_cert_file"],
+        tls_private_key_file=opts["tls_private_key_file"],
+        service_name=opts["service_name"],
+        service_namespace=opts["service_namespace"],
+        webhook_config_name=opts["webhook_config_name"],
+        secret_name=opts["secret_name"],
+        cert_ip_addresses=tuple(opts["cert_ip_addresses"]),
+        cert_dns_names=tuple(opts["cert_dns_names"]),
+        kubeconfig=opts["kubeconfig"],
+        config=opts["config_file"],
+        threads=opts["threads"],
+        namespace_cache_s=opts["namespace_cache_seconds"],
+    )
+    try:
+        run_webhook(options)
+    except OSError as exc:  # port taken, unreadable or mismatched certificate files
+        raise click.ClickException(f"cannot serve HTTPS: {exc}") from exc
+
+
+@cli.command()
+@click.argument("workloads", nargs=-1, type=click.Path(exists=True))
+@click.option(
+    "--cluster",
+    "cluster_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The cluster: a simple YAML of nodes and their GPUs, or a "
+    "'kubectl get nodes,pods -A -o yaml' snapshot whose existing allocations count. "
+    "Default: the bundled examples/cluster.yaml.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A hami configuration file (default policies, split count, scaling, "
+    "resource names). Default: the built-in defaults.",
+)
+@click.option(
+    "--node-policy",
+    type=click.Choice([p.value for p in NodePolicy]),
+    help="Node policy for every pod without a hami.io/node-scheduler-policy annotation "
+    "(overrides the configuration).",
+)
+@click.option(
+    "--gpu-policy",
+    type=click.Choice([p.value for p in DevicePolicy]),
+    help="GPU policy for every pod without a hami.io/gpu-scheduler-policy annotation "
+    "(overrides the configuration).",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text for people; json for the same report as data "
+    "(keys documented in hami_core/simulate/report.py).",
+)
+@click.option(
+    "--explain",
+    metavar="POD",
+    help="Print only the reasoning for one pod (NAMESPACE/NAME, or NAME when unique): "
+    "its request, policies, per node the outcome and per GPU the reason, the node scores "
+    "and the chosen GPUs.",
+)
+def simulate(
+    workloads: tuple[str, ...],
+    cluster_file: str | None,
+    config_file: str | None,
+    node_policy: str | None,
+    gpu_policy: str | None,
+    output: str,
+    explain: str | None,
+) -> None:
+    """Place workloads on a cluster, as the scheduler would, without a cluster.
+
+    Every pod of WORKLOADS (files or directories of Pod, Deployment, StatefulSet,
+    ReplicaSet and Job manifests; directories are read recursively, in name order) goes
+    through the webhook, filter, prioritize, bind and allocate, in order, on an embedded
+    copy of the cluster. Prints where each pod landed with its GPUs, MiB and cores, why
+    the others did not fit, how full each GPU is, and a summary.
+
+    With no arguments, runs the bundled example (examples/cluster.yaml and
+    examples/workloads). Unschedulable pods are a result: the exit status is 0; bad
+    input exits non-zero with a one-line message.
+    """
+    from hami_core.simulate import report, runner
+
+    def progress(n: int) -> Any:
+        return click.progressbar(length=n, label=f"simulating {n} pods", file=sys.stderr)
+
+    try:
+        sim = runner.run_files(
+            cluster_path=cluster_file,
+            workload_paths=list(workloads),
+            config_path=config_file,
+            node_policy=node_policy,
+            device_policy=gpu_policy,
+            explain=explain,
+            progress=progress,
+        )
+        if explain is not None:
+            data = report.build_explanation(sim, explain)
+            text = report.render_explanation(data)
+        else:
+            data = report.build_report(sim)
+            text = report.render_text(data)
+    except HamiError as exc:
+        raise click.ClickException(str(exc)) from None
+    if output == "json":
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(text, nl=False)
 
 
 def main() -> None:

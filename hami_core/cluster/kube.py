@@ -17,6 +17,7 @@ import json
 import logging
 import socket
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -356,7 +357,10 @@ class KubeCluster:
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+            "metadata": {
+                "name": f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}",
+                "namespace": namespace,
+            },
             "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "reportingController": f"hami.io/{self.component}",
             "reportingInstance": f"{self.component}-{self.instance}",

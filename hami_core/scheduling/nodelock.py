@@ -9,6 +9,7 @@ pod is gone or finished; re-taking by the same pod is idempotent.
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 from hami_core.cluster.base import ClusterStore
 from hami_core.errors import AnnotationError, ConflictError, NotFoundError
@@ -28,14 +29,39 @@ def acquire_node_lock(
     pod: str,
     now: dt.datetime,
     expiry_s: float = DEFAULT_LOCK_EXPIRY_S,
+    wait_s: float = 0.0,
 ) -> None:
     """Take the lock of ``node`` for ``namespace/pod``.
+
+    Args:
+        wait_s: how long to wait (polling every 0.1 s) for a lock held by another live
+            pod to be released before giving up; 0 gives up at once. The device plugin
+            releases a lock within a second of Allocate, so a short wait saves
+            kube-scheduler a whole retry cycle with back-off.
 
     Raises:
         ConflictError: another live pod holds an unexpired lock, or the node kept
             changing under us (temporary: kube-scheduler retries the bind).
         NotFoundError: the node does not exist.
     """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            _try_acquire(store, node, namespace=namespace, pod=pod, now=now, expiry_s=expiry_s)
+            return
+        except LockHeldError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
+class LockHeldError(ConflictError):
+    """Another live pod holds an unexpired lock on the node."""
+
+
+def _try_acquire(
+    store: ClusterStore, node: str, *, namespace: str, pod: str, now: dt.datetime, expiry_s: float
+) -> None:
     for _ in range(_ATTEMPTS):
         obj = store.get_node(node)
         meta = obj.get("metadata") or {}
@@ -47,7 +73,7 @@ def acquire_node_lock(
                     return
                 if not lock.expired(now, expiry_s=expiry_s) and _owner_alive(store, lock):
                     owner = f"{lock.namespace}/{lock.pod}" if lock.pod else "an unnamed owner"
-                    raise ConflictError(
+                    raise LockHeldError(
                         f"node {node} is locked by {owner} since {lock.acquired_at:%Y-%m-%dT%H:%M:%SZ}"
                     )
         try:

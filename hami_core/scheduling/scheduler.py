@@ -74,10 +74,12 @@ class Scheduler:
         clock: Callable[[], dt.datetime] = utcnow,
         node_policy: NodePolicy | None = None,
         device_policy: DevicePolicy | None = None,
+        lock_wait_s: float = 0.0,
     ) -> None:
         """Args:
         node_policy / device_policy: override the configured defaults (pod
             annotations still win).
+        lock_wait_s: at bind, how long to wait for another pod's node lock.
         """
         self.store = store
         self.manager = manager
@@ -85,6 +87,7 @@ class Scheduler:
         self._node_policy = node_policy
         self._device_policy = device_policy
         self._types = manager.device_types()
+        self.lock_wait_s = lock_wait_s
 
     # -- reading ---------------------------------------------------------------------
 
@@ -256,6 +259,7 @@ class Scheduler:
                 pod=name,
                 now=now,
                 expiry_s=self.manager.config.node_lock_expiry_s,
+                wait_s=self.lock_wait_s,
             )
         except HamiError as exc:
             self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")

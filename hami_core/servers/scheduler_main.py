@@ -46,6 +46,7 @@ class SchedulerOptions:
     node_policy: str | None = None
     gpu_policy: str | None = None
     threads: int = 8
+    bind_lock_wait_s: float = 5.0
 
 
 def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None) -> None:
@@ -64,6 +65,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         manager,
         node_policy=NodePolicy(opts.node_policy) if opts.node_policy else None,
         device_policy=DevicePolicy(opts.gpu_policy) if opts.gpu_policy else None,
+        lock_wait_s=opts.bind_lock_wait_s,
     )
     elector: LeaderElector | None = None
     if opts.leader_elect:

@@ -198,3 +198,29 @@ def test_lock_conflicts_are_retried(env, monkeypatch):
     monkeypatch.setattr(c, "patch_node_annotations", racy)
     sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
     assert calls["n"] == 2 and lock_of(c).endswith(",default,p")
+
+
+def test_bind_waits_briefly_for_a_lock_being_released(env):
+    import threading
+
+    c, _, _ = env
+    sched = Scheduler(c, manager(), clock=lambda: T0, lock_wait_s=5.0)
+    add(c, "holder", gpu=1, gpumem=1)
+    c.patch_node_annotations("n1", {"hami.io/mutex.lock": encode_lock(T0, "default", "holder")})
+    timer = threading.Timer(
+        0.3, lambda: c.patch_node_annotations("n1", {"hami.io/mutex.lock": None})
+    )
+    timer.start()
+    p = add(c, "p", gpu=1, gpumem=1000)
+    sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert lock_of(c).endswith(",default,p")
+
+
+def test_bind_gives_up_after_the_wait(env):
+    c, _, _ = env
+    sched = Scheduler(c, manager(), clock=lambda: T0, lock_wait_s=0.3)
+    add(c, "holder", gpu=1, gpumem=1)
+    c.patch_node_annotations("n1", {"hami.io/mutex.lock": encode_lock(T0, "default", "holder")})
+    p = add(c, "p", gpu=1, gpumem=1000)
+    with pytest.raises(ConflictError, match="locked by default/holder"):
+        sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")

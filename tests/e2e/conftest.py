@@ -1,0 +1,111 @@
+"""Fixtures for the e2e tier: a real etcd + kube-apiserver (+ kube-scheduler) on loopback.
+
+The first session on a machine builds Kubernetes v1.20.2 with scripts/kube-build.sh
+(~6-9 minutes, needs root or sudo for apt-get); later sessions find the cached binaries in
+about a second. The build runs once after collection, only when e2e tests were selected,
+so it does not count against any one test's timeout. ``HAMI_KUBE_BIN=/dir`` skips the
+script and uses binaries from ``/dir``. ``HAMI_E2E_KEEP=1`` keeps the cluster's scratch dir
+(configs and process logs). Run only this tier with ``pytest -m e2e``; leave it out with
+``-m "not e2e"``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.controlplane import (
+    ControlPlane,
+    KubeBinariesMissing,
+    ensure_kube_binaries,
+)
+
+_HERE = Path(__file__).resolve().parent
+_build: dict[str, Path | str] = {}
+_active: list[ControlPlane] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "e2e: runs a real kube-apiserver and kube-scheduler (built once by scripts/kube-build.sh)",
+    )
+    # The throwaway apiserver's self-signed cert is not verified (insecure-skip-tls-verify).
+    config.addinivalue_line("filterwarnings", "ignore::urllib3.exceptions.InsecureRequestWarning")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Everything under tests/e2e is e2e, so `-m "not e2e"` leaves the whole tier out.
+    for item in items:
+        if _HERE in item.path.resolve().parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build (or find cached) kube binaries once, before any test and outside its timeout."""
+    if session.config.option.collectonly:
+        return
+    if not any(item.get_closest_marker("e2e") for item in session.items):
+        return
+    capman = session.config.pluginmanager.getplugin("capturemanager")
+    ctx = capman.global_and_fixture_disabled() if capman is not None else _null()
+    with ctx:  # the first build takes minutes: let its progress reach the terminal
+        try:
+            _build["bin"] = ensure_kube_binaries(stream=sys.stderr)
+        except KubeBinariesMissing as e:
+            _build["error"] = str(e)
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@pytest.fixture(scope="session")
+def kube_bin_dir() -> Path:
+    """The directory with etcd, kube-apiserver, kube-scheduler and kubelet."""
+    if "error" in _build:
+        pytest.fail(str(_build["error"]), pytrace=False)
+    if "bin" not in _build:  # e.g. the fixture was reached without the hook having run
+        try:
+            _build["bin"] = ensure_kube_binaries(stream=sys.stderr)
+        except KubeBinariesMissing as e:
+            _build["error"] = str(e)
+            pytest.fail(str(e), pytrace=False)
+    return Path(_build["bin"])
+
+
+@pytest.fixture(scope="session")
+def control_plane(kube_bin_dir: Path) -> Iterator[ControlPlane]:
+    """A started :class:`ControlPlane` (etcd + kube-apiserver), shared by the session.
+
+    Tests start kube-scheduler with ``control_plane.start_scheduler(...)`` (a later call
+    replaces the running one) and create nodes with ``add_fake_node``; use unique node
+    and pod names, or ``control_plane.reset()``.
+    """
+    cp = ControlPlane(kube_bin_dir)
+    cp.start()
+    sys.stderr.write(f"[e2e] control plane up in {cp.startup_seconds:.1f} s at {cp.api_url}\n")
+    _active.append(cp)
+    try:
+        yield cp
+    finally:
+        _active.remove(cp)
+        cp.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Attach the tails of the control-plane process logs to a failed e2e test's report."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed and _active and "control_plane" in getattr(item, "fixturenames", ()):
+        for cp in _active:
+            report.sections.append(("control plane logs", cp.format_logs()))
