@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+from importlib.metadata import entry_points
 from typing import Any
 
 import click
@@ -15,8 +16,37 @@ from hami_core.errors import HamiError
 from hami_core.model import DevicePolicy, NodePolicy
 from hami_core.plugin import BackendManager
 
+COMMANDS_GROUP = "hami.commands"
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _Cli(click.Group):
+    """The ``hami`` group, plus commands that backends register in the ``hami.commands``
+    entry-point group (e.g. ``hami nvidia shim-path``); loaded only when named."""
+
+    def _plugin_commands(self) -> dict[str, Any]:
+        disabled = {n.strip() for n in os.environ.get("HAMI_DISABLED_BACKENDS", "").split(",")}
+        return {ep.name: ep for ep in entry_points(group=COMMANDS_GROUP) if ep.name not in disabled}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._plugin_commands()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        ep = self._plugin_commands().get(cmd_name)
+        if ep is None:
+            return None
+        try:
+            loaded = ep.load()
+        except Exception as exc:
+            raise click.ClickException(
+                f"command {cmd_name!r} of a backend failed to load: {exc}"
+            ) from exc
+        return loaded if isinstance(loaded, click.Command) else None
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """hami: GPU sharing for Kubernetes (HAMi-compatible)."""
 

@@ -20,16 +20,26 @@ def test_backends_lists_nvidia_with_version_and_hooks():
     rows = {r["name"]: r for r in json.loads(result.output)}
     assert rows["nvidia"]["version"] == "0.1.0"
     assert rows["nvidia"]["vendors"] == ["NVIDIA"]
-    assert {"hami_fit", "hami_mutate", "hami_parse_request", "hami_allocate"} <= set(rows["nvidia"]["hooks"])
+    assert {"hami_fit", "hami_mutate", "hami_parse_request", "hami_allocate"} <= set(
+        rows["nvidia"]["hooks"]
+    )
 
 
 def test_disabled_backends_env_in_a_real_process():
     env = {"HAMI_DISABLED_BACKENDS": "nvidia", "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
-        [sys.executable, "-m", "hami_core", "backends", "-o", "json"], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "hami_core", "backends", "-o", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert json.loads(out.stdout) == []
     text = subprocess.run(
-        [sys.executable, "-m", "hami_core", "backends"], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "hami_core", "backends"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "no backends installed" in text.stdout
