@@ -21,7 +21,7 @@ KUBE_VERSION=1.20.2
 DEB_SUITE=bookworm
 # Bump when the recipe changes, so cached binaries built the old way are rebuilt.
 RECIPE_REV=1
-WHAT_BINARIES=(kube-apiserver kube-scheduler kubelet)
+WHAT_BINARIES=(kube-apiserver kube-scheduler kubelet kubectl)
 
 CACHE_DIR="${HAMI_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hami/kube-${KUBE_VERSION}}"
 BIN_DIR="$CACHE_DIR/bin"
@@ -145,8 +145,15 @@ cp -rL "$REFLECT2_SRC/." "$SRC/vendor/github.com/modern-go/reflect2/"
 rm -f "$SRC/vendor/github.com/modern-go/reflect2/go.mod" "$SRC/vendor/github.com/modern-go/reflect2/go.sum"
 
 # --- 5. build ---------------------------------------------------------------------------
+# With a matching stamp, build only what is missing (e.g. a binary added to the list).
+to_build=()
+for b in "${WHAT_BINARIES[@]}"; do
+    if [[ $force == 1 || ! -f "$STAMP" || "$(head -n1 "$STAMP")" != "$STAMP_LINE" || ! -x "$BIN_DIR/$b" ]]; then
+        to_build+=("$b")
+    fi
+done
 what=""
-for b in "${WHAT_BINARIES[@]}"; do what+="cmd/$b "; done
+for b in "${to_build[@]}"; do what+="cmd/$b "; done
 log "make WHAT=\"${what% }\" (this takes several minutes)"
 t_make=$SECONDS
 (
@@ -160,7 +167,7 @@ log "make finished in $((SECONDS - t_make)) s"
 
 out=""
 for d in "$SRC"/_output/local/bin/*/*; do
-    [[ -x $d/kube-apiserver ]] && out=$d && break
+    [[ -x $d/${to_build[0]} ]] && out=$d && break
 done
 [[ -n $out ]] || die "no binaries under $SRC/_output/local/bin"
 
@@ -169,8 +176,12 @@ tmp_bin="$CACHE_DIR/bin.tmp"
 rm -rf "$tmp_bin"
 mkdir -p "$tmp_bin"
 for b in "${WHAT_BINARIES[@]}"; do
-    [[ -x $out/$b ]] || die "$b was not built"
-    cp "$out/$b" "$tmp_bin/$b"
+    if [[ " ${to_build[*]} " == *" $b "* ]]; then
+        [[ -x $out/$b ]] || die "$b was not built"
+        cp "$out/$b" "$tmp_bin/$b"
+    else
+        cp "$BIN_DIR/$b" "$tmp_bin/$b"  # unchanged, kept from the cache
+    fi
 done
 cp "$ETCD" "$tmp_bin/etcd"
 "$tmp_bin/kube-apiserver" --version >&2
