@@ -183,6 +183,13 @@ def backends(output: str) -> None:
     "--threads", default=8, show_default=True, type=int, help="Worker threads of the HTTP server."
 )
 @click.option(
+    "--handshake-period",
+    default=30.0,
+    show_default=True,
+    type=float,
+    help="Seconds between the leader's Requesting_ handshakes to each node's device plugin.",
+)
+@click.option(
     "--bind-lock-wait",
     default=5.0,
     show_default=True,
@@ -227,6 +234,7 @@ def scheduler(**opts: Any) -> None:
             gpu_policy=opts["gpu_policy"],
             threads=opts["threads"],
             bind_lock_wait_s=opts["bind_lock_wait"],
+            handshake_period_s=opts["handshake_period"],
         )
     )
 

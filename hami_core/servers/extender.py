@@ -116,7 +116,7 @@ def create_extender_app(
             except Exception as exc:  # never let kube-scheduler see a 500 stack trace
                 log.exception("filter failed")
                 return jsonify(_filter_error(names, f"internal error: {exc}"))
-            if result.fits:  # the pod asks for managed devices: tell its owner what happened
+            if result.fits and is_leader():  # only the leader writes; events tell the pod's owner
                 _filter_event(scheduler, pod, result.feasible, result.failed)
             return jsonify(
                 {

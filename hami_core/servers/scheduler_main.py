@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -19,6 +20,7 @@ from hami_core.cluster.lease import LeaderElector
 from hami_core.model import DevicePolicy, NodePolicy
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
+from hami_core.scheduling.handshake import request_handshakes
 from hami_core.scheduling.scheduler import Scheduler
 
 from .extender import create_extender_app
@@ -47,6 +49,7 @@ class SchedulerOptions:
     gpu_policy: str | None = None
     threads: int = 8
     bind_lock_wait_s: float = 5.0
+    handshake_period_s: float = 30.0
 
 
 def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None) -> None:
@@ -99,6 +102,17 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         signal.signal(signal.SIGINT, shutdown)
     thread = threading.Thread(target=server.run, name="extender-http", daemon=True)
     thread.start()
+    threading.Thread(
+        target=_handshake_loop,
+        args=(
+            scheduler,
+            done,
+            opts.handshake_period_s,
+            elector.is_leader if elector else (lambda: True),
+        ),
+        name="handshake",
+        daemon=True,
+    ).start()
     log.info(
         "hami scheduler extender on %s:%s, metrics on :%s",
         opts.bind_address,
@@ -110,6 +124,21 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     if elector is not None:
         elector.stop()
     store.stop()
+
+
+def _handshake_loop(
+    scheduler: Scheduler, done: threading.Event, period_s: float, is_leader: Callable[[], bool]
+) -> None:
+    """Ask every node's device plugin for a sign of life, as the leader (PROTOCOL.md §2)."""
+    while not done.wait(period_s):
+        if not is_leader():
+            continue
+        try:
+            request_handshakes(
+                scheduler.store, scheduler.manager.device_types(), now=scheduler.clock()
+            )
+        except Exception:  # the loop must outlive API hiccups
+            log.exception("handshake round failed")
 
 
 def _server(app: Any, opts: SchedulerOptions) -> Any:
