@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 BACKENDS := $(wildcard backends/hami-*)
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck layers unit install clean
+.PHONY: demo test test-fast lint typecheck layers pytest install clean
 
 $(STAMP): pyproject.toml $(wildcard backends/*/pyproject.toml) $(wildcard shim/src/*) $(wildcard shim/Makefile)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "hami needs Python >= 3.11; set PYTHON=python3.11")'
@@ -30,10 +30,16 @@ typecheck: $(STAMP)
 layers: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP)
+# Every tier: unit, conformance, integration, shim (real dlopen of libvgpu.so) and e2e
+# (real kube-apiserver / kube-scheduler / kubelet, built once by scripts/kube-build.sh).
+pytest: $(STAMP)
 	$(BIN)/python -m pytest
 
-test: lint typecheck layers unit
+test: lint typecheck layers pytest
+
+# Everything but the e2e tier (no Kubernetes build needed).
+test-fast: lint typecheck layers
+	$(BIN)/python -m pytest -m "not e2e"
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -452,7 +452,9 @@ def simulate(
     the others did not fit, how full each GPU is, and a summary.
 
     With no arguments, runs the bundled example (examples/cluster.yaml and
-    examples/workloads). Unschedulable pods are a result: the exit status is 0; bad
+    examples/workloads); with only --cluster, the bundled workloads run on that cluster;
+    with only WORKLOADS, they run on the bundled cluster. Runs of more than 200 pods
+    show progress on stderr. Unschedulable pods are a result: the exit status is 0; bad
     input exits non-zero with a one-line message.
     """
     from hami_core.simulate import report, runner

@@ -174,3 +174,25 @@ def test_11_spread_over_two_gpus_keeps_container_positions():
         == annotations["hami.io/vgpu-devices-allocated"]
     )
     assert annotations["hami.io/bind-phase"] == "success"
+
+
+def test_largest_hint_never_suggests_a_request_that_still_fails():
+    p = pipeline(ONE_GPU)
+    assert p.submit(pod("a", container(gpu=1, gpumem=1000, gpucores=100))).scheduled
+    b = p.submit(pod("b", container(gpu=1, gpumem=20000)))
+    miss = b.filter.fits["node-1"].miss.result
+    assert miss.largest_memory_mib is None  # compute is exhausted: no memory size would fit
+
+
+def test_largest_hint_is_the_free_memory_of_the_best_device():
+    p = pipeline(node("node-1", [gpu("GPU-A", index=0), gpu("GPU-B", index=1)]))
+    assert p.submit(pod("a", container(gpu=1, gpumem=10000))).scheduled
+    assert p.submit(pod("b", container(gpu=1, gpumem=4000))).scheduled
+    big = p.submit(pod("big", container(gpu=1, gpumem=20000)))
+    miss = big.filter.fits["node-1"].miss.result
+    assert miss.largest_memory_mib == 12384
+    two = p.submit(pod("two", container(gpu=2, gpumem=13000)))
+    assert two.filter.fits["node-1"].miss.result.largest_memory_mib == 6384  # the 2nd best device
+    assert p.submit(pod("exact", container(gpu=1, gpumem=12384))).scheduled
+    three = p.submit(pod("three", container(gpu=2, gpumem=13000)))
+    assert three.filter.fits["node-1"].miss.result.largest_memory_mib is None  # GPU-B is full

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+import attrs
+
 from hami_core.model import (
     ContainerDevice,
     DevicePolicy,
@@ -184,22 +186,45 @@ def fit(
 def _largest(
     ordered: Sequence[DeviceUsage], request: DeviceRequest, filters: PodFilters
 ) -> tuple[int | None, int | None]:
-    """Most memory / cores per device a request of the same count could get."""
-    eligible = [
-        u
-        for u in ordered
-        if u.device.healthy
-        and not u.cordoned
-        and filters.type_ok(u.device.model)
-        and filters.uuid_ok(u.device.uuid)
-        and u.used_count < u.device.split_count
-    ]
-    if len(eligible) < request.count:
-        return None, None
+    """Most memory (MiB) / cores (percent) per device that a request of the same count
+    and the same other dimension would get, or None when even 1 MiB / 1 percent would
+    not fit (the device is excluded for another reason: compute exhausted, exclusivity,
+    split count, filters)."""
+
+    def fits_with(u: DeviceUsage, *, memory_mib: int, cores_pct: int) -> bool:
+        probe = attrs.evolve(
+            request, count=1, memory_mib=memory_mib, memory_pct=0, cores_pct=cores_pct
+        )
+        return device_reason(u, probe, filters) is None
+
     k = request.count - 1
-    mem = sorted((u.free_memory_mib for u in eligible), reverse=True)[k]
-    cores = sorted((u.free_cores_pct for u in eligible), reverse=True)[k]
-    return mem, cores
+    # Each probe shrinks the other dimension to what is free, so a request short of both
+    # memory and cores gets both hints; whatever else blocks a device still excludes it.
+    mem_room = sorted(
+        (
+            u.free_memory_mib
+            for u in ordered
+            if fits_with(u, memory_mib=1, cores_pct=min(request.cores_pct, u.free_cores_pct))
+        ),
+        reverse=True,
+    )
+    cores_room = sorted(
+        (
+            u.free_cores_pct
+            for u in ordered
+            if u.free_cores_pct > 0
+            and fits_with(
+                u,
+                memory_mib=max(1, min(request.memory_on(u.device), u.free_memory_mib)),
+                cores_pct=1,
+            )
+        ),
+        reverse=True,
+    )
+    return (
+        mem_room[k] if len(mem_room) > k else None,
+        cores_room[k] if len(cores_room) > k else None,
+    )
 
 
 def _choose(

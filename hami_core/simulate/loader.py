@@ -1,0 +1,747 @@
+"""Reading what ``hami simulate`` runs: a cluster and the workloads to place on it.
+
+A **cluster file** has one of two forms, told apart automatically:
+
+1. *Simple*: one YAML mapping with a ``nodes`` list (and no ``kind``)::
+
+       nodes:
+       - name: gpu-a100-1
+         labels: {zone: a}                 # optional, copied onto the Node
+         annotations: {}                   # optional, e.g. hami.io/device-cordon
+         gpus:                             # groups of identical devices, in index order
+         - model: NVIDIA A100-SXM4-80GB
+           memoryMiB: 81920                # per device, before the config's memory scaling
+           count: 2                        # how many such devices (default 1)
+           numa: 0                         # default 0
+           splitCount: 10                  # default: the config's deviceSplitCount
+           cores: 100                      # percent, default 100 (before core scaling)
+           uuid: GPU-a100                  # optional prefix: GPU-a100-<index>
+           healthy: true                   # default true
+           vendor: NVIDIA                  # default NVIDIA
+           mode: hami-core                 # hami-core | mig | mps
+         links:                            # optional link scores (topology-aware policy)
+         - {gpus: [0, 1], score: 200}      # device indexes; 100 per NVLink (PROTOCOL.md §2)
+       quotas:                             # optional, per namespace
+       - {namespace: team-a, name: gpu-quota, hard: {limits.nvidia.com/gpumem: "24000"}}
+
+   Each node becomes a ``Node`` carrying its vendor's inventory annotation
+   (``hami.io/node-nvidia-register`` for NVIDIA) with deterministic UUIDs
+   ``GPU-<node>-<index>``, exactly what the device plugin would publish.
+
+2. *Snapshot*: Kubernetes objects, as ``kubectl get nodes,pods,resourcequotas -A -o
+   yaml`` prints them (a ``v1 List``, ``*List`` kinds or plain documents). Nodes are kept
+   as they are (their HAMi inventory annotations are the devices); live pods that carry
+   a device allocation (``hami.io/vgpu-devices-allocated`` and the like) are kept with
+   their UID and count as existing usage; ``ResourceQuota`` objects are kept.
+
+**Workloads** are files or directories (searched recursively for ``*.yaml``, ``*.yml``
+and ``*.json``, in sorted order), each holding one or more documents: ``Pod``,
+``Deployment``, ``StatefulSet``, ``ReplicaSet`` (``spec.replicas`` pods) and ``Job``
+(``spec.parallelism`` pods), expanded into pods named ``<name>-<i>`` from the pod
+template; ``List`` items are read in order; ``ResourceQuota`` objects join the cluster;
+other kinds are skipped with a warning.
+
+Errors: unreadable or malformed input raises ``InvalidInputError`` with a one-line
+message naming the file (and the document or key); nothing here raises anything else
+for bad input.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml
+
+from hami_core.cluster.memory import MemoryCluster
+from hami_core.errors import InvalidInputError
+from hami_core.model import DEVICE_MODES, DeviceInfo
+from hami_core.plugin import BackendManager
+from hami_core.protocol.annotations import NVIDIA_NODE_SCORE, VGPU_NODE
+from hami_core.protocol.inventory import encode_inventory
+from hami_core.protocol.topology import encode_link_scores
+from hami_core.scheduling.usage import is_live, pod_allocation
+
+#: Kinds expanded into pods, and where their pod count lives in ``spec``.
+REPLICATED_KINDS: Mapping[str, str] = {
+    "Deployment": "replicas",
+    "StatefulSet": "replicas",
+    "ReplicaSet": "replicas",
+    "Job": "parallelism",
+}
+WORKLOAD_SUFFIXES = (".yaml", ".yml", ".json")
+SIMPLE = "simple"
+SNAPSHOT = "snapshot"
+
+_NODE_KEYS = frozenset({"name", "labels", "annotations", "gpus", "links"})
+_GPU_KEYS = frozenset(
+    {"model", "memoryMiB", "count", "numa", "splitCount", "cores", "uuid", "healthy", "vendor"}
+    | {"mode"}
+)
+_QUOTA_KEYS = frozenset({"name", "namespace", "hard"})
+_SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation")
+
+
+@attrs.frozen(kw_only=True)
+class LoadedCluster:
+    """A cluster read from a file, ready to become a ``MemoryCluster``.
+
+    Attributes:
+        source: the file, as shown to the user.
+        form: ``"simple"`` or ``"snapshot"``.
+        nodes: Node objects (JSON form), sorted by name.
+        pods: existing pods holding devices (snapshot form only), in file order.
+        quotas: ResourceQuota objects.
+        ignored_pods: snapshot pods left out (finished, or holding no device).
+        warnings: one line per thing that was skipped.
+    """
+
+    source: str
+    form: str
+    nodes: tuple[dict[str, Any], ...]
+    pods: tuple[dict[str, Any], ...] = ()
+    quotas: tuple[dict[str, Any], ...] = ()
+    ignored_pods: int = 0
+    warnings: tuple[str, ...] = ()
+
+    def to_memory(self) -> MemoryCluster:
+        """A fresh ``MemoryCluster`` holding the nodes, existing pods and quotas."""
+        cluster = MemoryCluster()
+        for node in self.nodes:
+            cluster.add_node(node)
+        for pod in self.pods:
+            cluster.add_pod(pod)
+        for quota in self.quotas:
+            cluster.add_quota(quota)
+        return cluster
+
+
+@attrs.frozen(kw_only=True)
+class WorkloadPod:
+    """One pod to submit, as it would be created from its manifest.
+
+    Attributes:
+        pod: the Pod object (JSON form, no ``status``, no server-set metadata).
+        source: where it came from, e.g. ``workloads/web.yaml: Deployment web``.
+    """
+
+    pod: dict[str, Any]
+    source: str
+
+    @property
+    def namespace(self) -> str:
+        """The pod's namespace (``default`` when unset)."""
+        return str(self.pod["metadata"].get("namespace") or "default")
+
+    @property
+    def name(self) -> str:
+        """The pod's name."""
+        return str(self.pod["metadata"]["name"])
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+
+@attrs.frozen(kw_only=True)
+class Workloads:
+    """Everything read from the workload paths.
+
+    Attributes:
+        pods: the pods to submit, in file order (paths in the order given, directory
+            entries sorted, documents in file order, replicas by index).
+        quotas: ResourceQuota objects found among the workloads (added to the cluster
+            before any pod is submitted).
+        sources: the files read, as shown to the user.
+        warnings: one line per skipped object.
+    """
+
+    pods: tuple[WorkloadPod, ...]
+    quotas: tuple[dict[str, Any], ...] = ()
+    sources: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+# -- files ---------------------------------------------------------------------------
+
+
+def _yaml_loader() -> type[yaml.SafeLoader]:
+    """A safe loader that keeps timestamps as strings (as the API server serves them)."""
+    base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class _Loader(base):  # type: ignore[misc]
+        pass
+
+    _Loader.yaml_implicit_resolvers = {
+        key: [r for r in resolvers if r[0] != "tag:yaml.org,2002:timestamp"]
+        for key, resolvers in base.yaml_implicit_resolvers.items()
+    }
+    return _Loader
+
+
+_LOADER = _yaml_loader()
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it, else as given."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def read_documents(path: Path) -> list[Any]:
+    """The documents of a YAML (or JSON) file, empty documents dropped.
+
+    Raises:
+        InvalidInputError: unreadable file or malformed YAML/JSON; the message names
+            the file, the line and the column.
+    """
+    shown = display_path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{shown}: cannot read: {exc}") from None
+    if path.suffix == ".json":
+        try:
+            return [json.loads(text)] if text.strip() else []
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(
+                f"{shown}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            ) from None
+    try:
+        docs = list(yaml.load_all(text, Loader=_LOADER))  # a safe loader: _LOADER
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = exc.problem or exc.context or "malformed"
+        raise InvalidInputError(f"{shown}: invalid YAML{where}: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise InvalidInputError(f"{shown}: invalid YAML: {exc}") from None
+    return [d for d in docs if d is not None]
+
+
+def _objects(docs: Iterable[Any], shown: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, object)`` for every Kubernetes object, ``List`` items flattened."""
+    for n, doc in enumerate(docs, start=1):
+        where = f"{shown}: document {n}"
+        if not isinstance(doc, dict):
+            raise InvalidInputError(f"{where}: expected a Kubernetes object, got {_kind(doc)}")
+        kind = doc.get("kind")
+        if isinstance(kind, str) and (kind == "List" or kind.endswith("List")):
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                raise InvalidInputError(f"{where}: {kind}.items must be a list")
+            for i, item in enumerate(items):
+                if not isinstance(item, dict):
+                    raise InvalidInputError(
+                        f"{where}: item {i}: expected a Kubernetes object, got {_kind(item)}"
+                    )
+                item_kind = item.get("kind") or kind.removesuffix("List")
+                yield f"{where} item {i}", {**item, "kind": item_kind}
+        else:
+            yield where, doc
+
+
+def _kind(value: Any) -> str:
+    return "a list" if isinstance(value, list) else f"{type(value).__name__} {value!r:.40}"
+
+
+def _str_map(value: Any, where: str, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{where}: {what} must be a mapping")
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise InvalidInputError(
+                f"{where}: {what} values must be strings (quote them): {k}: {v!r}"
+            )
+    return dict(value)
+
+
+def _metadata(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise InvalidInputError(f"{where}: metadata must be a mapping")
+    for key in ("labels", "annotations"):
+        _str_map(meta.get(key), where, f"metadata.{key}")
+    return meta
+
+
+def _name_of(obj: Mapping[str, Any], where: str) -> str:
+    meta = _metadata(obj, where)
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"{where}: {obj.get('kind', 'object')} without metadata.name")
+    return name
+
+
+# -- cluster -------------------------------------------------------------------------
+
+
+def load_cluster(path: str | Path, manager: BackendManager) -> LoadedCluster:
+    """Read a cluster file, simple or snapshot form (detected from its content).
+
+    Args:
+        path: the file.
+        manager: the installed backends and configuration; the simple form uses them
+            for the inventory annotation key, the default split count and the memory
+            and core scaling of each vendor.
+
+    Returns:
+        The cluster; call ``to_memory()`` for a ``MemoryCluster``.
+
+    Raises:
+        InvalidInputError: unreadable file, malformed YAML, no nodes, or a bad field;
+            the message names the file and the field.
+    """
+    p = Path(path)
+    shown = display_path(p)
+    if not p.is_file():
+        raise InvalidInputError(f"{shown}: no such file")
+    return parse_cluster(read_documents(p), source=shown, manager=manager)
+
+
+def parse_cluster(docs: Sequence[Any], *, source: str, manager: BackendManager) -> LoadedCluster:
+    """A cluster from already-parsed documents: one mapping with ``nodes`` (and no
+    ``kind``) is the simple form, anything else a snapshot of Kubernetes objects.
+
+    Args:
+        docs: the file's documents (``read_documents``).
+        source: how to name the input in messages.
+        manager: as for ``load_cluster``.
+
+    Raises:
+        InvalidInputError: as for ``load_cluster``.
+    """
+    simple = len(docs) == 1 and isinstance(docs[0], dict) and "kind" not in docs[0]
+    if simple and "nodes" in docs[0]:
+        return _simple_cluster(docs[0], source, manager)
+    return _snapshot_cluster(list(docs), source, manager)
+
+
+def _simple_cluster(doc: Mapping[str, Any], shown: str, manager: BackendManager) -> LoadedCluster:
+    unknown = sorted(set(doc) - {"nodes", "quotas"})
+    if unknown:
+        raise InvalidInputError(f"{shown}: unknown key {unknown[0]!r} (expected nodes, quotas)")
+    nodes_in = doc.get("nodes")
+    if not isinstance(nodes_in, list) or not nodes_in:
+        raise InvalidInputError(f"{shown}: nodes must be a non-empty list")
+    nodes: dict[str, dict[str, Any]] = {}
+    uuids: dict[str, str] = {}
+    for i, entry in enumerate(nodes_in):
+        where = f"{shown}: nodes[{i}]"
+        node, node_uuids = _simple_node(entry, where, manager)
+        name = node["metadata"]["name"]
+        if name in nodes:
+            raise InvalidInputError(f"{where}: node {name!r} is listed twice")
+        for uuid in node_uuids:
+            if uuid in uuids:
+                raise InvalidInputError(
+                    f"{where}: device uuid {uuid!r} is also on node {uuids[uuid]!r}"
+                )
+            uuids[uuid] = name
+        nodes[name] = node
+    quotas = tuple(
+        _simple_quota(q, f"{shown}: quotas[{i}]") for i, q in enumerate(_list(doc, "quotas", shown))
+    )
+    return LoadedCluster(
+        source=shown,
+        form=SIMPLE,
+        nodes=tuple(nodes[n] for n in sorted(nodes)),
+        quotas=quotas,
+    )
+
+
+def _list(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    value = doc.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidInputError(f"{where}: {key} must be a list")
+    return value
+
+
+def _int_field(
+    entry: Mapping[str, Any], key: str, where: str, *, default: int | None = None, minimum: int = 0
+) -> int:
+    value = entry.get(key, default)
+    if value is None:
+        raise InvalidInputError(f"{where}: {key} is required")
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidInputError(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _simple_node(
+    entry: Any, where: str, manager: BackendManager
+) -> tuple[dict[str, Any], list[str]]:
+    if not isinstance(entry, dict):
+        raise InvalidInputError(f"{where}: expected a mapping with name and gpus")
+    unknown = sorted(set(entry) - _NODE_KEYS)
+    if unknown:
+        raise InvalidInputError(
+            f"{where}: unknown key {unknown[0]!r} (expected {', '.join(sorted(_NODE_KEYS))})"
+        )
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"{where}: name is required")
+    where = f"{where} ({name})"
+    by_vendor: dict[str, list[DeviceInfo]] = {}
+    index = 0
+    for g, group in enumerate(_list(entry, "gpus", where)):
+        gwhere = f"{where}: gpus[{g}]"
+        for device in _gpu_group(group, gwhere, node=name, first_index=index, manager=manager):
+            by_vendor.setdefault(device.vendor, []).append(device)
+            index += 1
+    annotations = _str_map(entry.get("annotations"), where, "annotations")
+    allocatable: dict[str, str] = {}
+    by_index: dict[int, str] = {}
+    for vendor, devices in by_vendor.items():
+        dtype = manager.device_type(vendor)
+        annotations[dtype.register_annotation] = encode_inventory(devices)
+        allocatable[dtype.resources.count] = str(sum(d.split_count for d in devices))
+        by_index.update({d.index: d.uuid for d in devices})
+    links = _links(_list(entry, "links", where), where, by_index)
+    if links:
+        annotations[NVIDIA_NODE_SCORE] = encode_link_scores(links)
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": _str_map(entry.get("labels"), where, "labels"),
+            "annotations": annotations,
+        },
+        "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
+    }
+    return node, [d.uuid for ds in by_vendor.values() for d in ds]
+
+
+def _gpu_group(
+    group: Any, where: str, *, node: str, first_index: int, manager: BackendManager
+) -> list[DeviceInfo]:
+    if not isinstance(group, dict):
+        raise InvalidInputError(f"{where}: expected a mapping with model and memoryMiB")
+    unknown = sorted(set(group) - _GPU_KEYS)
+    if unknown:
+        raise InvalidInputError(
+            f"{where}: unknown key {unknown[0]!r} (expected {', '.join(sorted(_GPU_KEYS))})"
+        )
+    vendor = group.get("vendor", "NVIDIA")
+    if not isinstance(vendor, str) or not vendor:
+        raise InvalidInputError(f"{where}: vendor must be a vendor key such as NVIDIA")
+    try:
+        config = manager.vendor_config(manager.backend_of(vendor))
+    except KeyError:
+        served = ", ".join(manager.vendors) or "none"
+        raise InvalidInputError(
+            f"{where}: no installed backend serves vendor {vendor!r} (installed: {served})"
+        ) from None
+    model = group.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidInputError(f"{where}: model is required (e.g. NVIDIA A100-SXM4-80GB)")
+    memory = _int_field(group, "memoryMiB", where, minimum=1)
+    count = _int_field(group, "count", where, default=1, minimum=1)
+    split = _int_field(group, "splitCount", where, default=config.split_count, minimum=1)
+    cores = _int_field(group, "cores", where, default=100)
+    numa = _int_field(group, "numa", where, default=0)
+    healthy = group.get("healthy", True)
+    if not isinstance(healthy, bool):
+        raise InvalidInputError(f"{where}: healthy must be true or false")
+    mode = group.get("mode", "hami-core")
+    if mode not in DEVICE_MODES:
+        raise InvalidInputError(f"{where}: mode must be one of {', '.join(DEVICE_MODES)}")
+    prefix = group.get("uuid", f"GPU-{node}")
+    if not isinstance(prefix, str) or not prefix:
+        raise InvalidInputError(f"{where}: uuid must be a non-empty prefix")
+    return [
+        DeviceInfo(
+            uuid=f"{prefix}-{first_index + i}",
+            vendor=vendor,
+            model=model,
+            index=first_index + i,
+            split_count=split,
+            memory_mib=int(memory * config.memory_scaling),
+            cores_pct=int(cores * config.core_scaling),
+            numa=numa,
+            mode=mode,
+            healthy=healthy,
+        )
+        for i in range(count)
+    ]
+
+
+def _links(
+    entries: Sequence[Any], where: str, by_index: Mapping[int, str]
+) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for i, link in enumerate(entries):
+        lwhere = f"{where}: links[{i}]"
+        pair = link.get("gpus") if isinstance(link, dict) else None
+        if (
+            not isinstance(pair, list)
+            or len(pair) != 2
+            or any(not isinstance(x, int) or x not in by_index for x in pair)
+            or pair[0] == pair[1]
+        ):
+            raise InvalidInputError(f"{lwhere}: gpus must be two distinct device indexes")
+        score = _int_field(link, "score", lwhere, default=100)
+        a, b = by_index[pair[0]], by_index[pair[1]]
+        out.setdefault(a, {})[b] = score
+        out.setdefault(b, {})[a] = score
+    return out
+
+
+def _simple_quota(entry: Any, where: str) -> dict[str, Any]:
+    if isinstance(entry, dict) and entry.get("kind") == "ResourceQuota":
+        _name_of(entry, where)
+        return dict(entry)
+    if not isinstance(entry, dict):
+        raise InvalidInputError(f"{where}: expected a mapping with namespace, name and hard")
+    unknown = sorted(set(entry) - _QUOTA_KEYS)
+    if unknown:
+        raise InvalidInputError(
+            f"{where}: unknown key {unknown[0]!r} (expected hard, name, namespace)"
+        )
+    hard = entry.get("hard")
+    if not isinstance(hard, dict) or not hard:
+        raise InvalidInputError(f"{where}: hard must be a mapping of resource to limit")
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": str(entry.get("name") or "quota"),
+            "namespace": str(entry.get("namespace") or "default"),
+        },
+        "spec": {"hard": {str(k): str(v) for k, v in hard.items()}},
+    }
+
+
+def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> LoadedCluster:
+    nodes: dict[str, dict[str, Any]] = {}
+    pods: list[dict[str, Any]] = []
+    quotas: list[dict[str, Any]] = []
+    skipped: dict[str, int] = {}
+    warnings: list[str] = []
+    ignored = 0
+    types = manager.device_types()
+    for where, obj in _objects(docs, shown):
+        kind = obj.get("kind")
+        if kind == "Node":
+            nodes[_name_of(obj, where)] = obj
+        elif kind == "Pod":
+            name = _name_of(obj, where)
+            try:
+                holds = bool(pod_allocation(obj, types))
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"{where}: {exc}") from None
+            meta = obj["metadata"]
+            bound = (meta.get("annotations") or {}).get(VGPU_NODE) or (obj.get("spec") or {}).get(
+                "nodeName"
+            )
+            if holds and is_live(obj) and not bound:
+                warnings.append(f"{where}: pod {name} holds devices but names no node; ignored")
+            if holds and is_live(obj) and bound:
+                pods.append(obj)
+            else:
+                ignored += 1
+        elif kind == "ResourceQuota":
+            _name_of(obj, where)
+            quotas.append(obj)
+        else:
+            what = str(kind or "object without kind")
+            skipped[what] = skipped.get(what, 0) + 1
+    if not nodes:
+        raise InvalidInputError(
+            f"{shown}: no nodes: expected a simple cluster (a 'nodes' list) or a "
+            "'kubectl get nodes,pods -A -o yaml' snapshot"
+        )
+    warnings.extend(
+        f"{shown}: skipped {n} object(s) of kind {what}" for what, n in sorted(skipped.items())
+    )
+    return LoadedCluster(
+        source=shown,
+        form=SNAPSHOT,
+        nodes=tuple(nodes[n] for n in sorted(nodes)),
+        pods=tuple(pods),
+        quotas=tuple(quotas),
+        ignored_pods=ignored,
+        warnings=tuple(warnings),
+    )
+
+
+# -- workloads -----------------------------------------------------------------------
+
+
+def workload_files(paths: Sequence[str | Path]) -> list[Path]:
+    """The files to read, in order: each path as given; a directory's ``*.yaml``,
+    ``*.yml`` and ``*.json`` files recursively, sorted by relative path, hidden ones
+    skipped.
+
+    Raises:
+        InvalidInputError: a path does not exist.
+    """
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = [
+                f
+                for f in p.rglob("*")
+                if f.is_file()
+                and f.suffix in WORKLOAD_SUFFIXES
+                and not any(part.startswith(".") for part in f.relative_to(p).parts)
+            ]
+            files.extend(sorted(found, key=lambda f: f.relative_to(p).as_posix()))
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise InvalidInputError(f"{display_path(p)}: no such file or directory")
+    return files
+
+
+def load_workloads(paths: Sequence[str | Path]) -> Workloads:
+    """Read the pods to submit from files and directories.
+
+    Args:
+        paths: files or directories, in the order they are to run.
+
+    Returns:
+        The pods, in file order, with warnings for skipped objects.
+
+    Raises:
+        InvalidInputError: a path is missing or a file is malformed (names the file and
+            the document).
+    """
+    pods: list[WorkloadPod] = []
+    quotas: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    files = workload_files(paths)
+    for f in files:
+        shown = display_path(f)
+        for where, obj in _objects(read_documents(f), shown):
+            kind = obj.get("kind")
+            if kind == "Pod":
+                pods.append(WorkloadPod(pod=_pod(obj, where), source=f"{shown}: Pod"))
+            elif kind in REPLICATED_KINDS:
+                pods.extend(_expand(obj, where, shown, REPLICATED_KINDS[str(kind)]))
+            elif kind == "ResourceQuota":
+                _name_of(obj, where)
+                quotas.append(obj)
+            else:
+                meta = obj.get("metadata")
+                name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
+                what = f"{kind} {name}".strip() if kind else "an object without kind"
+                warnings.append(f"{where}: skipped {what} (not a workload)")
+    if not files:
+        warnings.append(f"no workload files in {', '.join(str(p) for p in paths)}")
+    return Workloads(
+        pods=tuple(pods),
+        quotas=tuple(quotas),
+        sources=tuple(display_path(f) for f in files),
+        warnings=tuple(warnings),
+    )
+
+
+def _pod(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A Pod as ``kubectl create`` would send it: no status, no server-set metadata."""
+    name = _name_of(obj, where)
+    pod = copy.deepcopy(dict(obj))
+    pod.pop("status", None)
+    pod["apiVersion"] = pod.get("apiVersion") or "v1"
+    meta = pod["metadata"]
+    for key in _SERVER_FIELDS:
+        meta.pop(key, None)
+    meta["namespace"] = str(meta.get("namespace") or "default")
+    meta["name"] = name
+    _check_spec(pod.get("spec"), f"{where} (Pod {name})")
+    return pod
+
+
+def _check_spec(spec: Any, where: str) -> None:
+    if not isinstance(spec, dict):
+        raise InvalidInputError(f"{where}: spec must be a mapping")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise InvalidInputError(f"{where}: spec.containers must be a non-empty list")
+    for key in ("initContainers", "containers"):
+        items = spec.get(key) or []
+        if not isinstance(items, list):
+            raise InvalidInputError(f"{where}: spec.{key} must be a list")
+        for i, c in enumerate(items):
+            cwhere = f"{where}: spec.{key}[{i}]"
+            if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not c["name"]:
+                raise InvalidInputError(f"{cwhere}: a container needs a name")
+            resources = c.get("resources") or {}
+            if not isinstance(resources, dict):
+                raise InvalidInputError(f"{cwhere}: resources must be a mapping")
+            for part in ("limits", "requests"):
+                value = resources.get(part) or {}
+                if not isinstance(value, dict):
+                    raise InvalidInputError(f"{cwhere}: resources.{part} must be a mapping")
+                for rname, qty in value.items():
+                    if not isinstance(qty, str | int | float) or isinstance(qty, bool):
+                        raise InvalidInputError(
+                            f"{cwhere}: resources.{part}.{rname} must be a quantity, got {qty!r}"
+                        )
+
+
+def _expand(obj: Mapping[str, Any], where: str, shown: str, count_key: str) -> list[WorkloadPod]:
+    kind = str(obj["kind"])
+    name = _name_of(obj, where)
+    where = f"{where} ({kind} {name})"
+    meta = obj["metadata"]
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        raise InvalidInputError(f"{where}: spec must be a mapping")
+    count = _int_field(spec, count_key, where, default=1)
+    if kind == "Job" and isinstance(spec.get("completions"), int):
+        count = min(count, spec["completions"])
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        raise InvalidInputError(f"{where}: spec.template must be a mapping")
+    tmeta = _metadata(template, f"{where}: spec.template")
+    _check_spec(template.get("spec"), f"{where}: spec.template")
+    out = []
+    for i in range(count):
+        pod_meta: dict[str, Any] = {
+            "name": f"{name}-{i}",
+            "namespace": str(meta.get("namespace") or "default"),
+        }
+        for key in ("labels", "annotations"):
+            if tmeta.get(key):
+                pod_meta[key] = dict(tmeta[key])
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": pod_meta,
+            "spec": copy.deepcopy(template["spec"]),
+        }
+        out.append(WorkloadPod(pod=pod, source=f"{shown}: {kind} {name}"))
+    return out
+
+
+__all__ = [
+    "SIMPLE",
+    "SNAPSHOT",
+    "LoadedCluster",
+    "WorkloadPod",
+    "Workloads",
+    "display_path",
+    "load_cluster",
+    "load_workloads",
+    "parse_cluster",
+    "read_documents",
+    "workload_files",
+]

@@ -1,0 +1,732 @@
+"""What ``hami simulate`` prints: the report (text or JSON) and one pod's explanation.
+
+The JSON form is the data the text is rendered from, so both always say the same.
+Keys are stable; memory is in MiB, cores in percent of one device, scores 0..100.
+
+Report (``build_report``)::
+
+    {
+      "schema": "hami.simulate/v1",
+      "cluster": {"source": str, "form": "simple" | "snapshot", "nodes": int, "gpus": int,
+                  "existingPods": int},          # pods of a snapshot holding devices
+      "workloads": {"sources": [str], "pods": int},
+      "policies": {"node": "binpack" | "spread",
+                   "gpu": "binpack" | "spread" | "topology-aware" | "numa"},
+      "pods": [                                  # in submission order
+        {"namespace": str, "name": str, "source": str,
+         "status": "placed" | "unschedulable" | "denied" | "error",
+         "node": str | null,
+         "message": str,                         # the denial or error, else ""
+         "request": [                            # one entry per container and vendor
+           {"container": str, "init": bool, "vendor": str, "count": int,
+            "memoryMiB": int, "memoryPct": int, "coresPct": int}],   # memory: one of the two
+         "devices": [                            # what it got, containers in wire order
+           {"container": str, "init": bool, "vendor": str, "uuid": str, "index": int,
+            "model": str, "memoryMiB": int, "coresPct": int}],
+         "wholeCardGpus": int,                   # GPUs it would hold without sharing
+         "explanation": null | [                 # unschedulable pods only: one per node
+           {"node": str, "reason": str,          # "2/4 CardInsufficientMemory, ..."
+            "container": str | null, "vendor": str | null,   # the container that failed
+            "largestMemoryMiB": int | null,      # when memory is short (the reason says so
+            "largestCoresPct": int | null,       # or the request asks more): the most per
+                                                 # device a request of that count would get
+            "devices": [{"uuid": str, "index": int, "model": str, "reason": str}]}]}],
+      "gpus": [                                  # every device, by node then index
+        {"node": str, "uuid": str, "index": int, "vendor": str, "model": str,
+         "memoryMiB": int, "usedMemoryMiB": int, "coresPct": int, "usedCoresPct": int,
+         "splitCount": int, "sharers": int,      # containers sharing it
+         "pods": [str],                          # "namespace/name" of the pods on it
+         "healthy": bool, "cordoned": bool}],
+      "summary": {"pods": int, "placed": int, "placedWithDevices": int,
+                  "withoutDevices": int, "unschedulable": int, "denied": int, "errors": int,
+                  "gpusUsed": int,               # distinct GPUs the placed pods hold
+                  "wholeCardGpus": int,          # sum of wholeCardGpus of placed pods
+                  "existingPods": int,
+                  "line": str},                  # "23 pods on 6 GPUs; one GPU per pod would need 31"
+      "warnings": [str]
+    }
+
+Explanation (``build_explanation``, ``--explain POD``)::
+
+    {
+      "schema": "hami.simulate.explain/v1",
+      "namespace": str, "name": str, "source": str, "status": str, "message": str,
+      "admission": {"allowed": bool, "message": str},
+      "request": [...as above...],
+      "policies": null | {"node": str, "nodeFrom": str, "gpu": str, "gpuFrom": str},
+                                                 # From: "pod annotation" | "command line" | "config"
+      "nodes": [
+        {"node": str, "fits": bool, "reason": str, "score": float | null,
+         "extenderScore": int | null,            # 0..10, what kube-scheduler receives
+         "container": str | null, "vendor": str | null,
+         "largestMemoryMiB": int | null, "largestCoresPct": int | null,
+         "devices": [
+           {"uuid": str, "index": int, "vendor": str, "model": str,
+            "memoryMiB": int, "usedMemoryMiB": int | null, "coresPct": int,
+            "usedCoresPct": int | null, "splitCount": int, "sharers": int | null,
+            "reason": str | null,                # why it was rejected, null if usable
+            "takes": null | {"memoryMiB": int, "coresPct": int}}]}],   # on a fitting node
+      "chosen": null | {"node": str, "devices": [...as the report's devices...]}
+    }
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hami_core.errors import AnnotationError
+from hami_core.model import (
+    Allocation,
+    DeviceInfo,
+    DeviceRequest,
+    DeviceUsage,
+    NodeInfo,
+    PodRequest,
+    ReasonCode,
+)
+from hami_core.protocol.annotations import GPU_SCHEDULER_POLICY, NODE_SCHEDULER_POLICY
+from hami_core.scheduling.fitting import NodeFit
+from hami_core.scheduling.scheduler import FilterResult
+from hami_core.scheduling.scoring import extender_score
+from hami_core.scheduling.usage import is_live, pod_allocation
+
+from .runner import PodRun, Simulation
+
+SCHEMA = "hami.simulate/v1"
+EXPLAIN_SCHEMA = "hami.simulate.explain/v1"
+BAR_WIDTH = 10
+
+PLACED, UNSCHEDULABLE, DENIED, ERROR = "placed", "unschedulable", "denied", "error"
+
+
+# -- data ----------------------------------------------------------------------------
+
+
+def build_report(sim: Simulation) -> dict[str, Any]:
+    """The whole report as JSON-ready data (the shape is in the module docstring)."""
+    infos = _node_infos(sim)
+    devices = {d.uuid: d for info in infos.values() for d in info.devices}
+    pods = [_pod_entry(run, devices) for run in sim.runs]
+    gpus = _gpu_entries(sim, infos)
+    return {
+        "schema": SCHEMA,
+        "cluster": {
+            "source": sim.cluster.source,
+            "form": sim.cluster.form,
+            "nodes": len(infos),
+            "gpus": len(devices),
+            "existingPods": len(sim.cluster.pods),
+        },
+        "workloads": {"sources": list(sim.workloads.sources), "pods": len(sim.runs)},
+        "policies": {"node": sim.node_policy.value, "gpu": sim.device_policy.value},
+        "pods": pods,
+        "gpus": gpus,
+        "summary": _summary(pods, existing=len(sim.cluster.pods)),
+        "warnings": list(sim.warnings),
+    }
+
+
+def _node_infos(sim: Simulation) -> dict[str, NodeInfo]:
+    sched = sim.pipeline.scheduler
+    return {
+        info.name: info for info in (sched.node_info(n) for n in sim.pipeline.cluster.list_nodes())
+    }
+
+
+def status_of(run: PodRun) -> str:
+    """``placed``, ``unschedulable``, ``denied`` or ``error``."""
+    out = run.outcome
+    if out.denied:
+        return DENIED
+    if out.error:
+        return ERROR
+    return PLACED if out.scheduled else UNSCHEDULABLE
+
+
+def request_entries(request: PodRequest | None) -> list[dict[str, Any]]:
+    """One entry per container and vendor asked for (containers without devices left
+    out), init containers first."""
+    if request is None:
+        return []
+    return [
+        {
+            "container": c.name,
+            "init": c.init,
+            "vendor": r.vendor,
+            "count": r.count,
+            "memoryMiB": r.memory_mib,
+            "memoryPct": r.memory_pct,
+            "coresPct": r.cores_pct,
+        }
+        for c in request.containers
+        for r in c.devices
+    ]
+
+
+def whole_card_gpus(request: PodRequest | None) -> int:
+    """Devices the pod would hold if each device were given whole: the larger of the
+    largest init container and the sum of the app containers (Kubernetes' rule for a
+    pod's effective request)."""
+    if request is None:
+        return 0
+    init = max((sum(r.count for r in c.devices) for c in request.containers if c.init), default=0)
+    apps = sum(r.count for c in request.containers if not c.init for r in c.devices)
+    return max(init, apps)
+
+
+def device_entries(
+    allocation: Allocation | None,
+    request: PodRequest | None,
+    devices: Mapping[str, DeviceInfo],
+) -> list[dict[str, Any]]:
+    """The slices of an allocation with their device's index and model, containers in
+    wire order (init containers first)."""
+    if allocation is None:
+        return []
+    containers = request.containers if request is not None else ()
+    out = []
+    for vendor, per_container in allocation.devices.items():
+        for pos, slices in enumerate(per_container):
+            c = containers[pos] if pos < len(containers) else None
+            for s in slices:
+                info = devices.get(s.uuid)
+                out.append(
+                    {
+                        "container": c.name if c is not None else f"#{pos}",
+                        "init": c.init if c is not None else False,
+                        "vendor": vendor,
+                        "uuid": s.uuid,
+                        "index": info.index if info is not None else -1,
+                        "model": info.model if info is not None else "",
+                        "memoryMiB": s.memory_mib,
+                        "coresPct": s.cores_pct,
+                    }
+                )
+    return out
+
+
+def _pod_entry(run: PodRun, devices: Mapping[str, DeviceInfo]) -> dict[str, Any]:
+    out = run.outcome
+    status = status_of(run)
+    return {
+        "namespace": out.namespace,
+        "name": out.name,
+        "source": run.workload.source,
+        "status": status,
+        "node": out.node,
+        "message": out.denied or out.error,
+        "request": request_entries(run.request),
+        "devices": device_entries(out.allocation, run.request, devices),
+        "wholeCardGpus": whole_card_gpus(run.request) if status == PLACED else 0,
+        "explanation": _explanation(run, devices) if status == UNSCHEDULABLE else None,
+    }
+
+
+def _explanation(run: PodRun, devices: Mapping[str, DeviceInfo]) -> list[dict[str, Any]]:
+    result = run.outcome.filter
+    if result is None:
+        return []
+    out = []
+    for node, reason in result.failed.items():
+        fit = result.fits.get(node)
+        out.append({"node": node, "reason": reason, **_miss(fit, reason, devices, run.request)})
+    return out
+
+
+def _wanted(request: PodRequest | None, container: str, vendor: str) -> DeviceRequest | None:
+    """The failing container's request of ``vendor``."""
+    for c in request.containers if request is not None else ():
+        if c.name == container:
+            return next((r for r in c.devices if r.vendor == vendor), None)
+    return None
+
+
+def _miss(
+    fit: NodeFit | None,
+    reason: str,
+    devices: Mapping[str, DeviceInfo],
+    request: PodRequest | None = None,
+) -> dict[str, Any]:
+    """The failing container, the largest memory / cores per device that would fit
+    (given when the node reports that shortfall, or the request asks more than it), and
+    the rejected devices with their reason codes."""
+    miss = fit.miss if fit is not None else None
+    if miss is None:
+        return {
+            "container": None,
+            "vendor": None,
+            "largestMemoryMiB": None,
+            "largestCoresPct": None,
+            "devices": [],
+        }
+    res = miss.result
+    wanted = _wanted(request, miss.container, miss.vendor)
+    memory_short = ReasonCode.CARD_INSUFFICIENT_MEMORY.value in reason or (
+        wanted is not None
+        and res.largest_memory_mib is not None
+        and wanted.memory_mib > res.largest_memory_mib
+    )
+    cores_short = ReasonCode.CARD_INSUFFICIENT_CORE.value in reason or (
+        wanted is not None
+        and res.largest_cores_pct is not None
+        and wanted.cores_pct > res.largest_cores_pct
+    )
+    rejected = []
+    for uuid, code in res.device_reasons.items():
+        info = devices.get(uuid)
+        rejected.append(
+            {
+                "uuid": uuid,
+                "index": info.index if info is not None else -1,
+                "model": info.model if info is not None else "",
+                "reason": code.value,
+            }
+        )
+    rejected.sort(key=lambda d: (d["index"], d["uuid"]))
+    return {
+        "container": miss.container,
+        "vendor": miss.vendor,
+        "largestMemoryMiB": res.largest_memory_mib if memory_short else None,
+        "largestCoresPct": res.largest_cores_pct if cores_short else None,
+        "devices": rejected,
+    }
+
+
+def _gpu_entries(sim: Simulation, infos: Mapping[str, NodeInfo]) -> list[dict[str, Any]]:
+    sched = sim.pipeline.scheduler
+    types = sim.manager.device_types()
+    holders: dict[str, list[str]] = {}
+    for pod in sim.pipeline.cluster.list_pods():
+        if not is_live(pod):
+            continue
+        meta = pod["metadata"]
+        try:
+            allocation = pod_allocation(pod, types)
+        except AnnotationError:
+            continue
+        uuids = {d.uuid for per_pod in allocation.values() for c in per_pod for d in c}
+        for uuid in sorted(uuids):
+            holders.setdefault(uuid, []).append(f"{meta['namespace']}/{meta['name']}")
+    out = []
+    for name, info in infos.items():
+        usage = sched.node_usage(info)
+        for d in sorted(info.devices, key=lambda d: (d.vendor, d.index, d.uuid)):
+            u = usage.get(d.uuid) or DeviceUsage(device=d)
+            out.append(
+                {
+                    "node": name,
+                    "uuid": d.uuid,
+                    "index": d.index,
+                    "vendor": d.vendor,
+                    "model": d.model,
+                    "memoryMiB": d.memory_mib,
+                    "usedMemoryMiB": u.used_memory_mib,
+                    "coresPct": d.cores_pct,
+                    "usedCoresPct": u.used_cores_pct,
+                    "splitCount": d.split_count,
+                    "sharers": u.used_count,
+                    "pods": holders.get(d.uuid, []),
+                    "healthy": d.healthy,
+                    "cordoned": u.cordoned,
+                }
+            )
+    return out
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _summary(pods: Sequence[Mapping[str, Any]], *, existing: int) -> dict[str, Any]:
+    placed = [p for p in pods if p["status"] == PLACED]
+    with_devices = [p for p in placed if p["devices"]]
+    used = {d["uuid"] for p in with_devices for d in p["devices"]}
+    whole = sum(p["wholeCardGpus"] for p in placed)
+    line = (
+        f"{_plural(len(with_devices), 'pod')} on {_plural(len(used), 'GPU')}; "
+        f"one GPU per pod would need {whole}"
+    )
+    return {
+        "pods": len(pods),
+        "placed": len(placed),
+        "placedWithDevices": len(with_devices),
+        "withoutDevices": len(placed) - len(with_devices),
+        "unschedulable": sum(1 for p in pods if p["status"] == UNSCHEDULABLE),
+        "denied": sum(1 for p in pods if p["status"] == DENIED),
+        "errors": sum(1 for p in pods if p["status"] == ERROR),
+        "gpusUsed": len(used),
+        "wholeCardGpus": whole,
+        "existingPods": existing,
+        "line": line,
+    }
+
+
+def build_explanation(sim: Simulation, pod: str) -> dict[str, Any]:
+    """One pod's reasoning as data (the shape is in the module docstring).
+
+    Args:
+        pod: ``namespace/name`` or a name unique across namespaces.
+
+    Raises:
+        InvalidInputError: no such pod among the workloads, or ambiguous.
+    """
+    run = sim.find(pod)
+    out = run.outcome
+    infos = run.observed.nodes if run.observed is not None else _node_infos(sim)
+    usage = run.observed.usage if run.observed is not None else {}
+    devices = {d.uuid: d for info in infos.values() for d in info.devices}
+    result = out.filter
+    nodes = []
+    if result is not None:
+        for name, info in infos.items():
+            fit = result.fits.get(name)
+            if fit is None and name not in result.failed and name not in result.feasible:
+                continue
+            nodes.append(
+                _explain_node(info, fit, result, usage.get(name, {}), devices, run.request)
+            )
+    chosen = None
+    if out.node is not None:
+        chosen = {
+            "node": out.node,
+            "devices": device_entries(out.allocation, run.request, devices),
+        }
+    return {
+        "schema": EXPLAIN_SCHEMA,
+        "namespace": out.namespace,
+        "name": out.name,
+        "source": run.workload.source,
+        "status": status_of(run),
+        "message": out.denied or out.error,
+        "admission": {"allowed": not out.denied, "message": out.denied},
+        "request": request_entries(run.request),
+        "policies": _policies(sim, run),
+        "nodes": nodes,
+        "chosen": chosen,
+    }
+
+
+def _policies(sim: Simulation, run: PodRun) -> dict[str, str] | None:
+    result = run.outcome.filter
+    if result is None:
+        return None
+    ann = (run.workload.pod.get("metadata") or {}).get("annotations") or {}
+
+    def origin(key: str, overridden: bool) -> str:
+        if key in ann:
+            return "pod annotation"
+        return "command line" if overridden else "config"
+
+    return {
+        "node": result.policies.node.value,
+        "nodeFrom": origin(NODE_SCHEDULER_POLICY, sim.node_policy_overridden),
+        "gpu": result.policies.device.value,
+        "gpuFrom": origin(GPU_SCHEDULER_POLICY, sim.device_policy_overridden),
+    }
+
+
+def _explain_node(
+    info: NodeInfo,
+    fit: NodeFit | None,
+    result: FilterResult,
+    usage: Mapping[str, DeviceUsage],
+    devices: Mapping[str, DeviceInfo],
+    request: PodRequest | None,
+) -> dict[str, Any]:
+    fits = info.name in result.feasible
+    reason = "" if fits else str(result.failed.get(info.name, ""))
+    miss = _miss(fit if not fits else None, reason, devices, request)
+    codes = {d["uuid"]: d["reason"] for d in miss["devices"]}
+    takes: dict[str, dict[str, int]] = {}
+    if fits and fit is not None and fit.allocation is not None:
+        for s in fit.allocation.all_devices():
+            t = takes.setdefault(s.uuid, {"memoryMiB": 0, "coresPct": 0})
+            t["memoryMiB"] += s.memory_mib
+            t["coresPct"] += s.cores_pct
+    score = result.scores.get(info.name) if fits else None
+    rows = []
+    for d in sorted(info.devices, key=lambda d: (d.vendor, d.index, d.uuid)):
+        u = usage.get(d.uuid)
+        rows.append(
+            {
+                "uuid": d.uuid,
+                "index": d.index,
+                "vendor": d.vendor,
+                "model": d.model,
+                "memoryMiB": d.memory_mib,
+                "usedMemoryMiB": u.used_memory_mib if u is not None else None,
+                "coresPct": d.cores_pct,
+                "usedCoresPct": u.used_cores_pct if u is not None else None,
+                "splitCount": d.split_count,
+                "sharers": u.used_count if u is not None else None,
+                "reason": codes.get(d.uuid),
+                "takes": takes.get(d.uuid),
+            }
+        )
+    return {
+        "node": info.name,
+        "fits": fits,
+        "reason": reason,
+        "score": round(score, 3) if score is not None else None,
+        "extenderScore": extender_score(score) if score is not None else None,
+        "container": miss["container"],
+        "vendor": miss["vendor"],
+        "largestMemoryMiB": miss["largestMemoryMiB"],
+        "largestCoresPct": miss["largestCoresPct"],
+        "devices": rows,
+    }
+
+
+# -- text ----------------------------------------------------------------------------
+
+
+def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        (indent + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True))).rstrip()
+        for r in rows
+    ]
+
+
+def _memory(entry: Mapping[str, Any]) -> str:
+    if entry["memoryPct"]:
+        return f"{entry['memoryPct']}% of memory"
+    return f"{entry['memoryMiB']} MiB"
+
+
+def describe_request(entries: Sequence[Mapping[str, Any]]) -> str:
+    """``2 GPUs x 32000 MiB, 30% cores`` per container (joined with ``; ``), or
+    ``no devices``."""
+    parts = []
+    several = len({e["container"] for e in entries}) > 1
+    for e in entries:
+        what = "GPU" if e["vendor"] == "NVIDIA" else e["vendor"]
+        text = f"{_plural(e['count'], what)} x {_memory(e)}, {e['coresPct']}% cores"
+        if several or e["init"]:
+            text = f"{e['container']}{' (init)' if e['init'] else ''}: {text}"
+        parts.append(text)
+    return "; ".join(parts) or "no devices"
+
+
+def bar(used: int, total: int, width: int = BAR_WIDTH) -> str:
+    """``[#######---]``: ``used / total`` in ``width`` cells, rounded down (but at least
+    one cell when anything is used, so only a full device shows a full bar)."""
+    if total <= 0:
+        return "[" + "-" * width + "]"
+    filled = min(width, used * width // total)
+    if used > 0 and filled == 0:
+        filled = 1  # something is there: show it
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+def render_text(report: Mapping[str, Any]) -> str:
+    """The report as text: placements, denied and unschedulable pods with their
+    explanation, a bar per GPU, the summary line."""
+    lines: list[str] = []
+    c, pol, summary = report["cluster"], report["policies"], report["summary"]
+    existing = f", {_plural(c['existingPods'], 'existing pod')}" if c["existingPods"] else ""
+    lines.append(
+        f"Cluster {c['source']} ({c['form']}): {_plural(c['nodes'], 'node')}, "
+        f"{_plural(c['gpus'], 'GPU')}{existing}"
+    )
+    lines.append(
+        f"Workloads: {_plural(report['workloads']['pods'], 'pod')} from "
+        f"{_plural(len(report['workloads']['sources']), 'file')}; "
+        f"policies: node {pol['node']}, GPU {pol['gpu']}"
+    )
+    for w in report["warnings"]:
+        lines.append(f"warning: {w}")
+    pods = report["pods"]
+    placed = [p for p in pods if p["status"] == PLACED]
+    lines += ["", f"Placed ({len(placed)})"]
+    rows = [["POD", "NODE", "GPU", "MODEL", "MEMORY", "CORES", "CONTAINER"]]
+    for p in placed:
+        first = [f"{p['namespace']}/{p['name']}", p["node"] or ""]
+        if not p["devices"]:
+            rows.append([*first, "(no devices)", "", "", "", ""])
+        several = len({d["container"] for d in p["devices"]}) > 1
+        for i, d in enumerate(p["devices"]):
+            rows.append(
+                [
+                    *(first if i == 0 else ["", ""]),
+                    f"#{d['index']} {d['uuid']}",
+                    d["model"],
+                    f"{d['memoryMiB']} MiB",
+                    f"{d['coresPct']}%",
+                    d["container"] if several else "",
+                ]
+            )
+    if placed:
+        if not any(r[-1] for r in rows[1:]):
+            rows = [r[:-1] for r in rows]  # no pod with several containers
+        lines += _table(rows)
+    denied = [p for p in pods if p["status"] == DENIED]
+    if denied:
+        lines += ["", f"Denied by the webhook ({len(denied)})"]
+        lines += [f"  {_key(p)}: {_message(p)}" for p in denied]
+    errors = [p for p in pods if p["status"] == ERROR]
+    if errors:
+        lines += ["", f"Errors ({len(errors)})"]
+        lines += [f"  {_key(p)}: {_message(p)}" for p in errors]
+    unschedulable = [p for p in pods if p["status"] == UNSCHEDULABLE]
+    if unschedulable:
+        lines += ["", f"Unschedulable ({len(unschedulable)})"]
+        for p in unschedulable:
+            lines.append(f"  {p['namespace']}/{p['name']}: asks {describe_request(p['request'])}")
+            lines += _explanation_lines(p["explanation"] or [])
+        first = unschedulable[0]
+        lines.append(
+            f"  (add --explain {first['namespace']}/{first['name']} for the reason per GPU)"
+        )
+    lines += ["", "GPUs"]
+    lines += _gpu_lines(report["gpus"])
+    counts = [
+        f"{summary[k]} {label}"
+        for k, label in (
+            ("unschedulable", "unschedulable"),
+            ("denied", "denied"),
+            ("errors", "failed"),
+        )
+        if summary[k]
+    ]
+    if summary["withoutDevices"]:
+        counts.append(f"{_plural(summary['withoutDevices'], 'pod')} without GPUs")
+    tail = f" ({', '.join(counts)})" if counts else ""
+    lines += ["", f"Summary: {summary['line']}{tail}"]
+    return "\n".join(lines) + "\n"
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    return f"{pod['namespace']}/{pod['name']}"
+
+
+def _message(pod: Mapping[str, Any]) -> str:
+    """The message without a leading ``pod <ns>/<name>:`` (the line already names it)."""
+    return str(pod["message"]).removeprefix(f"pod {_key(pod)}: ")
+
+
+def _explanation_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not entries:
+        return ["    no node to try"]
+    width = max(len(e["node"]) for e in entries) + 1
+    out = []
+    for e in entries:
+        hint = []
+        if e["largestMemoryMiB"] is not None:
+            hint.append(f"{e['largestMemoryMiB']} MiB")
+        if e["largestCoresPct"] is not None:
+            hint.append(f"{e['largestCoresPct']}% cores")
+        extra = f"; largest that fits: {', '.join(hint)} per GPU" if hint else ""
+        out.append(f"    {(e['node'] + ':').ljust(width)} {e['reason']}{extra}")
+    return out
+
+
+def _gpu_lines(gpus: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = []
+    for g in gpus:
+        flags = ("" if g["healthy"] else " unhealthy") + (" cordoned" if g["cordoned"] else "")
+        rows.append(
+            [
+                g["node"],
+                f"#{g['index']}",
+                g["model"],
+                bar(g["usedMemoryMiB"], g["memoryMiB"]),
+                f"{g['usedMemoryMiB']}/{g['memoryMiB']} MiB",
+                f"cores {g['usedCoresPct']}/{g['coresPct']}%",
+                _plural(len(g["pods"]), "pod") + flags,
+            ]
+        )
+    if not rows:
+        return ["  no GPUs"]
+    # the node name only on its first GPU
+    last = None
+    for r in rows:
+        if r[0] == last:
+            r[0] = ""
+        else:
+            last = r[0]
+    return _table(rows)
+
+
+def render_explanation(data: Mapping[str, Any]) -> str:
+    """One pod's reasoning as text: request, policies, per node the outcome and per
+    device the reason code, the node scores and the chosen devices."""
+    lines = [f"Pod {data['namespace']}/{data['name']} ({data['source']}): {data['status']}"]
+    adm = data["admission"]
+    lines.append(f"  admission: {'allowed' if adm['allowed'] else 'denied: ' + adm['message']}")
+    if data["status"] == ERROR:
+        lines.append(f"  error: {data['message']}")
+    if not adm["allowed"]:
+        return "\n".join(lines) + "\n"
+    lines.append(f"  request: {describe_request(data['request'])}")
+    pol = data["policies"]
+    if pol is not None:
+        lines.append(
+            f"  policies: node {pol['node']} ({pol['nodeFrom']}), GPU {pol['gpu']} ({pol['gpuFrom']})"
+        )
+    if data["nodes"]:
+        lines.append("  nodes:")
+    for n in data["nodes"]:
+        if n["fits"]:
+            head = f"fits, score {n['score']:.1f}/100 (extender {n['extenderScore']}/10)"
+        else:
+            who = f" (container {n['container']})" if n["container"] else ""
+            head = f"does not fit: {n['reason']}{who}"
+        lines.append(f"    {n['node']}: {head}")
+        rows = []
+        for d in n["devices"]:
+            if d["usedMemoryMiB"] is None:
+                used = [f"{d['memoryMiB']} MiB", f"{d['coresPct']}% cores", ""]
+            else:
+                used = [
+                    f"used {d['usedMemoryMiB']}/{d['memoryMiB']} MiB",
+                    f"{d['usedCoresPct']}/{d['coresPct']}% cores",
+                    f"{d['sharers']}/{d['splitCount']} sharers",
+                ]
+            if d["takes"] is not None:
+                verdict = f"takes {d['takes']['memoryMiB']} MiB, {d['takes']['coresPct']}%"
+            elif d["reason"] is not None:
+                verdict = d["reason"]
+            else:
+                verdict = "not chosen" if n["fits"] else "usable"
+            rows.append([f"#{d['index']} {d['uuid']}", d["model"], *used, verdict])
+        if rows:
+            lines += _table(rows, indent="      ")
+        hint = []
+        if n["largestMemoryMiB"] is not None:
+            hint.append(f"{n['largestMemoryMiB']} MiB")
+        if n["largestCoresPct"] is not None:
+            hint.append(f"{n['largestCoresPct']}% cores")
+        if hint:
+            lines.append(f"      largest that fits: {', '.join(hint)} per GPU")
+    chosen = data["chosen"]
+    if chosen is None:
+        lines.append("  chosen: none")
+    else:
+        how = ""
+        if pol is not None and sum(1 for n in data["nodes"] if n["fits"]) > 1:
+            how = f" (highest {pol['node']} score; ties go to the smallest name)"
+        lines.append(f"  chosen: {chosen['node']}{how}")
+        for d in chosen["devices"]:
+            lines.append(
+                f"    {d['container']}: #{d['index']} {d['uuid']} {d['model']}, "
+                f"{d['memoryMiB']} MiB, {d['coresPct']}% cores"
+            )
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "EXPLAIN_SCHEMA",
+    "SCHEMA",
+    "bar",
+    "build_explanation",
+    "build_report",
+    "describe_request",
+    "device_entries",
+    "render_explanation",
+    "render_text",
+    "request_entries",
+    "status_of",
+    "whole_card_gpus",
+]

@@ -1,0 +1,326 @@
+"""Running workloads through the whole pipeline on an embedded copy of a cluster.
+
+``simulate()`` submits every pod, in order, to ``Pipeline.submit`` (webhook -> filter ->
+prioritize -> bind -> allocate, the functions the servers use) and keeps, per pod, what
+happened and what the pod asked for. ``report.py`` turns the result into text or JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+
+import hami_core
+from hami_core.errors import HamiError, InvalidInputError, NotFoundError
+from hami_core.model import DevicePolicy, DeviceUsage, NodeInfo, NodePolicy, PodRequest
+from hami_core.plugin import BackendManager
+from hami_core.protocol.config import load_config
+
+from .loader import LoadedCluster, WorkloadPod, Workloads, load_cluster, load_workloads
+from .pipeline import Outcome, Pipeline
+
+log = logging.getLogger(__name__)
+
+P = TypeVar("P", NodePolicy, DevicePolicy)
+
+#: Above this many pods, progress is shown on stderr.
+PROGRESS_THRESHOLD = 200
+
+
+@attrs.frozen(kw_only=True)
+class Observation:
+    """The cluster as one pod saw it just before it was submitted (for ``--explain``).
+
+    Attributes:
+        nodes: node name -> its devices, every node, sorted by name.
+        usage: node name -> uuid -> usage by the pods already running there.
+    """
+
+    nodes: Mapping[str, NodeInfo]
+    usage: Mapping[str, Mapping[str, DeviceUsage]]
+
+
+@attrs.frozen(kw_only=True)
+class PodRun:
+    """One submitted pod.
+
+    Attributes:
+        workload: the pod and where it came from.
+        outcome: what the pipeline did with it.
+        request: its device requests as admitted (after the webhook's defaults), one
+            entry per container, init containers first; None when denied or unreadable.
+        observed: the cluster it saw, when it was the pod to explain.
+    """
+
+    workload: WorkloadPod
+    outcome: Outcome
+    request: PodRequest | None = None
+    observed: Observation | None = None
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return self.workload.key
+
+
+@attrs.frozen(kw_only=True)
+class Simulation:
+    """The result of a run.
+
+    Attributes:
+        cluster: the cluster as loaded (before any workload).
+        workloads: what was read.
+        runs: one entry per pod, in submission order.
+        pipeline: the pipeline after the run (its cluster holds the final state).
+        node_policy / device_policy: the defaults in force (override, else config).
+        warnings: lines about skipped input.
+    """
+
+    cluster: LoadedCluster
+    workloads: Workloads
+    runs: tuple[PodRun, ...]
+    pipeline: Pipeline
+    node_policy: NodePolicy
+    device_policy: DevicePolicy
+    node_policy_overridden: bool = False
+    device_policy_overridden: bool = False
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def manager(self) -> BackendManager:
+        """The backends and configuration used."""
+        return self.pipeline.manager
+
+    def find(self, pod: str) -> PodRun:
+        """The run of ``namespace/name`` or of a name unique across namespaces.
+
+        Raises:
+            InvalidInputError: no such pod, or the bare name is in several namespaces.
+        """
+        return self.runs[find_pod(self.workloads.pods, pod)]
+
+
+def find_pod(pods: Sequence[WorkloadPod], ref: str) -> int:
+    """Position of the pod named ``ref`` (``namespace/name`` or a bare name) in ``pods``.
+
+    Raises:
+        InvalidInputError: not found (the message lists a few names), or ambiguous.
+    """
+    if "/" in ref:
+        hits = [i for i, p in enumerate(pods) if p.key == ref]
+    else:
+        hits = [i for i, p in enumerate(pods) if p.name == ref]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        names = ", ".join(p.key for p in pods[:8]) + (", ..." if len(pods) > 8 else "")
+        raise InvalidInputError(f"no pod {ref!r} among the workloads ({names or 'none'})")
+    if "/" not in ref and len({pods[i].namespace for i in hits}) > 1:
+        options = ", ".join(pods[i].key for i in hits)
+        raise InvalidInputError(f"pod name {ref!r} is in several namespaces: {options}")
+    return hits[0]
+
+
+def bundled_examples() -> Path:
+    """The ``examples/`` folder of the source tree hami_core is installed from.
+
+    Raises:
+        InvalidInputError: it is not there (a wheel install ships no examples).
+    """
+    root = Path(hami_core.__file__).resolve().parent.parent / "examples"
+    if not (root / "cluster.yaml").is_file() or not (root / "workloads").is_dir():
+        raise InvalidInputError(
+            f"the bundled example is not installed (looked in {root}); "
+            "give a cluster file and workloads: hami simulate --cluster FILE WORKLOADS..."
+        )
+    return root
+
+
+def make_manager(config_path: str | Path | None = None) -> BackendManager:
+    """The installed backends (entry points) under the configuration file given.
+
+    Raises:
+        ConfigError: the file is unreadable or invalid (names the key).
+        BackendError: a backend fails to load.
+    """
+    manager = BackendManager.from_entry_points()
+    if config_path is None:
+        return manager
+    return manager.with_config(load_config(config_path, backends=manager.infos))
+
+
+def simulate(
+    cluster: LoadedCluster,
+    workloads: Workloads,
+    manager: BackendManager,
+    *,
+    node_policy: NodePolicy | None = None,
+    device_policy: DevicePolicy | None = None,
+    explain: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Simulation:
+    """Submit every workload pod, in order, to a fresh embedded copy of ``cluster``.
+
+    Args:
+        node_policy / device_policy: override the configured defaults (pod annotations
+            still win).
+        explain: ``namespace/name`` or name of a pod whose view of the cluster is kept
+            (``PodRun.observed``) for ``--explain``.
+        progress: called with 1 after each pod (a progress bar's ``update``).
+
+    Returns:
+        The ``Simulation``. Pods that do not fit are results, never errors; a pod that
+        breaks the pipeline is recorded with ``outcome.error``.
+
+    Raises:
+        InvalidInputError: ``explain`` names no workload pod.
+    """
+    explain_at = find_pod(workloads.pods, explain) if explain is not None else -1
+    memory = cluster.to_memory()
+    for quota in workloads.quotas:
+        memory.add_quota(quota)
+    pipeline = Pipeline(memory, manager, node_policy=node_policy, device_policy=device_policy)
+    seen: set[str] = set()
+    runs: list[PodRun] = []
+    for pos, wp in enumerate(workloads.pods):
+        observed = _observe(pipeline) if pos == explain_at else None
+        runs.append(_submit(pipeline, wp, seen, observed))
+        if progress is not None:
+            progress(1)
+    config = manager.config
+    return Simulation(
+        cluster=cluster,
+        workloads=workloads,
+        runs=tuple(runs),
+        pipeline=pipeline,
+        node_policy=node_policy or config.node_policy,
+        device_policy=device_policy or config.device_policy,
+        node_policy_overridden=node_policy is not None,
+        device_policy_overridden=device_policy is not None,
+        warnings=cluster.warnings + workloads.warnings,
+    )
+
+
+def _submit(
+    pipeline: Pipeline, wp: WorkloadPod, seen: set[str], observed: Observation | None
+) -> PodRun:
+    ns, name = wp.namespace, wp.name
+    if wp.key in seen or _exists(pipeline, ns, name):
+        # The API server answers AlreadyExists; replacing the pod would free its devices.
+        outcome = Outcome(namespace=ns, name=name, error=f"pod {wp.key} already exists")
+        return PodRun(workload=wp, outcome=outcome, observed=observed)
+    seen.add(wp.key)
+    try:
+        outcome = pipeline.submit(wp.pod)
+    except HamiError as exc:
+        outcome = Outcome(namespace=ns, name=name, error=str(exc))
+    except Exception as exc:  # a pod the pipeline cannot digest must not end the run
+        log.debug("pod %s broke the pipeline", wp.key, exc_info=True)
+        outcome = Outcome(
+            namespace=ns, name=name, error=f"cannot process pod: {type(exc).__name__}: {exc}"
+        )
+    request = None
+    if not outcome.denied:
+        try:
+            stored = pipeline.cluster.get_pod(ns, name)
+            request = pipeline.scheduler.pod_request(stored)
+        except HamiError:
+            request = None
+    return PodRun(workload=wp, outcome=outcome, request=request, observed=observed)
+
+
+def _exists(pipeline: Pipeline, namespace: str, name: str) -> bool:
+    try:
+        pipeline.cluster.get_pod(namespace, name)
+    except NotFoundError:
+        return False
+    return True
+
+
+def _observe(pipeline: Pipeline) -> Observation:
+    sched = pipeline.scheduler
+    nodes: dict[str, NodeInfo] = {}
+    usage: dict[str, dict[str, DeviceUsage]] = {}
+    for node in pipeline.cluster.list_nodes():
+        info = sched.node_info(node)
+        nodes[info.name] = info
+        usage[info.name] = sched.node_usage(info)
+    return Observation(nodes=nodes, usage=usage)
+
+
+def run_files(
+    *,
+    cluster_path: str | Path | None,
+    workload_paths: Sequence[str | Path],
+    config_path: str | Path | None = None,
+    node_policy: str | None = None,
+    device_policy: str | None = None,
+    explain: str | None = None,
+    progress: Callable[[int], AbstractContextManager[Any]] | None = None,
+) -> Simulation:
+    """Load the files and run them: what ``hami simulate`` does before printing.
+
+    Args:
+        cluster_path: the cluster file; None: the bundled ``examples/cluster.yaml``.
+        workload_paths: files and directories; empty: the bundled ``examples/workloads``.
+        config_path: a hami configuration file, or None for the defaults.
+        node_policy / device_policy: policy names overriding the configured defaults.
+        explain: the pod to observe for ``--explain``.
+        progress: given the number of pods, returns a context manager whose value has
+            ``update(1)`` (``click.progressbar``); used only when there are more than
+            ``PROGRESS_THRESHOLD`` pods.
+
+    Raises:
+        InvalidInputError (or a subclass): bad file, bad policy name, unknown pod.
+    """
+    manager = make_manager(config_path)
+    if cluster_path is None or not workload_paths:
+        examples = bundled_examples()
+        cluster_path = cluster_path if cluster_path is not None else examples / "cluster.yaml"
+        workload_paths = workload_paths or [examples / "workloads"]
+    node = _policy(NodePolicy, node_policy, "--node-policy")
+    device = _policy(DevicePolicy, device_policy, "--gpu-policy")
+    cluster = load_cluster(cluster_path, manager)
+    workloads = load_workloads(workload_paths)
+    if progress is None or len(workloads.pods) <= PROGRESS_THRESHOLD:
+        return simulate(
+            cluster, workloads, manager, node_policy=node, device_policy=device, explain=explain
+        )
+    with progress(len(workloads.pods)) as bar:
+        return simulate(
+            cluster,
+            workloads,
+            manager,
+            node_policy=node,
+            device_policy=device,
+            explain=explain,
+            progress=bar.update,
+        )
+
+
+def _policy(kind: type[P], name: str | None, option: str) -> P | None:
+    if name is None:
+        return None
+    try:
+        return kind(name)
+    except ValueError:
+        allowed = ", ".join(m.value for m in kind)
+        raise InvalidInputError(f"{option}: {name!r} is not one of {allowed}") from None
+
+
+__all__ = [
+    "PROGRESS_THRESHOLD",
+    "Observation",
+    "PodRun",
+    "Simulation",
+    "bundled_examples",
+    "find_pod",
+    "make_manager",
+    "run_files",
+    "simulate",
+]
