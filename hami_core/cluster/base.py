@@ -34,7 +34,7 @@ class ClusterStore(Protocol):
 
     def pods_on_node(self, node: str) -> list[KubeObject]:
         """Pods assigned to ``node`` by us (annotation ``hami.io/vgpu-node``) or by
-        ``spec.nodeName``."""
+        ``spec.nodeName``. Read-only: implementations may return shared snapshots."""
         ...
 
     def get_pod(self, namespace: str, name: str) -> KubeObject:

@@ -42,6 +42,9 @@ class MemoryCluster:
         self._nodes: dict[str, KubeObject] = {}
         self._pods: dict[tuple[str, str], KubeObject] = {}
         self._quotas: dict[tuple[str, str], KubeObject] = {}
+        # node name -> pods assigned to it (annotation or spec.nodeName): the scheduler
+        # asks per node on every filter, so it must not scan every pod of the cluster.
+        self._by_node: dict[str, set[tuple[str, str]]] = {}
         self._versions = itertools.count(1)
         self.events: list[Event] = []
 
@@ -62,7 +65,9 @@ class MemoryCluster:
         meta.setdefault("uid", str(uuidlib.uuid4()))
         obj.setdefault("status", {}).setdefault("phase", "Pending")
         with self._lock:
-            self._pods[(meta["namespace"], meta["name"])] = obj
+            key = (meta["namespace"], meta["name"])
+            self._pods[key] = obj
+            self._index(key, obj)
         return copy.deepcopy(obj)
 
     def delete_pod(self, namespace: str, name: str) -> None:
@@ -70,13 +75,15 @@ class MemoryCluster:
         with self._lock:
             if self._pods.pop((namespace, name), None) is None:
                 raise NotFoundError(f"pod {namespace}/{name} not found")
+            self._index((namespace, name), None)
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> None:
         """Set ``status.phase`` (``Succeeded`` / ``Failed`` pods hold no devices)."""
         with self._lock:
-            pod = self._pod(namespace, name)
+            pod = copy.deepcopy(self._pod(namespace, name))
             pod.setdefault("status", {})["phase"] = phase
             self._bump(pod)
+            self._pods[(namespace, name)] = pod
 
     def add_quota(self, quota: Mapping[str, Any]) -> KubeObject:
         """Add a ``ResourceQuota``."""
@@ -106,13 +113,11 @@ class MemoryCluster:
             ]
 
     def pods_on_node(self, node: str) -> list[KubeObject]:
+        """Shared snapshots, not copies (the scheduler calls this for every node on every
+        filter): writers replace stored pods instead of changing them, so a snapshot never
+        changes under its reader; readers must not modify it."""
         with self._lock:
-            return [
-                copy.deepcopy(p)
-                for _, p in sorted(self._pods.items())
-                if (p["metadata"].get("annotations") or {}).get(VGPU_NODE) == node
-                or (p.get("spec") or {}).get("nodeName") == node
-            ]
+            return [self._pods[k] for k in sorted(self._by_node.get(node, ()))]
 
     def get_pod(self, namespace: str, name: str) -> KubeObject:
         with self._lock:
@@ -142,16 +147,18 @@ class MemoryCluster:
         resource_version: str | None = None,
     ) -> KubeObject:
         with self._lock:
-            pod = self._pod(namespace, name)
+            pod = copy.deepcopy(self._pod(namespace, name))
             self._check_version(pod, resource_version)
             _merge(pod["metadata"].setdefault("annotations", {}), annotations or {})
             _merge(pod["metadata"].setdefault("labels", {}), labels or {})
             self._bump(pod)
+            self._pods[(namespace, name)] = pod
+            self._index((namespace, name), pod)
             return copy.deepcopy(pod)
 
     def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
         with self._lock:
-            pod = self._pod(namespace, name)
+            pod = copy.deepcopy(self._pod(namespace, name))
             if pod["metadata"].get("uid") != uid:
                 raise ConflictError(f"pod {namespace}/{name} has another uid than {uid}")
             if pod.setdefault("spec", {}).get("nodeName"):
@@ -159,6 +166,8 @@ class MemoryCluster:
             self._node(node)
             pod["spec"]["nodeName"] = node
             self._bump(pod)
+            self._pods[(namespace, name)] = pod
+            self._index((namespace, name), pod)
 
     def list_quotas(self, namespace: str) -> list[KubeObject]:
         with self._lock:
@@ -190,6 +199,18 @@ class MemoryCluster:
             raise InvalidInputError(f"{kind} without metadata.name")
         self._bump(out)
         return out
+
+    def _index(self, key: tuple[str, str], pod: KubeObject | None) -> None:
+        for members in self._by_node.values():
+            members.discard(key)
+        if pod is None:
+            return
+        nodes = {
+            (pod["metadata"].get("annotations") or {}).get(VGPU_NODE),
+            (pod.get("spec") or {}).get("nodeName"),
+        }
+        for node in nodes - {None, ""}:
+            self._by_node.setdefault(str(node), set()).add(key)
 
     def _bump(self, obj: KubeObject) -> None:
         obj["metadata"]["resourceVersion"] = str(next(self._versions))

@@ -26,15 +26,22 @@ def test_backends_lists_nvidia_with_version_and_hooks():
 
 
 def test_disabled_backends_env_in_a_real_process():
-    env = {"HAMI_DISABLED_BACKENDS": "nvidia", "PATH": "/usr/bin:/bin"}
-    out = subprocess.run(
-        [sys.executable, "-m", "hami_core", "backends", "-o", "json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert json.loads(out.stdout) == []
+    def listed(disabled: str) -> list[str]:
+        env = {"HAMI_DISABLED_BACKENDS": disabled, "PATH": "/usr/bin:/bin"}
+        out = subprocess.run(
+            [sys.executable, "-m", "hami_core", "backends", "-o", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return [r["name"] for r in json.loads(out.stdout)]
+
+    everything = listed("")
+    assert "nvidia" in everything
+    assert "nvidia" not in listed("nvidia")
+    assert listed(",".join(everything)) == []
+    env = {"HAMI_DISABLED_BACKENDS": ",".join(everything), "PATH": "/usr/bin:/bin"}
     text = subprocess.run(
         [sys.executable, "-m", "hami_core", "backends"],
         env=env,

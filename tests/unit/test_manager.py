@@ -26,7 +26,10 @@ def test_entry_points_and_disable(monkeypatch):
     assert "nvidia" in [b.name for b in manager.backends]
     record = next(b for b in manager.backends if b.name == "nvidia")
     assert record.version and "hami_fit" in record.hooks
+    names = [b.name for b in manager.backends]
     monkeypatch.setenv("HAMI_DISABLED_BACKENDS", "nvidia, other")
+    assert "nvidia" not in [b.name for b in BackendManager.from_entry_points().backends]
+    monkeypatch.setenv("HAMI_DISABLED_BACKENDS", ",".join(names))
     assert BackendManager.from_entry_points().backends == ()
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Mapping, Sequence
-from fractions import Fraction
 from typing import Any
 
 import attrs
@@ -107,17 +106,21 @@ def capacity_reason(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode | 
     return None
 
 
-def load(usage: DeviceUsage) -> Fraction:
-    """How full a device is: used fractions of memory, cores and sharers, summed (0..3)."""
+def load(usage: DeviceUsage) -> float:
+    """How full a device is: used fractions of memory, cores and sharers, summed (0..3).
+
+    Rounded to 1e-9 so that mathematically equal loads compare equal and ties fall to
+    the device index, whatever the order of the float operations.
+    """
     dev = usage.device
-    total = Fraction(0)
+    total = 0.0
     if dev.memory_mib:
-        total += Fraction(usage.used_memory_mib, dev.memory_mib)
+        total += usage.used_memory_mib / dev.memory_mib
     if dev.cores_pct:
-        total += Fraction(usage.used_cores_pct, dev.cores_pct)
+        total += usage.used_cores_pct / dev.cores_pct
     if dev.split_count:
-        total += Fraction(usage.used_count, dev.split_count)
-    return total
+        total += usage.used_count / dev.split_count
+    return round(total, 9)
 
 
 def fit(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from fractions import Fraction
 
 from hami_core.model import ContainerDevices, DeviceUsage, NodePolicy
 
@@ -20,6 +19,6 @@ def score(usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodeP
     for d in devices:
         if d.uuid in after:
             after[d.uuid] = after[d.uuid].charged(memory_mib=d.memory_mib, cores_pct=d.cores_pct)
-    fullness = sum(min(load(u) / 3, Fraction(1)) for u in after.values()) / len(after)
-    value = float(fullness * 100)
+    fullness = sum(min(load(u) / 3, 1.0) for u in after.values()) / len(after)
+    value = fullness * 100
     return value if policy is NodePolicy.BINPACK else 100.0 - value

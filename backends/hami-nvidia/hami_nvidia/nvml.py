@@ -1,0 +1,330 @@
+"""NVML behind a small interface: what discovery, health and topology need, in plain
+Python values.
+
+``PynvmlLibrary`` is the real one: NVIDIA's ``nvidia-ml-py`` (module ``pynvml``), which
+loads ``libnvidia-ml.so.1`` through the dynamic loader, so ``LD_LIBRARY_PATH`` decides
+which library answers (the tests put a stand-in written in C first). Tests of the pure
+logic use a Python fake of ``Nvml`` instead.
+
+Source of the calls and constants: NVML API reference (docs.nvidia.com/deploy/nvml-api),
+``nvmlDeviceGetMemoryInfo`` (bytes), ``nvmlDeviceGetPciInfo_v3`` (``busId``
+``DDDDDDDD:BB:DD.F``), ``nvmlDeviceGetMigMode``, ``nvmlEventSetWait_v2`` (XID in
+``eventData``), ``nvmlDeviceGetTopologyCommonAncestor``, ``nvmlDeviceGetNvLinkState``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import attrs
+
+from hami_core.errors import HamiError
+
+#: NVML event masks (nvml.h ``nvmlEventType*``).
+EVENT_SINGLE_BIT_ECC = 0x1
+EVENT_DOUBLE_BIT_ECC = 0x2
+EVENT_XID_CRITICAL = 0x8
+#: NVML return codes used here (nvml.h ``nvmlReturn_t``).
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+#: ``nvmlGpuTopologyLevel_t``: same board, one PCIe switch, several switches, host
+#: bridge, same CPU (NUMA node), across CPUs.
+TOPOLOGY_INTERNAL = 0
+TOPOLOGY_SINGLE = 10
+TOPOLOGY_MULTIPLE = 20
+TOPOLOGY_HOSTBRIDGE = 30
+TOPOLOGY_NODE = 40
+TOPOLOGY_SYSTEM = 50
+NVLINK_MAX_LINKS = 18
+
+
+class NvmlError(HamiError):
+    """An NVML call failed.
+
+    Attributes:
+        call: the NVML function, e.g. ``nvmlDeviceGetMemoryInfo``.
+        code: the ``nvmlReturn_t`` value (0 when unknown).
+    """
+
+    def __init__(self, call: str, code: int, reason: str) -> None:
+        super().__init__(f"{call} failed: {reason} (NVML error {code})")
+        self.call = call
+        self.code = code
+
+
+class NvmlMissingError(NvmlError):
+    """``libnvidia-ml.so.1`` cannot be loaded: no NVIDIA driver on this node."""
+
+
+@attrs.frozen(kw_only=True)
+class NvmlGpu:
+    """One GPU as NVML reports it, before any hami scaling.
+
+    Attributes:
+        index: the NVML index.
+        uuid: ``GPU-...``.
+        name: the model name as NVML gives it, e.g. ``NVIDIA A100-SXM4-80GB``.
+        memory_mib: total memory in MiB (bytes // 2**20), or None when NVML reports
+            none (unified-memory systems answer NOT_SUPPORTED or 0).
+        bus_id: PCI bus id, NVML form ``00000000:3B:00.0``.
+        mig_enabled: True when MIG mode is on (current mode).
+    """
+
+    index: int
+    uuid: str
+    name: str
+    memory_mib: int | None
+    bus_id: str
+    mig_enabled: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class XidEvent:
+    """A health event: ``uuid`` None means "not attributable: every GPU"."""
+
+    uuid: str | None
+    event_type: int
+    xid: int
+
+
+class Nvml(Protocol):
+    """What hami-nvidia needs of NVML. Every method raises ``NvmlError``."""
+
+    def gpus(self) -> list[NvmlGpu]:
+        """Every GPU, index order."""
+        ...
+
+    def probe(self, uuid: str) -> None:
+        """Raise unless the GPU answers (handle by UUID, then its memory info)."""
+        ...
+
+    def watch(self) -> list[str]:
+        """Register for XID / ECC events on every GPU that supports them; returns the
+        UUIDs that do not (they get no event-based health)."""
+        ...
+
+    def wait_event(self, timeout_ms: int) -> XidEvent | None:
+        """The next event, or None after ``timeout_ms``. Call ``watch`` first."""
+        ...
+
+    def common_ancestor(self, index_a: int, index_b: int) -> int:
+        """``TOPOLOGY_*`` level of the closest common PCIe ancestor of two GPUs."""
+        ...
+
+    def nvlink_peers(self, index: int) -> Mapping[str, int]:
+        """Active NVLinks of a GPU: normalised peer bus id -> number of links."""
+        ...
+
+
+def normalise_bus_id(bus_id: str) -> str:
+    """``00000000:3B:00.0`` -> ``0000:3b:00.0``: the form of ``/sys/bus/pci/devices``
+    (4-digit domain, lower case)."""
+    text = bus_id.strip().lower()
+    domain, sep, rest = text.partition(":")
+    if sep and len(domain) > 4:
+        domain = domain[-4:]
+    return f"{domain}{sep}{rest}"
+
+
+class PynvmlLibrary:
+    """``Nvml`` through ``pynvml``; initialises NVML once, on first use. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._started = False
+        self._events: Any = None
+
+    def start(self) -> None:
+        """``nvmlInit``, once.
+
+        Raises:
+            NvmlMissingError: ``libnvidia-ml.so.1`` not found (no driver).
+            NvmlError: NVML does not initialise (driver not loaded, version mismatch...).
+        """
+        with self._lock:
+            if self._started:
+                return
+            import pynvml
+
+            try:
+                pynvml.nvmlInit()
+            except pynvml.NVMLError as exc:
+                code = int(getattr(exc, "value", 0) or 0)
+                cls = NvmlMissingError if code == NVML_ERROR_LIBRARY_NOT_FOUND else NvmlError
+                raise cls("nvmlInit", code, _reason(exc)) from None
+            self._started = True
+
+    def gpus(self) -> list[NvmlGpu]:
+        with self._lock:
+            self.start()
+            import pynvml
+
+            out = []
+            for index in range(_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)):
+                handle = _call(
+                    "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index
+                )
+                uuid = str(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
+                try:
+                    memory = _call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
+                    total = int(memory.total) // (1 << 20)
+                    memory_mib: int | None = total or None
+                except NvmlError as exc:
+                    if exc.code != NVML_ERROR_NOT_SUPPORTED:
+                        raise NvmlError(exc.call, exc.code, f"{uuid}: {exc}") from None
+                    memory_mib = None
+                pci = _call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, handle)
+                bus_id = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
+                try:
+                    current, _pending = _call(
+                        "nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, handle
+                    )
+                    mig = int(current) == 1
+                except NvmlError as exc:
+                    if exc.code not in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
+                        raise
+                    mig = False
+                out.append(
+                    NvmlGpu(
+                        index=index,
+                        uuid=uuid,
+                        name=str(_call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle)),
+                        memory_mib=memory_mib,
+                        bus_id=bus_id,
+                        mig_enabled=mig,
+                    )
+                )
+            return out
+
+    def probe(self, uuid: str) -> None:
+        with self._lock:
+            self.start()
+            import pynvml
+
+            handle = _call(
+                "nvmlDeviceGetHandleByUUID", pynvml.nvmlDeviceGetHandleByUUID, uuid.encode()
+            )
+            _call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
+
+    def watch(self) -> list[str]:
+        with self._lock:
+            self.start()
+            import pynvml
+
+            if self._events is None:
+                self._events = _call("nvmlEventSetCreate", pynvml.nvmlEventSetCreate)
+            unsupported = []
+            wanted = EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC | EVENT_SINGLE_BIT_ECC
+            for index in range(_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)):
+                handle = _call(
+                    "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index
+                )
+                uuid = str(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
+                try:
+                    supported = _call(
+                        "nvmlDeviceGetSupportedEventTypes",
+                        pynvml.nvmlDeviceGetSupportedEventTypes,
+                        handle,
+                    )
+                    mask = int(supported) & wanted
+                    if not mask & EVENT_XID_CRITICAL:
+                        unsupported.append(uuid)
+                    if mask:
+                        _call(
+                            "nvmlDeviceRegisterEvents",
+                            pynvml.nvmlDeviceRegisterEvents,
+                            handle,
+                            mask,
+                            self._events,
+                        )
+                except NvmlError as exc:
+                    if exc.code != NVML_ERROR_NOT_SUPPORTED:
+                        raise
+                    unsupported.append(uuid)
+            return unsupported
+
+    def wait_event(self, timeout_ms: int) -> XidEvent | None:
+        # Not under the lock: the wait blocks for up to timeout_ms (ctypes releases the
+        # GIL) and discovery must not wait for it.
+        import pynvml
+
+        events = self._events
+        if events is None:
+            raise NvmlError("nvmlEventSetWait", 0, "watch() was not called")
+        try:
+            data = pynvml.nvmlEventSetWait_v2(events, timeout_ms)
+        except pynvml.NVMLError as exc:
+            code = int(getattr(exc, "value", 0) or 0)
+            if code == NVML_ERROR_TIMEOUT:
+                return None
+            raise NvmlError("nvmlEventSetWait", code, _reason(exc)) from None
+        uuid: str | None
+        try:
+            uuid = str(pynvml.nvmlDeviceGetUUID(data.device)) if data.device else None
+        except pynvml.NVMLError:
+            uuid = None
+        return XidEvent(uuid=uuid, event_type=int(data.eventType), xid=int(data.eventData))
+
+    def common_ancestor(self, index_a: int, index_b: int) -> int:
+        with self._lock:
+            self.start()
+            import pynvml
+
+            a = _call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index_a)
+            b = _call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index_b)
+            return int(
+                _call(
+                    "nvmlDeviceGetTopologyCommonAncestor",
+                    pynvml.nvmlDeviceGetTopologyCommonAncestor,
+                    a,
+                    b,
+                )
+            )
+
+    def nvlink_peers(self, index: int) -> Mapping[str, int]:
+        with self._lock:
+            self.start()
+            import pynvml
+
+            handle = _call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
+            peers: dict[str, int] = {}
+            for link in range(NVLINK_MAX_LINKS):
+                try:
+                    active = _call(
+                        "nvmlDeviceGetNvLinkState", pynvml.nvmlDeviceGetNvLinkState, handle, link
+                    )
+                    if not active:
+                        continue
+                    pci = _call(
+                        "nvmlDeviceGetNvLinkRemotePciInfo",
+                        pynvml.nvmlDeviceGetNvLinkRemotePciInfo,
+                        handle,
+                        link,
+                    )
+                except NvmlError:
+                    break  # NOT_SUPPORTED / INVALID_ARGUMENT: no (more) links
+                bus = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
+                key = normalise_bus_id(bus)
+                peers[key] = peers.get(key, 0) + 1
+            return peers
+
+
+def _reason(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return type(exc).__name__
+
+
+def _call(name: str, fn: Any, *args: Any) -> Any:
+    import pynvml
+
+    try:
+        return fn(*args)
+    except pynvml.NVMLError as exc:
+        raise NvmlError(name, int(getattr(exc, "value", 0) or 0), _reason(exc)) from None

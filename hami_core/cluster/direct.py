@@ -1,0 +1,115 @@
+"""A ``ClusterStore`` for one node's agent: every read goes to the API server.
+
+The device plugin runs on every node. Watching every pod and node of the cluster from
+each of them (what the scheduler's ``KubeCluster`` caches do) would cost the API server
+one full watch per node for data the plugin reads a few times a minute; and a cache
+may lag kubelet, which calls ``Allocate`` right after it sees the pod bound. So this
+store reads on demand: the node by name, the pods of one node through the field
+selector ``spec.nodeName=<node>``, a pod by name. Writes are the same merge patches as
+``KubeCluster``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client as k8s
+
+from .base import KubeObject
+from .kube import KubeCluster, call
+
+
+class DirectKubeCluster(KubeCluster):
+    """``KubeCluster`` without caches; ``start()`` / ``stop()`` do nothing.
+
+    ``list_pods`` / ``pods_on_node`` list only pods bound to ``node`` (the only pods a
+    node agent has business with). Quotas are not read.
+    """
+
+    def __init__(
+        self, api_client: k8s.ApiClient, *, node: str, component: str = "hami-device-plugin"
+    ) -> None:
+        super().__init__(api_client, component=component)
+        self.node = node
+
+    def start(self, *, timeout_s: float = 30.0) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+    def list_nodes(self) -> list[KubeObject]:
+        return [self.get_node(self.node)]
+
+    def get_node(self, name: str) -> KubeObject:
+        node: KubeObject = call(f"get node {name}", self.core.read_node, name)
+        return node
+
+    def list_pods(self, *, namespace: str | None = None) -> list[KubeObject]:
+        pods = self.pods_on_node(self.node)
+        if namespace is None:
+            return pods
+        return [p for p in pods if (p.get("metadata") or {}).get("namespace") == namespace]
+
+    def pods_on_node(self, node: str) -> list[KubeObject]:
+        data = call(
+            f"list pods on node {node}",
+            self.core.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={node}",
+        )
+        return list(data.get("items") or [])
+
+    def get_pod(self, namespace: str, name: str) -> KubeObject:
+        pod: KubeObject = call(
+            f"get pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace
+        )
+        return pod
+
+    def list_quotas(self, namespace: str) -> list[KubeObject]:
+        return []
+
+    def patch_node_annotations(
+        self,
+        name: str,
+        annotations: Mapping[str, str | None],
+        *,
+        resource_version: str | None = None,
+    ) -> KubeObject:
+        meta: dict[str, Any] = {"annotations": dict(annotations)}
+        if resource_version is not None:
+            meta["resourceVersion"] = resource_version
+        node: KubeObject = call(
+            f"patch node {name}",
+            self.core.patch_node,
+            name,
+            {"metadata": meta},
+            _content_type="application/merge-patch+json",
+        )
+        return node
+
+    def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        annotations: Mapping[str, str | None] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+        resource_version: str | None = None,
+    ) -> KubeObject:
+        meta: dict[str, Any] = {}
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        if labels:
+            meta["labels"] = dict(labels)
+        if resource_version is not None:
+            meta["resourceVersion"] = resource_version
+        pod: KubeObject = call(
+            f"patch pod {namespace}/{name}",
+            self.core.patch_namespaced_pod,
+            name,
+            namespace,
+            {"metadata": meta},
+            _content_type="application/merge-patch+json",
+        )
+        return pod

@@ -1,0 +1,226 @@
+#include "config.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "log.h"
+
+int config_parse_size(const char *s, uint64_t *out)
+{
+    if (s == NULL || !isdigit((unsigned char)s[0]))
+        return -1;
+    uint64_t v = 0;
+    const char *p = s;
+    for (; isdigit((unsigned char)*p); p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    unsigned shift = 0;
+    switch (*p) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; p++; break;
+    case 'm': case 'M': shift = 20; p++; break;
+    case 'g': case 'G': shift = 30; p++; break;
+    default: return -1;
+    }
+    if (*p != '\0')
+        return -1;
+    if (shift && v > (UINT64_MAX >> shift))
+        return -1;
+    *out = v << shift;
+    return 0;
+}
+
+int config_parse_percent(const char *s, int *out)
+{
+    if (s == NULL || *s == '\0' || strlen(s) > 3)
+        return -1;
+    int v = 0;
+    for (const char *p = s; *p; p++) {
+        if (!isdigit((unsigned char)*p))
+            return -1;
+        v = v * 10 + (*p - '0');
+    }
+    if (v > 100)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int env_true(const char *name)
+{
+    const char *v = getenv(name);
+    return v && (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0 || strcasecmp(v, "yes") == 0);
+}
+
+static void load_visible(shim_config *cfg)
+{
+    cfg->n_visible = 0;
+    const char *v = getenv("NVIDIA_VISIBLE_DEVICES");
+    if (v == NULL)
+        return;
+    int n = 0;
+    const char *p = v;
+    while (*p && n < CFG_MAX_VISIBLE) {
+        while (*p == ' ')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',')
+            e++;
+        size_t len = (size_t)(e - p);
+        while (len && p[len - 1] == ' ')
+            len--;
+        /* Indices, "all", "none": not a UUID list; ordering then comes from NVML. */
+        if (len < 5 || len >= CFG_UUID_LEN ||
+            (strncmp(p, "GPU-", 4) != 0 && strncmp(p, "MIG-", 4) != 0)) {
+            cfg->n_visible = 0;
+            return;
+        }
+        memcpy(cfg->visible[n], p, len);
+        cfg->visible[n][len] = '\0';
+        n++;
+        p = *e ? e + 1 : e;
+    }
+    cfg->n_visible = n;
+}
+
+void config_load(shim_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->disabled = env_true("CUDA_DISABLE_CONTROL");
+
+    const char *path = getenv("CUDA_DEVICE_MEMORY_SHARED_CACHE");
+    if (path == NULL || *path == '\0')
+        path = CFG_DEFAULT_REGION_PATH;
+    snprintf(cfg->region_path, sizeof cfg->region_path, "%s", path);
+
+    const char *pol = getenv("GPU_CORE_UTILIZATION_POLICY");
+    if (pol == NULL || *pol == '\0' || strcasecmp(pol, "default") == 0) {
+        cfg->policy = POLICY_DEFAULT;
+    } else if (strcasecmp(pol, "force") == 0) {
+        cfg->policy = POLICY_FORCE;
+    } else if (strcasecmp(pol, "disable") == 0 || strcasecmp(pol, "none") == 0) {
+        cfg->policy = POLICY_DISABLE;
+    } else {
+        /* Fail closed: an unreadable policy must not lift the compute limit. */
+        cfg->policy = POLICY_FORCE;
+        LOG_ERROR("GPU_CORE_UTILIZATION_POLICY=\"%s\" is not default|force|disable; "
+                  "enforcing the compute limit (force)", pol);
+    }
+
+    cfg->priority = -1;
+    const char *prio = getenv("CUDA_TASK_PRIORITY");
+    if (prio && *prio) {
+        char *end = NULL;
+        long v = strtol(prio, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= 1000)
+            cfg->priority = (int)v;
+        else
+            LOG_ERROR("CUDA_TASK_PRIORITY=\"%s\" is not a small non-negative integer; ignored", prio);
+    }
+
+    cfg->lock_timeout_ms = CFG_DEFAULT_LOCK_TIMEOUT_MS;
+    const char *lt = getenv("HAMI_SHIM_LOCK_TIMEOUT_MS");
+    if (lt && *lt) {
+        char *end = NULL;
+        long v = strtol(lt, &end, 10);
+        if (*end == '\0' && v >= 1 && v <= 600000)
+            cfg->lock_timeout_ms = (int)v;
+        else
+            LOG_ERROR("HAMI_SHIM_LOCK_TIMEOUT_MS=\"%s\" is not 1..600000; using %d", lt,
+                      CFG_DEFAULT_LOCK_TIMEOUT_MS);
+    }
+    cfg->reconcile_ms = CFG_DEFAULT_RECONCILE_MS;
+    const char *rc = getenv("HAMI_SHIM_RECONCILE_MS");
+    if (rc && *rc) {
+        char *end = NULL;
+        long v = strtol(rc, &end, 10);
+        if (*end == '\0' && v >= -1 && v <= 3600000)
+            cfg->reconcile_ms = (int)v;
+        else
+            LOG_ERROR("HAMI_SHIM_RECONCILE_MS=\"%s\" is not -1..3600000; using %d", rc,
+                      CFG_DEFAULT_RECONCILE_MS);
+    }
+
+    /* Launches skip all throttle work when no compute limit is configured at all. */
+    extern char **environ;
+    for (char **e = environ; e && *e; e++)
+        if (strncmp(*e, "CUDA_DEVICE_SM_LIMIT", 20) == 0 || strncmp(*e, "CUDA_DEVICE_CORE_LIMIT", 22) == 0)
+            cfg->sm_configured = 1;
+    load_visible(cfg);
+}
+
+int config_visible_index(const shim_config *cfg, const char *uuid)
+{
+    for (int i = 0; i < cfg->n_visible; i++)
+        if (strcmp(cfg->visible[i], uuid) == 0)
+            return i;
+    return -1;
+}
+
+/* Looks up NAME_<index>, then NAME; returns the value and the name it came from. */
+static const char *lookup(const char *base, int index, char *name, size_t name_len)
+{
+    if (index >= 0) {
+        snprintf(name, name_len, "%s_%d", base, index);
+        const char *v = getenv(name);
+        if (v != NULL)
+            return v;
+    }
+    snprintf(name, name_len, "%s", base);
+    return getenv(name);
+}
+
+void config_device_limits(int index, device_limits *out)
+{
+    memset(out, 0, sizeof *out);
+    char name[64];
+
+    const char *mem = lookup("CUDA_DEVICE_MEMORY_LIMIT", index, name, sizeof name);
+    if (mem == NULL) {
+        out->mem_state = LIMIT_MISSING;
+        snprintf(out->reason, sizeof out->reason,
+                 "no CUDA_DEVICE_MEMORY_LIMIT_%d or CUDA_DEVICE_MEMORY_LIMIT in the environment",
+                 index);
+    } else if (config_parse_size(mem, &out->mem_bytes) != 0) {
+        out->mem_state = LIMIT_MALFORMED;
+        snprintf(out->reason, sizeof out->reason,
+                 "%s=\"%.64s\" is not a size (<digits>[k|m|g])", name, mem);
+    } else {
+        out->mem_state = LIMIT_OK;
+    }
+
+    /* Indexed names beat the all-device defaults; SM_LIMIT (HAMi) beats CORE_LIMIT
+     * (handbook) at the same level. */
+    const char *sm = NULL;
+    if (index >= 0) {
+        sm = lookup("CUDA_DEVICE_SM_LIMIT", index, name, sizeof name);
+        if (sm == NULL || strcmp(name, "CUDA_DEVICE_SM_LIMIT") == 0) {
+            char alt[64];
+            const char *c = lookup("CUDA_DEVICE_CORE_LIMIT", index, alt, sizeof alt);
+            if (c != NULL && strcmp(alt, "CUDA_DEVICE_CORE_LIMIT") != 0) {
+                sm = c;
+                snprintf(name, sizeof name, "%s", alt);
+            }
+        }
+    }
+    if (sm == NULL)
+        sm = lookup("CUDA_DEVICE_SM_LIMIT", -1, name, sizeof name);
+    if (sm == NULL)
+        sm = lookup("CUDA_DEVICE_CORE_LIMIT", -1, name, sizeof name);
+    if (sm == NULL) {
+        out->sm_state = LIMIT_MISSING;
+    } else if (config_parse_percent(sm, &out->sm_percent) != 0) {
+        out->sm_state = LIMIT_MALFORMED;
+        if (out->mem_state == LIMIT_OK)
+            snprintf(out->reason, sizeof out->reason,
+                     "%s=\"%.64s\" is not a percentage 0..100", name, sm);
+    } else {
+        out->sm_state = LIMIT_OK;
+    }
+}

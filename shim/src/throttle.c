@@ -1,0 +1,301 @@
+#include "throttle.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "log.h"
+#include "nvml_util.h"
+#include "real_driver.h"
+#include "region.h"
+#include "shim.h"
+
+#define MAX_PENDING 64             /* measured launches in flight per device */
+#define EST_SLOTS 256              /* per-kernel duration estimates */
+#define TOLERANCE_NS 20000000LL    /* clock may run this far ahead: short bursts */
+#define MAX_WAIT_NS 10000000000LL  /* one launch never waits longer than this */
+#define SHARED_CHECK_NS 1000000000ull
+
+struct pending {
+    CUevent start, end;
+    uintptr_t key;
+    int64_t est_ns;
+};
+
+struct tdev {
+    pthread_mutex_t mu;
+    int init;
+    CUcontext ctx;                 /* context owning the events below */
+    CUevent free_ev[2 * MAX_PENDING + 2];
+    int n_free;
+    struct pending q[MAX_PENDING];
+    int head, count;
+    struct {
+        uintptr_t key;
+        int64_t ns;
+    } est[EST_SLOTS];
+    int64_t any_ns;                /* estimate for kernels never measured */
+    int have_any;                  /* any_ns is valid */
+    int64_t local_clock;           /* used when the shared region is unavailable */
+    uint64_t shared_checked_ns;
+    int shared;
+    int marked;                    /* told the region the throttle is on (force) */
+};
+
+static struct tdev g_td[SHIM_MAX_DEVICES];
+static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct tdev *tdev_for(int dev)
+{
+    if (dev < 0 || dev >= SHIM_MAX_DEVICES)
+        return NULL;
+    struct tdev *td = &g_td[dev];
+    if (!__atomic_load_n(&td->init, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&g_init_mu);
+        if (!td->init) {
+            pthread_mutex_init(&td->mu, NULL);
+            __atomic_store_n(&td->init, 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&g_init_mu);
+    }
+    return td;
+}
+
+static int64_t *clock_of(struct tdev *td, int region_idx)
+{
+    int64_t *c = region_tat(region_idx);
+    return c ? c : &td->local_clock;
+}
+
+/* Expected GPU time of a launch of `key`, or -1 when nothing was measured yet. */
+static int64_t estimate(struct tdev *td, uintptr_t key)
+{
+    size_t i = (key >> 4) % EST_SLOTS;
+    if (key != 0 && td->est[i].key == key)
+        return td->est[i].ns;
+    return td->have_any ? td->any_ns : -1;
+}
+
+static void learn(struct tdev *td, uintptr_t key, int64_t ns)
+{
+    size_t i = (key >> 4) % EST_SLOTS;
+    if (td->est[i].key != key) {
+        td->est[i].key = key;
+        td->est[i].ns = ns;
+    } else {
+        td->est[i].ns += (ns - td->est[i].ns) / 4; /* EWMA, alpha 1/4 */
+    }
+    td->any_ns = td->have_any ? td->any_ns + (ns - td->any_ns) / 4 : ns;
+    td->have_any = 1;
+}
+
+static CUevent take_event(struct tdev *td)
+{
+    if (td->n_free > 0)
+        return td->free_ev[--td->n_free];
+    CUevent e = NULL;
+    cuEventCreate_pfn create = REAL(cuEventCreate);
+    if (create == NULL || create(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+        return NULL;
+    return e;
+}
+
+static void give_event(struct tdev *td, CUevent e)
+{
+    if (e == NULL)
+        return;
+    if (td->n_free < (int)(sizeof td->free_ev / sizeof td->free_ev[0])) {
+        td->free_ev[td->n_free++] = e;
+        return;
+    }
+    cuEventDestroy_v2_pfn destroy = REAL(cuEventDestroy_v2);
+    if (destroy)
+        destroy(e);
+}
+
+/* Applies the measurements of finished launches (td->mu held). */
+static void harvest(struct tdev *td, int region_idx, int limit)
+{
+    cuEventQuery_pfn query = REAL(cuEventQuery);
+    cuEventElapsedTime_pfn elapsed = REAL(cuEventElapsedTime);
+    if (query == NULL || elapsed == NULL)
+        return;
+    int64_t *clk = clock_of(td, region_idx);
+    while (td->count > 0) {
+        struct pending *p = &td->q[td->head];
+        int rc = query(p->end);
+        if (rc == CUDA_ERROR_NOT_READY)
+            break;
+        float ms = 0;
+        if (rc == CUDA_SUCCESS && elapsed(&ms, p->start, p->end) == CUDA_SUCCESS && ms >= 0) {
+            int64_t actual = (int64_t)((double)ms * 1e6);
+            __atomic_add_fetch(clk, (actual - p->est_ns) * 100 / limit, __ATOMIC_RELAXED);
+            learn(td, p->key, actual);
+            region_add_busy(region_idx, (uint64_t)actual, 0);
+            give_event(td, p->start);
+            give_event(td, p->end);
+        } else {
+            /* Context destroyed or similar: these events are dead, drop them. */
+            LOG_DEBUG("dropping a launch measurement (cuEventQuery %d)", rc);
+        }
+        td->head = (td->head + 1) % MAX_PENDING;
+        td->count--;
+    }
+}
+
+/* Policy "default" limits only while someone outside the container uses the GPU:
+ * NVML lists more processes on it than the container has. */
+static int device_shared(struct tdev *td, dev_state *d)
+{
+    uint64_t now = shim_now_ns();
+    if (td->shared_checked_ns && now - td->shared_checked_ns < SHARED_CHECK_NS)
+        return td->shared;
+    int total = nvml_process_count(d->uuid);
+    int ours = region_active_processes(d->region_idx);
+    /* Unknown is treated as shared: throttling by mistake beats not throttling. */
+    int shared = total < 0 || total > ours;
+    if (shared != td->shared || !td->shared_checked_ns)
+        LOG_INFO("device %s %s (NVML processes %d, container processes %d)", d->uuid,
+                 shared ? "is shared: compute limit on" : "is not shared: compute limit off",
+                 total, ours);
+    td->shared = shared;
+    td->shared_checked_ns = now;
+    td->marked = shared;
+    region_set_throttled(d->region_idx, shared);
+    return shared;
+}
+
+void throttle_begin(throttle_ticket *t, CUstream stream, int per_thread, uintptr_t key)
+{
+    t->active = 0;
+    const shim_config *cfg = shim_cfg();
+    if (!cfg->sm_configured || cfg->policy == POLICY_DISABLE || shim_passthrough())
+        return;
+    CUdevice dev;
+    if (shim_current_device(&dev, NULL) != 0)
+        return; /* the driver will report the missing context */
+    dev_state *d = shim_device(dev);
+    struct tdev *td = tdev_for(dev);
+    if (d == NULL || td == NULL || d->sm_limit <= 0 || d->sm_limit >= 100)
+        return;
+    if (shim_ensure_registered() == 0)
+        region_add_busy(d->region_idx, 0, 1); /* marks the device as used by us */
+    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuStreamIsCapturing_pfn capturing = REAL(cuStreamIsCapturing);
+    if (capturing && (capturing(s, &cap) != CUDA_SUCCESS || cap != CU_STREAM_CAPTURE_STATUS_NONE))
+        return; /* captured into a graph: nothing runs now, and events would join the graph */
+
+    const int limit = d->sm_limit;
+    const uint64_t deadline = shim_now_ns() + MAX_WAIT_NS;
+    pthread_mutex_lock(&td->mu);
+    if (cfg->policy == POLICY_DEFAULT && !device_shared(td, d)) {
+        pthread_mutex_unlock(&td->mu);
+        return;
+    }
+    if (!td->marked) {
+        td->marked = 1;
+        region_set_throttled(d->region_idx, 1);
+    }
+    harvest(td, d->region_idx, limit);
+    /* Without an estimate, let one launch through at a time until it is measured;
+     * with one, bound what is in flight unmeasured. */
+    while (td->count > 0 && (td->count >= MAX_PENDING || estimate(td, key) < 0) &&
+           shim_now_ns() < deadline) {
+        pthread_mutex_unlock(&td->mu);
+        shim_sleep_ns(200000);
+        pthread_mutex_lock(&td->mu);
+        harvest(td, d->region_idx, limit);
+    }
+    int64_t est = estimate(td, key);
+    if (est < 0)
+        est = 0; /* corrected when its measurement arrives */
+    int64_t booked = est * 100 / limit;
+    int64_t *clk = clock_of(td, d->region_idx);
+    pthread_mutex_unlock(&td->mu);
+
+    for (;;) {
+        int64_t now = (int64_t)shim_now_ns();
+        int64_t c = __atomic_load_n(clk, __ATOMIC_ACQUIRE);
+        if (c - now > TOLERANCE_NS && (uint64_t)now < deadline) {
+            int64_t wait = c - now - TOLERANCE_NS;
+            shim_sleep_ns((uint64_t)(wait < 5000000 ? wait : 5000000));
+            pthread_mutex_lock(&td->mu);
+            harvest(td, d->region_idx, limit); /* corrections may move the clock */
+            pthread_mutex_unlock(&td->mu);
+            continue;
+        }
+        int64_t next = (c > now ? c : now) + booked;
+        if (__atomic_compare_exchange_n(clk, &c, next, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            break;
+    }
+
+    t->active = 1;
+    t->dev = dev;
+    t->region_idx = d->region_idx;
+    t->limit = limit;
+    t->booked = booked;
+    t->est_ns = est;
+    t->key = key;
+    t->stream = s;
+    t->start = NULL;
+
+    CUcontext cur = NULL;
+    cuCtxGetCurrent_pfn get_cur = REAL(cuCtxGetCurrent);
+    cuEventRecord_pfn record = REAL(cuEventRecord);
+    if (get_cur == NULL || get_cur(&cur) != CUDA_SUCCESS || record == NULL)
+        return;
+    pthread_mutex_lock(&td->mu);
+    if (td->ctx != cur && td->count == 0) {
+        /* Events belong to a context: start a pool for the new one. While launches of
+         * another context are still pending, new ones go unmeasured (estimate only). */
+        cuEventDestroy_v2_pfn destroy = REAL(cuEventDestroy_v2);
+        for (int i = 0; i < td->n_free; i++)
+            if (destroy)
+                destroy(td->free_ev[i]);
+        td->n_free = 0;
+        td->ctx = cur;
+    }
+    if (td->ctx == cur && td->count < MAX_PENDING) {
+        CUevent e = take_event(td);
+        if (e && record(e, s) == CUDA_SUCCESS)
+            t->start = e;
+        else
+            give_event(td, e);
+    }
+    pthread_mutex_unlock(&td->mu);
+}
+
+void throttle_end(throttle_ticket *t, int rc)
+{
+    if (!t->active)
+        return;
+    struct tdev *td = tdev_for(t->dev);
+    pthread_mutex_lock(&td->mu);
+    if (rc != CUDA_SUCCESS) {
+        /* Nothing ran: give the booking back. */
+        __atomic_sub_fetch(clock_of(td, t->region_idx), t->booked, __ATOMIC_RELAXED);
+        give_event(td, t->start);
+    } else if (t->start) {
+        CUevent e = take_event(td);
+        cuEventRecord_pfn record = REAL(cuEventRecord);
+        if (e && record && record(e, t->stream) == CUDA_SUCCESS && td->count < MAX_PENDING) {
+            struct pending *p = &td->q[(td->head + td->count) % MAX_PENDING];
+            p->start = t->start;
+            p->end = e;
+            p->key = t->key;
+            p->est_ns = t->est_ns;
+            td->count++;
+        } else {
+            give_event(td, e);
+            give_event(td, t->start);
+        }
+    }
+    pthread_mutex_unlock(&td->mu);
+}
+
+void throttle_after_fork_child(void)
+{
+    /* Events and contexts do not survive fork(); start from nothing. */
+    memset(g_td, 0, sizeof g_td);
+    pthread_mutex_init(&g_init_mu, NULL);
+}
