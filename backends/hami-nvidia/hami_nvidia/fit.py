@@ -1,126 +1,33 @@
 """Placing one container's NVIDIA request on one node (PROTOCOL.md §1, §2, §5).
 
-Each device is checked in a fixed order and the first failing check is its reason:
-health, cordon, type filter, UUID filter, split count, memory, cores, exclusivity,
-compute exhausted (HAMi's order for the last five, so reason codes match HAMi's).
-The feasible devices are then ranked by the device policy; ties are broken by device
-index, so the same input always gives the same placement.
+The checks, policies and hints are the core's shared device-fit logic
+(``hami_core.devicefit``); this module reads the NVIDIA filter annotations.
 """
 
 from __future__ import annotations
 
-import itertools
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import attrs
+from hami_core.devicefit import DeviceFilters, fit_devices, load, type_matches
+from hami_core.model import DevicePolicy, DeviceRequest, DeviceUsage, FitResult, NodeInfo
 
-from hami_core.model import (
-    ContainerDevice,
-    DevicePolicy,
-    DeviceRequest,
-    DeviceUsage,
-    FitResult,
-    NodeInfo,
-    ReasonCode,
-)
+from .names import NOUSE_TYPE, NOUSE_UUID, NUMA_BIND, USE_TYPE, USE_UUID
 
-from .names import NOUSE_TYPE, NOUSE_UUID, NUMA_BIND, USE_TYPE, USE_UUID, first_annotation
-
-#: Above this many candidates, topology-aware search for a set is greedy, not exhaustive.
-_EXHAUSTIVE_LIMIT = 12
+__all__ = ["filters_of", "fit", "load", "type_matches"]
 
 
-def _tokens(value: str | None) -> tuple[str, ...]:
-    if not value:
-        return ()
-    return tuple(t.strip() for t in value.split(",") if t.strip())
-
-
-def type_matches(model: str, token: str) -> bool:
-    """Whether a device model matches a type filter token, case-insensitively.
-
-    A token matches whole words of the model: ``A10`` matches ``NVIDIA A10`` and
-    ``NVIDIA-A10-24GB`` but not ``NVIDIA A100-SXM4-80GB``; ``A100-SXM4`` matches the
-    latter. Word boundaries are the start/end, spaces and ``-`` / ``_`` (model names as
-    NVML and HAMi's ``NVIDIA-`` prefix write them).
-    """
-    pattern = r"(?:^|[\s_-])" + re.escape(token.lower()) + r"(?:$|[\s_-])"
-    return re.search(pattern, model.lower()) is not None
-
-
-class PodFilters:
-    """The pod's device filters, read once per fit from its annotations."""
-
-    def __init__(self, pod: Mapping[str, Any]) -> None:
-        ann = (pod.get("metadata") or {}).get("annotations") or {}
-        self.use_type = _tokens(first_annotation(ann, USE_TYPE))
-        self.nouse_type = _tokens(first_annotation(ann, NOUSE_TYPE))
-        self.use_uuid = frozenset(_tokens(first_annotation(ann, USE_UUID)))
-        self.nouse_uuid = frozenset(_tokens(first_annotation(ann, NOUSE_UUID)))
-        self.numa_bind = (first_annotation(ann, NUMA_BIND) or "").strip().lower() == "true"
-
-    def type_ok(self, model: str) -> bool:
-        if self.use_type and not any(type_matches(model, t) for t in self.use_type):
-            return False
-        return not any(type_matches(model, t) for t in self.nouse_type)
-
-    def uuid_ok(self, uuid: str) -> bool:
-        if self.use_uuid and uuid not in self.use_uuid:
-            return False
-        return uuid not in self.nouse_uuid
-
-
-def device_reason(
-    usage: DeviceUsage, request: DeviceRequest, filters: PodFilters
-) -> ReasonCode | None:
-    """Why ``usage.device`` cannot take ``request`` now, or None when it can."""
-    dev = usage.device
-    if not dev.healthy:
-        return ReasonCode.CARD_NOT_HEALTH
-    if usage.cordoned:
-        return ReasonCode.CARD_CORDONED
-    if not filters.type_ok(dev.model):
-        return ReasonCode.CARD_TYPE_MISMATCH
-    if not filters.uuid_ok(dev.uuid):
-        return ReasonCode.CARD_UUID_MISMATCH
-    return capacity_reason(usage, request)
-
-
-def capacity_reason(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode | None:
-    """The sharing checks alone (split count, memory, cores, exclusivity)."""
-    dev = usage.device
-    if usage.used_count >= dev.split_count:
-        return ReasonCode.CARD_TIME_SLICING_EXHAUSTED
-    if request.memory_on(dev) > usage.free_memory_mib or request.memory_on(dev) == 0:
-        return ReasonCode.CARD_INSUFFICIENT_MEMORY
-    if request.cores_pct > usage.free_cores_pct:
-        return ReasonCode.CARD_INSUFFICIENT_CORE
-    # cores 100 asks for the device alone (HAMi: only where the device has 100 cores).
-    if dev.cores_pct == 100 and request.cores_pct == 100 and usage.used_count > 0:
-        return ReasonCode.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-    # A device whose compute is all taken gets no more cores-0 sharers.
-    if dev.cores_pct and usage.used_cores_pct >= dev.cores_pct and request.cores_pct == 0:
-        return ReasonCode.CARD_COMPUTE_UNITS_EXHAUSTED
-    return None
-
-
-def load(usage: DeviceUsage) -> float:
-    """How full a device is: used fractions of memory, cores and sharers, summed (0..3).
-
-    Rounded to 1e-9 so that mathematically equal loads compare equal and ties fall to
-    the device index, whatever the order of the float operations.
-    """
-    dev = usage.device
-    total = 0.0
-    if dev.memory_mib:
-        total += usage.used_memory_mib / dev.memory_mib
-    if dev.cores_pct:
-        total += usage.used_cores_pct / dev.cores_pct
-    if dev.split_count:
-        total += usage.used_count / dev.split_count
-    return round(total, 9)
+def filters_of(pod: Mapping[str, Any]) -> DeviceFilters:
+    """The pod's NVIDIA device filters (HAMi's annotation names and the handbook's)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return DeviceFilters.from_annotations(
+        annotations,
+        use_type=USE_TYPE,
+        nouse_type=NOUSE_TYPE,
+        use_uuid=USE_UUID,
+        nouse_uuid=NOUSE_UUID,
+        numa_bind=NUMA_BIND,
+    )
 
 
 def fit(
@@ -130,173 +37,8 @@ def fit(
     pod: Mapping[str, Any],
     policy: DevicePolicy,
 ) -> FitResult:
-    """Choose ``request.count`` distinct devices on ``node``, or explain why not.
+    """Choose ``request.count`` distinct GPUs on ``node``, or explain why not.
 
-    Args:
-        request: one container's NVIDIA request.
-        node: the node (for link scores).
-        usage: the node's NVIDIA devices with current usage, in index order.
-        pod: the pod (type/UUID filters, ``numa-bind``).
-        policy: the device policy.
-
-    Returns:
-        A ``FitResult``; on a no-fit every rejected device has its reason, and
-        ``largest_memory_mib`` / ``largest_cores_pct`` say what would have fitted.
+    See ``hami_core.devicefit.fit_devices`` for the checks, their order and the hints.
     """
-    filters = PodFilters(pod)
-    ordered = sorted(usage, key=lambda u: (u.device.index, u.device.uuid))
-    reasons: dict[str, ReasonCode] = {}
-    feasible: list[DeviceUsage] = []
-    for u in ordered:
-        reason = device_reason(u, request, filters)
-        if reason is None:
-            feasible.append(u)
-        else:
-            reasons[u.device.uuid] = reason
-
-    chosen: list[DeviceUsage] | None = None
-    node_reason: ReasonCode | None = None
-    if len(ordered) < request.count:
-        node_reason = ReasonCode.NODE_INSUFFICIENT_DEVICE
-    elif len(feasible) >= request.count:
-        chosen = _choose(feasible, request.count, node, policy, numa_bind=filters.numa_bind)
-        if chosen is None:
-            node_reason = ReasonCode.NUMA_NOT_FIT
-    elif feasible:
-        node_reason = ReasonCode.ALLOCATED_CARDS_INSUFFICIENT_REQUEST
-
-    if chosen is not None:
-        return FitResult(
-            devices=tuple(
-                ContainerDevice(
-                    uuid=u.device.uuid,
-                    vendor=u.device.vendor,
-                    memory_mib=request.memory_on(u.device),
-                    cores_pct=request.cores_pct,
-                )
-                for u in chosen
-            )
-        )
-    largest_mem, largest_cores = _largest(ordered, request, filters)
-    return FitResult(
-        device_reasons=reasons,
-        node_reason=node_reason,
-        largest_memory_mib=largest_mem,
-        largest_cores_pct=largest_cores,
-    )
-
-
-def _largest(
-    ordered: Sequence[DeviceUsage], request: DeviceRequest, filters: PodFilters
-) -> tuple[int | None, int | None]:
-    """Most memory (MiB) / cores (percent) per device that a request of the same count
-    and the same other dimension would get, or None when even 1 MiB / 1 percent would
-    not fit (the device is excluded for another reason: compute exhausted, exclusivity,
-    split count, filters)."""
-
-    def fits_with(u: DeviceUsage, *, memory_mib: int, cores_pct: int) -> bool:
-        probe = attrs.evolve(
-            request, count=1, memory_mib=memory_mib, memory_pct=0, cores_pct=cores_pct
-        )
-        return device_reason(u, probe, filters) is None
-
-    k = request.count - 1
-    # Each probe shrinks the other dimension to what is free, so a request short of both
-    # memory and cores gets both hints; whatever else blocks a device still excludes it.
-    mem_room = sorted(
-        (
-            u.free_memory_mib
-            for u in ordered
-            if fits_with(u, memory_mib=1, cores_pct=min(request.cores_pct, u.free_cores_pct))
-        ),
-        reverse=True,
-    )
-    cores_room = sorted(
-        (
-            u.free_cores_pct
-            for u in ordered
-            if u.free_cores_pct > 0
-            and fits_with(
-                u,
-                memory_mib=max(1, min(request.memory_on(u.device), u.free_memory_mib)),
-                cores_pct=1,
-            )
-        ),
-        reverse=True,
-    )
-    return (
-        mem_room[k] if len(mem_room) > k else None,
-        cores_room[k] if len(cores_room) > k else None,
-    )
-
-
-def _choose(
-    feasible: list[DeviceUsage],
-    count: int,
-    node: NodeInfo,
-    policy: DevicePolicy,
-    *,
-    numa_bind: bool,
-) -> list[DeviceUsage] | None:
-    """Rank the feasible devices by policy and take ``count`` (None: NUMA bind fails)."""
-    if numa_bind or policy is DevicePolicy.NUMA:
-        groups: dict[int, list[DeviceUsage]] = {}
-        for u in feasible:
-            groups.setdefault(u.device.numa, []).append(u)
-        fitting = [g for numa, g in sorted(groups.items()) if len(g) >= count]
-        if fitting:
-            # The fullest NUMA node that can host the whole container keeps others free.
-            best = max(fitting, key=lambda g: (sum(load(u) for u in g), -g[0].device.numa))
-            return _rank(best, DevicePolicy.BINPACK if policy is DevicePolicy.NUMA else policy)[
-                :count
-            ]
-        if numa_bind:
-            return None
-    if policy is DevicePolicy.TOPOLOGY_AWARE and node.link_scores:
-        return _topology(feasible, count, node.link_scores)
-    return _rank(feasible, policy)[:count]
-
-
-def _rank(devices: list[DeviceUsage], policy: DevicePolicy) -> list[DeviceUsage]:
-    if policy is DevicePolicy.BINPACK:
-        return sorted(devices, key=lambda u: (-load(u), u.device.index, u.device.uuid))
-    # spread (and the fallback of numa / topology-aware): emptiest first
-    return sorted(devices, key=lambda u: (load(u), u.device.index, u.device.uuid))
-
-
-def _topology(
-    feasible: list[DeviceUsage], count: int, scores: Mapping[str, Mapping[str, int]]
-) -> list[DeviceUsage]:
-    """PROTOCOL.md §2: N >= 2 -> the set with the highest sum of pair scores; N = 1 ->
-    the device with the lowest sum of scores to the other free devices."""
-
-    def pair(a: DeviceUsage, b: DeviceUsage) -> int:
-        return scores.get(a.device.uuid, {}).get(b.device.uuid, 0)
-
-    by_index = sorted(feasible, key=lambda u: (u.device.index, u.device.uuid))
-    if count == 1:
-        return [
-            min(
-                by_index,
-                key=lambda u: (sum(pair(u, o) for o in by_index if o is not u), u.device.index),
-            )
-        ]
-    if len(by_index) <= _EXHAUSTIVE_LIMIT:
-        best = max(
-            itertools.combinations(by_index, count),
-            key=lambda combo: (
-                sum(pair(a, b) for a, b in itertools.combinations(combo, 2)),
-                [-u.device.index for u in combo],
-            ),
-        )
-        return list(best)
-    # Greedy: start from the best-linked pair, add the device adding most score.
-    first = max(
-        itertools.combinations(by_index, 2),
-        key=lambda ab: (pair(*ab), -ab[0].device.index, -ab[1].device.index),
-    )
-    chosen = list(first)
-    while len(chosen) < count:
-        rest = [u for u in by_index if u not in chosen]
-        chosen.append(max(rest, key=lambda u: (sum(pair(u, c) for c in chosen), -u.device.index)))
-    return sorted(chosen, key=lambda u: u.device.index)
+    return fit_devices(request, node, usage, filters_of(pod), policy)
