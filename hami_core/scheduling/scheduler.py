@@ -17,7 +17,15 @@ import attrs
 
 from hami_core.cluster.base import ClusterStore, KubeObject
 from hami_core.errors import ConflictError, HamiError, InvalidInputError, NotFoundError
-from hami_core.model import Allocation, DevicePolicy, DeviceUsage, NodeInfo, NodePolicy, PodRequest
+from hami_core.model import (
+    Allocation,
+    DevicePolicy,
+    DeviceUsage,
+    NodeInfo,
+    NodePolicy,
+    PodRequest,
+    ReasonCode,
+)
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import encode_pod_devices
@@ -131,26 +139,24 @@ class Scheduler:
         Raises:
             InvalidInputError: the pod's requests or policy annotations are invalid.
         """
+        missing: list[str] = []
         if node_names is None:
             nodes = self.store.list_nodes()
         else:
             nodes = []
-            missing = []
             for name in node_names:
                 try:
                     nodes.append(self.store.get_node(name))
                 except NotFoundError:
                     missing.append(name)
-            if missing:
-                log.info("filter: unknown nodes %s", missing)
-        return self._filter(pod, nodes, live_usage=True, extra_failed={})
+        return self._filter(pod, nodes, live_usage=True, unknown=missing)
 
     def filter_objects(
         self, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]
     ) -> FilterResult:
         """Fit against the node objects given, with zero usage and no quota, writing
         nothing (kube-scheduler's full-``Nodes`` form, used by the cluster autoscaler)."""
-        return self._filter(pod, list(nodes), live_usage=False, extra_failed={})
+        return self._filter(pod, list(nodes), live_usage=False, unknown=[])
 
     def _filter(
         self,
@@ -158,14 +164,14 @@ class Scheduler:
         nodes: Sequence[Mapping[str, Any]],
         *,
         live_usage: bool,
-        extra_failed: dict[str, str],
+        unknown: list[str],
     ) -> FilterResult:
         request = self.pod_request(pod)
         policies = self.policies(pod)
         names = [str((n.get("metadata") or {}).get("name", "")) for n in nodes]
-        if not request.wants_devices:
+        if not request.wants_devices:  # not ours to judge, even on nodes we have not seen
             return FilterResult(
-                feasible=tuple(names), failed={}, fits={}, scores={}, policies=policies
+                feasible=tuple(names + unknown), failed={}, fits={}, scores={}, policies=policies
             )
         limits: tuple[QuotaLimit, ...] = ()
         used: dict[tuple[str, str], int] = {}
@@ -178,7 +184,11 @@ class Scheduler:
                     exclude_uid=request.uid,
                 )
         feasible: list[str] = []
-        failed = dict(extra_failed)
+        # A node we cannot see cannot be checked: say so rather than guess.
+        failed = {
+            n: f"{ReasonCode.NODE_UNREGISTERED.value} (node not in the scheduler's cache)"
+            for n in unknown
+        }
         fits: dict[str, NodeFit] = {}
         scores: dict[str, float] = {}
         for node in nodes:

@@ -224,3 +224,35 @@ def test_bind_gives_up_after_the_wait(env):
     p = add(c, "p", gpu=1, gpumem=1000)
     with pytest.raises(ConflictError, match="locked by default/holder"):
         sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+
+
+def test_a_failing_event_write_never_fails_a_bind(env, monkeypatch):
+    c, sched, _ = env
+    p = add(c, "p", gpu=1, gpumem=1000)
+
+    def broken(*a, **k):
+        raise RuntimeError("events API down")
+
+    monkeypatch.setattr(c, "record_event", broken)
+    assert sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1") is not None
+
+
+def test_release_retries_conflicts_and_never_releases_another_owner(env, monkeypatch):
+    from hami_core.scheduling.nodelock import release_node_lock
+
+    c, _, _ = env
+    c.patch_node_annotations("n1", {"hami.io/mutex.lock": encode_lock(T0, "default", "owner")})
+    assert release_node_lock(c, "n1", namespace="default", pod="own") is False  # not a prefix match
+    assert release_node_lock(c, "ghost-node", namespace="default", pod="owner") is False
+    real = c.patch_node_annotations
+    calls = {"n": 0}
+
+    def racy(name, annotations, *, resource_version=None):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            real(name, {"other": "write"})
+        return real(name, annotations, resource_version=resource_version)
+
+    monkeypatch.setattr(c, "patch_node_annotations", racy)
+    assert release_node_lock(c, "n1", namespace="default", pod="owner") is True
+    assert lock_of(c) is None and calls["n"] == 2

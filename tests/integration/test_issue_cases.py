@@ -196,3 +196,43 @@ def test_largest_hint_is_the_free_memory_of_the_best_device():
     assert p.submit(pod("exact", container(gpu=1, gpumem=12384))).scheduled
     three = p.submit(pod("three", container(gpu=2, gpumem=13000)))
     assert three.filter.fits["node-1"].miss.result.largest_memory_mib is None  # GPU-B is full
+
+
+def test_quota_on_percent_memory_is_enforced_at_fit():
+    p = pipeline(node("node-1", [gpu("GPU-A100", memory_mib=81920, model="NVIDIA A100-SXM4-80GB")]))
+    p.cluster.add_quota(
+        {
+            "metadata": {"name": "q", "namespace": "team"},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "30000"}},
+        }
+    )
+    out = p.submit(pod("half", container(gpu=1, gpumem_percentage=50), namespace="team"))
+    assert not out.denied  # admission cannot know what 50 % is before a device is chosen
+    assert out.filter.failed["node-1"] == (
+        "ResourceQuotaNotFit (quota q: limits.nvidia.com/gpumem 30000, used 0, this pod 40960)"
+    )
+    assert p.submit(
+        pod("third", container(gpu=1, gpumem_percentage=30), namespace="team")
+    ).scheduled
+
+
+def test_unknown_node_names_are_reported_not_guessed():
+    p = pipeline(ONE_GPU)
+    stored = p.cluster.add_pod(pod("p", container(gpu=1, gpumem=100)))
+    result = p.scheduler.filter(stored, ["node-1", "node-new"])
+    assert result.feasible == ("node-1",)
+    assert result.failed == {"node-new": "NodeUnregistered (node not in the scheduler's cache)"}
+    plain = p.cluster.add_pod(pod("plain", {"name": "c", "image": "x"}))
+    assert p.scheduler.filter(plain, ["node-1", "node-new"]).feasible == ("node-1", "node-new")
+
+
+def test_an_unreadable_allocation_is_skipped_and_logged(caplog):
+    p = pipeline(ONE_GPU)
+    broken = pod("broken", container(gpu=1, gpumem=100))
+    broken["metadata"]["annotations"] = {
+        "hami.io/vgpu-node": "node-1",
+        "hami.io/vgpu-devices-allocated": "GPU-A,NVIDIA,lots,0:;",
+    }
+    p.cluster.add_pod(broken)
+    assert p.submit(pod("next", container(gpu=1, gpumem=16384))).scheduled
+    assert "ignoring an unreadable allocation: pod default/broken" in caplog.text
