@@ -240,3 +240,31 @@ def test_killing_the_leader_hands_binding_to_the_other_replica(control_plane, co
     create(core, pod("after", container(gpu=1, gpumem=1000)))
     (bound,) = wait_bound(control_plane, core, ["after"], timeout=90)
     assert bound["metadata"]["annotations"]["hami.io/vgpu-node"] == n
+
+
+def test_metrics_endpoint_reports_binds_and_allocations(control_plane, core, stack):
+    n = unique("metrics")
+    add_gpu_node(control_plane, n, [gpu(f"GPU-{n}")])
+    create(core, pod("measured", container(gpu=1, gpumem=2000, gpucores=20)))
+    wait_bound(control_plane, core, ["measured"])
+    leader = next(name for name in stack.replicas if stack.leader(name))
+    port = stack.metrics_ports[leader]
+
+    def scrape():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return text if f'node="{n}"' in text else None  # the cache has seen the bound pod
+
+    text = control_plane.wait_for(scrape, timeout=20, message="metrics of the new node")
+    assert "hami_scheduler_filter_duration_seconds_count" in text
+    success = [
+        line for line in text.splitlines() if line.startswith("hami_scheduler_bind_success_total")
+    ]
+    assert success and float(success[0].split()[-1]) >= 1
+    lines = [
+        line
+        for line in text.splitlines()
+        if line.startswith("hami_gpu_memory_allocated_bytes{") and n in line
+    ]
+    assert lines and float(lines[0].split()[-1]) == 2000 * 2**20, lines
+    assert 'hami_vgpu_memory_allocated_bytes{container="main",device="GPU-' in text
