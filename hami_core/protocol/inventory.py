@@ -161,6 +161,12 @@ def _int(text: str, key: str, where: str) -> int:
 def _device(where: str, **fields: Any) -> DeviceInfo:
     if not fields["uuid"]:
         raise AnnotationError(f"{where}: missing device id")
+    if any(sep in fields["uuid"] for sep in ",:;"):
+        # The id is written into pods' device lists, where these characters separate fields.
+        raise AnnotationError(
+            f"{where}: device id {fields['uuid']!r} contains ',', ':' or ';', "
+            "which a pod's device list cannot carry"
+        )
     if fields["mode"] not in DEVICE_MODES:
         raise AnnotationError(
             f"{where}: mode must be one of {', '.join(DEVICE_MODES)}, got {fields['mode']!r}"

@@ -25,7 +25,8 @@ MEMORY, CORES, COUNT = "memory", "cores", "count"
 
 @attrs.frozen
 class QuotaLimit:
-    """One enforced quota: the quota's key, what it measures, its hard limit."""
+    """One enforced quota: the quota's key, what it measures, its hard limit (in MiB for
+    memory, whatever the resource's unit; percent for cores; devices for counts)."""
 
     quota: str
     key: str
@@ -38,17 +39,19 @@ def quota_limits(
     quotas: Iterable[Mapping[str, Any]], device_types: Iterable[DeviceTypeInfo]
 ) -> list[QuotaLimit]:
     """The device limits stated by ``quotas`` (unparseable values are skipped)."""
-    by_resource: dict[str, tuple[str, str]] = {}
+    # resource name -> (vendor, measure, MiB per unit): a memory quota is written in the
+    # resource's own unit (256 MiB for Cambricon) and compared in MiB.
+    by_resource: dict[str, tuple[str, str, int]] = {}
     for t in device_types:
         r = t.resources
-        for name, measure in (
-            (r.memory, MEMORY),
-            (r.cores, CORES),
-            (r.cores_alias, CORES),
-            (r.count, COUNT),
+        for name, measure, unit in (
+            (r.memory, MEMORY, r.memory_unit_mib),
+            (r.cores, CORES, 1),
+            (r.cores_alias, CORES, 1),
+            (r.count, COUNT, 1),
         ):
             if name:
-                by_resource[name] = (t.vendor, measure)
+                by_resource[name] = (t.vendor, measure, unit)
     out = []
     for q in quotas:
         qname = str((q.get("metadata") or {}).get("name", ""))
@@ -56,9 +59,9 @@ def quota_limits(
             resource = key.removeprefix("limits.").removeprefix("requests.")
             if resource not in by_resource:
                 continue
-            vendor, measure = by_resource[resource]
+            vendor, measure, unit = by_resource[resource]
             try:
-                hard = parse_quantity_int(value, resource=key, maximum=2**62)
+                hard = parse_quantity_int(value, resource=key, maximum=2**62) * unit
             except QuantityError:
                 continue
             out.append(QuotaLimit(quota=qname, key=key, vendor=vendor, measure=measure, hard=hard))

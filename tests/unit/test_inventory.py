@@ -149,3 +149,10 @@ def test_json_round_trip(devs):
 @given(st.lists(devices, max_size=8))
 def test_legacy_round_trip(devs):
     assert decode_inventory(encode_inventory_legacy(devs), node="n", vendor="NVIDIA") == tuple(devs)
+
+
+def test_a_device_id_that_a_device_list_cannot_carry_is_refused():
+    with pytest.raises(
+        AnnotationError, match=r"node n1: inventory device #0: device id '0000:53:00.0' contains"
+    ):
+        decode_inventory('[{"id":"0000:53:00.0","count":1,"devmem":1}]', node="n1", vendor="XPU")

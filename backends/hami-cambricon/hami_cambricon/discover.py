@@ -1,0 +1,216 @@
+"""Finding the node's MLUs from ``cnmon info`` (Cambricon's management tool).
+
+The output format of ``cnmon info``: one block per card, opened by a ``Card <n>`` line
+and made of ``<Field> : <value>`` lines; sections such as ``Physical Memory Usage`` hold
+indented ``Total`` / ``Used`` / ``Free`` lines in MiB. Source: the layout real-output
+parsers rely on (SwanLab's Cambricon collector reads ``Card``, ``Product Name`` and the
+``Total`` after ``Physical Memory Usage`` from ``cnmon info -m``); Cambricon's CNMon User
+Guide itself was not available when this was written, so the parser is lenient: it
+reads ``Product Name`` (the model, e.g. ``MLU370-X8``), ``UUID`` or ``MLU UUID``, the
+``Total`` of ``Physical Memory Usage``, and the card number, and ignores everything else.
+Device ids carry the ``MLU-`` prefix Cambricon's device plugin gives them
+(``cardUUID = "MLU-" + ...`` in cambricon-k8s-device-plugin ``pkg/cndev``), which is also
+the form of HAMi's documented ``hami.io/node-mlu-register`` example.
+
+Hardware access sits behind ``Runner`` (argv -> stdout, or None when the tool is
+missing); tests pass a fake or a ``cat`` of a recorded sample.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+
+from hami_core.errors import InvalidInputError
+from hami_core.model import DeviceInfo
+from hami_core.protocol.config import VendorConfig
+
+from . import VENDOR, options
+
+#: argv -> the tool's stdout, or None when the tool is absent or fails.
+Runner = Callable[[Sequence[str]], str | None]
+
+_CARD = re.compile(r"^\s*Card\s*:?\s*(\d+)\s*$", re.IGNORECASE)
+_FIELD = re.compile(r"^(\s*)([^:]+?)\s*:\s*(.*?)\s*$")
+_MIB = re.compile(r"^(\d+)\s*(MiB|MB)?$", re.IGNORECASE)
+_SEPARATORS = ",:;"
+
+
+@attrs.frozen(kw_only=True)
+class CnmonCard:
+    """One card as ``cnmon info`` reports it.
+
+    Attributes:
+        index: the card number (``Card <n>``), the index ``CAMBRICON_VISIBLE_DEVICES`` uses.
+        model: ``Product Name``, e.g. ``MLU370-X8``.
+        uuid: the device id, ``MLU-`` prefixed.
+        memory_mib: ``Physical Memory Usage`` -> ``Total``, MiB.
+    """
+
+    index: int
+    model: str
+    uuid: str
+    memory_mib: int
+
+
+def run_tool(argv: Sequence[str], *, timeout_s: float = 30.0) -> str | None:
+    """Run a management tool; its stdout, or None when it is missing or fails."""
+    if not argv or shutil.which(argv[0]) is None:
+        return None
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _normalise_uuid(value: str, *, card: int) -> str:
+    uuid = value.strip()
+    if not uuid.upper().startswith("MLU-"):
+        uuid = f"MLU-{uuid}"
+    if any(sep in uuid for sep in _SEPARATORS) or " " in uuid:
+        raise InvalidInputError(
+            f"cnmon info: card {card}: UUID {value!r} contains a separator of the device list"
+        )
+    return uuid
+
+
+def parse_cnmon_info(text: str) -> list[CnmonCard]:
+    """Parse ``cnmon info`` output into cards, in card order.
+
+    Raises:
+        InvalidInputError: a card block lacks ``Product Name``, a UUID or the physical
+            memory total, or a value is malformed; the message names the card.
+    """
+    blocks: list[tuple[int, list[str]]] = []
+    for line in text.splitlines():
+        m = _CARD.match(line)
+        if m:
+            blocks.append((int(m.group(1)), []))
+        elif blocks:
+            blocks[-1][1].append(line)
+    cards = []
+    for index, lines in blocks:
+        fields: dict[str, str] = {}
+        section = ""
+        section_indent = -1
+        for line in lines:
+            m = _FIELD.match(line)
+            if not m:
+                continue
+            indent, key, value = len(m.group(1).expandtabs()), m.group(2).strip(), m.group(3)
+            if section and indent <= section_indent:
+                section = ""
+            if not value:
+                section, section_indent = key, indent
+                continue
+            fields[f"{section}/{key}" if section else key] = value
+        where = f"cnmon info: card {index}"
+        model = fields.get("Product Name", "").strip()
+        if not model:
+            raise InvalidInputError(f"{where}: no Product Name")
+        raw_uuid = fields.get("UUID") or fields.get("MLU UUID")
+        if not raw_uuid:
+            raise InvalidInputError(f"{where}: no UUID")
+        total = fields.get("Physical Memory Usage/Total")
+        if total is None:
+            raise InvalidInputError(f"{where}: no Physical Memory Usage Total")
+        mm = _MIB.match(total.strip())
+        if not mm:
+            raise InvalidInputError(f"{where}: memory total {total!r} is not a MiB count")
+        cards.append(
+            CnmonCard(
+                index=index,
+                model=model,
+                uuid=_normalise_uuid(raw_uuid, card=index),
+                memory_mib=int(mm.group(1)),
+            )
+        )
+    return sorted(cards, key=lambda c: c.index)
+
+
+def to_devices(cards: Iterable[CnmonCard], config: VendorConfig) -> list[DeviceInfo]:
+    """Cards as inventory devices (PROTOCOL.md §2), index order.
+
+    ``memory_mib`` is the physical total x ``deviceMemoryScaling`` (rounded down),
+    ``cores_pct`` is 100 x ``deviceCoreScaling``, ``split_count`` is ``deviceSplitCount``.
+    ``cnmon info`` reports no health, so discovered cards are healthy; the device plugin's
+    health checks mark them otherwise.
+    """
+    return [
+        DeviceInfo(
+            uuid=c.uuid,
+            vendor=VENDOR,
+            model=c.model,
+            index=c.index,
+            split_count=config.split_count,
+            memory_mib=int(c.memory_mib * config.memory_scaling),
+            cores_pct=int(100 * config.core_scaling),
+            numa=0,
+            healthy=True,
+        )
+        for c in sorted(cards, key=lambda c: c.index)
+    ]
+
+
+def _argv(config: VendorConfig) -> list[str]:
+    return shlex.split(str(options.option(config, options.CNMON_COMMAND)))
+
+
+def default_runner(config: VendorConfig) -> Runner:
+    """``run_tool`` with the configured timeout."""
+    timeout_s = float(options.option(config, options.CNMON_TIMEOUT_S))
+    return lambda argv: run_tool(argv, timeout_s=timeout_s)
+
+
+def discover(config: VendorConfig, runner: Runner | None = None) -> list[DeviceInfo] | None:
+    """The node's MLUs, or None when ``cnmon`` is not available (no Cambricon driver).
+
+    Raises:
+        InvalidInputError: the output cannot be parsed (see ``parse_cnmon_info``).
+    """
+    text = (runner or default_runner(config))(_argv(config))
+    if text is None:
+        return None
+    return to_devices(parse_cnmon_info(text), config)
+
+
+_cache_lock = threading.Lock()
+_index_cache: dict[tuple[str, ...], dict[str, int]] = {}
+
+
+def index_map(
+    config: VendorConfig, uuids: Iterable[str], runner: Runner | None = None
+) -> dict[str, int]:
+    """UUID -> card index for the given UUIDs, from a cached ``cnmon info``; the tool is
+    run again when a UUID is not in the cache (a card replaced, a driver reload).
+
+    Returns: only the UUIDs that could be resolved (empty when ``cnmon`` is missing).
+    """
+    argv = tuple(_argv(config))
+    wanted = set(uuids)
+    with _cache_lock:
+        cached = _index_cache.get(argv, {})
+        if not wanted <= cached.keys():
+            text = (runner or default_runner(config))(list(argv))
+            if text is not None:
+                try:
+                    cached = {c.uuid: c.index for c in parse_cnmon_info(text)}
+                except InvalidInputError:
+                    cached = {}
+                _index_cache[argv] = cached
+        return {u: cached[u] for u in wanted if u in cached}
+
+
+def clear_cache() -> None:
+    """Forget cached ``cnmon info`` results (tests)."""
+    with _cache_lock:
+        _index_cache.clear()

@@ -1,0 +1,104 @@
+"""Cambricon resource names, annotation keys and their aliases (PROTOCOL.md §1-3, §5).
+
+Sources:
+    - PROTOCOL.md §1: vendor key ``MLU``; ``cambricon.com/vmlu`` (count),
+      ``cambricon.com/mlu.smlu.vmemory`` (memory, unit 256 MiB),
+      ``cambricon.com/mlu.smlu.vcore`` (cores, percent).
+    - HAMi 2.10 ``pkg/device/cambricon/device.go``: the pod keys
+      ``hami.io/cambricon-mlu-devices-to-allocate`` / ``-allocated``, the filter
+      annotations ``cambricon.com/use-mlutype``, ``cambricon.com/nouse-mlutype``,
+      ``cambricon.com/use-gpuuuid``, ``cambricon.com/nouse-gpuuuid``, and the 256 MiB unit
+      (``memnum = memnums * 256``).
+    - HAMi's device-plugin protocol document (its registration example) and HAMi's
+      earlier ``pkg/device/cambricon`` (``RegisterAnnos``, ``HandshakeAnnos``): the node keys
+      ``hami.io/node-mlu-register`` and ``hami.io/node-handshake-mlu``.
+    - HAMi's Cambricon guide ("specify device type"): with ``--enable-device-type`` the
+      Cambricon device plugin names resources after the model, e.g.
+      ``cambricon.com/mlu370.smlu.vmemory`` / ``cambricon.com/mlu370.smlu.vcore``; the
+      handbook's seed example uses those names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from hami_core.model import DeviceTypeInfo, ResourceNames
+from hami_core.protocol.config import VendorConfig
+
+from . import VENDOR
+
+#: MiB per unit of the memory resource (HAMi: ``memnum = memnums * 256``; Cambricon's
+#: dynamic-sMLU plugin ``min-dsmlu-unit=256``).
+MEMORY_UNIT_MIB = 256
+
+DEFAULT_RESOURCES = ResourceNames(
+    count="cambricon.com/vmlu",
+    memory="cambricon.com/mlu.smlu.vmemory",
+    cores="cambricon.com/mlu.smlu.vcore",
+    memory_unit_mib=MEMORY_UNIT_MIB,
+)
+
+DEVICE_TYPE = DeviceTypeInfo(
+    vendor=VENDOR,
+    resources=DEFAULT_RESOURCES,
+    register_annotation="hami.io/node-mlu-register",
+    handshake_annotation="hami.io/node-handshake-mlu",
+    to_allocate_annotation="hami.io/cambricon-mlu-devices-to-allocate",
+    allocated_annotation="hami.io/cambricon-mlu-devices-allocated",
+)
+
+# Pod annotations: HAMi's Cambricon names first, then the handbook's aliases (PROTOCOL.md §5).
+USE_TYPE = ("cambricon.com/use-mlutype", "hami.io/gpu-type")
+NOUSE_TYPE = ("cambricon.com/nouse-mlutype",)
+USE_UUID = ("cambricon.com/use-gpuuuid", "hami.io/gpu-uuid-include", "hami.io/gpu-uuid-white-list")
+NOUSE_UUID = ("cambricon.com/nouse-gpuuuid", "hami.io/gpu-uuid-exclude")
+
+#: Type-filter tokens that name the vendor rather than a model: the handbook selects MLUs
+#: with ``hami.io/gpu-type: "cambricon"``.
+VENDOR_TOKENS = frozenset({"cambricon", "mlu"})
+
+#: The model part of the generic names (``cambricon.com/mlu.smlu.vmemory``): no model.
+GENERIC_MODEL = "mlu"
+
+
+def resources(config: VendorConfig) -> ResourceNames:
+    """The resource names in force: the defaults with the config's overrides."""
+    return ResourceNames(
+        count=config.resource_count_name or DEFAULT_RESOURCES.count,
+        memory=config.resource_memory_name or DEFAULT_RESOURCES.memory,
+        cores=config.resource_cores_name or DEFAULT_RESOURCES.cores,
+        memory_unit_mib=MEMORY_UNIT_MIB,
+    )
+
+
+def qualified_name_pattern(names: ResourceNames) -> re.Pattern[str]:
+    """Pattern of the model-qualified names in the domain of the configured memory name.
+
+    ``cambricon.com/mlu370.smlu.vmemory`` -> model ``mlu370``, kind ``vmemory``.
+    """
+    domain = names.memory.split("/", 1)[0] if "/" in names.memory else "cambricon.com"
+    return re.compile(
+        rf"^{re.escape(domain)}/(?P<model>[A-Za-z0-9][A-Za-z0-9-]*)\.smlu\.(?P<kind>vmemory|vcore)$"
+    )
+
+
+def qualified_name(names: ResourceNames, model: str, kind: str) -> str:
+    """The model-qualified name of ``kind`` (``vmemory`` or ``vcore``) for ``model``."""
+    domain = names.memory.split("/", 1)[0] if "/" in names.memory else "cambricon.com"
+    return f"{domain}/{model}.smlu.{kind}"
+
+
+def first_annotation(annotations: Mapping[str, str], keys: tuple[str, ...]) -> str | None:
+    """The value of the first of ``keys`` present in ``annotations``."""
+    for key in keys:
+        if key in annotations:
+            return annotations[key]
+    return None
+
+
+def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    """The pod's annotations (empty when none)."""
+    annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
+    return annotations

@@ -1,0 +1,78 @@
+"""Admission (webhook) logic for Kunlunxin containers: defaults and trimmed memory."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hami_core.errors import InvalidInputError
+from hami_core.model import MutateResult
+from hami_core.protocol.config import VendorConfig
+
+from . import options
+from .names import resources, whole_card_resource
+from .requests import parse_request, read_raw, resource_value
+
+
+def _escape(key: str) -> str:
+    """JSON-pointer escaping (RFC 6901): ``~`` -> ``~0``, ``/`` -> ``~1``."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def mutate_container(
+    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
+) -> MutateResult | None:
+    """Patch one container so limits and requests carry the request as scheduled.
+
+    vXPU: writes the count (``kunlunxin.com/vxpu``, default ``defaultGPUNum``) and, when
+    memory was stated or defaulted, the **trimmed** memory (``30000`` becomes ``49152``;
+    above 49152 becomes ``98304``), as HAMi's ``MutateAdmission`` rewrites it, so quotas
+    and ``kubectl get pod`` see the partition the pod really takes. Whole cards
+    (``kunlunxin.com/xpu``): copies the count to requests. A stated count stays as
+    written. When the backend option ``runtimeClassName`` is set and the pod has none,
+    sets it.
+
+    Returns: None for a container without Kunlunxin resources; a denial naming the
+        container, the resource and the value for invalid ones.
+    """
+    try:
+        req = parse_request(container, config)
+        if req is None:
+            return None
+        raw = read_raw(container, config)
+        tiers = options.memory_tiers(config)
+    except InvalidInputError as exc:
+        return MutateResult(denial=str(exc))
+    names = resources(config)
+    values: dict[str, object] = {}
+    if raw.whole is not None:
+        whole = whole_card_resource(config)
+        values[whole] = resource_value(container, whole)
+    else:
+        values[names.count] = resource_value(container, names.count) or str(req.count)
+        if raw.memory_mib or config.default_memory_mib:
+            values[names.memory] = str(req.memory_mib or tiers[-1])
+
+    resources_obj = dict(container.get("resources") or {})
+    patch: list[dict[str, Any]] = []
+    if "resources" not in container or container.get("resources") is None:
+        patch.append({"op": "add", "path": f"{container_path}/resources", "value": {}})
+    for section in ("limits", "requests"):
+        current = dict(resources_obj.get(section) or {})
+        if section not in resources_obj or resources_obj.get(section) is None:
+            patch.append(
+                {"op": "add", "path": f"{container_path}/resources/{section}", "value": {}}
+            )
+        for name, value in values.items():
+            if current.get(name) != value:
+                patch.append(
+                    {
+                        "op": "add",
+                        "path": f"{container_path}/resources/{section}/{_escape(name)}",
+                        "value": value,
+                    }
+                )
+    runtime_class = str(options.option(config, options.RUNTIME_CLASS) or "")
+    if runtime_class and not (pod.get("spec") or {}).get("runtimeClassName"):
+        patch.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class})
+    return MutateResult(patch=tuple(patch))

@@ -1,0 +1,72 @@
+"""Kunlunxin resource names, annotation keys and their aliases (PROTOCOL.md §1-3, §5).
+
+Sources:
+    - PROTOCOL.md §1: vendor key ``XPU``; ``kunlunxin.com/vxpu`` (count),
+      ``kunlunxin.com/vxpu-memory`` (MiB, trimmed up to 24576 / 49152 / 98304), cores
+      derived from memory; whole-card mode ``kunlunxin.com/xpu``.
+    - HAMi 2.10 ``pkg/device/kunlun/vdevice.go``: ``RegisterAnnos =
+      "hami.io/node-register-xpu"``, ``HandshakeAnnos = "hami.io/node-handshake-xpu"``,
+      ``hami.io/xpu-devices-to-allocate`` / ``hami.io/xpu-devices-allocated``, the UUID
+      filters ``hami.io/use-xpu-uuid`` / ``hami.io/no-use-xpu-uuid``.
+    - HAMi 2.10 ``pkg/device/kunlun/config.go``: the default names ``kunlunxin.com/xpu``,
+      ``kunlunxin.com/vxpu``, ``kunlunxin.com/vxpu-memory``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hami_core.model import DeviceTypeInfo, ResourceNames
+from hami_core.protocol.config import VendorConfig
+
+from . import VENDOR, options
+
+DEFAULT_RESOURCES = ResourceNames(
+    count="kunlunxin.com/vxpu",
+    memory="kunlunxin.com/vxpu-memory",
+)
+
+DEVICE_TYPE = DeviceTypeInfo(
+    vendor=VENDOR,
+    resources=DEFAULT_RESOURCES,
+    register_annotation="hami.io/node-register-xpu",
+    handshake_annotation="hami.io/node-handshake-xpu",
+    to_allocate_annotation="hami.io/xpu-devices-to-allocate",
+    allocated_annotation="hami.io/xpu-devices-allocated",
+)
+
+# Pod annotations: HAMi's Kunlunxin names first, then the handbook's aliases (PROTOCOL.md §5).
+USE_TYPE = ("hami.io/gpu-type",)
+USE_UUID = ("hami.io/use-xpu-uuid", "hami.io/gpu-uuid-include", "hami.io/gpu-uuid-white-list")
+NOUSE_UUID = ("hami.io/no-use-xpu-uuid", "hami.io/gpu-uuid-exclude")
+
+#: Type-filter tokens that name the vendor rather than a model (``hami.io/gpu-type: kunlunxin``).
+VENDOR_TOKENS = frozenset({"kunlunxin", "kunlun", "xpu"})
+
+
+def resources(config: VendorConfig) -> ResourceNames:
+    """The vXPU resource names in force: the defaults with the config's overrides."""
+    return ResourceNames(
+        count=config.resource_count_name or DEFAULT_RESOURCES.count,
+        memory=config.resource_memory_name or DEFAULT_RESOURCES.memory,
+    )
+
+
+def whole_card_resource(config: VendorConfig) -> str:
+    """The whole-card count resource (``kunlunxin.com/xpu`` unless configured)."""
+    return str(options.option(config, options.WHOLE_CARD_RESOURCE))
+
+
+def first_annotation(annotations: Mapping[str, str], keys: tuple[str, ...]) -> str | None:
+    """The value of the first of ``keys`` present in ``annotations``."""
+    for key in keys:
+        if key in annotations:
+            return annotations[key]
+    return None
+
+
+def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    """The pod's annotations (empty when none)."""
+    annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
+    return annotations

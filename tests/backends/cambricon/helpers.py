@@ -1,0 +1,99 @@
+"""Builders for the Cambricon tests: MLUs, containers, pods, nodes with HAMi's inventory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hami_core.model import DeviceInfo, DeviceUsage
+from hami_core.protocol import encode_inventory
+from hami_core.protocol.config import VendorConfig
+
+SAMPLES = Path(__file__).parent / "samples"
+X8_SAMPLE = SAMPLES / "cnmon-info-mlu370-x8.txt"
+X4_SAMPLE = SAMPLES / "cnmon-info-mlu370-x4.txt"
+
+COUNT = "cambricon.com/vmlu"
+MEMORY = "cambricon.com/mlu.smlu.vmemory"
+CORES = "cambricon.com/mlu.smlu.vcore"
+REGISTER = "hami.io/node-mlu-register"
+
+
+def mlu(
+    uuid: str,
+    *,
+    index: int = 0,
+    memory_mib: int = 24576,
+    model: str = "MLU370-X8",
+    split: int = 10,
+    cores: int = 100,
+    healthy: bool = True,
+    numa: int = 0,
+) -> DeviceInfo:
+    return DeviceInfo(
+        uuid=uuid,
+        vendor="MLU",
+        model=model,
+        index=index,
+        split_count=split,
+        memory_mib=memory_mib,
+        cores_pct=cores,
+        numa=numa,
+        healthy=healthy,
+    )
+
+
+def free(*devices: DeviceInfo) -> tuple[DeviceUsage, ...]:
+    return tuple(DeviceUsage(device=d) for d in devices)
+
+
+def container(name: str = "main", **limits: Any) -> dict[str, Any]:
+    """``container(vmlu=1, vmemory=20, vcore=30)``; other keys are full resource names
+    passed through ``res={...}``."""
+    names = {"vmlu": COUNT, "vmemory": MEMORY, "vcore": CORES}
+    extra = limits.pop("res", {})
+    values = {names[k]: str(v) for k, v in limits.items()}
+    values.update({k: str(v) for k, v in extra.items()})
+    out: dict[str, Any] = {"name": name, "image": "busybox"}
+    if values:
+        out["resources"] = {"limits": values}
+    return out
+
+
+def pod(
+    name: str,
+    *containers: dict[str, Any],
+    init: list[dict[str, Any]] | None = None,
+    namespace: str = "default",
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": list(containers) or [container()]}
+    if init:
+        spec["initContainers"] = init
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def node(
+    name: str,
+    devices: list[DeviceInfo] | None = None,
+    *,
+    register_value: str | None = None,
+) -> dict[str, Any]:
+    """A node carrying ``hami.io/node-mlu-register`` (JSON from ``devices``, or a raw value
+    such as HAMi's legacy colon form)."""
+    value = register_value if register_value is not None else encode_inventory(devices or [])
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": {REGISTER: value}},
+        "status": {"allocatable": {COUNT: str(10 * len(devices or [1]))}},
+    }
+
+
+def config(**options: Any) -> VendorConfig:
+    from hami_cambricon.options import OPTION_DEFAULTS
+
+    return VendorConfig(options={**OPTION_DEFAULTS, **options})
