@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import time
 
+from hami_core.cluster import MemoryCluster
 from hami_core.model import DeviceInfo
 from hami_core.plugin import BackendManager
 from hami_core.protocol import encode_inventory
-from hami_core.cluster import MemoryCluster
 from hami_core.simulate.pipeline import Pipeline
 
 
@@ -23,11 +23,26 @@ def cluster(nodes: int, gpus: int) -> MemoryCluster:
     c = MemoryCluster()
     for n in range(nodes):
         devices = [
-            DeviceInfo(uuid=f"GPU-{n}-{g}", vendor="NVIDIA", model="NVIDIA A100-SXM4-80GB", index=g,
-                       split_count=10, memory_mib=81920, cores_pct=100, numa=g // 4)
+            DeviceInfo(
+                uuid=f"GPU-{n}-{g}",
+                vendor="NVIDIA",
+                model="NVIDIA A100-SXM4-80GB",
+                index=g,
+                split_count=10,
+                memory_mib=81920,
+                cores_pct=100,
+                numa=g // 4,
+            )
             for g in range(gpus)
         ]
-        c.add_node({"metadata": {"name": f"node-{n:03}", "annotations": {"hami.io/node-nvidia-register": encode_inventory(devices)}}})
+        c.add_node(
+            {
+                "metadata": {
+                    "name": f"node-{n:03}",
+                    "annotations": {"hami.io/node-nvidia-register": encode_inventory(devices)},
+                }
+            }
+        )
     return c
 
 
@@ -35,7 +50,20 @@ def pod(i: int) -> dict:
     mem = (2000, 4000, 8000, 16000)[i % 4]
     return {
         "metadata": {"name": f"p{i}", "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem), "nvidia.com/gpucores": "10"}}}]},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "resources": {
+                        "limits": {
+                            "nvidia.com/gpu": "1",
+                            "nvidia.com/gpumem": str(mem),
+                            "nvidia.com/gpucores": "10",
+                        }
+                    },
+                }
+            ]
+        },
     }
 
 
