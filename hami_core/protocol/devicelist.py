@@ -59,6 +59,11 @@ def decode_container_devices(value: str, *, position: int = 0) -> ContainerDevic
                 "(uuid,vendor,MiB,cores)"
             )
         uuid, vendor, mem, cores = fields
+        if not (mem.isdigit() and cores.isdigit()):
+            raise AnnotationError(
+                f"{where}: device {item!r}: MiB ({mem!r}) and cores ({cores!r}) must be "
+                "non-negative integers"
+            )
         try:
             out.append(
                 ContainerDevice(uuid=uuid, vendor=vendor, memory_mib=int(mem), cores_pct=int(cores))

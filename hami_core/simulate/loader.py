@@ -49,6 +49,7 @@ for bad input.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -64,7 +65,8 @@ from hami_core.model import DEVICE_MODES, DeviceInfo
 from hami_core.plugin import BackendManager
 from hami_core.protocol.annotations import NVIDIA_NODE_SCORE, VGPU_NODE
 from hami_core.protocol.inventory import encode_inventory
-from hami_core.protocol.topology import encode_link_scores
+from hami_core.protocol.topology import decode_link_scores, encode_link_scores
+from hami_core.scheduling.nodes import read_node
 from hami_core.scheduling.usage import is_live, pod_allocation
 
 #: Kinds expanded into pods, and where their pod count lives in ``spec``.
@@ -545,7 +547,10 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
             try:
                 holds = bool(pod_allocation(obj, types))
             except InvalidInputError as exc:
-                raise InvalidInputError(f"{where}: {exc}") from None
+                # As the scheduler does with a live cluster: skip that pod, say so, go on.
+                warnings.append(f"{where}: allocation of pod {name} ignored: {exc}")
+                ignored += 1
+                continue
             meta = obj["metadata"]
             bound = (meta.get("annotations") or {}).get(VGPU_NODE) or (obj.get("spec") or {}).get(
                 "nodeName"
@@ -570,6 +575,7 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
     warnings.extend(
         f"{shown}: skipped {n} object(s) of kind {what}" for what, n in sorted(skipped.items())
     )
+    warnings.extend(_node_problems(nodes, manager))
     return LoadedCluster(
         source=shown,
         form=SNAPSHOT,
@@ -579,6 +585,33 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
         ignored_pods=ignored,
         warnings=tuple(warnings),
     )
+
+
+def _node_problems(nodes: Mapping[str, Mapping[str, Any]], manager: BackendManager) -> list[str]:
+    """Warnings for nodes the scheduler would not use as given: an unreadable inventory or
+    link-score annotation, or a device id that another node also claims."""
+    types = manager.device_types()
+    owner: dict[str, str] = {}
+    out = []
+    for name in sorted(nodes):
+        info = read_node(nodes[name], types, now=dt.datetime.now(dt.UTC))
+        for vendor, reason in sorted(info.unregistered.items()):
+            out.append(f"node {name}: {vendor} devices unusable: {reason}")
+        score = ((nodes[name].get("metadata") or {}).get("annotations") or {}).get(
+            NVIDIA_NODE_SCORE
+        )
+        if score is not None:
+            try:
+                decode_link_scores(score, node=name)
+            except InvalidInputError as exc:
+                out.append(
+                    f"node {name}: link scores ignored (topology-aware falls back to spread): {exc}"
+                )
+        for d in info.devices:
+            if d.uuid in owner:
+                out.append(f"node {name}: device {d.uuid} is also on node {owner[d.uuid]}")
+            owner.setdefault(d.uuid, name)
+    return out
 
 
 # -- workloads -----------------------------------------------------------------------

@@ -423,3 +423,19 @@ def test_timestamps_stay_strings(tmp_path):
     )
     (p,) = load_workloads([path]).pods
     assert p.pod["metadata"]["labels"]["since"] == "2024-01-01"
+
+
+def test_snapshot_problems_are_warned_and_the_run_goes_on():
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "fixtures" / "snapshot-broken.yaml"
+    loaded = load_cluster(path, manager())
+    text = "\n".join(loaded.warnings)
+    assert (
+        "allocation of pod broken ignored" in text
+        and "MiB ('') and cores ('') must be non-negative integers" in text
+    )
+    assert "node bad: NVIDIA devices unusable: hami.io/node-nvidia-register: node bad:" in text
+    assert "node bad: link scores ignored" in text
+    assert "node good: device GPU-1 is also on node dup" in text
+    assert [p["metadata"]["name"] for p in loaded.pods] == []
