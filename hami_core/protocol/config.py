@@ -122,8 +122,10 @@ def load_config(path: str | Path | None, *, backends: Mapping[str, BackendInfo])
         return parse_config({"version": CONFIG_VERSION}, backends=backends)
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: {yaml_problem(exc)}") from exc
     try:
         return parse_config(data, backends=backends)
     except ConfigError as exc:
@@ -185,7 +187,8 @@ def _vendor(name: str, section: object, info: BackendInfo) -> VendorConfig:
             default = info.option_defaults[key]
             options[key] = _typed(section, key, type(default), default, prefix=f"{name}.")
         else:
-            raise ConfigError(f"{name}.{key}: unknown key")
+            allowed = ", ".join([*_VENDOR_KEYS, *sorted(info.option_defaults)])
+            raise ConfigError(f"{name}.{key}: unknown key (allowed: {allowed})")
     cfg = VendorConfig(**fields, options=options)
     checks = (
         ("deviceSplitCount", cfg.split_count >= 1),
@@ -199,6 +202,14 @@ def _vendor(name: str, section: object, info: BackendInfo) -> VendorConfig:
         if not ok:
             raise ConfigError(f"{name}.{key}: value {section.get(key)!r} is out of range")
     return cfg
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line for a YAML syntax error: ``line 5, column 3: expected ',' or ']'``."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem or 'invalid YAML'}"
+    return " ".join(str(exc).split())
 
 
 def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any, *, prefix: str = "") -> Any:

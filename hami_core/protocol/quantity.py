@@ -16,13 +16,16 @@ from hami_core.errors import QuantityError
 INT32_MAX: Final = 2**31 - 1
 
 
-def parse_quantity_int(value: object, *, resource: str, maximum: int = INT32_MAX) -> int:
+def parse_quantity_int(
+    value: object, *, resource: str, maximum: int = INT32_MAX, unit: str = ""
+) -> int:
     """Parse a Kubernetes quantity that must be a whole, non-negative number.
 
     Args:
         value: the quantity as it appears in a pod spec (``"5k"``, ``"16Gi"``, ``3``).
         resource: the resource name, used in error messages.
         maximum: the largest accepted value (default: int32, as HAMi stores it).
+        unit: what one counts, for messages (``"MiB"`` for a memory resource).
 
     Returns:
         The exact integer (``"5k"`` -> 5000, ``"1Ki"`` -> 1024).
@@ -39,9 +42,13 @@ def parse_quantity_int(value: object, *, resource: str, maximum: int = INT32_MAX
         raise QuantityError(f"{resource}: {value!r} is not a whole number ({number.normalize()})")
     if number < 0:
         raise QuantityError(f"{resource}: {value!r} is negative")
+    suffix = unit if unit in ("", "%") else f" {unit}"
     if number > maximum:
+        # Huge exponents (1e9999) must not be expanded into digits just to be reported.
+        shown = f"{number:.4g}" if number.adjusted() > 30 else str(int(number))
+        equals = "" if shown == str(value).strip() else f" = {shown}{suffix}"
         raise QuantityError(
-            f"{resource}: {value!r} is {int(number)}, above the largest accepted value {maximum}"
+            f"{resource}: {value!r}{equals} is above the largest accepted value {maximum}{suffix}"
         )
     return int(number)
 

@@ -86,3 +86,20 @@ def test_unreadable_file_names_the_path(tmp_path):
         load_config(bad, backends=BACKENDS)
     with pytest.raises(ConfigError, match="missing.yaml"):
         load_config(tmp_path / "missing.yaml", backends=BACKENDS)
+
+
+def test_yaml_syntax_errors_are_one_line_with_the_position(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: v1\nnvidia:\n  deviceSplitCount: [1, 2\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(bad, backends=BACKENDS)
+    assert "\n" not in str(exc.value)
+    assert "bad.yaml: line 4, column 1:" in str(exc.value)
+
+
+def test_unknown_vendor_key_lists_the_allowed_ones():
+    with pytest.raises(
+        ConfigError,
+        match=r"nvidia.deviceSplitCont: unknown key \(allowed: resourceCountName, .*deviceSplitCount.*hookPath\)",
+    ):
+        parse_config({"version": "v1", "nvidia": {"deviceSplitCont": 3}}, backends=BACKENDS)

@@ -34,8 +34,11 @@ def test_fractional_count_is_an_error_naming_the_resource():
 
 
 def test_mib_over_int32_is_rejected_not_wrapped():
-    with pytest.raises(QuantityError, match=r"nvidia.com/gpumem: '16Gi' is 17179869184, above"):
-        parse_quantity_int("16Gi", resource="nvidia.com/gpumem")
+    with pytest.raises(
+        QuantityError,
+        match=r"nvidia.com/gpumem: '16Gi' = 17179869184 MiB is above the largest accepted value 2147483647 MiB",
+    ):
+        parse_quantity_int("16Gi", resource="nvidia.com/gpumem", unit="MiB")
     assert parse_quantity_int(str(INT32_MAX), resource="r") == INT32_MAX
     with pytest.raises(QuantityError):
         parse_quantity_int(str(INT32_MAX + 1), resource="r")
@@ -68,3 +71,8 @@ def test_plain_integers_round_trip(n):
 def test_suffixes(n, suffix):
     text, factor = suffix
     assert parse_quantity_int(f"{n}{text}", resource="r", maximum=2**63) == n * factor
+
+
+def test_huge_exponents_are_reported_without_expanding_them():
+    with pytest.raises(QuantityError, match=r"'1e9999' = 1e\+9999 is above"):
+        parse_quantity_int("1e9999", resource="r")

@@ -10,7 +10,7 @@ import attrs
 from hami_core.errors import InvalidInputError
 from hami_core.model import DeviceRequest, ResourceNames
 from hami_core.protocol.config import VendorConfig
-from hami_core.protocol.quantity import parse_quantity_int
+from hami_core.protocol.quantity import INT32_MAX, parse_quantity_int
 
 from . import VENDOR
 from .names import CORES_ALIAS, resources
@@ -52,24 +52,22 @@ def read_raw(container: Mapping[str, Any], names: ResourceNames) -> RawRequest:
     """
     cname = container.get("name", "?")
 
-    def get(name: str, *, maximum: int | None = None) -> int | None:
+    def get(name: str, *, maximum: int = INT32_MAX, unit: str = "") -> int | None:
         raw = resource_value(container, name)
         if raw is None:
             return None
         try:
-            if maximum is None:
-                return parse_quantity_int(raw, resource=name)
-            return parse_quantity_int(raw, resource=name, maximum=maximum)
+            return parse_quantity_int(raw, resource=name, maximum=maximum, unit=unit)
         except InvalidInputError as exc:
             raise InvalidInputError(f"container {cname!r}: {exc}") from None
 
-    cores = get(names.cores, maximum=100)
+    cores = get(names.cores, maximum=100, unit="%")
     if cores is None and names.cores != CORES_ALIAS:
-        cores = get(CORES_ALIAS, maximum=100)
+        cores = get(CORES_ALIAS, maximum=100, unit="%")
     return RawRequest(
         count=get(names.count),
-        memory_mib=get(names.memory),
-        memory_pct=get(names.memory_pct, maximum=100) if names.memory_pct else None,
+        memory_mib=get(names.memory, unit="MiB"),
+        memory_pct=get(names.memory_pct, maximum=100, unit="%") if names.memory_pct else None,
         cores_pct=cores,
     )
 
