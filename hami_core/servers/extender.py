@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, abort, jsonify, request
 
 from hami_core.errors import ConflictError, HamiError, InvalidInputError
 from hami_core.scheduling.podspec import pod_ref
@@ -22,6 +22,19 @@ from hami_core.scheduling.scoring import extender_score
 from .metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
+
+
+#: kube-scheduler's ExtenderArgs carry one pod and (at most) all nodes; 64 MiB is far
+#: above any real cluster's NodeList and keeps a hostile body from eating memory.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+def _body() -> Any:
+    """The request's JSON, or an ``InvalidInputError`` that says why not."""
+    try:
+        return request.get_json(force=True, silent=True)
+    except RecursionError:
+        raise InvalidInputError("the request body nests too deeply") from None
 
 
 def _fold(data: Any) -> dict[str, Any]:
@@ -54,8 +67,19 @@ def _nodes(args: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     items = nodes.get("items") if isinstance(nodes, dict) else None
     if items is None:
         return None
-    if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):
-        raise InvalidInputError("ExtenderArgs.Nodes.items must be a list of Node objects")
+    if not isinstance(items, list) or not all(
+        isinstance(n, dict)
+        and isinstance(n.get("metadata"), dict)
+        and isinstance(n["metadata"].get("name"), str)
+        and (
+            n["metadata"].get("annotations") is None
+            or isinstance(n["metadata"]["annotations"], dict)
+        )
+        for n in items
+    ):
+        raise InvalidInputError(
+            "ExtenderArgs.Nodes.items must be a list of Node objects with metadata.name"
+        )
     return items
 
 
@@ -78,6 +102,13 @@ def create_extender_app(
         metrics: where durations and bind outcomes are recorded.
     """
     app = Flask("hami-scheduler")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+
+    @app.before_request
+    def limit_body() -> None:
+        if (request.content_length or 0) > MAX_BODY_BYTES:
+            abort(413, f"request body over {MAX_BODY_BYTES} bytes")
+
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
     def timed(hist: Any) -> Any:
@@ -88,7 +119,7 @@ def create_extender_app(
         with timed(metrics.filter_seconds if metrics else None):
             names: list[str] = []
             try:
-                args = _fold(request.get_json(force=True, silent=True))
+                args = _fold(_body())
                 pod = _pod(args)
                 nodes = _nodes(args)
                 if nodes is not None:  # full Nodes (autoscaler simulation): answer, write nothing
@@ -130,7 +161,7 @@ def create_extender_app(
     def prioritize() -> Response:
         with timed(metrics.score_seconds if metrics else None):
             try:
-                args = _fold(request.get_json(force=True, silent=True))
+                args = _fold(_body())
                 pod = _pod(args)
                 nodes = _nodes(args)
                 if nodes is not None:
@@ -157,7 +188,7 @@ def create_extender_app(
     def bind() -> Response:
         with timed(metrics.bind_seconds if metrics else None):
             try:
-                args = _fold(request.get_json(force=True, silent=True))
+                args = _fold(_body())
                 fields = {k: args.get(k) for k in ("podname", "podnamespace", "poduid", "node")}
                 missing = [k for k, v in fields.items() if not isinstance(v, str) or not v]
                 if missing:
@@ -212,6 +243,7 @@ def create_extender_app(
 
     @app.errorhandler(404)
     @app.errorhandler(405)
+    @app.errorhandler(413)
     def not_found(exc: Any) -> tuple[Response, int]:
         return jsonify({"Error": str(exc)}), exc.code
 

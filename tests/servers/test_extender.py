@@ -280,3 +280,55 @@ def test_internal_errors_are_reported_in_error(env, monkeypatch):
     monkeypatch.setattr(sched, "prioritize", boom)
     assert client.post("/prioritize", json={"Pod": p, "NodeNames": ["n1"]}).get_json() == []
     _ = ConflictError
+
+
+@pytest.mark.parametrize(
+    ("pod_obj", "message"),
+    [
+        (
+            {"metadata": {"name": "p", "annotations": {"a": 1}}},
+            "metadata.annotations must map strings to strings",
+        ),
+        (
+            {"metadata": {"name": "p", "annotations": ["x"]}},
+            "metadata.annotations must map strings to strings",
+        ),
+        (
+            {"metadata": {"name": "p"}, "spec": {"containers": "c"}},
+            "spec.containers must be a list",
+        ),
+        (
+            {
+                "metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "c", "resources": {"limits": []}}]},
+            },
+            "resources must hold limits and requests objects",
+        ),
+        ({"metadata": {"name": 3}}, "metadata.name must be a string"),
+        ({"metadata": {"name": "p"}, "spec": []}, "pod spec must be an object"),
+    ],
+)
+def test_malformed_pods_are_named_not_internal_errors(env, pod_obj, message):
+    _, _, client, _, _ = env
+    body = client.post("/filter", json={"Pod": pod_obj, "NodeNames": ["n1"]}).get_json()
+    assert message in body["Error"] and "internal error" not in body["Error"]
+
+
+@pytest.mark.parametrize(
+    "items", [[{}], [{"metadata": "x"}], [{"metadata": {"name": "n", "annotations": []}}]]
+)
+def test_malformed_node_objects_are_named(env, items):
+    c, _, client, _, _ = env
+    p = admitted(c, pod("p", container(gpu=1, gpumem=100)))
+    body = client.post("/filter", json={"Pod": p, "Nodes": {"items": items}}).get_json()
+    assert "Nodes.items must be a list of Node objects" in body["Error"]
+
+
+def test_deeply_nested_and_huge_bodies(env):
+    _, _, client, _, _ = env
+    deep = "[" * 200_000 + "]" * 200_000
+    for path in ("/filter", "/bind"):
+        body = client.post(path, data=deep, content_type="application/json").get_json()
+        assert "nests too deeply" in body["Error"] or "must be a JSON object" in body["Error"]
+    huge = client.post("/filter", data=b" " * (65 * 1024 * 1024), content_type="application/json")
+    assert huge.status_code == 413 and huge.get_json()["Error"]
