@@ -1,0 +1,109 @@
+"""Admission (webhook) logic for Ascend containers: defaults written into the spec.
+
+What HAMi 2.10's ``MutateAdmission`` (``pkg/device/ascend/device.go``) writes, plus the
+defaults of PROTOCOL.md §1: the count (a 910C request of 1 becomes 2), the memory rounded
+up to the vNPU template (or the chip's ``memoryAllocatable`` for a whole chip) and the
+cores, in both ``limits`` and ``requests``; the configured ``runtimeClassName`` when the pod
+names none; in ``hami-core`` mode the ``postStart`` hook that starts HAMi's vNPU limiter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from hami_core.errors import InvalidInputError
+from hami_core.model import MutateResult
+from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.quantity import parse_quantity_int
+
+from .models import MODE_HAMI_CORE, settings
+from .requests import resolve, resource_value
+
+#: HAMi's ``postStart`` command for soft slicing (``MutateAdmission``, vnpu-mode hami-core).
+LIMITER_COMMAND: Final = (
+    "bash",
+    "-c",
+    "export RUST_LOG=info\n/hami-vnpu-core/limiter > /tmp/limiter_manager.log 2>&1 &",
+)
+
+
+def _escape(key: str) -> str:
+    """JSON-pointer escaping (RFC 6901): ``~`` -> ``~0``, ``/`` -> ``~1``."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _same_number(stated: object, value: int, name: str) -> bool:
+    try:
+        return parse_quantity_int(stated, resource=name, maximum=2**62) == value
+    except InvalidInputError:
+        return False
+
+
+def mutate_container(
+    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
+) -> MutateResult | None:
+    """Patch one container so that its spec states the request as the scheduler reads it.
+
+    Quantities the user wrote stay as written (``"5k"``) when they already mean the
+    defaulted value; the memory is rewritten when the template rounding changed it and
+    the count when module pairing did.
+
+    Returns: None for a container without Ascend resources; a denial (naming the
+        container, the resource and the value) for invalid ones.
+    """
+    try:
+        cfg = settings(config)
+        req = resolve(pod, container, cfg)
+    except InvalidInputError as exc:
+        return MutateResult(denial=str(exc))
+    if req is None:
+        return None
+    model = req.model
+    values: dict[str, object] = {
+        model.resource_count: str(req.count),
+        model.resource_memory: str(req.memory_mib),
+        model.resource_cores: str(req.cores_pct),
+    }
+    for name, value in list(values.items()):
+        stated = resource_value(container, name)
+        if stated is not None and _same_number(stated, int(str(value)), name):
+            values[name] = stated
+
+    patch: list[dict[str, Any]] = []
+    resources_obj = dict(container.get("resources") or {})
+    if container.get("resources") is None:
+        patch.append({"op": "add", "path": f"{container_path}/resources", "value": {}})
+    for section in ("limits", "requests"):
+        current = dict(resources_obj.get(section) or {})
+        if resources_obj.get(section) is None:
+            patch.append(
+                {"op": "add", "path": f"{container_path}/resources/{section}", "value": {}}
+            )
+        for name, value in values.items():
+            if current.get(name) != value:
+                patch.append(
+                    {
+                        "op": "add",
+                        "path": f"{container_path}/resources/{section}/{_escape(name)}",
+                        "value": value,
+                    }
+                )
+    spec = pod.get("spec") or {}
+    if cfg.runtime_class_name and not spec.get("runtimeClassName"):
+        patch.append(
+            {"op": "add", "path": "/spec/runtimeClassName", "value": cfg.runtime_class_name}
+        )
+    if req.mode == MODE_HAMI_CORE:
+        lifecycle = container.get("lifecycle") or {}
+        if not lifecycle.get("postStart"):
+            if not container.get("lifecycle"):
+                patch.append({"op": "add", "path": f"{container_path}/lifecycle", "value": {}})
+            patch.append(
+                {
+                    "op": "add",
+                    "path": f"{container_path}/lifecycle/postStart",
+                    "value": {"exec": {"command": list(LIMITER_COMMAND)}},
+                }
+            )
+    return MutateResult(patch=tuple(patch))

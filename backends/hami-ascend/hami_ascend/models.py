@@ -1,0 +1,449 @@
+"""Ascend chip models, their vNPU templates and this backend's settings.
+
+The defaults are HAMi 2.10's ``vnpus`` table (chart ``charts/hami/templates/scheduler/
+device-configmap.yaml``, Project-HAMi/HAMi): per model the common word (our vendor key),
+the ``npu-smi`` chip name, the resource names, the schedulable memory
+(``memoryAllocatable``, MiB), the physical memory (``memoryCapacity``, MiB), the AI Core
+count and the vNPU templates (name, MiB, AI Cores). The template names are the values of
+``ASCEND_VNPU_SPECS`` that Ascend Docker Runtime accepts for dynamic vNPU creation
+(MindCluster "Ascend Docker Runtime 使用指南 / 在Docker客户端使用", table 1).
+
+Every field is overridable per model through the backend option ``vnpus``
+(``{Ascend910B3: {templates: [...]}}``), using HAMi's key names; a field not given keeps
+its default. Models cannot be added by configuration: each vendor key is declared to the
+core when the backend loads (``hami_backend_info``), before any configuration is read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from hami_core.errors import ConfigError
+from hami_core.protocol.config import VendorConfig
+
+#: ``vnpuMode`` values: hardware vNPU templates, or HAMi's soft slicing (libvnpu).
+MODE_TEMPLATE: Final = "template"
+MODE_HAMI_CORE: Final = "hami-core"
+MODES: Final = (MODE_TEMPLATE, MODE_HAMI_CORE)
+
+
+@attrs.frozen(kw_only=True)
+class Template:
+    """A vNPU template: a fixed slice of one chip the driver can create.
+
+    Attributes:
+        name: the template name, e.g. ``vir05_1c_16g`` (the ``ASCEND_VNPU_SPECS`` value).
+        memory_mib: device memory of the slice, MiB.
+        ai_core: AI Cores of the slice.
+        ai_cpu: AI CPUs of the slice.
+    """
+
+    name: str
+    memory_mib: int
+    ai_core: int = 0
+    ai_cpu: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Slice:
+    """What a memory request becomes on one chip after rounding up to a template.
+
+    Attributes:
+        memory_mib: the memory charged, MiB: the template's memory, or the model's
+            ``memoryAllocatable`` for a whole chip.
+        template: the template, or None for a whole chip.
+    """
+
+    memory_mib: int
+    template: Template | None
+
+    @property
+    def whole(self) -> bool:
+        """True when the request takes the whole chip."""
+        return self.template is None
+
+
+@attrs.frozen(kw_only=True)
+class ModelSpec:
+    """One Ascend chip model, i.e. one vendor key of this backend.
+
+    Attributes:
+        vendor: the HAMi common word and our vendor key, e.g. ``Ascend910B3``.
+        chip_name: the chip name ``npu-smi`` prints, e.g. ``910B3`` (``310P3`` for the
+            Ascend310P key, ``Ascend910`` for 910C modules).
+        resource_count, resource_memory, resource_cores: extended-resource names.
+        memory_allocatable_mib: schedulable memory of one chip, MiB (HAMi
+            ``memoryAllocatable``; what the inventory states as ``devmem``).
+        memory_capacity_mib: largest memory a request may state, MiB (HAMi
+            ``memoryCapacity``); a request above the largest template and up to this
+            takes the whole chip.
+        ai_core: AI Cores of one chip. HAMi's device plugin registers this number as
+            ``devcore`` in template mode (``AdvertisedDevcore``); fit reads such a
+            ``devcore`` as the whole chip (100 %).
+        ai_cpu: AI CPUs of one chip.
+        templates: the vNPU templates, smallest memory first.
+        chips_per_module: chips that are only allocated together (2 for 910C modules,
+            HAMi ``MutateAdmission``: a request of 1 becomes 2, odd counts are refused).
+        hccs_group_size: chips per HCCS interconnect group, by device index (4 on Atlas
+            800 A2-style 8-chip servers: HAMi's ascend-device-plugin gives indexes 0-3
+            NetworkID 0 and 4-7 NetworkID 1); 0 when every chip is linked to every other.
+    """
+
+    vendor: str
+    chip_name: str
+    resource_count: str
+    resource_memory: str
+    resource_cores: str
+    memory_allocatable_mib: int
+    memory_capacity_mib: int
+    ai_core: int
+    ai_cpu: int = 0
+    templates: tuple[Template, ...] = ()
+    chips_per_module: int = 1
+    hccs_group_size: int = 0
+
+    def trim(self, memory_mib: int) -> Slice | None:
+        """Round a stated memory (MiB, > 0) up to this model's vNPU template.
+
+        HAMi's ``trimMemory``: the smallest template holding ``memory_mib``; above the
+        largest template and up to ``memory_capacity_mib``, the whole chip
+        (``memory_allocatable_mib``); above that, None (the request is invalid).
+        """
+        for t in self.templates:
+            if memory_mib <= t.memory_mib:
+                return Slice(memory_mib=t.memory_mib, template=t)
+        if memory_mib <= self.memory_capacity_mib:
+            return Slice(memory_mib=self.memory_allocatable_mib, template=None)
+        return None
+
+    def template_of(self, memory_mib: int) -> Template | None:
+        """The template whose memory is exactly ``memory_mib`` MiB, or None."""
+        return next((t for t in self.templates if t.memory_mib == memory_mib), None)
+
+    @property
+    def template_split_count(self) -> int:
+        """Most vNPUs one chip holds in template mode: allocatable memory over the
+        smallest template (HAMi ascend-device-plugin ``VDeviceCount``); 1 without
+        templates."""
+        if not self.templates:
+            return 1
+        return max(1, self.memory_allocatable_mib // self.templates[0].memory_mib)
+
+    def chip_matches(self, name: str) -> bool:
+        """Whether an ``npu-smi`` chip name (``910B3``, ``Ascend 910B3``, ``Ascend910``)
+        is this model's chip; case and an ``Ascend`` prefix are ignored."""
+        return normalize_chip_name(name) == normalize_chip_name(self.chip_name)
+
+
+def normalize_chip_name(name: str) -> str:
+    """``"Ascend 910B3"`` -> ``"910B3"``: upper case, no spaces, no ``ASCEND`` prefix."""
+    flat = "".join(name.split()).upper()
+    return flat.removeprefix("ASCEND")
+
+
+def _model(
+    vendor: str,
+    chip: str,
+    *,
+    allocatable: int,
+    capacity: int,
+    ai_core: int,
+    ai_cpu: int = 0,
+    templates: tuple[tuple[str, int, int, int], ...] = (),
+    chips_per_module: int = 1,
+    hccs_group_size: int = 0,
+) -> ModelSpec:
+    return ModelSpec(
+        vendor=vendor,
+        chip_name=chip,
+        resource_count=f"huawei.com/{vendor}",
+        resource_memory=f"huawei.com/{vendor}-memory",
+        resource_cores=f"huawei.com/{vendor}-core",
+        memory_allocatable_mib=allocatable,
+        memory_capacity_mib=capacity,
+        ai_core=ai_core,
+        ai_cpu=ai_cpu,
+        templates=tuple(
+            Template(name=n, memory_mib=m, ai_core=c, ai_cpu=p) for n, m, c, p in templates
+        ),
+        chips_per_module=chips_per_module,
+        hccs_group_size=hccs_group_size,
+    )
+
+
+#: HAMi 2.10's defaults (chart ``device-configmap.yaml``), in declaration order.
+DEFAULT_MODELS: Final[tuple[ModelSpec, ...]] = (
+    _model(
+        "Ascend910A",
+        "910A",
+        allocatable=32768,
+        capacity=32768,
+        ai_core=30,
+        templates=(
+            ("vir02", 2184, 2, 0),
+            ("vir04", 4369, 4, 0),
+            ("vir08", 8738, 8, 0),
+            ("vir16", 17476, 16, 0),
+        ),
+        hccs_group_size=4,
+    ),
+    _model(
+        "Ascend910B2",
+        "910B2",
+        allocatable=65536,
+        capacity=65536,
+        ai_core=24,
+        ai_cpu=6,
+        templates=(
+            ("vir03_1c_8g", 8192, 3, 1),
+            ("vir06_1c_16g", 16384, 6, 1),
+            ("vir12_3c_32g", 32768, 12, 3),
+        ),
+        hccs_group_size=4,
+    ),
+    _model(
+        "Ascend910B3",
+        "910B3",
+        allocatable=65536,
+        capacity=65536,
+        ai_core=20,
+        ai_cpu=7,
+        templates=(("vir05_1c_16g", 16384, 5, 1), ("vir10_3c_32g", 32768, 10, 3)),
+        hccs_group_size=4,
+    ),
+    _model(
+        "Ascend910B4",
+        "910B4",
+        allocatable=32768,
+        capacity=32768,
+        ai_core=20,
+        ai_cpu=7,
+        templates=(("vir05_1c_8g", 8192, 5, 1), ("vir10_3c_16g", 16384, 10, 3)),
+        hccs_group_size=4,
+    ),
+    _model(
+        "Ascend910B4-1",
+        "910B4-1",
+        allocatable=65536,
+        capacity=65536,
+        ai_core=20,
+        ai_cpu=7,
+        templates=(("vir05_1c_16g", 16384, 5, 1), ("vir10_3c_32g", 32768, 10, 3)),
+        hccs_group_size=4,
+    ),
+    _model(
+        "Ascend310P",
+        "310P3",
+        allocatable=21527,
+        capacity=24576,
+        ai_core=8,
+        ai_cpu=7,
+        templates=(("vir01", 3072, 1, 1), ("vir02", 6144, 2, 2), ("vir04", 12288, 4, 4)),
+    ),
+    _model(
+        "Ascend910C",
+        "Ascend910",
+        allocatable=65536,
+        capacity=65536,
+        ai_core=20,
+        ai_cpu=7,
+        templates=(("vir05_1c_16g", 16384, 5, 1), ("vir10_3c_32g", 32768, 10, 3)),
+        chips_per_module=2,
+    ),
+)
+
+#: HAMi key name -> (ModelSpec attribute, type).
+_MODEL_KEYS: Final[dict[str, tuple[str, type]]] = {
+    "chipName": ("chip_name", str),
+    "resourceName": ("resource_count", str),
+    "resourceMemoryName": ("resource_memory", str),
+    "resourceCoreName": ("resource_cores", str),
+    "memoryAllocatable": ("memory_allocatable_mib", int),
+    "memoryCapacity": ("memory_capacity_mib", int),
+    "aiCore": ("ai_core", int),
+    "aiCPU": ("ai_cpu", int),
+    "chipsPerModule": ("chips_per_module", int),
+    "hccsGroupSize": ("hccs_group_size", int),
+}
+
+
+def model_as_option(model: ModelSpec) -> dict[str, Any]:
+    """A model in the configuration's form (HAMi's ``vnpus`` key names)."""
+    out: dict[str, Any] = {key: getattr(model, attr) for key, (attr, _) in _MODEL_KEYS.items()}
+    out["templates"] = [
+        {"name": t.name, "memory": t.memory_mib, "aiCore": t.ai_core, "aiCPU": t.ai_cpu}
+        for t in model.templates
+    ]
+    return out
+
+
+#: Backend-specific configuration keys (``BackendInfo.option_defaults``).
+OPTION_DEFAULTS: Final[dict[str, Any]] = {
+    # Default vNPU mode of pods without a huawei.com/vnpu-mode annotation.
+    "vnpuMode": MODE_TEMPLATE,
+    # RuntimeClass set on admitted pods that name none ("" = leave the pod alone).
+    "runtimeClassName": "",
+    # Host directory of HAMi's soft-slicing runtime (hami-core mode mounts).
+    "hookPath": "/usr/local/hami-vnpu-core",
+    # The npu-smi binary used by discovery.
+    "npuSmiPath": "npu-smi",
+    # Per-model overrides, keyed by vendor key, HAMi's key names; defaults shown.
+    "vnpus": {m.vendor: model_as_option(m) for m in DEFAULT_MODELS},
+}
+
+
+@attrs.frozen(kw_only=True)
+class AscendSettings:
+    """This backend's configuration section, validated.
+
+    Attributes:
+        mode: default vNPU mode (``template`` or ``hami-core``).
+        runtime_class_name: RuntimeClass to set on admitted pods, or "".
+        hook_path: host directory of the soft-slicing runtime.
+        npu_smi: the ``npu-smi`` executable.
+        models: vendor key -> model, declaration order.
+        common: the common per-vendor keys (split count, defaults, ...).
+    """
+
+    mode: str
+    runtime_class_name: str
+    hook_path: str
+    npu_smi: str
+    models: Mapping[str, ModelSpec]
+    common: VendorConfig
+
+    def model(self, vendor: str) -> ModelSpec | None:
+        """The model of a vendor key, or None when the key is not Ascend's."""
+        return self.models.get(vendor)
+
+
+_CACHE: dict[str, AscendSettings] = {}
+
+
+def settings(config: VendorConfig) -> AscendSettings:
+    """Validate and merge this backend's configuration section.
+
+    Raises:
+        ConfigError: an unknown model or key under ``vnpus``, a value of the wrong type,
+            a template list that is not a list of ``{name, memory}`` mappings, or an
+            unknown ``vnpuMode``; the message names ``ascend.<key>``.
+    """
+    options = {**OPTION_DEFAULTS, **dict(config.options)}
+    key = json.dumps(
+        [options, attrs.asdict(config, filter=lambda a, _: a.name != "options")],
+        sort_keys=True,
+        default=str,
+    )
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    mode = parse_mode(str(options["vnpuMode"]), where="ascend.vnpuMode")
+    overrides = options["vnpus"]
+    if not isinstance(overrides, Mapping):
+        raise ConfigError(f"ascend.vnpus: expected a mapping, got {overrides!r}")
+    known = {m.vendor: m for m in DEFAULT_MODELS}
+    for vendor in overrides:
+        if vendor not in known:
+            raise ConfigError(f"ascend.vnpus.{vendor}: unknown model (known: {', '.join(known)})")
+    models = {
+        vendor: _merge(model, overrides.get(vendor) or {}, where=f"ascend.vnpus.{vendor}")
+        for vendor, model in known.items()
+    }
+    result = AscendSettings(
+        mode=mode,
+        runtime_class_name=str(options["runtimeClassName"]),
+        hook_path=str(options["hookPath"]).rstrip("/") or "/",
+        npu_smi=str(options["npuSmiPath"]),
+        models=models,
+        common=config,
+    )
+    if len(_CACHE) > 64:
+        _CACHE.clear()
+    _CACHE[key] = result
+    return result
+
+
+def parse_mode(value: str, *, where: str) -> str:
+    """``template`` / ``hami-core`` (HAMi also accepts ``hamiCore``), case-insensitive.
+
+    Raises:
+        ConfigError: any other value.
+    """
+    mode = value.strip().lower()
+    if mode == "hamicore":
+        mode = MODE_HAMI_CORE
+    if mode not in MODES:
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(MODES)}")
+    return mode
+
+
+def _merge(model: ModelSpec, override: object, *, where: str) -> ModelSpec:
+    if not isinstance(override, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {override!r}")
+    fields: dict[str, Any] = {}
+    for key, value in override.items():
+        if key == "templates":
+            fields["templates"] = _templates(value, where=f"{where}.templates")
+            continue
+        if key == "commonWord":
+            if value != model.vendor:
+                raise ConfigError(f"{where}.commonWord: must be {model.vendor!r}, got {value!r}")
+            continue
+        if key not in _MODEL_KEYS:
+            allowed = ", ".join([*_MODEL_KEYS, "templates"])
+            raise ConfigError(f"{where}.{key}: unknown key (allowed: {allowed})")
+        attr, kind = _MODEL_KEYS[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ConfigError(f"{where}.{key}: expected {kind.__name__}, got {value!r}")
+        fields[attr] = value
+    merged = attrs.evolve(model, **fields)
+    checks = (
+        ("memoryAllocatable", merged.memory_allocatable_mib > 0),
+        ("memoryCapacity", merged.memory_capacity_mib >= merged.memory_allocatable_mib),
+        ("aiCore", merged.ai_core >= 0),
+        ("chipsPerModule", merged.chips_per_module >= 1),
+        ("hccsGroupSize", merged.hccs_group_size >= 0),
+    )
+    for key, ok in checks:
+        if not ok:
+            raise ConfigError(
+                f"{where}.{key}: value {getattr(merged, _MODEL_KEYS[key][0])!r} is out of range"
+            )
+    for t in merged.templates:
+        if t.memory_mib > merged.memory_allocatable_mib:
+            raise ConfigError(
+                f"{where}.templates: {t.name} ({t.memory_mib} MiB) is larger than "
+                f"memoryAllocatable ({merged.memory_allocatable_mib} MiB)"
+            )
+    return merged
+
+
+def _templates(value: object, *, where: str) -> tuple[Template, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list, got {value!r}")
+    out = []
+    for pos, item in enumerate(value):
+        at = f"{where}[{pos}]"
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"{at}: expected a mapping, got {item!r}")
+        unknown = set(item) - {"name", "memory", "aiCore", "aiCPU"}
+        if unknown:
+            raise ConfigError(f"{at}: unknown keys {sorted(unknown)}")
+        name, memory = item.get("name"), item.get("memory")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{at}.name: expected a non-empty string, got {name!r}")
+        if not isinstance(memory, int) or isinstance(memory, bool) or memory <= 0:
+            raise ConfigError(f"{at}.memory: expected a positive integer (MiB), got {memory!r}")
+        cores = {k: item.get(k, 0) for k in ("aiCore", "aiCPU")}
+        for k, v in cores.items():
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"{at}.{k}: expected a non-negative integer, got {v!r}")
+        out.append(
+            Template(name=name, memory_mib=memory, ai_core=cores["aiCore"], ai_cpu=cores["aiCPU"])
+        )
+    # HAMi sorts the templates by memory (InitDevices); rounding up depends on it.
+    return tuple(sorted(out, key=lambda t: (t.memory_mib, t.name)))

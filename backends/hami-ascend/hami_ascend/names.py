@@ -1,0 +1,64 @@
+"""Ascend vendor keys, resource names and annotation keys (PROTOCOL.md §1-3).
+
+Per model (common word ``<x>``, e.g. ``Ascend910B3``), as HAMi 2.10's
+``pkg/device/ascend/device.go`` (``InitDevices``) registers them:
+inventory ``hami.io/node-register-<x>``, handshake ``hami.io/node-handshake-<x>``, pod
+device lists ``hami.io/<x>-devices-to-allocate`` / ``hami.io/<x>-devices-allocated``, UUID
+filters ``hami.io/use-<x>-uuid`` / ``hami.io/no-use-<x>-uuid``; the pod annotation
+``huawei.com/vnpu-mode`` (``hami-core`` | ``template``) picks the slicing mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from hami_core.model import DeviceTypeInfo, ResourceNames
+
+from .models import DEFAULT_MODELS, ModelSpec
+
+VNPU_MODE_ANNOTATION: Final = "huawei.com/vnpu-mode"
+
+
+def use_uuid_annotation(vendor: str) -> str:
+    """``hami.io/use-<x>-uuid``: comma list of chip UUIDs the pod may use."""
+    return f"hami.io/use-{vendor}-uuid"
+
+
+def nouse_uuid_annotation(vendor: str) -> str:
+    """``hami.io/no-use-<x>-uuid``: comma list of chip UUIDs the pod must not use."""
+    return f"hami.io/no-use-{vendor}-uuid"
+
+
+def resources(model: ModelSpec) -> ResourceNames:
+    """A model's resource names (count, memory in MiB, cores in percent)."""
+    return ResourceNames(
+        count=model.resource_count, memory=model.resource_memory, cores=model.resource_cores
+    )
+
+
+def device_type(model: ModelSpec) -> DeviceTypeInfo:
+    """The ``DeviceTypeInfo`` of one model (its vendor key and annotation keys)."""
+    x = model.vendor
+    return DeviceTypeInfo(
+        vendor=x,
+        resources=resources(model),
+        register_annotation=f"hami.io/node-register-{x}",
+        handshake_annotation=f"hami.io/node-handshake-{x}",
+        to_allocate_annotation=f"hami.io/{x}-devices-to-allocate",
+        allocated_annotation=f"hami.io/{x}-devices-allocated",
+    )
+
+
+#: One ``DeviceTypeInfo`` per default model, declaration order.
+DEVICE_TYPES: Final[tuple[DeviceTypeInfo, ...]] = tuple(device_type(m) for m in DEFAULT_MODELS)
+VENDORS: Final[frozenset[str]] = frozenset(t.vendor for t in DEVICE_TYPES)
+
+
+def annotations_of(pod: Mapping[str, object]) -> Mapping[str, str]:
+    """The pod's annotations (empty when it has none)."""
+    meta = pod.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        return {}
+    ann = meta.get("annotations") or {}
+    return ann if isinstance(ann, Mapping) else {}

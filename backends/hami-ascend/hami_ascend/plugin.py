@@ -1,0 +1,96 @@
+"""Hook implementations of the Ascend backend: thin wrappers over the vendor logic."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hami_core.model import (
+    BackendInfo,
+    ContainerAllocation,
+    ContainerDevices,
+    DeviceInfo,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceUsage,
+    FitResult,
+    MutateResult,
+    NodeInfo,
+    NodePolicy,
+)
+from hami_core.plugin import hookimpl
+from hami_core.protocol.config import VendorConfig
+
+from . import BACKEND_NAME, admission, allocate, discover, fit, requests, score
+from .models import DEFAULT_MODELS, OPTION_DEFAULTS, settings
+from .names import DEVICE_TYPES, VENDORS
+
+_DEFAULTS = {m.vendor: m for m in DEFAULT_MODELS}
+
+
+@hookimpl
+def hami_backend_info() -> BackendInfo:
+    return BackendInfo(
+        name=BACKEND_NAME,
+        device_types=DEVICE_TYPES,
+        description="Huawei Ascend NPUs: vNPU templates (Ascend Docker Runtime) or HAMi soft slicing",
+        option_defaults=OPTION_DEFAULTS,
+    )
+
+
+@hookimpl
+def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
+    return discover.discover_and_remember(settings(config))
+
+
+@hookimpl
+def hami_parse_request(
+    pod: Mapping[str, Any], container: Mapping[str, Any], config: VendorConfig
+) -> DeviceRequest | None:
+    return requests.parse_request(pod, container, config)
+
+
+@hookimpl
+def hami_mutate(
+    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
+) -> MutateResult | None:
+    return admission.mutate_container(pod, container, container_path, config)
+
+
+@hookimpl
+def hami_fit(
+    request: DeviceRequest,
+    node: NodeInfo,
+    usage: Sequence[DeviceUsage],
+    pod: Mapping[str, Any],
+    policy: DevicePolicy,
+    config: VendorConfig,
+) -> FitResult | None:
+    if request.vendor not in VENDORS:
+        return None
+    model = settings(config).model(request.vendor)
+    if model is None:
+        return None
+    return fit.fit(request, node, usage, pod, policy, model)
+
+
+@hookimpl
+def hami_score(
+    usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy
+) -> float | None:
+    vendors = {u.device.vendor for u in usage}
+    if len(vendors) != 1 or not vendors <= VENDORS:
+        return None
+    return score.score(usage, devices, policy, _DEFAULTS[vendors.pop()])
+
+
+@hookimpl
+def hami_allocate(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    devices: ContainerDevices,
+    config: VendorConfig,
+) -> ContainerAllocation | None:
+    if any(d.vendor not in VENDORS for d in devices):
+        return None
+    return allocate.allocate(pod, container, devices, config)

@@ -1,0 +1,21 @@
+"""hami-hygon: the Hygon DCU backend of hami (entry point ``hygon`` in ``hami.backends``).
+
+Vendor key ``DCU``, resources ``hygon.com/dcunum`` / ``hygon.com/dcumem`` (MiB) /
+``hygon.com/dcucores`` (percent, default 100), inventory ``hami.io/node-dcu-register``
+(PROTOCOL.md §1-3, HAMi 2.10 ``pkg/device/hygon``). The vendor logic lives in plain
+modules (``requests``, ``admission``, ``fit``, ``score``, ``hysmi``, ``discover``, ``vdev``,
+``allocate``) that tests use without pluggy; ``plugin`` holds only thin hook
+implementations.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("hami-hygon")
+except PackageNotFoundError:
+    __version__ = "0.0.0+unknown"
+
+BACKEND_NAME = "hygon"
+VENDOR = "DCU"
+
+__all__ = ["BACKEND_NAME", "VENDOR", "__version__"]

@@ -1,0 +1,71 @@
+"""Admission (webhook) logic for Hygon DCU containers: defaults written into the spec.
+
+HAMi's ``MutateAdmission`` for DCUs only detects the request; we also write the defaulted
+request (count, memory when stated or defaulted, cores) into ``limits`` and ``requests``,
+as for NVIDIA (PROTOCOL.md §1, §6), so that what ``kubectl get pod -o yaml`` shows is what
+is scheduled. Quantities the user wrote stay as written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hami_core.errors import InvalidInputError
+from hami_core.model import MutateResult
+from hami_core.protocol.config import VendorConfig
+
+from .names import option, resources
+from .requests import parse_request, resource_value
+
+
+def _escape(key: str) -> str:
+    """JSON-pointer escaping (RFC 6901): ``~`` -> ``~0``, ``/`` -> ``~1``."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def mutate_container(
+    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
+) -> MutateResult | None:
+    """Patch one container: limits and requests both carry the defaulted request.
+
+    Returns: None for a container without DCU resources; a denial naming the container,
+        the resource and the value for invalid ones.
+    """
+    try:
+        req = parse_request(container, config)
+    except InvalidInputError as exc:
+        return MutateResult(denial=str(exc))
+    if req is None:
+        return None
+    names = resources(config)
+    values: dict[str, object] = {names.count: str(req.count), names.cores: str(req.cores_pct)}
+    factor = max(1, int(option(config, "memoryFactor")))
+    if req.memory_mib and req.memory_mib % factor == 0:
+        # a defaulted memory is written in the user's unit (MiB / memoryFactor)
+        values[names.memory] = str(req.memory_mib // factor)
+    for name in (names.count, names.memory, names.cores):
+        stated = resource_value(container, name)
+        if stated is not None:
+            values[name] = stated
+
+    patch: list[dict[str, Any]] = []
+    resources_obj = dict(container.get("resources") or {})
+    if container.get("resources") is None:
+        patch.append({"op": "add", "path": f"{container_path}/resources", "value": {}})
+    for section in ("limits", "requests"):
+        current = dict(resources_obj.get(section) or {})
+        if resources_obj.get(section) is None:
+            patch.append(
+                {"op": "add", "path": f"{container_path}/resources/{section}", "value": {}}
+            )
+        for name, value in values.items():
+            if current.get(name) != value:
+                patch.append(
+                    {
+                        "op": "add",
+                        "path": f"{container_path}/resources/{section}/{_escape(name)}",
+                        "value": value,
+                    }
+                )
+    return MutateResult(patch=tuple(patch))

@@ -1,0 +1,76 @@
+"""Hygon DCU resource names, annotation keys and options (PROTOCOL.md §1-3).
+
+From HAMi 2.10 ``pkg/device/hygon/device.go``: resources ``hygon.com/dcunum``,
+``hygon.com/dcumem`` (MiB), ``hygon.com/dcucores`` (percent of a DCU); inventory
+``hami.io/node-dcu-register``, handshake ``hami.io/node-handshake-dcu``, pod device lists
+``hami.io/dcu-devices-to-allocate`` / ``hami.io/dcu-devices-allocated``; pod filters
+``hygon.com/use-dcutype`` / ``hygon.com/nouse-dcutype`` (model) and
+``hygon.com/use-gpuuuid`` / ``hygon.com/nouse-gpuuuid`` (UUID), comma lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from hami_core.model import DeviceTypeInfo, ResourceNames
+from hami_core.protocol.config import VendorConfig
+
+from . import VENDOR
+
+DEFAULT_RESOURCES: Final = ResourceNames(
+    count="hygon.com/dcunum", memory="hygon.com/dcumem", cores="hygon.com/dcucores"
+)
+
+DEVICE_TYPE: Final = DeviceTypeInfo(
+    vendor=VENDOR,
+    resources=DEFAULT_RESOURCES,
+    register_annotation="hami.io/node-dcu-register",
+    handshake_annotation="hami.io/node-handshake-dcu",
+    to_allocate_annotation="hami.io/dcu-devices-to-allocate",
+    allocated_annotation="hami.io/dcu-devices-allocated",
+)
+
+USE_TYPE: Final = "hygon.com/use-dcutype"
+NOUSE_TYPE: Final = "hygon.com/nouse-dcutype"
+USE_UUID: Final = "hygon.com/use-gpuuuid"
+NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
+
+#: Backend-specific configuration keys (``BackendInfo.option_defaults``).
+OPTION_DEFAULTS: Final[dict[str, Any]] = {
+    # HAMi's hygon.memoryFactor: a stated hygon.com/dcumem is multiplied by it (MiB).
+    "memoryFactor": 1,
+    # The hy-smi binary used by discovery.
+    "hySmiPath": "hy-smi",
+    # Host directory of the hyhal runtime, mounted at the same path (Hygon's docker usage).
+    "hyhalPath": "/opt/hyhal",
+    # Host directory of the DTK, mounted at /opt/hygondriver (HAMi's HYGONPATH); "" = none.
+    "dtkPath": "/opt/dtk",
+    # Host directory where per-container vDCU configuration files are written.
+    "vdevPath": "/usr/local/vgpu/dcu",
+    # sysfs root used to find a DCU's /dev/dri nodes from its PCI address.
+    "sysfsPath": "/sys",
+}
+
+#: The cores a request gets when it names none: HAMi's default (``corenum := 100``).
+HAMI_DEFAULT_CORES: Final = 100
+
+
+def resources(config: VendorConfig) -> ResourceNames:
+    """The resource names in force: the defaults with the config's overrides."""
+    return ResourceNames(
+        count=config.resource_count_name or DEFAULT_RESOURCES.count,
+        memory=config.resource_memory_name or DEFAULT_RESOURCES.memory,
+        cores=config.resource_cores_name or DEFAULT_RESOURCES.cores,
+    )
+
+
+def option(config: VendorConfig, key: str) -> Any:
+    """A backend option's value, its default when the section does not set it."""
+    return config.options.get(key, OPTION_DEFAULTS[key])
+
+
+def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    """The pod's annotations (empty when it has none)."""
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    return ann if isinstance(ann, Mapping) else {}

@@ -1,0 +1,126 @@
+"""Reading a Hygon DCU request from a container spec, defaults applied (PROTOCOL.md §1).
+
+Rules, after HAMi 2.10 ``pkg/device/hygon/device.go`` (``GenerateResourceRequests``), the
+HAMi DCU guide ("enable Hygon DCU sharing", Project-HAMi/HAMi ``docs``) and the NVIDIA
+defaulting of PROTOCOL.md §1:
+
+- quantities come from ``limits``, else ``requests``; malformed, fractional, negative or
+  oversized ones (``16Gi`` as MiB) are refused;
+- ``hygon.com/dcumem`` is MiB per DCU, multiplied by the option ``memoryFactor``; unset (or
+  0): ``defaultMemory`` if configured, else the whole DCU;
+- ``hygon.com/dcucores`` is percent of a DCU; unset: ``defaultCores``, and when that is 0
+  (the core's default) HAMi's 100 - a DCU request without cores takes the DCU's compute
+  exclusively;
+- memory or cores without a count: ``defaultGPUNum`` DCUs;
+- a virtual DCU is one DCU: with a count above 1 neither a memory slice nor cores below
+  100 may be stated ("每个容器最多只能使用一个虚拟DCU设备" - HAMi's DCU guide; HAMi's
+  dcu-vgpu-device-plugin only writes a vDCU configuration for a single-DCU container).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from hami_core.errors import InvalidInputError
+from hami_core.model import DeviceRequest, ResourceNames
+from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.quantity import parse_quantity_int
+
+from . import VENDOR
+from .names import HAMI_DEFAULT_CORES, option, resources
+
+
+@attrs.frozen(kw_only=True)
+class RawRequest:
+    """The DCU quantities a container states, before defaults (None = not stated)."""
+
+    count: int | None
+    memory_mib: int | None
+    cores_pct: int | None
+
+    @property
+    def empty(self) -> bool:
+        return self.count is None and self.memory_mib is None and self.cores_pct is None
+
+
+def resource_value(container: Mapping[str, Any], name: str) -> object | None:
+    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
+    res = container.get("resources") or {}
+    for section in ("limits", "requests"):
+        values = res.get(section) or {}
+        if name in values:
+            return values[name]  # type: ignore[no-any-return]
+    return None
+
+
+def read_raw(container: Mapping[str, Any], names: ResourceNames) -> RawRequest:
+    """Read the stated quantities of one container.
+
+    Raises:
+        InvalidInputError: a quantity is malformed, fractional, negative or too large,
+            or a core percentage is above 100; the message names the container, the
+            resource and the value.
+    """
+    cname = container.get("name", "?")
+
+    def get(name: str, *, maximum: int | None = None) -> int | None:
+        raw = resource_value(container, name)
+        if raw is None:
+            return None
+        try:
+            if maximum is None:
+                return parse_quantity_int(raw, resource=name)
+            return parse_quantity_int(raw, resource=name, maximum=maximum)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"container {cname!r}: {exc}") from None
+
+    return RawRequest(
+        count=get(names.count),
+        memory_mib=get(names.memory),
+        cores_pct=get(names.cores, maximum=100),
+    )
+
+
+def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
+    """The container's DCU request with HAMi's defaults, or None when it asks none.
+
+    Raises:
+        InvalidInputError: malformed quantities (see ``read_raw``), a count of 0 with
+            memory or cores, a memory above int32 after ``memoryFactor``, or several DCUs
+            with a slice.
+    """
+    names = resources(config)
+    raw = read_raw(container, names)
+    if raw.empty:
+        return None
+    cname = container.get("name", "?")
+    if raw.count == 0:
+        if raw.memory_mib or raw.cores_pct:
+            raise InvalidInputError(
+                f"container {cname!r}: {names.count} is 0 but memory or cores are requested"
+            )
+        return None
+    count = raw.count if raw.count is not None else config.default_count
+    factor = int(option(config, "memoryFactor"))
+    memory = (raw.memory_mib or 0) * max(1, factor)
+    if memory > 2**31 - 1:
+        raise InvalidInputError(
+            f"container {cname!r}: {names.memory}: {raw.memory_mib} x memoryFactor {factor} "
+            "is above the largest accepted value"
+        )
+    if not memory:
+        memory = config.default_memory_mib
+    default_cores = config.default_cores_pct or HAMI_DEFAULT_CORES
+    cores = raw.cores_pct if raw.cores_pct is not None else default_cores
+    if count > 1 and (memory or cores < 100):
+        stated = f"{names.memory}: {memory}" if memory else f"{names.cores}: {cores}"
+        raise InvalidInputError(
+            f"container {cname!r}: a virtual DCU ({stated}) is one DCU, but {names.count} "
+            f"is {count}; ask 1 DCU, or whole DCUs without {names.memory} / {names.cores}"
+        )
+    if memory:
+        return DeviceRequest(vendor=VENDOR, count=count, memory_mib=memory, cores_pct=cores)
+    return DeviceRequest(vendor=VENDOR, count=count, memory_pct=100, cores_pct=cores)

@@ -1,0 +1,48 @@
+"""Fixtures of the Ascend backend tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+
+import pytest
+from hami_ascend import discover
+
+from hami_core.plugin import BackendManager
+from hami_core.protocol.config import parse_config
+
+from .support import FakeNpuSmi
+
+
+def only(*names: str, config: dict[str, object] | None = None) -> BackendManager:
+    """A manager with only the named installed backends (others' work is left out)."""
+    installed = {ep.name for ep in entry_points(group="hami.backends")}
+    base = BackendManager.from_entry_points(disabled=sorted(installed - set(names)))
+    if config is None:
+        return base
+    return base.with_config(parse_config({"version": "v1", **config}, backends=base.infos))
+
+
+@pytest.fixture
+def npu_smi() -> Iterator[FakeNpuSmi]:
+    """The hooks' ``npu-smi`` replaced by a fake answering from the 910B3 samples; the
+    chip table is emptied before and after."""
+    fake = FakeNpuSmi("910b3")
+    saved = discover.RUNNER[0]
+    discover.RUNNER[0] = fake
+    discover.CHIPS.replace({})
+    yield fake
+    discover.RUNNER[0] = saved
+    discover.CHIPS.replace({})
+
+
+@pytest.fixture
+def no_npu_smi() -> Iterator[FakeNpuSmi]:
+    """The hooks' ``npu-smi`` replaced by one that is not installed."""
+    fake = FakeNpuSmi(None)
+    saved = discover.RUNNER[0]
+    discover.RUNNER[0] = fake
+    discover.CHIPS.replace({})
+    yield fake
+    discover.RUNNER[0] = saved
+    discover.CHIPS.replace({})

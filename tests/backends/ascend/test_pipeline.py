@@ -1,0 +1,205 @@
+"""Webhook -> filter -> bind -> allocate for Ascend pods on an embedded cluster, with nodes
+carrying the inventory HAMi's ascend-device-plugin writes (``hami.io/node-register-<x>``)."""
+
+import json
+
+from hami_ascend import discover
+from hami_ascend.models import settings
+
+from hami_core.cluster import MemoryCluster
+from hami_core.model import ContainerDevice
+from hami_core.protocol import encode_inventory
+from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.devicelist import decode_pod_devices
+from hami_core.simulate.pipeline import Pipeline
+from tests.builders import gpu
+from tests.builders import node as nvidia_node
+
+from .conftest import only
+from .support import FakeNpuSmi
+
+UUID0 = "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003"
+
+
+def ascend_node(name, vendor, devices_json, *, count_resource=None):
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {f"hami.io/node-register-{vendor}": devices_json},
+        },
+        "status": {"allocatable": {count_resource or f"huawei.com/{vendor}": "32"}},
+    }
+
+
+def discovered_node(name="npu-1", layout="910b3"):
+    """A node registered from our own discovery of the recorded npu-smi samples."""
+    found = discover.discover(settings(VendorConfig()), FakeNpuSmi(layout))
+    assert found is not None
+    vendor = found.devices[0].vendor
+    return ascend_node(name, vendor, encode_inventory(found.devices))
+
+
+#: Exactly what HAMi's ascend-device-plugin registers for two 910B3 chips in template
+#: mode (register.go: Count = VDeviceCount, Devmem = memoryAllocatable, Devcore = AICore,
+#: Type = CommonWord, customInfo.NetworkID; zero values omitted by encoding/json).
+HAMI_910B3 = json.dumps(
+    [
+        {
+            "id": "HAMI-B3-0",
+            "count": 4,
+            "devmem": 65536,
+            "devcore": 20,
+            "type": "Ascend910B3",
+            "health": True,
+            "customInfo": {"NetworkID": 0},
+        },
+        {
+            "id": "HAMI-B3-1",
+            "index": 1,
+            "count": 4,
+            "devmem": 65536,
+            "devcore": 20,
+            "type": "Ascend910B3",
+            "health": True,
+            "customInfo": {"NetworkID": 0},
+        },
+    ]
+)
+
+
+def ascend_pod(name, model="Ascend910B3", count=None, memory=None, cores=None, annotations=None):
+    limits = {}
+    if count is not None:
+        limits[f"huawei.com/{model}"] = str(count)
+    if memory is not None:
+        limits[f"huawei.com/{model}-memory"] = str(memory)
+    if cores is not None:
+        limits[f"huawei.com/{model}-core"] = str(cores)
+    meta = {"name": name, "namespace": "default"}
+    if annotations:
+        meta["annotations"] = annotations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}]
+        },
+    }
+
+
+def pipeline(*nodes, backends=("ascend",)):
+    cluster = MemoryCluster()
+    for n in nodes:
+        cluster.add_node(n)
+    return Pipeline(cluster, only(*backends))
+
+
+def test_a_slice_is_admitted_placed_annotated_and_allocated(npu_smi):
+    p = pipeline(discovered_node())
+    out = p.submit(ascend_pod("infer", count=1, memory=10000))
+    assert out.denied == "" and out.error == ""
+    assert out.node == "npu-1"
+    stored = p.cluster.get_pod("default", "infer")
+    limits = stored["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["huawei.com/Ascend910B3-memory"] == "16384"  # rounded up to vir05_1c_16g
+    assert stored["spec"]["schedulerName"] == "hami-scheduler"
+    ann = stored["metadata"]["annotations"]
+    to_allocate = ann["hami.io/Ascend910B3-devices-to-allocate"]
+    assert ann["hami.io/Ascend910B3-devices-allocated"] == to_allocate
+    [[chosen]] = decode_pod_devices(to_allocate)
+    assert chosen == ContainerDevice(
+        uuid=chosen.uuid, vendor="Ascend910B3", memory_mib=16384, cores_pct=0
+    )
+    assert ann["hami.io/bind-phase"] == "success"
+    env = out.envs["main"]
+    assert env["ASCEND_VNPU_SPECS"] == "vir05_1c_16g"
+    phy = str(discover.CHIPS.get(chosen.uuid).phy_id)
+    assert env["ASCEND_VISIBLE_DEVICES"] == phy
+
+
+def test_four_slices_share_a_chip_and_a_whole_chip_goes_elsewhere(npu_smi):
+    p = pipeline(discovered_node())
+    for i in range(4):
+        assert p.submit(ascend_pod(f"s{i}", count=1, memory=16384)).scheduled
+    whole = p.submit(ascend_pod("train", count=1))
+    assert whole.scheduled
+    [[w]] = whole.allocation.devices["Ascend910B3"]
+    assert (w.memory_mib, w.cores_pct) == (65536, 100)
+    placed = {
+        decode_pod_devices(
+            p.cluster.get_pod("default", f"s{i}")["metadata"]["annotations"][
+                "hami.io/Ascend910B3-devices-allocated"
+            ]
+        )[0][0].uuid
+        for i in range(4)
+    }
+    assert w.uuid not in placed
+    assert "ASCEND_VNPU_SPECS" not in whole.envs["main"]
+
+
+def test_hami_registered_nodes_serve_slices_and_whole_chips(no_npu_smi):
+    p = pipeline(ascend_node("hami-node", "Ascend910B3", HAMI_910B3))
+    assert p.submit(ascend_pod("whole", count=1)).scheduled  # devcore 20 reads as 100 %
+    for i in range(2):
+        assert p.submit(ascend_pod(f"s{i}", count=1, memory=32768)).node == "hami-node"
+    full = p.submit(ascend_pod("s3", count=1, memory=1000))
+    assert not full.scheduled
+    assert full.filter.failed == {"hami-node": "2/2 CardInsufficientMemory"}
+
+
+def test_910c_request_of_one_takes_a_module(npu_smi):
+    npu_smi.layout = "a3"
+    p = pipeline(discovered_node("a3-node", "a3"))
+    out = p.submit(ascend_pod("pair", model="Ascend910C", count=1))
+    assert out.scheduled
+    assert len(out.allocation.devices["Ascend910C"][0]) == 2
+    assert out.envs["main"]["ASCEND_VISIBLE_DEVICES"] == "0,1"
+    second = p.submit(ascend_pod("pair2", model="Ascend910C", count=1))
+    assert second.envs["main"]["ASCEND_VISIBLE_DEVICES"] == "2,3"
+    odd = p.submit(ascend_pod("odd", model="Ascend910C", count=3))
+    assert "multiple of 2" in odd.denied
+
+
+def test_denials_name_the_cause(no_npu_smi):
+    p = pipeline(ascend_node("hami-node", "Ascend910B3", HAMI_910B3))
+    out = p.submit(ascend_pod("big", count=1, memory=70000))
+    assert "70000 MiB is more than one Ascend910B3 chip holds" in out.denied
+
+
+def test_ascend_pods_never_land_on_nvidia_nodes_and_back(no_npu_smi):
+    p = pipeline(
+        ascend_node("npu-node", "Ascend910B3", HAMI_910B3),
+        nvidia_node("gpu-node", [gpu("GPU-A")]),
+        backends=("ascend", "nvidia"),
+    )
+    npu = p.submit(ascend_pod("npu", count=1, memory=1000))
+    assert npu.node == "npu-node"
+    assert npu.filter.failed["gpu-node"].startswith("NodeInsufficientDevice")
+    gpu_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gpu", "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+        },
+    }
+    out = p.submit(gpu_pod)
+    assert out.node == "gpu-node"
+    assert out.envs["main"]["NVIDIA_VISIBLE_DEVICES"] == "GPU-A"
+
+
+def test_quota_on_ascend_memory_is_enforced(no_npu_smi):
+    p = pipeline(ascend_node("hami-node", "Ascend910B3", HAMI_910B3))
+    p.cluster.add_quota(
+        {
+            "metadata": {"name": "npu", "namespace": "default"},
+            "spec": {"hard": {"limits.huawei.com/Ascend910B3-memory": "40000"}},
+        }
+    )
+    assert p.submit(ascend_pod("a", count=1, memory=32768)).scheduled
+    denied = p.submit(ascend_pod("b", count=1, memory=10000))
+    # the quota is charged the template's memory, not the stated one
+    assert "limits.huawei.com/Ascend910B3-memory 40000, used 32768, this pod 16384" in denied.denied
