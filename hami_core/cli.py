@@ -100,11 +100,15 @@ def backends(output: str) -> None:
     "--port",
     default=8888,
     show_default=True,
-    type=int,
+    type=click.IntRange(1, 65535),
     help="Extender port (/filter, /prioritize, /score, /bind, /healthz, /readyz, /-/backends).",
 )
 @click.option(
-    "--metrics-port", default=9395, show_default=True, type=int, help="Prometheus metrics port."
+    "--metrics-port",
+    default=9395,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="Prometheus metrics port.",
 )
 @click.option(
     "--kubeconfig",
@@ -180,7 +184,11 @@ def backends(output: str) -> None:
     help="Default device policy; a pod's hami.io/gpu-scheduler-policy wins.",
 )
 @click.option(
-    "--threads", default=8, show_default=True, type=int, help="Worker threads of the HTTP server."
+    "--threads",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 1024),
+    help="Worker threads of the HTTP server.",
 )
 @click.option(
     "--handshake-period",
@@ -201,6 +209,7 @@ def backends(output: str) -> None:
     default="info",
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
+    help="Logging threshold.",
 )
 def scheduler(**opts: Any) -> None:
     """Run the kube-scheduler extender (filter, prioritize, bind) against the API server.
@@ -387,6 +396,182 @@ def webhook(**opts: Any) -> None:
         run_webhook(options)
     except OSError as exc:  # port taken, unreadable or mismatched certificate files
         raise click.ClickException(f"cannot serve HTTPS: {exc}") from exc
+
+
+@cli.command("device-plugin")
+@click.option(
+    "--node-name",
+    envvar="NODE_NAME",
+    required=True,
+    show_envvar=True,
+    help="This node's name: where the inventory is published and whose pods are "
+    "allocated (in a DaemonSet: the downward API's spec.nodeName).",
+)
+@click.option(
+    "--backend",
+    envvar="HAMI_BACKEND",
+    default="nvidia",
+    show_default=True,
+    show_envvar=True,
+    help="Backend (entry point of hami.backends) whose devices this process serves.",
+)
+@click.option(
+    "--vendor",
+    envvar="HAMI_VENDOR",
+    default=None,
+    show_default="the backend's first vendor key",
+    show_envvar=True,
+    help="Vendor key served, for backends with several (one resource per process).",
+)
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    default=None,
+    show_default="in-cluster config, else ~/.kube/config",
+    show_envvar=True,
+    help="kubeconfig file for the API server.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    envvar="HAMI_CONFIG",
+    default=None,
+    show_default="built-in defaults",
+    show_envvar=True,
+    help="hami configuration file (YAML, version v1): split count, scaling, resource "
+    "names and backend options (hami-nvidia: hookPath, libraryPath, corePolicy, "
+    "unifiedMemoryMiB, ignoredXids, healthRecoverySeconds).",
+)
+@click.option(
+    "--node-config",
+    envvar="HAMI_NODE_CONFIG",
+    default=None,
+    show_default="none",
+    show_envvar=True,
+    help="Per-node overrides in HAMi's device-plugin config.json shape (JSON or YAML): "
+    '{"nodeconfig": [{"name": NODE, "devicesplitcount": N, "devicememoryscaling": F, '
+    '"devicecorescaling": F, "filterdevices": {"uuid": [...], "index": [...]}}]}.',
+)
+@click.option(
+    "--device-plugin-path",
+    envvar="HAMI_DEVICE_PLUGIN_PATH",
+    default="/var/lib/kubelet/device-plugins",
+    show_default=True,
+    show_envvar=True,
+    help="kubelet's device-plugin directory, holding kubelet.sock and our socket.",
+)
+@click.option(
+    "--socket-name",
+    envvar="HAMI_SOCKET_NAME",
+    default=None,
+    show_default="<backend>-<resource suffix>.sock, e.g. nvidia-gpu.sock",
+    show_envvar=True,
+    help="File name of the plugin's socket in --device-plugin-path.",
+)
+@click.option(
+    "--register-interval",
+    envvar="HAMI_REGISTER_INTERVAL",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    show_envvar=True,
+    help="Seconds between checks of the inventory and handshake annotations (written "
+    "only when they change or the scheduler asks; health changes publish at once).",
+)
+@click.option(
+    "--health-interval",
+    envvar="HAMI_HEALTH_INTERVAL",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    show_envvar=True,
+    help="Longest wait, seconds, for a device health event before discovering again "
+    "(recovered devices are noticed at this pace).",
+)
+@click.option(
+    "--cdi/--no-cdi",
+    envvar="HAMI_CDI",
+    default=False,
+    show_default=True,
+    show_envvar=True,
+    help="Answer Allocate with CDI device names (and a CDI spec per container) instead "
+    "of env, mounts and device nodes.",
+)
+@click.option(
+    "--cdi-spec-dir",
+    envvar="HAMI_CDI_SPEC_DIR",
+    default="/var/run/cdi",
+    show_default=True,
+    show_envvar=True,
+    help="Directory the container runtime reads CDI specs from (--cdi).",
+)
+@click.option(
+    "--link-scores/--no-link-scores",
+    envvar="HAMI_LINK_SCORES",
+    default=False,
+    show_default=True,
+    show_envvar=True,
+    help="Publish device link scores (hami.io/node-<backend>-score) for the topology-aware policy.",
+)
+@click.option(
+    "--fail-on-init-error/--no-fail-on-init-error",
+    envvar="HAMI_FAIL_ON_INIT_ERROR",
+    default=True,
+    show_default=True,
+    show_envvar=True,
+    help="Exit when discovery fails at start (no driver, NVML error); with --no-..., "
+    "log it and idle without registering (DaemonSets on nodes without devices).",
+)
+@click.option(
+    "--log-level",
+    envvar="HAMI_LOG_LEVEL",
+    default="info",
+    show_default=True,
+    show_envvar=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="Logging threshold.",
+)
+def device_plugin(**opts: Any) -> None:
+    """Run the device plugin: discover this node's devices, publish them on the Node
+    (inventory, handshake), and serve kubelet's device plugin API v1beta1.
+
+    Each physical device is advertised to kubelet split-count times as <UUID>-<i>.
+    Allocate finds the pod being allocated (node lock, node name, bind-phase, device
+    count), answers each container with the limits the scheduler wrote, sets
+    hami.io/bind-phase to success (or failed, with the reason in the gRPC error) and
+    releases the node lock. Re-registers when kubelet restarts.
+
+    Environment, besides the variables shown per option: HAMI_DISABLED_BACKENDS (comma
+    list of backends to skip). hami-nvidia loads libnvidia-ml.so.1 through the dynamic
+    loader (LD_LIBRARY_PATH) and reads NUMA nodes under HAMI_NVIDIA_SYSFS_ROOT
+    (default /sys).
+    """
+    from hami_core.servers.deviceplugin_main import DevicePluginOptions, run_device_plugin
+
+    logging.basicConfig(
+        level=opts.pop("log_level").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    options = DevicePluginOptions(
+        node_name=opts["node_name"],
+        backend=opts["backend"],
+        vendor=opts["vendor"],
+        kubeconfig=opts["kubeconfig"],
+        config=opts["config_file"],
+        node_config=opts["node_config"],
+        plugin_dir=opts["device_plugin_path"],
+        socket_name=opts["socket_name"],
+        register_interval_s=opts["register_interval"],
+        health_interval_s=opts["health_interval"],
+        cdi=opts["cdi"],
+        cdi_spec_dir=opts["cdi_spec_dir"],
+        link_scores=opts["link_scores"],
+        fail_on_init_error=opts["fail_on_init_error"],
+    )
+    try:
+        run_device_plugin(options)
+    except OSError as exc:  # socket directory missing, path too long
+        raise click.ClickException(f"cannot serve the device plugin: {exc}") from exc
 
 
 @cli.command()
