@@ -5,30 +5,83 @@ first failing check is its reason: health, cordon, type filter, UUID filter, spl
 count, memory, cores, exclusivity, compute exhausted (HAMi's order for the last five,
 so reason codes match HAMi's). The feasible devices are then ranked by the device
 policy (binpack, spread, topology-aware, numa); ties are broken by device index, so
-the same input always gives the same placement. A backend with extra rules (memory
-templates, paired modules) wraps these functions rather than copying them.
+the same input always gives the same placement.
+
+A backend whose devices differ in one step passes ``FitRules`` rather than copying the
+steps; the defaults are NVIDIA's behaviour:
+
+- ``cores_capacity``: a device's compute in percent as the checks, the load and the hints
+  read it (default: the inventory's ``devcore``); ``None`` for a device that does not
+  account compute (its cores are not checked). Ascend reads HAMi's AI Core count as 100 %.
+- ``extra_check``: one more per-device check after the sharing checks, e.g. Kunlunxin's
+  "a card cut in quarters takes no half". The size hints do not apply it.
+- ``link_group``: a group id per device (Ascend HCCS groups); a request of several devices
+  takes them from one group when one group can hold them all.
+- ``choose``: the vendor's own selection among the feasible devices (910C paired modules,
+  Kunlunxin topology sets): the devices, a ``ReasonCode`` when no set exists, or ``None``
+  to leave the choice to the policy ranking.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeAlias
 
 import attrs
 
 from hami_core.model import (
     ContainerDevice,
+    ContainerDevices,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
     NodeInfo,
+    NodePolicy,
     ReasonCode,
 )
 
 #: Above this many candidates, topology-aware search for a set is greedy, not exhaustive.
 _EXHAUSTIVE_LIMIT = 12
+
+#: A device's compute in percent as fit reads it; None: the device does not account compute.
+CoresCapacity: TypeAlias = Callable[[DeviceUsage], int | None]
+#: One more per-device check: the device's reason, or None when it can take the request.
+ExtraCheck: TypeAlias = Callable[[DeviceUsage, DeviceRequest], ReasonCode | None]
+#: The id of the device's interconnect group.
+LinkGroup: TypeAlias = Callable[[DeviceUsage], int]
+#: ``(feasible, count, policy)`` -> the chosen devices, a node reason, or None (no opinion).
+Chooser: TypeAlias = Callable[
+    [Sequence[DeviceUsage], int, DevicePolicy], Sequence[DeviceUsage] | ReasonCode | None
+]
+
+
+def device_cores(usage: DeviceUsage) -> int | None:
+    """The default ``cores_capacity``: the inventory's ``devcore`` (percent)."""
+    return usage.device.cores_pct
+
+
+@attrs.frozen(kw_only=True)
+class FitRules:
+    """A backend's variations of the generic steps (see the module docstring).
+
+    Attributes:
+        cores_capacity: a device's compute in percent, None when not accounted.
+        extra_check: a last per-device check, or None.
+        link_group: a device's interconnect group, or None when all are linked alike.
+        choose: the vendor's own selection, or None.
+    """
+
+    cores_capacity: CoresCapacity = device_cores
+    extra_check: ExtraCheck | None = None
+    link_group: LinkGroup | None = None
+    choose: Chooser | None = None
+
+
+#: NVIDIA's rules: every step as documented above, no extension.
+GENERIC = FitRules()
 
 
 def _tokens(value: str | None) -> tuple[str, ...]:
@@ -52,10 +105,22 @@ def type_matches(model: str, token: str) -> bool:
 @attrs.frozen(kw_only=True)
 class DeviceFilters:
     """A pod's device filters (PROTOCOL.md §5): type and UUID include/exclude lists and
-    NUMA binding. Build with ``from_annotations`` and the vendor's annotation keys."""
+    NUMA binding. Build with ``from_annotations`` and the vendor's annotation keys.
+
+    Attributes:
+        use_type, nouse_type: type tokens the device must / must not match.
+        require_type: type tokens the request itself names (Cambricon's model-qualified
+            resources); when set, the device must match one of them as well.
+        vendor_tokens: lower-case tokens that name the vendor rather than a model and so
+            match every device (the handbook's ``hami.io/gpu-type: cambricon``).
+        use_uuid, nouse_uuid: device UUIDs the pod may / must not use.
+        numa_bind: all devices of a container on one NUMA node, or no fit.
+    """
 
     use_type: tuple[str, ...] = ()
     nouse_type: tuple[str, ...] = ()
+    require_type: tuple[str, ...] = ()
+    vendor_tokens: frozenset[str] = frozenset()
     use_uuid: frozenset[str] = frozenset()
     nouse_uuid: frozenset[str] = frozenset()
     numa_bind: bool = False
@@ -70,9 +135,13 @@ class DeviceFilters:
         use_uuid: tuple[str, ...] = (),
         nouse_uuid: tuple[str, ...] = (),
         numa_bind: tuple[str, ...] = (),
+        require_type: Iterable[str] = (),
+        vendor_tokens: Iterable[str] = (),
     ) -> DeviceFilters:
-        """Read the filters; each argument lists the accepted keys of one filter, the
-        first present wins (HAMi's name first, then the handbook's aliases)."""
+        """Read the filters; each annotation argument lists the accepted keys of one
+        filter, the first present wins (HAMi's name first, then the handbook's aliases).
+        A vendor without a filter passes no keys for it. ``require_type`` and
+        ``vendor_tokens`` are taken as given (see the attributes)."""
 
         def first(keys: tuple[str, ...]) -> str | None:
             return next((annotations[k] for k in keys if k in annotations), None)
@@ -80,15 +149,23 @@ class DeviceFilters:
         return cls(
             use_type=_tokens(first(use_type)),
             nouse_type=_tokens(first(nouse_type)),
+            require_type=tuple(sorted(require_type)),
+            vendor_tokens=frozenset(t.lower() for t in vendor_tokens),
             use_uuid=frozenset(_tokens(first(use_uuid))),
             nouse_uuid=frozenset(_tokens(first(nouse_uuid))),
             numa_bind=(first(numa_bind) or "").strip().lower() == "true",
         )
 
+    def matches(self, model: str, token: str) -> bool:
+        """``type_matches``, or a vendor token (which matches every device)."""
+        return token.lower() in self.vendor_tokens or type_matches(model, token)
+
     def type_ok(self, model: str) -> bool:
-        if self.use_type and not any(type_matches(model, t) for t in self.use_type):
+        if self.use_type and not any(self.matches(model, t) for t in self.use_type):
             return False
-        return not any(type_matches(model, t) for t in self.nouse_type)
+        if self.require_type and not any(self.matches(model, t) for t in self.require_type):
+            return False
+        return not any(self.matches(model, t) for t in self.nouse_type)
 
     def uuid_ok(self, uuid: str) -> bool:
         if self.use_uuid and uuid not in self.use_uuid:
@@ -97,7 +174,10 @@ class DeviceFilters:
 
 
 def device_reason(
-    usage: DeviceUsage, request: DeviceRequest, filters: DeviceFilters
+    usage: DeviceUsage,
+    request: DeviceRequest,
+    filters: DeviceFilters,
+    rules: FitRules = GENERIC,
 ) -> ReasonCode | None:
     """Why ``usage.device`` cannot take ``request`` now, or None when it can."""
     dev = usage.device
@@ -109,28 +189,45 @@ def device_reason(
         return ReasonCode.CARD_TYPE_MISMATCH
     if not filters.uuid_ok(dev.uuid):
         return ReasonCode.CARD_UUID_MISMATCH
-    return capacity_reason(usage, request)
+    return capacity_reason(usage, request, rules)
 
 
-def capacity_reason(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode | None:
-    """The sharing checks alone (split count, memory, cores, exclusivity)."""
+def free_cores(usage: DeviceUsage, rules: FitRules = GENERIC) -> int:
+    """Compute still free on a device, percent, never negative; 100 on a device that does
+    not account compute (any share fits there)."""
+    capacity = rules.cores_capacity(usage)
+    if capacity is None:
+        return 100
+    return max(0, capacity - usage.used_cores_pct)
+
+
+def capacity_reason(
+    usage: DeviceUsage, request: DeviceRequest, rules: FitRules = GENERIC
+) -> ReasonCode | None:
+    """The sharing checks alone (split count, memory, cores, exclusivity, compute
+    exhausted), then ``rules.extra_check``."""
     dev = usage.device
     if usage.used_count >= dev.split_count:
         return ReasonCode.CARD_TIME_SLICING_EXHAUSTED
-    if request.memory_on(dev) > usage.free_memory_mib or request.memory_on(dev) == 0:
+    memory = request.memory_on(dev)
+    if memory > usage.free_memory_mib or memory == 0:
         return ReasonCode.CARD_INSUFFICIENT_MEMORY
-    if request.cores_pct > usage.free_cores_pct:
-        return ReasonCode.CARD_INSUFFICIENT_CORE
-    # cores 100 asks for the device alone (HAMi: only where the device has 100 cores).
-    if dev.cores_pct == 100 and request.cores_pct == 100 and usage.used_count > 0:
-        return ReasonCode.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-    # A device whose compute is all taken gets no more cores-0 sharers.
-    if dev.cores_pct and usage.used_cores_pct >= dev.cores_pct and request.cores_pct == 0:
-        return ReasonCode.CARD_COMPUTE_UNITS_EXHAUSTED
+    capacity = rules.cores_capacity(usage)
+    if capacity is not None:
+        if request.cores_pct > free_cores(usage, rules):
+            return ReasonCode.CARD_INSUFFICIENT_CORE
+        # cores 100 asks for the device alone (HAMi: only where the device has 100 cores).
+        if capacity == 100 and request.cores_pct == 100 and usage.used_count > 0:
+            return ReasonCode.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+        # A device whose compute is all taken gets no more cores-0 sharers.
+        if capacity and usage.used_cores_pct >= capacity and request.cores_pct == 0:
+            return ReasonCode.CARD_COMPUTE_UNITS_EXHAUSTED
+    if rules.extra_check is not None:
+        return rules.extra_check(usage, request)
     return None
 
 
-def load(usage: DeviceUsage) -> float:
+def load(usage: DeviceUsage, rules: FitRules = GENERIC) -> float:
     """How full a device is: used fractions of memory, cores and sharers, summed (0..3).
 
     Rounded to 1e-9 so that mathematically equal loads compare equal and ties fall to
@@ -140,11 +237,33 @@ def load(usage: DeviceUsage) -> float:
     total = 0.0
     if dev.memory_mib:
         total += usage.used_memory_mib / dev.memory_mib
-    if dev.cores_pct:
-        total += usage.used_cores_pct / dev.cores_pct
+    capacity = rules.cores_capacity(usage)
+    if capacity:
+        total += usage.used_cores_pct / capacity
     if dev.split_count:
         total += usage.used_count / dev.split_count
     return round(total, 9)
+
+
+def node_score(
+    usage: Sequence[DeviceUsage],
+    devices: ContainerDevices,
+    policy: NodePolicy,
+    rules: FitRules = GENERIC,
+) -> float:
+    """0..100: how full the node's devices of one vendor are after the placement
+    (binpack), or how empty (spread). Fullness per device is its ``load`` scaled to
+    0..1; the node's is the mean over its devices. The pod's own share counts, so of two
+    equally full nodes binpack prefers the one the pod fills more."""
+    if not usage:
+        return 0.0
+    after = {u.device.uuid: u for u in usage}
+    for d in devices:
+        if d.uuid in after:
+            after[d.uuid] = after[d.uuid].charged(memory_mib=d.memory_mib, cores_pct=d.cores_pct)
+    fullness = sum(min(load(u, rules) / 3, 1.0) for u in after.values()) / len(after)
+    value = fullness * 100
+    return value if policy is NodePolicy.BINPACK else 100.0 - value
 
 
 def fit_devices(
@@ -153,15 +272,17 @@ def fit_devices(
     usage: Sequence[DeviceUsage],
     filters: DeviceFilters,
     policy: DevicePolicy,
+    rules: FitRules = GENERIC,
 ) -> FitResult:
     """Choose ``request.count`` distinct devices on ``node``, or explain why not.
 
     Args:
-        request: one container's NVIDIA request.
+        request: one container's request for one vendor.
         node: the node (for link scores).
-        usage: the node's NVIDIA devices with current usage, in index order.
+        usage: the node's devices of that vendor with current usage, in index order.
         filters: the pod's device filters.
         policy: the device policy.
+        rules: the vendor's variations of the generic steps (NVIDIA: none).
 
     Returns:
         A ``FitResult``; on a no-fit every rejected device has its reason, and
@@ -171,20 +292,22 @@ def fit_devices(
     reasons: dict[str, ReasonCode] = {}
     feasible: list[DeviceUsage] = []
     for u in ordered:
-        reason = device_reason(u, request, filters)
+        reason = device_reason(u, request, filters, rules)
         if reason is None:
             feasible.append(u)
         else:
             reasons[u.device.uuid] = reason
 
-    chosen: list[DeviceUsage] | None = None
+    chosen: Sequence[DeviceUsage] | None = None
     node_reason: ReasonCode | None = None
     if len(ordered) < request.count:
         node_reason = ReasonCode.NODE_INSUFFICIENT_DEVICE
     elif len(feasible) >= request.count:
-        chosen = _choose(feasible, request.count, node, policy, numa_bind=filters.numa_bind)
-        if chosen is None:
-            node_reason = ReasonCode.NUMA_NOT_FIT
+        picked = _choose(feasible, request.count, node, policy, rules, numa_bind=filters.numa_bind)
+        if isinstance(picked, ReasonCode):
+            node_reason = picked
+        else:
+            chosen = picked
     elif feasible:
         node_reason = ReasonCode.ALLOCATED_CARDS_INSUFFICIENT_REQUEST
 
@@ -200,7 +323,7 @@ def fit_devices(
                 for u in chosen
             )
         )
-    largest_mem, largest_cores = _largest(ordered, request, filters)
+    largest_mem, largest_cores = _largest(ordered, request, filters, rules)
     return FitResult(
         device_reasons=reasons,
         node_reason=node_reason,
@@ -210,18 +333,23 @@ def fit_devices(
 
 
 def _largest(
-    ordered: Sequence[DeviceUsage], request: DeviceRequest, filters: DeviceFilters
+    ordered: Sequence[DeviceUsage],
+    request: DeviceRequest,
+    filters: DeviceFilters,
+    rules: FitRules,
 ) -> tuple[int | None, int | None]:
     """Most memory (MiB) / cores (percent) per device that a request of the same count
     and the same other dimension would get, or None when even 1 MiB / 1 percent would
     not fit (the device is excluded for another reason: compute exhausted, exclusivity,
-    split count, filters)."""
+    split count, filters). ``rules.extra_check`` is left out: it judges the request as
+    stated, not the probe sizes."""
+    probe_rules = attrs.evolve(rules, extra_check=None)
 
     def fits_with(u: DeviceUsage, *, memory_mib: int, cores_pct: int) -> bool:
         probe = attrs.evolve(
             request, count=1, memory_mib=memory_mib, memory_pct=0, cores_pct=cores_pct
         )
-        return device_reason(u, probe, filters) is None
+        return device_reason(u, probe, filters, probe_rules) is None
 
     k = request.count - 1
     # Each probe shrinks the other dimension to what is free, so a request short of both
@@ -230,15 +358,17 @@ def _largest(
         (
             u.free_memory_mib
             for u in ordered
-            if fits_with(u, memory_mib=1, cores_pct=min(request.cores_pct, u.free_cores_pct))
+            if fits_with(
+                u, memory_mib=1, cores_pct=min(request.cores_pct, free_cores(u, probe_rules))
+            )
         ),
         reverse=True,
     )
     cores_room = sorted(
         (
-            u.free_cores_pct
+            free_cores(u, probe_rules)
             for u in ordered
-            if u.free_cores_pct > 0
+            if free_cores(u, probe_rules) > 0
             and fits_with(
                 u,
                 memory_mib=max(1, min(request.memory_on(u.device), u.free_memory_mib)),
@@ -253,38 +383,77 @@ def _largest(
     )
 
 
+def _by(
+    devices: Iterable[DeviceUsage], key: Callable[[DeviceUsage], int]
+) -> dict[int, list[DeviceUsage]]:
+    groups: dict[int, list[DeviceUsage]] = {}
+    for u in devices:
+        groups.setdefault(key(u), []).append(u)
+    return groups
+
+
+def rank(
+    devices: Iterable[DeviceUsage], policy: DevicePolicy, rules: FitRules = GENERIC
+) -> list[DeviceUsage]:
+    """``devices`` in the policy's order: fullest first under binpack, emptiest first
+    otherwise (spread, and the fallback of numa / topology-aware); ties by index."""
+    sign = -1 if policy is DevicePolicy.BINPACK else 1
+    return sorted(devices, key=lambda u: (sign * load(u, rules), u.device.index, u.device.uuid))
+
+
+def rank_groups(
+    groups: Mapping[int, Sequence[DeviceUsage]], policy: DevicePolicy, rules: FitRules = GENERIC
+) -> list[int]:
+    """Group ids in the policy's order: the fullest group (summed ``load``) first under
+    binpack, the emptiest first otherwise; ties to the lower id."""
+    sign = -1 if policy is DevicePolicy.BINPACK else 1
+
+    def key(gid: int) -> tuple[float, int]:
+        return (sign * round(sum(load(u, rules) for u in groups[gid]), 9), gid)
+
+    return sorted(groups, key=key)
+
+
 def _choose(
     feasible: list[DeviceUsage],
     count: int,
     node: NodeInfo,
     policy: DevicePolicy,
+    rules: FitRules,
     *,
     numa_bind: bool,
-) -> list[DeviceUsage] | None:
-    """Rank the feasible devices by policy and take ``count`` (None: NUMA bind fails)."""
+) -> Sequence[DeviceUsage] | ReasonCode:
+    """The vendor's choice when it has one; else rank the feasible devices by policy and
+    take ``count`` (a ReasonCode when no set exists, e.g. NUMA binding fails)."""
+    if rules.choose is not None:
+        own = rules.choose(feasible, count, policy)
+        if own is not None:
+            return own
     if numa_bind or policy is DevicePolicy.NUMA:
-        groups: dict[int, list[DeviceUsage]] = {}
-        for u in feasible:
-            groups.setdefault(u.device.numa, []).append(u)
-        fitting = [g for numa, g in sorted(groups.items()) if len(g) >= count]
+        fitting = {
+            k: g for k, g in _by(feasible, lambda u: u.device.numa).items() if len(g) >= count
+        }
         if fitting:
             # The fullest NUMA node that can host the whole container keeps others free.
-            best = max(fitting, key=lambda g: (sum(load(u) for u in g), -g[0].device.numa))
-            return _rank(best, DevicePolicy.BINPACK if policy is DevicePolicy.NUMA else policy)[
-                :count
-            ]
+            best = fitting[rank_groups(fitting, DevicePolicy.BINPACK, rules)[0]]
+            inner = DevicePolicy.BINPACK if policy is DevicePolicy.NUMA else policy
+            return rank(best, inner, rules)[:count]
         if numa_bind:
-            return None
-    if policy is DevicePolicy.TOPOLOGY_AWARE and node.link_scores:
+            return ReasonCode.NUMA_NOT_FIT
+    if count > 1 and rules.link_group is not None:
+        fitting = {k: g for k, g in _by(feasible, rules.link_group).items() if len(g) >= count}
+        if fitting:
+            best = fitting[rank_groups(fitting, policy, rules)[0]]
+            return sorted(
+                rank(best, policy, rules)[:count], key=lambda u: (u.device.index, u.device.uuid)
+            )
+    # Link scores are keyed by UUID and published for NVIDIA GPUs: a vendor whose devices
+    # have none (or a node without them) ranks by policy.
+    if policy is DevicePolicy.TOPOLOGY_AWARE and any(
+        u.device.uuid in node.link_scores for u in feasible
+    ):
         return _topology(feasible, count, node.link_scores)
-    return _rank(feasible, policy)[:count]
-
-
-def _rank(devices: list[DeviceUsage], policy: DevicePolicy) -> list[DeviceUsage]:
-    if policy is DevicePolicy.BINPACK:
-        return sorted(devices, key=lambda u: (-load(u), u.device.index, u.device.uuid))
-    # spread (and the fallback of numa / topology-aware): emptiest first
-    return sorted(devices, key=lambda u: (load(u), u.device.index, u.device.uuid))
+    return rank(feasible, policy, rules)[:count]
 
 
 def _topology(

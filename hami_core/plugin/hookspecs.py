@@ -3,7 +3,9 @@
 Every hook a vendor backend can implement is specified here, and only here. The core
 calls hooks exclusively through ``hami_core.plugin.BackendManager``, which dispatches by
 vendor: ``hami_fit``, ``hami_score`` and ``hami_allocate`` go only to the backend that
-owns the vendor key; ``hami_parse_request`` and ``hami_mutate`` go to every backend,
+owns the vendor key; ``hami_discover``, ``hami_watch_health`` and ``hami_link_scores`` go to the one
+backend a device plugin serves; ``hami_parse_request`` and ``hami_mutate`` go to every
+backend,
 and each answers ``None`` for a container that asks nothing of its vendors (the
 conformance kit checks that it does). Hooks may take any subset of the arguments
 (pluggy passes only those an implementation names), so specs can gain arguments
@@ -57,12 +59,49 @@ def hami_backend_info() -> BackendInfo:  # type: ignore[empty-body]
 def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
     """Find this vendor's physical devices on the local node.
 
-    Called by: the device plugin's node agent, at start and on every health change.
+    Called by: the device plugin's node agent: at start, after every
+    ``hami_watch_health`` answer, and at least every ``--health-interval`` seconds.
     Args:
         config: this backend's configuration section (split count, scaling, ...).
     Returns: the devices, index order, with ``memory_mib`` / ``cores_pct`` already
         scaled as the inventory states them (PROTOCOL.md §2); ``[]`` when the node has
         none; ``None`` when the backend cannot discover on this node (no driver).
+    """
+
+
+@_hookspec
+def hami_watch_health(config: VendorConfig, timeout_s: float) -> Sequence[str] | None:
+    """Wait for this vendor's devices to change health, at most ``timeout_s`` seconds.
+
+    Called by: the device plugin's health loop, over and over; after a non-empty answer
+    it calls ``hami_discover`` again (whose ``healthy`` flags are the truth) and, when
+    the list changed, re-sends the whole list to kubelet (``ListAndWatch``) and
+    republishes the inventory.
+    Args:
+        config: this backend's configuration section.
+        timeout_s: the longest the call may block, seconds (the loop uses it to stop
+            and to re-check recovered devices).
+    Returns: UUIDs whose health may have changed (``[]`` on timeout); ``None`` when the
+        backend does not watch health, and the loop then re-discovers every
+        ``timeout_s`` seconds instead.
+    """
+
+
+@_hookspec
+def hami_link_scores(
+    devices: Sequence[DeviceInfo], config: VendorConfig
+) -> Mapping[str, Mapping[str, int]] | None:
+    """Score the links between this node's devices, for topology-aware placement.
+
+    Called by: the device plugin's node agent, after discovery, when link scores are
+    enabled (``hami device-plugin --link-scores``); the agent publishes the answer as
+    ``hami.io/node-<backend>-score`` (PROTOCOL.md §2: NVLink with k links 100*k, same
+    board 60, one PCIe switch 50, several switches 40, same host bridge 30, same CPU 20,
+    across CPUs 10).
+    Args:
+        devices: what ``hami_discover`` returned, index order.
+    Returns: ``{uuid: {other_uuid: score}}`` for every pair of ``devices``; ``None``
+        when the backend has no notion of links.
     """
 
 

@@ -344,6 +344,63 @@ class BackendManager:
                     )
         return cast("list[DeviceInfo] | None", devices)
 
+    def watch_health(self, backend: str, *, timeout_s: float) -> tuple[str, ...] | None:
+        """Block up to ``timeout_s`` for a health change of one backend's devices.
+
+        Returns: the UUIDs the backend says may have changed (empty on timeout), or
+            None when the backend does not watch health.
+        Raises:
+            BackendError: the backend raised or answered something other than a list of
+                UUIDs.
+        """
+        changed = self._call_one(
+            backend,
+            "hami_watch_health",
+            (list, tuple),
+            config=self.vendor_config(backend),
+            timeout_s=timeout_s,
+        )
+        if changed is None:
+            return None
+        if not all(isinstance(u, str) for u in changed):
+            raise BackendError(backend, f"hami_watch_health returned {changed!r}, not UUIDs")
+        return tuple(changed)
+
+    def link_scores(
+        self, backend: str, devices: Sequence[DeviceInfo]
+    ) -> dict[str, dict[str, int]] | None:
+        """One backend's pair scores between ``devices`` (``{uuid: {other: score}}``),
+        or None when it has none.
+
+        Raises:
+            BackendError: the answer is not a mapping of mappings to non-negative ints.
+        """
+        scores = self._call_one(
+            backend,
+            "hami_link_scores",
+            Mapping,
+            devices=tuple(devices),
+            config=self.vendor_config(backend),
+        )
+        if scores is None:
+            return None
+        out: dict[str, dict[str, int]] = {}
+        for uuid, row in scores.items():
+            if not isinstance(uuid, str) or not isinstance(row, Mapping):
+                raise BackendError(backend, f"hami_link_scores: bad row {uuid!r}: {row!r}")
+            for other, score in row.items():
+                if (
+                    not isinstance(other, str)
+                    or not isinstance(score, int)
+                    or isinstance(score, bool)
+                    or score < 0
+                ):
+                    raise BackendError(
+                        backend, f"hami_link_scores: bad score {uuid}->{other!r}: {score!r}"
+                    )
+            out[uuid] = {str(k): int(v) for k, v in row.items()}
+        return out
+
     def allocate(
         self, vendor: str, pod: Pod, container: Container, devices: ContainerDevices
     ) -> ContainerAllocation:

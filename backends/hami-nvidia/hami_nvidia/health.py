@@ -81,9 +81,7 @@ class HealthTracker:
         targets = [event.uuid] if event.uuid else list(all_uuids)
         return [u for u in targets if self.mark(u, reason, now=now)]
 
-    def recover(
-        self, *, now: float, recovery_s: float, probe: Callable[[str], bool]
-    ) -> list[str]:
+    def recover(self, *, now: float, recovery_s: float, probe: Callable[[str], bool]) -> list[str]:
         """Return to health the GPUs quiet for ``recovery_s`` that ``probe`` says answer;
         returns them. ``recovery_s`` <= 0: nothing recovers."""
         if recovery_s <= 0:

@@ -73,14 +73,17 @@ class NvmlGpu:
             none (unified-memory systems answer NOT_SUPPORTED or 0).
         bus_id: PCI bus id, NVML form ``00000000:3B:00.0``.
         mig_enabled: True when MIG mode is on (current mode).
+        error: why NVML did not answer for this GPU ("" when it did); the other fields
+            are then empty, ``uuid`` too when even the handle or UUID failed.
     """
 
     index: int
     uuid: str
-    name: str
-    memory_mib: int | None
-    bus_id: str
+    name: str = ""
+    memory_mib: int | None = None
+    bus_id: str = ""
     mig_enabled: bool = False
+    error: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -96,7 +99,7 @@ class Nvml(Protocol):
     """What hami-nvidia needs of NVML. Every method raises ``NvmlError``."""
 
     def gpus(self) -> list[NvmlGpu]:
-        """Every GPU, index order."""
+        """Every GPU, index order; a GPU NVML cannot query has ``error`` set."""
         ...
 
     def probe(self, uuid: str) -> None:
@@ -155,8 +158,14 @@ class PynvmlLibrary:
                 pynvml.nvmlInit()
             except pynvml.NVMLError as exc:
                 code = int(getattr(exc, "value", 0) or 0)
-                cls = NvmlMissingError if code == NVML_ERROR_LIBRARY_NOT_FOUND else NvmlError
-                raise cls("nvmlInit", code, _reason(exc)) from None
+                if code == NVML_ERROR_LIBRARY_NOT_FOUND:
+                    raise NvmlMissingError("nvmlInit", code, _reason(exc)) from None
+                raise NvmlError(
+                    "nvmlInit",
+                    code,
+                    f"{_reason(exc)}: NVML does not initialise; is the NVIDIA driver loaded "
+                    "and libnvidia-ml.so.1 the one of that driver?",
+                ) from None
             self._started = True
 
     def gpus(self) -> list[NvmlGpu]:
@@ -164,42 +173,45 @@ class PynvmlLibrary:
             self.start()
             import pynvml
 
-            out = []
-            for index in range(_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)):
-                handle = _call(
-                    "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index
+            count = _call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
+            return [self._gpu(pynvml, index) for index in range(count)]
+
+    def _gpu(self, pynvml: Any, index: int) -> NvmlGpu:
+        try:
+            handle = _call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
+            uuid = str(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
+        except NvmlError as exc:
+            return NvmlGpu(index=index, uuid="", error=str(exc))
+        try:
+            try:
+                memory = _call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
+                memory_mib: int | None = int(memory.total) // (1 << 20) or None
+            except NvmlError as exc:
+                if exc.code != NVML_ERROR_NOT_SUPPORTED:
+                    raise
+                memory_mib = None  # unified memory
+            pci = _call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, handle)
+            bus_id = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
+            try:
+                current, _pending = _call(
+                    "nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, handle
                 )
-                uuid = str(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
-                try:
-                    memory = _call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
-                    total = int(memory.total) // (1 << 20)
-                    memory_mib: int | None = total or None
-                except NvmlError as exc:
-                    if exc.code != NVML_ERROR_NOT_SUPPORTED:
-                        raise NvmlError(exc.call, exc.code, f"{uuid}: {exc}") from None
-                    memory_mib = None
-                pci = _call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, handle)
-                bus_id = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
-                try:
-                    current, _pending = _call(
-                        "nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, handle
-                    )
-                    mig = int(current) == 1
-                except NvmlError as exc:
-                    if exc.code not in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
-                        raise
-                    mig = False
-                out.append(
-                    NvmlGpu(
-                        index=index,
-                        uuid=uuid,
-                        name=str(_call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle)),
-                        memory_mib=memory_mib,
-                        bus_id=bus_id,
-                        mig_enabled=mig,
-                    )
-                )
-            return out
+                mig = int(current) == 1
+            except NvmlError as exc:
+                if exc.code not in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
+                    raise
+                mig = False
+            name = str(_call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle))
+        except NvmlError as exc:
+            return NvmlGpu(index=index, uuid=uuid, error=str(exc))
+        return NvmlGpu(
+            index=index,
+            uuid=uuid,
+            name=name,
+            memory_mib=memory_mib,
+            bus_id=bus_id,
+            mig_enabled=mig,
+        )
 
     def probe(self, uuid: str) -> None:
         with self._lock:

@@ -9,6 +9,7 @@ from hami_core.model import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
+    DeviceInfo,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
@@ -20,7 +21,7 @@ from hami_core.model import (
 from hami_core.plugin import hookimpl
 from hami_core.protocol.config import VendorConfig
 
-from . import VENDOR, admission, allocate, fit, requests, score
+from . import VENDOR, admission, allocate, fit, node, requests, score
 from .names import DEVICE_TYPE
 
 
@@ -30,8 +31,23 @@ def hami_backend_info() -> BackendInfo:
         name="nvidia",
         device_types=(DEVICE_TYPE,),
         description="NVIDIA GPUs shared through libvgpu.so (HAMi-core compatible)",
-        option_defaults=allocate.OPTION_DEFAULTS,
+        option_defaults={**allocate.OPTION_DEFAULTS, **node.OPTION_DEFAULTS},
     )
+
+
+@hookimpl
+def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
+    return node.current().discover(config)
+
+
+@hookimpl
+def hami_watch_health(config: VendorConfig, timeout_s: float) -> list[str] | None:
+    return node.current().watch_health(config, timeout_s)
+
+
+@hookimpl
+def hami_link_scores(devices: Sequence[DeviceInfo]) -> dict[str, dict[str, int]] | None:
+    return node.current().link_scores(devices)
 
 
 @hookimpl

@@ -1,0 +1,305 @@
+"""The ``Allocate`` and ``GetPreferredAllocation`` use cases, without gRPC.
+
+``Allocator.allocate`` takes kubelet's container requests (lists of fake device IDs)
+and, in small steps (the NVIDIA k8s-device-plugin lesson):
+
+1. validates every ID against the IDs this plugin advertises;
+2. finds the pod being allocated (``pending.find_candidates`` / ``select_pod``: node
+   lock, node name, ``bind-phase``, device counts);
+3. maps the requests, in order, onto that pod's next containers still waiting for this
+   vendor's devices (kubelet calls ``Allocate`` once per container, init containers
+   first, in spec order: the order of the device list);
+4. builds each answer through ``BackendManager.allocate`` (``hami_allocate``), creates
+   the host directory of every writable mount (the per-container shared region) and, in
+   CDI mode, writes the CDI spec;
+5. records progress on the pod (answered entries emptied in ``*-devices-to-allocate``)
+   and, when no container is left, sets ``hami.io/bind-phase: success`` and releases the
+   node lock.
+
+Any failure once the pod is known sets ``bind-phase: failed``, releases the lock and
+raises ``AllocateFailedError`` naming the pod, with the gRPC code of the cause. A request
+that matches no pod raises ``NoPendingPodError`` or ``DeviceCountMismatchError``; the lock
+is released when its owner is gone or done, and a lock owner that waits for a different
+number of devices is marked failed (PROTOCOL.md §3-4).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from hami_core.cluster.base import ClusterStore, KubeObject
+from hami_core.errors import HamiError, InvalidInputError, NotFoundError
+from hami_core.model import ContainerAllocation
+from hami_core.plugin import BackendManager
+from hami_core.protocol import annotations as keys
+from hami_core.protocol.devicelist import encode_pod_devices
+from hami_core.scheduling.nodelock import release_node_lock
+from hami_core.scheduling.usage import is_live
+
+from .allocate import finish_allocation
+from .cdi import CdiWriter
+from .devices import physical_uuid, preferred_allocation
+from .pending import Candidates, PendingPod, consumed, find_candidates, select_pod
+
+log = logging.getLogger(__name__)
+
+
+class NoPendingPodError(NotFoundError):
+    """No pod on the node waits for devices of this resource."""
+
+
+class DeviceCountMismatchError(HamiError):
+    """Pods wait on the node, but none for the number of devices kubelet asks."""
+
+    grpc_code = "FAILED_PRECONDITION"
+
+
+class AllocateFailedError(HamiError):
+    """Allocation of a known pod failed; the pod is marked ``failed``, the lock released.
+
+    Attributes:
+        pod: ``namespace/name`` of the pod.
+        grpc_code: the gRPC code of the cause.
+    """
+
+    def __init__(self, pod: str, cause: BaseException) -> None:
+        super().__init__(f"pod {pod}: {cause}")
+        self.pod = pod
+        self.grpc_code = getattr(cause, "grpc_code", "INTERNAL")
+
+
+@attrs.frozen(kw_only=True)
+class PreferredRequest:
+    """One container of a ``GetPreferredAllocation`` call (kubelet's fields)."""
+
+    available: tuple[str, ...]
+    must_include: tuple[str, ...] = ()
+    size: int = 1
+
+
+def make_shared_dir(path: str) -> None:
+    """Create a writable host directory for a container, open to every user (0777):
+    the container's processes may run as any user and must create the shared region
+    file in it (HAMi does the same)."""
+    os.makedirs(path, mode=0o777, exist_ok=True)
+    os.chmod(path, 0o777)
+
+
+class Allocator:
+    """Answers kubelet's ``Allocate`` for one vendor of one backend on one node.
+
+    Calls are serialised: kubelet makes one at a time, and the pod's progress
+    annotation must not be written by two answers at once.
+    """
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        manager: BackendManager,
+        *,
+        vendor: str,
+        node: str,
+        known_ids: Callable[[], frozenset[str]],
+        cdi: CdiWriter | None = None,
+        make_dir: Callable[[str], None] = make_shared_dir,
+        resource_name: str | None = None,
+    ) -> None:
+        """Args:
+        store: the cluster (pods and the node).
+        manager: the backends, under this node's configuration.
+        vendor: the vendor key served (e.g. ``NVIDIA``).
+        node: this node's name.
+        known_ids: the device IDs currently advertised to kubelet.
+        cdi: the CDI writer in CDI mode, else None (env, mounts, device nodes).
+        make_dir: creates the host directory of a writable mount.
+        resource_name: the extended resource served (for messages); default the
+            vendor's default count resource.
+        """
+        self.store = store
+        self.manager = manager
+        self.vendor = vendor
+        self.node = node
+        self.dtype = manager.device_type(vendor)
+        self.known_ids = known_ids
+        self.cdi = cdi
+        self.make_dir = make_dir
+        self.resource_name = resource_name or self.dtype.resources.count
+        self._lock = threading.Lock()
+
+    # -- GetPreferredAllocation --------------------------------------------------------
+
+    def preferred(self, requests: Sequence[PreferredRequest]) -> list[list[str]]:
+        """Per container request, the IDs kubelet should take: on the GPUs the
+        scheduler assigned to the matching container of the pod being allocated when it
+        can be found, else spread over distinct GPUs. Never raises for a lookup failure
+        (kubelet fails the pod when this call fails); the choice is only a preference.
+        """
+        wanted: list[list[str]] = [[] for _ in requests]
+        try:
+            cands = find_candidates(self.store, node=self.node, dtype=self.dtype)
+            pending = select_pod(cands.pods, [r.size for r in requests])
+            if pending is not None:
+                for i, container in enumerate(pending.remaining[: len(requests)]):
+                    wanted[i] = [d.uuid for d in container.devices]
+        except HamiError as exc:
+            log.warning("GetPreferredAllocation: cannot look up the pod being allocated: %s", exc)
+        return [
+            preferred_allocation(r.available, r.must_include, r.size, wanted_uuids=w)
+            for r, w in zip(requests, wanted, strict=True)
+        ]
+
+    # -- Allocate ----------------------------------------------------------------------
+
+    def allocate(self, requests: Sequence[Sequence[str]]) -> list[ContainerAllocation]:
+        """Answer one ``Allocate`` call: one ``ContainerAllocation`` per request, in order.
+
+        Args:
+            requests: per container, kubelet's device IDs (``<UUID>-<i>``).
+
+        Raises:
+            InvalidInputError: empty request, or an ID this plugin does not advertise.
+            NoPendingPodError: no pod on the node waits for these devices.
+            DeviceCountMismatchError: pods wait, but for other device counts.
+            AllocateFailedError: the pod was found but answering failed; it is marked
+                ``failed`` and the lock released.
+        """
+        with self._lock:
+            counts = self._validate(requests)
+            uuids = [frozenset(physical_uuid(i) for i in ids) for ids in requests]
+            cands = find_candidates(self.store, node=self.node, dtype=self.dtype)
+            pending = select_pod(cands.pods, counts, kubelet_uuids=uuids)
+            if pending is None:
+                raise self._no_match(cands, counts)
+            try:
+                return self._answer(pending, len(requests))
+            except (HamiError, OSError) as exc:
+                self._fail(pending, exc)
+                raise AllocateFailedError(pending.ref, exc) from exc
+
+    def _validate(self, requests: Sequence[Sequence[str]]) -> list[int]:
+        if not requests:
+            raise InvalidInputError("Allocate without container requests")
+        known = self.known_ids()
+        for n, ids in enumerate(requests):
+            if not ids:
+                raise InvalidInputError(f"container request #{n} names no device")
+            unknown = sorted(set(ids) - known)
+            if unknown:
+                raise InvalidInputError(
+                    f"container request #{n}: unknown device IDs {unknown} "
+                    f"(this plugin advertises {len(known)} IDs of {self.resource_name})"
+                )
+            if len(set(ids)) != len(ids):
+                raise InvalidInputError(f"container request #{n} repeats a device ID: {ids}")
+        return [len(ids) for ids in requests]
+
+    def _answer(self, pending: PendingPod, n: int) -> list[ContainerAllocation]:
+        meta = pending.pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        answers = []
+        for container in pending.remaining[:n]:
+            alloc = self.manager.allocate(
+                self.vendor, pending.pod, container.spec, container.devices
+            )
+            for mount in alloc.mounts:
+                if not mount.read_only:
+                    self.make_dir(mount.host_path)
+            if self.cdi is not None:
+                alloc = self.cdi.write(pod_uid=uid, container=container.name, allocation=alloc)
+            answers.append(alloc)
+        rest = consumed(pending.entries, [c.position for c in pending.remaining[:n]])
+        self.store.patch_pod_metadata(
+            pending.namespace,
+            pending.name,
+            annotations={self.dtype.to_allocate_annotation: encode_pod_devices(rest)},
+        )
+        done = [c.name for c in pending.remaining[:n]]
+        if any(rest):
+            log.info("pod %s: answered containers %s; more to come", pending.ref, done)
+        else:
+            finish_allocation(self.store, pending.pod, node=self.node, success=True)
+            log.info("pod %s: answered containers %s; bind-phase success", pending.ref, done)
+        return answers
+
+    def _fail(self, pending: PendingPod, cause: BaseException) -> None:
+        log.error("pod %s: allocation failed: %s", pending.ref, cause)
+        try:
+            finish_allocation(self.store, pending.pod, node=self.node, success=False)
+        except HamiError as exc:
+            log.error("pod %s: cannot mark the allocation failed: %s", pending.ref, exc)
+        self._event(pending.pod, f"allocation on {self.node} failed: {cause}")
+
+    def _no_match(self, cands: Candidates, counts: list[int]) -> HamiError:
+        resource = self.resource_name
+        asked = ", ".join(str(c) for c in counts)
+        lock = cands.lock
+        lock_text = "not held"
+        if lock is not None:
+            owner = f"{lock.namespace}/{lock.pod}" if lock.pod else "an unnamed owner"
+            lock_text = f"held by {owner}"
+        owner_pending = next((p for p in cands.pods if p.lock_owner), None)
+        if owner_pending is not None:
+            # The lock names a pod waiting here for other counts: it cannot be served
+            # by this kubelet request; fail it rather than leave the node locked.
+            waits = _waits(owner_pending)
+            cause = DeviceCountMismatchError(
+                f"kubelet asks {asked} device(s) of {resource}, but pod "
+                f"{owner_pending.ref} (holder of the node lock) waits for {waits}"
+            )
+            self._fail(owner_pending, cause)
+            return DeviceCountMismatchError(f"{cause}; the pod is marked failed")
+        self._release_dead_lock(cands)
+        if cands.pods:
+            waiting = "; ".join(f"{p.ref} waits for {_waits(p)}" for p in cands.pods)
+            return DeviceCountMismatchError(
+                f"kubelet asks {asked} device(s) of {resource} on node {self.node}, but no "
+                f"pod waits for that many: {waiting} (node lock {lock_text})"
+            )
+        skipped = f"; not candidates: {'; '.join(cands.skipped)}" if cands.skipped else ""
+        return NoPendingPodError(
+            f"no pod on node {self.node} waits for {resource} devices: none is bound here "
+            f"with {keys.BIND_PHASE}={keys.BIND_PHASE_ALLOCATING} and an entry left in "
+            f"{self.dtype.to_allocate_annotation} (node lock {lock_text}){skipped}"
+        )
+
+    def _release_dead_lock(self, cands: Candidates) -> None:
+        """Release a lock whose owner is gone, finished or already answered; keep one
+        whose owner is still being bound (its annotations may not be written yet)."""
+        lock = cands.lock
+        if lock is None or not lock.pod:
+            return
+        pod = cands.lock_pod
+        meta = (pod or {}).get("metadata") or {}
+        phase = (meta.get("annotations") or {}).get(keys.BIND_PHASE)
+        dead = (
+            pod is None
+            or not is_live(pod)
+            or bool(meta.get("deletionTimestamp"))
+            or phase in (keys.BIND_PHASE_SUCCESS, keys.BIND_PHASE_FAILED)
+        )
+        if dead:
+            try:
+                if release_node_lock(self.store, self.node, namespace=lock.namespace, pod=lock.pod):
+                    log.info(
+                        "released the lock of node %s held by %s/%s (gone or done)",
+                        self.node,
+                        lock.namespace,
+                        lock.pod,
+                    )
+            except HamiError as exc:
+                log.error("cannot release the lock of node %s: %s", self.node, exc)
+
+    def _event(self, pod: KubeObject, message: str) -> None:
+        try:
+            self.store.record_event(pod, type="Warning", reason="AllocateFailed", message=message)
+        except Exception as exc:  # events are best effort
+            log.warning("cannot record event AllocateFailed: %s", exc)
+
+
+def _waits(pending: PendingPod) -> str:
+    return ", ".join(f"{len(c.devices)} in container {c.name!r}" for c in pending.remaining)

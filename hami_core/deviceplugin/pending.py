@@ -1,0 +1,243 @@
+"""Which pod is kubelet allocating? (PROTOCOL.md §3, §4)
+
+Kubelet's ``Allocate`` names device IDs only, never the pod. HAMi takes the pod named by
+the node lock. We also require that the pod is bound to this node by our scheduler
+(``hami.io/vgpu-node``), is still ``hami.io/bind-phase: allocating``, and that its next
+containers waiting for this vendor's devices ask exactly the number of devices kubelet
+asks for, so a lost or stale lock cannot hand one pod's limits to another. Among the
+pods that match, the lock owner wins; then a pod whose assigned GPUs are the ones
+kubelet's IDs name (``GetPreferredAllocation`` steered kubelet there); then the pod
+bound first.
+
+Progress is kept on the pod itself, as HAMi does: the entry of each container that has
+been answered is emptied in ``*-devices-to-allocate`` (``*-devices-allocated`` keeps the
+full list for accounting), so a pod with several GPU containers is matched container
+after container across kubelet's separate ``Allocate`` calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from hami_core.cluster.base import ClusterStore, KubeObject
+from hami_core.errors import AnnotationError, NotFoundError
+from hami_core.model import ContainerDevices, DeviceTypeInfo, PodDevices
+from hami_core.protocol import annotations as keys
+from hami_core.protocol.devicelist import decode_pod_devices
+from hami_core.protocol.lock import NodeLock, decode_lock
+from hami_core.scheduling.podspec import containers, pod_ref
+from hami_core.scheduling.usage import is_live
+
+
+@attrs.frozen(kw_only=True)
+class PendingContainer:
+    """A container still waiting for its devices of one vendor.
+
+    Attributes:
+        position: its index in wire order (init containers first, PROTOCOL.md §3).
+        name: the container name.
+        spec: the container (``v1.Container`` JSON).
+        devices: the slices the scheduler assigned to it (never empty here).
+    """
+
+    position: int
+    name: str
+    spec: Mapping[str, Any]
+    devices: ContainerDevices
+
+    @property
+    def uuids(self) -> frozenset[str]:
+        """The physical devices assigned."""
+        return frozenset(d.uuid for d in self.devices)
+
+
+@attrs.frozen(kw_only=True)
+class PendingPod:
+    """A pod bound to this node whose allocation is not finished.
+
+    Attributes:
+        pod: the pod as read.
+        entries: its decoded ``*-devices-to-allocate`` list, one entry per container.
+        remaining: the containers with a non-empty entry, wire order.
+        lock_owner: True when the node lock names this pod.
+        bind_time: ``hami.io/bind-time`` in unix seconds (0 when missing).
+    """
+
+    pod: KubeObject
+    entries: PodDevices
+    remaining: tuple[PendingContainer, ...]
+    lock_owner: bool = False
+    bind_time: int = 0
+
+    @property
+    def namespace(self) -> str:
+        return str((self.pod.get("metadata") or {}).get("namespace") or "default")
+
+    @property
+    def name(self) -> str:
+        return str((self.pod.get("metadata") or {}).get("name") or "")
+
+    @property
+    def ref(self) -> str:
+        """``namespace/name``."""
+        return pod_ref(self.pod)
+
+    def fits(self, counts: Sequence[int]) -> bool:
+        """True when the next ``len(counts)`` waiting containers ask exactly ``counts``."""
+        return len(self.remaining) >= len(counts) and all(
+            len(c.devices) == n for c, n in zip(self.remaining, counts, strict=False)
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Candidates:
+    """Every pod on the node that could be the one being allocated, and the lock.
+
+    Attributes:
+        pods: pending pods, in no particular order.
+        lock: the decoded node lock, or None when not held (or unreadable).
+        lock_pod: the pod the lock names, when it exists.
+        skipped: ``namespace/name: reason`` for pods on the node that claim to be
+            allocating here but cannot be (wrong node, malformed list, ...), for errors.
+    """
+
+    pods: tuple[PendingPod, ...]
+    lock: NodeLock | None
+    lock_pod: KubeObject | None
+    skipped: tuple[str, ...] = ()
+
+
+def find_candidates(store: ClusterStore, *, node: str, dtype: DeviceTypeInfo) -> Candidates:
+    """Read the node lock and the pods on ``node`` that wait for ``dtype`` devices.
+
+    A pod qualifies when it is live, not being deleted, bound to ``node``
+    (``spec.nodeName``), placed on ``node`` by the scheduler (``hami.io/vgpu-node``),
+    in ``hami.io/bind-phase: allocating``, and has a well-formed
+    ``dtype.to_allocate_annotation`` with one entry per container and at least one
+    non-empty entry left.
+
+    Raises:
+        NotFoundError: the node does not exist.
+    """
+    node_obj = store.get_node(node)
+    lock_value = ((node_obj.get("metadata") or {}).get("annotations") or {}).get(keys.NODE_LOCK)
+    lock: NodeLock | None = None
+    if lock_value:
+        try:
+            lock = decode_lock(lock_value)
+        except AnnotationError:
+            lock = None
+    pods: dict[tuple[str, str], KubeObject] = {}
+    for pod in store.pods_on_node(node):
+        meta = pod.get("metadata") or {}
+        pods[(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))] = pod
+    lock_pod: KubeObject | None = None
+    if lock is not None and lock.pod:
+        key = (lock.namespace, lock.pod)
+        lock_pod = pods.get(key)
+        if lock_pod is None:
+            try:
+                lock_pod = store.get_pod(lock.namespace, lock.pod)
+            except NotFoundError:
+                lock_pod = None
+        if lock_pod is not None:
+            pods[key] = lock_pod
+    out: list[PendingPod] = []
+    skipped: list[str] = []
+    for (namespace, name), pod in sorted(pods.items()):
+        owner = lock is not None and lock.owned_by(namespace, name)
+        pending, why = _pending(pod, node=node, dtype=dtype, lock_owner=owner)
+        if pending is not None:
+            out.append(pending)
+        elif why:
+            skipped.append(f"{namespace}/{name}: {why}")
+    return Candidates(pods=tuple(out), lock=lock, lock_pod=lock_pod, skipped=tuple(skipped))
+
+
+def select_pod(
+    candidates: Sequence[PendingPod],
+    counts: Sequence[int],
+    *,
+    kubelet_uuids: Sequence[frozenset[str]] = (),
+) -> PendingPod | None:
+    """The pod kubelet is allocating, or None when no candidate matches ``counts``.
+
+    Args:
+        candidates: from ``find_candidates``.
+        counts: devices kubelet asks for, one number per container request.
+        kubelet_uuids: per container request, the physical UUIDs of kubelet's IDs.
+    """
+    matching = [p for p in candidates if p.fits(counts)]
+
+    def same_gpus(p: PendingPod) -> bool:
+        return bool(kubelet_uuids) and all(
+            c.uuids == u for c, u in zip(p.remaining, kubelet_uuids, strict=False)
+        )
+
+    matching.sort(
+        key=lambda p: (
+            not p.lock_owner,
+            not same_gpus(p),
+            p.bind_time or 2**62,
+            str((p.pod.get("metadata") or {}).get("creationTimestamp") or ""),
+            p.ref,
+        )
+    )
+    return matching[0] if matching else None
+
+
+def consumed(entries: PodDevices, positions: Sequence[int]) -> PodDevices:
+    """``entries`` with the entries at ``positions`` emptied (answered containers)."""
+    done = set(positions)
+    return tuple(() if i in done else e for i, e in enumerate(entries))
+
+
+def _pending(
+    pod: KubeObject, *, node: str, dtype: DeviceTypeInfo, lock_owner: bool
+) -> tuple[PendingPod | None, str]:
+    meta = pod.get("metadata") or {}
+    ann: Mapping[str, str] = meta.get("annotations") or {}
+    phase = ann.get(keys.BIND_PHASE)
+    if phase != keys.BIND_PHASE_ALLOCATING:
+        return None, (f"{keys.BIND_PHASE} is {phase!r}" if lock_owner else "")
+    if dtype.to_allocate_annotation not in ann:
+        return None, ""  # allocating for another vendor
+    if meta.get("deletionTimestamp") or not is_live(pod):
+        return None, "the pod is finished or being deleted"
+    bound = (pod.get("spec") or {}).get("nodeName")
+    placed = ann.get(keys.VGPU_NODE)
+    if bound != node or placed != node:
+        return None, f"bound to {bound!r} and placed on {placed!r}, not on {node!r}"
+    try:
+        entries = decode_pod_devices(ann[dtype.to_allocate_annotation])
+    except AnnotationError as exc:
+        return None, f"{dtype.to_allocate_annotation}: {exc}"
+    specs = list(containers(pod))
+    if len(entries) != len(specs):
+        return None, (
+            f"{dtype.to_allocate_annotation} has {len(entries)} entries for {len(specs)} containers"
+        )
+    remaining = tuple(
+        PendingContainer(position=i, name=str(spec.get("name", "")), spec=spec, devices=devs)
+        for i, ((spec, _, _), devs) in enumerate(zip(specs, entries, strict=True))
+        if devs
+    )
+    if not remaining:
+        return None, "every container already has its devices"
+    try:
+        bind_time = int(ann.get(keys.BIND_TIME) or 0)
+    except ValueError:
+        bind_time = 0
+    return (
+        PendingPod(
+            pod=pod,
+            entries=entries,
+            remaining=remaining,
+            lock_owner=lock_owner,
+            bind_time=bind_time,
+        ),
+        "",
+    )

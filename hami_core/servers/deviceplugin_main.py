@@ -1,0 +1,261 @@
+"""``hami device-plugin``: discovery, the node agent and the kubelet gRPC server in one
+process (one backend, one vendor key, one extended resource per process)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from hami_core.cluster.base import ClusterStore
+from hami_core.deviceplugin.agent import NodeAgent, load_node_overrides
+from hami_core.deviceplugin.allocator import Allocator
+from hami_core.deviceplugin.cdi import CdiWriter
+from hami_core.deviceplugin.state import DeviceState
+from hami_core.errors import ConfigError, HamiError, NotFoundError
+from hami_core.model import DeviceInfo
+from hami_core.plugin import BackendManager
+from hami_core.protocol.config import load_config
+
+from .deviceplugin import DEFAULT_PLUGIN_DIR, DevicePluginServicer, PluginServer
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen(kw_only=True)
+class DevicePluginOptions:
+    """Everything ``hami device-plugin`` takes (see its ``--help``).
+
+    Attributes:
+        node_name: this node's name (the Node object the inventory goes on).
+        backend: the backend serving the devices (entry-point name, e.g. ``nvidia``).
+        vendor: the vendor key served; None = the backend's first.
+        kubeconfig, config, node_config: file paths (None: defaults).
+        plugin_dir: kubelet's device-plugin directory.
+        socket_name: our socket file; None = ``<backend>-<resource suffix>.sock``.
+        register_interval_s: longest time between two inventory / handshake checks.
+        health_interval_s: longest wait for a health event before re-discovering.
+        cdi: answer with CDI device names instead of env / mounts / device nodes.
+        cdi_spec_dir: where CDI specs are written.
+        link_scores: publish ``hami.io/node-<backend>-score``.
+        fail_on_init_error: exit when discovery fails at start; else idle, unregistered.
+        workers: gRPC worker threads.
+    """
+
+    node_name: str
+    backend: str = "nvidia"
+    vendor: str | None = None
+    kubeconfig: str | None = None
+    config: str | None = None
+    node_config: str | None = None
+    plugin_dir: str = DEFAULT_PLUGIN_DIR
+    socket_name: str | None = None
+    register_interval_s: float = 30.0
+    health_interval_s: float = 5.0
+    cdi: bool = False
+    cdi_spec_dir: str = "/var/run/cdi"
+    link_scores: bool = False
+    fail_on_init_error: bool = True
+    workers: int = 8
+
+
+class DevicePluginProcess:
+    """The parts of a running device plugin, wired together; tests build it over a
+    ``MemoryCluster`` and a ``BackendManager`` of their choice."""
+
+    def __init__(
+        self, opts: DevicePluginOptions, *, store: ClusterStore, manager: BackendManager
+    ) -> None:
+        """Raises:
+        ConfigError: unknown backend or vendor, bad per-node file.
+        """
+        if opts.backend not in manager.infos:
+            known = ", ".join(manager.infos) or "none"
+            raise ConfigError(f"--backend {opts.backend!r} is not installed (installed: {known})")
+        info = manager.infos[opts.backend]
+        vendor = opts.vendor or info.vendors[0]
+        if vendor not in info.vendors:
+            raise ConfigError(
+                f"--vendor {vendor!r} is not served by backend {opts.backend!r} "
+                f"(it serves {', '.join(info.vendors)})"
+            )
+        self.opts = opts
+        self.store = store
+        self.state = DeviceState()
+        self.agent = NodeAgent(
+            store,
+            manager,
+            backend=opts.backend,
+            vendor=vendor,
+            node=opts.node_name,
+            overrides=load_node_overrides(opts.node_config, node=opts.node_name),
+            link_scores=opts.link_scores,
+        )
+        dtype = self.agent.dtype
+        self.resource_name = self.agent.config.resource_count_name or dtype.resources.count
+        self.cdi = (
+            CdiWriter(spec_dir=Path(opts.cdi_spec_dir), backend=opts.backend) if opts.cdi else None
+        )
+        self.allocator = Allocator(
+            store,
+            self.agent.manager,
+            vendor=vendor,
+            node=opts.node_name,
+            known_ids=self.state.known_ids,
+            cdi=self.cdi,
+            resource_name=self.resource_name,
+        )
+        socket_name = opts.socket_name or (
+            f"{opts.backend}-{self.resource_name.rsplit('/', 1)[-1]}.sock"
+        )
+        self.server = PluginServer(
+            DevicePluginServicer(self.state, self.allocator),
+            plugin_dir=opts.plugin_dir,
+            socket_name=socket_name,
+            resource_name=self.resource_name,
+            workers=opts.workers,
+        )
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._scores_for: tuple[str, ...] | None = None
+        self._scores: dict[str, dict[str, int]] | None = None
+
+    def start(self) -> None:
+        """Discover, publish, serve and register, then keep all of it current.
+
+        Raises:
+            HamiError: discovery failed (the message says why).
+            OSError: the socket cannot be served.
+        """
+        devices = self.agent.discover()
+        self.state.update(devices)
+        log.info(
+            "discovered %d %s device(s) on %s: %s",
+            len(devices),
+            self.agent.vendor,
+            self.opts.node_name,
+            ", ".join(
+                f"{d.uuid} ({d.model}, {d.memory_mib} MiB, x{d.split_count})" for d in devices
+            )
+            or "none",
+        )
+        next_publish = self._publish(devices)
+        self.server.start()
+        self._thread = threading.Thread(
+            target=self._loop, args=(next_publish,), name="health-and-inventory", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop and the server; the inventory stays on the node."""
+        self._done.set()
+        self.state.close()
+        self.server.stop()
+        if self._thread is not None:
+            self._thread.join(self.opts.health_interval_s + 5)
+
+    def _loop(self, next_publish: float) -> None:
+        backend = self.opts.backend
+        while not self._done.is_set():
+            try:
+                changed = self.agent.manager.watch_health(
+                    backend, timeout_s=self.opts.health_interval_s
+                )
+            except HamiError as exc:
+                log.error("health watch failed: %s", exc)
+                changed = None
+            if changed is None:
+                self._done.wait(self.opts.health_interval_s)
+            if self._done.is_set():
+                return
+            try:
+                devices = self.agent.discover()
+            except HamiError as exc:
+                log.error("discovery failed; reporting every device unhealthy: %s", exc)
+                if self.state.mark_unhealthy():
+                    next_publish = 0.0
+                devices = self.state.devices
+            else:
+                if self.state.update(devices):
+                    sick = [d.uuid for d in devices if not d.healthy]
+                    log.info("device list changed; unhealthy now: %s", sick or "none")
+                    next_publish = 0.0
+            if time.monotonic() >= next_publish:
+                next_publish = self._publish(devices)
+
+    def _publish(self, devices: tuple[DeviceInfo, ...]) -> float:
+        """Publish and sweep; returns the monotonic time of the next periodic publish
+        (soon again when the API server could not be reached)."""
+        try:
+            self.agent.publish(devices, scores=self._link_scores(devices))
+        except NotFoundError:
+            log.warning("node %s does not exist yet; retrying", self.opts.node_name)
+            return time.monotonic() + min(5.0, self.opts.register_interval_s)
+        except HamiError as exc:
+            log.error("cannot publish the inventory of %s: %s", self.opts.node_name, exc)
+            return time.monotonic() + min(5.0, self.opts.register_interval_s)
+        if self.cdi is not None:
+            try:
+                live = [
+                    str((p.get("metadata") or {}).get("uid"))
+                    for p in self.store.pods_on_node(self.opts.node_name)
+                ]
+                for path in self.cdi.sweep(live):
+                    log.info("removed CDI spec %s of a pod gone from the node", path)
+            except HamiError as exc:
+                log.warning("cannot list pods to sweep CDI specs: %s", exc)
+        return time.monotonic() + self.opts.register_interval_s
+
+    def _link_scores(self, devices: tuple[DeviceInfo, ...]) -> dict[str, dict[str, int]] | None:
+        key = tuple(d.uuid for d in devices)
+        if self._scores_for != key:
+            self._scores = self.agent.scores(devices)
+            self._scores_for = key
+        return self._scores
+
+
+def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None = None) -> None:
+    """Run until SIGTERM / SIGINT (or ``stop`` is set).
+
+    Raises:
+        ConfigError: bad options or configuration files.
+        HamiError: discovery failed at start and ``fail_on_init_error`` is set.
+        OSError: the plugin socket cannot be served.
+    """
+    from hami_core.cluster.direct import DirectKubeCluster
+    from hami_core.cluster.kube import make_api_client
+
+    manager = BackendManager.from_entry_points()
+    manager = manager.with_config(load_config(opts.config, backends=manager.infos))
+    store = DirectKubeCluster(make_api_client(opts.kubeconfig), node=opts.node_name)
+    process = DevicePluginProcess(opts, store=store, manager=manager)
+    done = stop or threading.Event()
+
+    def shutdown(*_: Any) -> None:
+        done.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, shutdown)
+        signal.signal(signal.SIGINT, shutdown)
+    try:
+        process.start()
+    except HamiError as exc:
+        if opts.fail_on_init_error:
+            raise
+        log.error("%s; idling without registering (--no-fail-on-init-error)", exc)
+        done.wait()
+        return
+    log.info(
+        "hami device plugin for %s on node %s is up (socket %s)",
+        process.resource_name,
+        opts.node_name,
+        process.server.socket_path,
+    )
+    done.wait()
+    log.info("stopping")
+    process.stop()

@@ -1,0 +1,160 @@
+"""A fake Kubernetes API server over a ``MemoryCluster``, for running the real
+``hami device-plugin`` process (official client, real HTTP) in fast tests.
+
+Serves only what the device plugin uses (``DirectKubeCluster``): get / merge-patch a
+node, get / merge-patch a pod, list pods with ``fieldSelector=spec.nodeName=<node>``,
+create an ``events.k8s.io/v1`` Event. Errors are ``Status`` objects with the codes the
+API server uses (404, 409, 422). Every request is recorded in ``requests``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hami_core.cluster import MemoryCluster
+from hami_core.errors import ConflictError, NotFoundError
+
+_NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
+_POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
+_PODS = re.compile(r"^/api/v1/pods$")
+_EVENTS = re.compile(r"^/apis/events\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/events$")
+
+
+class FakeApiServer:
+    def __init__(self, cluster: MemoryCluster) -> None:
+        self.cluster = cluster
+        self.requests: list[tuple[str, str]] = []
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                server._handle(self, "GET")
+
+            def do_PATCH(self) -> None:
+                server._handle(self, "PATCH")
+
+            def do_POST(self) -> None:
+                server._handle(self, "POST")
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http.server_address[1]}"
+
+    def start(self) -> FakeApiServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "fake", "user": {"token": "fake"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                    "current-context": "fake",
+                }
+            )
+        )
+        return path
+
+    def count(self, method: str, path: str) -> int:
+        with self._lock:
+            return sum(1 for m, p in self.requests if m == method and p == path)
+
+    # -- dispatch ----------------------------------------------------------------------
+
+    def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        url = urllib.parse.urlsplit(h.path)
+        with self._lock:
+            self.requests.append((method, url.path))
+        body: Any = None
+        if method in ("PATCH", "POST"):
+            raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+            body = json.loads(raw or b"{}")
+        try:
+            status, out = self._route(method, url.path, urllib.parse.parse_qs(url.query), body)
+        except NotFoundError as exc:
+            status, out = 404, _status(404, "NotFound", str(exc))
+        except ConflictError as exc:
+            status, out = 409, _status(409, "Conflict", str(exc))
+        data = json.dumps(out).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def _route(
+        self, method: str, path: str, query: dict[str, list[str]], body: Any
+    ) -> tuple[int, Any]:
+        if m := _NODE.match(path):
+            name = m["name"]
+            if method == "GET":
+                return 200, self.cluster.get_node(name)
+            if method == "PATCH":
+                meta = body.get("metadata") or {}
+                return 200, self.cluster.patch_node_annotations(
+                    name,
+                    meta.get("annotations") or {},
+                    resource_version=meta.get("resourceVersion"),
+                )
+        if m := _POD.match(path):
+            ns, name = m["ns"], m["name"]
+            if method == "GET":
+                return 200, self.cluster.get_pod(ns, name)
+            if method == "PATCH":
+                meta = body.get("metadata") or {}
+                return 200, self.cluster.patch_pod_metadata(
+                    ns,
+                    name,
+                    annotations=meta.get("annotations"),
+                    labels=meta.get("labels"),
+                    resource_version=meta.get("resourceVersion"),
+                )
+        if _PODS.match(path) and method == "GET":
+            selector = (query.get("fieldSelector") or [""])[0]
+            node = selector.removeprefix("spec.nodeName=") if selector else None
+            items = [
+                p
+                for p in self.cluster.list_pods()
+                if node is None or (p.get("spec") or {}).get("nodeName") == node
+            ]
+            return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+        if (m := _EVENTS.match(path)) and method == "POST":
+            with self._lock:
+                self.events.append(body)
+            return 201, body
+        return 404, _status(404, "NotFound", f"fake API server: no route for {method} {path}")
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }

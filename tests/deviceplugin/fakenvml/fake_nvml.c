@@ -1,0 +1,626 @@
+/*
+ * A stand-in libnvidia-ml.so.1 for tests: the real pynvml loads it through the dynamic
+ * loader (LD_LIBRARY_PATH), so discovery and health code run their real paths without a
+ * GPU. Built by the tests:  cc -shared -fPIC -O1 -Wl,-soname,libnvidia-ml.so.1
+ *                           -o libnvidia-ml.so.1 fake_nvml.c -lpthread
+ *
+ * Driven by the JSON file named by $FAKE_NVML_CONFIG, re-read whenever it changes
+ * (tests rewrite it to add events or failures while a process runs):
+ *
+ *   {
+ *     "driver_version": "550.54.15",
+ *     "fail": {"nvmlInit": 9},                  // function -> nvmlReturn_t, every device
+ *     "topology": {"0-1": 10},                  // common-ancestor level of a pair (default 40)
+ *     "devices": [
+ *       {"uuid": "GPU-...", "name": "NVIDIA A100-PCIE-16GB", "memory_mib": 16384,
+ *        "unified": false,                      // true: memory info NOT_SUPPORTED
+ *        "bus_id": "00000000:3B:00.0", "mig": false,
+ *        "events": true,                        // false: no event types supported
+ *        "nvlinks": [{"peer": 1, "links": 2}],  // active NVLinks to another device index
+ *        "fail": {"nvmlDeviceGetMemoryInfo": 15}}
+ *     ],
+ *     "events": [{"device": 0, "xid": 79},     // delivered once each, in order; device -1:
+ *                {"device": 1, "type": "double_bit_ecc"}]   // not attributable (NULL handle)
+ *   }
+ *
+ * Only what hami-nvidia calls is implemented; structures and return codes follow nvml.h.
+ */
+#include <ctype.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+#define EVENT_SINGLE_BIT_ECC 0x1ULL
+#define EVENT_DOUBLE_BIT_ECC 0x2ULL
+#define EVENT_XID_CRITICAL 0x8ULL
+#define MAX_DEVICES 64
+#define MAX_FAILS 16
+#define MAX_LINKS 18
+#define MAX_EVENTS 256
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+struct fail {
+    char fn[64];
+    int code;
+};
+
+struct fake_device {
+    int index;
+    char uuid[96];
+    char name[96];
+    char bus_id[32];
+    unsigned long long memory_mib;
+    int unified, mig, events;
+    int link_peer[MAX_LINKS]; /* -1: inactive */
+    struct fail fails[MAX_FAILS];
+    int nfails;
+};
+
+struct fake_event {
+    int device;
+    unsigned long long type, data;
+};
+
+typedef struct fake_device *nvmlDevice_t;
+typedef struct fake_event_set {
+    unsigned long long mask[MAX_DEVICES];
+} *nvmlEventSet_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_device devices[MAX_DEVICES];
+static int ndevices;
+static struct fail global_fails[MAX_FAILS];
+static int nglobal_fails;
+static int topology[MAX_DEVICES][MAX_DEVICES];
+static struct fake_event events[MAX_EVENTS];
+static int nevents, delivered;
+static char driver_version[80] = "550.54.15";
+static int initialized;
+static struct timespec loaded_mtime;
+static off_t loaded_size = -1;
+
+/* ---- a small JSON reader --------------------------------------------------------- */
+
+enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
+struct jval {
+    enum jtype t;
+    double num;
+    int b;
+    char *str;
+    struct jval **items;
+    char **keys;
+    int n;
+};
+struct jparser {
+    const char *p;
+    const char *err;
+};
+
+static void jfree(struct jval *v) {
+    if (!v) return;
+    for (int i = 0; i < v->n; i++) {
+        jfree(v->items[i]);
+        if (v->keys) free(v->keys[i]);
+    }
+    free(v->items);
+    free(v->keys);
+    free(v->str);
+    free(v);
+}
+
+static void jskip(struct jparser *ps) {
+    while (*ps->p && isspace((unsigned char)*ps->p)) ps->p++;
+}
+
+static struct jval *jparse(struct jparser *ps);
+
+static char *jstring(struct jparser *ps) {
+    if (*ps->p != '"') { ps->err = "expected a string"; return NULL; }
+    ps->p++;
+    size_t cap = 32, len = 0;
+    char *out = malloc(cap);
+    while (*ps->p && *ps->p != '"') {
+        char c = *ps->p++;
+        if (c == '\\') {
+            char e = *ps->p++;
+            switch (e) {
+            case 'n': c = '\n'; break;
+            case 't': c = '\t'; break;
+            case '"': case '\\': case '/': c = e; break;
+            default: free(out); ps->err = "unsupported escape"; return NULL;
+            }
+        }
+        if (len + 2 > cap) out = realloc(out, cap *= 2);
+        out[len++] = c;
+    }
+    if (*ps->p != '"') { free(out); ps->err = "unterminated string"; return NULL; }
+    ps->p++;
+    out[len] = 0;
+    return out;
+}
+
+static struct jval *jnew(enum jtype t) {
+    struct jval *v = calloc(1, sizeof *v);
+    v->t = t;
+    return v;
+}
+
+static void jpush(struct jval *v, char *key, struct jval *item) {
+    v->items = realloc(v->items, sizeof *v->items * (v->n + 1));
+    if (v->t == J_OBJ) {
+        v->keys = realloc(v->keys, sizeof *v->keys * (v->n + 1));
+        v->keys[v->n] = key;
+    }
+    v->items[v->n++] = item;
+}
+
+static struct jval *jparse(struct jparser *ps) {
+    jskip(ps);
+    char c = *ps->p;
+    if (c == '{' || c == '[') {
+        int obj = c == '{';
+        struct jval *v = jnew(obj ? J_OBJ : J_ARR);
+        ps->p++;
+        jskip(ps);
+        if (*ps->p == (obj ? '}' : ']')) { ps->p++; return v; }
+        for (;;) {
+            char *key = NULL;
+            jskip(ps);
+            if (obj) {
+                key = jstring(ps);
+                if (!key) { jfree(v); return NULL; }
+                jskip(ps);
+                if (*ps->p != ':') { free(key); jfree(v); ps->err = "expected ':'"; return NULL; }
+                ps->p++;
+            }
+            struct jval *item = jparse(ps);
+            if (!item) { free(key); jfree(v); return NULL; }
+            jpush(v, key, item);
+            jskip(ps);
+            if (*ps->p == ',') { ps->p++; continue; }
+            if (*ps->p == (obj ? '}' : ']')) { ps->p++; return v; }
+            jfree(v);
+            ps->err = "expected ',' or a closing bracket";
+            return NULL;
+        }
+    }
+    if (c == '"') {
+        char *s = jstring(ps);
+        if (!s) return NULL;
+        struct jval *v = jnew(J_STR);
+        v->str = s;
+        return v;
+    }
+    if (!strncmp(ps->p, "true", 4) || !strncmp(ps->p, "false", 5)) {
+        struct jval *v = jnew(J_BOOL);
+        v->b = *ps->p == 't';
+        ps->p += v->b ? 4 : 5;
+        return v;
+    }
+    if (!strncmp(ps->p, "null", 4)) { ps->p += 4; return jnew(J_NULL); }
+    char *end;
+    double d = strtod(ps->p, &end);
+    if (end == ps->p) { ps->err = "unexpected character"; return NULL; }
+    ps->p = end;
+    struct jval *v = jnew(J_NUM);
+    v->num = d;
+    return v;
+}
+
+static struct jval *jget(const struct jval *obj, const char *key) {
+    if (!obj || obj->t != J_OBJ) return NULL;
+    for (int i = 0; i < obj->n; i++)
+        if (!strcmp(obj->keys[i], key)) return obj->items[i];
+    return NULL;
+}
+
+static long long jint(const struct jval *obj, const char *key, long long dflt) {
+    const struct jval *v = jget(obj, key);
+    return v && v->t == J_NUM ? (long long)v->num : dflt;
+}
+
+static int jbool(const struct jval *obj, const char *key, int dflt) {
+    const struct jval *v = jget(obj, key);
+    return v && v->t == J_BOOL ? v->b : dflt;
+}
+
+static void jcopy(char *dst, size_t cap, const struct jval *obj, const char *key, const char *dflt) {
+    const struct jval *v = jget(obj, key);
+    snprintf(dst, cap, "%s", v && v->t == J_STR ? v->str : dflt);
+}
+
+static int jfails(const struct jval *obj, struct fail *out) {
+    const struct jval *f = jget(obj, "fail");
+    int n = 0;
+    if (!f || f->t != J_OBJ) return 0;
+    for (int i = 0; i < f->n && n < MAX_FAILS; i++) {
+        if (f->items[i]->t != J_NUM) continue;
+        snprintf(out[n].fn, sizeof out[n].fn, "%s", f->keys[i]);
+        out[n++].code = (int)f->items[i]->num;
+    }
+    return n;
+}
+
+/* ---- the configuration ------------------------------------------------------------ */
+
+/* Re-read $FAKE_NVML_CONFIG when it changed. Returns 0, or an NVML error. Caller holds mu. */
+static int reload(void) {
+    const char *path = getenv("FAKE_NVML_CONFIG");
+    if (!path) {
+        fprintf(stderr, "fake NVML: FAKE_NVML_CONFIG is not set\n");
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        fprintf(stderr, "fake NVML: cannot stat %s\n", path);
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    if (st.st_size == loaded_size && st.st_mtim.tv_sec == loaded_mtime.tv_sec &&
+        st.st_mtim.tv_nsec == loaded_mtime.tv_nsec)
+        return NVML_SUCCESS;
+    FILE *f = fopen(path, "r");
+    if (!f) return NVML_ERROR_DRIVER_NOT_LOADED;
+    char *text = malloc(st.st_size + 1);
+    size_t got = fread(text, 1, st.st_size, f);
+    fclose(f);
+    text[got] = 0;
+    struct jparser ps = {text, NULL};
+    struct jval *root = jparse(&ps);
+    if (!root || root->t != J_OBJ) {
+        fprintf(stderr, "fake NVML: %s: %s at offset %ld\n", path,
+                ps.err ? ps.err : "not an object", (long)(ps.p - text));
+        free(text);
+        jfree(root);
+        return NVML_ERROR_UNKNOWN; /* keep the previous configuration */
+    }
+    free(text);
+    loaded_size = st.st_size;
+    loaded_mtime = st.st_mtim;
+
+    jcopy(driver_version, sizeof driver_version, root, "driver_version", "550.54.15");
+    nglobal_fails = jfails(root, global_fails);
+
+    const struct jval *devs = jget(root, "devices");
+    ndevices = 0;
+    for (int i = 0; devs && devs->t == J_ARR && i < devs->n && i < MAX_DEVICES; i++) {
+        const struct jval *d = devs->items[i];
+        struct fake_device *fd = &devices[ndevices++];
+        char dflt_uuid[64], dflt_bus[32];
+        snprintf(dflt_uuid, sizeof dflt_uuid, "GPU-00000000-0000-0000-0000-%012d", i);
+        snprintf(dflt_bus, sizeof dflt_bus, "00000000:%02X:00.0", 0x10 + i);
+        fd->index = i;
+        jcopy(fd->uuid, sizeof fd->uuid, d, "uuid", dflt_uuid);
+        jcopy(fd->name, sizeof fd->name, d, "name", "NVIDIA Fake GPU");
+        jcopy(fd->bus_id, sizeof fd->bus_id, d, "bus_id", dflt_bus);
+        fd->memory_mib = (unsigned long long)jint(d, "memory_mib", 16384);
+        fd->unified = jbool(d, "unified", 0);
+        fd->mig = jbool(d, "mig", 0);
+        fd->events = jbool(d, "events", 1);
+        fd->nfails = jfails(d, fd->fails);
+        for (int l = 0; l < MAX_LINKS; l++) fd->link_peer[l] = -1;
+        const struct jval *links = jget(d, "nvlinks");
+        int next = 0;
+        for (int k = 0; links && links->t == J_ARR && k < links->n; k++) {
+            int peer = (int)jint(links->items[k], "peer", -1);
+            int count = (int)jint(links->items[k], "links", 1);
+            for (int c = 0; c < count && next < MAX_LINKS; c++) fd->link_peer[next++] = peer;
+        }
+    }
+    for (int a = 0; a < MAX_DEVICES; a++)
+        for (int b = 0; b < MAX_DEVICES; b++) topology[a][b] = 40; /* same NUMA node */
+    const struct jval *topo = jget(root, "topology");
+    for (int i = 0; topo && topo->t == J_OBJ && i < topo->n; i++) {
+        int a, b;
+        if (sscanf(topo->keys[i], "%d-%d", &a, &b) == 2 && a >= 0 && b >= 0 &&
+            a < MAX_DEVICES && b < MAX_DEVICES && topo->items[i]->t == J_NUM) {
+            topology[a][b] = topology[b][a] = (int)topo->items[i]->num;
+        }
+    }
+    const struct jval *evs = jget(root, "events");
+    nevents = 0;
+    for (int i = 0; evs && evs->t == J_ARR && i < evs->n && i < MAX_EVENTS; i++) {
+        const struct jval *e = evs->items[i];
+        char type[32];
+        jcopy(type, sizeof type, e, "type", "xid");
+        events[nevents].device = (int)jint(e, "device", -1);
+        events[nevents].type = !strcmp(type, "double_bit_ecc")   ? EVENT_DOUBLE_BIT_ECC
+                               : !strcmp(type, "single_bit_ecc") ? EVENT_SINGLE_BIT_ECC
+                                                                  : EVENT_XID_CRITICAL;
+        events[nevents].data = (unsigned long long)jint(e, "xid", 0);
+        nevents++;
+    }
+    jfree(root);
+    return NVML_SUCCESS;
+}
+
+static int failure(const struct fake_device *d, const char *fn) {
+    if (d)
+        for (int i = 0; i < d->nfails; i++)
+            if (!strcmp(d->fails[i].fn, fn)) return d->fails[i].code;
+    for (int i = 0; i < nglobal_fails; i++)
+        if (!strcmp(global_fails[i].fn, fn)) return global_fails[i].code;
+    return NVML_SUCCESS;
+}
+
+/* Common prologue of device calls: initialised, configuration current, handle valid. */
+#define ENTER(dev, fn)                                                         \
+    pthread_mutex_lock(&mu);                                                   \
+    int rc_ = initialized ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;           \
+    if (rc_ == NVML_SUCCESS) { reload(); }                                     \
+    if (rc_ == NVML_SUCCESS && (dev) != NULL &&                                \
+        ((dev) < devices || (dev) >= devices + ndevices))                      \
+        rc_ = NVML_ERROR_INVALID_ARGUMENT;                                     \
+    if (rc_ == NVML_SUCCESS) rc_ = failure((dev), (fn));                       \
+    if (rc_ != NVML_SUCCESS) { pthread_mutex_unlock(&mu); return rc_; }
+
+/* ENTER for calls on a device: a NULL or foreign handle is INVALID_ARGUMENT. */
+#define ENTER_DEV(dev, fn)                                                     \
+    if ((dev) == NULL) return NVML_ERROR_INVALID_ARGUMENT;                     \
+    ENTER(dev, fn)
+
+#define LEAVE(rc)                \
+    pthread_mutex_unlock(&mu);   \
+    return (rc);
+
+static int copy_out(char *dst, unsigned int len, const char *src) {
+    if (!dst || strlen(src) + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(dst, src, strlen(src) + 1);
+    return NVML_SUCCESS;
+}
+
+/* ---- init ------------------------------------------------------------------------ */
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    pthread_mutex_lock(&mu);
+    int rc = reload();
+    if (rc == NVML_SUCCESS) rc = failure(NULL, "nvmlInit");
+    if (rc == NVML_SUCCESS) initialized++;
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+
+nvmlReturn_t nvmlShutdown(void) {
+    pthread_mutex_lock(&mu);
+    int rc = initialized ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+    if (initialized) initialized--;
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+const char *nvmlErrorString(nvmlReturn_t rc) {
+    switch (rc) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    ENTER((struct fake_device *)NULL, "nvmlSystemGetDriverVersion");
+    LEAVE(copy_out(version, length, driver_version));
+}
+
+/* ---- devices ---------------------------------------------------------------------- */
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    ENTER((struct fake_device *)NULL, "nvmlDeviceGetCount");
+    *count = (unsigned int)ndevices;
+    LEAVE(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetCount_v2(count); }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    ENTER((struct fake_device *)NULL, "nvmlDeviceGetHandleByIndex");
+    if (index >= (unsigned int)ndevices) { LEAVE(NVML_ERROR_INVALID_ARGUMENT); }
+    int rc = failure(&devices[index], "nvmlDeviceGetHandleByIndex");
+    if (rc == NVML_SUCCESS) *device = &devices[index];
+    LEAVE(rc);
+}
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    ENTER((struct fake_device *)NULL, "nvmlDeviceGetHandleByUUID");
+    for (int i = 0; i < ndevices; i++) {
+        if (!strcmp(devices[i].uuid, uuid)) {
+            int rc = failure(&devices[i], "nvmlDeviceGetHandleByUUID");
+            if (rc == NVML_SUCCESS) *device = &devices[i];
+            LEAVE(rc);
+        }
+    }
+    LEAVE(NVML_ERROR_NOT_FOUND);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    ENTER_DEV(device, "nvmlDeviceGetUUID");
+    LEAVE(copy_out(uuid, length, device->uuid));
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    ENTER_DEV(device, "nvmlDeviceGetName");
+    LEAVE(copy_out(name, length, device->name));
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    ENTER_DEV(device, "nvmlDeviceGetIndex");
+    *index = (unsigned int)device->index;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor) {
+    ENTER_DEV(device, "nvmlDeviceGetMinorNumber");
+    *minor = (unsigned int)device->index;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    ENTER_DEV(device, "nvmlDeviceGetMemoryInfo");
+    if (device->unified) { LEAVE(NVML_ERROR_NOT_SUPPORTED); }
+    memory->total = device->memory_mib << 20;
+    memory->used = 0;
+    memory->free = memory->total;
+    LEAVE(NVML_SUCCESS);
+}
+
+static void fill_pci(const struct fake_device *d, nvmlPciInfo_t *pci) {
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->busId, sizeof pci->busId, "%s", d->bus_id);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%s", d->bus_id + 4);
+    sscanf(d->bus_id, "%x:%x:%x", &pci->domain, &pci->bus, &pci->device);
+    pci->pciDeviceId = 0x20B010DE;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    ENTER_DEV(device, "nvmlDeviceGetPciInfo");
+    fill_pci(device, pci);
+    LEAVE(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    return nvmlDeviceGetPciInfo_v3(device, pci);
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending) {
+    ENTER_DEV(device, "nvmlDeviceGetMigMode");
+    *current = *pending = (unsigned int)device->mig;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* ---- topology --------------------------------------------------------------------- */
+
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b, int *level) {
+    ENTER_DEV(a, "nvmlDeviceGetTopologyCommonAncestor");
+    if (b < devices || b >= devices + ndevices) { LEAVE(NVML_ERROR_INVALID_ARGUMENT); }
+    *level = topology[a->index][b->index];
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, int *active) {
+    ENTER_DEV(device, "nvmlDeviceGetNvLinkState");
+    if (link >= MAX_LINKS) { LEAVE(NVML_ERROR_INVALID_ARGUMENT); }
+    *active = device->link_peer[link] >= 0;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                 nvmlPciInfo_t *pci) {
+    ENTER_DEV(device, "nvmlDeviceGetNvLinkRemotePciInfo");
+    if (link >= MAX_LINKS || device->link_peer[link] < 0 ||
+        device->link_peer[link] >= ndevices) {
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    fill_pci(&devices[device->link_peer[link]], pci);
+    LEAVE(NVML_SUCCESS);
+}
+
+/* ---- events ----------------------------------------------------------------------- */
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types) {
+    ENTER_DEV(device, "nvmlDeviceGetSupportedEventTypes");
+    if (!device->events) { LEAVE(NVML_ERROR_NOT_SUPPORTED); }
+    *types = EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    ENTER((struct fake_device *)NULL, "nvmlEventSetCreate");
+    *set = calloc(1, sizeof **set);
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                      nvmlEventSet_t set) {
+    ENTER_DEV(device, "nvmlDeviceRegisterEvents");
+    if (!device->events) { LEAVE(NVML_ERROR_NOT_SUPPORTED); }
+    set->mask[device->index] |= types;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* The next undelivered event a set listens to, or -1. Caller holds mu. */
+static int next_event(nvmlEventSet_t set) {
+    while (delivered < nevents) {
+        struct fake_event *e = &events[delivered];
+        if (e->device < 0) return delivered;
+        if (e->device < ndevices && (set->mask[e->device] & e->type)) return delivered;
+        delivered++; /* nobody listens: dropped, as NVML would */
+    }
+    return -1;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        ENTER((struct fake_device *)NULL, "nvmlEventSetWait");
+        int i = next_event(set);
+        if (i >= 0) {
+            struct fake_event *e = &events[i];
+            memset(data, 0, sizeof *data);
+            data->device = e->device >= 0 ? &devices[e->device] : NULL;
+            data->eventType = e->type;
+            data->eventData = e->data;
+            delivered = i + 1;
+            LEAVE(NVML_SUCCESS);
+        }
+        pthread_mutex_unlock(&mu);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long elapsed_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+        if (elapsed_ms >= (long)timeoutms) return NVML_ERROR_TIMEOUT;
+        usleep(10000);
+    }
+}
+nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    return nvmlEventSetWait_v2(set, data, timeoutms);
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    free(set);
+    return NVML_SUCCESS;
+}

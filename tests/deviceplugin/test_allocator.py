@@ -1,0 +1,444 @@
+"""Allocate without gRPC: finding the pod, mapping containers, limits, finishing, and
+every failure leaving the pod ``failed`` and the node unlocked (PROTOCOL.md §3, §4, §7).
+
+Pods are bound by the real scheduler (``bound_pod``), so the annotations read here are
+exactly the ones ``hami scheduler`` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hami_core.cluster import MemoryCluster
+from hami_core.deviceplugin import (
+    AllocateFailedError,
+    Allocator,
+    CdiWriter,
+    DeviceCountMismatchError,
+    NoPendingPodError,
+    PreferredRequest,
+    container_allocations,
+)
+from hami_core.errors import BackendError, InvalidInputError
+from hami_core.model import (
+    BackendInfo,
+    ContainerAllocation,
+    DeviceTypeInfo,
+    ResourceNames,
+)
+from hami_core.plugin import BackendManager, hookimpl
+from hami_core.protocol import annotations as keys
+from hami_core.protocol.devicelist import decode_pod_devices
+from hami_core.scheduling.nodelock import acquire_node_lock
+from hami_core.scheduling.scheduler import utcnow
+
+from .conftest import BindPod, ctr, gpu_node, gpu_pod, gpu_uuid
+
+NODE = "node-a"
+UUIDS = [gpu_uuid(0), gpu_uuid(1)]
+ALL_IDS = frozenset(f"{u}-{i}" for u in UUIDS for i in range(10))
+
+
+@pytest.fixture
+def cluster() -> MemoryCluster:
+    c = MemoryCluster()
+    c.add_node(gpu_node(NODE, UUIDS))
+    return c
+
+
+def allocator(cluster: MemoryCluster, manager: BackendManager, **kw: Any) -> Allocator:
+    return Allocator(cluster, manager, vendor="NVIDIA", node=NODE, known_ids=lambda: ALL_IDS, **kw)
+
+
+def ann(cluster: MemoryCluster, name: str) -> dict[str, str]:
+    return cluster.get_pod("default", name)["metadata"].get("annotations") or {}
+
+
+def lock(cluster: MemoryCluster) -> str | None:
+    return (cluster.get_node(NODE)["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
+
+
+def assigned(cluster: MemoryCluster, name: str) -> list[list[str]]:
+    """Per container, the UUIDs the scheduler assigned (from the accounting list)."""
+    value = ann(cluster, name)["hami.io/vgpu-devices-allocated"]
+    return [[d.uuid for d in c] for c in decode_pod_devices(value)]
+
+
+def ids_on(uuid: str, n: int = 1) -> list[str]:
+    return [f"{uuid}-{i}" for i in range(n)]
+
+
+# -- success ---------------------------------------------------------------------------
+
+
+def test_the_pod_gets_its_limits_then_success_and_the_lock_is_released(
+    cluster, nvidia, bound_pod: BindPod, tmp_path: Path
+):
+    pod = bound_pod(
+        cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=3000, gpucores=30)), NODE
+    )
+    assert lock(cluster) is not None
+    (uuid,) = assigned(cluster, "p")[0]
+
+    (answer,) = allocator(cluster, nvidia).allocate([ids_on(uuid)])
+
+    assert answer.envs["NVIDIA_VISIBLE_DEVICES"] == uuid
+    assert answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert answer.envs["CUDA_DEVICE_SM_LIMIT"] == "30"
+    shared = next(m for m in answer.mounts if not m.read_only)
+    assert shared.host_path == str(
+        tmp_path / "vgpu" / "containers" / f"{pod['metadata']['uid']}_main"
+    )
+    assert Path(shared.host_path).is_dir()
+    assert stat.S_IMODE(Path(shared.host_path).stat().st_mode) == 0o777
+    after = ann(cluster, "p")
+    assert after[keys.BIND_PHASE] == "success"
+    assert after["hami.io/vgpu-devices-to-allocate"] == ";"  # consumed
+    assert assigned(cluster, "p") == [[uuid]]  # the accounting list is kept
+    assert lock(cluster) is None
+
+
+def test_kubelets_ids_need_not_name_the_assigned_gpu(cluster, nvidia, bound_pod: BindPod):
+    bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=1000)), NODE)
+    (uuid,) = assigned(cluster, "p")[0]
+    other = next(u for u in UUIDS if u != uuid)
+
+    (answer,) = allocator(cluster, nvidia).allocate([ids_on(other)])
+
+    # The scheduler's device list decides, never kubelet's pick of a fake ID.
+    assert answer.envs["NVIDIA_VISIBLE_DEVICES"] == uuid
+
+
+def test_two_pods_back_to_back_each_get_their_own_limits(cluster, nvidia, bound_pod: BindPod):
+    alloc = allocator(cluster, nvidia)
+    bound_pod(cluster, nvidia, gpu_pod("a", ctr("main", gpu=1, gpumem=3000, gpucores=30)), NODE)
+    (ua,) = assigned(cluster, "a")[0]
+    (first,) = alloc.allocate([ids_on(ua)])
+    bound_pod(cluster, nvidia, gpu_pod("b", ctr("main", gpu=1, gpumem=5000, gpucores=50)), NODE)
+    (ub,) = assigned(cluster, "b")[0]
+    (second,) = alloc.allocate([[f"{ub}-5"]])
+
+    assert (first.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], first.envs["CUDA_DEVICE_SM_LIMIT"]) == (
+        "3000m",
+        "30",
+    )
+    assert (second.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], second.envs["CUDA_DEVICE_SM_LIMIT"]) == (
+        "5000m",
+        "50",
+    )
+    assert ann(cluster, "a")[keys.BIND_PHASE] == ann(cluster, "b")[keys.BIND_PHASE] == "success"
+    assert lock(cluster) is None
+
+
+def _two_waiting(cluster, nvidia, bound_pod: BindPod) -> None:
+    """Pod a (1 GPU, 3000 MiB) and pod b (2 GPUs, 5000 MiB) both waiting, the lock
+    naming b: a's lock was lost (expired and taken over) before kubelet got to it."""
+    bound_pod(cluster, nvidia, gpu_pod("a", ctr("main", gpu=1, gpumem=3000, gpucores=30)), NODE)
+    cluster.patch_node_annotations(NODE, {keys.NODE_LOCK: None})
+    bound_pod(cluster, nvidia, gpu_pod("b", ctr("main", gpu=2, gpumem=5000, gpucores=50)), NODE)
+    assert "default,b" in (lock(cluster) or "")
+
+
+@pytest.mark.parametrize("order", ["a-first", "b-first"])
+def test_waiting_pods_get_their_own_limits_whatever_kubelets_order(
+    cluster, nvidia, bound_pod: BindPod, order
+):
+    _two_waiting(cluster, nvidia, bound_pod)
+    alloc = allocator(cluster, nvidia)
+    calls = {"a": [ids_on(UUIDS[0])], "b": [[f"{UUIDS[0]}-1", f"{UUIDS[1]}-1"]]}
+    answers = {}
+    for name in ("a", "b") if order == "a-first" else ("b", "a"):
+        (answers[name],) = alloc.allocate(calls[name])
+
+    assert answers["a"].envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert "CUDA_DEVICE_MEMORY_LIMIT_1" not in answers["a"].envs
+    assert answers["b"].envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "5000m"
+    assert answers["b"].envs["CUDA_DEVICE_MEMORY_LIMIT_1"] == "5000m"
+    assert ann(cluster, "a")[keys.BIND_PHASE] == ann(cluster, "b")[keys.BIND_PHASE] == "success"
+    assert lock(cluster) is None
+
+
+def test_pods_asking_the_same_count_are_told_apart_by_the_gpus_kubelet_names(
+    cluster, nvidia, bound_pod: BindPod
+):
+    a = gpu_pod("a", ctr("main", gpu=1, gpumem=3000))
+    a["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": UUIDS[0]}
+    b = gpu_pod("b", ctr("main", gpu=1, gpumem=7000))
+    b["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": UUIDS[1]}
+    bound_pod(cluster, nvidia, a, NODE)
+    cluster.patch_node_annotations(NODE, {keys.NODE_LOCK: None})  # a's lock was lost
+    bound_pod(cluster, nvidia, b, NODE)  # b holds the lock now
+    alloc = allocator(cluster, nvidia)
+
+    # kubelet took the IDs GetPreferredAllocation steered it to: a's GPU, not b's.
+    (for_a,) = alloc.allocate([ids_on(UUIDS[0])])
+
+    assert for_a.envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1]  # the lock owner wins ...
+    assert for_a.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "7000m"
+    (for_b,) = alloc.allocate([ids_on(UUIDS[1])])
+    # ... and the other pod is still served with its own limits.
+    assert for_b.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert for_b.envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[0]
+
+
+def test_without_a_lock_the_gpus_kubelet_names_pick_the_pod(cluster, nvidia, bound_pod: BindPod):
+    a = gpu_pod("a", ctr("main", gpu=1, gpumem=3000))
+    a["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": UUIDS[0]}
+    b = gpu_pod("b", ctr("main", gpu=1, gpumem=7000))
+    b["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": UUIDS[1]}
+    bound_pod(cluster, nvidia, a, NODE)
+    cluster.patch_node_annotations(NODE, {keys.NODE_LOCK: None})
+    bound_pod(cluster, nvidia, b, NODE)
+    cluster.patch_node_annotations(NODE, {keys.NODE_LOCK: None})  # both locks lost
+    alloc = allocator(cluster, nvidia)
+
+    (for_b,) = alloc.allocate([ids_on(UUIDS[1])])
+    (for_a,) = alloc.allocate([ids_on(UUIDS[0])])
+
+    assert for_b.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "7000m"
+    assert for_a.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+
+
+def test_containers_are_answered_one_call_at_a_time_init_first(cluster, nvidia, bound_pod: BindPod):
+    pod = gpu_pod(
+        "multi",
+        ctr("app1", gpu=1, gpumem=2000),
+        ctr("sidecar"),
+        ctr("app2", gpu=1, gpumem=4000),
+        init=[ctr("prep", gpu=1, gpumem=1000)],
+    )
+    bound_pod(cluster, nvidia, pod, NODE)
+    per_container = assigned(cluster, "multi")
+    alloc = allocator(cluster, nvidia)
+
+    got = []
+    for position in (0, 1, 3):  # kubelet skips the sidecar, which asks no GPU
+        (answer,) = alloc.allocate([ids_on(per_container[position][0])])
+        got.append(answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"])
+        finished = position == 3
+        assert (ann(cluster, "multi")[keys.BIND_PHASE] == "success") is finished
+        assert (lock(cluster) is None) is finished
+
+    assert got == ["1000m", "2000m", "4000m"]
+
+
+def test_one_call_may_carry_several_containers(cluster, nvidia, bound_pod: BindPod):
+    pod = gpu_pod("two", ctr("a", gpu=1, gpumem=2000), ctr("b", gpu=2, gpumem=4000))
+    bound_pod(cluster, nvidia, pod, NODE)
+    per_container = assigned(cluster, "two")
+
+    first, second = allocator(cluster, nvidia).allocate(
+        [ids_on(per_container[0][0]), [f"{u}-2" for u in per_container[1]]]
+    )
+
+    assert first.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
+    assert second.envs["CUDA_DEVICE_MEMORY_LIMIT_1"] == "4000m"
+    assert ann(cluster, "two")[keys.BIND_PHASE] == "success"
+
+
+def test_a_container_without_devices_is_told_none():
+    # What `container_allocations` (the whole pod, as simulate uses it) answers for a
+    # container the scheduler gave nothing: no GPU may leak into it.
+    from .conftest import nvidia_manager
+
+    manager = nvidia_manager(Path("/nonexistent"))
+    pod = gpu_pod("p", ctr("gpu", gpu=1), ctr("plain"))
+    pod["metadata"]["uid"] = "u1"
+    pod["metadata"]["annotations"] = {
+        "hami.io/vgpu-devices-to-allocate": f"{UUIDS[0]},NVIDIA,1000,0:;;"
+    }
+
+    answers = dict(container_allocations(pod, manager, "NVIDIA"))
+
+    assert answers["plain"].envs == {"NVIDIA_VISIBLE_DEVICES": "none"}
+    assert answers["gpu"].envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[0]
+
+
+# -- GetPreferredAllocation ------------------------------------------------------------
+
+
+def test_preferred_ids_are_on_the_gpus_the_scheduler_chose(cluster, nvidia, bound_pod: BindPod):
+    pod = gpu_pod("p", ctr("main", gpu=1, gpumem=1000))
+    pod["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": UUIDS[1]}
+    bound_pod(cluster, nvidia, pod, NODE)
+    available = sorted(ALL_IDS)
+
+    (chosen,) = allocator(cluster, nvidia).preferred([PreferredRequest(available=tuple(available))])
+
+    assert chosen == [f"{UUIDS[1]}-0"]
+
+
+def test_preferred_ids_spread_over_gpus_when_no_pod_is_known(cluster, nvidia):
+    available = tuple(sorted(ALL_IDS))
+
+    (chosen,) = allocator(cluster, nvidia).preferred(
+        [PreferredRequest(available=available, must_include=(f"{UUIDS[1]}-3",), size=2)]
+    )
+
+    assert chosen == [f"{UUIDS[1]}-3", f"{UUIDS[0]}-0"]
+
+
+# -- failures --------------------------------------------------------------------------
+
+
+def test_no_pod_waiting_names_the_node_and_releases_a_dead_lock(cluster, nvidia):
+    acquire_node_lock(cluster, NODE, namespace="default", pod="gone", now=utcnow())
+    assert lock(cluster) is not None
+
+    with pytest.raises(NoPendingPodError) as err:
+        allocator(cluster, nvidia).allocate([ids_on(UUIDS[0])])
+
+    message = str(err.value)
+    assert f"no pod on node {NODE} waits for nvidia.com/gpu devices" in message
+    assert "hami.io/bind-phase=allocating" in message
+    assert "node lock held by default/gone" in message
+    assert err.value.grpc_code == "NOT_FOUND"
+    assert lock(cluster) is None  # its owner does not exist: nothing may stay locked
+
+
+def test_no_pod_waiting_keeps_the_lock_of_a_pod_still_being_bound(cluster, nvidia):
+    # The scheduler takes the lock before it writes the annotations: a stray Allocate
+    # in between must not break the mutual exclusion.
+    cluster.add_pod(gpu_pod("binding", ctr("main", gpu=1)))
+    acquire_node_lock(cluster, NODE, namespace="default", pod="binding", now=utcnow())
+
+    with pytest.raises(NoPendingPodError):
+        allocator(cluster, nvidia).allocate([ids_on(UUIDS[0])])
+
+    assert "default,binding" in (lock(cluster) or "")
+
+
+def test_device_count_mismatch_fails_the_lock_owner_and_releases_the_lock(
+    cluster, nvidia, bound_pod: BindPod
+):
+    bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=1000)), NODE)
+
+    with pytest.raises(DeviceCountMismatchError) as err:
+        allocator(cluster, nvidia).allocate([[f"{UUIDS[0]}-0", f"{UUIDS[1]}-0"]])
+
+    assert str(err.value) == (
+        "kubelet asks 2 device(s) of nvidia.com/gpu, but pod default/p (holder of the node "
+        "lock) waits for 1 in container 'main'; the pod is marked failed"
+    )
+    assert err.value.grpc_code == "FAILED_PRECONDITION"
+    assert ann(cluster, "p")[keys.BIND_PHASE] == "failed"
+    assert lock(cluster) is None
+    assert [e.reason for e in cluster.events if e.name == "p"][-1] == "AllocateFailed"
+
+
+def test_mismatch_with_pods_that_do_not_hold_the_lock_names_them(
+    cluster, nvidia, bound_pod: BindPod
+):
+    bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1)), NODE)
+    cluster.patch_node_annotations(NODE, {keys.NODE_LOCK: None})
+
+    with pytest.raises(DeviceCountMismatchError) as err:
+        allocator(cluster, nvidia).allocate([[f"{UUIDS[0]}-0", f"{UUIDS[1]}-0"]])
+
+    assert "default/p waits for 1 in container 'main'" in str(err.value)
+    assert ann(cluster, "p")[keys.BIND_PHASE] == "allocating"  # not ours to fail
+
+
+def test_unknown_device_ids_are_refused_before_anything_changes(
+    cluster, nvidia, bound_pod: BindPod
+):
+    bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1)), NODE)
+
+    with pytest.raises(InvalidInputError, match=r"unknown device IDs \['GPU-nope-0'\]"):
+        allocator(cluster, nvidia).allocate([["GPU-nope-0"]])
+
+    assert ann(cluster, "p")[keys.BIND_PHASE] == "allocating"
+    assert lock(cluster) is not None
+
+
+def test_a_host_directory_that_cannot_be_made_fails_the_pod(cluster, nvidia, bound_pod: BindPod):
+    bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1)), NODE)
+
+    def refuse(path: str) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+    with pytest.raises(AllocateFailedError) as err:
+        allocator(cluster, nvidia, make_dir=refuse).allocate([ids_on(UUIDS[0])])
+
+    assert str(err.value).startswith("pod default/p: [Errno 13] Permission denied")
+    assert ann(cluster, "p")[keys.BIND_PHASE] == "failed"
+    assert lock(cluster) is None
+
+
+class BrokenBackend:
+    """Serves vendor NVIDIA like hami-nvidia, but its hami_allocate raises."""
+
+    @hookimpl
+    def hami_backend_info(self) -> BackendInfo:
+        return BackendInfo(
+            name="broken",
+            device_types=(
+                DeviceTypeInfo(
+                    vendor="NVIDIA",
+                    resources=ResourceNames(count="nvidia.com/gpu"),
+                    register_annotation="hami.io/node-nvidia-register",
+                    handshake_annotation="hami.io/node-handshake",
+                    to_allocate_annotation="hami.io/vgpu-devices-to-allocate",
+                    allocated_annotation="hami.io/vgpu-devices-allocated",
+                ),
+            ),
+        )
+
+    @hookimpl
+    def hami_allocate(self) -> ContainerAllocation:
+        raise RuntimeError("driver exploded")
+
+
+def test_a_backend_failure_fails_the_pod_with_the_backends_message(
+    cluster, nvidia, bound_pod: BindPod
+):
+    bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1)), NODE)
+    broken = BackendManager.from_plugins({"broken": BrokenBackend()})
+
+    with pytest.raises(AllocateFailedError) as err:
+        allocator(cluster, broken).allocate([ids_on(UUIDS[0])])
+
+    assert str(err.value) == (
+        "pod default/p: backend 'broken': hami_allocate raised RuntimeError: driver exploded"
+    )
+    assert isinstance(err.value.__cause__, BackendError)
+    assert err.value.grpc_code == "INTERNAL"
+    assert ann(cluster, "p")[keys.BIND_PHASE] == "failed"
+    assert lock(cluster) is None
+
+
+# -- CDI -------------------------------------------------------------------------------
+
+
+def test_cdi_mode_answers_names_and_writes_the_spec(
+    cluster, nvidia, bound_pod: BindPod, tmp_path: Path
+):
+    pod = bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=3000)), NODE)
+    uid = pod["metadata"]["uid"]
+    (uuid,) = assigned(cluster, "p")[0]
+    writer = CdiWriter(spec_dir=tmp_path / "cdi", backend="nvidia")
+
+    (answer,) = allocator(cluster, nvidia, cdi=writer).allocate([ids_on(uuid)])
+
+    name = f"hami.io/nvidia={uid}_main"
+    assert answer.cdi_devices == (name,)
+    assert answer.envs == {} and answer.mounts == ()
+    assert answer.annotations == {"cdi.k8s.io/hami-nvidia": name}
+    spec = json.loads(writer.spec_path(uid, "main").read_text())
+    assert spec["kind"] == "hami.io/nvidia" and spec["cdiVersion"] == "0.6.0"
+    (device,) = spec["devices"]
+    assert device["name"] == f"{uid}_main"
+    assert "CUDA_DEVICE_MEMORY_LIMIT_0=3000m" in device["containerEdits"]["env"]
+    assert f"NVIDIA_VISIBLE_DEVICES={uuid}" in device["containerEdits"]["env"]
+    mounts = {m["containerPath"]: m for m in device["containerEdits"]["mounts"]}
+    assert mounts["/usr/local/vgpu/shared"]["options"][0] == "rw"
+    assert ann(cluster, "p")[keys.BIND_PHASE] == "success"
+
+    assert writer.sweep([uid]) == []
+    assert writer.sweep([]) == [writer.spec_path(uid, "main")]
+    assert not writer.spec_path(uid, "main").exists()

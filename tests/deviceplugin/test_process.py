@@ -1,0 +1,232 @@
+"""The real ``hami device-plugin`` process: the stand-in libnvidia-ml.so.1 through
+LD_LIBRARY_PATH, the official Kubernetes client against a fake API server, and the
+fake kubelet on unix sockets. Nothing in the process is replaced."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hami_core.cluster import MemoryCluster
+from hami_core.protocol import annotations as keys
+
+from .conftest import BindPod, FakeGpus, ctr, gpu_pod, gpu_uuid, nvidia_manager
+from .fake_apiserver import FakeApiServer
+from .fake_kubelet import FakeKubelet
+
+NODE = "node-a"
+HAMI = str(Path(sys.executable).parent / "hami")
+
+
+class PluginProcess:
+    def __init__(self, popen: subprocess.Popen[str], log: Path) -> None:
+        self.popen = popen
+        self.log = log
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(15)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        return self.popen.returncode
+
+
+@pytest.fixture
+def cluster() -> MemoryCluster:
+    c = MemoryCluster()
+    c.add_node({"metadata": {"name": NODE}})
+    return c
+
+
+@pytest.fixture
+def api(cluster: MemoryCluster) -> Iterator[FakeApiServer]:
+    server = FakeApiServer(cluster).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def launch(
+    api: FakeApiServer, fake_gpus: FakeGpus, fake_nvml_dir: Path, short_dir: Path, tmp_path: Path
+):
+    started: list[PluginProcess] = []
+
+    def start(*extra: str) -> PluginProcess:
+        config = tmp_path / "hami.yaml"
+        config.write_text(
+            f"version: v1\nnvidia:\n  hookPath: {tmp_path / 'vgpu'}\n  healthRecoverySeconds: 1\n"
+        )
+        log = tmp_path / f"plugin-{len(started)}.log"
+        popen = subprocess.Popen(
+            [
+                HAMI,
+                "device-plugin",
+                "--kubeconfig",
+                str(api.write_kubeconfig(tmp_path / "kubeconfig")),
+                "--config",
+                str(config),
+                "--device-plugin-path",
+                str(short_dir),
+                "--health-interval",
+                "0.2",
+                "--register-interval",
+                "1",
+                *extra,
+            ],
+            stdout=open(log, "w"),  # noqa: SIM115 (the process owns it)
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={
+                **os.environ,
+                **fake_gpus.env(fake_nvml_dir),
+                "NODE_NAME": NODE,
+                "PYTHONUNBUFFERED": "1",
+            },
+        )
+        process = PluginProcess(popen, log)
+        started.append(process)
+        return process
+
+    yield start
+    for p in started:
+        p.stop()
+
+
+@pytest.fixture
+def kubelet(short_dir: Path) -> Iterator[FakeKubelet]:
+    k = FakeKubelet(short_dir).start()
+    yield k
+    k.stop()
+
+
+def health_of(cluster: MemoryCluster) -> list[bool]:
+    value = cluster.get_node(NODE)["metadata"]["annotations"]["hami.io/node-nvidia-register"]
+    return [d.get("health", False) for d in json.loads(value)]
+
+
+def wait_for(ok, *, timeout: float = 15.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout} s")
+        time.sleep(0.05)
+
+
+def healthy(n: int):  # type: ignore[no-untyped-def]
+    return lambda seen: len(seen) == n and all(s.health == "Healthy" for s in seen)
+
+
+def test_the_plugin_process_serves_kubelet_end_to_end(
+    launch,
+    kubelet: FakeKubelet,
+    api: FakeApiServer,
+    cluster: MemoryCluster,
+    fake_gpus: FakeGpus,
+    bound_pod: BindPod,
+    tmp_path: Path,
+):
+    plugin = launch()
+    request = kubelet.wait_registrations(1, timeout=30)
+    assert (request.resource_name, request.endpoint) == ("nvidia.com/gpu", "nvidia-gpu.sock")
+    seen = kubelet.wait_list(healthy(20))
+    assert {s.numa for s in seen if s.id.startswith(gpu_uuid(0))} == {(1,)}  # from sysfs
+
+    # The inventory, as the scheduler reads it.
+    ann = cluster.get_node(NODE)["metadata"]["annotations"]
+    inventory = json.loads(ann["hami.io/node-nvidia-register"])
+    assert [
+        (d["id"], d["count"], d["devmem"], d["devcore"], d["type"], d.get("numa", 0), d["health"])
+        for d in inventory
+    ] == [
+        (gpu_uuid(0), 10, 16384, 100, "NVIDIA A100-PCIE-16GB", 1, True),
+        (gpu_uuid(1), 10, 16384, 100, "NVIDIA A100-PCIE-16GB", 0, True),
+    ]
+    assert ann["hami.io/node-handshake"].startswith("Reported_")
+
+    # A pod bound by the scheduler gets its own limits.
+    manager = nvidia_manager(tmp_path / "vgpu")
+    pod = bound_pod(
+        cluster, manager, gpu_pod("p", ctr("main", gpu=1, gpumem=3000, gpucores=30)), NODE
+    )
+    (answer,) = kubelet.allocate([f"{gpu_uuid(0)}-0"]).container_responses
+    assert answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert answer.envs["CUDA_DEVICE_SM_LIMIT"] == "30"
+    assert answer.envs["NVIDIA_VISIBLE_DEVICES"] in (gpu_uuid(0), gpu_uuid(1))
+    assert (tmp_path / "vgpu" / "containers" / f"{pod['metadata']['uid']}_main").is_dir()
+    assert cluster.get_pod("default", "p")["metadata"]["annotations"][keys.BIND_PHASE] == "success"
+    assert keys.NODE_LOCK not in cluster.get_node(NODE)["metadata"]["annotations"]
+
+    # An XID from NVML's event set: the whole list again, GPU 1 unhealthy (and kept so
+    # while NVML does not find it by UUID); then recovery once it answers.
+    fake_gpus.fail(1, "nvmlDeviceGetHandleByUUID", 15)
+    fake_gpus.event(1, 79)
+    kubelet.wait_list(lambda s: sum(x.health == "Unhealthy" for x in s) == 10, what="XID 79")
+    wait_for(lambda: health_of(cluster) == [True, False], what="unhealthy inventory")
+    fake_gpus.heal(1, "nvmlDeviceGetHandleByUUID")
+    kubelet.wait_list(healthy(20), what="recovery")
+    wait_for(lambda: health_of(cluster) == [True, True], what="recovered inventory")
+
+    # kubelet restarts: the plugin serves a new socket and registers again.
+    kubelet.restart()
+    kubelet.wait_registrations(2, timeout=30)
+    kubelet.wait_list(healthy(20))
+
+    assert plugin.stop() == 0, plugin.output()
+    assert not (kubelet.plugin_dir / "nvidia-gpu.sock").exists()
+    log = plugin.output()
+    assert "registration #2" in log
+
+
+def test_a_quiet_node_gets_no_writes(launch, kubelet: FakeKubelet, api: FakeApiServer):
+    plugin = launch()
+    kubelet.wait_list(healthy(20))
+    path = f"/api/v1/nodes/{NODE}"
+    deadline = time.monotonic() + 10
+    while api.count("GET", path) < 4 and time.monotonic() < deadline:
+        time.sleep(0.2)  # several --register-interval (1 s) rounds
+
+    assert api.count("GET", path) >= 4, plugin.output()
+    assert api.count("PATCH", path) == 1  # the first inventory + handshake only
+
+
+def test_nvml_init_failure_exits_with_the_reason(launch, fake_gpus: FakeGpus, short_dir: Path):
+    fake_gpus.fail(None, "nvmlInit", 9)
+
+    plugin = launch()
+
+    assert plugin.popen.wait(30) == 2
+    out = plugin.output()
+    assert (
+        "error: nvmlInit failed: Driver Not Loaded: NVML does not initialise; is the NVIDIA "
+        "driver loaded and libnvidia-ml.so.1 the one of that driver? (NVML error 9)"
+    ) in out
+    assert not (short_dir / "nvidia-gpu.sock").exists()
+
+
+def test_without_fail_on_init_error_it_idles_unregistered(
+    launch, fake_gpus: FakeGpus, kubelet: FakeKubelet
+):
+    fake_gpus.fail(None, "nvmlInit", 9)
+
+    plugin = launch("--no-fail-on-init-error")
+    wait_for(lambda: "idling without registering" in plugin.output(), timeout=30, what="idle log")
+    time.sleep(1.5)  # more than one watch period of the kubelet socket
+
+    assert plugin.popen.poll() is None, plugin.output()
+    assert kubelet.registrations == []
+    assert "nvmlInit failed: Driver Not Loaded" in plugin.output()
+    assert plugin.stop() == 0

@@ -1,0 +1,422 @@
+"""The device plugin with a real kubelet: kubelet 1.20 + containerd + runc (Debian's
+packages), registered to the real kube-apiserver, with ``hami scheduler`` behind
+kube-scheduler, ``hami webhook`` and ``hami device-plugin`` on the stand-in NVML
+(2 fake GPUs of 16384 MiB).
+
+Proves, with nothing faked between the processes: the webhook routes the pod to our
+scheduler; kubelet calls our ``Allocate``; the container starts and its environment
+shows the limits and the GPU the annotation names; ``bind-phase`` ends ``success`` and
+the node lock is gone; pods sharing the GPU get their own values, also when created
+back to back; after a kubelet restart the plugin registers again, the node's
+allocatable count comes back and new pods are still served.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from hami_core.protocol import annotations as keys
+from tests.deviceplugin import fakenvml
+from tests.e2e.controlplane import LOOPBACK, ControlPlane, free_port
+from tests.e2e.hami_stack import MANAGED
+from tests.e2e.kubenode import (
+    BUSYBOX_IMAGE,
+    DEVICE_PLUGIN_DIR,
+    KubeletNode,
+    NodeUnavailable,
+    ensure_node_packages,
+)
+
+pytestmark = pytest.mark.e2e
+
+HAMI = str(Path(sys.executable).parent / "hami")
+if not Path(HAMI).exists():
+    HAMI = shutil.which("hami") or "hami"
+NODE = "hami-kubelet-node"
+GPUS = [f"GPU-e2e0000{i}-aaaa-bbbb-cccc-0123456789ab" for i in range(2)]
+SELECT = "hami-e2e-kubelet"
+
+
+class Stack:
+    """What the module's tests share: the node, our three servers, a namespace."""
+
+    def __init__(self, cp: ControlPlane, node: KubeletNode, work: Path) -> None:
+        self.cp = cp
+        self.node = node
+        self.work = work
+        self.core = client.CoreV1Api(cp.api_client())
+        self.suffix = uuid.uuid4().hex[:6]
+        self.namespace = f"kubelet-{self.suffix}"
+        self.hook = work / "vgpu"
+
+    def plugin_log(self) -> str:
+        path = self.cp.log_paths().get("device-plugin")
+        return path.read_text(errors="replace") if path else ""
+
+    def pod(self, name: str) -> dict[str, Any]:
+        resp = self.core.read_namespaced_pod(name, self.namespace, _preload_content=False)
+        return json.loads(resp.data)
+
+    def create_gpu_pod(
+        self, name: str, *, gpumem: int, gpucores: int, gpu_uuid: str | None = None
+    ) -> None:
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": BUSYBOX_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["/bin/sh", "-c", "env; exec sleep 3600"],
+                        "resources": {
+                            "limits": {
+                                "nvidia.com/gpu": "1",
+                                "nvidia.com/gpumem": str(gpumem),
+                                "nvidia.com/gpucores": str(gpucores),
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+        if gpu_uuid:
+            body["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": gpu_uuid}
+        for _ in range(40):  # the webhook's certificate may still be on its way
+            try:
+                self.core.create_namespaced_pod(self.namespace, body)
+                return
+            except ApiException as exc:
+                if "connection refused" in (exc.body or "") or "x509" in (exc.body or ""):
+                    time.sleep(0.5)
+                    continue
+                raise
+        raise AssertionError(f"cannot create pod {name}: the webhook never answered")
+
+    def wait_running(self, name: str, timeout: float = 180) -> dict[str, Any]:
+        def running() -> dict[str, Any] | None:
+            pod = self.pod(name)
+            phase = (pod.get("status") or {}).get("phase")
+            if phase == "Failed":
+                raise AssertionError(
+                    f"pod {name} failed: {json.dumps(pod.get('status'))}\n{self.cp.format_logs(4000)}"
+                )
+            return pod if phase == "Running" else None
+
+        return self.cp.wait_for(
+            running, timeout=timeout, interval=0.5, message=f"pod {name} Running"
+        )
+
+    def env_of(self, pod: dict[str, Any]) -> dict[str, str]:
+        meta = pod["metadata"]
+
+        def logged() -> str | None:
+            text = self.node.pod_log(meta["namespace"], meta["name"], meta["uid"], "main")
+            return text if "NVIDIA_VISIBLE_DEVICES=" in text else None
+
+        text = self.cp.wait_for(logged, timeout=30, message=f"the env of {meta['name']} in its log")
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+    def assigned_uuid(self, pod: dict[str, Any]) -> str:
+        value = pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+        return value.split(",", 1)[0]
+
+    def node_lock(self) -> str | None:
+        return (self.node.node()["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
+
+
+def _wait_http(cp: ControlPlane, url: str, name: str, context: Any = None) -> None:
+    def ok() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=context) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    cp.wait_for(ok, timeout=90, message=f"{name} at {url}")
+
+
+def _start_scheduler(cp: ControlPlane) -> None:
+    port, metrics = free_port(), free_port()
+    cp.start_process(
+        "hami-scheduler",
+        [
+            HAMI,
+            "scheduler",
+            "--kubeconfig",
+            str(cp.kubeconfig_path),
+            "--bind-address",
+            LOOPBACK,
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(metrics),
+            "--no-leader-elect",
+            "--bind-lock-wait",
+            "30",
+        ],
+        env={"PYTHONUNBUFFERED": "1"},
+    )
+    url = f"http://{LOOPBACK}:{port}"
+    _wait_http(cp, f"{url}/readyz", "hami scheduler")
+    cp.start_scheduler(extender_url=url, managed_resources=MANAGED, http_timeout="30s")
+
+
+def _start_webhook(stack: Stack) -> None:
+    cp = stack.cp
+    port = free_port()
+    config_name = f"hami-webhook-{stack.suffix}"
+    cp.start_process(
+        "hami-webhook",
+        [
+            HAMI,
+            "webhook",
+            "--kubeconfig",
+            str(cp.kubeconfig_path),
+            "--bind-address",
+            LOOPBACK,
+            "--port",
+            str(port),
+            "--cert-mode",
+            "auto",
+            "--cert-ip-address",
+            LOOPBACK,
+            "--service-namespace",
+            "default",
+            "--secret-name",
+            f"hami-webhook-tls-{stack.suffix}",
+            "--webhook-config-name",
+            config_name,
+        ],
+        env={"PYTHONUNBUFFERED": "1"},
+    )
+    client.AdmissionregistrationV1Api(cp.api_client()).create_mutating_webhook_configuration(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": config_name},
+            "webhooks": [
+                {
+                    "name": "pods.hami.io",
+                    "admissionReviewVersions": ["v1", "v1beta1"],
+                    "sideEffects": "None",
+                    "failurePolicy": "Fail",
+                    "timeoutSeconds": 10,
+                    "clientConfig": {"url": f"https://{LOOPBACK}:{port}/webhook"},
+                    "namespaceSelector": {"matchLabels": {SELECT: stack.suffix}},
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                        }
+                    ],
+                }
+            ],
+        }
+    )
+
+    def has_ca() -> bool:
+        obj = client.AdmissionregistrationV1Api(
+            cp.api_client()
+        ).read_mutating_webhook_configuration(config_name)
+        return bool(obj.webhooks[0].client_config.ca_bundle)
+
+    cp.wait_for(has_ca, timeout=90, message="the webhook's CA in its configuration")
+
+
+def _start_device_plugin(stack: Stack) -> None:
+    lib = fakenvml.build(stack.work / "fakenvml")
+    nvml = stack.work / "fake-nvml.json"
+    nvml.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {"uuid": u, "name": "NVIDIA A100-PCIE-16GB", "memory_mib": 16384} for u in GPUS
+                ]
+            }
+        )
+    )
+    # What the DaemonSet's init container does in a cluster: the shim and the preload
+    # file in the hook directory (the busybox image is static: the preload is inert).
+    stack.hook.mkdir(parents=True, exist_ok=True)
+    try:
+        from hami_nvidia.shim import library_path
+
+        shutil.copy2(library_path(), stack.hook / "libvgpu.so")
+    except Exception:
+        (stack.hook / "libvgpu.so").write_bytes(b"")  # a mount source is all kubelet needs
+    (stack.hook / "ld.so.preload").write_text("/usr/local/vgpu/libvgpu.so\n")
+    config = stack.work / "hami.yaml"
+    config.write_text(f"version: v1\nnvidia:\n  hookPath: {stack.hook}\n")
+    stack.cp.start_process(
+        "device-plugin",
+        [
+            HAMI,
+            "device-plugin",
+            "--node-name",
+            NODE,
+            "--kubeconfig",
+            str(stack.cp.kubeconfig_path),
+            "--config",
+            str(config),
+            "--device-plugin-path",
+            str(DEVICE_PLUGIN_DIR),
+            "--register-interval",
+            "2",
+            "--health-interval",
+            "1",
+            "--log-level",
+            "debug",
+        ],
+        env={
+            "PYTHONUNBUFFERED": "1",
+            "LD_LIBRARY_PATH": str(lib),
+            "FAKE_NVML_CONFIG": str(nvml),
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def stack(control_plane: ControlPlane, kube_bin_dir: Path) -> Iterator[Stack]:
+    try:
+        ensure_node_packages()
+        node = KubeletNode(control_plane, kube_bin_dir, name=NODE)
+    except NodeUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    work = Path(control_plane.workdir or "/tmp") / "kubelet-e2e"
+    work.mkdir(parents=True, exist_ok=True)
+    s = Stack(control_plane, node, work)
+    node.namespaces.add(s.namespace)
+    try:
+        try:
+            node.start()
+        except NodeUnavailable as exc:
+            pytest.fail(str(exc), pytrace=False)
+        s.core.create_namespace({"metadata": {"name": s.namespace, "labels": {SELECT: s.suffix}}})
+        _start_scheduler(control_plane)
+        _start_webhook(s)
+        _start_device_plugin(s)
+        control_plane.wait_for(
+            lambda: node.allocatable("nvidia.com/gpu") == "20",
+            timeout=90,
+            message="nvidia.com/gpu allocatable 20 on the node",
+        )
+        yield s
+    finally:
+        for name in ("device-plugin", "hami-webhook", "hami-scheduler"):
+            control_plane.stop_process(name)
+        control_plane.stop_scheduler()
+        with contextlib.suppress(ApiException):
+            s.core.delete_collection_namespaced_pod(s.namespace, grace_period_seconds=0)
+        node.stop()
+        with contextlib.suppress(ApiException):
+            control_plane.delete_node(NODE)
+        left = node.leftovers()
+        assert left == [], f"the node's cleanup left {left}"
+        with contextlib.suppress(ApiException):
+            client.AdmissionregistrationV1Api(
+                control_plane.api_client()
+            ).delete_mutating_webhook_configuration(f"hami-webhook-{s.suffix}")
+        with contextlib.suppress(OSError):
+            (DEVICE_PLUGIN_DIR / "nvidia-gpu.sock").unlink()
+
+
+def test_a_pod_gets_its_limits_through_a_real_kubelet(stack: Stack):
+    stack.create_gpu_pod("gpu-a", gpumem=3000, gpucores=30)
+    pod = stack.wait_running("gpu-a")
+
+    assert pod["spec"]["schedulerName"] == "hami-scheduler"  # the webhook's work
+    assert pod["spec"]["nodeName"] == NODE
+    ann = pod["metadata"]["annotations"]
+    assert ann[keys.BIND_PHASE] == "success"
+    assert stack.node_lock() is None
+    uuid_a = stack.assigned_uuid(pod)
+    assert uuid_a in GPUS
+    env = stack.env_of(pod)
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert env["CUDA_DEVICE_SM_LIMIT"] == "30"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == uuid_a
+    assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "/usr/local/vgpu/shared/vgpu.cache"
+    assert (stack.hook / "containers" / f"{pod['metadata']['uid']}_main").is_dir()
+    assert "Allocate [[" in stack.plugin_log()
+
+
+def test_pods_on_the_same_gpu_get_their_own_values_back_to_back(stack: Stack):
+    first = stack.assigned_uuid(stack.pod("gpu-a"))
+    # Created back to back: the scheduler binds one while the other waits for the lock.
+    stack.create_gpu_pod("gpu-b", gpumem=5000, gpucores=50, gpu_uuid=first)
+    stack.create_gpu_pod("gpu-c", gpumem=2000, gpucores=20, gpu_uuid=first)
+
+    got = {}
+    for name in ("gpu-b", "gpu-c"):
+        pod = stack.wait_running(name)
+        assert pod["metadata"]["annotations"][keys.BIND_PHASE] == "success"
+        env = stack.env_of(pod)
+        got[name] = (
+            env["NVIDIA_VISIBLE_DEVICES"],
+            env["CUDA_DEVICE_MEMORY_LIMIT_0"],
+            env["CUDA_DEVICE_SM_LIMIT"],
+        )
+
+    assert got == {"gpu-b": (first, "5000m", "50"), "gpu-c": (first, "2000m", "20")}
+    assert stack.env_of(stack.pod("gpu-a"))["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert stack.node_lock() is None
+
+
+def test_after_a_kubelet_restart_the_plugin_registers_again(stack: Stack):
+    log = stack.plugin_log()
+    before = log.count("registered nvidia.com/gpu")
+    restarts = log.count("serving again and re-registering")
+
+    stack.node.restart_kubelet()
+
+    stack.cp.wait_for(
+        lambda: stack.plugin_log().count("registered nvidia.com/gpu") > before,
+        timeout=90,
+        message="the device plugin's second registration",
+    )
+    # kubelet deleted our socket when it started: the plugin served a new one.
+    assert stack.plugin_log().count("serving again and re-registering") > restarts
+    assert (DEVICE_PLUGIN_DIR / "nvidia-gpu.sock").is_socket()
+    stack.cp.wait_for(
+        lambda: stack.node.allocatable("nvidia.com/gpu") == "20",
+        timeout=90,
+        message="nvidia.com/gpu allocatable 20 after the restart",
+    )
+    stack.node.wait_ready(60)
+    stack.create_gpu_pod("gpu-d", gpumem=4000, gpucores=40)
+    env = stack.env_of(stack.wait_running("gpu-d"))
+    assert (env["CUDA_DEVICE_MEMORY_LIMIT_0"], env["CUDA_DEVICE_SM_LIMIT"]) == ("4000m", "40")
+
+
+def test_every_mount_of_the_node_is_in_its_scratch_dir(stack: Stack):
+    # What lets the fixture's teardown (which then asserts ``leftovers() == []``) find
+    # and undo every mount: none of containerd's or kubelet's lands elsewhere.
+    scratch = str(stack.node.root.resolve())
+    foreign = [
+        line.split()[4]
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if ("/io.containerd." in line.split()[4] or "/kubelet/pods/" in line.split()[4])
+        and not line.split()[4].startswith(scratch)
+    ]
+    assert foreign == []
+    assert subprocess.run(["ip", "link", "show", "hamie2e0"], capture_output=True).returncode == 0
