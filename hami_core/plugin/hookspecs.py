@@ -36,6 +36,7 @@ from hami_core.model import (
     MutateResult,
     NodeInfo,
     NodePolicy,
+    PodDevices,
 )
 from hami_core.protocol.config import VendorConfig
 
@@ -181,6 +182,23 @@ def hami_score(
         devices: the slices the pod would take on this node (all containers).
     Returns: 0..100, higher is better (binpack: fuller is better; spread: emptier).
         The core normalises the node total to 0..10 for kube-scheduler.
+    """
+
+
+@_hookspec
+def hami_bind_annotations(
+    pod: Pod, vendor: str, node: NodeInfo, devices: PodDevices, config: VendorConfig
+) -> Mapping[str, str] | None:
+    """Extra pod annotations this vendor's device plugin needs, written at bind.
+
+    Called by: the scheduler's ``/bind``, once per vendor key of the placement, after
+    the pod was re-fitted on ``node`` and in the same patch as the allocation
+    annotations of PROTOCOL.md §3 (rolled back with them if the bind fails).
+    Args:
+        vendor: the vendor key of ``devices``.
+        devices: that vendor's slices, one entry per container (init containers first).
+    Returns: annotation key -> value (e.g. Ascend's ``huawei.com/Ascend910B3`` that
+        HAMi's Ascend device plugin reads), or None when the vendor needs none.
     """
 
 

@@ -31,6 +31,7 @@ from hami_core.model import (
     MutateResult,
     NodeInfo,
     NodePolicy,
+    PodDevices,
 )
 from hami_core.protocol.config import HamiConfig, VendorConfig
 
@@ -400,6 +401,42 @@ class BackendManager:
                     )
             out[uuid] = {str(k): int(v) for k, v in row.items()}
         return out
+
+    def bind_annotations(
+        self, vendor: str, pod: Pod, node: NodeInfo, devices: PodDevices
+    ) -> dict[str, str]:
+        """The vendor backend's extra pod annotations for a bind (empty when none).
+
+        Raises:
+            BackendError: the answer is not a mapping of strings to strings, or it
+                names a key the core writes itself.
+        """
+        name = self.backend_of(vendor)
+        res = self._call_one(
+            name,
+            "hami_bind_annotations",
+            Mapping,
+            pod=pod,
+            vendor=vendor,
+            node=node,
+            devices=devices,
+            config=self.vendor_config(name),
+        )
+        if res is None:
+            return {}
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in res.items()):
+            raise BackendError(name, f"hami_bind_annotations returned {res!r}, not str -> str")
+        reserved = {t.to_allocate_annotation for t in self.device_types()} | {
+            t.allocated_annotation for t in self.device_types()
+        }
+        clash = sorted(
+            k
+            for k in res
+            if k in reserved or k.startswith("hami.io/vgpu-") or k.startswith("hami.io/bind-")
+        )
+        if clash:
+            raise BackendError(name, f"hami_bind_annotations may not write {clash}")
+        return dict(res)
 
     def allocate(
         self, vendor: str, pod: Pod, container: Container, devices: ContainerDevices

@@ -275,6 +275,7 @@ class Scheduler:
             self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
             raise
         wrote = False
+        written: list[str] = []
         try:
             result = self.filter(pod, [node])
             fit = result.fits.get(node)
@@ -282,16 +283,21 @@ class Scheduler:
                 reason = fit.reason if fit is not None else "node not found"
                 raise ConflictError(f"pod {namespace}/{name} no longer fits node {node}: {reason}")
             allocation = fit.allocation
+            annotations = self._allocation_annotations(allocation, now)
+            info = self.node_info(self.store.get_node(node))
+            for vendor, devices in allocation.devices.items():
+                annotations.update(self.manager.bind_annotations(vendor, pod, info, devices))
+            written = list(annotations)
             self.store.patch_pod_metadata(
                 namespace,
                 name,
-                annotations=self._allocation_annotations(allocation, now),
+                annotations=annotations,
                 labels={keys.VGPU_NODE: node},
             )
             wrote = True
             self.store.bind_pod(namespace, name, uid=uid, node=node)
         except Exception as exc:
-            self._undo(pod, node, wrote=wrote, allocation_keys=self._allocation_keys())
+            self._undo(pod, node, wrote=wrote, allocation_keys=written or self._allocation_keys())
             self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
             raise
         self._event(pod, "Normal", "BindingSucceed", f"bound to {node}: {describe(allocation)}")

@@ -256,3 +256,37 @@ def test_release_retries_conflicts_and_never_releases_another_owner(env, monkeyp
     monkeypatch.setattr(c, "patch_node_annotations", racy)
     assert release_node_lock(c, "n1", namespace="default", pod="owner") is True
     assert lock_of(c) is None and calls["n"] == 2
+
+
+def test_vendor_bind_annotations_are_written_and_rolled_back(monkeypatch):
+    from hami_nvidia import plugin as nvidia_plugin
+
+    from hami_core.plugin import BackendManager, hookimpl
+
+    class Extra:
+        @hookimpl
+        def hami_bind_annotations(self, vendor, devices):
+            return {"example.com/chips": ",".join(d.uuid for c in devices for d in c)}
+
+    class Merged:  # NVIDIA's hooks plus one more (pluggy needs a hashable plugin)
+        pass
+
+    merged = Merged()
+    for n in dir(nvidia_plugin):
+        if n.startswith("hami_"):
+            setattr(merged, n, getattr(nvidia_plugin, n))
+    merged.hami_bind_annotations = Extra().hami_bind_annotations
+    mgr = BackendManager.from_plugins({"nvidia": merged})
+    c = cluster(node("n1", [gpu("GPU-1")]))
+    sched = Scheduler(c, mgr, clock=lambda: T0)
+    p = add(c, "p", gpu=1, gpumem=1000)
+    sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert c.get_pod("default", "p")["metadata"]["annotations"]["example.com/chips"] == "GPU-1"
+    q = add(c, "q", gpu=1, gpumem=1000)
+    c.patch_node_annotations("n1", {"hami.io/mutex.lock": None})
+    monkeypatch.setattr(c, "bind_pod", lambda *a, **k: (_ for _ in ()).throw(ConflictError("no")))
+    with pytest.raises(ConflictError):
+        sched.bind("default", "q", uid=q["metadata"]["uid"], node="n1")
+    assert "example.com/chips" not in (
+        c.get_pod("default", "q")["metadata"].get("annotations") or {}
+    )

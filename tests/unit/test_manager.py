@@ -174,3 +174,20 @@ def test_failing_entry_point_names_it(monkeypatch):
         BackendError, match=r"backend 'broken': cannot load entry point 'nowhere.plugin'"
     ):
         BackendManager.from_entry_points(disabled=[])
+
+
+def test_hami_bind_annotations_is_checked():
+    node = NODE
+    ok = BackendManager.from_plugins(
+        {"toy": toy(hami_bind_annotations=lambda vendor: {"toy.example.com/x": vendor})}
+    )
+    assert ok.bind_annotations("TOY", {}, node, ()) == {"toy.example.com/x": "TOY"}
+    assert BackendManager.from_plugins({"toy": toy()}).bind_annotations("TOY", {}, node, ()) == {}
+    bad_type = BackendManager.from_plugins({"toy": toy(hami_bind_annotations=lambda: {"k": 1})})
+    with pytest.raises(BackendError, match="not str -> str"):
+        bad_type.bind_annotations("TOY", {}, node, ())
+    clash = BackendManager.from_plugins(
+        {"toy": toy(hami_bind_annotations=lambda: {"hami.io/bind-phase": "success"})}
+    )
+    with pytest.raises(BackendError, match="may not write"):
+        clash.bind_annotations("TOY", {}, node, ())

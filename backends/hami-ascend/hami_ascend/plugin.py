@@ -17,11 +17,12 @@ from hami_core.model import (
     MutateResult,
     NodeInfo,
     NodePolicy,
+    PodDevices,
 )
 from hami_core.plugin import hookimpl
 from hami_core.protocol.config import VendorConfig
 
-from . import BACKEND_NAME, admission, allocate, discover, fit, requests, score
+from . import BACKEND_NAME, admission, allocate, discover, fit, requests, runtime_info, score
 from .models import DEFAULT_MODELS, OPTION_DEFAULTS, settings
 from .names import DEVICE_TYPES, VENDORS
 
@@ -94,3 +95,21 @@ def hami_allocate(
     if any(d.vendor not in VENDORS for d in devices):
         return None
     return allocate.allocate(pod, container, devices, config)
+
+
+@hookimpl
+def hami_bind_annotations(
+    pod: Mapping[str, Any], vendor: str, devices: PodDevices, config: VendorConfig
+) -> Mapping[str, str] | None:
+    """``huawei.com/<model>``: the chips and their templates (or memory and cores in
+    soft-slicing mode) that HAMi's Ascend device plugin reads in ``Allocate``."""
+    cfg = settings(config)
+    model = cfg.models.get(vendor)
+    if model is None:
+        return None
+    mode = requests.pod_mode(pod, cfg)
+    return {
+        runtime_info.annotation_key(model): runtime_info.runtime_info(
+            devices, model, hami_core=mode == "hami-core"
+        )
+    }

@@ -114,6 +114,10 @@ def test_a_slice_is_admitted_placed_annotated_and_allocated(npu_smi):
         uuid=chosen.uuid, vendor="Ascend910B3", memory_mib=16384, cores_pct=0
     )
     assert ann["hami.io/bind-phase"] == "success"
+    # what HAMi's Ascend device plugin reads in Allocate, written at bind
+    assert json.loads(ann["huawei.com/Ascend910B3"]) == [
+        {"UUID": chosen.uuid, "temp": "vir05_1c_16g"}
+    ]
     env = out.envs["main"]
     assert env["ASCEND_VNPU_SPECS"] == "vir05_1c_16g"
     phy = str(discover.CHIPS.get(chosen.uuid).phy_id)
