@@ -34,7 +34,7 @@ import attrs
 
 from hami_core.cluster.base import ClusterStore, KubeObject
 from hami_core.errors import HamiError, InvalidInputError, NotFoundError
-from hami_core.model import ContainerAllocation
+from hami_core.model import ContainerAllocation, DeviceInfo
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import encode_pod_devices
@@ -108,6 +108,7 @@ class Allocator:
         cdi: CdiWriter | None = None,
         make_dir: Callable[[str], None] = make_shared_dir,
         resource_name: str | None = None,
+        node_devices: Callable[[], Sequence[DeviceInfo]] = tuple,
     ) -> None:
         """Args:
         store: the cluster (pods and the node).
@@ -119,6 +120,8 @@ class Allocator:
         make_dir: creates the host directory of a writable mount.
         resource_name: the extended resource served (for messages); default the
             vendor's default count resource.
+        node_devices: the devices discovered on this node, handed to ``hami_allocate``
+            (runtimes that select devices by index need them).
         """
         self.store = store
         self.manager = manager
@@ -129,6 +132,7 @@ class Allocator:
         self.cdi = cdi
         self.make_dir = make_dir
         self.resource_name = resource_name or self.dtype.resources.count
+        self.node_devices = node_devices
         self._lock = threading.Lock()
 
     # -- GetPreferredAllocation --------------------------------------------------------
@@ -204,7 +208,11 @@ class Allocator:
         answers = []
         for container in pending.remaining[:n]:
             alloc = self.manager.allocate(
-                self.vendor, pending.pod, container.spec, container.devices
+                self.vendor,
+                pending.pod,
+                container.spec,
+                container.devices,
+                node_devices=self.node_devices(),
             )
             for mount in alloc.mounts:
                 if not mount.read_only:

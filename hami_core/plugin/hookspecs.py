@@ -204,11 +204,19 @@ def hami_bind_annotations(
 
 @_hookspec
 def hami_allocate(
-    pod: Pod, container: Container, devices: ContainerDevices, config: VendorConfig
+    pod: Pod,
+    container: Container,
+    devices: ContainerDevices,
+    config: VendorConfig,
+    node_devices: Sequence[DeviceInfo],
 ) -> ContainerAllocation | None:
     """Build what kubelet adds to one container: env, mounts, device nodes, CDI names.
 
     Called by: the device plugin's ``Allocate``, once per container of the pod being
     allocated, with the slices the scheduler wrote for that container (possibly empty).
+    Args:
+        node_devices: this node's devices of the backend's vendors as the device plugin
+            discovered them (index, model, NUMA), for runtimes that select devices by
+            index rather than by UUID; empty where unknown (``hami simulate``).
     Returns: ``ContainerAllocation`` (PROTOCOL.md §7 for NVIDIA).
     """

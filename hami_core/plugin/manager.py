@@ -439,9 +439,20 @@ class BackendManager:
         return dict(res)
 
     def allocate(
-        self, vendor: str, pod: Pod, container: Container, devices: ContainerDevices
+        self,
+        vendor: str,
+        pod: Pod,
+        container: Container,
+        devices: ContainerDevices,
+        *,
+        node_devices: Sequence[DeviceInfo] = (),
     ) -> ContainerAllocation:
-        """What kubelet adds to one container for its ``vendor`` devices."""
+        """What kubelet adds to one container for its ``vendor`` devices.
+
+        Args:
+            node_devices: the node's discovered devices, for backends that map UUIDs
+                to indices (empty when not known, e.g. in ``hami simulate``).
+        """
         name = self.backend_of(vendor)
         res = self._call_one(
             name,
@@ -451,6 +462,7 @@ class BackendManager:
             container=container,
             devices=devices,
             config=self.vendor_config(name),
+            node_devices=tuple(node_devices),
         )
         if res is None:
             raise BackendError(name, f"hami_allocate returned None for its own vendor {vendor!r}")

@@ -109,6 +109,7 @@ class DevicePluginProcess:
             known_ids=self.state.known_ids,
             cdi=self.cdi,
             resource_name=self.resource_name,
+            node_devices=lambda: self.state.devices,
         )
         socket_name = opts.socket_name or (
             f"{opts.backend}-{self.resource_name.rsplit('/', 1)[-1]}.sock"

@@ -667,6 +667,7 @@ def render_explanation(data: Mapping[str, Any]) -> str:
         )
     if data["nodes"]:
         lines.append("  nodes:")
+    wanted = {r["vendor"] for r in data["request"]}
     for n in data["nodes"]:
         if n["fits"]:
             head = f"fits, score {n['score']:.1f}/100 (extender {n['extenderScore']}/10)"
@@ -688,6 +689,8 @@ def render_explanation(data: Mapping[str, Any]) -> str:
                 verdict = f"takes {d['takes']['memoryMiB']} MiB, {d['takes']['coresPct']}%"
             elif d["reason"] is not None:
                 verdict = d["reason"]
+            elif d["vendor"] not in wanted:
+                verdict = "other vendor"  # a pod never lands on a vendor it did not ask
             else:
                 verdict = "not chosen" if n["fits"] else "usable"
             rows.append([f"#{d['index']} {d['uuid']}", d["model"], *used, verdict])

@@ -12,8 +12,9 @@ then subclass ``BackendConformance`` in a test module::
         backend_name = "myvendor"      # the entry-point name in ``hami.backends``
 
 Every test of the base class then runs against the backend. Override ``plugin`` to
-test a plugin object that is not installed, and ``sample_devices`` /
-``sample_container`` when the vendor's shapes differ from the defaults.
+test a plugin object that is not installed, ``sample_devices`` /
+``sample_container`` when the vendor's shapes differ from the defaults, and
+``expected_count`` when the vendor rounds device counts (a request of 1 parses as 2).
 """
 
 from .conformance import BackendConformance

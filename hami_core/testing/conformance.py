@@ -36,6 +36,9 @@ class BackendConformance:
         backend_name: the backend's name (its entry-point name).
         plugin: the plugin object to test; None = load it from its entry point.
         device_memory_mib: memory of each sample device.
+
+    Methods a backend may override: ``device_type``, ``sample_devices``,
+    ``sample_container`` and ``expected_count``.
     """
 
     backend_name: ClassVar[str] = ""
@@ -77,6 +80,14 @@ class BackendConformance:
             )
             for i in range(2)
         )
+
+    def expected_count(self, requested: int) -> int:
+        """The device count a request of ``requested`` devices parses to.
+
+        The identity by default. Override where the vendor rounds counts, e.g. Ascend 910C,
+        where a request of 1 takes a module of 2 chips (``return 2 * ceil(requested / 2)``).
+        """
+        return requested
 
     def sample_container(
         self, dtype: DeviceTypeInfo, *, count: int, memory_mib: int
@@ -191,7 +202,7 @@ class BackendConformance:
             manager, self.sample_container(dtype, count=1, memory_mib=self.device_memory_mib // 8)
         )
         assert req.vendor == dtype.vendor
-        assert req.count == 1
+        assert req.count == self.expected_count(1)
         assert 0 <= req.cores_pct <= 100
 
     @pytest.mark.parametrize("policy", list(DevicePolicy))

@@ -191,3 +191,18 @@ def test_hami_bind_annotations_is_checked():
     )
     with pytest.raises(BackendError, match="may not write"):
         clash.bind_annotations("TOY", {}, node, ())
+
+
+def test_allocate_passes_the_node_devices():
+    from hami_core.model import ContainerAllocation
+
+    seen = {}
+
+    def allocate(devices, node_devices):
+        seen["node"] = node_devices
+        return ContainerAllocation(envs={"N": str(len(node_devices))})
+
+    manager = BackendManager.from_plugins({"toy": toy(hami_allocate=allocate)})
+    assert manager.allocate("TOY", {}, {}, (), node_devices=[TOY_DEVICE]).envs == {"N": "1"}
+    assert seen["node"] == (TOY_DEVICE,)
+    assert manager.allocate("TOY", {}, {}, ()).envs == {"N": "0"}
