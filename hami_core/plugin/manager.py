@@ -9,6 +9,7 @@ turning a contract break into a ``BackendError`` that names the backend.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
@@ -37,6 +38,8 @@ from hami_core.protocol.config import HamiConfig, VendorConfig
 
 from . import hookspecs
 from .hookspecs import Container, Pod
+
+log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "hami.backends"
 DISABLE_ENV = "HAMI_DISABLED_BACKENDS"
@@ -158,7 +161,16 @@ class BackendManager:
         blocked = {n for n in disabled if n}
         plugins: dict[str, object] = {}
         versions: dict[str, str] = {}
-        for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+        found = sorted(entry_points(group=group), key=lambda e: e.name)
+        unknown = blocked - {ep.name for ep in found}
+        if unknown:
+            log.warning(
+                "%s names backends that are not installed: %s (installed: %s)",
+                DISABLE_ENV,
+                ", ".join(sorted(unknown)),
+                ", ".join(ep.name for ep in found) or "none",
+            )
+        for ep in found:
             if ep.name in blocked or ep.name in plugins:
                 continue
             plugins[ep.name] = _load(ep)

@@ -206,3 +206,8 @@ def test_allocate_passes_the_node_devices():
     assert manager.allocate("TOY", {}, {}, (), node_devices=[TOY_DEVICE]).envs == {"N": "1"}
     assert seen["node"] == (TOY_DEVICE,)
     assert manager.allocate("TOY", {}, {}, ()).envs == {"N": "0"}
+
+
+def test_disabling_an_unknown_backend_is_warned(caplog):
+    BackendManager.from_entry_points(disabled=["nvidai"])
+    assert "HAMI_DISABLED_BACKENDS names backends that are not installed: nvidai" in caplog.text
