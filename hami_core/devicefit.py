@@ -5,7 +5,9 @@ first failing check is its reason: health, cordon, type filter, UUID filter, spl
 count, memory, cores, exclusivity, compute exhausted (HAMi's order for the last five,
 so reason codes match HAMi's). The feasible devices are then ranked by the device
 policy (binpack, spread, topology-aware, numa); ties are broken by device index, so
-the same input always gives the same placement.
+the same input always gives the same placement. Topology-aware uses the node's link
+scores (published for NVIDIA GPUs) when they name a feasible device; devices without
+scores (other vendors, nodes without the annotation) fall back to spread.
 
 A backend whose devices differ in one step passes ``FitRules`` rather than copying the
 steps; the defaults are NVIDIA's behaviour:

@@ -57,6 +57,19 @@ def hami_backend_info() -> BackendInfo:  # type: ignore[empty-body]
 
 
 @_hookspec
+def hami_prepare_node(config: VendorConfig) -> list[str] | None:
+    """Install what containers on this node need from the backend into host paths.
+
+    Called by: the device plugin at start, before it registers with kubelet (for
+    NVIDIA: ``libvgpu.so`` and the ``ld.so.preload`` naming it, under ``hookPath``,
+    which Allocate then mounts into containers).
+    Returns: the host paths written or already current; None when nothing is needed.
+    Raises: ``HamiError`` when a file cannot be installed (the plugin must not serve
+        containers without their limits).
+    """
+
+
+@_hookspec
 def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
     """Find this vendor's physical devices on the local node.
 

@@ -345,6 +345,19 @@ class BackendManager:
             raise BackendError(name, f"hami_score returned {value}, outside 0..100")
         return None if value is None else float(value)
 
+    def prepare_node(self, backend: str) -> list[str]:
+        """Let one backend install its node-side files; returns the paths it names."""
+        paths = self._call_one(
+            backend, "hami_prepare_node", list, config=self.vendor_config(backend)
+        )
+        if paths is None:
+            return []
+        if not all(isinstance(p, str) for p in paths):
+            raise BackendError(
+                backend, f"hami_prepare_node returned {paths!r}, not a list of paths"
+            )
+        return list(paths)
+
     def discover(self, backend: str) -> list[DeviceInfo] | None:
         """Devices one backend finds on this node, or None when it cannot discover."""
         devices = self._call_one(backend, "hami_discover", list, config=self.vendor_config(backend))

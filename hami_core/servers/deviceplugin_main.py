@@ -133,6 +133,8 @@ class DevicePluginProcess:
             HamiError: discovery failed (the message says why).
             OSError: the socket cannot be served.
         """
+        for path in self.agent.manager.prepare_node(self.opts.backend):
+            log.info("installed for containers: %s", path)
         devices = self.agent.discover()
         self.state.update(devices)
         log.info(

@@ -255,16 +255,6 @@ def _start_device_plugin(stack: Stack) -> None:
             }
         )
     )
-    # What the DaemonSet's init container does in a cluster: the shim and the preload
-    # file in the hook directory (the busybox image is static: the preload is inert).
-    stack.hook.mkdir(parents=True, exist_ok=True)
-    try:
-        from hami_nvidia.shim import library_path
-
-        shutil.copy2(library_path(), stack.hook / "libvgpu.so")
-    except Exception:
-        (stack.hook / "libvgpu.so").write_bytes(b"")  # a mount source is all kubelet needs
-    (stack.hook / "ld.so.preload").write_text("/usr/local/vgpu/libvgpu.so\n")
     config = stack.work / "hami.yaml"
     config.write_text(f"version: v1\nnvidia:\n  hookPath: {stack.hook}\n")
     stack.cp.start_process(
@@ -358,6 +348,11 @@ def test_a_pod_gets_its_limits_through_a_real_kubelet(stack: Stack):
     assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "/usr/local/vgpu/shared/vgpu.cache"
     assert (stack.hook / "containers" / f"{pod['metadata']['uid']}_main").is_dir()
     assert "Allocate [[" in stack.plugin_log()
+    # the device plugin installed the shim and the preload file that Allocate mounts
+    from hami_nvidia.shim import library_path
+
+    assert (stack.hook / "libvgpu.so").read_bytes() == library_path().read_bytes()
+    assert (stack.hook / "ld.so.preload").read_text() == "/usr/local/vgpu/libvgpu.so\n"
 
 
 def test_pods_on_the_same_gpu_get_their_own_values_back_to_back(stack: Stack):

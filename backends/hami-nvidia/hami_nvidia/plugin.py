@@ -21,7 +21,7 @@ from hami_core.model import (
 from hami_core.plugin import hookimpl
 from hami_core.protocol.config import VendorConfig
 
-from . import VENDOR, admission, allocate, fit, node, requests, score
+from . import VENDOR, admission, allocate, fit, node, requests, score, shim
 from .names import DEVICE_TYPE
 
 
@@ -94,3 +94,11 @@ def hami_allocate(
     if any(d.vendor != VENDOR for d in devices):
         return None
     return allocate.allocate(pod, container, devices, config)
+
+
+@hookimpl
+def hami_prepare_node(config: VendorConfig) -> list[str]:
+    opts = {**allocate.OPTION_DEFAULTS, **config.options}
+    if opts["libraryPath"]:
+        return []  # the operator placed the library; nothing to install
+    return shim.install_hook_files(str(opts["hookPath"]), container_dir=allocate.CONTAINER_HOOK_DIR)

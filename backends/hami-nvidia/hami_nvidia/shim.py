@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -21,3 +22,43 @@ def library_path() -> Path:
             "(pip install ./backends/hami-nvidia) with make and a C compiler available"
         )
     return path
+
+
+def install_hook_files(
+    hook_path: str | Path, *, container_dir: str = "/usr/local/vgpu"
+) -> list[str]:
+    """Install ``libvgpu.so`` and an ``ld.so.preload`` naming it under ``hook_path`` on the
+    host, where Allocate mounts them from (PROTOCOL.md §7).
+
+    Files are replaced atomically (write, then rename) and only when their content
+    changed, so running containers that have the library mapped are never disturbed.
+
+    Args:
+        hook_path: the host directory (the device plugin's ``hookPath``).
+        container_dir: where the library appears inside containers.
+
+    Returns:
+        The two host paths.
+
+    Raises:
+        HamiError: the library is missing from the package or cannot be written.
+    """
+    hook = Path(hook_path)
+    source = library_path()
+    wanted = {
+        hook / "libvgpu.so": source.read_bytes(),
+        hook / "ld.so.preload": f"{container_dir.rstrip('/')}/libvgpu.so\n".encode(),
+    }
+    try:
+        hook.mkdir(parents=True, exist_ok=True)
+        (hook / "containers").mkdir(exist_ok=True)
+        for path, data in wanted.items():
+            if path.is_file() and path.read_bytes() == data:
+                continue
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            tmp.write_bytes(data)
+            tmp.chmod(0o755 if path.suffix == ".so" else 0o644)
+            os.replace(tmp, path)
+    except OSError as exc:
+        raise HamiError(f"cannot install the shim under {hook}: {exc}") from exc
+    return [str(p) for p in wanted]
