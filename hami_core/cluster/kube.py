@@ -108,11 +108,24 @@ def _rv(obj: Mapping[str, Any]) -> int:
 class Informer:
     """A list+watch cache of one resource (raw JSON objects keyed by namespace/name)."""
 
-    def __init__(self, name: str, list_fn: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        name: str,
+        list_fn: Callable[..., Any],
+        *,
+        index_fn: Callable[[Mapping[str, Any]], set[str]] | None = None,
+    ) -> None:
+        """Args:
+        index_fn: the index values of an object (e.g. the nodes a pod is on), for
+            ``indexed``; stored objects are never changed in place, so indexed reads
+            can hand out the stored snapshots without copying them.
+        """
         self.name = name
         self._list_fn = list_fn
         self._lock = threading.RLock()
         self._items: dict[str, KubeObject] = {}
+        self._index_fn = index_fn
+        self._index: dict[str, set[str]] = {}
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._watch: Watch | None = None
@@ -146,23 +159,43 @@ class Informer:
             obj = self._items.get(key)
             return copy.deepcopy(obj) if obj is not None else None
 
+    def indexed(self, value: str) -> list[KubeObject]:
+        """Stored objects whose ``index_fn`` includes ``value``: shared snapshots, read-only."""
+        with self._lock:
+            return [self._items[k] for k in sorted(self._index.get(value, ()))]
+
     def put(self, obj: KubeObject) -> None:
         """Store ``obj`` unless the cache already holds a newer version."""
         key = self.key(obj)
         with self._lock:
             old = self._items.get(key)
             if old is None or _rv(obj) >= _rv(old):
-                self._items[key] = copy.deepcopy(obj)
+                stored = copy.deepcopy(obj)
+                self._items[key] = stored
+                self._reindex(key, old, stored)
 
     def remove(self, obj: Mapping[str, Any]) -> None:
+        key = self.key(obj)
         with self._lock:
-            self._items.pop(self.key(obj), None)
+            old = self._items.pop(key, None)
+            self._reindex(key, old, None)
+
+    def _reindex(self, key: str, old: KubeObject | None, new: KubeObject | None) -> None:
+        if self._index_fn is None:
+            return
+        for value in self._index_fn(old) if old is not None else ():
+            self._index.get(value, set()).discard(key)
+        for value in self._index_fn(new) if new is not None else ():
+            self._index.setdefault(value, set()).add(key)
 
     def _relist(self) -> str:
         data = call(f"list {self.name}", self._list_fn)
         items = {self.key(o): o for o in data.get("items") or []}
         with self._lock:
             self._items = items
+            self._index = {}
+            for key, obj in items.items():
+                self._reindex(key, None, obj)
         self.relists += 1
         self._synced.set()
         return str((data.get("metadata") or {}).get("resourceVersion") or "")
@@ -211,6 +244,15 @@ class Informer:
                 self._stop.wait(RETRY_DELAY_S)
 
 
+def _pod_nodes(pod: Mapping[str, Any]) -> set[str]:
+    """The nodes a pod is assigned to: ours (``hami.io/vgpu-node``) or kube-scheduler's."""
+    nodes = {
+        ((pod.get("metadata") or {}).get("annotations") or {}).get(VGPU_NODE),
+        (pod.get("spec") or {}).get("nodeName"),
+    }
+    return {str(n) for n in nodes if n}
+
+
 class KubeCluster:
     """A ``ClusterStore`` over the API server. Call ``start()`` before use."""
 
@@ -225,7 +267,7 @@ class KubeCluster:
         self.component = component
         self.instance = socket.gethostname()
         self.nodes = Informer("nodes", self.core.list_node)
-        self.pods = Informer("pods", self.core.list_pod_for_all_namespaces)
+        self.pods = Informer("pods", self.core.list_pod_for_all_namespaces, index_fn=_pod_nodes)
         self.quotas = Informer("resourcequotas", self.core.list_resource_quota_for_all_namespaces)
         self._informers = (self.nodes, self.pods, self.quotas)
 
@@ -262,12 +304,8 @@ class KubeCluster:
         return [p for p in pods if (p.get("metadata") or {}).get("namespace") == namespace]
 
     def pods_on_node(self, node: str) -> list[KubeObject]:
-        return [
-            p
-            for p in self.pods.items()
-            if ((p.get("metadata") or {}).get("annotations") or {}).get(VGPU_NODE) == node
-            or (p.get("spec") or {}).get("nodeName") == node
-        ]
+        """Shared snapshots from the cache's node index (read-only; see ``ClusterStore``)."""
+        return self.pods.indexed(node)
 
     def get_pod(self, namespace: str, name: str) -> KubeObject:
         cached = self.pods.get(f"{namespace}/{name}")

@@ -144,3 +144,32 @@ def test_writes_are_seen_at_once_but_never_replace_a_newer_version():
     assert inf.get("n")["metadata"]["resourceVersion"] == "5"
     inf.put(node("n", 7))
     assert inf.get("n")["metadata"]["resourceVersion"] == "7"
+
+
+def test_the_node_index_follows_every_change():
+    inf = kube.Informer(
+        "pods",
+        FakeList([{"metadata": {"resourceVersion": "1"}, "items": []}]),
+        index_fn=kube._pod_nodes,
+    )
+
+    def pod(name, rv, *, annotated=None, bound=None):
+        obj = {
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv)},
+            "spec": {},
+        }
+        if annotated:
+            obj["metadata"]["annotations"] = {"hami.io/vgpu-node": annotated}
+        if bound:
+            obj["spec"]["nodeName"] = bound
+        return obj
+
+    inf.put(pod("p", 1, annotated="n1"))
+    assert [p["metadata"]["name"] for p in inf.indexed("n1")] == ["p"]
+    inf.put(pod("p", 2, annotated="n1", bound="n1"))
+    inf.put(pod("q", 3, bound="n2"))
+    assert [p["metadata"]["name"] for p in inf.indexed("n1")] == ["p"]
+    inf.put(pod("p", 4))  # allocation rolled back
+    assert inf.indexed("n1") == [] and [p["metadata"]["name"] for p in inf.indexed("n2")] == ["q"]
+    inf.remove(pod("q", 5))
+    assert inf.indexed("n2") == []
