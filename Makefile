@@ -25,7 +25,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy hami_core $(foreach b,$(BACKENDS),$(b)/hami_$(subst hami-,,$(notdir $(b))))
+	$(BIN)/mypy hami_core $(foreach b,$(BACKENDS),$(b)/hami_$(subst hami-,,$(notdir $(b)))) examples/backend-example/hami_example
 
 layers: $(STAMP)
 	$(BIN)/lint-imports

@@ -180,7 +180,13 @@ class BackendConformance:
         slice_ = (ContainerDevice(uuid="F-0", vendor=FOREIGN_VENDOR, memory_mib=10, cores_pct=0),)
         assert (
             manager.call_backend(
-                name, "hami_allocate", pod=pod, container=foreign, devices=slice_, config=config
+                name,
+                "hami_allocate",
+                pod=pod,
+                container=foreign,
+                devices=slice_,
+                config=config,
+                node_devices=(),
             )
             is None
         )

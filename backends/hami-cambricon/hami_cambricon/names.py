@@ -90,14 +90,6 @@ def qualified_name(names: ResourceNames, model: str, kind: str) -> str:
     return f"{domain}/{model}.smlu.{kind}"
 
 
-def first_annotation(annotations: Mapping[str, str], keys: tuple[str, ...]) -> str | None:
-    """The value of the first of ``keys`` present in ``annotations``."""
-    for key in keys:
-        if key in annotations:
-            return annotations[key]
-    return None
-
-
 def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
     """The pod's annotations (empty when none)."""
     annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}

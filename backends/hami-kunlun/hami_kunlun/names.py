@@ -58,14 +58,6 @@ def whole_card_resource(config: VendorConfig) -> str:
     return str(options.option(config, options.WHOLE_CARD_RESOURCE))
 
 
-def first_annotation(annotations: Mapping[str, str], keys: tuple[str, ...]) -> str | None:
-    """The value of the first of ``keys`` present in ``annotations``."""
-    for key in keys:
-        if key in annotations:
-            return annotations[key]
-    return None
-
-
 def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
     """The pod's annotations (empty when none)."""
     annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
