@@ -1,24 +1,14 @@
-"""Node score for NVIDIA devices under the node policy."""
+"""Node score for NVIDIA devices under the node policy: the core's shared scoring."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hami_core.devicefit import node_score
 from hami_core.model import ContainerDevices, DeviceUsage, NodePolicy
-
-from .fit import load
 
 
 def score(usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy) -> float:
     """0..100: how full the node's GPUs are after the placement (binpack), or how empty
-    (spread). The pod's own request counts, so of two equally full nodes binpack
-    prefers the one the pod fills more."""
-    if not usage:
-        return 0.0
-    after = {u.device.uuid: u for u in usage}
-    for d in devices:
-        if d.uuid in after:
-            after[d.uuid] = after[d.uuid].charged(memory_mib=d.memory_mib, cores_pct=d.cores_pct)
-    fullness = sum(min(load(u) / 3, 1.0) for u in after.values()) / len(after)
-    value = fullness * 100
-    return value if policy is NodePolicy.BINPACK else 100.0 - value
+    (spread); see ``hami_core.devicefit.node_score``."""
+    return node_score(usage, devices, policy)
