@@ -11,6 +11,7 @@ current ``resourceVersion``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import json
@@ -21,9 +22,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch import Watch
+from kubernetes.watch.watch import iter_resp_lines
 
 from hami_core.errors import ConflictError, HamiError, InvalidInputError, NotFoundError
 from hami_core.protocol.annotations import VGPU_NODE
@@ -62,6 +64,16 @@ def make_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
         raise HamiError(f"no Kubernetes configuration: {exc}") from exc
 
 
+class ApiUnavailableError(HamiError):
+    """The API server could not be reached (connection refused, reset, timed out).
+
+    Temporary: the caller retries.
+    """
+
+    http_status = 503
+    grpc_code = "UNAVAILABLE"
+
+
 class ApiError(HamiError):
     """The API server refused a request for another reason than 404 / 409."""
 
@@ -86,6 +98,8 @@ def call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """
     try:
         resp = fn(*args, _preload_content=False, **kwargs)
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ApiUnavailableError(f"{what}: the API server is unreachable: {exc}") from None
     except ApiException as exc:
         if exc.status == 404:
             raise NotFoundError(f"{what}: not found") from None
@@ -128,7 +142,8 @@ class Informer:
         self._index: dict[str, set[str]] = {}
         self._synced = threading.Event()
         self._stop = threading.Event()
-        self._watch: Watch | None = None
+        self._resp: Any = None  # the open watch response, closed by stop()
+        self._progress: str | None = None  # version of the last event applied
         self._thread: threading.Thread | None = None
         self.relists = 0
 
@@ -147,8 +162,11 @@ class Informer:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._watch is not None:
-            self._watch.stop()
+        resp = self._resp
+        if resp is not None:
+            # closing a stream another thread reads may fail; it ends that read either way
+            with contextlib.suppress(Exception):
+                resp.close()
 
     def items(self) -> list[KubeObject]:
         with self._lock:
@@ -206,42 +224,74 @@ class Informer:
             try:
                 if rv is None:
                     rv = self._relist()
-                self._watch = Watch()
-                for event in self._watch.stream(
-                    self._list_fn,
-                    resource_version=rv,
-                    timeout_seconds=WATCH_TIMEOUT_S,
-                    allow_watch_bookmarks=True,
-                    deserialize=False,
-                ):
-                    if self._stop.is_set():
-                        break
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind == "ERROR":
-                        code = obj.get("code") if isinstance(obj, dict) else None
-                        if code == 410:
-                            rv = None
-                            break
-                        raise RuntimeError(f"watch error: {obj}")
-                    new_rv = (obj.get("metadata") or {}).get("resourceVersion")
-                    if new_rv:
-                        rv = str(new_rv)
-                    if kind in ("ADDED", "MODIFIED"):
-                        self.put(obj)
-                    elif kind == "DELETED":
-                        self.remove(obj)
-            except ApiException as exc:
-                if exc.status == 410:
-                    log.info("%s watch expired (410 Gone): re-listing", self.name)
-                    rv = None
-                    continue
-                log.warning("%s watch failed (HTTP %s); retrying", self.name, exc.status)
-                self._stop.wait(RETRY_DELAY_S)
+                rv = self._watch_from(rv)
+            except GoneError:
+                log.info("%s watch expired (410 Gone): re-listing", self.name)
+                rv = self._progress = None
             except Exception as exc:  # dropped connections, API server restarts
                 if self._stop.is_set():
                     break
-                log.warning("%s watch dropped (%s); retrying", self.name, exc)
+                rv = self._progress or rv  # resume after the last event applied
+                log.warning("%s watch dropped (%s); resuming from %s", self.name, exc, rv)
                 self._stop.wait(RETRY_DELAY_S)
+
+    def _watch_from(self, rv: str) -> str:
+        """Apply the events of one watch from ``rv``; return the last version seen.
+
+        Reads the raw event stream itself: the client's ``Watch`` cannot hand over an
+        ``ERROR`` event undeserialised, and a 410 arrives as one (Kubernetes API
+        concepts, "Resource versions": "410 Gone ... the client must re-list").
+
+        Raises:
+            GoneError: the version is too old; the caller re-lists.
+        """
+        try:
+            resp = self._list_fn(
+                watch=True,
+                resource_version=rv,
+                timeout_seconds=WATCH_TIMEOUT_S,
+                allow_watch_bookmarks=True,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status == 410:
+                raise GoneError(str(exc)) from None
+            raise
+        self._resp = resp
+        self._progress = rv
+        try:
+            status = getattr(resp, "status", 200)
+            if isinstance(status, int) and not 200 <= status < 300:
+                if status == 410:
+                    raise GoneError(f"HTTP {status}")
+                raise RuntimeError(f"watch answered HTTP {status}")
+            for line in iter_resp_lines(resp):
+                if self._stop.is_set():
+                    break
+                if not line:
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if isinstance(obj, dict) and obj.get("code") == 410:
+                        raise GoneError(str(obj.get("message", "")))
+                    raise RuntimeError(f"watch error: {obj}")
+                if kind in ("ADDED", "MODIFIED"):
+                    self.put(obj)
+                elif kind == "DELETED":
+                    self.remove(obj)
+                new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if new_rv:
+                    rv = self._progress = str(new_rv)
+        finally:
+            self._resp = None
+            resp.close()
+            resp.release_conn()
+        return rv
+
+
+class GoneError(Exception):
+    """The watched resourceVersion is too old (HTTP 410): re-list."""
 
 
 def _pod_nodes(pod: Mapping[str, Any]) -> set[str]:

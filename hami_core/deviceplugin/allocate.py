@@ -49,5 +49,8 @@ def finish_allocation(
     meta = pod.get("metadata") or {}
     namespace, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
     phase = keys.BIND_PHASE_SUCCESS if success else keys.BIND_PHASE_FAILED
-    store.patch_pod_metadata(namespace, name, annotations={keys.BIND_PHASE: phase})
-    release_node_lock(store, node, namespace=namespace, pod=name)
+    try:
+        store.patch_pod_metadata(namespace, name, annotations={keys.BIND_PHASE: phase})
+    finally:
+        # Whatever became of the phase, the node must not stay locked for 5 minutes.
+        release_node_lock(store, node, namespace=namespace, pod=name)

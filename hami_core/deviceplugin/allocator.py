@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -37,7 +38,7 @@ from hami_core.errors import HamiError, InvalidInputError, NotFoundError
 from hami_core.model import ContainerAllocation, DeviceInfo
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
-from hami_core.protocol.devicelist import encode_pod_devices
+from hami_core.protocol.devicelist import decode_pod_devices, encode_pod_devices
 from hami_core.scheduling.nodelock import release_node_lock
 from hami_core.scheduling.usage import is_live
 
@@ -221,17 +222,27 @@ class Allocator:
                 alloc = self.cdi.write(pod_uid=uid, container=container.name, allocation=alloc)
             answers.append(alloc)
         rest = consumed(pending.entries, [c.position for c in pending.remaining[:n]])
-        self.store.patch_pod_metadata(
-            pending.namespace,
-            pending.name,
-            annotations={self.dtype.to_allocate_annotation: encode_pod_devices(rest)},
-        )
+        progress: dict[str, str | None] = {
+            self.dtype.to_allocate_annotation: encode_pod_devices(rest)
+        }
         done = [c.name for c in pending.remaining[:n]]
         if any(rest):
+            self.store.patch_pod_metadata(pending.namespace, pending.name, annotations=progress)
             log.info("pod %s: answered containers %s; more to come", pending.ref, done)
-        else:
-            finish_allocation(self.store, pending.pod, node=self.node, success=True)
-            log.info("pod %s: answered containers %s; bind-phase success", pending.ref, done)
+            return answers
+        # The last containers: progress and phase in one write, so a failure leaves the
+        # pod retryable (entries still there) rather than answered but "allocating".
+        progress[keys.BIND_PHASE] = keys.BIND_PHASE_SUCCESS
+        try:
+            self.store.patch_pod_metadata(pending.namespace, pending.name, annotations=progress)
+        finally:
+            try:
+                release_node_lock(
+                    self.store, self.node, namespace=pending.namespace, pod=pending.name
+                )
+            except HamiError as exc:
+                log.error("pod %s: cannot release the node lock: %s", pending.ref, exc)
+        log.info("pod %s: answered containers %s; bind-phase success", pending.ref, done)
         return answers
 
     def _fail(self, pending: PendingPod, cause: BaseException) -> None:
@@ -289,6 +300,7 @@ class Allocator:
             or not is_live(pod)
             or bool(meta.get("deletionTimestamp"))
             or phase in (keys.BIND_PHASE_SUCCESS, keys.BIND_PHASE_FAILED)
+            or self._answered(meta)
         )
         if dead:
             try:
@@ -301,6 +313,17 @@ class Allocator:
                     )
             except HamiError as exc:
                 log.error("cannot release the lock of node %s: %s", self.node, exc)
+
+    def _answered(self, meta: Mapping[str, Any]) -> bool:
+        """The owner still says ``allocating`` but every container has had its devices
+        (its phase write failed): holding the lock for it would block the node."""
+        value = (meta.get("annotations") or {}).get(self.dtype.to_allocate_annotation)
+        if value is None:
+            return False  # still being bound: the scheduler writes it with the phase
+        try:
+            return not any(decode_pod_devices(value))
+        except HamiError:
+            return False
 
     def _event(self, pod: KubeObject, message: str) -> None:
         try:

@@ -163,8 +163,19 @@ class DevicePluginProcess:
             self._thread.join(self.opts.health_interval_s + 5)
 
     def _loop(self, next_publish: float) -> None:
-        backend = self.opts.backend
+        # One round must never end the loop: without it health changes stop reaching
+        # kubelet and the inventory goes stale while the plugin still looks alive.
         while not self._done.is_set():
+            try:
+                next_publish = self._round(next_publish)
+            except Exception:
+                log.exception("health and inventory round failed; retrying")
+                self._done.wait(min(5.0, self.opts.health_interval_s))
+                next_publish = 0.0
+
+    def _round(self, next_publish: float) -> float:
+        backend = self.opts.backend
+        if not self._done.is_set():
             try:
                 changed = self.agent.manager.watch_health(
                     backend, timeout_s=self.opts.health_interval_s
@@ -175,7 +186,7 @@ class DevicePluginProcess:
             if changed is None:
                 self._done.wait(self.opts.health_interval_s)
             if self._done.is_set():
-                return
+                return next_publish
             try:
                 devices = self.agent.discover()
             except HamiError as exc:
@@ -190,6 +201,7 @@ class DevicePluginProcess:
                     next_publish = 0.0
             if time.monotonic() >= next_publish:
                 next_publish = self._publish(devices)
+        return next_publish
 
     def _publish(self, devices: tuple[DeviceInfo, ...]) -> float:
         """Publish and sweep; returns the monotonic time of the next periodic publish

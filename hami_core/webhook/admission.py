@@ -21,7 +21,7 @@ from hami_core.cluster.base import ClusterStore
 from hami_core.errors import InvalidInputError
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
-from hami_core.scheduling.podspec import containers, pod_ref, read_pod_request
+from hami_core.scheduling.podspec import check_pod_shape, containers, pod_ref, read_pod_request
 from hami_core.scheduling.policy import resolve_policies
 from hami_core.scheduling.quota import namespace_usage, quota_limits, quota_violation
 
@@ -78,6 +78,10 @@ class Admission:
         if spec.get("schedulerName") not in (None, "", "default-scheduler", ours):
             return AdmissionResult()
 
+        try:
+            check_pod_shape(pod)
+        except InvalidInputError as exc:
+            return _deny("InvalidRequest", f"pod {pod_ref(pod)}: {exc}")
         working: dict[str, Any] = copy.deepcopy(dict(pod))
         asked = False
         for _, _, path in list(containers(pod)):

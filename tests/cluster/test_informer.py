@@ -1,9 +1,9 @@
-"""The list+watch cache survives dropped watches and 410 Gone (without an API server:
-the client's list call and Watch are replaced by scripted fakes)."""
+"""The list+watch cache survives dropped watches and 410 Gone. The client's list call is
+replaced by a scripted fake that answers as the API server does (a JSON list, or a
+streamed watch of newline-separated events), so the real event reading is exercised."""
 
 import json
 import time
-from typing import ClassVar
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -11,57 +11,68 @@ from kubernetes.client.exceptions import ApiException
 import hami_core.cluster.kube as kube
 
 
-class FakeList:
-    """Stands in for e.g. CoreV1Api.list_node(_preload_content=False)."""
+class FakeResponse:
+    """What ``list_*(_preload_content=False)`` returns: urllib3's response, reduced."""
 
-    def __init__(self, snapshots):
-        self.snapshots = list(snapshots)
-        self.calls = 0
+    def __init__(self, *, data=b"", chunks=(), status=200, stop=None):
+        self.data = data
+        self.status = status
+        self._chunks = chunks
+        self._stop = stop
+        self.closed = False
 
-    def __call__(self, _preload_content=False, **kwargs):
-        self.calls += 1
-        body = self.snapshots[min(self.calls, len(self.snapshots)) - 1]
-        return type("Resp", (), {"data": json.dumps(body).encode()})()
+    def stream(self, amt=None, decode_content=False):
+        for chunk in self._chunks:
+            if isinstance(chunk, BaseException):
+                raise chunk
+            yield chunk
+        while self._stop is not None and not self._stop() and not self.closed:
+            time.sleep(0.01)  # a quiet watch stays open
+
+    def close(self):
+        self.closed = True
+
+    def release_conn(self):
+        pass
 
 
-def node(name, rv):
-    return {"metadata": {"name": name, "resourceVersion": str(rv)}}
+class FakeApi:
+    """Answers lists from ``snapshots`` and watches from ``watches`` (each a list of
+    event dicts / exceptions / raw lines), recording the versions watched from."""
+
+    def __init__(self, snapshots, watches):
+        self.snapshots, self.watches = list(snapshots), list(watches)
+        self.lists = 0
+        self.watched_from = []
+
+    def __call__(self, watch=False, resource_version=None, _preload_content=False, **kwargs):
+        if not watch:
+            self.lists += 1
+            body = self.snapshots[min(self.lists, len(self.snapshots)) - 1]
+            if isinstance(body, BaseException):
+                raise body
+            return FakeResponse(data=json.dumps(body).encode())
+        self.watched_from.append(resource_version)
+        script = self.watches.pop(0) if self.watches else []
+        if isinstance(script, BaseException):
+            raise script
+        chunks = [
+            s if isinstance(s, BaseException) else (json.dumps(s) + "\n").encode() for s in script
+        ]
+        return FakeResponse(chunks=chunks, stop=lambda: bool(self.watches))
+
+
+def node(name, rv, **meta):
+    return {"metadata": {"name": name, "resourceVersion": str(rv), **meta}}
 
 
 def node_list(rv, *names):
     return {"metadata": {"resourceVersion": str(rv)}, "items": [node(n, rv) for n in names]}
 
 
-class ScriptedWatch:
-    """Each Watch() plays the next script: a list of events, or an exception to raise."""
-
-    scripts: ClassVar[list] = []
-    started_from: ClassVar[list] = []
-
-    def __init__(self):
-        self._stop = False
-
-    def stop(self):
-        self._stop = True
-
-    def stream(self, func, resource_version=None, **kwargs):
-        ScriptedWatch.started_from.append(resource_version)
-        script = ScriptedWatch.scripts.pop(0) if ScriptedWatch.scripts else []
-        for step in script:
-            if isinstance(step, BaseException):
-                raise step
-            yield step
-        while not self._stop and not ScriptedWatch.scripts:
-            time.sleep(0.01)
-
-
-@pytest.fixture
-def scripted(monkeypatch):
-    ScriptedWatch.scripts = []
-    ScriptedWatch.started_from = []
-    monkeypatch.setattr(kube, "Watch", ScriptedWatch)
+@pytest.fixture(autouse=True)
+def fast_retry(monkeypatch):
     monkeypatch.setattr(kube, "RETRY_DELAY_S", 0.01)
-    return ScriptedWatch
 
 
 def wait(predicate, timeout=5.0):
@@ -75,70 +86,84 @@ def names(inf):
     return [o["metadata"]["name"] for o in inf.items()]
 
 
-def test_events_update_the_cache_and_a_dropped_watch_resumes_from_the_last_version(scripted):
-    scripted.scripts = [
+def test_events_update_the_cache_and_a_dropped_watch_resumes_from_the_last_version():
+    api = FakeApi(
+        [node_list(10, "a")],
         [
-            {"type": "ADDED", "object": node("b", 11)},
-            {"type": "DELETED", "object": node("a", 12)},
-            ConnectionResetError("connection dropped"),
+            [
+                {"type": "ADDED", "object": node("b", 11)},
+                {"type": "DELETED", "object": node("a", 12)},
+                ConnectionResetError("connection dropped"),
+            ],
+            [
+                {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}},
+                {"type": "MODIFIED", "object": node("b", 13, labels={"x": "y"})},
+            ],
         ],
-        [
-            {
-                "type": "MODIFIED",
-                "object": {
-                    "metadata": {"name": "b", "resourceVersion": "13", "labels": {"x": "y"}}
-                },
-            }
-        ],
-    ]
-    inf = kube.Informer("nodes", FakeList([node_list(10, "a")]))
+    )
+    inf = kube.Informer("nodes", api)
     inf.start()
     assert inf.wait_synced(5)
     wait(lambda: (inf.get("b") or {}).get("metadata", {}).get("labels") == {"x": "y"})
     assert names(inf) == ["b"]
-    assert scripted.started_from[:2] == ["10", "12"]  # resumed after the drop, no re-list
+    assert api.watched_from[:2] == ["10", "12"]  # resumed after the drop, no re-list
     assert inf.relists == 1
     inf.stop()
 
 
-@pytest.mark.parametrize("gone", [ApiException(status=410, reason="Gone"), "error-event"])
-def test_410_gone_forces_a_fresh_list(scripted, gone):
-    first = (
-        [gone]
-        if isinstance(gone, BaseException)
-        else [{"type": "ERROR", "object": {"code": 410, "message": "too old"}}]
-    )
-    scripted.scripts = [first, []]
-    lister = FakeList([node_list(10, "a"), node_list(50, "a", "c")])
-    inf = kube.Informer("nodes", lister)
+@pytest.mark.parametrize(
+    "gone",
+    [
+        [
+            {
+                "type": "ERROR",
+                "object": {
+                    "kind": "Status",
+                    "code": 410,
+                    "reason": "Expired",
+                    "message": "too old",
+                },
+            }
+        ],
+        ApiException(status=410, reason="Gone"),
+    ],
+    ids=["error-event", "http-410"],
+)
+def test_410_gone_forces_a_fresh_list(gone):
+    api = FakeApi([node_list(10, "a"), node_list(50, "a", "c")], [gone, []])
+    inf = kube.Informer("nodes", api)
     inf.start()
     wait(lambda: names(inf) == ["a", "c"])
-    assert inf.relists == 2 and lister.calls == 2
-    assert scripted.started_from[-1] == "50"
+    assert inf.relists == 2 and api.lists == 2
+    assert api.watched_from == ["10", "50"]
     inf.stop()
 
 
-def test_a_failing_list_is_retried_and_other_errors_do_not_kill_the_watch(scripted):
-    class Flaky(FakeList):
-        def __call__(self, _preload_content=False, **kwargs):
-            if self.calls == 0:
-                self.calls += 1
-                raise ApiException(status=500, reason="etcd hiccup")
-            return super().__call__()
-
-    scripted.scripts = [
-        [ApiException(status=500, reason="boom")],
-        [{"type": "ADDED", "object": node("z", 21)}],
-    ]
-    lister = Flaky([node_list(20, "y")])
-    inf = kube.Informer("nodes", lister)
+def test_a_failing_list_is_retried_and_other_errors_do_not_kill_the_watch():
+    api = FakeApi(
+        [ApiException(status=500, reason="etcd hiccup"), node_list(20, "y")],
+        [ApiException(status=500, reason="boom"), [{"type": "ADDED", "object": node("z", 21)}]],
+    )
+    inf = kube.Informer("nodes", api)
     inf.start()
     wait(lambda: names(inf) == ["y", "z"])
+    assert api.watched_from == ["20", "20"]
     inf.stop()
+
+
+def test_stop_ends_a_quiet_watch():
+    api = FakeApi([node_list(1, "a")], [[]])
+    inf = kube.Informer("nodes", api)
+    inf.start()
+    assert inf.wait_synced(5)
+    wait(lambda: api.watched_from == ["1"])
+    inf.stop()
+    inf._thread.join(timeout=5)
+    assert not inf._thread.is_alive()
 
 
 def test_writes_are_seen_at_once_but_never_replace_a_newer_version():
-    inf = kube.Informer("nodes", FakeList([node_list(1)]))
+    inf = kube.Informer("nodes", FakeApi([node_list(1)], []))
     inf.put(node("n", 5))
     inf.put(node("n", 3))  # a stale echo of an older write
     assert inf.get("n")["metadata"]["resourceVersion"] == "5"
@@ -147,11 +172,7 @@ def test_writes_are_seen_at_once_but_never_replace_a_newer_version():
 
 
 def test_the_node_index_follows_every_change():
-    inf = kube.Informer(
-        "pods",
-        FakeList([{"metadata": {"resourceVersion": "1"}, "items": []}]),
-        index_fn=kube._pod_nodes,
-    )
+    inf = kube.Informer("pods", FakeApi([node_list(1)], []), index_fn=kube._pod_nodes)
 
     def pod(name, rv, *, annotated=None, bound=None):
         obj = {

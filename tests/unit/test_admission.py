@@ -225,3 +225,15 @@ def test_quota_init_container_is_maxed_not_added():
         namespace="team",
     )
     assert not review(p2, store=store).allowed
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"containers": {"name": "c"}}, "spec.containers must be a list"),
+        ({"containers": ["c"]}, "spec.containers[0] must be a container"),
+    ],
+)
+def test_malformed_pods_are_denied_with_the_field(spec, words):
+    result = review({"metadata": {"name": "p", "namespace": "default"}, "spec": spec})
+    assert not result.allowed and result.reason == "InvalidRequest" and words in result.message
