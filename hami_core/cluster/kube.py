@@ -161,12 +161,19 @@ class Informer:
         return self._synced.wait(timeout_s)
 
     def stop(self) -> None:
+        """Stop watching; never blocks. An open watch is cut at the socket: closing the
+        response directly would wait for the reading thread's buffer lock, that is for
+        the next event or the server-side timeout."""
         self._stop.set()
         resp = self._resp
-        if resp is not None:
-            # closing a stream another thread reads may fail; it ends that read either way
-            with contextlib.suppress(Exception):
-                resp.close()
+        if resp is None:
+            return
+        conn = getattr(resp, "connection", None) or getattr(resp, "_connection", None)
+        sock = getattr(conn, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        threading.Thread(target=_close_quietly, args=(resp,), daemon=True).start()
 
     def items(self) -> list[KubeObject]:
         with self._lock:
@@ -288,6 +295,11 @@ class Informer:
             resp.close()
             resp.release_conn()
         return rv
+
+
+def _close_quietly(resp: Any) -> None:
+    with contextlib.suppress(Exception):
+        resp.close()
 
 
 class GoneError(Exception):
