@@ -316,6 +316,9 @@ class NodeAgent:
             encoded = encode_link_scores(scores)
             if ann.get(self.score_annotation) != encoded:
                 changes[self.score_annotation] = encoded
+        elif self.score_annotation in ann:
+            # Scoring turned off: stale scores would keep steering topology-aware picks.
+            changes[self.score_annotation] = None
         handshake = ann.get(self.dtype.handshake_annotation)
         if changes or not _reported(handshake):
             changes[self.dtype.handshake_annotation] = encode_handshake(

@@ -228,6 +228,15 @@ def test_link_scores_are_not_computed_when_disabled(cluster, fake, tmp_path):
     assert a.scores(a.discover()) is None
 
 
+def test_stale_link_scores_are_removed_when_scoring_is_turned_off(cluster, fake, tmp_path):
+    a = agent(cluster, tmp_path)
+    devices = a.discover()
+    a.publish(devices, scores={"GPU-x": {"GPU-y": 100}})
+    assert "hami.io/node-nvidia-score" in annotations(cluster)
+    result = a.publish(devices, scores=None)
+    assert "hami.io/node-nvidia-score" not in annotations(cluster) and result.link_scores
+
+
 def test_no_driver_is_a_clear_error(cluster, tmp_path):
     from hami_nvidia.nvml import NvmlMissingError
 
