@@ -11,9 +11,6 @@ selector ``spec.nodeName=<node>``, a pod by name. Writes are the same merge patc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from kubernetes import client as k8s
 
 from .base import KubeObject
@@ -26,6 +23,8 @@ class DirectKubeCluster(KubeCluster):
     ``list_pods`` / ``pods_on_node`` list only pods bound to ``node`` (the only pods a
     node agent has business with). Quotas are not read.
     """
+
+    cache_writes = False
 
     def __init__(
         self, api_client: k8s.ApiClient, *, node: str, component: str = "hami-device-plugin"
@@ -68,48 +67,3 @@ class DirectKubeCluster(KubeCluster):
 
     def list_quotas(self, namespace: str) -> list[KubeObject]:
         return []
-
-    def patch_node_annotations(
-        self,
-        name: str,
-        annotations: Mapping[str, str | None],
-        *,
-        resource_version: str | None = None,
-    ) -> KubeObject:
-        meta: dict[str, Any] = {"annotations": dict(annotations)}
-        if resource_version is not None:
-            meta["resourceVersion"] = resource_version
-        node: KubeObject = call(
-            f"patch node {name}",
-            self.core.patch_node,
-            name,
-            {"metadata": meta},
-            _content_type="application/merge-patch+json",
-        )
-        return node
-
-    def patch_pod_metadata(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        annotations: Mapping[str, str | None] | None = None,
-        labels: Mapping[str, str | None] | None = None,
-        resource_version: str | None = None,
-    ) -> KubeObject:
-        meta: dict[str, Any] = {}
-        if annotations:
-            meta["annotations"] = dict(annotations)
-        if labels:
-            meta["labels"] = dict(labels)
-        if resource_version is not None:
-            meta["resourceVersion"] = resource_version
-        pod: KubeObject = call(
-            f"patch pod {namespace}/{name}",
-            self.core.patch_namespaced_pod,
-            name,
-            namespace,
-            {"metadata": meta},
-            _content_type="application/merge-patch+json",
-        )
-        return pod

@@ -356,7 +356,7 @@ class KubeCluster:
 
     def get_node(self, name: str) -> KubeObject:
         node: KubeObject = call(f"get node {name}", self.core.read_node, name)
-        self.nodes.put(node)
+        self._remember(self.nodes, node)
         return node
 
     def list_pods(self, *, namespace: str | None = None) -> list[KubeObject]:
@@ -376,7 +376,7 @@ class KubeCluster:
         pod: KubeObject = call(
             f"get pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace
         )
-        self.pods.put(pod)
+        self._remember(self.pods, pod)
         return pod
 
     def list_quotas(self, namespace: str) -> list[KubeObject]:
@@ -405,7 +405,7 @@ class KubeCluster:
             {"metadata": meta},
             _content_type="application/merge-patch+json",
         )
-        self.nodes.put(node)
+        self._remember(self.nodes, node)
         return node
 
     def patch_pod_metadata(
@@ -432,8 +432,16 @@ class KubeCluster:
             {"metadata": meta},
             _content_type="application/merge-patch+json",
         )
-        self.pods.put(pod)
+        self._remember(self.pods, pod)
         return pod
+
+    #: Writes go into the caches at once (so this process never reads itself stale);
+    #: a store without watches turns it off, or its caches would only ever grow.
+    cache_writes = True
+
+    def _remember(self, informer: Informer, obj: KubeObject) -> None:
+        if self.cache_writes:
+            informer.put(obj)
 
     def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
         body = {
