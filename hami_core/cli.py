@@ -6,8 +6,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -15,6 +16,8 @@ from hami_core import __version__
 from hami_core.errors import HamiError
 from hami_core.model import DevicePolicy, NodePolicy
 from hami_core.plugin import BackendManager
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 COMMANDS_GROUP = "hami.commands"
 
@@ -44,6 +47,43 @@ class _Cli(click.Group):
                 f"command {cmd_name!r} of a backend failed to load: {exc}"
             ) from exc
         return loaded if isinstance(loaded, click.Command) else None
+
+
+LOG_LEVELS = ["debug", "info", "warning", "error"]
+LOG_LEVEL_OPTION = click.option(
+    "--log-level",
+    envvar="HAMI_LOG_LEVEL",
+    default="info",
+    show_default=True,
+    show_envvar=True,
+    type=click.Choice(LOG_LEVELS),
+    help="Logging threshold.",
+)
+
+
+def kubeconfig_option(uses: str = "") -> Callable[[F], F]:
+    """``--kubeconfig`` for the servers; ``uses`` says what they read, e.g. "(quotas)"."""
+    return click.option(
+        "--kubeconfig",
+        envvar="KUBECONFIG",
+        default=None,
+        show_default="in-cluster config, else ~/.kube/config",
+        show_envvar=True,
+        help=f"kubeconfig file for the API server{' ' + uses if uses else ''}.",
+    )
+
+
+def config_option(details: str = "") -> Callable[[F], F]:
+    """``--config``: the hami configuration file (``hami_core.protocol.config``)."""
+    return click.option(
+        "--config",
+        "config_file",
+        envvar="HAMI_CONFIG",
+        default=None,
+        show_default="built-in defaults",
+        show_envvar=True,
+        help=f"hami configuration file (YAML, version v1){': ' + details if details else ''}.",
+    )
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
@@ -110,17 +150,8 @@ def backends(output: str) -> None:
     type=click.IntRange(1, 65535),
     help="Prometheus metrics port.",
 )
-@click.option(
-    "--kubeconfig",
-    default=None,
-    help="kubeconfig file; default: in-cluster config, else $KUBECONFIG or ~/.kube/config.",
-)
-@click.option(
-    "--config",
-    "config_file",
-    default=None,
-    help="hami configuration file (YAML, version v1); default: built-in defaults.",
-)
+@kubeconfig_option()
+@config_option()
 @click.option(
     "--tls-cert-file",
     default=None,
@@ -204,13 +235,7 @@ def backends(output: str) -> None:
     type=float,
     help="Seconds /bind waits for another pod's node lock before failing.",
 )
-@click.option(
-    "--log-level",
-    default="info",
-    show_default=True,
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    help="Logging threshold.",
-)
+@LOG_LEVEL_OPTION
 def scheduler(**opts: Any) -> None:
     """Run the kube-scheduler extender (filter, prioritize, bind) against the API server.
 
@@ -326,19 +351,8 @@ def scheduler(**opts: Any) -> None:
     show_default="none",
     help="Extra DNS SAN of the auto-mode certificate (repeatable).",
 )
-@click.option(
-    "--kubeconfig",
-    default=None,
-    show_default="in-cluster config, else $KUBECONFIG, else ~/.kube/config",
-    help="kubeconfig file for the API server (quotas, namespaces, Secret, caBundle).",
-)
-@click.option(
-    "--config",
-    "config_file",
-    default=None,
-    show_default="built-in defaults",
-    help="hami configuration file (YAML, version v1).",
-)
+@kubeconfig_option("(quotas, namespaces, Secret, caBundle)")
+@config_option()
 @click.option(
     "--threads",
     default=8,
@@ -353,13 +367,7 @@ def scheduler(**opts: Any) -> None:
     type=click.FloatRange(0),
     help="How long a namespace's labels (hami.io/webhook: ignore) are reused.",
 )
-@click.option(
-    "--log-level",
-    default="info",
-    show_default=True,
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    help="Logging threshold.",
-)
+@LOG_LEVEL_OPTION
 def webhook(**opts: Any) -> None:
     """Run the mutating admission webhook (AdmissionReview v1 and v1beta1 at /webhook,
     HTTPS only).
@@ -423,24 +431,10 @@ def webhook(**opts: Any) -> None:
     show_envvar=True,
     help="Vendor key served, for backends with several (one resource per process).",
 )
-@click.option(
-    "--kubeconfig",
-    envvar="KUBECONFIG",
-    default=None,
-    show_default="in-cluster config, else ~/.kube/config",
-    show_envvar=True,
-    help="kubeconfig file for the API server.",
-)
-@click.option(
-    "--config",
-    "config_file",
-    envvar="HAMI_CONFIG",
-    default=None,
-    show_default="built-in defaults",
-    show_envvar=True,
-    help="hami configuration file (YAML, version v1): split count, scaling, resource "
-    "names and backend options (hami-nvidia: hookPath, libraryPath, corePolicy, "
-    "unifiedMemoryMiB, ignoredXids, healthRecoverySeconds).",
+@kubeconfig_option()
+@config_option(
+    "split count, scaling, resource names and backend options (hami-nvidia: hookPath, "
+    "libraryPath, corePolicy, unifiedMemoryMiB, ignoredXids, healthRecoverySeconds)"
 )
 @click.option(
     "--node-config",
@@ -522,15 +516,7 @@ def webhook(**opts: Any) -> None:
     help="Exit when discovery fails at start (no driver, NVML error); with --no-..., "
     "log it and idle without registering (DaemonSets on nodes without devices).",
 )
-@click.option(
-    "--log-level",
-    envvar="HAMI_LOG_LEVEL",
-    default="info",
-    show_default=True,
-    show_envvar=True,
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    help="Logging threshold.",
-)
+@LOG_LEVEL_OPTION
 def device_plugin(**opts: Any) -> None:
     """Run the device plugin: discover this node's devices, publish them on the Node
     (inventory, handshake), and serve kubelet's device plugin API v1beta1.
@@ -584,13 +570,7 @@ def device_plugin(**opts: Any) -> None:
     "'kubectl get nodes,pods -A -o yaml' snapshot whose existing allocations count. "
     "Default: the bundled examples/cluster.yaml.",
 )
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(exists=True, dir_okay=False),
-    help="A hami configuration file (default policies, split count, scaling, "
-    "resource names). Default: the built-in defaults.",
-)
+@config_option()
 @click.option(
     "--node-policy",
     type=click.Choice([p.value for p in NodePolicy]),

@@ -644,7 +644,7 @@ def test_webhook_help_documents_every_flag_with_its_default():
             entries[flag] += " " + text
     for flag, default in WEBHOOK_FLAGS.items():
         entry = " ".join(entries[flag].split()).replace("- ", "-")  # hyphen wraps
-        assert "[default:" in entry and default in entry, entry
+        assert ("[default:" in entry or "default: " in entry) and default in entry, entry
     assert set(entries) - {"-h"} == set(WEBHOOK_FLAGS)
 
 
