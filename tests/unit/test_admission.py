@@ -237,3 +237,41 @@ def test_quota_init_container_is_maxed_not_added():
 def test_malformed_pods_are_denied_with_the_field(spec, words):
     result = review({"metadata": {"name": "p", "namespace": "default"}, "spec": spec})
     assert not result.allowed and result.reason == "InvalidRequest" and words in result.message
+
+
+def test_set_resources_creates_missing_maps_and_escapes_names():
+    from hami_core.protocol.patches import set_resources
+
+    pod_obj = {
+        "spec": {
+            "containers": [
+                {"name": "c"},
+                {"name": "d", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+            ]
+        }
+    }
+    ops = set_resources(
+        pod_obj["spec"]["containers"][0], "/spec/containers/0", {"nvidia.com/gpu": "1"}
+    )
+    assert ops[0] == {"op": "add", "path": "/spec/containers/0/resources", "value": {}}
+    assert {
+        "op": "add",
+        "path": "/spec/containers/0/resources/limits/nvidia.com~1gpu",
+        "value": "1",
+    } in ops
+    out = jsonpatch.apply_patch(copy.deepcopy(pod_obj), ops)
+    assert out["spec"]["containers"][0]["resources"] == {
+        "limits": {"nvidia.com/gpu": "1"},
+        "requests": {"nvidia.com/gpu": "1"},
+    }
+    ops = set_resources(
+        pod_obj["spec"]["containers"][1], "/spec/containers/1", {"nvidia.com/gpu": "1"}
+    )
+    assert ops == [
+        {"op": "add", "path": "/spec/containers/1/resources/requests", "value": {}},
+        {
+            "op": "add",
+            "path": "/spec/containers/1/resources/requests/nvidia.com~1gpu",
+            "value": "1",
+        },
+    ]

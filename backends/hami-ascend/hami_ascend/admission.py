@@ -15,6 +15,7 @@ from typing import Any, Final
 from hami_core.errors import InvalidInputError
 from hami_core.model import MutateResult
 from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.patches import set_resources
 from hami_core.protocol.quantity import parse_quantity_int
 
 from .models import MODE_HAMI_CORE, settings
@@ -26,11 +27,6 @@ LIMITER_COMMAND: Final = (
     "-c",
     "export RUST_LOG=info\n/hami-vnpu-core/limiter > /tmp/limiter_manager.log 2>&1 &",
 )
-
-
-def _escape(key: str) -> str:
-    """JSON-pointer escaping (RFC 6901): ``~`` -> ``~0``, ``/`` -> ``~1``."""
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _same_number(stated: object, value: int, name: str) -> bool:
@@ -70,25 +66,7 @@ def mutate_container(
         if stated is not None and _same_number(stated, int(str(value)), name):
             values[name] = stated
 
-    patch: list[dict[str, Any]] = []
-    resources_obj = dict(container.get("resources") or {})
-    if container.get("resources") is None:
-        patch.append({"op": "add", "path": f"{container_path}/resources", "value": {}})
-    for section in ("limits", "requests"):
-        current = dict(resources_obj.get(section) or {})
-        if resources_obj.get(section) is None:
-            patch.append(
-                {"op": "add", "path": f"{container_path}/resources/{section}", "value": {}}
-            )
-        for name, value in values.items():
-            if current.get(name) != value:
-                patch.append(
-                    {
-                        "op": "add",
-                        "path": f"{container_path}/resources/{section}/{_escape(name)}",
-                        "value": value,
-                    }
-                )
+    patch: list[dict[str, Any]] = set_resources(container, container_path, values)
     spec = pod.get("spec") or {}
     if cfg.runtime_class_name and not spec.get("runtimeClassName"):
         patch.append(

@@ -8,15 +8,11 @@ from typing import Any
 from hami_core.errors import InvalidInputError
 from hami_core.model import MutateResult
 from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.patches import set_resources
 
 from . import options
 from .names import MEMORY_UNIT_MIB, resources
 from .requests import parse_request, read_raw, resource_value
-
-
-def _escape(key: str) -> str:
-    """JSON-pointer escaping (RFC 6901): ``~`` -> ``~0``, ``/`` -> ``~1``."""
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 def mutate_container(
@@ -51,25 +47,7 @@ def mutate_container(
         if stated is not None:
             values[name] = stated
 
-    resources_obj = dict(container.get("resources") or {})
-    patch: list[dict[str, Any]] = []
-    if "resources" not in container or container.get("resources") is None:
-        patch.append({"op": "add", "path": f"{container_path}/resources", "value": {}})
-    for section in ("limits", "requests"):
-        current = dict(resources_obj.get(section) or {})
-        if section not in resources_obj or resources_obj.get(section) is None:
-            patch.append(
-                {"op": "add", "path": f"{container_path}/resources/{section}", "value": {}}
-            )
-        for name, value in values.items():
-            if current.get(name) != value:
-                patch.append(
-                    {
-                        "op": "add",
-                        "path": f"{container_path}/resources/{section}/{_escape(name)}",
-                        "value": value,
-                    }
-                )
+    patch: list[dict[str, Any]] = set_resources(container, container_path, values)
     runtime_class = str(options.option(config, options.RUNTIME_CLASS) or "")
     if runtime_class and not (pod.get("spec") or {}).get("runtimeClassName"):
         patch.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class})

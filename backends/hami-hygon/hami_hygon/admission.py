@@ -14,14 +14,10 @@ from typing import Any
 from hami_core.errors import InvalidInputError
 from hami_core.model import MutateResult
 from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.patches import set_resources
 
 from .names import option, resources
 from .requests import parse_request, resource_value
-
-
-def _escape(key: str) -> str:
-    """JSON-pointer escaping (RFC 6901): ``~`` -> ``~0``, ``/`` -> ``~1``."""
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 def mutate_container(
@@ -49,23 +45,5 @@ def mutate_container(
         if stated is not None:
             values[name] = stated
 
-    patch: list[dict[str, Any]] = []
-    resources_obj = dict(container.get("resources") or {})
-    if container.get("resources") is None:
-        patch.append({"op": "add", "path": f"{container_path}/resources", "value": {}})
-    for section in ("limits", "requests"):
-        current = dict(resources_obj.get(section) or {})
-        if resources_obj.get(section) is None:
-            patch.append(
-                {"op": "add", "path": f"{container_path}/resources/{section}", "value": {}}
-            )
-        for name, value in values.items():
-            if current.get(name) != value:
-                patch.append(
-                    {
-                        "op": "add",
-                        "path": f"{container_path}/resources/{section}/{_escape(name)}",
-                        "value": value,
-                    }
-                )
+    patch: list[dict[str, Any]] = set_resources(container, container_path, values)
     return MutateResult(patch=tuple(patch))
