@@ -6,7 +6,7 @@
 #   - the kubernetes 1.20.2 source package (full source with vendor/), built with `make`
 #     after swapping the vendored reflect2 1.0.1 (SIGSEGV under Go >= 1.18) for Debian's 1.0.2.
 #
-# Result: kube-apiserver, kube-scheduler, kubelet and etcd in
+# Result: kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kubectl and etcd in
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/hami/kube-1.20.2/bin/
 # A run that finds them (and a matching stamp) builds nothing and returns at once.
 # The last line of stdout is the bin directory; everything else goes to stderr.
@@ -21,7 +21,7 @@ KUBE_VERSION=1.20.2
 DEB_SUITE=bookworm
 # Bump when the recipe changes, so cached binaries built the old way are rebuilt.
 RECIPE_REV=1
-WHAT_BINARIES=(kube-apiserver kube-scheduler kubelet kubectl)
+WHAT_BINARIES=(kube-apiserver kube-scheduler kubelet kubectl kube-controller-manager)
 
 CACHE_DIR="${HAMI_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hami/kube-${KUBE_VERSION}}"
 BIN_DIR="$CACHE_DIR/bin"
