@@ -79,9 +79,14 @@ class MemoryCluster:
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> None:
         """Set ``status.phase`` (``Succeeded`` / ``Failed`` pods hold no devices)."""
+        self.set_pod_status(namespace, name, {"phase": phase})
+
+    def set_pod_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Set fields of ``status`` (what kubelet writes), e.g. ``phase`` or
+        ``initContainerStatuses`` (finished init containers free their devices)."""
         with self._lock:
             pod = copy.deepcopy(self._pod(namespace, name))
-            pod.setdefault("status", {})["phase"] = phase
+            pod.setdefault("status", {}).update(copy.deepcopy(dict(status)))
             self._bump(pod)
             self._pods[(namespace, name)] = pod
 

@@ -10,6 +10,7 @@ from .backend import (
     MutateResult,
     ResourceNames,
 )
+from .charge import Charge, collapse, device_charges, init_containers_finished, vendor_charge
 from .device import DEVICE_MODES, DeviceInfo, DeviceUsage, NodeInfo
 from .fit import FitResult
 from .policy import DevicePolicy, NodePolicy
@@ -20,6 +21,7 @@ __all__ = [
     "DEVICE_MODES",
     "Allocation",
     "BackendInfo",
+    "Charge",
     "ContainerAllocation",
     "ContainerDevice",
     "ContainerDevices",
@@ -39,4 +41,8 @@ __all__ = [
     "PodRequest",
     "ReasonCode",
     "ResourceNames",
+    "collapse",
+    "device_charges",
+    "init_containers_finished",
+    "vendor_charge",
 ]

@@ -2,7 +2,8 @@
 
 Init containers are fitted one at a time against the node's usage (they run one after
 another); app containers are fitted cumulatively (they run together). The pod's
-charge per device is then ``max(largest init, sum of apps)``.
+charge per device is then ``max(largest init, sum of apps)`` (``hami_core.model.charge``;
+a pod being placed has not started, so its init containers always count).
 """
 
 from __future__ import annotations
@@ -119,11 +120,10 @@ def fit_pod(
                     )
     allocation = Allocation(node=node.name, devices={v: tuple(c) for v, c in placed.items()})
     if quota_limits:
-        n_init = sum(1 for c in request.containers if c.init)
         charge = {
             (vendor, measure): value
             for vendor, devices in allocation.devices.items()
-            for measure, value in charge_of(devices, init_count=n_init).items()
+            for measure, value in charge_of(pod, devices).items()
         }
         message = quota_violation(quota_limits, quota_used or {}, charge)
         if message:

@@ -3,8 +3,9 @@
 ``ResourceQuota`` keys ``limits.<resource>`` and the handbook's bare ``<resource>``
 (``nvidia.com/gpumem``, ``nvidia.com/gpucores``, ``nvidia.com/cores``, ``nvidia.com/gpu``)
 are enforced by the webhook and by fit. A pod's charge is count x per-device value,
-summed over app containers, max'ed with the largest init container. Usage is the
-charge of the namespace's live pods that hold an allocation.
+summed over app containers, max'ed with the largest init container while one may still
+run (``hami_core.model.charge``). Usage is the charge of the namespace's live pods that
+hold an allocation.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any
 import attrs
 
 from hami_core.errors import AnnotationError, QuantityError
-from hami_core.model import DeviceTypeInfo, PodDevices
+from hami_core.model import DeviceTypeInfo, PodDevices, vendor_charge
 from hami_core.protocol.quantity import parse_quantity_int
 
-from .usage import init_count, is_live, pod_allocation
+from .usage import is_live, pod_allocation
 
 MEMORY, CORES, COUNT = "memory", "cores", "count"
 
@@ -68,22 +69,11 @@ def quota_limits(
     return out
 
 
-def charge_of(devices: PodDevices, *, init_count: int) -> dict[str, int]:
-    """A pod's charge per measure for one vendor's device list."""
-    totals = {MEMORY: 0, CORES: 0, COUNT: 0}
-    largest_init = {MEMORY: 0, CORES: 0, COUNT: 0}
-    for pos, container in enumerate(devices):
-        c = {
-            MEMORY: sum(d.memory_mib for d in container),
-            CORES: sum(d.cores_pct for d in container),
-            COUNT: len(container),
-        }
-        for m in totals:
-            if pos < init_count:
-                largest_init[m] = max(largest_init[m], c[m])
-            else:
-                totals[m] += c[m]
-    return {m: max(totals[m], largest_init[m]) for m in totals}
+def charge_of(pod: Mapping[str, Any], devices: PodDevices) -> dict[str, int]:
+    """A pod's charge per measure for one vendor's device list (memory MiB, cores percent,
+    device count), by the init-container rule of ``hami_core.model.charge``."""
+    c = vendor_charge(pod, devices)
+    return {MEMORY: c.memory_mib, CORES: c.cores_pct, COUNT: c.count}
 
 
 def namespace_usage(
@@ -103,7 +93,7 @@ def namespace_usage(
         except AnnotationError:
             continue
         for vendor, devices in allocation.items():
-            for measure, value in charge_of(devices, init_count=init_count(pod)).items():
+            for measure, value in charge_of(pod, devices).items():
                 out[(vendor, measure)] = out.get((vendor, measure), 0) + value
     return out
 

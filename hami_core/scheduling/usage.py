@@ -1,4 +1,7 @@
-"""Device usage recomputed from the allocations of live pods (never a drifting counter)."""
+"""Device usage recomputed from the allocations of live pods (never a drifting counter).
+
+A pod's charge per device follows the init-container rule of ``hami_core.model.charge``.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +11,17 @@ from typing import Any
 import attrs
 
 from hami_core.errors import AnnotationError
-from hami_core.model import DeviceTypeInfo, DeviceUsage, NodeInfo, PodDevices
+from hami_core.model import (
+    DeviceTypeInfo,
+    DeviceUsage,
+    NodeInfo,
+    PodDevices,
+    device_charges,
+)
 from hami_core.protocol.devicelist import decode_pod_devices
 
 #: Pods in these phases hold no devices.
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
-
-
-@attrs.frozen
-class Charge:
-    """What one pod holds of one device."""
-
-    memory_mib: int = 0
-    cores_pct: int = 0
-    count: int = 0
 
 
 def is_live(pod: Mapping[str, Any]) -> bool:
@@ -51,42 +51,6 @@ def pod_allocation(
                 f"pod {meta.get('namespace')}/{meta.get('name')}: {dtype.allocated_annotation}: {exc}"
             ) from None
     return out
-
-
-def pod_charges(devices: PodDevices, *, init_count: int) -> dict[str, Charge]:
-    """Per device uuid, what the pod holds: ``max(largest init container, sum of app
-    containers)`` for memory, cores and sharers (PROTOCOL.md §1).
-
-    Args:
-        devices: one entry per container, init containers first.
-        init_count: how many of the entries are init containers.
-    """
-    init: dict[str, Charge] = {}
-    apps: dict[str, Charge] = {}
-    for pos, container in enumerate(devices):
-        for d in container:
-            if pos < init_count:
-                c = init.get(d.uuid, Charge())
-                init[d.uuid] = Charge(
-                    max(c.memory_mib, d.memory_mib), max(c.cores_pct, d.cores_pct), 1
-                )
-            else:
-                c = apps.get(d.uuid, Charge())
-                apps[d.uuid] = Charge(
-                    c.memory_mib + d.memory_mib, c.cores_pct + d.cores_pct, c.count + 1
-                )
-    out = {}
-    for uuid in init.keys() | apps.keys():
-        i, a = init.get(uuid, Charge()), apps.get(uuid, Charge())
-        out[uuid] = Charge(
-            max(i.memory_mib, a.memory_mib), max(i.cores_pct, a.cores_pct), max(i.count, a.count)
-        )
-    return out
-
-
-def init_count(pod: Mapping[str, Any]) -> int:
-    """Number of init containers in the pod spec."""
-    return len((pod.get("spec") or {}).get("initContainers") or [])
 
 
 def node_usage(
@@ -121,9 +85,8 @@ def node_usage(
             if broken is not None:
                 broken.append(str(exc))
             continue
-        n_init = init_count(pod)
         for per_pod in allocation.values():
-            for uuid, charge in pod_charges(per_pod, init_count=n_init).items():
+            for uuid, charge in device_charges(pod, per_pod).items():
                 u = usage.get(uuid)
                 if u is not None:
                     usage[uuid] = attrs.evolve(

@@ -19,6 +19,7 @@ import jsonpointer
 
 from hami_core.cluster.base import ClusterStore
 from hami_core.errors import InvalidInputError
+from hami_core.model import Charge, collapse
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.scheduling.podspec import check_pod_shape, containers, pod_ref, read_pod_request
@@ -146,24 +147,23 @@ class Admission:
         limits = quota_limits(self.store.list_quotas(request.namespace), types)
         if not limits:
             return None
+        # a pod being admitted has not started: its init containers count (PROTOCOL.md §1);
+        # memory in percent depends on the device: fit checks it per candidate
+        per_vendor = collapse(
+            (
+                c.init,
+                {
+                    r.vendor: Charge(r.count * r.memory_mib, r.count * r.cores_pct, r.count)
+                    for r in c.devices
+                },
+            )
+            for c in request.containers
+        )
         charge: dict[tuple[str, str], int] = {}
-        largest_init: dict[tuple[str, str], int] = {}
-        for c in request.containers:
-            for r in c.devices:
-                # memory in percent depends on the device: fit checks it per candidate
-                values = {
-                    "memory": r.count * r.memory_mib,
-                    "cores": r.count * r.cores_pct,
-                    "count": r.count,
-                }
-                for measure, value in values.items():
-                    key = (r.vendor, measure)
-                    if c.init:
-                        largest_init[key] = max(largest_init.get(key, 0), value)
-                    else:
-                        charge[key] = charge.get(key, 0) + value
-        for key, value in largest_init.items():
-            charge[key] = max(charge.get(key, 0), value)
+        for vendor, c in per_vendor.items():
+            charge[(vendor, "memory")] = c.memory_mib
+            charge[(vendor, "cores")] = c.cores_pct
+            charge[(vendor, "count")] = c.count
         used = namespace_usage(self.store.list_pods(namespace=request.namespace), types)
         message = quota_violation(limits, used, charge)
         if message:
