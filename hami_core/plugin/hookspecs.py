@@ -4,7 +4,7 @@ Every hook a vendor backend can implement is specified here, and only here. The 
 calls hooks exclusively through ``hami_core.plugin.BackendManager``, which dispatches by
 vendor: ``hami_fit``, ``hami_score`` and ``hami_allocate`` go only to the backend that
 owns the vendor key; ``hami_discover``, ``hami_watch_health`` and ``hami_link_scores`` go to the one
-backend a device plugin serves; ``hami_parse_request`` and ``hami_mutate`` go to every
+backend a device plugin serves; ``hami_node_devices`` to the backend of the vendor key; ``hami_parse_request`` and ``hami_mutate`` go to every
 backend,
 and each answers ``None`` for a container that asks nothing of its vendors (the
 conformance kit checks that it does). Hooks may take any subset of the arguments
@@ -116,6 +116,30 @@ def hami_link_scores(
         devices: what ``hami_discover`` returned, index order.
     Returns: ``{uuid: {other_uuid: score}}`` for every pair of ``devices``; ``None``
         when the backend has no notion of links.
+    """
+
+
+@_hookspec
+def hami_node_devices(
+    node: Mapping[str, Any], vendor: str, config: VendorConfig
+) -> list[DeviceInfo] | None:
+    """Read one vendor's devices from a Node object, where HAMi reads them elsewhere
+    than the vendor's register annotation.
+
+    HAMi 2.10 reads some vendors from the node's ``status.capacity`` (Moore Threads
+    ``pkg/device/mthreads``, AWS Neuron ``pkg/device/awsneuron``) or from an annotation
+    the vendor's own device plugin writes (MetaX ``metax-tech.com/node-gpu-devices``,
+    Enflame ``enflame.com/gcu-drs-capacity``), so that hami schedules beside the
+    vendor's device plugin.
+
+    Called by: the scheduler (and ``hami simulate``) for every node and every vendor key
+    of the backend, before the register annotation is decoded.
+    Args:
+        node: the ``v1.Node`` as JSON; vendor: one of the backend's vendor keys.
+    Returns: the devices in index order (``[]``: the node has none); ``None`` to let the
+        core decode ``register_annotation`` as for every vendor.
+    Raises: ``AnnotationError`` for a malformed value: that vendor is then unregistered
+        on that node (``NodeInfo.unregistered``), other nodes are unaffected.
     """
 
 

@@ -370,6 +370,33 @@ class BackendManager:
                     )
         return cast("list[DeviceInfo] | None", devices)
 
+    def node_devices(self, vendor: str, node: Mapping[str, Any]) -> list[DeviceInfo] | None:
+        """The vendor backend's reading of a Node object (``hami_node_devices``), or None
+        when the core is to decode the vendor's register annotation.
+
+        Raises:
+            AnnotationError: the node's value is malformed (the caller marks the vendor
+                unregistered on that node).
+            BackendError: the answer is not a list of this vendor's ``DeviceInfo``.
+        """
+        name = self.backend_of(vendor)
+        devices = self._call_one(
+            name,
+            "hami_node_devices",
+            list,
+            node=node,
+            vendor=vendor,
+            config=self.vendor_config(name),
+        )
+        if devices is None:
+            return None
+        for d in devices:
+            if not isinstance(d, DeviceInfo) or d.vendor != vendor:
+                raise BackendError(
+                    name, f"hami_node_devices returned {d!r}, not a DeviceInfo of {vendor!r}"
+                )
+        return list(devices)
+
     def watch_health(self, backend: str, *, timeout_s: float) -> tuple[str, ...] | None:
         """Block up to ``timeout_s`` for a health change of one backend's devices.
 

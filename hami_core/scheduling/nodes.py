@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hami_core.errors import AnnotationError, QuantityError
@@ -14,11 +14,23 @@ from hami_core.protocol.inventory import decode_inventory
 from hami_core.protocol.quantity import parse_quantity_int
 from hami_core.protocol.topology import decode_link_scores
 
+#: ``(vendor, node) -> devices``, or None to decode the register annotation
+#: (``BackendManager.node_devices``, the ``hami_node_devices`` hook).
+NodeDevicesReader = Callable[[str, Mapping[str, Any]], "list[DeviceInfo] | None"]
+
 
 def read_node(
-    node: Mapping[str, Any], device_types: tuple[DeviceTypeInfo, ...], *, now: dt.datetime
+    node: Mapping[str, Any],
+    device_types: tuple[DeviceTypeInfo, ...],
+    *,
+    now: dt.datetime,
+    reader: NodeDevicesReader | None = None,
 ) -> NodeInfo:
     """Decode a node's inventory for every vendor; never raises for bad annotations.
+
+    ``reader`` (the backends' ``hami_node_devices``) is asked first for each vendor: a
+    vendor HAMi reads from the node's capacity or from its own device plugin's
+    annotation answers there; ``None`` means the register annotation is decoded.
 
     A malformed inventory, or a handshake left ``Requesting_`` for over 60 s while the
     node's allocatable count is 0, marks that vendor unregistered on that node with
@@ -31,6 +43,15 @@ def read_node(
     devices: list[DeviceInfo] = []
     unregistered: dict[str, str] = {}
     for dtype in device_types:
+        if reader is not None:
+            try:
+                own = reader(dtype.vendor, node)
+            except AnnotationError as exc:
+                unregistered[dtype.vendor] = str(exc)
+                continue
+            if own is not None:
+                devices.extend(own)
+                continue
         value = ann.get(dtype.register_annotation)
         if value is None:
             continue

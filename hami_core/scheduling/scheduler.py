@@ -111,7 +111,7 @@ class Scheduler:
 
     def node_info(self, node: Mapping[str, Any]) -> NodeInfo:
         """A node's devices and registration state."""
-        return read_node(node, self._types, now=self.clock())
+        return read_node(node, self._types, now=self.clock(), reader=self.manager.node_devices)
 
     def node_usage(
         self, info: NodeInfo, *, exclude_uid: str | None = None

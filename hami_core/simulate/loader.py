@@ -594,7 +594,9 @@ def _node_problems(nodes: Mapping[str, Mapping[str, Any]], manager: BackendManag
     owner: dict[str, str] = {}
     out = []
     for name in sorted(nodes):
-        info = read_node(nodes[name], types, now=dt.datetime.now(dt.UTC))
+        info = read_node(
+            nodes[name], types, now=dt.datetime.now(dt.UTC), reader=manager.node_devices
+        )
         for vendor, reason in sorted(info.unregistered.items()):
             out.append(f"node {name}: {vendor} devices unusable: {reason}")
         score = ((nodes[name].get("metadata") or {}).get("annotations") or {}).get(

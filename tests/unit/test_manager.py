@@ -211,3 +211,40 @@ def test_allocate_passes_the_node_devices():
 def test_disabling_an_unknown_backend_is_warned(caplog):
     BackendManager.from_entry_points(disabled=["nvidai"])
     assert "HAMI_DISABLED_BACKENDS names backends that are not installed: nvidai" in caplog.text
+
+
+def test_hami_node_devices_is_asked_first_and_checked():
+    """A backend reading its devices from the Node object (HAMi's capacity-based
+    vendors) is asked before the register annotation; a malformed value marks only that
+    vendor unregistered; a wrong answer names the backend."""
+    import datetime as dt
+
+    from hami_core.errors import AnnotationError
+    from hami_core.model import DeviceInfo
+    from hami_core.scheduling.nodes import read_node
+
+    from_capacity = DeviceInfo(uuid="cap-0", vendor="TOY", split_count=1, memory_mib=5)
+
+    def devices(node):
+        cap = (node.get("status") or {}).get("capacity") or {}
+        if "toy.example.com/broken" in cap:
+            raise AnnotationError("capacity toy.example.com/broken is not a number")
+        return [from_capacity] if "toy.example.com/cards" in cap else None
+
+    manager = BackendManager.from_plugins({"toy": toy(hami_node_devices=devices)})
+    types_ = manager.device_types()
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    node = {"metadata": {"name": "n"}, "status": {"capacity": {"toy.example.com/cards": "1"}}}
+    assert read_node(node, types_, now=now, reader=manager.node_devices).devices == (from_capacity,)
+    broken = {"metadata": {"name": "n"}, "status": {"capacity": {"toy.example.com/broken": "x"}}}
+    info = read_node(broken, types_, now=now, reader=manager.node_devices)
+    assert info.devices == () and "not a number" in info.unregistered["TOY"]
+    # None: the register annotation is decoded as for any vendor
+    plain = {"metadata": {"name": "n", "annotations": {}}}
+    assert read_node(plain, types_, now=now, reader=manager.node_devices).devices == ()
+    assert BackendManager.from_plugins({"toy": toy()}).node_devices("TOY", node) is None
+    wrong = BackendManager.from_plugins(
+        {"toy": toy(hami_node_devices=lambda: [DeviceInfo(uuid="x", vendor="OTHER")])}
+    )
+    with pytest.raises(BackendError, match="not a DeviceInfo of 'TOY'"):
+        wrong.node_devices("TOY", node)

@@ -1,0 +1,19 @@
+"""hami-mthreads: the Moore Threads backend of hami (entry point ``mthreads``).
+
+Vendor key ``Mthreads``, resources ``mthreads.com/vgpu`` / ``mthreads.com/sgpu-memory``
+(unit 512 MiB, values 2, 4, 8, 16, 32, 64, 96) / ``mthreads.com/sgpu-core`` (of 16 per
+GPU); inventory from the node's capacity as Moore Threads' device plugin advertises it
+(PROTOCOL.md §1b, HAMi 2.10 ``pkg/device/mthreads/device.go``).
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("hami-mthreads")
+except PackageNotFoundError:
+    __version__ = "0.0.0+unknown"
+
+BACKEND_NAME = "mthreads"
+VENDOR = "Mthreads"
+
+__all__ = ["BACKEND_NAME", "VENDOR", "__version__"]

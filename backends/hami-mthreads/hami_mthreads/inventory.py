@@ -1,0 +1,60 @@
+"""A node's Moore Threads GPUs from its capacity, as HAMi 2.10 reads them.
+
+HAMi's ``GetNodeDevices`` (``pkg/device/mthreads/device.go``) reads the node's
+``status.capacity`` that Moore Threads' device plugin advertises: ``mthreads.com/sgpu-core``
+(16 per GPU) and ``mthreads.com/sgpu-memory`` (512 MiB units, all GPUs). GPU ``i`` of
+``ceil(cores / 16)`` is ``<node>-mthreads-<i>`` with ``count`` 100, ``devcore`` 16 and
+``devmem`` = memory units x 512 x 16 / cores MiB (HAMi's test: 1 core, 1 unit -> 8192).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hami_core.errors import AnnotationError, QuantityError
+from hami_core.model import DeviceInfo
+from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.quantity import parse_quantity_int
+
+from . import VENDOR
+from .names import CORES_PER_GPU, MEMORY_UNIT_MIB, SPLIT_COUNT, resources
+
+
+def node_devices(node: Mapping[str, Any], config: VendorConfig) -> list[DeviceInfo] | None:
+    """The GPUs the node's capacity states, or None when it states no sGPU cores (then
+    our own device plugin's register annotation is read instead).
+
+    Raises:
+        AnnotationError: a capacity value is not a whole number.
+    """
+    names = resources(config)
+    meta = node.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    if names.cores not in capacity:
+        return None
+    try:
+        cores = parse_quantity_int(capacity[names.cores], resource=names.cores, maximum=2**40)
+        memory = parse_quantity_int(
+            capacity.get(names.memory, 0), resource=names.memory, maximum=2**40
+        )
+    except QuantityError as exc:
+        raise AnnotationError(f"node {name}: capacity {exc}") from None
+    if cores == 0:
+        return None
+    per_gpu_mib = memory * MEMORY_UNIT_MIB * CORES_PER_GPU // cores
+    gpus = -(-cores // CORES_PER_GPU)
+    return [
+        DeviceInfo(
+            uuid=f"{name}-mthreads-{i}",
+            vendor=VENDOR,
+            model=VENDOR,
+            index=i,
+            split_count=SPLIT_COUNT,
+            memory_mib=per_gpu_mib,
+            cores_pct=CORES_PER_GPU,
+            healthy=True,
+        )
+        for i in range(gpus)
+    ]

@@ -1,0 +1,139 @@
+"""Reading and defaulting a Moore Threads request (HAMi 2.10 ``pkg/device/mthreads``).
+
+- ``mthreads.com/vgpu`` (count) must be a whole number above 0; memory or cores without
+  a count ask nothing of this vendor (HAMi: a container is this vendor's only when it
+  names the count resource).
+- One GPU: ``mthreads.com/sgpu-memory`` in 512 MiB units, only 2, 4, 8, 16, 32, 64 or 96
+  (HAMi ``legalMemoryslices``); ``mthreads.com/sgpu-core`` 0..16 of the GPU's 16 cores.
+  Without memory the webhook writes a whole GPU (96 units, 16 cores), as HAMi's does;
+  96 units are read as the whole GPU (100 % of its memory, whatever its size).
+- More than one GPU: whole GPUs; the webhook writes ``count x 96`` units and
+  ``count x 16`` cores whatever was stated (HAMi does the same) and annotates the pod
+  with ``mthreads.com/request-gpu-num``. The stated totals are divided per GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hami_core.errors import InvalidInputError
+from hami_core.model import DeviceRequest, MutateResult
+from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.patches import pointer_token, set_resources
+from hami_core.protocol.quantity import parse_quantity_int
+
+from . import VENDOR
+from .names import (
+    CORES_PER_GPU,
+    LEGAL_MEMORY_UNITS,
+    MEMORY_UNIT_MIB,
+    MEMORY_UNITS_PER_GPU,
+    REQUEST_GPU_NUM,
+    resources,
+)
+
+
+def stated(container: Mapping[str, Any], name: str) -> object | None:
+    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
+    res = container.get("resources") or {}
+    for section in ("limits", "requests"):
+        values = res.get(section) or {}
+        if name in values:
+            return values[name]  # type: ignore[no-any-return]
+    return None
+
+
+def _int(container: Mapping[str, Any], name: str, *, maximum: int = 2**31 - 1) -> int | None:
+    raw = stated(container, name)
+    if raw is None:
+        return None
+    try:
+        return parse_quantity_int(raw, resource=name, maximum=maximum)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"container {container.get('name', '?')!r}: {exc}") from None
+
+
+def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
+    """The container's request, per GPU, or None when it names no ``mthreads.com/vgpu``.
+
+    Returns: ``memory_mib`` = units x 512 / count (or ``memory_pct`` 100 when no memory
+        is stated), ``cores_pct`` = sGPU cores / count (of 16 per GPU).
+    Raises:
+        InvalidInputError: a count of 0 or below, a malformed quantity, a one-GPU memory
+            outside 2, 4, 8, 16, 32, 64, 96, or cores above 16 per GPU.
+    """
+    names = resources(config)
+    cname = container.get("name", "?")
+    if stated(container, names.count) is None:
+        return None
+    count = _int(container, names.count)
+    if not count:
+        raise InvalidInputError(f"container {cname!r}: {names.count} must be greater than 0")
+    if count > 1:
+        return DeviceRequest(vendor=VENDOR, count=count, memory_pct=100, cores_pct=CORES_PER_GPU)
+    memory_units = _int(container, names.memory, maximum=(2**31 - 1) // MEMORY_UNIT_MIB)
+    cores = _int(container, names.cores)
+    if memory_units is not None and memory_units not in LEGAL_MEMORY_UNITS:
+        raise InvalidInputError(
+            f"container {cname!r}: {names.memory} {memory_units} is not a valid sGPU memory "
+            f"(units of {MEMORY_UNIT_MIB} MiB); valid values are "
+            f"{', '.join(map(str, LEGAL_MEMORY_UNITS))}"
+        )
+    if cores is not None and cores > CORES_PER_GPU:
+        raise InvalidInputError(
+            f"container {cname!r}: {names.cores} {cores} is above the {CORES_PER_GPU} "
+            "sGPU cores of one GPU"
+        )
+    if memory_units is None or memory_units == MEMORY_UNITS_PER_GPU:
+        # 96 units is what HAMi's webhook writes for a whole GPU; taking it as 100 % keeps
+        # a whole-GPU request placeable on GPUs with less than 48 GiB.
+        cores = CORES_PER_GPU if cores is None else cores
+        return DeviceRequest(vendor=VENDOR, count=1, memory_pct=100, cores_pct=cores)
+    return DeviceRequest(
+        vendor=VENDOR,
+        count=1,
+        memory_mib=memory_units * MEMORY_UNIT_MIB,
+        cores_pct=cores or 0,
+    )
+
+
+def mutate(
+    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
+) -> MutateResult | None:
+    """HAMi's ``MutateAdmission``: whole GPUs written as ``count x 96`` memory units and
+    ``count x 16`` cores for a count above 1 or a request without memory (limits and
+    requests both), ``mthreads.com/request-gpu-num`` on the pod for a count above 1.
+
+    Returns: None for a container without ``mthreads.com/vgpu``; a denial naming the
+        container, the resource and the value for an illegal one.
+    """
+    try:
+        req = parse_request(container, config)
+    except InvalidInputError as exc:
+        return MutateResult(denial=str(exc))
+    if req is None:
+        return None
+    names = resources(config)
+    values: dict[str, object] = {}
+    for name in (names.count, names.memory, names.cores):
+        if stated(container, name) is not None:
+            values[name] = stated(container, name)
+    whole = req.count > 1 or stated(container, names.memory) is None
+    if whole:
+        values[names.memory] = str(req.count * MEMORY_UNITS_PER_GPU)
+        values[names.cores] = str(req.count * CORES_PER_GPU)
+    patch = set_resources(container, container_path, values)
+    if req.count > 1:
+        ann = (pod.get("metadata") or {}).get("annotations")
+        if ann is None:
+            patch.insert(0, {"op": "add", "path": "/metadata/annotations", "value": {}})
+        if (ann or {}).get(REQUEST_GPU_NUM) != str(req.count):
+            patch.append(
+                {
+                    "op": "add",
+                    "path": f"/metadata/annotations/{pointer_token(REQUEST_GPU_NUM)}",
+                    "value": str(req.count),
+                }
+            )
+    return MutateResult(patch=tuple(patch))
