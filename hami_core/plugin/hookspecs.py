@@ -57,6 +57,23 @@ def hami_backend_info() -> BackendInfo:  # type: ignore[empty-body]
 
 
 @_hookspec
+def hami_check_config(config: VendorConfig) -> object | None:
+    """Validate this backend's configuration section and parse it into the backend's form.
+
+    Called by: ``BackendManager`` for every backend whenever it is built with a
+    configuration (every ``hami`` process at start, before it serves anything), so a
+    typo stops the process at start with the key named instead of denying pods later.
+    Args:
+        config: the section, complete: the common keys and ``options`` already merged
+            with the backend's ``option_defaults`` (unknown keys were refused before).
+    Returns: the backend's parsed settings (any object); every hook then receives it as
+        ``config.settings``. None when the section needs no more than the core's checks.
+    Raises: ``ConfigError`` naming the key as ``<backend>.<key>`` (e.g.
+        ``ascend.vnpuMode``).
+    """
+
+
+@_hookspec
 def hami_prepare_node(config: VendorConfig) -> list[str] | None:
     """Install what containers on this node need from the backend into host paths.
 

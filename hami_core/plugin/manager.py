@@ -103,6 +103,7 @@ class BackendManager:
         self._records: dict[str, BackendRecord] = {}
         self._by_vendor: dict[str, str] = {}
         self._callers: dict[tuple[str, str], Any] = {}
+        self._sections: dict[str, VendorConfig] = {}
         for name in sorted(plugins):
             try:
                 self._pm.register(plugins[name], name=name)
@@ -136,6 +137,8 @@ class BackendManager:
             self._records[name] = BackendRecord(
                 name=name, version=(versions or {}).get(name, ""), info=info, hooks=hooks
             )
+        for name, record in self._records.items():
+            self._sections[name] = self._checked_section(name, record.info)
 
     # -- construction ---------------------------------------------------------------
 
@@ -224,8 +227,20 @@ class BackendManager:
             raise KeyError(f"no installed backend serves vendor {vendor!r}") from None
 
     def vendor_config(self, backend: str) -> VendorConfig:
-        """The configuration section of a backend."""
-        return self.config.vendor(backend)
+        """The configuration section of a backend, complete (``options`` merged with the
+        backend's ``option_defaults``) and checked (``settings`` is what the backend's
+        ``hami_check_config`` returned). Raises ``KeyError`` for an unknown backend."""
+        return self._sections[backend]
+
+    def _checked_section(self, name: str, info: BackendInfo) -> VendorConfig:
+        stated = self.config.vendors.get(name)
+        section = (
+            VendorConfig.defaults(info)
+            if stated is None
+            else attrs.evolve(stated, options={**info.option_defaults, **stated.options})
+        )
+        settings = self._call_one(name, "hami_check_config", object, config=section)
+        return attrs.evolve(section, settings=settings)
 
     # -- hooks ----------------------------------------------------------------------
 

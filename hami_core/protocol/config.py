@@ -54,7 +54,11 @@ class VendorConfig:
         default_memory_mib: memory per device when a request names none; 0 = whole device.
         default_cores_pct: cores per device when a request names none.
         default_count: devices for a request that names memory or cores but no count.
-        options: backend-specific keys (declared by the backend's ``option_defaults``).
+        options: backend-specific keys, always complete: the backend's
+            ``option_defaults`` overlaid with what the file states.
+        settings: the backend's own parsed form of the section, as its
+            ``hami_check_config`` returned it when the ``BackendManager`` loaded the
+            configuration (None for a backend without that hook).
     """
 
     resource_count_name: str = ""
@@ -68,6 +72,13 @@ class VendorConfig:
     default_cores_pct: int = 0
     default_count: int = 1
     options: Mapping[str, Any] = attrs.field(factory=dict)
+    settings: object = attrs.field(default=None, eq=False, repr=False)
+
+    @classmethod
+    def defaults(cls, info: BackendInfo) -> VendorConfig:
+        """The section of a backend whose file states nothing: common defaults and the
+        backend's ``option_defaults``."""
+        return cls(options=dict(info.option_defaults))
 
 
 @attrs.frozen(kw_only=True)
@@ -81,7 +92,9 @@ class HamiConfig:
     vendors: Mapping[str, VendorConfig] = attrs.field(factory=dict)
 
     def vendor(self, backend: str) -> VendorConfig:
-        """The section of ``backend`` (the defaults when the file has none)."""
+        """The section of ``backend`` as the file states it (common defaults when the file
+        has none). Hooks receive ``BackendManager.vendor_config`` instead: merged with the
+        backend's option defaults and checked."""
         return self.vendors.get(backend) or VendorConfig()
 
 

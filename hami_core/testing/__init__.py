@@ -18,5 +18,6 @@ test a plugin object that is not installed, ``sample_devices`` /
 """
 
 from .conformance import BackendConformance
+from .sections import section
 
-__all__ = ["BackendConformance"]
+__all__ = ["BackendConformance", "section"]

@@ -21,6 +21,8 @@ PRELUDE = """
 import json, os, sys, time
 from hami_nvidia.node import NvidiaNode
 from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
+from hami_nvidia import plugin
 def show(devices):
     return [[d.uuid, d.model, d.index, d.memory_mib, d.numa, d.mode, d.healthy] for d in devices]
 def edit(change):
@@ -59,7 +61,7 @@ def test_discovery_reads_every_field_through_pynvml(fake_gpus: FakeGpus, fake_nv
         fake_gpus,
         fake_nvml_dir,
         """
-        out["devices"] = show(NvidiaNode().discover(VendorConfig(memory_scaling=2.0)))
+        out["devices"] = show(NvidiaNode().discover(section(plugin, memory_scaling=2.0)))
         """,
     )
 
@@ -78,7 +80,7 @@ def test_nvml_init_failure_is_a_clear_error(fake_gpus: FakeGpus, fake_nvml_dir: 
         """
         from hami_nvidia.nvml import NvmlError
         try:
-            NvidiaNode().discover(VendorConfig())
+            NvidiaNode().discover(section(plugin))
         except NvmlError as exc:
             out["error"] = str(exc)
         """,
@@ -96,7 +98,7 @@ def test_no_library_means_no_driver(fake_gpus: FakeGpus):
     ):
         pytest.skip("a real NVIDIA driver library is installed here")
 
-    out = run(fake_gpus, None, 'out["devices"] = NvidiaNode().discover(VendorConfig())')
+    out = run(fake_gpus, None, 'out["devices"] = NvidiaNode().discover(section(plugin))')
 
     assert out["devices"] is None
 
@@ -111,10 +113,10 @@ def test_unified_memory_uses_the_configured_value(fake_gpus: FakeGpus, fake_nvml
         """
         from hami_core.errors import ConfigError
         try:
-            NvidiaNode().discover(VendorConfig())
+            NvidiaNode().discover(section(plugin))
         except ConfigError as exc:
             out["error"] = str(exc)
-        config = VendorConfig(options={"unifiedMemoryMiB": 98304})
+        config = section(plugin, options={"unifiedMemoryMiB": 98304})
         out["devices"] = show(NvidiaNode().discover(config))
         """,
     )
@@ -131,7 +133,7 @@ def test_xid_events_mark_gpus_unhealthy_and_they_recover(fake_gpus: FakeGpus, fa
         fake_gpus,
         fake_nvml_dir,
         """
-        config = VendorConfig(options={"healthRecoverySeconds": 1})
+        config = section(plugin, options={"healthRecoverySeconds": 1})
         node = NvidiaNode()
         node.discover(config)
         out["first"] = node.watch_health(config, 2.0)
@@ -159,7 +161,7 @@ def test_a_lost_gpu_stays_listed_unhealthy_until_it_answers(
         fake_gpus,
         fake_nvml_dir,
         """
-        config = VendorConfig(options={"healthRecoverySeconds": 1})
+        config = section(plugin, options={"healthRecoverySeconds": 1})
         node = NvidiaNode()
         node.discover(config)
         edit(lambda d: d["devices"][0].update(fail={"nvmlDeviceGetMemoryInfo": 15}))
@@ -191,7 +193,7 @@ def test_link_scores_through_nvml_topology_and_nvlink(fake_gpus: FakeGpus, fake_
         fake_nvml_dir,
         """
         node = NvidiaNode()
-        out["scores"] = node.link_scores(node.discover(VendorConfig()))
+        out["scores"] = node.link_scores(node.discover(section(plugin)))
         """,
     )
 

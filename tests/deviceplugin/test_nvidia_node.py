@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hami_nvidia import plugin
 from hami_nvidia.discover import device_infos, model_name, numa_node
 from hami_nvidia.node import NvidiaNode
 from hami_nvidia.nvml import (
@@ -20,6 +21,7 @@ from hami_nvidia.topology import link_scores
 
 from hami_core.errors import ConfigError
 from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 from .pyfake import PyFakeNvml
 
@@ -44,7 +46,7 @@ class Clock:
         return self.now
 
 
-CONFIG = VendorConfig()
+CONFIG = section(plugin)
 
 
 @pytest.mark.parametrize(
@@ -60,7 +62,7 @@ def test_model_names_get_the_nvidia_prefix(name, model):
 
 
 def test_split_count_and_scaling_follow_the_config():
-    config = VendorConfig(split_count=7, memory_scaling=1.5, core_scaling=0.75)
+    config = section(plugin, split_count=7, memory_scaling=1.5, core_scaling=0.75)
 
     (d,) = device_infos([gpu(0, memory_mib=15109)], config)
 
@@ -86,7 +88,7 @@ def test_mig_mode_is_reported():
 
 
 def test_unified_memory_takes_the_configured_value():
-    config = VendorConfig(memory_scaling=1.0, options={"unifiedMemoryMiB": 98304})
+    config = section(plugin, memory_scaling=1.0, options={"unifiedMemoryMiB": 98304})
     (d,) = device_infos([gpu(0, name="NVIDIA GB10", memory_mib=None)], config)
     assert d.memory_mib == 98304
 
@@ -148,13 +150,13 @@ def test_ignored_xids_come_from_the_config():
     n = node_with(nvml, clock)
     nvml.events.append(xid("GPU-0", 79))
 
-    assert n.watch_health(VendorConfig(options={"ignoredXids": [79]}), 0.01) == []
+    assert n.watch_health(section(plugin, options={"ignoredXids": [79]}), 0.01) == []
 
 
 def test_a_gpu_recovers_after_a_quiet_period_when_it_answers_again():
     nvml, clock = PyFakeNvml([gpu(0), gpu(1)]), Clock()
     n = node_with(nvml, clock)
-    config = VendorConfig(options={"healthRecoverySeconds": 30})
+    config = section(plugin, options={"healthRecoverySeconds": 30})
     nvml.events.append(xid("GPU-1", 79))
     n.watch_health(config, 0.01)
     nvml.dead.add("GPU-1")
@@ -171,7 +173,7 @@ def test_a_gpu_recovers_after_a_quiet_period_when_it_answers_again():
 def test_a_new_fault_restarts_the_quiet_period():
     nvml, clock = PyFakeNvml([gpu(0)]), Clock()
     n = node_with(nvml, clock)
-    config = VendorConfig(options={"healthRecoverySeconds": 30})
+    config = section(plugin, options={"healthRecoverySeconds": 30})
     nvml.events.append(xid("GPU-0", 79))
     n.watch_health(config, 0.01)
     clock.now += 20
@@ -187,7 +189,7 @@ def test_a_new_fault_restarts_the_quiet_period():
 def test_recovery_zero_keeps_a_gpu_unhealthy():
     nvml, clock = PyFakeNvml([gpu(0)]), Clock()
     n = node_with(nvml, clock)
-    config = VendorConfig(options={"healthRecoverySeconds": 0})
+    config = section(plugin, options={"healthRecoverySeconds": 0})
     nvml.events.append(xid("GPU-0", 79))
     n.watch_health(config, 0.01)
     clock.now += 10**6

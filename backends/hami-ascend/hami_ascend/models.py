@@ -16,7 +16,6 @@ core when the backend loads (``hami_backend_info``), before any configuration is
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -321,26 +320,16 @@ class AscendSettings:
         return self.models.get(vendor)
 
 
-_CACHE: dict[str, AscendSettings] = {}
-
-
-def settings(config: VendorConfig) -> AscendSettings:
-    """Validate and merge this backend's configuration section.
+def parse_settings(config: VendorConfig) -> AscendSettings:
+    """Validate this backend's section (``hami_check_config``): complete, as the
+    ``BackendManager`` hands it (``options`` merged with ``OPTION_DEFAULTS``).
 
     Raises:
         ConfigError: an unknown model or key under ``vnpus``, a value of the wrong type,
             a template list that is not a list of ``{name, memory}`` mappings, or an
             unknown ``vnpuMode``; the message names ``ascend.<key>``.
     """
-    options = {**OPTION_DEFAULTS, **dict(config.options)}
-    key = json.dumps(
-        [options, attrs.asdict(config, filter=lambda a, _: a.name != "options")],
-        sort_keys=True,
-        default=str,
-    )
-    cached = _CACHE.get(key)
-    if cached is not None:
-        return cached
+    options = config.options
     mode = parse_mode(str(options["vnpuMode"]), where="ascend.vnpuMode")
     overrides = options["vnpus"]
     if not isinstance(overrides, Mapping):
@@ -353,7 +342,7 @@ def settings(config: VendorConfig) -> AscendSettings:
         vendor: _merge(model, overrides.get(vendor) or {}, where=f"ascend.vnpus.{vendor}")
         for vendor, model in known.items()
     }
-    result = AscendSettings(
+    return AscendSettings(
         mode=mode,
         runtime_class_name=str(options["runtimeClassName"]),
         hook_path=str(options["hookPath"]).rstrip("/") or "/",
@@ -361,10 +350,18 @@ def settings(config: VendorConfig) -> AscendSettings:
         models=models,
         common=config,
     )
-    if len(_CACHE) > 64:
-        _CACHE.clear()
-    _CACHE[key] = result
-    return result
+
+
+def settings(config: VendorConfig) -> AscendSettings:
+    """The section as ``parse_settings`` read it when the configuration was loaded.
+
+    Raises:
+        TypeError: the section did not come through ``hami_check_config`` (build one
+            with ``BackendManager`` or ``hami_core.testing.section``).
+    """
+    if not isinstance(config.settings, AscendSettings):
+        raise TypeError("the ascend section was not checked by hami_check_config")
+    return config.settings
 
 
 def parse_mode(value: str, *, where: str) -> str:

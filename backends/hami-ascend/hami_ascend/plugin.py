@@ -23,7 +23,7 @@ from hami_core.plugin import hookimpl
 from hami_core.protocol.config import VendorConfig
 
 from . import BACKEND_NAME, admission, allocate, discover, fit, requests, runtime_info, score
-from .models import DEFAULT_MODELS, OPTION_DEFAULTS, settings
+from .models import DEFAULT_MODELS, OPTION_DEFAULTS, AscendSettings, parse_settings, settings
 from .names import DEVICE_TYPES, VENDORS
 
 _DEFAULTS = {m.vendor: m for m in DEFAULT_MODELS}
@@ -37,6 +37,11 @@ def hami_backend_info() -> BackendInfo:
         description="Huawei Ascend NPUs: vNPU templates (Ascend Docker Runtime) or HAMi soft slicing",
         option_defaults=OPTION_DEFAULTS,
     )
+
+
+@hookimpl
+def hami_check_config(config: VendorConfig) -> AscendSettings:
+    return parse_settings(config)
 
 
 @hookimpl

@@ -59,7 +59,7 @@ def allocate(
     ids = [str(indices[d.uuid]) if d.uuid in indices else d.uuid for d in devices]
     envs = {VISIBLE_DEVICES: ",".join(ids)}
     nodes: list[DeviceNode] = []
-    if not options.option(config, options.USE_RUNTIME):
+    if not config.options[options.USE_RUNTIME]:
         for d in devices:
             if d.uuid not in indices:
                 continue
@@ -71,7 +71,7 @@ def allocate(
                 nodes.append(DeviceNode(container_path=ipcm, host_path=ipcm))
         nodes.append(DeviceNode(container_path=CONTROL_NODE, host_path=CONTROL_NODE))
     mounts: list[Mount] = []
-    cnmon = str(options.option(config, options.MOUNT_CNMON) or "")
+    cnmon = str(config.options[options.MOUNT_CNMON] or "")
     if cnmon:
         mounts.append(Mount(container_path=cnmon, host_path=cnmon, read_only=True))
     return ContainerAllocation(envs=envs, device_nodes=tuple(nodes), mounts=tuple(mounts))

@@ -162,12 +162,12 @@ def to_devices(cards: Iterable[CnmonCard], config: VendorConfig) -> list[DeviceI
 
 
 def _argv(config: VendorConfig) -> list[str]:
-    return shlex.split(str(options.option(config, options.CNMON_COMMAND)))
+    return shlex.split(str(config.options[options.CNMON_COMMAND]))
 
 
 def default_runner(config: VendorConfig) -> Runner:
     """``run_tool`` with the configured timeout."""
-    timeout_s = float(options.option(config, options.CNMON_TIMEOUT_S))
+    timeout_s = float(config.options[options.CNMON_TIMEOUT_S])
     return lambda argv: run_tool(argv, timeout_s=timeout_s)
 
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.protocol.config import VendorConfig
-
 ACCEPT_QUALIFIED = "acceptModelQualifiedNames"
 RUNTIME_CLASS = "runtimeClassName"
 CNMON_COMMAND = "cnmonCommand"
@@ -34,8 +32,3 @@ OPTION_DEFAULTS: Mapping[str, Any] = {
     USE_RUNTIME: True,
     MOUNT_CNMON: "",
 }
-
-
-def option(config: VendorConfig, key: str) -> Any:
-    """The value of a backend-specific key: the config's, else the default."""
-    return config.options.get(key, OPTION_DEFAULTS[key])

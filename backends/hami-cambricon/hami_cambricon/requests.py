@@ -87,7 +87,7 @@ def _stated_names(container: Mapping[str, Any]) -> set[str]:
 
 def accepts_qualified(config: VendorConfig) -> bool:
     """Whether model-qualified names (``cambricon.com/mlu370.smlu.vmemory``) are read."""
-    return bool(options.option(config, options.ACCEPT_QUALIFIED))
+    return bool(config.options[options.ACCEPT_QUALIFIED])
 
 
 def container_model(

@@ -16,7 +16,7 @@ from hami_core.model import MutateResult
 from hami_core.protocol.config import VendorConfig
 from hami_core.protocol.patches import set_resources
 
-from .names import option, resources
+from .names import resources
 from .requests import parse_request, resource_value
 
 
@@ -36,7 +36,7 @@ def mutate_container(
         return None
     names = resources(config)
     values: dict[str, object] = {names.count: str(req.count), names.cores: str(req.cores_pct)}
-    factor = max(1, int(option(config, "memoryFactor")))
+    factor = max(1, int(config.options["memoryFactor"]))
     if req.memory_mib and req.memory_mib % factor == 0:
         # a defaulted memory is written in the user's unit (MiB / memoryFactor)
         values[names.memory] = str(req.memory_mib // factor)

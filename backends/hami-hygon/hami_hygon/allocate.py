@@ -35,7 +35,6 @@ from hami_core.model import ContainerAllocation, ContainerDevices, DeviceNode, M
 from hami_core.protocol.config import VendorConfig
 
 from . import discover
-from .names import option
 from .vdev import VdevAllocator
 
 VDEV_CONTAINER_DIR: Final = "/etc/vdev/docker"
@@ -89,9 +88,9 @@ def allocate(
             if name:
                 path = f"/dev/dri/{name}"
                 nodes.append(DeviceNode(container_path=path, host_path=path, permissions="rw"))
-    hyhal = str(option(config, "hyhalPath")).rstrip("/")
+    hyhal = str(config.options["hyhalPath"]).rstrip("/")
     mounts = [Mount(container_path=hyhal, host_path=hyhal)] if hyhal else []
-    dtk = str(option(config, "dtkPath")).rstrip("/")
+    dtk = str(config.options["dtkPath"]).rstrip("/")
     if dtk:
         mounts.append(Mount(container_path=DTK_CONTAINER_DIR, host_path=dtk))
     envs = {"HIP_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(devices)))}
@@ -101,7 +100,7 @@ def allocate(
         partial_memory = dcu.memory_mib and first.memory_mib < dcu.memory_mib
         if partial_memory or first.cores_pct < 100:
             meta = pod.get("metadata") or {}
-            directory = VdevAllocator(Path(str(option(config, "vdevPath")))).allocate(
+            directory = VdevAllocator(Path(str(config.options["vdevPath"]))).allocate(
                 pod_uid=str(meta.get("uid", "")),
                 container=str(container.get("name", "")),
                 device_id=dcu.index,

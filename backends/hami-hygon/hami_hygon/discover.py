@@ -30,7 +30,6 @@ from hami_core.protocol.config import VendorConfig
 
 from . import VENDOR
 from .hysmi import HyDevice, device_uuid, parse_json, parse_text, parse_virtual_info
-from .names import option
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +160,8 @@ def discover(
     Returns: the DCUs by index (``[]`` when there are none); None when ``hy-smi`` is
         missing or fails (no driver on this node).
     """
-    hy = str(option(config, "hySmiPath"))
-    root = Path(str(option(config, "sysfsPath"))) if sysfs is None else sysfs
+    hy = str(config.options["hySmiPath"])
+    root = Path(str(config.options["sysfsPath"])) if sysfs is None else sysfs
     found = _query(hy, runner)
     if found is None:
         return None

@@ -65,11 +65,6 @@ def resources(config: VendorConfig) -> ResourceNames:
     )
 
 
-def option(config: VendorConfig, key: str) -> Any:
-    """A backend option's value, its default when the section does not set it."""
-    return config.options.get(key, OPTION_DEFAULTS[key])
-
-
 def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, str]:
     """The pod's annotations (empty when it has none)."""
     ann = (pod.get("metadata") or {}).get("annotations") or {}

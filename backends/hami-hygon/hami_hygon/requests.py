@@ -30,7 +30,7 @@ from hami_core.protocol.config import VendorConfig
 from hami_core.protocol.quantity import parse_quantity_int
 
 from . import VENDOR
-from .names import HAMI_DEFAULT_CORES, option, resources
+from .names import HAMI_DEFAULT_CORES, resources
 
 
 @attrs.frozen(kw_only=True)
@@ -104,7 +104,7 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
             )
         return None
     count = raw.count if raw.count is not None else config.default_count
-    factor = int(option(config, "memoryFactor"))
+    factor = int(config.options["memoryFactor"])
     memory = (raw.memory_mib or 0) * max(1, factor)
     if memory > 2**31 - 1:
         raise InvalidInputError(

@@ -50,7 +50,7 @@ def mutate_container(
             values[names.memory] = str(req.memory_mib or tiers[-1])
 
     patch: list[dict[str, Any]] = set_resources(container, container_path, values)
-    runtime_class = str(options.option(config, options.RUNTIME_CLASS) or "")
+    runtime_class = str(config.options[options.RUNTIME_CLASS] or "")
     if runtime_class and not (pod.get("spec") or {}).get("runtimeClassName"):
         patch.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class})
     return MutateResult(patch=tuple(patch))

@@ -60,7 +60,7 @@ def allocate(
     if any(d.cores_pct < 100 for d in devices):
         envs[MEMORY_LIMIT] = str(max(d.memory_mib for d in devices) * BYTES_PER_MIB)
     nodes: list[DeviceNode] = []
-    if not options.option(config, options.USE_RUNTIME):
+    if not config.options[options.USE_RUNTIME]:
         for d in devices:
             if d.uuid in indices:
                 path = DEVICE_NODE.format(index=indices[d.uuid])

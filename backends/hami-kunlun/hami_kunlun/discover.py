@@ -186,12 +186,12 @@ def to_devices(rows: Sequence[XpuSmiDevice], config: VendorConfig) -> list[Devic
 
 
 def _argv(config: VendorConfig) -> list[str]:
-    return shlex.split(str(options.option(config, options.XPU_SMI_COMMAND)))
+    return shlex.split(str(config.options[options.XPU_SMI_COMMAND]))
 
 
 def default_runner(config: VendorConfig) -> Runner:
     """``run_tool`` with the configured timeout."""
-    timeout_s = float(options.option(config, options.XPU_SMI_TIMEOUT_S))
+    timeout_s = float(config.options[options.XPU_SMI_TIMEOUT_S])
     return lambda argv: run_tool(argv, timeout_s=timeout_s)
 
 

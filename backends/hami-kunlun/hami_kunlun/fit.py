@@ -78,7 +78,7 @@ def _topology_chooser(
 ) -> devicefit.Chooser | None:
     """HAMi's topology-aware sets where they apply (see the module docstring), else None."""
     if not (
-        options.option(config, options.TOPOLOGY_AWARE)
+        config.options[options.TOPOLOGY_AWARE]
         and (request.count >= 2 or is_whole_card(request))
         and topology.is_oam_node(u.device.index for u in usage)
     ):

@@ -55,7 +55,7 @@ def resources(config: VendorConfig) -> ResourceNames:
 
 def whole_card_resource(config: VendorConfig) -> str:
     """The whole-card count resource (``kunlunxin.com/xpu`` unless configured)."""
-    return str(options.option(config, options.WHOLE_CARD_RESOURCE))
+    return str(config.options[options.WHOLE_CARD_RESOURCE])
 
 
 def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:

@@ -47,18 +47,14 @@ OPTION_DEFAULTS: Mapping[str, Any] = {
 }
 
 
-def option(config: VendorConfig, key: str) -> Any:
-    """The value of a backend-specific key: the config's, else the default."""
-    return config.options.get(key, OPTION_DEFAULTS[key])
-
-
-def memory_tiers(config: VendorConfig) -> tuple[int, ...]:
-    """The vXPU sizes in MiB, ascending; the last one is the whole card.
+def check_config(config: VendorConfig) -> None:
+    """``hami_check_config``: the section's backend-specific values, at load.
 
     Raises:
-        ConfigError: not a non-empty, strictly ascending list of positive integers.
+        ConfigError: ``memoryTiersMiB`` is not a non-empty, strictly ascending list of
+            positive integers.
     """
-    raw = option(config, MEMORY_TIERS)
+    raw = config.options[MEMORY_TIERS]
     if (
         not isinstance(raw, list | tuple)
         or not raw
@@ -68,4 +64,9 @@ def memory_tiers(config: VendorConfig) -> tuple[int, ...]:
         raise ConfigError(
             f"kunlun.{MEMORY_TIERS}: expected a strictly ascending list of MiB sizes, got {raw!r}"
         )
-    return tuple(raw)
+
+
+def memory_tiers(config: VendorConfig) -> tuple[int, ...]:
+    """The vXPU sizes in MiB, ascending (checked by ``check_config``); the last one is
+    the whole card."""
+    return tuple(config.options[MEMORY_TIERS])

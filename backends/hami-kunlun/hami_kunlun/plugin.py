@@ -21,7 +21,7 @@ from hami_core.model import (
 from hami_core.plugin import hookimpl
 from hami_core.protocol.config import VendorConfig
 
-from . import VENDOR, admission, allocate, discover, fit, requests, score
+from . import VENDOR, admission, allocate, discover, fit, options, requests, score
 from .names import DEVICE_TYPE
 from .options import OPTION_DEFAULTS
 
@@ -34,6 +34,11 @@ def hami_backend_info() -> BackendInfo:
         description="Kunlunxin XPUs: vXPU slices (1/4, 1/2 card) and whole cards with topology-aware sets",
         option_defaults=OPTION_DEFAULTS,
     )
+
+
+@hookimpl
+def hami_check_config(config: VendorConfig) -> None:
+    options.check_config(config)
 
 
 @hookimpl

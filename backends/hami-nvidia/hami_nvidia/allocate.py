@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hami_core.errors import ConfigError
 from hami_core.model import ContainerAllocation, ContainerDevices, Mount
 from hami_core.protocol.config import VendorConfig
 
@@ -18,6 +19,28 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "libraryPath": "",  # host path of libvgpu.so; "" = <hookPath>/libvgpu.so
     "corePolicy": "default",  # GPU_CORE_UTILIZATION_POLICY unless the pod says otherwise
 }
+
+
+#: ``GPU_CORE_UTILIZATION_POLICY`` values libvgpu.so knows (HAMi-core ``utilization``
+#: watcher: ``default``, ``force``, ``disable``); ``none`` is HAMi's alias of ``disable``.
+CORE_POLICIES = ("default", "force", "disable", "none")
+
+
+def check_config(config: VendorConfig) -> None:
+    """``hami_check_config``: the node-side keys of the ``nvidia`` section.
+
+    Raises:
+        ConfigError: ``corePolicy`` is not one of ``CORE_POLICIES``, or
+            ``healthRecoverySeconds`` / ``unifiedMemoryMiB`` is negative.
+    """
+    opts = config.options
+    if opts["corePolicy"] not in CORE_POLICIES:
+        raise ConfigError(
+            f"nvidia.corePolicy: {opts['corePolicy']!r} is not one of {', '.join(CORE_POLICIES)}"
+        )
+    for key in ("healthRecoverySeconds", "unifiedMemoryMiB"):
+        if opts[key] < 0:
+            raise ConfigError(f"nvidia.{key}: must be >= 0, got {opts[key]!r}")
 
 
 def container_dir(hook_path: str, pod_uid: str, container: str) -> str:
@@ -42,7 +65,7 @@ def allocate(
     """
     if not devices:
         return ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": "none"})
-    opts = {**OPTION_DEFAULTS, **config.options}
+    opts = config.options
     hook = str(opts["hookPath"]).rstrip("/")
     meta = pod.get("metadata") or {}
     name = str(container.get("name", ""))

@@ -71,7 +71,7 @@ def device_infos(
     Raises:
         ConfigError: a GPU reports no memory and ``unifiedMemoryMiB`` is not set.
     """
-    unified = int(config.options.get("unifiedMemoryMiB", 0) or 0)
+    unified = int(config.options["unifiedMemoryMiB"])
     out = []
     for gpu in sorted(gpus, key=lambda g: g.index):
         total = gpu.memory_mib

@@ -114,7 +114,7 @@ class NvidiaNode:
         Raises:
             NvmlError: NVML fails outside a timeout.
         """
-        opts = {**OPTION_DEFAULTS, **config.options}
+        opts = config.options
         try:
             self._start_watch()
         except NvmlMissingError:

@@ -36,6 +36,11 @@ def hami_backend_info() -> BackendInfo:
 
 
 @hookimpl
+def hami_check_config(config: VendorConfig) -> None:
+    allocate.check_config(config)
+
+
+@hookimpl
 def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
     return node.current().discover(config)
 
@@ -98,7 +103,7 @@ def hami_allocate(
 
 @hookimpl
 def hami_prepare_node(config: VendorConfig) -> list[str]:
-    opts = {**allocate.OPTION_DEFAULTS, **config.options}
+    opts = config.options
     if opts["libraryPath"]:
         return []  # the operator placed the library; nothing to install
     return shim.install_hook_files(str(opts["hookPath"]), container_dir=allocate.CONTAINER_HOOK_DIR)

@@ -1,17 +1,17 @@
 """What kubelet adds to Ascend containers (Ascend Docker Runtime env, HAMi soft slicing)."""
 
 import pytest
-from hami_ascend import discover
+from hami_ascend import discover, plugin
 from hami_ascend.allocate import allocate
 from hami_ascend.models import settings
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import ContainerDevice
-from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 from .support import FakeNpuSmi
 
-DEFAULT = VendorConfig()
+DEFAULT = section(plugin)
 UUID0 = "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003"
 UUID3 = "901422D4-02103514-1711E613-6DA7040A-00102001"
 POD = {"metadata": {"name": "p", "namespace": "default", "uid": "uid-1"}}

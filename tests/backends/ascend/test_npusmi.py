@@ -1,11 +1,12 @@
 """npu-smi parsers and discovery, on the recorded samples (see samples/README.md)."""
 
 import pytest
+from hami_ascend import plugin
 from hami_ascend.discover import discover
 from hami_ascend.models import settings
 from hami_ascend.npusmi import parse_board, parse_info, parse_mapping, vdie_uuid
 
-from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 from .support import SAMPLES, FakeNpuSmi
 
@@ -80,7 +81,7 @@ def test_board_vdie_id_is_hamis_uuid():
 
 
 def test_discover_an_a2_node():
-    cfg = settings(VendorConfig())
+    cfg = settings(section(plugin))
     found = discover(cfg, FakeNpuSmi("910b3"))
     assert found is not None
     devs = found.devices
@@ -97,7 +98,7 @@ def test_discover_an_a2_node():
 
 
 def test_discover_a_310p_node():
-    found = discover(settings(VendorConfig()), FakeNpuSmi("310p3"))
+    found = discover(settings(section(plugin)), FakeNpuSmi("310p3"))
     assert found is not None
     assert [(d.vendor, d.memory_mib, d.split_count) for d in found.devices] == [
         ("Ascend310P", 21527, 7)
@@ -105,7 +106,7 @@ def test_discover_a_310p_node():
 
 
 def test_discover_an_a3_node_keeps_the_physical_ids():
-    found = discover(settings(VendorConfig()), FakeNpuSmi("a3"))
+    found = discover(settings(section(plugin)), FakeNpuSmi("a3"))
     assert found is not None
     assert {d.vendor for d in found.devices} == {"Ascend910C"}
     assert [found.chips[d.uuid].phy_id for d in found.devices] == [0, 1, 2, 3]
@@ -113,8 +114,12 @@ def test_discover_an_a3_node_keeps_the_physical_ids():
 
 
 def test_discover_in_hami_core_mode_uses_the_split_count_and_scaling():
-    config = VendorConfig(
-        split_count=6, core_scaling=1.5, memory_scaling=2.0, options={"vnpuMode": "hami-core"}
+    config = section(
+        plugin,
+        split_count=6,
+        core_scaling=1.5,
+        memory_scaling=2.0,
+        options={"vnpuMode": "hami-core"},
     )
     found = discover(settings(config), FakeNpuSmi("910b3"))
     assert found is not None
@@ -122,10 +127,10 @@ def test_discover_in_hami_core_mode_uses_the_split_count_and_scaling():
 
 
 def test_discover_without_npu_smi_is_none():
-    assert discover(settings(VendorConfig()), FakeNpuSmi(None)) is None
+    assert discover(settings(section(plugin)), FakeNpuSmi(None)) is None
 
 
 def test_chips_of_unconfigured_models_are_skipped():
-    config = VendorConfig(options={"vnpus": {"Ascend910B3": {"chipName": "910B9"}}})
+    config = section(plugin, options={"vnpus": {"Ascend910B3": {"chipName": "910B9"}}})
     found = discover(settings(config), FakeNpuSmi("910b3"))
     assert found is not None and found.devices == ()

@@ -3,15 +3,15 @@ carrying the inventory HAMi's ascend-device-plugin writes (``hami.io/node-regist
 
 import json
 
-from hami_ascend import discover
+from hami_ascend import discover, plugin
 from hami_ascend.models import settings
 
 from hami_core.cluster import MemoryCluster
 from hami_core.model import ContainerDevice
 from hami_core.protocol import encode_inventory
-from hami_core.protocol.config import VendorConfig
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.simulate.pipeline import Pipeline
+from hami_core.testing import section
 from tests.builders import gpu
 from tests.builders import node as nvidia_node
 
@@ -35,7 +35,7 @@ def ascend_node(name, vendor, devices_json, *, count_resource=None):
 
 def discovered_node(name="npu-1", layout="910b3"):
     """A node registered from our own discovery of the recorded npu-smi samples."""
-    found = discover.discover(settings(VendorConfig()), FakeNpuSmi(layout))
+    found = discover.discover(settings(section(plugin)), FakeNpuSmi(layout))
     assert found is not None
     vendor = found.devices[0].vendor
     return ascend_node(name, vendor, encode_inventory(found.devices))

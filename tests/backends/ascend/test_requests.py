@@ -4,17 +4,18 @@ import copy
 
 import jsonpatch
 import pytest
+from hami_ascend import plugin
 from hami_ascend.admission import LIMITER_COMMAND, mutate_container
 from hami_ascend.models import settings
 from hami_ascend.requests import parse_request, resolve
 
 from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.model import DeviceRequest
-from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 from .conftest import only
 
-DEFAULT = VendorConfig()
+DEFAULT = section(plugin)
 
 
 def ctr(model="Ascend910B3", count=None, memory=None, cores=None, name="main"):
@@ -100,7 +101,7 @@ def test_count_only_is_a_whole_exclusive_chip_and_memory_only_gets_a_count():
 
 
 def test_defaults_from_the_config():
-    config = VendorConfig(default_memory_mib=20000, default_cores_pct=10, default_count=1)
+    config = section(plugin, default_memory_mib=20000, default_cores_pct=10, default_count=1)
     assert req(ctr(count=1), config) == slice_("Ascend910B3", 32768, cores=10)
 
 
@@ -147,7 +148,7 @@ def test_hami_core_mode_keeps_the_memory_as_stated():
     assert req(ctr(count=1, memory=5000, cores=30), annotations=ann) == slice_(
         "Ascend910B3", 5000, cores=30
     )
-    config = VendorConfig(options={"vnpuMode": "hami-core"})
+    config = section(plugin, options={"vnpuMode": "hami-core"})
     assert req(ctr(count=1, memory=5000), config) == slice_("Ascend910B3", 5000)
     ann_template = {"huawei.com/vnpu-mode": "template"}
     assert req(ctr(count=1, memory=5000), config, ann_template) == slice_("Ascend910B3", 16384)
@@ -159,7 +160,8 @@ def test_unknown_vnpu_mode_is_refused():
 
 
 def test_templates_are_overridable_per_model():
-    config = VendorConfig(
+    config = section(
+        plugin,
         options={
             "vnpus": {
                 "Ascend910B3": {
@@ -169,7 +171,7 @@ def test_templates_are_overridable_per_model():
                     ]
                 }
             }
-        }
+        },
     )
     assert req(ctr(count=1, memory=8000), config) == slice_("Ascend910B3", 8192)
     assert req(ctr(count=1, memory=8193), config) == slice_("Ascend910B3", 32768)
@@ -189,7 +191,7 @@ def test_templates_are_overridable_per_model():
 )
 def test_bad_options_are_config_errors(options, message):
     with pytest.raises(ConfigError, match=message):
-        settings(VendorConfig(options=options))
+        settings(section(plugin, options=options))
 
 
 def test_options_through_the_config_file_parser():
@@ -241,7 +243,7 @@ def test_admission_keeps_quantities_that_already_mean_the_value():
 
 
 def test_admission_is_idempotent_and_sets_the_runtime_class():
-    config = VendorConfig(options={"runtimeClassName": "ascend"})
+    config = section(plugin, options={"runtimeClassName": "ascend"})
     p = mutated(pod(ctr(count=1, memory=5000)), config=config)
     assert p["spec"]["runtimeClassName"] == "ascend"
     again = mutate_container(p, p["spec"]["containers"][0], "/spec/containers/0", config)

@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hami_cambricon import plugin
+
 from hami_core.model import DeviceInfo, DeviceUsage
 from hami_core.protocol import encode_inventory
 from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 SAMPLES = Path(__file__).parent / "samples"
 X8_SAMPLE = SAMPLES / "cnmon-info-mlu370-x8.txt"
@@ -96,4 +99,4 @@ def node(
 def config(**options: Any) -> VendorConfig:
     from hami_cambricon.options import OPTION_DEFAULTS
 
-    return VendorConfig(options={**OPTION_DEFAULTS, **options})
+    return section(plugin, options={**OPTION_DEFAULTS, **options})

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hami_cambricon import discover
+from hami_cambricon import discover, plugin
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import DeviceInfo
 from hami_core.protocol import decode_inventory, encode_inventory
-from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 from .helpers import X4_SAMPLE, X8_SAMPLE, config
 
@@ -45,7 +45,7 @@ def test_memory_total_is_the_physical_one_not_the_virtual_one():
 def test_devices_apply_split_count_and_scaling():
     cards = discover.parse_cnmon_info(X8_SAMPLE.read_text())
     devices = discover.to_devices(
-        cards, VendorConfig(split_count=4, memory_scaling=1.5, core_scaling=2.0)
+        cards, section(plugin, split_count=4, memory_scaling=1.5, core_scaling=2.0)
     )
     assert devices[1] == DeviceInfo(
         uuid="MLU-45013012-2257-0000-0000-000000000000",

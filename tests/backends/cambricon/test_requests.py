@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hami_cambricon import plugin
 from hami_cambricon.requests import MAX_MEMORY_UNITS, parse_request, pod_models
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import DeviceRequest
-from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 from .helpers import config, container, pod
 
@@ -64,7 +65,7 @@ def test_cores_without_memory_is_a_compute_slice_of_the_whole_memory():
 
 
 def test_default_memory_is_rounded_up_to_whole_units():
-    cfg = VendorConfig(default_memory_mib=1000, default_cores_pct=20)
+    cfg = section(plugin, default_memory_mib=1000, default_cores_pct=20)
     assert parse_request(container(vmlu=1), cfg) == req(count=1, memory_mib=1024, cores_pct=20)
 
 
@@ -144,7 +145,8 @@ def test_generic_and_qualified_memory_together_are_rejected():
 
 
 def test_configured_names_replace_the_defaults():
-    cfg = VendorConfig(
+    cfg = section(
+        plugin,
         resource_count_name="example.com/mlu",
         resource_memory_name="example.com/mlu-mem",
         resource_cores_name="example.com/mlu-core",

@@ -1,13 +1,13 @@
 """What kubelet adds to DCU containers: device nodes, hyhal/DTK mounts, vDCU files."""
 
 import pytest
-from hami_hygon import discover
+from hami_hygon import discover, plugin
 from hami_hygon.allocate import allocate
 from hami_hygon.vdev import VdevAllocator, VdevConfig, cu_count_of, parse, render
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import ContainerDevice, DeviceNode
-from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 from .support import make_sysfs
 
@@ -19,7 +19,7 @@ SN0, SN1 = "DCU-3E3D2A0D0A1B", "DCU-3E3D2A0D0A1C"
 @pytest.fixture
 def node(tmp_path, hy_smi):
     sysfs = make_sysfs(tmp_path / "sys", {"0000:9f:00.0": (1, 0), "0000:56:00.0": (2, 0)})
-    return VendorConfig(options={"sysfsPath": str(sysfs), "vdevPath": str(tmp_path / "vdev")})
+    return section(plugin, options={"sysfsPath": str(sysfs), "vdevPath": str(tmp_path / "vdev")})
 
 
 def dev(uuid, mib, cores):
@@ -90,13 +90,13 @@ def test_a_dcu_not_on_the_node_is_refused(node):
 
 
 def test_without_hy_smi_no_device_is_invented(no_hy_smi, tmp_path):
-    res = allocate(POD, MAIN, (dev("DCU-x", 2000, 50),), VendorConfig())
+    res = allocate(POD, MAIN, (dev("DCU-x", 2000, 50),), section(plugin))
     assert [n.container_path for n in res.device_nodes] == ["/dev/kfd", "/dev/mkfd"]
     assert all(m.container_path != "/etc/vdev/docker" for m in res.mounts)
 
 
 def test_a_container_without_dcus_gets_nothing():
-    res = allocate(POD, MAIN, (), VendorConfig())
+    res = allocate(POD, MAIN, (), section(plugin))
     assert res.envs == {} and res.device_nodes == () and res.mounts == ()
 
 

@@ -1,9 +1,10 @@
 """hy-smi parsers and discovery, on the recorded samples (see samples/README.md)."""
 
+from hami_hygon import plugin
 from hami_hygon.discover import discover, drm_nodes, numa_node
 from hami_hygon.hysmi import HyDevice, device_uuid, parse_json, parse_text, parse_virtual_info
 
-from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 from .support import SAMPLES, FakeHySmi, make_sysfs
 
@@ -64,7 +65,7 @@ def test_sysfs_lookups(tmp_path):
 
 def test_discover_a_k100_node(tmp_path):
     root = make_sysfs(tmp_path, {"0000:9f:00.0": (1, 0), "0000:56:00.0": (2, 1)})
-    found = discover(VendorConfig(), FakeHySmi("k100"), sysfs=root)
+    found = discover(section(plugin), FakeHySmi("k100"), sysfs=root)
     assert found is not None
     d0 = found.devices[0]
     assert (d0.uuid, d0.vendor, d0.model, d0.index) == ("DCU-3E3D2A0D0A1B", "DCU", "DCU-K100_AI", 0)
@@ -81,7 +82,7 @@ def test_discover_a_k100_node(tmp_path):
 
 def test_discover_falls_back_to_the_text_form_and_scales(tmp_path):
     fake = FakeHySmi("z100l")
-    config = VendorConfig(split_count=4, memory_scaling=2.0)
+    config = section(plugin, split_count=4, memory_scaling=2.0)
     found = discover(config, fake, sysfs=tmp_path)
     assert found is not None
     assert {(d.model, d.memory_mib, d.split_count) for d in found.devices} == {
@@ -91,4 +92,4 @@ def test_discover_falls_back_to_the_text_form_and_scales(tmp_path):
 
 
 def test_discover_without_hy_smi_is_none(tmp_path):
-    assert discover(VendorConfig(), FakeHySmi(None), sysfs=tmp_path) is None
+    assert discover(section(plugin), FakeHySmi(None), sysfs=tmp_path) is None

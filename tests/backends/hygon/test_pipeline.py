@@ -3,13 +3,13 @@ carrying the inventory HAMi's dcu-vgpu-device-plugin writes (``hami.io/node-dcu-
 legacy ``id,count,devmem,devcore,type,numa,health:`` form)."""
 
 import pytest
-from hami_hygon import discover
+from hami_hygon import discover, plugin
 
 from hami_core.cluster import MemoryCluster
 from hami_core.protocol import encode_inventory
-from hami_core.protocol.config import VendorConfig
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.simulate.pipeline import Pipeline
+from hami_core.testing import section
 
 from .conftest import only
 from .support import FakeHySmi, make_sysfs
@@ -67,7 +67,7 @@ def real_node(tmp_path, hy_smi):
         },
     )
     options = {"sysfsPath": str(sysfs), "vdevPath": str(tmp_path / "vdev")}
-    found = discover.discover(VendorConfig(options=options), FakeHySmi("k100"), sysfs=sysfs)
+    found = discover.discover(section(plugin, options=options), FakeHySmi("k100"), sysfs=sysfs)
     assert found is not None
     return dcu_node("dcu-1", encode_inventory(found.devices)), {"hygon": options}
 

@@ -4,16 +4,17 @@ import copy
 
 import jsonpatch
 import pytest
+from hami_hygon import plugin
 from hami_hygon.admission import mutate_container
 from hami_hygon.requests import parse_request
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import DeviceRequest
-from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 from .conftest import only
 
-DEFAULT = VendorConfig()
+DEFAULT = section(plugin)
 
 
 def ctr(count=None, mem=None, cores=None, name="main"):
@@ -41,7 +42,7 @@ def test_cores_default_to_100_as_in_hami():
     assert parse_request(ctr(1, 2000), DEFAULT) == sliced(2000, cores=100)
     assert parse_request(ctr(1), DEFAULT) == whole()
     assert parse_request(ctr(1, cores=0), DEFAULT) == whole(cores=0)
-    assert parse_request(ctr(1, 2000), VendorConfig(default_cores_pct=25)) == sliced(2000, 25)
+    assert parse_request(ctr(1, 2000), section(plugin, default_cores_pct=25)) == sliced(2000, 25)
 
 
 def test_memory_or_cores_without_a_count_get_one_dcu():
@@ -51,7 +52,7 @@ def test_memory_or_cores_without_a_count_get_one_dcu():
 
 def test_memory_is_mib_times_the_memory_factor_at_its_edges():
     assert parse_request(ctr(1, 1, 10), DEFAULT) == sliced(1, cores=10)
-    factor = VendorConfig(options={"memoryFactor": 4})
+    factor = section(plugin, options={"memoryFactor": 4})
     assert parse_request(ctr(1, 1000, 10), factor) == sliced(4000, cores=10)
     assert parse_request(ctr(1, 2**31 - 1, 10), DEFAULT) == sliced(2**31 - 1, cores=10)
     with pytest.raises(InvalidInputError, match="largest accepted value"):

@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hami_kunlun import plugin
+
 from hami_core.model import DeviceInfo, DeviceUsage
 from hami_core.protocol import encode_inventory
 from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 SAMPLES = Path(__file__).parent / "samples"
 P800_SAMPLE = SAMPLES / "xpu-smi-p800-oam.txt"
@@ -101,4 +104,4 @@ def node(name: str, devices: list[DeviceInfo]) -> dict[str, Any]:
 def config(**options: Any) -> VendorConfig:
     from hami_kunlun.options import OPTION_DEFAULTS
 
-    return VendorConfig(options={**OPTION_DEFAULTS, **options})
+    return section(plugin, options={**OPTION_DEFAULTS, **options})

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hami_kunlun import discover
+from hami_kunlun import discover, plugin
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import DeviceInfo
 from hami_core.protocol import decode_inventory, encode_inventory
-from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 from .helpers import K200_SAMPLE, P800_SAMPLE, R300_SAMPLE, SRIOV_SAMPLE, config
 
@@ -73,7 +73,7 @@ def test_sriov_physical_function_is_skipped_and_error_state_is_unhealthy():
 
 def test_scaling_and_split_count():
     rows = discover.parse_xpu_smi(P800_SAMPLE.read_text())
-    cfg = VendorConfig(split_count=2, memory_scaling=0.5, core_scaling=1.0)
+    cfg = section(plugin, split_count=2, memory_scaling=0.5, core_scaling=1.0)
     d = discover.to_devices(rows, cfg)[0]
     assert (d.split_count, d.memory_mib, d.cores_pct) == (2, 49152, 100)
 

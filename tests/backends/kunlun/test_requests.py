@@ -4,11 +4,12 @@ derived from memory, the whole-card resource."""
 from __future__ import annotations
 
 import pytest
+from hami_kunlun import plugin
 from hami_kunlun.requests import derived_cores, parse_request, trim_memory
 
 from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.model import DeviceRequest
-from hami_core.protocol.config import VendorConfig
+from hami_core.testing import section
 
 from .helpers import config, container
 
@@ -71,7 +72,7 @@ def test_memory_without_count_gets_default_count():
 
 
 def test_default_memory_is_trimmed_too():
-    cfg = VendorConfig(default_memory_mib=30000)
+    cfg = section(plugin, default_memory_mib=30000)
     assert parse_request(container(vxpu=1), cfg) == req(count=1, memory_mib=49152, cores_pct=50)
 
 
@@ -108,7 +109,8 @@ def test_other_vendors_are_not_read():
 
 
 def test_configured_names_and_tiers():
-    cfg = VendorConfig(
+    cfg = section(
+        plugin,
         resource_count_name="example.com/vxpu",
         resource_memory_name="example.com/vxpu-mem",
         options={"memoryTiersMiB": [16384, 32768], "resourceWholeCardName": "example.com/xpu"},
