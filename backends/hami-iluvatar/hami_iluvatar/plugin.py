@@ -1,0 +1,75 @@
+"""Hook implementations of the Iluvatar backend: thin wrappers over the vendor logic."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hami_core.devicefit import node_score
+from hami_core.model import (
+    BackendInfo,
+    ContainerAllocation,
+    ContainerDevices,
+    DeviceInfo,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceUsage,
+    FitResult,
+    MutateResult,
+    NodeInfo,
+    NodePolicy,
+)
+from hami_core.plugin import hookimpl
+
+from . import BACKEND_NAME, CHIPS, allocate, fit, requests
+from .names import DEVICE_TYPES
+
+
+@hookimpl
+def hami_backend_info() -> BackendInfo:
+    return BackendInfo(
+        name=BACKEND_NAME,
+        device_types=DEVICE_TYPES,
+        description="Iluvatar CoreX GPUs (MR-V100, MR-V50, BI-V150, BI-V100) shared as vGPUs",
+    )
+
+
+@hookimpl
+def hami_parse_request(container: Mapping[str, Any]) -> DeviceRequest | None:
+    return requests.parse_request(container)
+
+
+@hookimpl
+def hami_mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | None:
+    return requests.mutate(container, container_path)
+
+
+@hookimpl
+def hami_fit(
+    request: DeviceRequest,
+    node: NodeInfo,
+    usage: Sequence[DeviceUsage],
+    pod: Mapping[str, Any],
+    policy: DevicePolicy,
+) -> FitResult | None:
+    if request.vendor not in CHIPS:
+        return None
+    return fit.fit(request, node, usage, pod, policy)
+
+
+@hookimpl
+def hami_score(
+    usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy
+) -> float | None:
+    if any(u.device.vendor not in CHIPS for u in usage):
+        return None
+    return node_score(usage, devices, policy)
+
+
+@hookimpl
+def hami_allocate(
+    devices: ContainerDevices, node_devices: Sequence[DeviceInfo]
+) -> ContainerAllocation | None:
+    if any(d.vendor not in CHIPS for d in devices):
+        return None
+    return allocate.allocate(devices, [d for d in node_devices if d.vendor in CHIPS])

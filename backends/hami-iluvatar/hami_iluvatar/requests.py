@@ -1,0 +1,120 @@
+"""Reading and defaulting an Iluvatar request (HAMi 2.10 ``pkg/device/iluvatar``).
+
+- A container is the chip's when it names ``iluvatar.ai/<chip>-vgpu`` (limits, else
+  requests); the count must be above 0 (a container asking 0 GPUs with memory or cores
+  is refused; HAMi would place it nowhere).
+- ``iluvatar.ai/<chip>.vMem`` is per GPU, in 256 MiB units (HAMi ``MemoryFactor``);
+  unset: 100 % of each GPU. ``16Gi`` as units overflows and is refused, as HAMi does.
+- ``iluvatar.ai/<chip>.vCore`` is percent per GPU, default 0; with more than one GPU the
+  webhook writes ``count x 100`` (HAMi's ``MutateAdmission``), i.e. whole GPUs, and a
+  stated value above ``count x 100`` is refused. With one GPU, above 100 is refused
+  (HAMi clamps it to 100 in ``Fit``).
+- The webhook adds ``SOL_CONTINER_NAME`` = the container name when the container has
+  none (HAMi does; Iluvatar's runtime reads it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hami_core.errors import InvalidInputError
+from hami_core.model import DeviceRequest, MutateResult, ResourceNames
+from hami_core.protocol.patches import set_resources
+from hami_core.protocol.quantity import parse_quantity_int
+
+from . import CHIPS
+from .names import CONTAINER_NAME_ENV, MEMORY_UNIT_MIB, chip_resources
+
+
+def stated(container: Mapping[str, Any], name: str) -> object | None:
+    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
+    res = container.get("resources") or {}
+    for section in ("limits", "requests"):
+        values = res.get(section) or {}
+        if name in values:
+            return values[name]  # type: ignore[no-any-return]
+    return None
+
+
+def _int(container: Mapping[str, Any], name: str, *, maximum: int = 2**31 - 1) -> int | None:
+    raw = stated(container, name)
+    if raw is None:
+        return None
+    try:
+        return parse_quantity_int(raw, resource=name, maximum=maximum)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"container {container.get('name', '?')!r}: {exc}") from None
+
+
+def chip_of(container: Mapping[str, Any]) -> tuple[str, ResourceNames] | None:
+    """The chip whose count resource the container names (the first, in ``CHIPS``
+    order), or None."""
+    for chip in CHIPS:
+        names = chip_resources(chip)
+        if stated(container, names.count) is not None:
+            return chip, names
+    return None
+
+
+def parse_request(container: Mapping[str, Any]) -> DeviceRequest | None:
+    """The container's request for one chip, per GPU; None when it names no chip.
+
+    Raises:
+        InvalidInputError: a count of 0, a malformed quantity, memory overflowing int32
+            MiB, or cores above 100 per GPU; the message names the container, the
+            resource and the value.
+    """
+    found = chip_of(container)
+    if found is None:
+        return None
+    chip, names = found
+    cname = container.get("name", "?")
+    count = _int(container, names.count)
+    if not count:
+        raise InvalidInputError(f"container {cname!r}: {names.count} must be greater than 0")
+    units = _int(container, names.memory, maximum=(2**31 - 1) // MEMORY_UNIT_MIB)
+    cores = _int(container, names.cores)
+    if cores is not None and cores > 100 * count:
+        raise InvalidInputError(
+            f"container {cname!r}: {names.cores} {cores} is above 100 per GPU "
+            f"({count} GPU{'s' if count > 1 else ''})"
+        )
+    cores_pct = 100 if count > 1 else (cores or 0)
+    if units:
+        return DeviceRequest(
+            vendor=chip, count=count, memory_mib=units * MEMORY_UNIT_MIB, cores_pct=cores_pct
+        )
+    return DeviceRequest(vendor=chip, count=count, memory_pct=100, cores_pct=cores_pct)
+
+
+def mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | None:
+    """HAMi's ``MutateAdmission``: ``vCore = count x 100`` for several GPUs, the stated
+    quantities copied to requests, ``SOL_CONTINER_NAME`` added.
+
+    Returns: None for a container naming no chip; a denial for an illegal value.
+    """
+    try:
+        req = parse_request(container)
+    except InvalidInputError as exc:
+        return MutateResult(denial=str(exc))
+    found = chip_of(container)
+    if req is None or found is None:
+        return None
+    names = found[1]
+    values: dict[str, object] = {}
+    for name in (names.count, names.memory, names.cores):
+        if stated(container, name) is not None:
+            values[name] = stated(container, name)
+    if req.count > 1:
+        values[names.cores] = str(req.count * 100)
+    patch = set_resources(container, container_path, values)
+    env = container.get("env")
+    name = container.get("name")
+    if name and not any(e.get("name") == CONTAINER_NAME_ENV for e in env or ()):
+        var = {"name": CONTAINER_NAME_ENV, "value": str(name)}
+        if env is None:
+            patch.append({"op": "add", "path": f"{container_path}/env", "value": [var]})
+        else:
+            patch.append({"op": "add", "path": f"{container_path}/env/-", "value": var})
+    return MutateResult(patch=tuple(patch))
