@@ -110,9 +110,9 @@ def mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | 
         values[names.cores] = str(req.count * 100)
     patch = set_resources(container, container_path, values)
     env = container.get("env")
-    name = container.get("name")
-    if name and not any(e.get("name") == CONTAINER_NAME_ENV for e in env or ()):
-        var = {"name": CONTAINER_NAME_ENV, "value": str(name)}
+    cname = container.get("name")
+    if cname and not any(e.get("name") == CONTAINER_NAME_ENV for e in env or ()):
+        var = {"name": CONTAINER_NAME_ENV, "value": str(cname)}
         if env is None:
             patch.append({"op": "add", "path": f"{container_path}/env", "value": [var]})
         else:
