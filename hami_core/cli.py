@@ -406,6 +406,82 @@ def webhook(**opts: Any) -> None:
         raise click.ClickException(f"cannot serve HTTPS: {exc}") from exc
 
 
+@cli.command()
+@click.option(
+    "--node-name",
+    envvar="NODE_NAME",
+    required=True,
+    show_envvar=True,
+    help="This node's name (in a DaemonSet: the downward API's spec.nodeName).",
+)
+@click.option(
+    "--bind-address", default="0.0.0.0", show_default=True, help="Address to serve /metrics on."
+)
+@click.option(
+    "--port",
+    "--metrics-port",
+    "port",
+    type=click.IntRange(1, 65535),
+    default=9394,
+    show_default=True,
+    help="Port of /metrics and /healthz.",
+)
+@kubeconfig_option("(this node's pods)")
+@config_option()
+@click.option(
+    "--containers-dir",
+    envvar="HAMI_CONTAINERS_DIR",
+    default="/usr/local/vgpu/containers",
+    show_default=True,
+    show_envvar=True,
+    help="Host directory holding one <pod UID>_<container> directory per container.",
+)
+@click.option(
+    "--gc-grace",
+    type=click.FloatRange(min=0),
+    default=300.0,
+    show_default=True,
+    help="Seconds the directory of a pod that no longer exists is kept before removal.",
+)
+@click.option(
+    "--proc-root",
+    default="/proc",
+    show_default=True,
+    help="procfs of the host's PID namespace (the DaemonSet runs with hostPID).",
+)
+@LOG_LEVEL_OPTION
+def monitor(**opts: Any) -> None:
+    """Run the node monitor: per-container device usage from the usage files under
+    --containers-dir (NVIDIA: the shim's shared regions), host figures from the
+    driver (NVML), served as Prometheus metrics under HAMi's names on :9394/metrics.
+
+    Only live processes count. Usage files are tenant-written: links, FIFOs, files
+    of the wrong size or format are skipped (hami_monitor_usage_files_skipped_total).
+    hami-nvidia loads libnvidia-ml.so.1 through the dynamic loader (LD_LIBRARY_PATH).
+    """
+    from hami_core.servers.monitor import MonitorOptions, run_monitor
+
+    logging.basicConfig(
+        level=opts.pop("log_level").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        run_monitor(
+            MonitorOptions(
+                node_name=opts["node_name"],
+                bind_address=opts["bind_address"],
+                port=opts["port"],
+                kubeconfig=opts["kubeconfig"],
+                config=opts["config_file"],
+                containers_dir=opts["containers_dir"],
+                gc_grace_s=opts["gc_grace"],
+                proc_root=opts["proc_root"],
+            )
+        )
+    except OSError as exc:  # port in use
+        raise click.ClickException(f"cannot serve the monitor: {exc}") from exc
+
+
 @cli.command("device-plugin")
 @click.option(
     "--node-name",

@@ -13,6 +13,7 @@ from .backend import (
 from .charge import Charge, collapse, device_charges, init_containers_finished, vendor_charge
 from .device import DEVICE_MODES, DeviceInfo, DeviceUsage, NodeInfo
 from .fit import FitResult
+from .monitor import ContainerUsage, HostDevice, ProcessDeviceSample, ProcessSample, RegionDevice
 from .policy import DevicePolicy, NodePolicy
 from .reason import ReasonCode
 from .request import ContainerRequest, DeviceRequest, PodRequest
@@ -26,6 +27,7 @@ __all__ = [
     "ContainerDevice",
     "ContainerDevices",
     "ContainerRequest",
+    "ContainerUsage",
     "DeviceInfo",
     "DeviceNode",
     "DevicePolicy",
@@ -33,13 +35,17 @@ __all__ = [
     "DeviceTypeInfo",
     "DeviceUsage",
     "FitResult",
+    "HostDevice",
     "Mount",
     "MutateResult",
     "NodeInfo",
     "NodePolicy",
     "PodDevices",
     "PodRequest",
+    "ProcessDeviceSample",
+    "ProcessSample",
     "ReasonCode",
+    "RegionDevice",
     "ResourceNames",
     "collapse",
     "device_charges",

@@ -28,11 +28,13 @@ from hami_core.model import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
+    ContainerUsage,
     DeviceInfo,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
+    HostDevice,
     MutateResult,
     NodeInfo,
     NodePolicy,
@@ -273,4 +275,48 @@ def hami_allocate(
             discovered them (index, model, NUMA), for runtimes that select devices by
             index rather than by UUID; empty where unknown (``hami simulate``).
     Returns: ``ContainerAllocation`` (PROTOCOL.md §7 for NVIDIA).
+    """
+
+
+@_hookspec
+def hami_usage_files(config: VendorConfig) -> Mapping[str, int] | None:
+    """Name the per-container usage files this backend's containers write.
+
+    Called by: the node monitor (``hami monitor``), at start. In every container
+    directory under the monitor's root (``<root>/<pod UID>_<container name>/``) it
+    opens each named file with ``O_NOFOLLOW | O_NONBLOCK``, requires a regular file of
+    exactly the stated size, reads it whole and hands the bytes to
+    ``hami_parse_usage``; any other file, or a file of another size, is skipped and
+    counted (tenants write these files: PROTOCOL.md §6-7).
+    Returns: file name (no ``/``) -> exact size in bytes (NVIDIA: ``vgpu.cache``,
+        593920, shim/REGION.md); None when the backend writes no usage files.
+    """
+
+
+@_hookspec
+def hami_parse_usage(file_name: str, data: bytes, config: VendorConfig) -> ContainerUsage | None:
+    """Decode one usage file that ``hami_usage_files`` named.
+
+    Called by: the node monitor, on every scrape, for each file it read; only the
+    backend that named ``file_name`` is called.
+    Args:
+        file_name: the file name; data: its whole content (exactly the declared size).
+    Returns: the container's devices and processes (``ContainerUsage``); an empty one
+        when the file is being created; None when ``file_name`` is not this backend's.
+    Raises: ``InvalidInputError`` when the content is not a file this backend can
+        read (wrong magic, unknown version, inconsistent geometry): the monitor skips
+        it with one log line and counts it.
+    """
+
+
+@_hookspec
+def hami_host_devices(config: VendorConfig) -> list[HostDevice] | None:
+    """Report this node's devices as the host driver sees them, right now.
+
+    Called by: the node monitor, on every scrape (NVIDIA: NVML's memory info and
+    utilization rates, ``nvmlDeviceGetMemoryInfo`` / ``nvmlDeviceGetUtilizationRates``).
+    Returns: one ``HostDevice`` per device, index order (``[]`` without devices);
+        None when the backend cannot reach its driver on this node.
+    Raises: ``HamiError`` when the driver fails; the monitor logs it and serves the
+        container metrics without host figures.
     """

@@ -23,12 +23,14 @@ from hami_core.model import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
+    ContainerUsage,
     DeviceInfo,
     DevicePolicy,
     DeviceRequest,
     DeviceTypeInfo,
     DeviceUsage,
     FitResult,
+    HostDevice,
     MutateResult,
     NodeInfo,
     NodePolicy,
@@ -534,6 +536,64 @@ class BackendManager:
         if res is None:
             raise BackendError(name, f"hami_allocate returned None for its own vendor {vendor!r}")
         return cast(ContainerAllocation, res)
+
+    def usage_files(self, backend: str) -> dict[str, int]:
+        """The per-container usage files one backend names (``{file name: size in
+        bytes}``), empty when it has none.
+
+        Raises:
+            BackendError: a name holds a path separator or a size is not a positive int.
+        """
+        files = self._call_one(
+            backend, "hami_usage_files", Mapping, config=self.vendor_config(backend)
+        )
+        if files is None:
+            return {}
+        out: dict[str, int] = {}
+        for name, size in files.items():
+            if (
+                not isinstance(name, str)
+                or not name
+                or "/" in name
+                or name in (".", "..")
+                or not isinstance(size, int)
+                or isinstance(size, bool)
+                or size <= 0
+            ):
+                raise BackendError(backend, f"hami_usage_files: bad entry {name!r}: {size!r}")
+            out[name] = size
+        return out
+
+    def parse_usage(self, backend: str, name: str, data: bytes) -> ContainerUsage | None:
+        """One backend's decoding of a usage file it named (None: not its file).
+
+        Raises:
+            InvalidInputError: the file is corrupt or foreign (the backend says why).
+            BackendError: the backend raised anything else or answered another type.
+        """
+        usage = self._call_one(
+            backend,
+            "hami_parse_usage",
+            ContainerUsage,
+            file_name=name,
+            data=data,
+            config=self.vendor_config(backend),
+        )
+        return cast("ContainerUsage | None", usage)
+
+    def host_devices(self, backend: str) -> list[HostDevice] | None:
+        """One backend's host figures of its devices (None: no driver on this node).
+
+        Raises:
+            HamiError: the driver failed (a ``BackendError`` when the backend raised
+                something else or answered other than a list of ``HostDevice``).
+        """
+        devices = self._call_one(
+            backend, "hami_host_devices", list, config=self.vendor_config(backend)
+        )
+        if devices is not None and not all(isinstance(d, HostDevice) for d in devices):
+            raise BackendError(backend, f"hami_host_devices returned {devices!r}")
+        return cast("list[HostDevice] | None", devices)
 
     def call_backend(self, backend: str, hook: str, **kwargs: Any) -> Any:
         """Call one backend's hook and return its raw answer (None when it has none).

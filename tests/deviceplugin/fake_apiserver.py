@@ -3,7 +3,9 @@
 
 Serves only what the device plugin uses (``DirectKubeCluster``): get / merge-patch a
 node, get / merge-patch a pod, list pods with ``fieldSelector=spec.nodeName=<node>``,
-create an ``events.k8s.io/v1`` Event. Errors are ``Status`` objects with the codes the
+create an ``events.k8s.io/v1`` Event. A pod watch (``watch=true``, what an informer
+opens after its list) is held open without events until its ``timeoutSeconds`` or
+``stop()``. Errors are ``Status`` objects with the codes the
 API server uses (404, 409, 422). Every request is recorded in ``requests``.
 """
 
@@ -34,6 +36,7 @@ class FakeApiServer:
         self.requests: list[tuple[str, str]] = []
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -61,6 +64,7 @@ class FakeApiServer:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         self.http.shutdown()
         self.http.server_close()
 
@@ -93,8 +97,15 @@ class FakeApiServer:
         if method in ("PATCH", "POST"):
             raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
             body = json.loads(raw or b"{}")
+        query = urllib.parse.parse_qs(url.query)
+        if method == "GET" and _PODS.match(url.path) and (query.get("watch") or [""])[0] == "true":
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.end_headers()
+            self._stopping.wait(float((query.get("timeoutSeconds") or ["30"])[0]))
+            return
         try:
-            status, out = self._route(method, url.path, urllib.parse.parse_qs(url.query), body)
+            status, out = self._route(method, url.path, query, body)
         except NotFoundError as exc:
             status, out = 404, _status(404, "NotFound", str(exc))
         except ConflictError as exc:

@@ -14,6 +14,7 @@ Source of the calls and constants: NVML API reference (docs.nvidia.com/deploy/nv
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -21,6 +22,8 @@ from typing import Any, Protocol
 import attrs
 
 from hami_core.errors import HamiError
+
+log = logging.getLogger(__name__)
 
 #: NVML event masks (nvml.h ``nvmlEventType*``).
 EVENT_SINGLE_BIT_ECC = 0x1
@@ -41,6 +44,19 @@ TOPOLOGY_HOSTBRIDGE = 30
 TOPOLOGY_NODE = 40
 TOPOLOGY_SYSTEM = 50
 NVLINK_MAX_LINKS = 18
+
+
+@attrs.frozen(kw_only=True)
+class NvmlUsage:
+    """What one GPU is doing now (NVML): bytes in use of total, utilization 0..100."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_used_bytes: int
+    memory_total_bytes: int
+    utilization_pct: float
+    memory_utilization_pct: float
 
 
 class NvmlError(HamiError):
@@ -212,6 +228,67 @@ class PynvmlLibrary:
             bus_id=bus_id,
             mig_enabled=mig,
         )
+
+    def usage(self) -> list[NvmlUsage]:
+        """Memory in use and utilization rates of every GPU, index order (the node
+        monitor's host figures). A GPU whose figures NVML refuses is left out (logged).
+
+        Source: NVML API reference, ``nvmlDeviceGetMemoryInfo`` (bytes) and
+        ``nvmlDeviceGetUtilizationRates`` (percent of the last sample period).
+
+        Raises:
+            NvmlMissingError / NvmlError: NVML does not initialise or cannot count GPUs.
+        """
+        with self._lock:
+            self.start()
+            import pynvml
+
+            out = []
+            for index in range(_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)):
+                try:
+                    handle = _call(
+                        "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index
+                    )
+                    uuid = str(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
+                    name = str(_call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle))
+                    try:
+                        mem = _call(
+                            "nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle
+                        )
+                        used, total = int(mem.used), int(mem.total)
+                    except NvmlError as exc:
+                        if exc.code != NVML_ERROR_NOT_SUPPORTED:
+                            raise
+                        used = total = 0  # unified memory: no device memory figures
+                    try:
+                        rates = _call(
+                            "nvmlDeviceGetUtilizationRates",
+                            pynvml.nvmlDeviceGetUtilizationRates,
+                            handle,
+                        )
+                        gpu_pct, mem_pct = float(rates.gpu), float(rates.memory)
+                    except NvmlError as exc:
+                        if exc.code not in (
+                            NVML_ERROR_NOT_SUPPORTED,
+                            NVML_ERROR_FUNCTION_NOT_FOUND,
+                        ):
+                            raise
+                        gpu_pct = mem_pct = 0.0
+                except NvmlError as exc:
+                    log.warning("GPU %d: no figures from NVML: %s", index, exc)
+                    continue
+                out.append(
+                    NvmlUsage(
+                        index=index,
+                        uuid=uuid,
+                        name=name,
+                        memory_used_bytes=used,
+                        memory_total_bytes=total,
+                        utilization_pct=gpu_pct,
+                        memory_utilization_pct=mem_pct,
+                    )
+                )
+            return out
 
     def probe(self, uuid: str) -> None:
         with self._lock:

@@ -9,11 +9,13 @@ from hami_core.model import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
+    ContainerUsage,
     DeviceInfo,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
+    HostDevice,
     MutateResult,
     NodeInfo,
     NodePolicy,
@@ -21,7 +23,7 @@ from hami_core.model import (
 from hami_core.plugin import hookimpl
 from hami_core.protocol.config import VendorConfig
 
-from . import VENDOR, admission, allocate, fit, node, requests, score, shim
+from . import VENDOR, admission, allocate, fit, monitor, node, requests, score, shim
 from .names import DEVICE_TYPE
 
 
@@ -107,3 +109,18 @@ def hami_prepare_node(config: VendorConfig) -> list[str]:
     if opts["libraryPath"]:
         return []  # the operator placed the library; nothing to install
     return shim.install_hook_files(str(opts["hookPath"]), container_dir=allocate.CONTAINER_HOOK_DIR)
+
+
+@hookimpl
+def hami_usage_files() -> dict[str, int]:
+    return monitor.usage_files()
+
+
+@hookimpl
+def hami_parse_usage(file_name: str, data: bytes) -> ContainerUsage | None:
+    return monitor.parse_usage(file_name, data)
+
+
+@hookimpl
+def hami_host_devices() -> list[HostDevice] | None:
+    return monitor.host_devices()

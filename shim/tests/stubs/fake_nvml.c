@@ -172,6 +172,20 @@ API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *m)
     return NVML_SUCCESS;
 }
 
+typedef struct {
+    unsigned int gpu, memory;
+} stub_nvml_utilization;
+
+API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, stub_nvml_utilization *u)
+{
+    NEED_INIT();
+    if (idx_of(h) < 0 || u == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    u->gpu = (unsigned)stub_env_u64("STUB_NVML_UTIL", 0);
+    u->memory = (unsigned)stub_env_u64("STUB_NVML_MEM_UTIL", 0);
+    return NVML_SUCCESS;
+}
+
 struct proc_v2 {
     unsigned int pid;
     unsigned long long usedGpuMemory;

@@ -18,6 +18,8 @@
  *   STUB_CTX_BYTES      NVML per-process usage beyond the allocations (default 0)
  *   STUB_NVML_EXTRA_PROCS  other processes NVML lists on every device (default 0)
  *   STUB_NVML_RESERVED  reserved bytes nvmlDeviceGetMemoryInfo_v2 reports (default 0)
+ *   STUB_NVML_UTIL, STUB_NVML_MEM_UTIL  percent nvmlDeviceGetUtilizationRates reports
+ *                       for gpu / memory (default 0; the node monitor's host figures)
  *   STUB_PROCADDR_THUNKS=1  cuGetProcAddress returns internal entry points (not the
  *                       exported symbols) for a few functions, as a driver may
  */

@@ -1,0 +1,144 @@
+"""``hami monitor``: the node monitor's HTTP edge (``/metrics`` on port 9394, ``/healthz``).
+
+The domain logic is ``hami_core.monitor.NodeMonitor``; this module renders its families
+with prometheus_client, watches this node's pods (a node-scoped informer,
+``fieldSelector=spec.nodeName=<node>``) and serves with waitress.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from waitress.server import create_server
+
+from hami_core.cluster.kube import Informer, make_api_client
+from hami_core.errors import ConfigError
+from hami_core.monitor import Family, NodeMonitor
+from hami_core.plugin import BackendManager
+from hami_core.protocol.config import load_config
+
+log = logging.getLogger(__name__)
+
+
+class FamilyCollector(Collector):
+    """Renders the plain ``Family`` objects a callable returns on every scrape."""
+
+    def __init__(self, families: Callable[[], Sequence[Family]]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        for fam in self.families():
+            metric: GaugeMetricFamily | CounterMetricFamily
+            if fam.kind == "counter":
+                metric = CounterMetricFamily(fam.name, fam.help, labels=list(fam.labels))
+            else:
+                metric = GaugeMetricFamily(fam.name, fam.help, labels=list(fam.labels))
+            for values, value in fam.samples:
+                metric.add_metric(list(values), value)
+            yield metric
+
+
+def monitor_registry(monitor: NodeMonitor) -> CollectorRegistry:
+    """A registry whose only collector is ``monitor`` (one scan per scrape)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FamilyCollector(monitor.collect))
+    return registry
+
+
+def create_monitor_app(monitor: NodeMonitor, *, is_ready: Callable[[], bool] = lambda: True) -> Any:
+    """WSGI app: ``/metrics`` (Prometheus text format) and ``/healthz``."""
+    metrics_app = make_wsgi_app(monitor_registry(monitor))
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if path in ("/healthz", "/readyz"):
+            ok = path == "/healthz" or is_ready()
+            start_response(
+                "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")]
+            )
+            return [b"ok\n" if ok else b"pods not listed yet\n"]
+        if path in ("/metrics", "/"):
+            return metrics_app(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found\n"]
+
+    return app
+
+
+@attrs.frozen(kw_only=True)
+class MonitorOptions:
+    node_name: str
+    bind_address: str = "0.0.0.0"
+    port: int = 9394
+    kubeconfig: str | None = None
+    config: str | None = None
+    containers_dir: str = "/usr/local/vgpu/containers"
+    gc_grace_s: float = 300.0
+    proc_root: str = "/proc"
+    threads: int = 4
+
+
+def run_monitor(opts: MonitorOptions, *, stop: threading.Event | None = None) -> None:
+    """Serve until SIGTERM / SIGINT (or ``stop`` is set).
+
+    Raises:
+        ConfigError: no node name, or a bad configuration file.
+    """
+    if not opts.node_name:
+        raise ConfigError("--node-name (NODE_NAME) is required: the monitor serves one node")
+    manager = BackendManager.from_entry_points()
+    manager = manager.with_config(load_config(opts.config, backends=manager.infos))
+    api = make_api_client(opts.kubeconfig)
+    from kubernetes import client as k8s
+
+    core = k8s.CoreV1Api(api)
+    pods = Informer(
+        "pods",
+        functools.partial(
+            core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={opts.node_name}"
+        ),
+    )
+    pods.start()
+
+    def node_pods() -> list[Any] | None:
+        return pods.items() if pods.wait_synced(0) else None
+
+    monitor = NodeMonitor(
+        manager,
+        root=opts.containers_dir,
+        node_name=opts.node_name,
+        pods=node_pods,
+        grace_s=opts.gc_grace_s,
+        proc_root=opts.proc_root,
+    )
+    app = create_monitor_app(monitor, is_ready=lambda: pods.wait_synced(0))
+    server = create_server(app, host=opts.bind_address, port=opts.port, threads=opts.threads)
+    done = stop or threading.Event()
+
+    def shutdown(*_: Any) -> None:
+        done.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, shutdown)
+        signal.signal(signal.SIGINT, shutdown)
+    thread = threading.Thread(target=server.run, name="monitor-http", daemon=True)
+    thread.start()
+    log.info(
+        "hami monitor for node %s on %s:%s, reading %s",
+        opts.node_name,
+        opts.bind_address,
+        opts.port,
+        opts.containers_dir,
+    )
+    done.wait()
+    server.close()
+    pods.stop()
