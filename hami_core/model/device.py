@@ -30,6 +30,10 @@ class DeviceInfo:
         numa: the NUMA node the device is attached to.
         mode: ``hami-core`` (shared through the shim), ``mig`` or ``mps``.
         healthy: False when the device plugin reports the device unhealthy.
+        custom: vendor facts about the device that fit or score read, as ``(key,
+            value)`` pairs (HAMi's ``CustomInfo``: MetaX's QoS policy and link zone, an
+            AWS instance type, a Vastai die's card). Filled by a backend's
+            ``hami_node_devices``; not part of the inventory's wire form.
     """
 
     uuid: str = attrs.field(validator=attrs.validators.min_len(1))
@@ -42,6 +46,11 @@ class DeviceInfo:
     numa: int = 0
     mode: str = "hami-core"
     healthy: bool = True
+    custom: tuple[tuple[str, str], ...] = ()
+
+    def info(self, key: str, default: str = "") -> str:
+        """The ``custom`` value of ``key``, or ``default``."""
+        return next((v for k, v in self.custom if k == key), default)
 
 
 @attrs.frozen(kw_only=True)

@@ -26,3 +26,7 @@ class ReasonCode(enum.StrEnum):
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
     RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
     NODE_UNREGISTERED = "NodeUnregistered"
+    # Vendor-specific codes of HAMi 2.10 (``pkg/device/metax/sdevice.go``): an sGPU whose
+    # current QoS policy or app class differs from the pod's.
+    CARD_QOS_POLICY_MISMATCH = "CardQosPolicyMismatch"
+    CARD_APP_CLASS_MISMATCH = "CardAppClassMismatch"

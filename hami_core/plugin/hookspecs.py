@@ -229,6 +229,7 @@ def hami_score(
     usage: Sequence[DeviceUsage],
     devices: ContainerDevices,
     policy: NodePolicy,
+    config: VendorConfig,
 ) -> float | None:
     """Score placing ``devices`` on ``node`` under the node policy.
 
@@ -236,6 +237,7 @@ def hami_score(
     Args:
         usage: the node's devices of this vendor with usage before the placement.
         devices: the slices the pod would take on this node (all containers).
+        config: this backend's configuration section (e.g. MetaX ``sgpuTopologyAware``).
     Returns: 0..100, higher is better (binpack: fuller is better; spread: emptier).
         The core normalises the node total to 0..10 for kube-scheduler.
     """

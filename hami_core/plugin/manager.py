@@ -357,6 +357,7 @@ class BackendManager:
             usage=tuple(usage),
             devices=devices,
             policy=policy,
+            config=self.vendor_config(name),
         )
         if value is not None and not 0 <= value <= 100:
             raise BackendError(name, f"hami_score returned {value}, outside 0..100")

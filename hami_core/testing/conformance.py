@@ -198,6 +198,7 @@ class BackendConformance:
                 usage=(DeviceUsage(device=device),),
                 devices=slice_,
                 policy=NodePolicy.BINPACK,
+                config=config,
             )
             is None
         )

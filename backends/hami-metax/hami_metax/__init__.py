@@ -1,0 +1,22 @@
+"""hami-metax: the MetaX backend of hami (entry point ``metax``).
+
+Two vendor keys, as HAMi 2.10 (``pkg/device/metax``): ``Metax-GPU`` (whole GPUs,
+``metax-tech.com/gpu``, inventory from node capacity, node scores from
+``metax-tech.com/gpu.topology.losses`` / ``.scores``) and ``Metax-SGPU`` (shared GPUs,
+``metax-tech.com/sgpu`` / ``vmemory`` in GiB / ``vcore`` percent, inventory from
+``metax-tech.com/node-gpu-devices``, QoS policies and app classes as pod annotations).
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("hami-metax")
+except PackageNotFoundError:
+    __version__ = "0.0.0+unknown"
+
+BACKEND_NAME = "metax"
+GPU = "Metax-GPU"
+SGPU = "Metax-SGPU"
+VENDORS = (GPU, SGPU)
+
+__all__ = ["BACKEND_NAME", "GPU", "SGPU", "VENDORS", "__version__"]

@@ -1,0 +1,98 @@
+"""Hook implementations of the MetaX backend: thin wrappers over the vendor logic."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hami_core.model import (
+    BackendInfo,
+    ContainerAllocation,
+    ContainerDevices,
+    DeviceInfo,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceUsage,
+    FitResult,
+    MutateResult,
+    NodeInfo,
+    NodePolicy,
+    PodDevices,
+)
+from hami_core.plugin import hookimpl
+from hami_core.protocol.config import VendorConfig
+
+from . import BACKEND_NAME, VENDORS, fit, inventory, requests
+from .names import DEVICE_TYPES, OPTION_DEFAULTS
+
+
+@hookimpl
+def hami_backend_info() -> BackendInfo:
+    return BackendInfo(
+        name=BACKEND_NAME,
+        device_types=DEVICE_TYPES,
+        description="MetaX GPUs, whole (topology-scored) or shared as sGPUs with QoS policies",
+        option_defaults=OPTION_DEFAULTS,
+    )
+
+
+@hookimpl
+def hami_node_devices(node: Mapping[str, Any], vendor: str) -> list[DeviceInfo] | None:
+    return inventory.node_devices(node, vendor)
+
+
+@hookimpl
+def hami_parse_request(
+    pod: Mapping[str, Any], container: Mapping[str, Any]
+) -> DeviceRequest | None:
+    return requests.parse_request(pod, container)
+
+
+@hookimpl
+def hami_mutate(
+    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str
+) -> MutateResult | None:
+    return requests.mutate(pod, container, container_path)
+
+
+@hookimpl
+def hami_fit(
+    request: DeviceRequest,
+    node: NodeInfo,
+    usage: Sequence[DeviceUsage],
+    pod: Mapping[str, Any],
+    policy: DevicePolicy,
+) -> FitResult | None:
+    if request.vendor not in VENDORS:
+        return None
+    return fit.fit(request, node, usage, pod, policy)
+
+
+@hookimpl
+def hami_score(
+    usage: Sequence[DeviceUsage],
+    devices: ContainerDevices,
+    policy: NodePolicy,
+    config: VendorConfig,
+) -> float | None:
+    vendors = {u.device.vendor for u in usage}
+    if len(vendors) != 1 or not vendors <= set(VENDORS):
+        return None
+    aware = bool(config.options.get("sgpuTopologyAware", False))
+    return fit.score(vendors.pop(), usage, devices, policy, topology_aware=aware)
+
+
+@hookimpl
+def hami_bind_annotations(vendor: str, devices: PodDevices) -> dict[str, str] | None:
+    if vendor not in VENDORS:
+        return None
+    return fit.bind_annotations(vendor, devices)
+
+
+@hookimpl
+def hami_allocate(devices: ContainerDevices) -> ContainerAllocation | None:
+    if any(d.vendor not in VENDORS for d in devices):
+        return None
+    # MetaX's own device plugins (gpu-device, sgpu-device) serve these containers from
+    # the pod's annotations; hami's device plugin adds nothing.
+    return ContainerAllocation()
