@@ -367,6 +367,16 @@ def scheduler(**opts: Any) -> None:
     type=click.FloatRange(0),
     help="How long a namespace's labels (hami.io/webhook: ignore) are reused.",
 )
+@click.option(
+    "--trusted-user",
+    "trusted_users",
+    multiple=True,
+    default=(),
+    show_default="system:serviceaccount:<ns>:hami-scheduler and "
+    "system:serviceaccount:<ns>:hami-device-plugin, <ns> as --service-namespace",
+    help="userInfo.username allowed to write scheduler-owned pod annotations (repeatable): "
+    "the scheduler's and the device plugin's service accounts. Everyone else is denied.",
+)
 @LOG_LEVEL_OPTION
 def webhook(**opts: Any) -> None:
     """Run the mutating admission webhook (AdmissionReview v1 and v1beta1 at /webhook,
@@ -399,6 +409,7 @@ def webhook(**opts: Any) -> None:
         config=opts["config_file"],
         threads=opts["threads"],
         namespace_cache_s=opts["namespace_cache_seconds"],
+        trusted_users=tuple(opts["trusted_users"]),
     )
     try:
         run_webhook(options)

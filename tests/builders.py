@@ -65,8 +65,12 @@ def pod(
     init: list[dict[str, Any]] | None = None,
     namespace: str = "default",
     annotations: dict[str, str] | None = None,
+    scheduler_name: str | None = None,
 ) -> dict[str, Any]:
+    """A Pod; ``scheduler_name`` sets ``spec.schedulerName`` (the webhook sets ours)."""
     spec: dict[str, Any] = {"containers": list(containers) or [container()]}
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
     if init:
         spec["initContainers"] = init
     meta: dict[str, Any] = {"name": name, "namespace": namespace}

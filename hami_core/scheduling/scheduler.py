@@ -37,7 +37,7 @@ from .podspec import read_pod_request
 from .policy import Policies, resolve_policies
 from .quota import QuotaLimit, namespace_usage, quota_limits
 from .scoring import extender_score, node_score
-from .usage import node_usage
+from .usage import node_usage, requested_vendors
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,8 @@ class Scheduler:
         self._node_policy = node_policy
         self._device_policy = device_policy
         self._types = manager.device_types()
+        self._reported: set[str] = set()
+        self._vendors_by_uid: dict[str, frozenset[str] | None] = {}
         self.lock_wait_s = lock_wait_s
 
     # -- reading ---------------------------------------------------------------------
@@ -122,12 +124,30 @@ class Scheduler:
             info,
             self.store.pods_on_node(info.name),
             self._types,
+            scheduler_name=self.manager.config.scheduler_name,
+            requested=self._requested_vendors,
             exclude_uid=exclude_uid,
             broken=broken,
         )
         for message in broken:
-            log.warning("ignoring an unreadable allocation: %s", message)
+            if message not in self._reported:  # once per pod and reason, not per request
+                if len(self._reported) > 4096:
+                    self._reported.clear()
+                self._reported.add(message)
+                log.warning("unreadable allocation, failing closed: %s", message)
         return usage
+
+    def _requested_vendors(self, pod: Mapping[str, Any]) -> frozenset[str] | None:
+        """``usage.requested_vendors``, kept per pod uid (a pod's resources are immutable)."""
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if uid and uid in self._vendors_by_uid:
+            return self._vendors_by_uid[uid]
+        vendors = requested_vendors(pod, self.manager)
+        if uid:
+            if len(self._vendors_by_uid) > 65536:
+                self._vendors_by_uid.clear()
+            self._vendors_by_uid[uid] = vendors
+        return vendors
 
     # -- filter / prioritize ----------------------------------------------------------
 
@@ -260,6 +280,14 @@ class Scheduler:
         if not request.wants_devices:
             self.store.bind_pod(namespace, name, uid=uid, node=node)
             return None
+        ours = self.manager.config.scheduler_name
+        if (pod.get("spec") or {}).get("schedulerName") != ours:
+            # Usage counts only pods of our scheduler (usage.bound_here): never write an
+            # allocation the accounting would not see.
+            raise ConflictError(
+                f"pod {namespace}/{name} has schedulerName "
+                f"{(pod.get('spec') or {}).get('schedulerName')!r}, not {ours!r}"
+            )
         now = self.clock()
         try:
             acquire_node_lock(

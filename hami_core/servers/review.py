@@ -56,6 +56,9 @@ class ReviewRequest:
         namespace: ``request.namespace`` (``""`` for cluster-scoped objects).
         name: ``request.name`` (``""`` on CREATE with ``generateName``).
         object: ``request.object`` (None for DELETE).
+        old_object: ``request.oldObject`` (UPDATE and DELETE; None otherwise).
+        username: ``request.userInfo.username``, the authenticated requester ("" when
+            absent), e.g. ``system:serviceaccount:kube-system:hami-scheduler``.
         dry_run: ``request.dryRun``.
     """
 
@@ -69,7 +72,20 @@ class ReviewRequest:
     namespace: str = ""
     name: str = ""
     object: Any = None
+    old_object: Any = None
+    username: str = ""
     dry_run: bool = False
+
+    @property
+    def is_pod_update(self) -> bool:
+        """True for the UPDATE of a core/v1 Pod or of its ``status`` subresource (both
+        can change annotations)."""
+        return (
+            self.operation == "UPDATE"
+            and self.group == ""
+            and self.kind == "Pod"
+            and self.sub_resource in ("", "status")
+        )
 
     @property
     def is_pod_create(self) -> bool:
@@ -91,6 +107,15 @@ def _str(data: Mapping[str, Any], key: str, where: str, **known: Any) -> str:
             f"{where}.{key} must be a string, got {type(value).__name__}", **known
         )
     return value
+
+
+def _username(request: Mapping[str, Any], known: Mapping[str, Any]) -> str:
+    info = request.get("userInfo")
+    if info is None:
+        return ""
+    if not isinstance(info, dict):
+        raise MalformedReview("AdmissionReview.request.userInfo must be an object", **known)
+    return _str(info, "username", "request.userInfo", **known)
 
 
 def parse_review(body: object) -> ReviewRequest:
@@ -141,6 +166,8 @@ def parse_review(body: object) -> ReviewRequest:
         namespace=_str(request, "namespace", "request", **known),
         name=_str(request, "name", "request", **known),
         object=request.get("object"),
+        old_object=request.get("oldObject"),
+        username=_username(request, known),
         dry_run=request.get("dryRun") is True,
     )
 

@@ -1,9 +1,10 @@
 """The mutating admission webhook (PROTOCOL.md §6) as a Flask app factory.
 
 ``POST /webhook`` takes an AdmissionReview (``admission.k8s.io/v1`` or ``v1beta1``) and
-answers in the same version with the request's ``uid``. Only the CREATE of a Pod is
-reviewed (by ``hami_core.webhook.Admission``); every other operation or kind is allowed
-unchanged. A review that cannot be read answers HTTP 400 with ``{"error": message}``;
+answers in the same version with the request's ``uid``. The CREATE of a Pod is reviewed
+and mutated (by ``hami_core.webhook.Admission``); the UPDATE of a Pod or of its status
+is checked for scheduler-owned annotations written by someone other than a trusted
+user (PROTOCOL.md §6); every other operation or kind is allowed unchanged. A review that cannot be read answers HTTP 400 with ``{"error": message}``;
 one whose ``uid`` is known but whose content is bad (or whose review failed) answers an
 AdmissionReview that denies with the message, so ``kubectl`` shows the cause. The app
 never answers a 500 stack trace.
@@ -124,6 +125,8 @@ def _answer(
             reason=reason,
         )
 
+    if review.is_pod_update:
+        return _answer_update(admission, review, deny)
     if not review.is_pod_create:
         return review_response(review.api_version, review.uid, allowed=True)
     original = review.object
@@ -148,7 +151,7 @@ def _answer(
         except Exception as exc:
             lookup_error = exc
     try:
-        result = admission.review(pod, namespace_labels=labels)
+        result = admission.review(pod, namespace_labels=labels, user=review.username or None)
     except HamiError as exc:
         log.warning("review of %s (%s) failed: %s", where, review.uid, exc)
         return deny(exc.http_status, str(exc), type(exc).__name__)
@@ -174,6 +177,31 @@ def _answer(
     if patch:
         log.info("mutated %s (%s): %d patch operations", where, review.uid, len(patch))
     return review_response(review.api_version, review.uid, allowed=True, patch=patch)
+
+
+def _answer_update(
+    admission: Admission, review: ReviewRequest, deny: Callable[[int, str, str], dict[str, Any]]
+) -> dict[str, Any]:
+    """An UPDATE of a pod (or its status): only the trust check on scheduler-owned
+    annotations; nothing is patched."""
+    new, old = review.object, review.old_object
+    if not isinstance(new, dict) or not isinstance(old, dict):
+        return deny(400, "a pod UPDATE needs request.object and request.oldObject", "BadRequest")
+    try:
+        result = admission.review_update(old, new, user=review.username or None)
+    except Exception as exc:  # never a 500 trace; the API server applies failurePolicy
+        log.exception("review of the update of pod %s/%s failed", review.namespace, review.name)
+        return deny(500, f"internal error: {type(exc).__name__}: {exc}", "InternalError")
+    if not result.allowed:
+        log.warning(
+            "denied update of pod %s/%s by %s: %s",
+            review.namespace,
+            review.name,
+            review.username or "?",
+            result.message,
+        )
+        return deny(DENIAL_CODES.get(result.reason, 403), result.message, result.reason)
+    return review_response(review.api_version, review.uid, allowed=True)
 
 
 def _checked_patch(original: dict[str, Any], result: AdmissionResult) -> list[dict[str, Any]] | str:

@@ -49,6 +49,21 @@ class WebhookOptions:
     config: str | None = None
     threads: int = 8
     namespace_cache_s: float = 30.0
+    trusted_users: tuple[str, ...] = ()
+
+
+#: Service accounts (in the webhook's namespace) that write scheduler-owned annotations.
+DEFAULT_TRUSTED_ACCOUNTS = ("hami-scheduler", "hami-device-plugin")
+
+
+def trusted_users(opts: WebhookOptions) -> frozenset[str]:
+    """``--trusted-user`` values, else the default service accounts of the scheduler and
+    the device plugin in the webhook's namespace (``system:serviceaccount:<ns>:<name>``,
+    the username Kubernetes gives a service account's token)."""
+    if opts.trusted_users:
+        return frozenset(opts.trusted_users)
+    namespace = opts.service_namespace or default_namespace()
+    return frozenset(f"system:serviceaccount:{namespace}:{a}" for a in DEFAULT_TRUSTED_ACCOUNTS)
 
 
 def default_namespace(path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -128,7 +143,7 @@ def run_webhook(
         )
         caches = (store.pods, store.quotas)
         app = create_webhook_app(
-            Admission(manager, store),
+            Admission(manager, store, trusted_users=trusted_users(opts)),
             namespace_labels=labels,
             is_ready=lambda: all(inf.wait_synced(0) for inf in caches),
         )

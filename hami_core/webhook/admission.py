@@ -26,6 +26,14 @@ from hami_core.scheduling.podspec import check_pod_shape, containers, pod_ref, r
 from hami_core.scheduling.policy import resolve_policies
 from hami_core.scheduling.quota import namespace_usage, quota_limits, quota_violation
 
+from .trust import (
+    DISABLE_CONTROL_ALLOW,
+    DISABLE_CONTROL_LABEL,
+    changed_owned_annotations,
+    env_denial,
+    owned_annotation_keys,
+)
+
 
 @attrs.frozen(kw_only=True)
 class AdmissionResult:
@@ -36,7 +44,8 @@ class AdmissionResult:
         patch: RFC 6902 operations (empty when nothing changes or denied).
         message: why it was denied (names the cause), or "".
         reason: a short code for the denial (``PrivilegedContainer``, ``NodeNamePreset``,
-            ``SchedulerOwnedAnnotation``, ``InvalidRequest``, ``ResourceQuotaNotFit``).
+            ``SchedulerOwnedAnnotation``, ``ProtectedEnv``, ``InvalidRequest``,
+            ``ResourceQuotaNotFit``).
         mutated: True when the pod asks for managed devices and was handled.
     """
 
@@ -54,35 +63,103 @@ def _deny(reason: str, message: str) -> AdmissionResult:
 class Admission:
     """Decides and patches pods at admission."""
 
-    def __init__(self, manager: BackendManager, store: ClusterStore | None = None) -> None:
+    def __init__(
+        self,
+        manager: BackendManager,
+        store: ClusterStore | None = None,
+        *,
+        trusted_users: frozenset[str] = frozenset(),
+    ) -> None:
         """Args:
         store: where namespace quotas and usage are read; None skips quota checks.
+        trusted_users: ``userInfo.username`` values that may write scheduler-owned
+            annotations (the scheduler's and device plugin's service accounts, e.g.
+            ``system:serviceaccount:kube-system:hami-scheduler``).
         """
         self.manager = manager
         self.store = store
+        self.trusted_users = trusted_users
+        self._owned = owned_annotation_keys(manager)
+
+    def container_asks(
+        self, pod: Mapping[str, Any], container: Mapping[str, Any], *, init: bool
+    ) -> bool:
+        """True when a backend finds a device request in the container (a malformed
+        quantity of a managed resource counts as asking)."""
+        try:
+            return bool(self.manager.parse_requests(pod, container, init=init))
+        except InvalidInputError:
+            return True
+
+    def _owned_denial(
+        self, old: Mapping[str, Any] | None, new: Mapping[str, Any], user: str | None
+    ) -> AdmissionResult | None:
+        if user is not None and user in self.trusted_users:
+            return None
+        changed = changed_owned_annotations(old, new, self._owned)
+        if not changed:
+            return None
+        verb = "set" if old is None else "changed"
+        return _deny(
+            "SchedulerOwnedAnnotation",
+            f"pod {pod_ref(new)}: annotations {', '.join(changed)} are written by the scheduler "
+            f"only ({verb} by {user or 'an unknown user'})",
+        )
+
+    def review_update(
+        self, old: Mapping[str, Any], new: Mapping[str, Any], *, user: str | None = None
+    ) -> AdmissionResult:
+        """Decide for the UPDATE of a pod (or of its ``status``): denied when it adds,
+        changes or removes a scheduler-owned annotation and ``user`` is not trusted."""
+        for obj in (old, new):
+            try:
+                check_pod_shape(obj)
+            except InvalidInputError as exc:
+                return _deny("InvalidRequest", f"pod {pod_ref(new)}: {exc}")
+        return self._owned_denial(old, new, user) or AdmissionResult()
 
     def review(
-        self, pod: Mapping[str, Any], *, namespace_labels: Mapping[str, str] | None = None
+        self,
+        pod: Mapping[str, Any],
+        *,
+        namespace_labels: Mapping[str, str] | None = None,
+        user: str | None = None,
     ) -> AdmissionResult:
-        """Decide for one pod (a CREATE). Never raises for bad pods: they are denied."""
-        meta = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
-        ignore = (keys.WEBHOOK_IGNORE_LABEL, keys.WEBHOOK_IGNORE_VALUE)
-        if (
-            keys.WEBHOOK_IGNORE_LABEL,
-            (meta.get("labels") or {}).get(keys.WEBHOOK_IGNORE_LABEL),
-        ) == ignore:
-            return AdmissionResult()
-        if (namespace_labels or {}).get(keys.WEBHOOK_IGNORE_LABEL) == keys.WEBHOOK_IGNORE_VALUE:
-            return AdmissionResult()
-        ours = self.manager.config.scheduler_name
-        if spec.get("schedulerName") not in (None, "", "default-scheduler", ours):
-            return AdmissionResult()
+        """Decide for one pod (a CREATE). Never raises for bad pods: they are denied.
 
+        Args:
+            namespace_labels: the labels of the pod's namespace.
+            user: ``userInfo.username`` of the request (None: not known, not trusted).
+        """
         try:
             check_pod_shape(pod)
         except InvalidInputError as exc:
             return _deny("InvalidRequest", f"pod {pod_ref(pod)}: {exc}")
+        # Trust first: no label, schedulerName or namespace exempts a pod from these.
+        owned = self._owned_denial(None, pod, user)
+        if owned is not None:
+            return owned
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        ns_labels = namespace_labels or {}
+        if ns_labels.get(keys.WEBHOOK_IGNORE_LABEL) == keys.WEBHOOK_IGNORE_VALUE:
+            return AdmissionResult()
+        asks = False
+        allow_off = ns_labels.get(DISABLE_CONTROL_LABEL) == DISABLE_CONTROL_ALLOW
+        for container, init, _ in containers(pod):
+            if not self.container_asks(pod, container, init=init):
+                continue
+            asks = True
+            reason = env_denial(container, allow_disable_control=allow_off)
+            if reason:
+                return _deny("ProtectedEnv", f"pod {pod_ref(pod)}: {reason}")
+        # The object label exempts only a pod that asks for no managed device.
+        labels = meta.get("labels") or {}
+        if not asks and labels.get(keys.WEBHOOK_IGNORE_LABEL) == keys.WEBHOOK_IGNORE_VALUE:
+            return AdmissionResult()
+        ours = self.manager.config.scheduler_name
+        if spec.get("schedulerName") not in (None, "", "default-scheduler", ours):
+            return AdmissionResult()
         working: dict[str, Any] = copy.deepcopy(dict(pod))
         asked = False
         for _, _, path in list(containers(pod)):
@@ -126,15 +203,6 @@ class Admission:
                 "NodeNamePreset",
                 f"pod {ref}: spec.nodeName is preset to {spec['nodeName']!r}; a pod asking for shared "
                 "devices must be placed by the scheduler",
-            )
-        owned = set(keys.SCHEDULER_OWNED)
-        for t in self.manager.device_types():
-            owned |= {t.to_allocate_annotation, t.allocated_annotation}
-        present = sorted(owned & set((pod.get("metadata") or {}).get("annotations") or {}))
-        if present:
-            return _deny(
-                "SchedulerOwnedAnnotation",
-                f"pod {ref}: annotations {', '.join(present)} are written by the scheduler only",
             )
         try:
             resolve_policies(pod, self.manager.config)

@@ -163,7 +163,7 @@ def gpu_node(name: str, uuids: list[str], *, memory_mib: int = 16384) -> dict[st
 
 
 def gpu_pod(name: str, *containers: dict[str, Any], init: list[dict[str, Any]] | None = None):
-    spec: dict[str, Any] = {"containers": list(containers)}
+    spec: dict[str, Any] = {"containers": list(containers), "schedulerName": "hami-scheduler"}
     if init:
         spec["initContainers"] = init
     return {

@@ -123,7 +123,10 @@ def test_thirty_pods_on_room_for_sixteen(control_plane, core):
     }
     for n, info in infos.items():
         usage = node_usage(
-            info, [p for p in pods if p["spec"].get("nodeName") == n], manager().device_types()
+            info,
+            [p for p in pods if p["spec"].get("nodeName") == n],
+            manager().device_types(),
+            scheduler_name="hami-scheduler",
         )
         for u in usage.values():
             assert u.used_memory_mib <= u.device.memory_mib and u.used_count <= u.device.split_count

@@ -27,7 +27,7 @@ def env():
 
 
 def add(c, name, **res):
-    return c.add_pod(pod(name, container(**res)))
+    return c.add_pod(pod(name, container(**res), scheduler_name="hami-scheduler"))
 
 
 def lock_of(c):
@@ -168,9 +168,17 @@ def test_retried_bind_of_a_bound_pod_is_a_no_op(env):
 
 def test_pod_without_devices_is_just_bound(env):
     c, sched, _ = env
-    p = c.add_pod(pod("plain", {"name": "c", "image": "x"}))
+    p = c.add_pod(pod("plain", {"name": "c", "image": "x"}, scheduler_name="hami-scheduler"))
     assert sched.bind("default", "plain", uid=p["metadata"]["uid"], node="n1") is None
     assert c.get_pod("default", "plain")["spec"]["nodeName"] == "n1" and lock_of(c) is None
+
+
+def test_pod_of_another_scheduler_is_never_bound(env):
+    c, sched, _ = env
+    p = c.add_pod(pod("theirs", container(gpu=1), scheduler_name="default-scheduler"))
+    with pytest.raises(ConflictError, match="schedulerName 'default-scheduler'"):
+        sched.bind("default", "theirs", uid=p["metadata"]["uid"], node="n1")
+    assert not c.get_pod("default", "theirs")["spec"].get("nodeName") and lock_of(c) is None
 
 
 def test_missing_pod_or_node(env):

@@ -226,13 +226,17 @@ def test_unknown_node_names_are_reported_not_guessed():
     assert p.scheduler.filter(plain, ["node-1", "node-new"]).feasible == ("node-1", "node-new")
 
 
-def test_an_unreadable_allocation_is_skipped_and_logged(caplog):
+def test_an_unreadable_allocation_fails_closed_and_is_logged(caplog):
+    """Issue #12 item 2: a bound pod whose allocation was rewritten keeps its device."""
     p = pipeline(ONE_GPU)
-    broken = pod("broken", container(gpu=1, gpumem=100))
+    broken = pod("broken", container(gpu=1, gpumem=100), scheduler_name="hami-scheduler")
+    broken["spec"]["nodeName"] = "node-1"
     broken["metadata"]["annotations"] = {
         "hami.io/vgpu-node": "node-1",
         "hami.io/vgpu-devices-allocated": "GPU-A,NVIDIA,lots,0:;",
     }
     p.cluster.add_pod(broken)
-    assert p.submit(pod("next", container(gpu=1, gpumem=16384))).scheduled
-    assert "ignoring an unreadable allocation: pod default/broken" in caplog.text
+    out = p.submit(pod("next", container(gpu=1, gpumem=100)))
+    assert not out.scheduled
+    assert "unreadable allocation, failing closed: pod default/broken" in caplog.text
+    assert "holding GPU-A whole" in caplog.text

@@ -260,7 +260,8 @@ def test_ignored_namespace_and_pod_are_not_touched(mgr):
     plain = create_webhook_app(Admission(mgr), namespace_labels=lambda ns: {}).test_client()
     body = pod_review()
     obj(body)["metadata"]["labels"]["hami.io/webhook"] = "ignore"
-    assert "patch" not in post(plain, body)["response"]
+    # The object label does not exempt a pod that asks for managed devices (#12 item 2).
+    assert "patch" in post(plain, body)["response"]
     assert "patch" in post(plain, pod_review())["response"]
 
 
@@ -424,7 +425,7 @@ class _Stub(Admission):
     def __init__(self, outcome):
         self.outcome = outcome
 
-    def review(self, pod, *, namespace_labels=None):
+    def review(self, pod, *, namespace_labels=None, user=None):
         if isinstance(self.outcome, BaseException):
             raise self.outcome
         return self.outcome
@@ -625,6 +626,7 @@ WEBHOOK_FLAGS = {
     "--config": "built-in defaults",
     "--threads": "8",
     "--namespace-cache-seconds": "30",
+    "--trusted-user": "system:serviceaccount:<ns>:hami-scheduler",
     "--log-level": "info",
 }
 

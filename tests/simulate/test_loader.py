@@ -209,6 +209,7 @@ def test_snapshot_usage_changes_where_pods_go(tmp_path):
         "hami.io/vgpu-node": "n",
     }
     holder["metadata"]["uid"] = "uid-holder"
+    holder["spec"]["schedulerName"] = "hami-scheduler"  # only our scheduler's pods count
     holder["status"] = {"phase": "Running"}
     snap = write(
         tmp_path / "snap.yaml", {"apiVersion": "v1", "kind": "List", "items": [node, holder]}

@@ -165,9 +165,9 @@ def test_pods_left_alone():
     other = copy.deepcopy(gpu_pod)
     other["spec"]["schedulerName"] = "volcano"
     assert review(other).patch == ()
-    ignored = copy.deepcopy(gpu_pod)
-    ignored["metadata"]["labels"] = {"hami.io/webhook": "ignore"}
-    assert review(ignored).patch == ()
+    plain_ignored = pod("plain", container())
+    plain_ignored["metadata"]["labels"] = {"hami.io/webhook": "ignore"}
+    assert review(plain_ignored).patch == () and not review(plain_ignored).mutated
     assert review(gpu_pod, namespace_labels={"hami.io/webhook": "ignore"}).patch == ()
     privileged_without_gpu = pod("x", {"name": "c", "securityContext": {"privileged": True}})
     assert review(privileged_without_gpu).allowed

@@ -1,0 +1,135 @@
+"""The webhook's trust checks (PROTOCOL.md §6-7): what a pod's author may not write.
+
+Everything the device plugin and the scheduler's accounting believe must come from a
+writer the pod's author is not:
+
+- scheduler-owned annotations (PROTOCOL.md §3) on the CREATE and UPDATE of every pod,
+  whatever its ``schedulerName`` or labels, unless the request comes from a trusted user
+  (the scheduler's or the device plugin's service account, ``userInfo.username``);
+- the shim's variables (PROTOCOL.md §7) in the ``env`` of a container that asks for
+  managed devices (the container's own env wins over the device plugin's in kubelet), and
+  ``envFrom`` that could carry them. ``envFrom`` names a ConfigMap or Secret whose keys
+  cannot be read at admission (and may change later), so it is denied in such a container
+  unless its ``prefix`` can form none of those names. ``CUDA_DISABLE_CONTROL`` is an
+  administrator's opt-out: allowed only in a namespace labelled
+  ``hami.io/disable-control: allow``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from hami_core.plugin import BackendManager
+from hami_core.protocol import annotations as keys
+
+#: The shim's variables of PROTOCOL.md §7 (and the handbook's all-device aliases).
+SHIM_ENV: Final = frozenset(
+    {
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_MEMORY_LIMIT",
+        "CUDA_DEVICE_SM_LIMIT",
+        "CUDA_DEVICE_CORE_LIMIT",
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+        "CUDA_OVERSUBSCRIBE",
+        "GPU_CORE_UTILIZATION_POLICY",
+        "CUDA_DISABLE_CONTROL",
+        "CUDA_DEVICE_LIMITS_FILE",
+    }
+)
+#: Per-device forms: ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` and the like.
+SHIM_ENV_PREFIXES: Final = (
+    "CUDA_DEVICE_MEMORY_LIMIT_",
+    "CUDA_DEVICE_SM_LIMIT_",
+    "CUDA_DEVICE_CORE_LIMIT_",
+)
+DISABLE_CONTROL: Final = "CUDA_DISABLE_CONTROL"
+#: Namespace label (set by an administrator) that lets containers set CUDA_DISABLE_CONTROL.
+DISABLE_CONTROL_LABEL: Final = "hami.io/disable-control"
+DISABLE_CONTROL_ALLOW: Final = "allow"
+
+
+def is_shim_variable(name: str) -> bool:
+    """True for a variable of PROTOCOL.md §7 the tenant may not set itself."""
+    return name in SHIM_ENV or name.startswith(SHIM_ENV_PREFIXES)
+
+
+def prefix_may_form_shim_variable(prefix: str) -> bool:
+    """True when ``envFrom`` with this ``prefix`` (keys unknown) could define a shim variable:
+    an empty prefix, a prefix of one of the names, or a name prefix followed by anything."""
+    if not prefix:
+        return True
+    if any(n.startswith(prefix) for n in (*SHIM_ENV, *SHIM_ENV_PREFIXES)):
+        return True
+    return prefix.startswith(SHIM_ENV_PREFIXES)
+
+
+def owned_annotation_keys(manager: BackendManager) -> frozenset[str]:
+    """Every pod annotation only the scheduler (and the device plugin) may write:
+    PROTOCOL.md §3's keys and every backend's device-list keys."""
+    owned = set(keys.SCHEDULER_OWNED)
+    for t in manager.device_types():
+        owned |= {t.to_allocate_annotation, t.allocated_annotation}
+    return frozenset(owned)
+
+
+def changed_owned_annotations(
+    old: Mapping[str, Any] | None, new: Mapping[str, Any], owned: Iterable[str]
+) -> list[str]:
+    """Owned keys that ``new`` adds, changes or removes relative to ``old`` (None on CREATE:
+    every owned key present), sorted."""
+    new_ann = (new.get("metadata") or {}).get("annotations") or {}
+    old_ann = ((old or {}).get("metadata") or {}).get("annotations") or {}
+    return sorted(k for k in owned if new_ann.get(k) != old_ann.get(k))
+
+
+def env_denial(container: Mapping[str, Any], *, allow_disable_control: bool = False) -> str | None:
+    """Why this (device-asking) container's ``env`` / ``envFrom`` is denied, or None.
+
+    Args:
+        container: the container as the pod's author wrote it (before the webhook's own
+            additions).
+        allow_disable_control: the namespace opted out (``hami.io/disable-control: allow``).
+    """
+    name = container.get("name")
+    for e in container.get("env") or []:
+        var = e.get("name") if isinstance(e, Mapping) else None
+        if not isinstance(var, str) or not is_shim_variable(var):
+            continue
+        if var == DISABLE_CONTROL and allow_disable_control:
+            continue
+        hint = (
+            f"; only a namespace labelled {DISABLE_CONTROL_LABEL}={DISABLE_CONTROL_ALLOW} "
+            "(set by an administrator) may turn the limiter off"
+            if var == DISABLE_CONTROL
+            else ""
+        )
+        return (
+            f"container {name!r}: env {var} is set by the device plugin from the scheduled "
+            f"share and may not be set by the pod{hint}"
+        )
+    for i, source in enumerate(container.get("envFrom") or []):
+        if not isinstance(source, Mapping):
+            continue
+        prefix = source.get("prefix") or ""
+        if prefix_may_form_shim_variable(str(prefix)):
+            ref = source.get("configMapRef") or source.get("secretRef") or {}
+            what = "configMapRef" if "configMapRef" in source else "secretRef"
+            return (
+                f"container {name!r}: envFrom[{i}] ({what} {ref.get('name')!r}, prefix "
+                f"{prefix!r}) could define the device plugin's variables (CUDA_DEVICE_*, "
+                "NVIDIA_VISIBLE_DEVICES, ...); use a prefix that cannot form them, e.g. 'APP_'"
+            )
+    return None
+
+
+__all__ = [
+    "DISABLE_CONTROL_LABEL",
+    "SHIM_ENV",
+    "SHIM_ENV_PREFIXES",
+    "changed_owned_annotations",
+    "env_denial",
+    "is_shim_variable",
+    "owned_annotation_keys",
+    "prefix_may_form_shim_variable",
+]

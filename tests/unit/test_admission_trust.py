@@ -1,0 +1,180 @@
+"""The webhook's trust checks (issue #12 items 1-2, PROTOCOL.md §6-7): what a tenant
+writes into its pod must never raise its share or fool the accounting."""
+
+import copy
+
+import pytest
+
+from hami_core.webhook import Admission
+from hami_core.webhook.trust import is_shim_variable, prefix_may_form_shim_variable
+from tests.builders import container, manager, pod
+
+SCHED = "system:serviceaccount:kube-system:hami-scheduler"
+PLUGIN = "system:serviceaccount:kube-system:hami-device-plugin"
+
+
+def admission():
+    return Admission(manager(), trusted_users=frozenset({SCHED, PLUGIN}))
+
+
+def with_env(*env, envfrom=None, **res):
+    c = container(**(res or {"gpu": 1, "gpumem": 3000}))
+    c["env"] = [{"name": n, "value": v} for n, v in env]
+    if envfrom is not None:
+        c["envFrom"] = envfrom
+    return pod("p", c)
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "16384m"),
+        ("CUDA_DEVICE_MEMORY_LIMIT", "16g"),
+        ("CUDA_DEVICE_SM_LIMIT", "100"),
+        ("CUDA_DEVICE_SM_LIMIT_1", "100"),
+        ("CUDA_DEVICE_CORE_LIMIT", "100"),
+        ("CUDA_DISABLE_CONTROL", "true"),
+        ("NVIDIA_VISIBLE_DEVICES", "all"),
+        ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/mine"),
+        ("CUDA_OVERSUBSCRIBE", "true"),
+        ("GPU_CORE_UTILIZATION_POLICY", "disable"),
+    ],
+)
+def test_a_gpu_container_may_not_set_the_shims_variables(name, value):
+    out = admission().review(with_env((name, value)))
+    assert not out.allowed and out.reason == "ProtectedEnv"
+    assert name in out.message and "'main'" in out.message
+
+
+def test_init_containers_are_checked_too():
+    bad = container("init", gpu=1)
+    bad["env"] = [{"name": "CUDA_DEVICE_SM_LIMIT", "value": "100"}]
+    out = admission().review(pod("p", container(gpu=1), init=[bad]))
+    assert not out.allowed and "'init'" in out.message
+
+
+def test_other_env_and_non_gpu_containers_are_fine():
+    assert admission().review(with_env(("APP_MODE", "fast"), ("CUDA_VISIBLE_DEVICES", "0"))).allowed
+    cpu = container("side")
+    cpu["env"] = [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "1g"}]
+    assert admission().review(pod("p", container(gpu=1), cpu)).allowed
+
+
+def test_disable_control_is_an_administrators_opt_out():
+    p = with_env(("CUDA_DISABLE_CONTROL", "true"))
+    denied = admission().review(p, namespace_labels={})
+    assert not denied.allowed and "hami.io/disable-control=allow" in denied.message
+    ok = admission().review(p, namespace_labels={"hami.io/disable-control": "allow"})
+    assert ok.allowed and ok.mutated
+    # The opt-out covers only that variable, never the limits themselves.
+    both = with_env(("CUDA_DISABLE_CONTROL", "true"), ("CUDA_DEVICE_MEMORY_LIMIT_0", "80g"))
+    assert (
+        not admission().review(both, namespace_labels={"hami.io/disable-control": "allow"}).allowed
+    )
+
+
+@pytest.mark.parametrize(
+    "source, allowed",
+    [
+        ({"configMapRef": {"name": "cfg"}}, False),
+        ({"secretRef": {"name": "s"}, "prefix": ""}, False),
+        ({"configMapRef": {"name": "cfg"}, "prefix": "CUDA_"}, False),
+        ({"configMapRef": {"name": "cfg"}, "prefix": "CUDA_DEVICE_SM_LIMIT_9"}, False),
+        ({"configMapRef": {"name": "cfg"}, "prefix": "N"}, False),
+        ({"configMapRef": {"name": "cfg"}, "prefix": "APP_"}, True),
+        ({"configMapRef": {"name": "cfg"}, "prefix": "CUDA_X_"}, True),
+    ],
+)
+def test_env_from_that_could_carry_the_variables_is_denied(source, allowed):
+    out = admission().review(with_env(envfrom=[source]))
+    assert out.allowed is allowed
+    if not allowed:
+        assert out.reason == "ProtectedEnv" and "envFrom[0]" in out.message
+
+
+def test_name_rules():
+    assert is_shim_variable("CUDA_DEVICE_MEMORY_LIMIT_12") and not is_shim_variable("CUDA_HOME")
+    assert prefix_may_form_shim_variable("") and prefix_may_form_shim_variable("CUDA_DEVICE_")
+    assert not prefix_may_form_shim_variable("MY_")
+
+
+# -- scheduler-owned annotations --------------------------------------------------------
+
+FORGED = {
+    "hami.io/vgpu-devices-to-allocate": "GPU-A,NVIDIA,81920,100:;",
+    "hami.io/bind-phase": "allocating",
+}
+
+
+def forged(scheduler=None, labels=None, resources=None):
+    p = pod("evil", container(**(resources or {"gpu": 1})), annotations=dict(FORGED))
+    if scheduler:
+        p["spec"]["schedulerName"] = scheduler
+    p["spec"]["nodeName"] = "node-1"
+    if labels:
+        p["metadata"]["labels"] = labels
+    return p
+
+
+@pytest.mark.parametrize(
+    "p",
+    [
+        forged(),
+        forged(scheduler="volcano"),
+        forged(labels={"hami.io/webhook": "ignore"}),
+        forged(scheduler="volcano", resources={"cpu": "1"}),
+    ],
+    ids=["ours", "other-scheduler", "ignore-label", "non-gpu"],
+)
+def test_owned_annotations_are_denied_on_create_for_every_pod(p):
+    out = admission().review(p, user="alice")
+    assert not out.allowed and out.reason == "SchedulerOwnedAnnotation"
+    assert "hami.io/bind-phase" in out.message and "alice" in out.message
+
+
+def test_owned_annotations_in_an_ignored_namespace_are_still_denied():
+    out = admission().review(forged(), namespace_labels={"hami.io/webhook": "ignore"})
+    assert not out.allowed
+
+
+def _running():
+    p = pod(
+        "p",
+        container(gpu=1),
+        annotations={"hami.io/vgpu-devices-allocated": "GPU-A,NVIDIA,3000,0:;"},
+    )
+    p["spec"].update(schedulerName="hami-scheduler", nodeName="node-1")
+    return p
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda a: a.update({"hami.io/vgpu-devices-allocated": "GPU-A,NVIDIA,1,0:;"}),
+        lambda a: a.pop("hami.io/vgpu-devices-allocated"),
+        lambda a: a.update({"hami.io/vgpu-devices-to-allocate": "GPU-B,NVIDIA,1,0:;"}),
+        lambda a: a.update({"hami.io/bind-phase": "allocating"}),
+    ],
+    ids=["rewrite", "delete", "add-to-allocate", "add-phase"],
+)
+def test_update_of_owned_annotations_by_a_tenant_is_denied(change):
+    old = _running()
+    new = copy.deepcopy(old)
+    change(new["metadata"]["annotations"])
+    out = admission().review_update(old, new, user="alice")
+    assert not out.allowed and out.reason == "SchedulerOwnedAnnotation"
+    assert admission().review_update(old, new, user=SCHED).allowed
+    assert admission().review_update(old, new, user=PLUGIN).allowed
+    assert not admission().review_update(old, new, user=None).allowed
+
+
+def test_other_updates_pass():
+    old = _running()
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"]["team"] = "a"
+    new["metadata"].setdefault("labels", {})["x"] = "y"
+    assert admission().review_update(old, new, user="alice").allowed
+
+
+def test_the_scheduler_account_may_create_with_owned_annotations():
+    assert admission().review(forged(scheduler="volcano"), user=SCHED).allowed
