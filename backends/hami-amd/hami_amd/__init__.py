@@ -1,0 +1,20 @@
+"""hami-amd: the AMD ROCm backend of hami (entry point ``amd``).
+
+Vendor key ``AMD``; resources ``amd.com/gpu``, ``amd.com/gpumem`` (MiB),
+``amd.com/gpucores`` (percent of the GPU's compute units, 1..100, default 100);
+inventory ``hami.io/node-amd-register`` (JSON, ``devcore`` = the GPU's CU count). Device
+lists carry CU counts, which the device plugin turns into ``HSA_CU_MASK`` ranges
+(PROTOCOL.md §1b; HAMi 2.10 ``pkg/device/amd/device.go``, ``docs/develop/amd-vgpu.md``).
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("hami-amd")
+except PackageNotFoundError:
+    __version__ = "0.0.0+unknown"
+
+BACKEND_NAME = "amd"
+VENDOR = "AMD"
+
+__all__ = ["BACKEND_NAME", "VENDOR", "__version__"]

@@ -1,0 +1,91 @@
+"""Hook implementations of the AMD backend: thin wrappers over the vendor logic."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hami_core.devicefit import node_score
+from hami_core.model import (
+    BackendInfo,
+    ContainerAllocation,
+    ContainerDevices,
+    DeviceInfo,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceUsage,
+    FitResult,
+    MutateResult,
+    NodeInfo,
+    NodePolicy,
+)
+from hami_core.plugin import hookimpl
+from hami_core.protocol.config import VendorConfig
+
+from . import BACKEND_NAME, VENDOR, allocate, discover, fit, requests
+from .fit import RULES
+from .names import DEVICE_TYPE, OPTION_DEFAULTS
+
+
+@hookimpl
+def hami_backend_info() -> BackendInfo:
+    return BackendInfo(
+        name=BACKEND_NAME,
+        device_types=(DEVICE_TYPE,),
+        description="AMD ROCm GPUs shared by memory and compute-unit masks (HSA_CU_MASK)",
+        option_defaults=OPTION_DEFAULTS,
+    )
+
+
+@hookimpl
+def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
+    return discover.discover(config, discover.RUNNER[0])
+
+
+@hookimpl
+def hami_parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
+    return requests.parse_request(container, config)
+
+
+@hookimpl
+def hami_mutate(
+    container: Mapping[str, Any], container_path: str, config: VendorConfig
+) -> MutateResult | None:
+    return requests.mutate(container, container_path, config)
+
+
+@hookimpl
+def hami_fit(
+    request: DeviceRequest,
+    node: NodeInfo,
+    usage: Sequence[DeviceUsage],
+    pod: Mapping[str, Any],
+    policy: DevicePolicy,
+) -> FitResult | None:
+    if request.vendor != VENDOR:
+        return None
+    return fit.fit(request, node, usage, pod, policy)
+
+
+@hookimpl
+def hami_score(
+    usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy
+) -> float | None:
+    if any(u.device.vendor != VENDOR for u in usage):
+        return None
+    return node_score(usage, devices, policy, RULES)
+
+
+@hookimpl
+def hami_allocate(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    devices: ContainerDevices,
+    config: VendorConfig,
+    node_devices: Sequence[DeviceInfo],
+) -> ContainerAllocation | None:
+    if any(d.vendor != VENDOR for d in devices):
+        return None
+    state = Path(str(config.options.get("cuMaskStatePath", OPTION_DEFAULTS["cuMaskStatePath"])))
+    return allocate.allocate(pod, container, devices, node_devices, state)

@@ -1,0 +1,84 @@
+"""Reading an AMD request (HAMi 2.10 ``pkg/device/amd`` ``GenerateResourceRequests`` and
+``MutateAdmission``; ``docs/develop/amd-vgpu.md`` §5).
+
+- ``amd.com/gpu`` > 0 distinct GPUs; memory or cores without it ask nothing;
+- ``amd.com/gpumem`` MiB per GPU; unset: the whole GPU;
+- ``amd.com/gpucores`` an integer percentage of the GPU's compute units, 1..100
+  (0 and above 100 are refused, as HAMi's webhook does); unset: 100.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hami_core.errors import InvalidInputError
+from hami_core.model import DeviceRequest, MutateResult
+from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.patches import set_resources
+from hami_core.protocol.quantity import parse_quantity_int
+
+from . import VENDOR
+from .names import resources
+
+
+def stated(container: Mapping[str, Any], name: str) -> object | None:
+    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
+    res = container.get("resources") or {}
+    for section in ("limits", "requests"):
+        values = res.get(section) or {}
+        if name in values:
+            return values[name]  # type: ignore[no-any-return]
+    return None
+
+
+def _int(container: Mapping[str, Any], name: str) -> int | None:
+    raw = stated(container, name)
+    if raw is None:
+        return None
+    try:
+        return parse_quantity_int(raw, resource=name)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"container {container.get('name', '?')!r}: {exc}") from None
+
+
+def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
+    """The container's AMD request per GPU, or None without ``amd.com/gpu``.
+
+    Raises:
+        InvalidInputError: a count of 0, a malformed or oversized quantity, or cores
+            outside 1..100; the message names the container, resource and value.
+    """
+    names = resources(config)
+    where = f"container {container.get('name', '?')!r}"
+    if stated(container, names.count) is None:
+        return None
+    count = _int(container, names.count)
+    if not count:
+        raise InvalidInputError(f"{where}: {names.count} must be greater than 0")
+    memory = _int(container, names.memory) or 0
+    cores = _int(container, names.cores)
+    if cores is not None and not 1 <= cores <= 100:
+        raise InvalidInputError(
+            f"{where}: {names.cores} must be an integer percentage between 1 and 100, got {cores}"
+        )
+    cores_pct = 100 if cores is None else cores
+    if memory:
+        return DeviceRequest(vendor=VENDOR, count=count, memory_mib=memory, cores_pct=cores_pct)
+    return DeviceRequest(vendor=VENDOR, count=count, memory_pct=100, cores_pct=cores_pct)
+
+
+def mutate(
+    container: Mapping[str, Any], container_path: str, config: VendorConfig
+) -> MutateResult | None:
+    """Validate and copy the stated AMD quantities to requests (HAMi's webhook only
+    validates); None without ``amd.com/gpu``."""
+    try:
+        req = parse_request(container, config)
+    except InvalidInputError as exc:
+        return MutateResult(denial=str(exc))
+    if req is None:
+        return None
+    names = resources(config)
+    values = {n: stated(container, n) for n in names.all() if stated(container, n) is not None}
+    return MutateResult(patch=tuple(set_resources(container, container_path, values)))

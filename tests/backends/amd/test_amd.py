@@ -1,0 +1,216 @@
+"""AMD: requests, CU-count fit, discovery from ROCm tool output, allocation env and the
+pipeline. Expected values from HAMi 2.10 ``pkg/device/amd/device_test.go``
+(``TestMutateAdmission``, ``TestGenerateResourceRequests``, ``TestDevices_Fit``) and
+``docs/develop/amd-vgpu.md`` §5.2 (25 % / 33 % / 67 % of 304 CUs)."""
+
+from pathlib import Path
+
+import pytest
+from hami_amd import allocate, discover, fit, requests
+
+from hami_core.errors import InvalidInputError
+from hami_core.model import (
+    ContainerDevice,
+    DeviceInfo,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceUsage,
+    NodeInfo,
+    ReasonCode,
+)
+from hami_core.protocol import encode_inventory
+from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.devicelist import decode_pod_devices
+
+from ..support import node, pipeline, pod, quota
+
+SAMPLES = Path(__file__).parent / "samples"
+CFG = VendorConfig()
+
+
+def ctr(**limits):
+    keys = {"count": "amd.com/gpu", "mem": "amd.com/gpumem", "cores": "amd.com/gpucores"}
+    return {"name": "main", "resources": {"limits": {keys[k]: v for k, v in limits.items()}}}
+
+
+def test_requests_as_hami():
+    assert requests.parse_request(ctr(count="2", mem="4096", cores="33"), CFG) == DeviceRequest(
+        vendor="AMD", count=2, memory_mib=4096, cores_pct=33
+    )
+    # memory without cores: Coresreq 100
+    assert requests.parse_request(ctr(count="1", mem="4096"), CFG).cores_pct == 100
+    assert requests.parse_request(ctr(count="1"), CFG) == DeviceRequest(
+        vendor="AMD", count=1, memory_pct=100, cores_pct=100
+    )
+    assert requests.parse_request(ctr(mem="1024"), CFG) is None
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({"count": "0"}, "amd.com/gpu must be greater than 0"),
+        ({"count": "2147483648"}, "amd.com/gpu"),
+        ({"count": "1", "mem": "-1"}, "amd.com/gpumem"),
+        ({"count": "1", "mem": "2147483648"}, "amd.com/gpumem"),
+        ({"count": "1", "cores": "0"}, "must be an integer percentage between 1 and 100"),
+        ({"count": "1", "cores": "101"}, "must be an integer percentage between 1 and 100"),
+    ],
+)
+def test_illegal_values_are_denied(limits, message):
+    with pytest.raises(InvalidInputError, match=message):
+        requests.parse_request(ctr(**limits), CFG)
+    assert message in requests.mutate(ctr(**limits), "/spec/containers/0", CFG).denial
+
+
+def gpu(uuid, *, index=0, memory=1000, cus=100, count=2):
+    return DeviceInfo(
+        uuid=uuid,
+        vendor="AMD",
+        model="AMD Instinct MI300X",
+        index=index,
+        split_count=count,
+        memory_mib=memory,
+        cores_pct=cus,
+    )
+
+
+def run(request, usage, ann=None):
+    return fit.fit(
+        request,
+        NodeInfo(name="n", devices=tuple(u.device for u in usage)),
+        usage,
+        {"metadata": {"annotations": ann or {}}},
+        DevicePolicy.SPREAD,
+    )
+
+
+@pytest.mark.parametrize(("pct", "cus"), [(25, 76), (33, 100), (67, 203), (1, 3), (100, 304)])
+def test_percent_to_compute_units_as_the_design_doc(pct, cus):
+    out = run(
+        DeviceRequest(vendor="AMD", count=1, memory_mib=100, cores_pct=pct),
+        [DeviceUsage(device=gpu("g", cus=304))],
+    )
+    assert out.devices[0].cores_pct == cus
+
+
+def test_fit_cases_of_hami():
+    whole = run(
+        DeviceRequest(vendor="AMD", count=2, memory_pct=100, cores_pct=0),
+        [DeviceUsage(device=gpu("dev-0")), DeviceUsage(device=gpu("dev-1", index=1))],
+    )
+    assert [(d.memory_mib, d.cores_pct) for d in whole.devices] == [(1000, 100), (1000, 100)]
+    tiny = run(
+        DeviceRequest(vendor="AMD", count=1, memory_mib=100, cores_pct=1),
+        [DeviceUsage(device=gpu("g", cus=64))],
+    )
+    assert tiny.devices[0].cores_pct == 1
+    mem = run(
+        DeviceRequest(vendor="AMD", count=1, memory_mib=500, cores_pct=10),
+        [DeviceUsage(device=gpu("g"), used_memory_mib=900)],
+    )
+    assert mem.device_reasons == {"g": ReasonCode.CARD_INSUFFICIENT_MEMORY}
+    core = run(
+        DeviceRequest(vendor="AMD", count=1, memory_mib=100, cores_pct=100),
+        [DeviceUsage(device=gpu("g", cus=10), used_cores_pct=9, used_count=1)],
+    )
+    assert core.device_reasons == {"g": ReasonCode.CARD_INSUFFICIENT_CORE}
+    uuid = run(
+        DeviceRequest(vendor="AMD", count=1, memory_mib=100, cores_pct=10),
+        [DeviceUsage(device=gpu("dev-1"))],
+        {"amd.com/use-gpu-uuid": "dev-0"},
+    )
+    assert uuid.device_reasons == {"dev-1": ReasonCode.CARD_UUID_MISMATCH}
+    sliced = run(
+        DeviceRequest(vendor="AMD", count=1, memory_mib=100, cores_pct=10),
+        [DeviceUsage(device=gpu("g"), used_count=2)],
+    )
+    assert sliced.device_reasons == {"g": ReasonCode.CARD_TIME_SLICING_EXHAUSTED}
+    typed = run(
+        DeviceRequest(vendor="AMD", count=1, memory_mib=100, cores_pct=10),
+        [DeviceUsage(device=gpu("g"))],
+        {"amd.com/nouse-gputype": "MI300X"},
+    )
+    assert typed.device_reasons == {"g": ReasonCode.CARD_TYPE_MISMATCH}
+
+
+class Fake:
+    def __init__(self, smi=True):
+        self.smi = smi
+
+    def __call__(self, argv):
+        if argv[0] == "rocm-smi":
+            return (SAMPLES / "rocm-smi.json").read_text() if self.smi else None
+        return (SAMPLES / "rocminfo.txt").read_text()
+
+
+def test_discovery_from_rocm_smi_and_rocminfo():
+    devices = discover.discover(VendorConfig(split_count=4), Fake())
+    assert [
+        (d.uuid, d.index, d.model, d.memory_mib, d.cores_pct, d.split_count) for d in devices
+    ] == [
+        ("GPU-18f68e602b8a790f", 0, "AMD Instinct MI300X", 196592, 304, 4),
+        ("GPU-5ef3d46e0e2e0fd2", 1, "AMD Instinct MI300X", 196592, 304, 4),
+    ]
+    assert discover.discover(CFG, Fake(smi=False)) is None
+
+
+def test_allocate_disjoint_cu_masks_and_memory_limit(tmp_path):
+    devices = discover.discover(CFG, Fake())
+    state = tmp_path / "cu.json"
+    slice_ = (
+        ContainerDevice(uuid="GPU-18f68e602b8a790f", vendor="AMD", memory_mib=16384, cores_pct=76),
+    )
+    a = allocate.allocate({"metadata": {"uid": "p1"}}, {"name": "c"}, slice_, devices, state)
+    b = allocate.allocate({"metadata": {"uid": "p2"}}, {"name": "c"}, slice_, devices, state)
+    assert a.envs == {
+        "ROCR_VISIBLE_DEVICES": "GPU-18f68e602b8a790f",
+        "HSA_CU_MASK": "0:0-75",
+        "HIP_DEVICE_MEMORY_LIMIT": "16384m",
+    }
+    assert b.envs["HSA_CU_MASK"] == "0:76-151"
+    again = allocate.allocate({"metadata": {"uid": "p1"}}, {"name": "c"}, slice_, devices, state)
+    assert again.envs == a.envs
+    assert allocate.CuMasks(state).prune(["p2"]) == ["p1/c"]
+    c = allocate.allocate({"metadata": {"uid": "p3"}}, {"name": "c"}, slice_, devices, state)
+    assert c.envs["HSA_CU_MASK"] == "0:0-75"
+    big = (ContainerDevice(uuid="GPU-18f68e602b8a790f", vendor="AMD", memory_mib=1, cores_pct=300),)
+    with pytest.raises(InvalidInputError, match="no free range of 300 CUs"):
+        allocate.allocate({"metadata": {"uid": "p4"}}, {"name": "c"}, big, devices, state)
+
+
+def test_pipeline_places_and_allocates():
+    devices = discover.discover(CFG, Fake())
+    n = node(
+        "amd-1",
+        annotations={"hami.io/node-amd-register": encode_inventory(devices)},
+        capacity={"amd.com/gpu": "20"},
+    )
+    p = pipeline(n, backends=("amd", "nvidia"))
+    out = p.submit(
+        pod("a", {"amd.com/gpu": "1", "amd.com/gpumem": "16384", "amd.com/gpucores": "25"})
+    )
+    assert out.denied == "" and out.error == "" and out.node == "amd-1"
+    (entry,) = decode_pod_devices(
+        p.cluster.get_pod("default", "a")["metadata"]["annotations"][
+            "hami.io/amd-devices-allocated"
+        ]
+    )
+    assert (entry[0].memory_mib, entry[0].cores_pct) == (16384, 76)
+    assert out.envs["main"]["ROCR_VISIBLE_DEVICES"] == entry[0].uuid
+    assert out.envs["main"]["HIP_DEVICE_MEMORY_LIMIT"] == "16384m"
+    bad = p.submit(pod("b", {"amd.com/gpu": "1", "amd.com/gpucores": "0"}))
+    assert "between 1 and 100" in bad.denied
+
+
+def test_quota_in_mib():
+    devices = discover.discover(CFG, Fake())
+    p = pipeline(
+        node("amd-1", annotations={"hami.io/node-amd-register": encode_inventory(devices)}),
+        backends=("amd",),
+    )
+    p.cluster.add_quota(quota("q", {"limits.amd.com/gpumem": "20000"}))
+    assert p.submit(pod("a", {"amd.com/gpu": "1", "amd.com/gpumem": "16384"})).node == "amd-1"
+    assert (
+        "limits.amd.com/gpumem"
+        in p.submit(pod("b", {"amd.com/gpu": "1", "amd.com/gpumem": "4096"})).denied
+    )
