@@ -18,6 +18,7 @@ import json
 import logging
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -146,6 +147,9 @@ class Informer:
         self._progress: str | None = None  # version of the last event applied
         self._thread: threading.Thread | None = None
         self.relists = 0
+        #: ``time.monotonic()`` of the last list or watch event applied (None before the
+        #: first list): how fresh the cache is, for the scheduler's metrics.
+        self.last_update_monotonic: float | None = None
 
     @staticmethod
     def key(obj: Mapping[str, Any]) -> str:
@@ -222,6 +226,7 @@ class Informer:
             for key, obj in items.items():
                 self._reindex(key, None, obj)
         self.relists += 1
+        self.last_update_monotonic = time.monotonic()
         self._synced.set()
         return str((data.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -287,6 +292,7 @@ class Informer:
                     self.put(obj)
                 elif kind == "DELETED":
                     self.remove(obj)
+                self.last_update_monotonic = time.monotonic()  # bookmarks count: the watch is alive
                 new_rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if new_rv:
                     rv = self._progress = str(new_rv)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -98,6 +99,9 @@ class Scheduler:
         self._reported: set[str] = set()
         self._vendors_by_uid: dict[str, frozenset[str] | None] = {}
         self.lock_wait_s = lock_wait_s
+        #: Called after each node-lock attempt at bind with (seconds waited, acquired);
+        #: the metrics server installs one.
+        self.lock_observer: Callable[[float, bool], None] | None = None
 
     # -- reading ---------------------------------------------------------------------
 
@@ -289,6 +293,7 @@ class Scheduler:
                 f"{(pod.get('spec') or {}).get('schedulerName')!r}, not {ours!r}"
             )
         now = self.clock()
+        started = time.monotonic()
         try:
             acquire_node_lock(
                 self.store,
@@ -300,8 +305,10 @@ class Scheduler:
                 wait_s=self.lock_wait_s,
             )
         except HamiError as exc:
+            self._observe_lock(started, acquired=False)
             self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
             raise
+        self._observe_lock(started, acquired=True)
         wrote = False
         written: list[str] = []
         try:
@@ -389,6 +396,10 @@ class Scheduler:
             release_node_lock(self.store, node, namespace=meta["namespace"], pod=meta["name"])
         except HamiError as exc:
             log.error("bind rollback: cannot release the lock of %s: %s", node, exc)
+
+    def _observe_lock(self, started: float, *, acquired: bool) -> None:
+        if self.lock_observer is not None:
+            self.lock_observer(time.monotonic() - started, acquired)
 
     def _event(self, pod: KubeObject, type_: str, reason: str, message: str) -> None:
         try:

@@ -143,10 +143,16 @@ def create_extender_app(
                 names = _node_names(args) or []
                 result = scheduler.filter(pod, names)
             except HamiError as exc:
+                if metrics:
+                    metrics.filter_outcomes.labels("error").inc()
                 return jsonify(_filter_error(names, str(exc)))
             except Exception as exc:  # never let kube-scheduler see a 500 stack trace
                 log.exception("filter failed")
+                if metrics:
+                    metrics.filter_outcomes.labels("error").inc()
                 return jsonify(_filter_error(names, f"internal error: {exc}"))
+            if metrics:
+                metrics.filter_outcomes.labels("fit" if result.feasible else "nofit").inc()
             if result.fits and is_leader():  # only the leader writes; events tell the pod's owner
                 _filter_event(scheduler, pod, result.feasible, result.failed)
             return jsonify(

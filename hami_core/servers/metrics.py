@@ -1,31 +1,60 @@
 """Scheduler metrics (PROTOCOL.md §9, scheduler part), served on their own port (9395).
 
-Durations and bind outcomes are recorded as they happen; allocation and quota gauges
-are computed at scrape time from the cluster store, so they never drift from the
-allocations of live pods.
+Names and labels are HAMi 2.10's (Project-HAMi/HAMi ``cmd/scheduler/metrics.go``), so
+HAMi's Grafana dashboard and HAMi-WebUI work unchanged; every vendor uses the same
+names with its own ``device_type``. Allocation, inventory and quota gauges are computed
+at scrape time from the cluster store, so they never drift from the allocations of live
+pods. Durations, outcomes and lock waits are recorded as they happen. Our own additions:
+filter/bind outcomes, node-lock waits, informer freshness, device health and node
+registration (for the alert rules in ``charts/hami/rules``).
+
+Units as HAMi writes them: bytes; core ratios in percent of a device (0..100);
+``hami_node_gpu_memory_allocated_ratio`` as a fraction (0..1, allocated / total).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hami_core.errors import AnnotationError
+from hami_core.model import DeviceInfo
+from hami_core.protocol.handshake import decode_handshake
 from hami_core.scheduling.quota import namespace_usage, quota_limits
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.scheduling.usage import is_live, pod_allocation
 
 MIB = 1024 * 1024
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_LOCK_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+DEVICE_LABELS = ["node", "device_uuid", "device_index", "device_type"]
+CONTAINER_LABELS = ["namespace", "node", "pod", "container_index", "device_uuid"]
+
+
+def device_type(device: DeviceInfo) -> str:
+    """HAMi's ``device_type`` label: the inventory's ``type`` (model), else the vendor."""
+    return device.model or device.vendor
 
 
 class SchedulerMetrics:
-    """The scheduler's metrics in their own registry."""
+    """The scheduler's metrics in their own registry.
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    Also installs itself as ``scheduler.lock_observer`` so bind's node-lock waits are
+    recorded (``hami_scheduler_node_lock_wait_seconds``).
+    """
+
+    def __init__(self, scheduler: Scheduler, *, informers: dict[str, Any] | None = None) -> None:
+        """Args:
+        informers: resource -> ``Informer`` (``KubeCluster.nodes`` / ``pods`` /
+            ``quotas``) whose freshness is reported; none for an embedded store.
+        """
         self.registry = CollectorRegistry()
         self.filter_seconds = Histogram(
             "hami_scheduler_filter_duration_seconds",
@@ -53,11 +82,62 @@ class SchedulerMetrics:
             "Binds that failed and were rolled back.",
             registry=self.registry,
         )
+        self.filter_outcomes = Counter(
+            "hami_scheduler_filter",
+            "Answers of /filter: fit (some node fits), nofit (none does), error.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.lock_wait_seconds = Histogram(
+            "hami_scheduler_node_lock_wait_seconds",
+            "Time bind waited for a node lock, by outcome (acquired, refused).",
+            ["outcome"],
+            buckets=_LOCK_BUCKETS,
+            registry=self.registry,
+        )
+        for outcome in ("fit", "nofit", "error"):
+            self.filter_outcomes.labels(outcome)
+        scheduler.lock_observer = self.observe_lock_wait
         self.registry.register(AllocationCollector(scheduler))
+        self.registry.register(InformerCollector(informers or {}))
+
+    def observe_lock_wait(self, seconds: float, acquired: bool) -> None:
+        """Record one node-lock acquisition attempt of ``seconds`` (bind)."""
+        self.lock_wait_seconds.labels("acquired" if acquired else "refused").observe(seconds)
+
+
+class InformerCollector(Collector):
+    """How fresh the scheduler's caches are: seconds since each last heard from the
+    API server, whether it has listed, and how often it had to re-list."""
+
+    def __init__(self, informers: dict[str, Any]) -> None:
+        self.informers = informers
+
+    def collect(self) -> Iterator[Metric]:
+        age = GaugeMetricFamily(
+            "hami_scheduler_informer_last_update_age_seconds",
+            "Seconds since a cache last applied a list or watch event.",
+            labels=["resource"],
+        )
+        synced = GaugeMetricFamily(
+            "hami_scheduler_informer_synced", "1 once a cache has listed.", labels=["resource"]
+        )
+        relists = GaugeMetricFamily(
+            "hami_scheduler_informer_relists", "Lists a cache has made.", labels=["resource"]
+        )
+        now = time.monotonic()
+        for name, inf in sorted(self.informers.items()):
+            last = getattr(inf, "last_update_monotonic", None)
+            if last is not None:
+                age.add_metric([name], max(0.0, now - last))
+            synced.add_metric([name], 1.0 if inf.wait_synced(0) else 0.0)
+            relists.add_metric([name], float(getattr(inf, "relists", 0)))
+        yield from (age, synced, relists)
 
 
 class AllocationCollector(Collector):
-    """Allocated memory and cores per device and per pod; quota used and limit."""
+    """Per device: limits, allocation, sharers, health; per container: allocation;
+    per node: registration and handshake age; per namespace: quota used and limit."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
@@ -65,44 +145,41 @@ class AllocationCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         store = self.scheduler.store
         types = self.scheduler.manager.device_types()
-        dev_limit = GaugeMetricFamily(
-            "hami_gpu_memory_limit_bytes",
-            "Schedulable memory of a device.",
-            labels=["node", "device", "type"],
-        )
-        dev_mem = GaugeMetricFamily(
-            "hami_gpu_memory_allocated_bytes",
-            "Memory allocated on a device.",
-            labels=["node", "device", "type"],
-        )
-        dev_cores = GaugeMetricFamily(
-            "hami_gpu_core_allocated_ratio",
-            "Compute allocated on a device, 0..1.",
-            labels=["node", "device", "type"],
-        )
-        dev_shares = GaugeMetricFamily(
-            "hami_gpu_shared_containers",
-            "Containers sharing a device.",
-            labels=["node", "device", "type"],
-        )
-        pod_mem = GaugeMetricFamily(
-            "hami_vgpu_memory_allocated_bytes",
-            "Memory allocated to a container on a device.",
-            labels=["namespace", "pod", "container", "device"],
-        )
-        pod_cores = GaugeMetricFamily(
-            "hami_vgpu_core_allocated_ratio",
-            "Compute allocated to a container on a device, 0..1.",
-            labels=["namespace", "pod", "container", "device"],
-        )
+        g = _Families()
+        now = dt.datetime.now(dt.UTC)
+        uuid_node: dict[str, str] = {}
         for node in store.list_nodes():
             info = self.scheduler.node_info(node)
+            for vendor in sorted(info.unregistered):
+                g.unregistered.add_metric([info.name, vendor], 1)
+            self._handshakes(g, node, types, now)
             for uuid, u in sorted(self.scheduler.node_usage(info).items()):
-                labels = [info.name, uuid, u.device.vendor]
-                dev_limit.add_metric(labels, u.device.memory_mib * MIB)
-                dev_mem.add_metric(labels, u.used_memory_mib * MIB)
-                dev_cores.add_metric(labels, u.used_cores_pct / 100)
-                dev_shares.add_metric(labels, u.used_count)
+                d = u.device
+                uuid_node[uuid] = info.name
+                labels = [info.name, uuid, str(d.index), device_type(d)]
+                g.mem_limit.add_metric(labels, d.memory_mib * MIB)
+                g.core_limit.add_metric(labels, d.cores_pct)
+                g.mem_alloc.add_metric(
+                    [info.name, uuid, str(d.index), str(d.cores_pct), device_type(d)],
+                    u.used_memory_mib * MIB,
+                )
+                g.shared.add_metric(labels, u.used_count)
+                g.core_alloc.add_metric(labels, u.used_cores_pct)
+                g.overview.add_metric(
+                    [
+                        info.name,
+                        uuid,
+                        str(d.index),
+                        str(d.cores_pct),
+                        str(d.memory_mib),
+                        device_type(d),
+                    ],
+                    u.used_memory_mib * MIB,
+                )
+                if d.memory_mib > 0:
+                    g.mem_ratio.add_metric(labels, u.used_memory_mib / d.memory_mib)
+                g.healthy.add_metric(labels, 1 if d.healthy else 0)
+                g.cordoned.add_metric(labels, 1 if u.cordoned else 0)
         for pod in store.list_pods():
             if not is_live(pod):
                 continue
@@ -111,47 +188,146 @@ class AllocationCollector(Collector):
                 allocation = pod_allocation(pod, types)
             except AnnotationError:
                 continue
-            spec = pod.get("spec") or {}
-            names = [
-                c.get("name", "")
-                for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
-            ]
+            node_name = str(
+                (pod.get("spec") or {}).get("nodeName")
+                or (meta.get("annotations") or {}).get("hami.io/vgpu-node")
+                or ""
+            )
             for per_pod in allocation.values():
-                for name, devices in zip(names, per_pod, strict=False):
-                    for d in devices:
-                        labels = [meta.get("namespace", ""), meta.get("name", ""), name, d.uuid]
-                        pod_mem.add_metric(labels, d.memory_mib * MIB)
-                        pod_cores.add_metric(labels, d.cores_pct / 100)
-        yield from (dev_limit, dev_mem, dev_cores, dev_shares, pod_mem, pod_cores)
-        yield from self._quotas(types)
+                for index, devices in enumerate(per_pod):
+                    for slice_ in devices:
+                        labels = [
+                            str(meta.get("namespace", "")),
+                            node_name or uuid_node.get(slice_.uuid, ""),
+                            str(meta.get("name", "")),
+                            str(index),
+                            slice_.uuid,
+                        ]
+                        g.pod_mem.add_metric(labels, slice_.memory_mib * MIB)
+                        g.pod_cores.add_metric(labels, slice_.cores_pct)
+        self._quotas(g, types)
+        yield from g.all()
 
-    def _quotas(self, types: tuple) -> Iterator[Metric]:  # type: ignore[type-arg]
-        store = self.scheduler.store
-        used_m = GaugeMetricFamily(
-            "hami_quota_used",
-            "Device quota used (MiB, percent or devices).",
-            labels=["namespace", "quota", "resource"],
-        )
-        limit_m = GaugeMetricFamily(
-            "hami_quota_limit",
-            "Device quota limit (MiB, percent or devices).",
-            labels=["namespace", "quota", "resource"],
-        )
-        namespaces = sorted(
-            {(p.get("metadata") or {}).get("namespace", "") for p in store.list_pods()}
-        )
-        seen: set[str] = set()
-        for ns in [*namespaces, "default"]:
-            if ns in seen:
+    def _handshakes(
+        self, g: _Families, node: Any, types: tuple[Any, ...], now: dt.datetime
+    ) -> None:
+        meta = node.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        for t in types:
+            value = ann.get(t.handshake_annotation)
+            if not value:
                 continue
-            seen.add(ns)
+            try:
+                hs = decode_handshake(value)
+            except AnnotationError:
+                continue
+            g.handshake_age.add_metric(
+                [str(meta.get("name", "")), t.vendor, hs.state.value],
+                max(0.0, (now - hs.at).total_seconds()),
+            )
+
+    def _quotas(self, g: _Families, types: tuple[Any, ...]) -> None:
+        """HAMi's quota metrics: ``quota_name`` is the limited resource (the key less
+        ``limits.``, e.g. ``nvidia.com/gpumem``), ``limit`` the hard limit as text."""
+        store = self.scheduler.store
+        namespaces = sorted(
+            {str((p.get("metadata") or {}).get("namespace", "")) for p in store.list_pods()}
+            | {"default"}
+        )
+        for ns in namespaces:
             limits = quota_limits(store.list_quotas(ns), types)
             if not limits:
                 continue
             used = namespace_usage(store.list_pods(namespace=ns), types)
             for limit in limits:
-                labels = [ns, limit.quota, limit.key]
-                limit_m.add_metric(labels, limit.hard)
-                used_m.add_metric(labels, used.get((limit.vendor, limit.measure), 0))
-        yield used_m
-        yield limit_m
+                resource = limit.key.removeprefix("limits.").removeprefix("requests.")
+                value = used.get((limit.vendor, limit.measure), 0)
+                g.quota_used.add_metric([ns, resource, str(limit.hard)], value)
+                g.quota_limit.add_metric([ns, resource], limit.hard)
+
+
+class _Families:
+    def __init__(self) -> None:
+        self.mem_limit = GaugeMetricFamily(
+            "hami_gpu_memory_limit_bytes", "Schedulable memory of a device.", labels=DEVICE_LABELS
+        )
+        self.core_limit = GaugeMetricFamily(
+            "hami_gpu_core_limit_ratio",
+            "Schedulable compute of a device, percent.",
+            labels=DEVICE_LABELS,
+        )
+        self.mem_alloc = GaugeMetricFamily(
+            "hami_gpu_memory_allocated_bytes",
+            "Memory allocated on a device.",
+            labels=["node", "device_uuid", "device_index", "device_cores", "device_type"],
+        )
+        self.shared = GaugeMetricFamily(
+            "hami_gpu_shared_count", "Containers sharing a device.", labels=DEVICE_LABELS
+        )
+        self.core_alloc = GaugeMetricFamily(
+            "hami_gpu_core_allocated_ratio",
+            "Compute allocated on a device, percent.",
+            labels=DEVICE_LABELS,
+        )
+        self.overview = GaugeMetricFamily(
+            "hami_node_gpu_overview",
+            "A device of a node: memory allocated (value), compute and memory (labels).",
+            labels=[
+                "node",
+                "device_uuid",
+                "device_index",
+                "device_cores",
+                "device_memory_limit",
+                "device_type",
+            ],
+        )
+        self.mem_ratio = GaugeMetricFamily(
+            "hami_node_gpu_memory_allocated_ratio",
+            "Memory allocated on a device over its memory, 0..1.",
+            labels=DEVICE_LABELS,
+        )
+        self.healthy = GaugeMetricFamily(
+            "hami_gpu_healthy",
+            "1 when the device plugin reports the device healthy, else 0.",
+            labels=DEVICE_LABELS,
+        )
+        self.cordoned = GaugeMetricFamily(
+            "hami_gpu_cordoned",
+            "1 when the node cordons the device (hami.io/device-cordon).",
+            labels=DEVICE_LABELS,
+        )
+        self.unregistered = GaugeMetricFamily(
+            "hami_node_unregistered",
+            "1 when a vendor's inventory of a node is unusable (malformed, or its "
+            "handshake unanswered with nothing allocatable).",
+            labels=["node", "vendor"],
+        )
+        self.handshake_age = GaugeMetricFamily(
+            "hami_node_handshake_age_seconds",
+            "Seconds since the node's handshake stamp, by state (Requesting: the "
+            "scheduler asked and the device plugin has not answered yet).",
+            labels=["node", "vendor", "state"],
+        )
+        self.pod_mem = GaugeMetricFamily(
+            "hami_vgpu_memory_allocated_bytes",
+            "Memory allocated to a container on a device.",
+            labels=CONTAINER_LABELS,
+        )
+        self.pod_cores = GaugeMetricFamily(
+            "hami_vgpu_core_allocated_ratio",
+            "Compute allocated to a container on a device, percent.",
+            labels=CONTAINER_LABELS,
+        )
+        self.quota_used = GaugeMetricFamily(
+            "hami_resource_quota_used",
+            "Device quota used in a namespace (MiB, percent or devices).",
+            labels=["namespace", "quota_name", "limit"],
+        )
+        self.quota_limit = GaugeMetricFamily(
+            "hami_resource_quota_limit",
+            "Device quota limit of a namespace (MiB, percent or devices).",
+            labels=["namespace", "quota_name"],
+        )
+
+    def all(self) -> list[Metric]:
+        return list(vars(self).values())

@@ -82,7 +82,10 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
             retry_period_s=opts.retry_period_s,
         )
         elector.start()
-    metrics = SchedulerMetrics(scheduler)
+    metrics = SchedulerMetrics(
+        scheduler,
+        informers={"nodes": store.nodes, "pods": store.pods, "resourcequotas": store.quotas},
+    )
     start_http_server(opts.metrics_port, addr=opts.bind_address, registry=metrics.registry)
     app = create_extender_app(
         scheduler,

@@ -270,4 +270,4 @@ def test_metrics_endpoint_reports_binds_and_allocations(control_plane, core, sta
         if line.startswith("hami_gpu_memory_allocated_bytes{") and n in line
     ]
     assert lines and float(lines[0].split()[-1]) == 2000 * 2**20, lines
-    assert 'hami_vgpu_memory_allocated_bytes{container="main",device="GPU-' in text
+    assert f'hami_vgpu_memory_allocated_bytes{{container_index="0",device_uuid="GPU-{n}"' in text

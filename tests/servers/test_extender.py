@@ -184,14 +184,27 @@ def test_bind_writes_the_allocation_and_counts(env):
     assert "hami_gpu_memory_allocated_bytes" in text
     assert (
         metrics.registry.get_sample_value(
-            "hami_gpu_memory_allocated_bytes", {"node": "n1", "device": "GPU-1", "type": "NVIDIA"}
+            "hami_gpu_memory_allocated_bytes",
+            {
+                "node": "n1",
+                "device_uuid": "GPU-1",
+                "device_index": "0",
+                "device_cores": "100",
+                "device_type": "NVIDIA A100-PCIE-16GB",
+            },
         )
         == 3000 * 2**20
     )
     assert (
         metrics.registry.get_sample_value(
             "hami_vgpu_memory_allocated_bytes",
-            {"namespace": "default", "pod": "p", "container": "main", "device": "GPU-1"},
+            {
+                "namespace": "default",
+                "node": "n1",
+                "pod": "p",
+                "container_index": "0",
+                "device_uuid": "GPU-1",
+            },
         )
         == 3000 * 2**20
     )

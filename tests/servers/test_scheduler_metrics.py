@@ -1,0 +1,201 @@
+"""The scheduler's /metrics under HAMi 2.10's names and labels (PROTOCOL.md §9), with
+exact values, plus our outcome, lock-wait, health, registration and cache metrics."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hami_core.protocol.handshake import HandshakeState, encode_handshake
+from hami_core.scheduling.scheduler import Scheduler
+from hami_core.servers.extender import create_extender_app
+from hami_core.servers.metrics import SchedulerMetrics
+from tests.builders import cluster, container, gpu, manager, node, pod
+from tests.servers.test_extender import admitted
+
+MiB = 2**20
+
+
+def samples(metrics: SchedulerMetrics) -> dict[str, list[tuple[dict[str, str], float]]]:
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return out
+
+
+def one(m, name, **labels):
+    found = [v for lab, v in m.get(name, []) if lab == labels]
+    assert len(found) == 1, f"{name}{labels}: {m.get(name)}"
+    return found[0]
+
+
+def bound_cluster():
+    c = cluster(
+        node(
+            "n1",
+            [gpu("GPU-1", memory_mib=16384), gpu("GPU-2", index=1, memory_mib=8192, healthy=False)],
+        ),
+    )
+    sched = Scheduler(c, manager())
+    metrics = SchedulerMetrics(sched)
+    p = admitted(
+        c,
+        pod(
+            "trainer",
+            container("a", gpu=1, gpumem=3000, gpucores=30),
+            container("b"),
+            container("c", gpu=1, gpumem=1000, gpucores=10),
+            init=[container("setup")],
+            namespace="team-a",
+        ),
+    )
+    sched.bind("team-a", "trainer", uid=p["metadata"]["uid"], node="n1")
+    return c, sched, metrics
+
+
+def test_device_and_container_metrics_carry_hamis_labels_and_exact_values():
+    _, _, metrics = bound_cluster()
+    m = samples(metrics)
+    dev1 = {
+        "node": "n1",
+        "device_uuid": "GPU-1",
+        "device_index": "0",
+        "device_type": "NVIDIA A100-PCIE-16GB",
+    }
+    dev2 = {**dev1, "device_uuid": "GPU-2", "device_index": "1"}
+    assert one(m, "hami_gpu_memory_limit_bytes", **dev1) == 16384 * MiB
+    assert one(m, "hami_gpu_memory_limit_bytes", **dev2) == 8192 * MiB
+    assert one(m, "hami_gpu_core_limit_ratio", **dev1) == 100
+    assert one(m, "hami_gpu_memory_allocated_bytes", **dev1, device_cores="100") == 4000 * MiB
+    assert one(m, "hami_gpu_shared_count", **dev1) == 2
+    assert one(m, "hami_gpu_core_allocated_ratio", **dev1) == 40
+    assert one(m, "hami_node_gpu_memory_allocated_ratio", **dev1) == 4000 / 16384
+    assert (
+        one(m, "hami_node_gpu_overview", **dev1, device_cores="100", device_memory_limit="16384")
+        == 4000 * MiB
+    )
+    assert one(m, "hami_gpu_healthy", **dev1) == 1
+    assert one(m, "hami_gpu_healthy", **dev2) == 0
+    ctr = {"namespace": "team-a", "node": "n1", "pod": "trainer", "device_uuid": "GPU-1"}
+    # container_index counts init containers first: setup=0, a=1, b=2, c=3
+    assert one(m, "hami_vgpu_memory_allocated_bytes", **ctr, container_index="1") == 3000 * MiB
+    assert one(m, "hami_vgpu_memory_allocated_bytes", **ctr, container_index="3") == 1000 * MiB
+    assert one(m, "hami_vgpu_core_allocated_ratio", **ctr, container_index="1") == 30
+    assert len(m["hami_vgpu_memory_allocated_bytes"]) == 2
+
+
+def test_quota_metrics_under_hamis_names():
+    c, _, metrics = bound_cluster()
+    c.add_quota(
+        {
+            "metadata": {"name": "gpu-quota", "namespace": "team-a"},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "20000"}},
+        }
+    )
+    m = samples(metrics)
+    assert (
+        one(
+            m,
+            "hami_resource_quota_used",
+            namespace="team-a",
+            quota_name="nvidia.com/gpumem",
+            limit="20000",
+        )
+        == 4000
+    )
+    assert (
+        one(m, "hami_resource_quota_limit", namespace="team-a", quota_name="nvidia.com/gpumem")
+        == 20000
+    )
+
+
+def test_node_registration_and_handshake_age():
+    now = dt.datetime.now(dt.UTC)
+    asked = encode_handshake(HandshakeState.REQUESTING, now - dt.timedelta(seconds=300))
+    dead = node("dead", [gpu("GPU-D")], annotations={"hami.io/node-handshake": asked})
+    dead["status"]["allocatable"] = {"nvidia.com/gpu": "0"}
+    broken = node("broken", [], annotations={"hami.io/node-nvidia-register": "[not json"})
+    c = cluster(dead, broken, node("ok", [gpu("GPU-O")]))
+    metrics = SchedulerMetrics(Scheduler(c, manager()))
+    m = samples(metrics)
+    assert one(m, "hami_node_unregistered", node="dead", vendor="NVIDIA") == 1
+    assert one(m, "hami_node_unregistered", node="broken", vendor="NVIDIA") == 1
+    assert [lab["node"] for lab, _ in m["hami_node_unregistered"]] == ["broken", "dead"]
+    age = one(
+        m, "hami_node_handshake_age_seconds", node="dead", vendor="NVIDIA", state="Requesting"
+    )
+    assert 299 <= age < 330
+
+
+def test_filter_outcomes_lock_waits_and_bind_counts():
+    c = cluster(node("n1", [gpu("GPU-1")]))
+    sched = Scheduler(c, manager(), lock_wait_s=0.3)
+    metrics = SchedulerMetrics(sched)
+    client = create_extender_app(sched, metrics=metrics).test_client()
+    fits = admitted(c, pod("fits", container(gpu=1, gpumem=1000)))
+    huge = admitted(c, pod("huge", container(gpu=1, gpumem=99999)))
+    client.post("/filter", json={"Pod": fits, "NodeNames": ["n1"]})
+    client.post("/filter", json={"Pod": huge, "NodeNames": ["n1"]})
+    client.post("/filter", json={"Pod": "not a pod", "NodeNames": ["n1"]})
+    # Another pod holds the node's lock: bind waits lock_wait_s, then is refused.
+    holder = admitted(c, pod("holder", container(gpu=1, gpumem=1000)))
+    c.patch_node_annotations(
+        "n1",
+        {"hami.io/mutex.lock": f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ},default,holder"},
+    )
+    body = {
+        "PodName": "fits",
+        "PodNamespace": "default",
+        "PodUID": fits["metadata"]["uid"],
+        "Node": "n1",
+    }
+    assert client.post("/bind", json=body).get_json()["Error"]
+    assert holder
+    c.patch_node_annotations("n1", {"hami.io/mutex.lock": None})
+    assert client.post("/bind", json=body).get_json() == {"Error": ""}
+    m = samples(metrics)
+    assert one(m, "hami_scheduler_filter_total", outcome="fit") == 1
+    assert one(m, "hami_scheduler_filter_total", outcome="nofit") == 1
+    assert one(m, "hami_scheduler_filter_total", outcome="error") == 1
+    assert one(m, "hami_scheduler_bind_success_total") == 1
+    assert one(m, "hami_scheduler_bind_failure_total") == 1
+    assert one(m, "hami_scheduler_node_lock_wait_seconds_count", outcome="refused") == 1
+    assert one(m, "hami_scheduler_node_lock_wait_seconds_sum", outcome="refused") >= 0.3
+    assert one(m, "hami_scheduler_node_lock_wait_seconds_count", outcome="acquired") == 1
+    assert one(m, "hami_scheduler_bind_duration_seconds_count") == 2
+    assert one(m, "hami_scheduler_filter_duration_seconds_count") == 3
+
+
+class FakeInformer:
+    def __init__(self, synced: bool, last: float | None, relists: int) -> None:
+        self._synced = threading.Event()
+        if synced:
+            self._synced.set()
+        self.last_update_monotonic = last
+        self.relists = relists
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        return self._synced.wait(timeout_s)
+
+
+def test_informer_freshness():
+    sched = Scheduler(cluster(), manager())
+    metrics = SchedulerMetrics(
+        sched,
+        informers={
+            "pods": FakeInformer(True, time.monotonic() - 42, 3),
+            "nodes": FakeInformer(False, None, 0),
+        },
+    )
+    m = samples(metrics)
+    assert 42 <= one(m, "hami_scheduler_informer_last_update_age_seconds", resource="pods") < 60
+    assert [lab for lab, _ in m["hami_scheduler_informer_last_update_age_seconds"]] == [
+        {"resource": "pods"}
+    ]
+    assert one(m, "hami_scheduler_informer_synced", resource="nodes") == 0
+    assert one(m, "hami_scheduler_informer_relists", resource="pods") == 3
