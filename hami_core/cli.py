@@ -235,6 +235,13 @@ def backends(output: str) -> None:
     type=float,
     help="Seconds /bind waits for another pod's node lock before failing.",
 )
+@click.option(
+    "--node-label-selector",
+    default="",
+    callback=lambda _ctx, _param, value: _label_pairs(value),
+    help="key=value[,key=value]: only nodes with these labels are ours (HAMi's flag; the "
+    "chart's convention is gpu=on). Others fail the filter with NodeUnregistered.",
+)
 @LOG_LEVEL_OPTION
 def scheduler(**opts: Any) -> None:
     """Run the kube-scheduler extender (filter, prioritize, bind) against the API server.
@@ -269,8 +276,28 @@ def scheduler(**opts: Any) -> None:
             threads=opts["threads"],
             bind_lock_wait_s=opts["bind_lock_wait"],
             handshake_period_s=opts["handshake_period"],
+            node_label_selector=opts["node_label_selector"],
         )
     )
+
+
+def _label_pairs(value: str) -> dict[str, str]:
+    """``"gpu=on,zone=a"`` -> ``{"gpu": "on", "zone": "a"}`` (HAMi's StringToString form).
+
+    Raises:
+        click.BadParameter: an item without ``=`` or with an empty key.
+    """
+    out: dict[str, str] = {}
+    for item in (i.strip() for i in value.split(",")):
+        if not item:
+            continue
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(
+                f"{item!r} is not key=value", param_hint="--node-label-selector"
+            )
+        out[key.strip()] = val.strip()
+    return out
 
 
 @cli.command()

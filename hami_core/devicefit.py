@@ -34,9 +34,11 @@ from typing import TypeAlias
 import attrs
 
 from hami_core.model import (
+    GPU_POLICY_ANNOTATION,
     ContainerDevice,
     ContainerDevices,
     DevicePolicy,
+    DevicePolicyChain,
     DeviceRequest,
     DeviceUsage,
     FitResult,
@@ -117,6 +119,10 @@ class DeviceFilters:
             match every device (the handbook's ``hami.io/gpu-type: cambricon``).
         use_uuid, nouse_uuid: device UUIDs the pod may / must not use.
         numa_bind: all devices of a container on one NUMA node, or no fit.
+        modes: the inventory modes (``hami-core``, ``mig``, ``mps``) the pod accepts;
+            empty accepts every mode (NVIDIA's ``nvidia.com/vgpu-mode``).
+        mutex: only devices no container uses (HAMi 2.10 ``mutex`` policy).
+        tie_breaks: ordering policies after the ranking one (``spread,numa``).
     """
 
     use_type: tuple[str, ...] = ()
@@ -126,6 +132,9 @@ class DeviceFilters:
     use_uuid: frozenset[str] = frozenset()
     nouse_uuid: frozenset[str] = frozenset()
     numa_bind: bool = False
+    modes: frozenset[str] = frozenset()
+    mutex: bool = False
+    tie_breaks: tuple[DevicePolicy, ...] = ()
 
     @classmethod
     def from_annotations(
@@ -137,16 +146,26 @@ class DeviceFilters:
         use_uuid: tuple[str, ...] = (),
         nouse_uuid: tuple[str, ...] = (),
         numa_bind: tuple[str, ...] = (),
+        mode: tuple[str, ...] = (),
         require_type: Iterable[str] = (),
         vendor_tokens: Iterable[str] = (),
     ) -> DeviceFilters:
         """Read the filters; each annotation argument lists the accepted keys of one
         filter, the first present wins (HAMi's name first, then the handbook's aliases).
         A vendor without a filter passes no keys for it. ``require_type`` and
-        ``vendor_tokens`` are taken as given (see the attributes)."""
+        ``vendor_tokens`` are taken as given (see the attributes). ``mutex`` and
+        ``tie_breaks`` come from ``hami.io/gpu-scheduler-policy`` for every vendor (an
+        unreadable value adds neither: admission and the scheduler reject it)."""
 
         def first(keys: tuple[str, ...]) -> str | None:
             return next((annotations[k] for k in keys if k in annotations), None)
+
+        chain = None
+        if GPU_POLICY_ANNOTATION in annotations:
+            try:
+                chain = DevicePolicyChain.parse(str(annotations[GPU_POLICY_ANNOTATION]))
+            except ValueError:
+                chain = None
 
         return cls(
             use_type=_tokens(first(use_type)),
@@ -156,6 +175,9 @@ class DeviceFilters:
             use_uuid=frozenset(_tokens(first(use_uuid))),
             nouse_uuid=frozenset(_tokens(first(nouse_uuid))),
             numa_bind=(first(numa_bind) or "").strip().lower() == "true",
+            modes=frozenset(_tokens(first(mode))),
+            mutex=chain.mutex if chain else False,
+            tie_breaks=chain.tie_breaks if chain else (),
         )
 
     def matches(self, model: str, token: str) -> bool:
@@ -187,10 +209,15 @@ def device_reason(
         return ReasonCode.CARD_NOT_HEALTH
     if usage.cordoned:
         return ReasonCode.CARD_CORDONED
-    if not filters.type_ok(dev.model):
+    if not filters.type_ok(dev.model) or (filters.modes and dev.mode not in filters.modes):
         return ReasonCode.CARD_TYPE_MISMATCH
     if not filters.uuid_ok(dev.uuid):
         return ReasonCode.CARD_UUID_MISMATCH
+    if filters.mutex and usage.used_count > 0:
+        # HAMi checks the time slices first, then mutex (pkg/device/nvidia/device.go Fit).
+        if usage.used_count >= dev.split_count:
+            return ReasonCode.CARD_TIME_SLICING_EXHAUSTED
+        return ReasonCode.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
     return capacity_reason(usage, request, rules)
 
 
@@ -305,7 +332,15 @@ def fit_devices(
     if len(ordered) < request.count:
         node_reason = ReasonCode.NODE_INSUFFICIENT_DEVICE
     elif len(feasible) >= request.count:
-        picked = _choose(feasible, request.count, node, policy, rules, numa_bind=filters.numa_bind)
+        picked = _choose(
+            feasible,
+            request.count,
+            node,
+            policy,
+            rules,
+            numa_bind=filters.numa_bind,
+            ties=filters.tie_breaks,
+        )
         if isinstance(picked, ReasonCode):
             node_reason = picked
         else:
@@ -395,12 +430,28 @@ def _by(
 
 
 def rank(
-    devices: Iterable[DeviceUsage], policy: DevicePolicy, rules: FitRules = GENERIC
+    devices: Iterable[DeviceUsage],
+    policy: DevicePolicy,
+    rules: FitRules = GENERIC,
+    ties: Sequence[DevicePolicy] = (),
 ) -> list[DeviceUsage]:
     """``devices`` in the policy's order: fullest first under binpack, emptiest first
-    otherwise (spread, and the fallback of numa / topology-aware); ties by index."""
+    otherwise (spread, and the fallback of numa / topology-aware); ties by the ``ties``
+    policies in order (binpack / spread by load, numa by lower NUMA node, as HAMi 2.10's
+    ``lessByChain``), then by index."""
     sign = -1 if policy is DevicePolicy.BINPACK else 1
-    return sorted(devices, key=lambda u: (sign * load(u, rules), u.device.index, u.device.uuid))
+
+    def key(u: DeviceUsage) -> tuple[float, ...]:
+        extra = [
+            float(u.device.numa)
+            if t is DevicePolicy.NUMA
+            else (-1 if t is DevicePolicy.BINPACK else 1) * load(u, rules)
+            for t in ties
+            if t is not DevicePolicy.TOPOLOGY_AWARE
+        ]
+        return (sign * load(u, rules), *extra, float(u.device.index))
+
+    return sorted(devices, key=lambda u: (key(u), u.device.uuid))
 
 
 def rank_groups(
@@ -424,6 +475,7 @@ def _choose(
     rules: FitRules,
     *,
     numa_bind: bool,
+    ties: Sequence[DevicePolicy] = (),
 ) -> Sequence[DeviceUsage] | ReasonCode:
     """The vendor's choice when it has one; else rank the feasible devices by policy and
     take ``count`` (a ReasonCode when no set exists, e.g. NUMA binding fails)."""
@@ -439,7 +491,7 @@ def _choose(
             # The fullest NUMA node that can host the whole container keeps others free.
             best = fitting[rank_groups(fitting, DevicePolicy.BINPACK, rules)[0]]
             inner = DevicePolicy.BINPACK if policy is DevicePolicy.NUMA else policy
-            return rank(best, inner, rules)[:count]
+            return rank(best, inner, rules, ties)[:count]
         if numa_bind:
             return ReasonCode.NUMA_NOT_FIT
     if count > 1 and rules.link_group is not None:
@@ -455,7 +507,7 @@ def _choose(
         u.device.uuid in node.link_scores for u in feasible
     ):
         return _topology(feasible, count, node.link_scores)
-    return rank(feasible, policy, rules)[:count]
+    return rank(feasible, policy, rules, ties)[:count]
 
 
 def _topology(

@@ -14,7 +14,7 @@ from .charge import Charge, collapse, device_charges, init_containers_finished, 
 from .device import DEVICE_MODES, DeviceInfo, DeviceUsage, NodeInfo
 from .fit import FitResult
 from .monitor import ContainerUsage, HostDevice, ProcessDeviceSample, ProcessSample, RegionDevice
-from .policy import DevicePolicy, NodePolicy
+from .policy import GPU_POLICY_ANNOTATION, DevicePolicy, DevicePolicyChain, NodePolicy
 from .reason import ReasonCode
 from .request import ContainerRequest, DeviceRequest, PodRequest
 
@@ -31,6 +31,8 @@ __all__ = [
     "DeviceInfo",
     "DeviceNode",
     "DevicePolicy",
+    "DevicePolicyChain",
+    "GPU_POLICY_ANNOTATION",
     "DeviceRequest",
     "DeviceTypeInfo",
     "DeviceUsage",

@@ -6,6 +6,8 @@ device lists) come from its ``DeviceTypeInfo``.
 
 from __future__ import annotations
 
+from hami_core.model.policy import GPU_POLICY_ANNOTATION
+
 # Node (PROTOCOL.md §2, §4)
 NODE_LOCK = "hami.io/mutex.lock"
 DEVICE_CORDON = "hami.io/device-cordon"
@@ -24,7 +26,7 @@ BIND_PHASE_FAILED = "failed"
 
 # Pod annotations read by the scheduler (PROTOCOL.md §5)
 NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
-GPU_SCHEDULER_POLICY = "hami.io/gpu-scheduler-policy"
+GPU_SCHEDULER_POLICY = GPU_POLICY_ANNOTATION
 
 #: Label that keeps the webhook away from a namespace or object (PROTOCOL.md §6).
 WEBHOOK_IGNORE_LABEL = "hami.io/webhook"

@@ -34,7 +34,7 @@ import attrs
 import yaml
 
 from hami_core.errors import ConfigError
-from hami_core.model import BackendInfo, DevicePolicy, NodePolicy
+from hami_core.model import BackendInfo, DevicePolicy, DevicePolicyChain, NodePolicy
 
 CONFIG_VERSION: Final = "v1"
 DEFAULT_SCHEDULER_NAME: Final = "hami-scheduler"
@@ -88,6 +88,8 @@ class HamiConfig:
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     node_policy: NodePolicy = NodePolicy.BINPACK
     device_policy: DevicePolicy = DevicePolicy.SPREAD
+    #: the whole default device policy when it is a HAMi 2.10 list or names ``mutex``.
+    device_policy_chain: DevicePolicyChain | None = None
     node_lock_expiry_s: float = 300.0
     vendors: Mapping[str, VendorConfig] = attrs.field(factory=dict)
 
@@ -168,7 +170,13 @@ def parse_config(data: object, *, backends: Mapping[str, BackendInfo]) -> HamiCo
         if key not in ("nodeSchedulerPolicy", "gpuSchedulerPolicy"):
             raise ConfigError(f"defaultSchedulerPolicy.{key}: unknown key")
     node_policy = _enum(policies, "nodeSchedulerPolicy", NodePolicy, NodePolicy.BINPACK)
-    device_policy = _enum(policies, "gpuSchedulerPolicy", DevicePolicy, DevicePolicy.SPREAD)
+    device_chain = None
+    if "gpuSchedulerPolicy" in policies:
+        try:
+            device_chain = DevicePolicyChain.parse(str(policies["gpuSchedulerPolicy"]))
+        except ValueError as exc:
+            raise ConfigError(f"defaultSchedulerPolicy.gpuSchedulerPolicy: {exc}") from None
+    device_policy = device_chain.primary if device_chain else DevicePolicy.SPREAD
     expiry = _typed(data, "nodeLockExpirySeconds", float, 300.0)
     if expiry <= 0:
         raise ConfigError(f"nodeLockExpirySeconds: must be > 0, got {expiry}")
@@ -182,6 +190,7 @@ def parse_config(data: object, *, backends: Mapping[str, BackendInfo]) -> HamiCo
         scheduler_name=scheduler_name,
         node_policy=node_policy,
         device_policy=device_policy,
+        device_policy_chain=device_chain,
         node_lock_expiry_s=expiry,
         vendors=vendors,
     )

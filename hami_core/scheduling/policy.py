@@ -8,15 +8,23 @@ from typing import Any
 import attrs
 
 from hami_core.errors import InvalidInputError
-from hami_core.model import DevicePolicy, NodePolicy
+from hami_core.model import DevicePolicy, DevicePolicyChain, NodePolicy
 from hami_core.protocol.annotations import GPU_SCHEDULER_POLICY, NODE_SCHEDULER_POLICY
 from hami_core.protocol.config import HamiConfig
 
 
 @attrs.frozen
 class Policies:
+    """A pod's policies. ``device`` is the ranking policy given to ``hami_fit``;
+    ``device_chain`` the whole of what was written (mutex, tie-breaks)."""
+
     node: NodePolicy
     device: DevicePolicy
+    device_chain: DevicePolicyChain = attrs.field()
+
+    @device_chain.default
+    def _chain(self) -> DevicePolicyChain:
+        return DevicePolicyChain(primary=self.device)
 
 
 def resolve_policies(
@@ -34,10 +42,36 @@ def resolve_policies(
         InvalidInputError: an annotation names an unknown policy (never a silent default).
     """
     ann = (pod.get("metadata") or {}).get("annotations") or {}
+    if device is not None:
+        default_chain = DevicePolicyChain(primary=device)
+    else:
+        default_chain = config.device_policy_chain or DevicePolicyChain(
+            primary=config.device_policy
+        )
+    chain = default_chain
+    if GPU_SCHEDULER_POLICY in ann:
+        try:
+            chain = DevicePolicyChain.parse(str(ann[GPU_SCHEDULER_POLICY]))
+        except ValueError as exc:
+            raise InvalidInputError(f"annotation {GPU_SCHEDULER_POLICY}: {exc}") from None
     return Policies(
         node=_pick(ann, NODE_SCHEDULER_POLICY, NodePolicy, node or config.node_policy),
-        device=_pick(ann, GPU_SCHEDULER_POLICY, DevicePolicy, device or config.device_policy),
+        device=chain.primary,
+        device_chain=chain,
     )
+
+
+def with_device_policy(pod: Mapping[str, Any], chain: DevicePolicyChain) -> Mapping[str, Any]:
+    """The pod as backends should see it: when the device policy is a default that a
+    single token cannot say (``mutex`` or tie-breaks) and the pod names none, a shallow
+    copy carrying it in ``hami.io/gpu-scheduler-policy`` (where backends read the filter,
+    as HAMi's do); otherwise ``pod`` itself."""
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    if GPU_SCHEDULER_POLICY in ann or not (chain.mutex or chain.tie_breaks):
+        return pod
+    meta = dict(pod.get("metadata") or {})
+    meta["annotations"] = {**ann, GPU_SCHEDULER_POLICY: str(chain)}
+    return {**pod, "metadata": meta}
 
 
 def _pick(ann: Mapping[str, str], key: str, kind: Any, default: Any) -> Any:

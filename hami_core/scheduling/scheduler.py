@@ -35,7 +35,7 @@ from .fitting import NodeFit, fit_pod
 from .nodelock import acquire_node_lock, release_node_lock
 from .nodes import read_node
 from .podspec import read_pod_request
-from .policy import Policies, resolve_policies
+from .policy import Policies, resolve_policies, with_device_policy
 from .quota import QuotaLimit, namespace_usage, quota_limits
 from .scoring import extender_score, node_score
 from .usage import node_usage, requested_vendors
@@ -84,11 +84,15 @@ class Scheduler:
         node_policy: NodePolicy | None = None,
         device_policy: DevicePolicy | None = None,
         lock_wait_s: float = 0.0,
+        node_selector: Mapping[str, str] | None = None,
     ) -> None:
         """Args:
         node_policy / device_policy: override the configured defaults (pod
             annotations still win).
         lock_wait_s: at bind, how long to wait for another pod's node lock.
+        node_selector: node labels a node must carry to be ours (HAMi's
+            ``--node-label-selector``, e.g. ``{"gpu": "on"}``); other nodes fail the
+            filter with ``NodeUnregistered`` for a pod asking devices.
         """
         self.store = store
         self.manager = manager
@@ -102,6 +106,7 @@ class Scheduler:
         #: Called after each node-lock attempt at bind with (seconds waited, acquired);
         #: the metrics server installs one.
         self.lock_observer: Callable[[float, bool], None] | None = None
+        self.node_selector = dict(node_selector or {})
 
     # -- reading ---------------------------------------------------------------------
 
@@ -178,9 +183,34 @@ class Scheduler:
     def filter_objects(
         self, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]
     ) -> FilterResult:
-        """Fit against the node objects given, with zero usage and no quota, writing
-        nothing (kube-scheduler's full-``Nodes`` form, used by the cluster autoscaler)."""
-        return self._filter(pod, list(nodes), live_usage=False, unknown=[])
+        """Fit against full ``Node`` objects (kube-scheduler's ``nodeCacheCapable: false``
+        form, and the cluster autoscaler's simulation), writing nothing. A node the cache
+        knows is judged as ``filter`` judges it: its cached object, live usage and the
+        namespace's quotas; only a node the cache does not know (an autoscaler template)
+        is judged from the object given, with zero usage and no quota."""
+        known: list[Mapping[str, Any]] = []
+        templates: list[Mapping[str, Any]] = []
+        for node in nodes:
+            name = str((node.get("metadata") or {}).get("name", ""))
+            try:
+                known.append(self.store.get_node(name))
+            except NotFoundError:
+                templates.append(node)
+        if not templates:
+            return self._filter(pod, known, live_usage=True, unknown=[])
+        if not known:
+            return self._filter(pod, templates, live_usage=False, unknown=[])
+        live = self._filter(pod, known, live_usage=True, unknown=[])
+        cold = self._filter(pod, templates, live_usage=False, unknown=[])
+        order = [str((n.get("metadata") or {}).get("name", "")) for n in nodes]
+        feasible = set(live.feasible) | set(cold.feasible)
+        return FilterResult(
+            feasible=tuple(n for n in order if n in feasible),
+            failed={**live.failed, **cold.failed},
+            fits={**live.fits, **cold.fits},
+            scores={**live.scores, **cold.scores},
+            policies=live.policies,
+        )
 
     def _filter(
         self,
@@ -207,6 +237,7 @@ class Scheduler:
                     self._types,
                     exclude_uid=request.uid,
                 )
+        fit_view = with_device_policy(pod, policies.device_chain)
         feasible: list[str] = []
         # A node we cannot see cannot be checked: say so rather than guess.
         failed = {
@@ -216,6 +247,10 @@ class Scheduler:
         fits: dict[str, NodeFit] = {}
         scores: dict[str, float] = {}
         for node in nodes:
+            unselected = self._unselected(node)
+            if unselected:
+                failed[str((node.get("metadata") or {}).get("name", ""))] = unselected
+                continue
             info = self.node_info(node)
             usage = (
                 self.node_usage(info, exclude_uid=request.uid)
@@ -226,7 +261,7 @@ class Scheduler:
                 }
             )
             fit = fit_pod(
-                pod,
+                fit_view,
                 request,
                 info,
                 usage,
@@ -246,6 +281,15 @@ class Scheduler:
         return FilterResult(
             feasible=tuple(feasible), failed=failed, fits=fits, scores=scores, policies=policies
         )
+
+    def _unselected(self, node: Mapping[str, Any]) -> str:
+        """The reason ``node`` is not ours under ``node_selector``, or ""."""
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        missing = {k: v for k, v in self.node_selector.items() if labels.get(k) != v}
+        if not missing:
+            return ""
+        wanted = ",".join(f"{k}={v}" for k, v in sorted(self.node_selector.items()))
+        return f"{ReasonCode.NODE_UNREGISTERED.value} (node labels do not match {wanted})"
 
     def prioritize(
         self, pod: Mapping[str, Any], node_names: Iterable[str]

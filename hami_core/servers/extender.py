@@ -122,7 +122,9 @@ def create_extender_app(
                 args = _fold(_body())
                 pod = _pod(args)
                 nodes = _nodes(args)
-                if nodes is not None:  # full Nodes (autoscaler simulation): answer, write nothing
+                if (
+                    nodes is not None
+                ):  # full Nodes (nodeCacheCapable: false, autoscaler): write nothing
                     result = scheduler.filter_objects(pod, nodes)
                     feasible = set(result.feasible)
                     return jsonify(

@@ -8,7 +8,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -50,6 +50,8 @@ class SchedulerOptions:
     threads: int = 8
     bind_lock_wait_s: float = 5.0
     handshake_period_s: float = 30.0
+    #: HAMi's ``--node-label-selector``: labels a node must carry to be ours.
+    node_label_selector: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None) -> None:
@@ -69,6 +71,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         node_policy=NodePolicy(opts.node_policy) if opts.node_policy else None,
         device_policy=DevicePolicy(opts.gpu_policy) if opts.gpu_policy else None,
         lock_wait_s=opts.bind_lock_wait_s,
+        node_selector=opts.node_label_selector,
     )
     elector: LeaderElector | None = None
     if opts.leader_elect:

@@ -26,6 +26,7 @@ from hami_core.scheduling.podspec import check_pod_shape, containers, pod_ref, r
 from hami_core.scheduling.policy import resolve_policies
 from hami_core.scheduling.quota import namespace_usage, quota_limits, quota_violation
 
+from .misplaced import misplaced_limits
 from .trust import (
     DISABLE_CONTROL_ALLOW,
     DISABLE_CONTROL_LABEL,
@@ -45,6 +46,7 @@ class AdmissionResult:
         message: why it was denied (names the cause), or "".
         reason: a short code for the denial (``PrivilegedContainer``, ``NodeNamePreset``,
             ``SchedulerOwnedAnnotation``, ``ProtectedEnv``, ``InvalidRequest``,
+            ``MisplacedLimits``,
             ``ResourceQuotaNotFit``).
         mutated: True when the pod asks for managed devices and was handled.
     """
@@ -160,6 +162,9 @@ class Admission:
         ours = self.manager.config.scheduler_name
         if spec.get("schedulerName") not in (None, "", "default-scheduler", ours):
             return AdmissionResult()
+        misplaced = misplaced_limits(pod, self.manager.device_types())
+        if misplaced:
+            return _deny("MisplacedLimits", f"pod {pod_ref(pod)}: {misplaced}")
         working: dict[str, Any] = copy.deepcopy(dict(pod))
         asked = False
         for _, _, path in list(containers(pod)):

@@ -6,14 +6,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from hami_core.errors import InvalidInputError
-from hami_core.model import MutateResult
+from hami_core.model import DEVICE_MODES, MutateResult
 from hami_core.protocol.config import VendorConfig
 from hami_core.protocol.patches import set_resources
 
-from .names import CORE_POLICY, PRIORITY_RESOURCE, first_annotation, resources
+from .names import CORE_POLICY, PRIORITY_RESOURCE, VGPU_MODE, first_annotation, resources
 from .requests import parse_request, resource_value
 
 CORE_POLICIES = ("default", "force", "disable", "none")
+#: Backend options read by admission (HAMi's nvidia ``runtimeClassName``: set on pods that
+#: ask for NVIDIA devices and name none themselves).
+OPTION_DEFAULTS: dict[str, object] = {"runtimeClassName": ""}
 
 
 def mutate_container(
@@ -48,6 +51,10 @@ def mutate_container(
             values[name] = stated
 
     patch: list[dict[str, Any]] = set_resources(container, container_path, values)
+    runtime_class = str(config.options.get("runtimeClassName") or "")
+    spec = pod.get("spec") or {}
+    if runtime_class and not spec.get("runtimeClassName"):
+        patch.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class})
     env = _env(pod, container)
     if isinstance(env, str):
         return MutateResult(denial=env)
@@ -74,6 +81,14 @@ def _env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]
     if priority is not None:
         out["CUDA_TASK_PRIORITY"] = str(priority)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    modes = first_annotation(annotations, VGPU_MODE)
+    if modes is not None:
+        bad = [m.strip() for m in modes.split(",") if m.strip() not in DEVICE_MODES]
+        if bad or not modes.strip():
+            return (
+                f"annotation {VGPU_MODE[0]}: {modes!r} is not a comma list of "
+                f"{', '.join(DEVICE_MODES)}"
+            )
     policy = first_annotation(annotations, CORE_POLICY)
     if policy is not None:
         if policy not in CORE_POLICIES:

@@ -12,13 +12,14 @@ from typing import Any
 from hami_core.devicefit import DeviceFilters, fit_devices, load, type_matches
 from hami_core.model import DevicePolicy, DeviceRequest, DeviceUsage, FitResult, NodeInfo
 
-from .names import NOUSE_TYPE, NOUSE_UUID, NUMA_BIND, USE_TYPE, USE_UUID
+from .names import NOUSE_TYPE, NOUSE_UUID, NUMA_BIND, USE_TYPE, USE_UUID, VGPU_MODE
 
 __all__ = ["filters_of", "fit", "load", "type_matches"]
 
 
 def filters_of(pod: Mapping[str, Any]) -> DeviceFilters:
-    """The pod's NVIDIA device filters (HAMi's annotation names and the handbook's)."""
+    """The pod's NVIDIA device filters (HAMi's annotation names and the handbook's;
+    ``nvidia.com/vgpu-mode`` lists the inventory modes the pod accepts)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     return DeviceFilters.from_annotations(
         annotations,
@@ -27,6 +28,7 @@ def filters_of(pod: Mapping[str, Any]) -> DeviceFilters:
         use_uuid=USE_UUID,
         nouse_uuid=NOUSE_UUID,
         numa_bind=NUMA_BIND,
+        mode=VGPU_MODE,
     )
 
 

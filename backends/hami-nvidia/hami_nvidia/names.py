@@ -33,6 +33,8 @@ USE_UUID = ("nvidia.com/use-gpuuuid", "hami.io/gpu-uuid-include", "hami.io/gpu-u
 NOUSE_UUID = ("nvidia.com/nouse-gpuuuid", "hami.io/gpu-uuid-exclude")
 NUMA_BIND = ("nvidia.com/numa-bind", "hami.io/numa-hint")
 CORE_POLICY = ("hami.io/core-policy",)
+#: HAMi ``AllocateMode``: a comma list of the device modes the pod accepts.
+VGPU_MODE = ("nvidia.com/vgpu-mode",)
 TASK_PRIORITY = ("hami.io/task-priority",)
 
 

@@ -33,7 +33,11 @@ def hami_backend_info() -> BackendInfo:
         name="nvidia",
         device_types=(DEVICE_TYPE,),
         description="NVIDIA GPUs shared through libvgpu.so (HAMi-core compatible)",
-        option_defaults={**allocate.OPTION_DEFAULTS, **node.OPTION_DEFAULTS},
+        option_defaults={
+            **admission.OPTION_DEFAULTS,
+            **allocate.OPTION_DEFAULTS,
+            **node.OPTION_DEFAULTS,
+        },
     )
 
 

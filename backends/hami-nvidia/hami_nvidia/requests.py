@@ -77,8 +77,9 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
 
     Defaults (PROTOCOL.md §1): memory unset (``gpumem`` absent or 0 and
     ``gpumem-percentage`` absent or 0) -> ``defaultMemory`` MiB if configured, else 100
-    percent of each device; cores unset -> 100 (exclusive) for a count-only request
-    that takes whole devices, else ``defaultCores``; memory or cores without a count ->
+    percent of each device; cores unset -> 100 (exclusive) for a request that takes
+    the whole memory of its devices (count only, or ``gpumem-percentage: 100``), else
+    ``defaultCores``; memory or cores without a count ->
     ``defaultGPUNum`` devices.
 
     Raises:
@@ -103,15 +104,16 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
             )
         return None
     count = raw.count if raw.count is not None else config.default_count
-    whole_device = False
     if not memory_mib and not memory_pct:
         if config.default_memory_mib:
             memory_mib = config.default_memory_mib
         else:
-            memory_pct, whole_device = 100, True
+            memory_pct = 100
     if raw.cores_pct is not None:
         cores = raw.cores_pct
-    elif whole_device and raw.memory_pct is None:
+    elif memory_pct == 100:
+        # the whole memory of each device, stated (gpumem-percentage: 100, in limits or in
+        # requests only) or defaulted (count only): the device alone, as HAMi books it
         cores = 100
     else:
         cores = config.default_cores_pct
