@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 BACKENDS := $(wildcard backends/hami-*)
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck layers pytest install clean
+.PHONY: demo test test-fast lint typecheck layers pytest install clean prometheus dashboards
 
 $(STAMP): pyproject.toml $(wildcard backends/*/pyproject.toml) $(wildcard shim/src/*) $(wildcard shim/Makefile)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "hami needs Python >= 3.11; set PYTHON=python3.11")'
@@ -40,6 +40,15 @@ test: lint typecheck layers pytest
 # Everything but the e2e tier (no Kubernetes build needed).
 test-fast: lint typecheck layers
 	$(BIN)/python -m pytest -m "not e2e"
+
+# Prometheus server + promtool (Debian's package) for the rules tests and the e2e tier;
+# the test fixtures run the same script when they are missing.
+prometheus:
+	scripts/prometheus-install.sh
+
+# Regenerate the chart's Grafana dashboards from scripts/gen-dashboards.py.
+dashboards: $(STAMP)
+	$(BIN)/python scripts/gen-dashboards.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
