@@ -14,6 +14,7 @@ import click
 
 from hami_core import __version__
 from hami_core.errors import HamiError
+from hami_core.extras import MissingExtraError, extra_of_module, require_extra
 from hami_core.model import DevicePolicy, NodePolicy
 from hami_core.plugin import BackendManager
 
@@ -87,6 +88,9 @@ def config_option(details: str = "") -> Callable[[F], F]:
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(
+    __version__, "--version", package_name="hami-core", message="hami-core %(version)s"
+)
 def cli() -> None:
     """hami: GPU sharing for Kubernetes (HAMi-compatible)."""
 
@@ -249,6 +253,7 @@ def scheduler(**opts: Any) -> None:
     Environment: HAMI_DISABLED_BACKENDS (comma list of backends to skip),
     POD_NAMESPACE (default Lease namespace), KUBECONFIG.
     """
+    require_extra("server", "hami scheduler")
     from hami_core.servers.scheduler_main import SchedulerOptions, run_scheduler
 
     logging.basicConfig(
@@ -414,6 +419,7 @@ def webhook(**opts: Any) -> None:
     denied with the reason. Environment: HAMI_DISABLED_BACKENDS, POD_NAMESPACE,
     KUBECONFIG.
     """
+    require_extra("server", "hami webhook")
     from hami_core.servers.webhook_main import WebhookOptions, run_webhook
 
     logging.basicConfig(
@@ -646,6 +652,7 @@ def device_plugin(**opts: Any) -> None:
     loader (LD_LIBRARY_PATH) and reads NUMA nodes under HAMI_NVIDIA_SYSFS_ROOT
     (default /sys).
     """
+    require_extra("server", "hami device-plugin")
     from hami_core.servers.deviceplugin_main import DevicePluginOptions, run_device_plugin
 
     logging.basicConfig(
@@ -779,4 +786,13 @@ def main() -> None:
         sys.exit(130)
     except HamiError as exc:
         click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except ModuleNotFoundError as exc:
+        # A command (of the core or of a backend) reached a module of an extra that is
+        # not installed: name the extra instead of printing a traceback.
+        extra = extra_of_module(exc.name)
+        if extra is None:
+            raise
+        command = " ".join(["hami", *sys.argv[1:2]])
+        click.echo(f"error: {MissingExtraError(command, extra, [str(exc.name)])}", err=True)
         sys.exit(2)

@@ -1,9 +1,18 @@
-"""Builds libvgpu.so (the shim, ``<repo>/shim``) and ships it as package data.
+"""Builds libvgpu.so (the shim) and ships it as package data, in a platform wheel.
 
-All metadata lives in pyproject.toml; this file only adds the build step. The shim is
-built with ``make -C <repo>/shim`` into a scratch directory and copied to
-``hami_nvidia/lib/libvgpu.so`` (into the wheel, or into the source tree for an
-editable install). A build failure stops the install with what is missing.
+All metadata lives in pyproject.toml; this file adds three build steps:
+
+- ``sdist`` copies the shim's sources (``<repo>/shim/Makefile`` and ``shim/src/``) into
+  ``shim/`` of this project (git-ignored), so the sdist carries them: ``<repo>/shim`` is
+  the one copy in the repository.
+- ``build_py`` runs ``make`` on those sources (the sdist's ``shim/``, or ``<repo>/shim``
+  in a checkout, or ``$HAMI_SHIM_SRC``) into a scratch directory, strips the library
+  and copies it to ``hami_nvidia/lib/libvgpu.so`` (of the wheel, or of the source tree
+  for an editable install). A missing tool stops the build with one line naming it.
+- ``bdist_wheel`` tags the wheel for the platform it was built on
+  (``py3-none-linux_x86_64``): the library is machine code, so the wheel is not pure.
+  It does not depend on the Python ABI, hence ``py3-none``. Release wheels for
+  ``manylinux`` and aarch64 are described in README.md.
 """
 
 from __future__ import annotations
@@ -11,38 +20,76 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sysconfig
 import tempfile
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1
+    from wheel.bdist_wheel import bdist_wheel  # type: ignore[no-redef]
 
 HERE = Path(__file__).resolve().parent
-SHIM_DIR = Path(os.environ.get("HAMI_SHIM_SRC", HERE.parent.parent / "shim"))
+REPO_SHIM = HERE.parent.parent / "shim"
+SDIST_SHIM = HERE / "shim"
+#: What the shim's ``make all`` reads (relative to shim/).
+SHIM_FILES = ("Makefile", "README.md", "src")
+
+
+def shim_sources() -> Path:
+    """The shim directory to build: $HAMI_SHIM_SRC, the sdist's copy, or the checkout's."""
+    if os.environ.get("HAMI_SHIM_SRC"):
+        return Path(os.environ["HAMI_SHIM_SRC"])
+    in_sdist = (HERE / "PKG-INFO").is_file()
+    return SDIST_SHIM if in_sdist or not (REPO_SHIM / "Makefile").is_file() else REPO_SHIM
+
+
+def fail(message: str) -> SystemExit:
+    return SystemExit(f"error: hami-nvidia: {message}")
 
 
 def build_shim() -> Path:
-    """Run make in a scratch build dir; return the built library's path."""
-    if not (SHIM_DIR / "Makefile").is_file():
-        raise SystemExit(
-            f"hami-nvidia: the libvgpu.so sources are not at {SHIM_DIR} "
-            "(install from a repository checkout, or set HAMI_SHIM_SRC to the shim/ directory)"
+    """Run ``make all`` in a scratch build dir; return the stripped library's path."""
+    src = shim_sources()
+    if not (src / "Makefile").is_file():
+        raise fail(
+            f"the libvgpu.so sources are not at {src} (build from the sdist or a checkout, "
+            "or set HAMI_SHIM_SRC to the shim/ directory)"
         )
-    for tool in (os.environ.get("MAKE", "make"), os.environ.get("CC", "cc")):
+    make, cc = os.environ.get("MAKE", "make"), os.environ.get("CC", "cc")
+    for tool, what in ((make, "make"), (cc.split()[0], "a C compiler")):
         if shutil.which(tool) is None:
-            raise SystemExit(
-                f"hami-nvidia: building libvgpu.so needs '{tool}', which is not on PATH "
-                "(Debian: apt-get install build-essential)"
+            raise fail(
+                f"building libvgpu.so needs '{tool}' ({what}), which is not on PATH "
+                "(Debian/Ubuntu: apt-get install make gcc libc6-dev; Fedora/RHEL: dnf "
+                "install make gcc glibc-devel)"
             )
     out = Path(tempfile.mkdtemp(prefix="hami-shim-"))
-    proc = subprocess.run(
-        [os.environ.get("MAKE", "make"), "-C", str(SHIM_DIR), f"BUILD={out}", "all"],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"hami-nvidia: building libvgpu.so failed:\n{proc.stdout}\n{proc.stderr}")
-    return out / "libvgpu.so"
+    try:
+        proc = subprocess.run(
+            [make, "-C", str(src), f"BUILD={out}", f"CC={cc}", "all"],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            # The Makefile's tool check says what is missing in one "error: " line.
+            said = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+            if said:
+                raise fail(said[0].removeprefix("error: "))
+            raise fail(f"building libvgpu.so failed:\n{proc.stdout}\n{proc.stderr}")
+        lib = out / "libvgpu.so"
+        strip = os.environ.get("STRIP", "strip")
+        if shutil.which(strip) is not None:  # binutils comes with the compiler
+            subprocess.run([strip, "--strip-unneeded", str(lib)], check=True)
+        final = Path(tempfile.mkdtemp(prefix="hami-shim-lib-")) / "libvgpu.so"
+        shutil.copy2(lib, final)
+        return final
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 class BuildPyWithShim(build_py):
@@ -58,4 +105,36 @@ class BuildPyWithShim(build_py):
         shutil.rmtree(lib.parent, ignore_errors=True)
 
 
-setup(cmdclass={"build_py": BuildPyWithShim})
+class SdistWithShim(sdist):
+    def run(self) -> None:
+        if (REPO_SHIM / "Makefile").is_file() and not (HERE / "PKG-INFO").is_file():
+            shutil.rmtree(SDIST_SHIM, ignore_errors=True)
+            for name in SHIM_FILES:
+                src = REPO_SHIM / name
+                if src.is_dir():
+                    shutil.copytree(src, SDIST_SHIM / name)
+                else:
+                    SDIST_SHIM.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, SDIST_SHIM / name)
+        if not (SDIST_SHIM / "Makefile").is_file():
+            raise fail(f"no shim sources to put in the sdist (looked in {REPO_SHIM})")
+        super().run()
+
+
+class BinaryDistribution(Distribution):
+    """Holds machine code: built into platlib, and the wheel says Root-Is-Purelib: false."""
+
+    def has_ext_modules(self) -> bool:
+        return True
+
+
+class PlatformWheel(bdist_wheel):
+    def get_tag(self) -> tuple[str, str, str]:
+        platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+        return "py3", "none", platform
+
+
+setup(
+    distclass=BinaryDistribution,
+    cmdclass={"build_py": BuildPyWithShim, "sdist": SdistWithShim, "bdist_wheel": PlatformWheel},
+)

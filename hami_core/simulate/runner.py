@@ -127,18 +127,24 @@ def find_pod(pods: Sequence[WorkloadPod], ref: str) -> int:
 
 
 def bundled_examples() -> Path:
-    """The ``examples/`` folder of the source tree hami_core is installed from.
+    """The bundled example: ``cluster.yaml`` and ``workloads/``.
+
+    A wheel carries the repository's ``examples/`` as package data (``hami_core/examples``,
+    copied at build time by setup.py); an editable install reads ``examples/`` of the
+    source tree it points at.
 
     Raises:
-        InvalidInputError: it is not there (a wheel install ships no examples).
+        InvalidInputError: neither is there.
     """
-    root = Path(hami_core.__file__).resolve().parent.parent / "examples"
-    if not (root / "cluster.yaml").is_file() or not (root / "workloads").is_dir():
-        raise InvalidInputError(
-            f"the bundled example is not installed (looked in {root}); "
-            "give a cluster file and workloads: hami simulate --cluster FILE WORKLOADS..."
-        )
-    return root
+    package = Path(hami_core.__file__).resolve().parent
+    candidates = [package / "examples", package.parent / "examples"]
+    for root in candidates:
+        if (root / "cluster.yaml").is_file() and (root / "workloads").is_dir():
+            return root
+    raise InvalidInputError(
+        f"the bundled example is not installed (looked in {', '.join(map(str, candidates))}); "
+        "give a cluster file and workloads: hami simulate --cluster FILE WORKLOADS..."
+    )
 
 
 def make_manager(config_path: str | Path | None = None) -> BackendManager:

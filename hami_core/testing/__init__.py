@@ -15,9 +15,15 @@ Every test of the base class then runs against the backend. Override ``plugin`` 
 test a plugin object that is not installed, ``sample_devices`` /
 ``sample_container`` when the vendor's shapes differ from the defaults, and
 ``expected_count`` when the vendor rounds device counts (a request of 1 parses as 2).
+
+The kit runs under pytest, which ``pip install 'hami-core[testing]'`` brings.
 """
 
-from .conformance import BackendConformance
-from .sections import section
+from hami_core.extras import require_extra
+
+require_extra("testing", "hami_core.testing (the backend conformance kit)")
+
+from .conformance import BackendConformance  # noqa: E402
+from .sections import section  # noqa: E402
 
 __all__ = ["BackendConformance", "section"]

@@ -135,12 +135,10 @@ def test_a_kubelet_allocate_request_decodes():
 
 
 def test_the_committed_modules_are_what_the_script_generates():
+    # The script installs its pinned grpcio-tools into ~/.cache/hami once (the floors of
+    # hami-core[server] come from that version).
     if shutil.which("bash") is None:
         pytest.skip("no bash")
-    try:
-        import grpc_tools  # noqa: F401
-    except ImportError:
-        pytest.skip("grpcio-tools is not installed")
     proc = subprocess.run(
         ["bash", str(REPO / "scripts" / "gen-proto.sh"), "--check"],
         capture_output=True,

@@ -1,7 +1,7 @@
 from decimal import Decimal
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami_core.errors import QuantityError
@@ -76,3 +76,42 @@ def test_suffixes(n, suffix):
 def test_huge_exponents_are_reported_without_expanding_them():
     with pytest.raises(QuantityError, match=r"'1e9999' = 1e\+9999 is above"):
         parse_quantity_int("1e9999", resource="r")
+
+
+# The core parses quantities itself (no Kubernetes client needed for `hami simulate`):
+# it must agree with the official client on every string of apimachinery's grammar, and
+# reject what ParseQuantity rejects.
+_NUMBERS = st.from_regex(r"\A[+-]?(?:[0-9]{1,12}(?:\.[0-9]{0,6})?|\.[0-9]{1,6})\Z")
+_SUFFIXES = st.sampled_from(
+    ["", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
+    + [f"e{n}" for n in range(-12, 13)]
+    + ["E3", "e+2", "E-4"]
+)
+
+
+@settings(deadline=None)
+@given(_NUMBERS, _SUFFIXES)
+def test_agrees_with_the_kubernetes_client(number, suffix):
+    client = pytest.importorskip("kubernetes.utils.quantity")  # in the dev install
+    from hami_core.protocol.quantity import parse_quantity
+
+    text = number + suffix
+    assert parse_quantity(text) == client.parse_quantity(text)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["1K", "1_000", " 1", "1 ", "NaN", "Infinity", "1ki", "1mi", "1.5.3", "e3", "1e", "0x10"],
+)
+def test_strings_outside_the_grammar_are_rejected(value):
+    from hami_core.protocol.quantity import parse_quantity
+
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        parse_quantity(value)
+    with pytest.raises(QuantityError, match="r: "):
+        parse_quantity_int(value, resource="r")
+
+
+def test_exponents_beyond_range_are_rejected_not_computed():
+    with pytest.raises(QuantityError, match="not a Kubernetes quantity"):
+        parse_quantity_int("1e999999999", resource="r")

@@ -18,8 +18,8 @@ def library_path() -> Path:
     path = Path(str(resources.files("hami_nvidia") / "lib" / "libvgpu.so"))
     if not path.is_file():
         raise HamiError(
-            f"libvgpu.so is missing at {path}: reinstall hami-nvidia from a checkout "
-            "(pip install ./backends/hami-nvidia) with make and a C compiler available"
+            f"libvgpu.so is missing at {path}: reinstall hami-nvidia (pip install "
+            "--force-reinstall hami-nvidia; building it from source needs make and a C compiler)"
         )
     return path
 
