@@ -21,9 +21,7 @@ def run_hami(args: list[str], blocked: tuple[str, ...]) -> subprocess.CompletedP
     code = BLOCK.format(mods=list(blocked)) + (
         f"sys.argv = ['hami', *{args!r}]\nfrom hami_core.cli import main\nmain()\n"
     )
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize(
