@@ -291,7 +291,9 @@ def _name_of(obj: Mapping[str, Any], where: str) -> str:
 # -- cluster -------------------------------------------------------------------------
 
 
-def load_cluster(path: str | Path, manager: BackendManager) -> LoadedCluster:
+def load_cluster(
+    path: str | Path, manager: BackendManager, *, skip_unserved: bool = False
+) -> LoadedCluster:
     """Read a cluster file, simple or snapshot form (detected from its content).
 
     Args:
@@ -299,6 +301,9 @@ def load_cluster(path: str | Path, manager: BackendManager) -> LoadedCluster:
         manager: the installed backends and configuration; the simple form uses them
             for the inventory annotation key, the default split count and the memory
             and core scaling of each vendor.
+        skip_unserved: leave out (with a warning) the simple form's GPUs of vendors no
+            installed backend serves, instead of failing; for the bundled example,
+            which must run with hami-core alone.
 
     Returns:
         The cluster; call ``to_memory()`` for a ``MemoryCluster``.
@@ -311,28 +316,34 @@ def load_cluster(path: str | Path, manager: BackendManager) -> LoadedCluster:
     shown = display_path(p)
     if not p.is_file():
         raise InvalidInputError(f"{shown}: no such file")
-    return parse_cluster(read_documents(p), source=shown, manager=manager)
+    return parse_cluster(
+        read_documents(p), source=shown, manager=manager, skip_unserved=skip_unserved
+    )
 
 
-def parse_cluster(docs: Sequence[Any], *, source: str, manager: BackendManager) -> LoadedCluster:
+def parse_cluster(
+    docs: Sequence[Any], *, source: str, manager: BackendManager, skip_unserved: bool = False
+) -> LoadedCluster:
     """A cluster from already-parsed documents: one mapping with ``nodes`` (and no
     ``kind``) is the simple form, anything else a snapshot of Kubernetes objects.
 
     Args:
         docs: the file's documents (``read_documents``).
         source: how to name the input in messages.
-        manager: as for ``load_cluster``.
+        manager, skip_unserved: as for ``load_cluster``.
 
     Raises:
         InvalidInputError: as for ``load_cluster``.
     """
     simple = len(docs) == 1 and isinstance(docs[0], dict) and "kind" not in docs[0]
     if simple and "nodes" in docs[0]:
-        return _simple_cluster(docs[0], source, manager)
+        return _simple_cluster(docs[0], source, manager, skip_unserved=skip_unserved)
     return _snapshot_cluster(list(docs), source, manager)
 
 
-def _simple_cluster(doc: Mapping[str, Any], shown: str, manager: BackendManager) -> LoadedCluster:
+def _simple_cluster(
+    doc: Mapping[str, Any], shown: str, manager: BackendManager, *, skip_unserved: bool = False
+) -> LoadedCluster:
     unknown = sorted(set(doc) - {"nodes", "quotas"})
     if unknown:
         raise InvalidInputError(f"{shown}: unknown key {unknown[0]!r} (expected nodes, quotas)")
@@ -341,9 +352,10 @@ def _simple_cluster(doc: Mapping[str, Any], shown: str, manager: BackendManager)
         raise InvalidInputError(f"{shown}: nodes must be a non-empty list")
     nodes: dict[str, dict[str, Any]] = {}
     uuids: dict[str, str] = {}
+    unserved: dict[str, int] | None = {} if skip_unserved else None
     for i, entry in enumerate(nodes_in):
         where = f"{shown}: nodes[{i}]"
-        node, node_uuids = _simple_node(entry, where, manager)
+        node, node_uuids = _simple_node(entry, where, manager, unserved)
         name = node["metadata"]["name"]
         if name in nodes:
             raise InvalidInputError(f"{where}: node {name!r} is listed twice")
@@ -357,11 +369,18 @@ def _simple_cluster(doc: Mapping[str, Any], shown: str, manager: BackendManager)
     quotas = tuple(
         _simple_quota(q, f"{shown}: quotas[{i}]") for i, q in enumerate(_list(doc, "quotas", shown))
     )
+    warnings = tuple(
+        f"{shown}: no installed backend serves vendor {vendor!r}, so its {n} GPU(s) are "
+        "left out ("
+        + ("pip install hami-nvidia)" if vendor == "NVIDIA" else "install its backend)")
+        for vendor, n in sorted((unserved or {}).items())
+    )
     return LoadedCluster(
         source=shown,
         form=SIMPLE,
         nodes=tuple(nodes[n] for n in sorted(nodes)),
         quotas=quotas,
+        warnings=warnings,
     )
 
 
@@ -386,7 +405,7 @@ def _int_field(
 
 
 def _simple_node(
-    entry: Any, where: str, manager: BackendManager
+    entry: Any, where: str, manager: BackendManager, unserved: dict[str, int] | None = None
 ) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(entry, dict):
         raise InvalidInputError(f"{where}: expected a mapping with name and gpus")
@@ -401,8 +420,15 @@ def _simple_node(
     where = f"{where} ({name})"
     by_vendor: dict[str, list[DeviceInfo]] = {}
     index = 0
+    left_out = False
     for g, group in enumerate(_list(entry, "gpus", where)):
         gwhere = f"{where}: gpus[{g}]"
+        vendor = group.get("vendor", "NVIDIA") if isinstance(group, dict) else None
+        if unserved is not None and isinstance(vendor, str) and vendor not in manager.vendors:
+            count = group.get("count", 1)
+            unserved[vendor] = unserved.get(vendor, 0) + (count if isinstance(count, int) else 1)
+            left_out = True
+            continue
         for device in _gpu_group(group, gwhere, node=name, first_index=index, manager=manager):
             by_vendor.setdefault(device.vendor, []).append(device)
             index += 1
@@ -414,7 +440,8 @@ def _simple_node(
         annotations[dtype.register_annotation] = encode_inventory(devices)
         allocatable[dtype.resources.count] = str(sum(d.split_count for d in devices))
         by_index.update({d.index: d.uuid for d in devices})
-    links = _links(_list(entry, "links", where), where, by_index)
+    # Links name device indexes; with GPUs left out they would point at nothing.
+    links = [] if left_out else _links(_list(entry, "links", where), where, by_index)
     if links:
         annotations[NVIDIA_NODE_SCORE] = encode_link_scores(links)
     node = {

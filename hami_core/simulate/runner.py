@@ -272,7 +272,8 @@ def run_files(
     """Load the files and run them: what ``hami simulate`` does before printing.
 
     Args:
-        cluster_path: the cluster file; None: the bundled ``examples/cluster.yaml``.
+        cluster_path: the cluster file; None: the bundled ``examples/cluster.yaml``, whose
+            GPUs of vendors no installed backend serves are left out with a warning.
         workload_paths: files and directories; empty: the bundled ``examples/workloads``.
         config_path: a hami configuration file, or None for the defaults.
         node_policy / device_policy: policy names overriding the configured defaults.
@@ -285,13 +286,16 @@ def run_files(
         InvalidInputError (or a subclass): bad file, bad policy name, unknown pod.
     """
     manager = make_manager(config_path)
+    bundled_cluster = cluster_path is None
     if cluster_path is None or not workload_paths:
         examples = bundled_examples()
         cluster_path = cluster_path if cluster_path is not None else examples / "cluster.yaml"
         workload_paths = workload_paths or [examples / "workloads"]
     node = _policy(NodePolicy, node_policy, "--node-policy")
     device = _policy(DevicePolicy, device_policy, "--gpu-policy")
-    cluster = load_cluster(cluster_path, manager)
+    # The bundled example runs with whatever backends are installed (hami-core alone:
+    # no GPUs, with a warning saying which backend would bring them).
+    cluster = load_cluster(cluster_path, manager, skip_unserved=bundled_cluster)
     workloads = load_workloads(workload_paths)
     if progress is None or len(workloads.pods) <= PROGRESS_THRESHOLD:
         return simulate(

@@ -258,3 +258,24 @@ def test_a_real_process_exits_0_and_prints_the_report():
     )
     assert bad.returncode == 1
     assert "Traceback" not in bad.stderr and "no pod 'nope'" in bad.stderr
+
+
+def test_the_bundled_example_runs_without_its_backend(monkeypatch):
+    # hami-core alone (no backend installed): the example still runs, its NVIDIA GPUs
+    # left out with a warning that names the backend to install; a cluster the user
+    # gives is not forgiven the same way.
+    from hami_core.plugin import BackendManager
+
+    everything = [b.name for b in BackendManager.from_entry_points(disabled=[]).backends]
+    monkeypatch.setenv("HAMI_DISABLED_BACKENDS", ",".join(everything))
+    result = invoke("-o", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["cluster"]["gpus"] == 0 and data["summary"]["withoutDevices"] == 20
+    assert data["warnings"] == [
+        f"{data['cluster']['source']}: no installed backend serves vendor 'NVIDIA', so its "
+        "10 GPU(s) are left out (pip install hami-nvidia)"
+    ]
+    given = invoke("--cluster", EXAMPLES / "cluster.yaml")
+    assert given.exit_code != 0
+    assert "no installed backend serves vendor 'NVIDIA' (installed: none)" in given.output
