@@ -503,6 +503,7 @@ def monitor(**opts: Any) -> None:
     of the wrong size or format are skipped (hami_monitor_usage_files_skipped_total).
     hami-nvidia loads libnvidia-ml.so.1 through the dynamic loader (LD_LIBRARY_PATH).
     """
+    require_extra("server", "hami monitor")
     from hami_core.servers.monitor import MonitorOptions, run_monitor
 
     logging.basicConfig(

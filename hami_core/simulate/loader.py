@@ -441,7 +441,7 @@ def _simple_node(
         allocatable[dtype.resources.count] = str(sum(d.split_count for d in devices))
         by_index.update({d.index: d.uuid for d in devices})
     # Links name device indexes; with GPUs left out they would point at nothing.
-    links = [] if left_out else _links(_list(entry, "links", where), where, by_index)
+    links = {} if left_out else _links(_list(entry, "links", where), where, by_index)
     if links:
         annotations[NVIDIA_NODE_SCORE] = encode_link_scores(links)
     node = {
