@@ -26,7 +26,12 @@ def run_hami(args: list[str], blocked: tuple[str, ...]) -> subprocess.CompletedP
 
 @pytest.mark.parametrize(
     "command",
-    [["scheduler"], ["webhook"], ["device-plugin", "--node-name", "n1"], ["monitor", "--node-name", "n1"]],
+    [
+        ["scheduler"],
+        ["webhook"],
+        ["device-plugin", "--node-name", "n1"],
+        ["monitor", "--node-name", "n1"],
+    ],
 )
 def test_a_server_command_without_the_extra_names_it(command):
     proc = run_hami(command, ("flask", "grpc"))
