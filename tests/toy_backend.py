@@ -97,12 +97,6 @@ class ToyBackend:
         return FitResult(devices=tuple(chosen))
 
     @hookimpl
-    def hami_score(self, usage):
-        if any(u.device.vendor != "TOY" for u in usage):
-            return None
-        return 50.0
-
-    @hookimpl
     def hami_allocate(self, devices):
         if any(d.vendor != "TOY" for d in devices):
             return None

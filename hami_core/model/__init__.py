@@ -13,6 +13,7 @@ from .backend import (
 from .charge import Charge, collapse, device_charges, init_containers_finished, vendor_charge
 from .device import DEVICE_MODES, DeviceInfo, DeviceUsage, NodeInfo
 from .fit import FitResult
+from .fitrules import Chooser, CoresCapacity, ExtraCheck, FitRules, LinkGroup, device_cores
 from .monitor import ContainerUsage, HostDevice, ProcessDeviceSample, ProcessSample, RegionDevice
 from .policy import GPU_POLICY_ANNOTATION, DevicePolicy, DevicePolicyChain, NodePolicy
 from .reason import ReasonCode
@@ -36,7 +37,12 @@ __all__ = [
     "DeviceRequest",
     "DeviceTypeInfo",
     "DeviceUsage",
+    "Chooser",
+    "CoresCapacity",
+    "ExtraCheck",
     "FitResult",
+    "FitRules",
+    "LinkGroup",
     "HostDevice",
     "Mount",
     "MutateResult",
@@ -51,6 +57,7 @@ __all__ = [
     "ResourceNames",
     "collapse",
     "device_charges",
+    "device_cores",
     "init_containers_finished",
     "vendor_charge",
 ]

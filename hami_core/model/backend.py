@@ -7,6 +7,8 @@ from typing import Any
 
 import attrs
 
+from .fitrules import FitRules
+
 
 @attrs.frozen(kw_only=True)
 class ResourceNames:
@@ -46,6 +48,9 @@ class DeviceTypeInfo:
             ``hami.io/vgpu-devices-to-allocate``.
         allocated_annotation: pod key kept for accounting, e.g.
             ``hami.io/vgpu-devices-allocated``.
+        fit_rules: the vendor's variations of the shared fit steps; the core scores a
+            placement with them (``hami_core.backend.fit.node_score``) when the backend
+            has no ``hami_score``.
     """
 
     vendor: str
@@ -54,6 +59,7 @@ class DeviceTypeInfo:
     handshake_annotation: str
     to_allocate_annotation: str
     allocated_annotation: str
+    fit_rules: FitRules = attrs.field(factory=FitRules)
 
 
 @attrs.frozen(kw_only=True)

@@ -34,6 +34,10 @@ class DeviceInfo:
             value)`` pairs (HAMi's ``CustomInfo``: MetaX's QoS policy and link zone, an
             AWS instance type, a Vastai die's card). Filled by a backend's
             ``hami_node_devices``; not part of the inventory's wire form.
+        node_local: facts only the node needs at ``Allocate``, filled by discovery and
+            never encoded into the inventory (so absent from what the scheduler
+            decodes, and left out of equality): e.g. Ascend's physical id, Hygon's PCI
+            bus and DRM nodes, a card index. Keys and values are the backend's own.
     """
 
     uuid: str = attrs.field(validator=attrs.validators.min_len(1))
@@ -47,6 +51,7 @@ class DeviceInfo:
     mode: str = "hami-core"
     healthy: bool = True
     custom: tuple[tuple[str, str], ...] = ()
+    node_local: Mapping[str, str] = attrs.field(factory=dict, eq=False, repr=False)
 
     def info(self, key: str, default: str = "") -> str:
         """The ``custom`` value of ``key``, or ``default``."""

@@ -23,6 +23,7 @@ from hami_core.model import (
     NodePolicy,
 )
 from hami_core.plugin import BackendManager
+from hami_core.scheduling.scoring import vendor_score
 
 FOREIGN_VENDOR = "ConformanceForeignVendor"
 FOREIGN_RESOURCE = "conformance.example.com/foreign-device"
@@ -271,7 +272,12 @@ class BackendConformance:
         assert not too_many.fits and too_many.node_reason is not None
 
     @pytest.mark.parametrize("policy", list(NodePolicy))
-    def test_score_in_range(self, manager: BackendManager, policy: NodePolicy) -> None:
+    def test_score_follows_the_node_policy(
+        self, manager: BackendManager, policy: NodePolicy
+    ) -> None:
+        """The backend's score (or the core's default from its fit rules) is in 0..100
+        and follows the policy: binpack prefers the node whose device is already half
+        used, spread the empty one."""
         dtype = self.device_type(manager)
         devices = self.sample_devices(dtype)
         slice_ = (
@@ -282,14 +288,24 @@ class BackendConformance:
                 cores_pct=10,
             ),
         )
-        value = manager.score(
-            dtype.vendor,
-            NodeInfo(name="n", devices=devices),
-            self._usage(devices),
-            slice_,
-            policy=policy,
+        node = NodeInfo(name="n", devices=devices)
+        empty = self._usage(devices)
+        half = (
+            DeviceUsage(
+                device=devices[0],
+                used_count=1,
+                used_memory_mib=devices[0].memory_mib // 2,
+                used_cores_pct=devices[0].cores_pct // 2,
+            ),
+            *empty[1:],
         )
-        assert value is None or 0 <= value <= 100
+        on_empty = vendor_score(manager, dtype.vendor, node, empty, slice_, policy=policy)
+        on_half = vendor_score(manager, dtype.vendor, node, half, slice_, policy=policy)
+        assert 0 <= on_empty <= 100 and 0 <= on_half <= 100
+        if policy is NodePolicy.BINPACK:
+            assert on_half > on_empty
+        else:
+            assert on_empty > on_half
 
     def test_allocate(self, manager: BackendManager) -> None:
         dtype = self.device_type(manager)

@@ -1,7 +1,7 @@
-"""The extension points of ``hami_core.devicefit`` (``FitRules``, filter options) on their
+"""The extension points of ``hami_core.backend.fit`` (``FitRules``, filter options) on their
 own; the vendors' use of them is tested in tests/backends."""
 
-from hami_core.devicefit import (
+from hami_core.backend.fit import (
     GENERIC,
     DeviceFilters,
     FitRules,

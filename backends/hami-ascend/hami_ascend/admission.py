@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import MutateResult
-from hami_core.protocol.config import VendorConfig
-from hami_core.protocol.patches import set_resources
-from hami_core.protocol.quantity import parse_quantity_int
+from hami_core.backend import (
+    InvalidInputError,
+    MutateResult,
+    VendorConfig,
+    parse_quantity_int,
+    set_resources,
+)
 
 from .models import MODE_HAMI_CORE, settings
 from .requests import resolve, resource_value

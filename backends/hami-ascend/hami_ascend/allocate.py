@@ -29,9 +29,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import ContainerAllocation, ContainerDevices, Mount
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import (
+    ContainerAllocation,
+    ContainerDevices,
+    InvalidInputError,
+    Mount,
+    VendorConfig,
+)
 
 from . import discover
 from .models import MODE_HAMI_CORE, AscendSettings, settings

@@ -25,7 +25,7 @@ from typing import Protocol
 
 import attrs
 
-from hami_core.model import DeviceInfo
+from hami_core.backend import DeviceInfo
 
 from .models import MODE_HAMI_CORE, AscendSettings, ModelSpec
 from .npusmi import InfoRow, parse_board, parse_info, parse_mapping, vdie_uuid

@@ -21,8 +21,7 @@ from typing import Any, Final
 
 import attrs
 
-from hami_core.errors import ConfigError
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import ConfigError, VendorConfig
 
 #: ``vnpuMode`` values: hardware vNPU templates, or HAMi's soft slicing (libvnpu).
 MODE_TEMPLATE: Final = "template"

@@ -10,12 +10,12 @@ filters ``hami.io/use-<x>-uuid`` / ``hami.io/no-use-<x>-uuid``; the pod annotati
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Final
 
-from hami_core.model import DeviceTypeInfo, ResourceNames
+from hami_core.backend import DeviceTypeInfo, ResourceNames
 
 from .models import DEFAULT_MODELS, ModelSpec
+from .rules import rules
 
 VNPU_MODE_ANNOTATION: Final = "huawei.com/vnpu-mode"
 
@@ -47,18 +47,10 @@ def device_type(model: ModelSpec) -> DeviceTypeInfo:
         handshake_annotation=f"hami.io/node-handshake-{x}",
         to_allocate_annotation=f"hami.io/{x}-devices-to-allocate",
         allocated_annotation=f"hami.io/{x}-devices-allocated",
+        fit_rules=rules(model),
     )
 
 
 #: One ``DeviceTypeInfo`` per default model, declaration order.
 DEVICE_TYPES: Final[tuple[DeviceTypeInfo, ...]] = tuple(device_type(m) for m in DEFAULT_MODELS)
 VENDORS: Final[frozenset[str]] = frozenset(t.vendor for t in DEVICE_TYPES)
-
-
-def annotations_of(pod: Mapping[str, object]) -> Mapping[str, str]:
-    """The pod's annotations (empty when it has none)."""
-    meta = pod.get("metadata") or {}
-    if not isinstance(meta, Mapping):
-        return {}
-    ann = meta.get("annotations") or {}
-    return ann if isinstance(ann, Mapping) else {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.model import (
+from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
@@ -16,17 +16,14 @@ from hami_core.model import (
     FitResult,
     MutateResult,
     NodeInfo,
-    NodePolicy,
     PodDevices,
+    VendorConfig,
+    hookimpl,
 )
-from hami_core.plugin import hookimpl
-from hami_core.protocol.config import VendorConfig
 
-from . import BACKEND_NAME, admission, allocate, discover, fit, requests, runtime_info, score
-from .models import DEFAULT_MODELS, OPTION_DEFAULTS, AscendSettings, parse_settings, settings
+from . import BACKEND_NAME, admission, allocate, discover, fit, requests, runtime_info
+from .models import OPTION_DEFAULTS, AscendSettings, parse_settings, settings
 from .names import DEVICE_TYPES, VENDORS
-
-_DEFAULTS = {m.vendor: m for m in DEFAULT_MODELS}
 
 
 @hookimpl
@@ -78,16 +75,6 @@ def hami_fit(
     if model is None:
         return None
     return fit.fit(request, node, usage, pod, policy, model)
-
-
-@hookimpl
-def hami_score(
-    usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy
-) -> float | None:
-    vendors = {u.device.vendor for u in usage}
-    if len(vendors) != 1 or not vendors <= VENDORS:
-        return None
-    return score.score(usage, devices, policy, _DEFAULTS[vendors.pop()])
 
 
 @hookimpl

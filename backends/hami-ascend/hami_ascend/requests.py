@@ -29,13 +29,16 @@ from typing import Any
 
 import attrs
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import DeviceRequest
-from hami_core.protocol.config import VendorConfig
-from hami_core.protocol.quantity import parse_quantity_int
+from hami_core.backend import (
+    DeviceRequest,
+    InvalidInputError,
+    VendorConfig,
+    annotations_of,
+    parse_quantity_int,
+)
 
 from .models import MODE_HAMI_CORE, MODES, AscendSettings, ModelSpec, Template, settings
-from .names import VNPU_MODE_ANNOTATION, annotations_of
+from .names import VNPU_MODE_ANNOTATION
 
 
 @attrs.frozen(kw_only=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hami_core.model import PodDevices
+from hami_core.backend import PodDevices
 
 from .models import ModelSpec
 

@@ -21,8 +21,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.model import ContainerAllocation, ContainerDevices, DeviceNode, Mount
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import ContainerAllocation, ContainerDevices, DeviceNode, Mount, VendorConfig
 
 from . import options
 

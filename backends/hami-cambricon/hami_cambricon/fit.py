@@ -2,7 +2,7 @@
 
 The checks, their order (health, cordon, type, UUID, split count, memory, cores,
 exclusivity, compute exhausted: HAMi's, so reason codes match HAMi's), the policies and
-the hints are the core's shared device-fit logic (``hami_core.devicefit``). MLUs carry
+the hints are the core's shared device-fit logic (``hami_core.backend.fit``). MLUs carry
 no link scores, so ``topology-aware`` falls back to spread. Memory is compared in MiB
 (``request.memory_mib`` is already units x 256).
 
@@ -24,12 +24,27 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core import devicefit
-from hami_core.devicefit import DeviceFilters, FitRules, fit_devices
-from hami_core.model import DevicePolicy, DeviceRequest, DeviceUsage, FitResult, NodeInfo
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import (
+    DeviceFilters,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceUsage,
+    FitResult,
+    NodeInfo,
+    VendorConfig,
+    fit_devices,
+)
+from hami_core.backend import fit as devicefit
 
-from .names import NOUSE_TYPE, NOUSE_UUID, USE_TYPE, USE_UUID, VENDOR_TOKENS, pod_annotations
+from .names import (
+    DEVICE_TYPE,
+    NOUSE_TYPE,
+    NOUSE_UUID,
+    USE_TYPE,
+    USE_UUID,
+    VENDOR_TOKENS,
+    pod_annotations,
+)
 from .requests import pod_models
 
 __all__ = ["RULES", "filters_of", "fit", "load", "type_matches"]
@@ -46,17 +61,12 @@ def type_matches(model: str, token: str) -> bool:
     return token.lower() in VENDOR_TOKENS or devicefit.type_matches(model, token)
 
 
-def cores_capacity(usage: DeviceUsage) -> int | None:
-    """An MLU's compute in percent; None (not accounted) where the inventory says 0."""
-    return usage.device.cores_pct or None
-
-
 #: Cambricon's variation of the generic fit: devcore 0 means compute is not accounted.
-RULES = FitRules(cores_capacity=cores_capacity)
+RULES = DEVICE_TYPE.fit_rules
 
 
 def load(usage: DeviceUsage) -> float:
-    """How full an MLU is (``hami_core.devicefit.load`` under Cambricon's rules)."""
+    """How full an MLU is (``hami_core.backend.fit.load`` under Cambricon's rules)."""
     return devicefit.load(usage, RULES)
 
 
@@ -83,6 +93,6 @@ def fit(
 ) -> FitResult:
     """Choose ``request.count`` distinct MLUs on ``node``, or explain why not.
 
-    See ``hami_core.devicefit.fit_devices`` for the checks, their order and the hints.
+    See ``hami_core.backend.fit.fit_devices`` for the checks, their order and the hints.
     """
     return fit_devices(request, node, usage, filters_of(pod, config), policy, RULES)

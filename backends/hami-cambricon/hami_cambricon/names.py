@@ -24,8 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.model import DeviceTypeInfo, ResourceNames
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import DeviceTypeInfo, DeviceUsage, FitRules, ResourceNames, VendorConfig
 
 from . import VENDOR
 
@@ -40,6 +39,14 @@ DEFAULT_RESOURCES = ResourceNames(
     memory_unit_mib=MEMORY_UNIT_MIB,
 )
 
+
+def cores_capacity(usage: DeviceUsage) -> int | None:
+    """An MLU's compute in percent; None (not accounted) where the inventory says 0:
+    HAMi's documented ``hami.io/node-mlu-register`` example registers MLU370-X4 cards
+    with ``devcore`` 0, so cores are not checked on such a card."""
+    return usage.device.cores_pct or None
+
+
 DEVICE_TYPE = DeviceTypeInfo(
     vendor=VENDOR,
     resources=DEFAULT_RESOURCES,
@@ -47,6 +54,7 @@ DEVICE_TYPE = DeviceTypeInfo(
     handshake_annotation="hami.io/node-handshake-mlu",
     to_allocate_annotation="hami.io/cambricon-mlu-devices-to-allocate",
     allocated_annotation="hami.io/cambricon-mlu-devices-allocated",
+    fit_rules=FitRules(cores_capacity=cores_capacity),
 )
 
 # Pod annotations: HAMi's Cambricon names first, then the handbook's aliases (PROTOCOL.md §5).

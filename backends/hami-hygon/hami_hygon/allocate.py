@@ -30,9 +30,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import ContainerAllocation, ContainerDevices, DeviceNode, Mount
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import (
+    ContainerAllocation,
+    ContainerDevices,
+    DeviceNode,
+    InvalidInputError,
+    Mount,
+    VendorConfig,
+)
 
 from . import discover
 from .vdev import VdevAllocator

@@ -3,7 +3,7 @@
 The checks, their order (health, cordon, type, UUID, then HAMi's ``pkg/device/hygon/
 device.go`` ``Fit`` order: split count, memory, cores, exclusivity, compute exhausted),
 the policies and the hints are the core's shared device-fit logic
-(``hami_core.devicefit``). DCUs publish no link scores, so ``topology-aware`` falls back
+(``hami_core.backend.fit``). DCUs publish no link scores, so ``topology-aware`` falls back
 to spread. This module reads the Hygon filter annotations: ``hygon.com/use-dcutype`` /
 ``nouse-dcutype`` (model) and ``hygon.com/use-gpuuuid`` / ``nouse-gpuuuid`` (UUID).
 
@@ -17,8 +17,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.devicefit import DeviceFilters, fit_devices, load, type_matches
-from hami_core.model import DevicePolicy, DeviceRequest, DeviceUsage, FitResult, NodeInfo
+from hami_core.backend import (
+    DeviceFilters,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceUsage,
+    FitResult,
+    NodeInfo,
+    fit_devices,
+    load,
+    type_matches,
+)
 
 from .names import NOUSE_TYPE, NOUSE_UUID, USE_TYPE, USE_UUID, annotations_of
 
@@ -45,6 +54,6 @@ def fit(
 ) -> FitResult:
     """Choose ``request.count`` distinct DCUs on ``node``, or explain why not.
 
-    See ``hami_core.devicefit.fit_devices`` for the checks, their order and the hints.
+    See ``hami_core.backend.fit.fit_devices`` for the checks, their order and the hints.
     """
     return fit_devices(request, node, usage, filters_of(pod), policy)

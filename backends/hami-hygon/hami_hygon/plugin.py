@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.model import (
+from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
@@ -16,12 +16,11 @@ from hami_core.model import (
     FitResult,
     MutateResult,
     NodeInfo,
-    NodePolicy,
+    VendorConfig,
+    hookimpl,
 )
-from hami_core.plugin import hookimpl
-from hami_core.protocol.config import VendorConfig
 
-from . import BACKEND_NAME, VENDOR, admission, allocate, discover, fit, requests, score
+from . import BACKEND_NAME, VENDOR, admission, allocate, discover, fit, requests
 from .names import DEVICE_TYPE, OPTION_DEFAULTS
 
 
@@ -63,15 +62,6 @@ def hami_fit(
     if request.vendor != VENDOR:
         return None
     return fit.fit(request, node, usage, pod, policy)
-
-
-@hookimpl
-def hami_score(
-    usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy
-) -> float | None:
-    if any(u.device.vendor != VENDOR for u in usage):
-        return None
-    return score.score(usage, devices, policy)
 
 
 @hookimpl

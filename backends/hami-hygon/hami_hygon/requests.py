@@ -24,10 +24,13 @@ from typing import Any
 
 import attrs
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import DeviceRequest, ResourceNames
-from hami_core.protocol.config import VendorConfig
-from hami_core.protocol.quantity import parse_quantity_int
+from hami_core.backend import (
+    DeviceRequest,
+    InvalidInputError,
+    ResourceNames,
+    VendorConfig,
+    parse_quantity_int,
+)
 
 from . import VENDOR
 from .names import HAMI_DEFAULT_CORES, resources

@@ -36,7 +36,7 @@ from typing import Final
 
 import attrs
 
-from hami_core.errors import InvalidInputError
+from hami_core.backend import InvalidInputError
 
 MAX_VDEVS: Final = 200
 MAX_PIPES: Final = 20

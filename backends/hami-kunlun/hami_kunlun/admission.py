@@ -5,10 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import MutateResult
-from hami_core.protocol.config import VendorConfig
-from hami_core.protocol.patches import set_resources
+from hami_core.backend import InvalidInputError, MutateResult, VendorConfig, set_resources
 
 from . import options
 from .names import resources, whole_card_resource

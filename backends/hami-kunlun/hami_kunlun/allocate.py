@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.model import ContainerAllocation, ContainerDevices, DeviceNode
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import ContainerAllocation, ContainerDevices, DeviceNode, VendorConfig
 
 from . import options
 

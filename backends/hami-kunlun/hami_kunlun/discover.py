@@ -33,9 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import DeviceInfo
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import DeviceInfo, InvalidInputError, VendorConfig
 
 from . import VENDOR, options
 

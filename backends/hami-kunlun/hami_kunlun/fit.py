@@ -2,7 +2,7 @@
 
 The checks, their order (health, cordon, type, UUID, split count, memory, cores,
 exclusivity), the policies and the hints are the core's shared device-fit logic
-(``hami_core.devicefit``); Kunlunxin adds, through ``FitRules``:
+(``hami_core.backend.fit``); Kunlunxin adds, through ``FitRules``:
 
 - Partition (HAMi ``FitVXPU``, ``pkg/device/kunlun/vdevice.go``): a P800 is cut into
   vXPUs of one size. An XPU that already holds vXPUs takes another only when the mean
@@ -26,17 +26,21 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from hami_core import devicefit
-from hami_core.devicefit import DeviceFilters, FitRules, fit_devices, load
-from hami_core.model import (
+from hami_core.backend import (
+    Chooser,
+    DeviceFilters,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
+    FitRules,
     NodeInfo,
     ReasonCode,
+    VendorConfig,
+    fit_devices,
+    load,
 )
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import fit as devicefit
 
 from . import options, topology
 from .names import NOUSE_UUID, USE_TYPE, USE_UUID, VENDOR_TOKENS, pod_annotations
@@ -75,7 +79,7 @@ def partition_reason(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode |
 
 def _topology_chooser(
     usage: Sequence[DeviceUsage], request: DeviceRequest, config: VendorConfig
-) -> devicefit.Chooser | None:
+) -> Chooser | None:
     """HAMi's topology-aware sets where they apply (see the module docstring), else None."""
     if not (
         config.options[options.TOPOLOGY_AWARE]

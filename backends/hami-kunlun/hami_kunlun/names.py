@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.model import DeviceTypeInfo, ResourceNames
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import DeviceTypeInfo, ResourceNames, VendorConfig
 
 from . import VENDOR, options
 

@@ -19,8 +19,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.errors import ConfigError
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import ConfigError, VendorConfig
 
 WHOLE_CARD_RESOURCE = "resourceWholeCardName"
 MEMORY_TIERS = "memoryTiersMiB"

@@ -24,10 +24,7 @@ from typing import Any
 
 import attrs
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import DeviceRequest
-from hami_core.protocol.config import VendorConfig
-from hami_core.protocol.quantity import parse_quantity_int
+from hami_core.backend import DeviceRequest, InvalidInputError, VendorConfig, parse_quantity_int
 
 from . import VENDOR, options
 from .names import resources, whole_card_resource

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami_core.model import ContainerAllocation, ContainerDevices, DeviceInfo
+from hami_core.backend import ContainerAllocation, ContainerDevices, DeviceInfo
 
 VISIBLE_DEVICES = "MTHREADS_VISIBLE_DEVICES"
 

@@ -15,14 +15,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from hami_core.devicefit import DeviceFilters, fit_devices
-from hami_core.model import (
+from hami_core.backend import (
+    DeviceFilters,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
     NodeInfo,
     PodDevices,
+    fit_devices,
 )
 
 from .names import (

@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.errors import AnnotationError, QuantityError
-from hami_core.model import DeviceInfo
-from hami_core.protocol.config import VendorConfig
-from hami_core.protocol.quantity import parse_quantity_int
+from hami_core.backend import (
+    AnnotationError,
+    DeviceInfo,
+    QuantityError,
+    VendorConfig,
+    parse_quantity_int,
+)
 
 from . import VENDOR
 from .names import CORES_PER_GPU, MEMORY_UNIT_MIB, SPLIT_COUNT, resources

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.devicefit import node_score
-from hami_core.model import (
+from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
@@ -19,9 +18,10 @@ from hami_core.model import (
     NodeInfo,
     NodePolicy,
     PodDevices,
+    VendorConfig,
+    hookimpl,
+    node_score,
 )
-from hami_core.plugin import hookimpl
-from hami_core.protocol.config import VendorConfig
 
 from . import BACKEND_NAME, VENDOR, allocate, fit, inventory, requests
 from .names import DEVICE_TYPE

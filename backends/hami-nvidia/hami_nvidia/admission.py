@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import DEVICE_MODES, MutateResult
-from hami_core.protocol.config import VendorConfig
-from hami_core.protocol.patches import set_resources
+from hami_core.backend import (
+    DEVICE_MODES,
+    InvalidInputError,
+    MutateResult,
+    VendorConfig,
+    set_resources,
+)
 
 from .names import CORE_POLICY, PRIORITY_RESOURCE, VGPU_MODE, first_annotation, resources
 from .requests import parse_request, resource_value

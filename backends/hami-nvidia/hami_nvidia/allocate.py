@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.errors import ConfigError
-from hami_core.model import ContainerAllocation, ContainerDevices, Mount
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import (
+    ConfigError,
+    ContainerAllocation,
+    ContainerDevices,
+    Mount,
+    VendorConfig,
+)
 
 from .names import CORE_POLICY, PRIORITY_RESOURCE, first_annotation
 from .requests import resource_value

@@ -19,9 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hami_core.errors import ConfigError
-from hami_core.model import DeviceInfo
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import ConfigError, DeviceInfo, VendorConfig
 
 from . import VENDOR
 from .nvml import NvmlGpu, normalise_bus_id

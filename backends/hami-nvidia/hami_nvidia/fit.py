@@ -1,7 +1,7 @@
 """Placing one container's NVIDIA request on one node (PROTOCOL.md §1, §2, §5).
 
 The checks, policies and hints are the core's shared device-fit logic
-(``hami_core.devicefit``); this module reads the NVIDIA filter annotations.
+(``hami_core.backend.fit``); this module reads the NVIDIA filter annotations.
 """
 
 from __future__ import annotations
@@ -9,8 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.devicefit import DeviceFilters, fit_devices, load, type_matches
-from hami_core.model import DevicePolicy, DeviceRequest, DeviceUsage, FitResult, NodeInfo
+from hami_core.backend import (
+    DeviceFilters,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceUsage,
+    FitResult,
+    NodeInfo,
+    fit_devices,
+    load,
+    type_matches,
+)
 
 from .names import NOUSE_TYPE, NOUSE_UUID, NUMA_BIND, USE_TYPE, USE_UUID, VGPU_MODE
 
@@ -41,6 +50,6 @@ def fit(
 ) -> FitResult:
     """Choose ``request.count`` distinct GPUs on ``node``, or explain why not.
 
-    See ``hami_core.devicefit.fit_devices`` for the checks, their order and the hints.
+    See ``hami_core.backend.fit.fit_devices`` for the checks, their order and the hints.
     """
     return fit_devices(request, node, usage, filters_of(pod), policy)

@@ -18,8 +18,7 @@ from typing import Any
 
 import attrs
 
-from hami_core.model import DeviceInfo
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import DeviceInfo, VendorConfig
 
 from .discover import DEFAULT_SYSFS_ROOT, device_infos, numa_node
 from .health import DEFAULT_IGNORED_XIDS, DEFAULT_RECOVERY_S, HealthTracker

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from hami_core.errors import HamiError
+from hami_core.backend import HamiError
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.model import (
+from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
@@ -18,12 +18,11 @@ from hami_core.model import (
     HostDevice,
     MutateResult,
     NodeInfo,
-    NodePolicy,
+    VendorConfig,
+    hookimpl,
 )
-from hami_core.plugin import hookimpl
-from hami_core.protocol.config import VendorConfig
 
-from . import VENDOR, admission, allocate, fit, monitor, node, requests, score, shim
+from . import VENDOR, admission, allocate, fit, monitor, node, requests, shim
 from .names import DEVICE_TYPE
 
 
@@ -84,15 +83,6 @@ def hami_fit(
     if request.vendor != VENDOR:
         return None
     return fit.fit(request, node, usage, pod, policy)
-
-
-@hookimpl
-def hami_score(
-    usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy
-) -> float | None:
-    if any(u.device.vendor != VENDOR for u in usage):
-        return None
-    return score.score(usage, devices, policy)
 
 
 @hookimpl

@@ -7,10 +7,14 @@ from typing import Any
 
 import attrs
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import DeviceRequest, ResourceNames
-from hami_core.protocol.config import VendorConfig
-from hami_core.protocol.quantity import INT32_MAX, parse_quantity_int
+from hami_core.backend import (
+    INT32_MAX,
+    DeviceRequest,
+    InvalidInputError,
+    ResourceNames,
+    VendorConfig,
+    parse_quantity_int,
+)
 
 from . import VENDOR
 from .names import CORES_ALIAS, resources

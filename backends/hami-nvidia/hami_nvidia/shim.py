@@ -6,7 +6,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from hami_core.errors import HamiError
+from hami_core.backend import HamiError
 
 
 def library_path() -> Path:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.devicefit import DeviceFilters, fit_devices, node_score
-from hami_core.model import (
+from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
+    DeviceFilters,
     DeviceInfo,
     DevicePolicy,
     DeviceRequest,
@@ -22,9 +22,11 @@ from hami_core.model import (
     MutateResult,
     NodeInfo,
     NodePolicy,
+    VendorConfig,
+    fit_devices,
+    hookimpl,
+    node_score,
 )
-from hami_core.plugin import hookimpl
-from hami_core.protocol.config import VendorConfig
 
 from . import BACKEND_NAME, VENDOR, requests
 from .names import DEVICE_TYPE, NOUSE_UUID, USE_UUID

@@ -29,7 +29,6 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypeAlias
 
 import attrs
 
@@ -42,6 +41,7 @@ from hami_core.model import (
     DeviceRequest,
     DeviceUsage,
     FitResult,
+    FitRules,
     NodeInfo,
     NodePolicy,
     ReasonCode,
@@ -49,40 +49,6 @@ from hami_core.model import (
 
 #: Above this many candidates, topology-aware search for a set is greedy, not exhaustive.
 _EXHAUSTIVE_LIMIT = 12
-
-#: A device's compute in percent as fit reads it; None: the device does not account compute.
-CoresCapacity: TypeAlias = Callable[[DeviceUsage], int | None]
-#: One more per-device check: the device's reason, or None when it can take the request.
-ExtraCheck: TypeAlias = Callable[[DeviceUsage, DeviceRequest], ReasonCode | None]
-#: The id of the device's interconnect group.
-LinkGroup: TypeAlias = Callable[[DeviceUsage], int]
-#: ``(feasible, count, policy)`` -> the chosen devices, a node reason, or None (no opinion).
-Chooser: TypeAlias = Callable[
-    [Sequence[DeviceUsage], int, DevicePolicy], Sequence[DeviceUsage] | ReasonCode | None
-]
-
-
-def device_cores(usage: DeviceUsage) -> int | None:
-    """The default ``cores_capacity``: the inventory's ``devcore`` (percent)."""
-    return usage.device.cores_pct
-
-
-@attrs.frozen(kw_only=True)
-class FitRules:
-    """A backend's variations of the generic steps (see the module docstring).
-
-    Attributes:
-        cores_capacity: a device's compute in percent, None when not accounted.
-        extra_check: a last per-device check, or None.
-        link_group: a device's interconnect group, or None when all are linked alike.
-        choose: the vendor's own selection, or None.
-    """
-
-    cores_capacity: CoresCapacity = device_cores
-    extra_check: ExtraCheck | None = None
-    link_group: LinkGroup | None = None
-    choose: Chooser | None = None
-
 
 #: NVIDIA's rules: every step as documented above, no extension.
 GENERIC = FitRules()

@@ -1,0 +1,129 @@
+"""The one package a vendor backend imports: the backend kit.
+
+Everything a backend needs from the core is here, so a backend's imports say
+``from hami_core.backend import ...`` and nothing else of the core:
+
+- the hook marker ``hookimpl`` (specs: ``hami_core.plugin.hookspecs``) and the model
+  classes that cross the hooks (``DeviceInfo``, ``DeviceRequest``, ``FitResult``, ...);
+- the configuration section ``VendorConfig`` and the errors a hook may raise
+  (``InvalidInputError`` for bad input, ``ConfigError`` for a bad section);
+- the shared device fit (``fit_devices``, ``node_score``, ``DeviceFilters``,
+  ``FitRules``; module ``hami_core.backend.fit``), which the core also uses to score a
+  placement when a backend has no ``hami_score``;
+- helpers every vendor would otherwise write again: ``read_quantity`` (limits, else
+  requests; the message names container, resource and value), ``resource_names`` (the
+  section's name overrides), ``annotations_of``, ``run_tool`` / ``ToolRunner`` (a
+  management tool with a timeout, behind a protocol tests fake), ``scaled`` /
+  ``inventory_device`` (the one scaling, rounded down), ``set_resources`` (the admission
+  patch of a container's resources).
+
+``docs/writing-a-backend.md`` walks a new vendor through it.
+"""
+
+from hami_core.errors import (
+    AnnotationError,
+    ConfigError,
+    HamiError,
+    InvalidInputError,
+    QuantityError,
+)
+from hami_core.model import (
+    BackendInfo,
+    Chooser,
+    ContainerAllocation,
+    ContainerDevice,
+    ContainerDevices,
+    CoresCapacity,
+    DeviceInfo,
+    DeviceNode,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceTypeInfo,
+    DeviceUsage,
+    ExtraCheck,
+    FitResult,
+    FitRules,
+    LinkGroup,
+    Mount,
+    MutateResult,
+    NodeInfo,
+    NodePolicy,
+    PodDevices,
+    ReasonCode,
+    ResourceNames,
+    device_cores,
+)
+from hami_core.plugin import hookimpl
+from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.patches import pointer_token, set_resources
+from hami_core.protocol.quantity import INT32_MAX, parse_quantity_int
+
+from . import fit
+from .fit import GENERIC, DeviceFilters, fit_devices, load, node_score, rank_groups, type_matches
+from .inventory import WHOLE_CORES_PCT, inventory_device, scaled
+from .requests import (
+    annotations_of,
+    first_annotation,
+    read_quantity,
+    resource_names,
+    resource_value,
+)
+from .tools import DEFAULT_TOOL_TIMEOUT_S, SubprocessRunner, ToolRunner, run_tool
+
+__all__ = [
+    "DEFAULT_TOOL_TIMEOUT_S",
+    "GENERIC",
+    "INT32_MAX",
+    "WHOLE_CORES_PCT",
+    "AnnotationError",
+    "BackendInfo",
+    "Chooser",
+    "ConfigError",
+    "ContainerAllocation",
+    "ContainerDevice",
+    "ContainerDevices",
+    "CoresCapacity",
+    "DeviceFilters",
+    "DeviceInfo",
+    "DeviceNode",
+    "DevicePolicy",
+    "DeviceRequest",
+    "DeviceTypeInfo",
+    "DeviceUsage",
+    "ExtraCheck",
+    "FitResult",
+    "FitRules",
+    "HamiError",
+    "InvalidInputError",
+    "LinkGroup",
+    "Mount",
+    "MutateResult",
+    "NodeInfo",
+    "NodePolicy",
+    "PodDevices",
+    "QuantityError",
+    "ReasonCode",
+    "ResourceNames",
+    "SubprocessRunner",
+    "ToolRunner",
+    "VendorConfig",
+    "annotations_of",
+    "device_cores",
+    "first_annotation",
+    "fit",
+    "fit_devices",
+    "hookimpl",
+    "inventory_device",
+    "load",
+    "node_score",
+    "parse_quantity_int",
+    "pointer_token",
+    "rank_groups",
+    "read_quantity",
+    "resource_names",
+    "resource_value",
+    "run_tool",
+    "scaled",
+    "set_resources",
+    "type_matches",
+]

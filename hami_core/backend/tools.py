@@ -1,0 +1,63 @@
+"""Running a vendor's management tool (``npu-smi``, ``hy-smi``, ``cnmon``, ``xpu-smi``).
+
+Discovery talks to the hardware through a ``ToolRunner`` so that tests hand it a fake
+that prints a recorded output (STYLE.md 5: hardware behind a small protocol).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+
+log = logging.getLogger(__name__)
+
+#: How long a tool may run before discovery gives up on it, seconds.
+DEFAULT_TOOL_TIMEOUT_S = 30.0
+
+
+class ToolRunner(Protocol):
+    """Runs a management tool: ``argv`` -> its standard output, or None when the tool is
+    missing, fails or runs past its timeout."""
+
+    def __call__(self, argv: Sequence[str]) -> str | None: ...
+
+
+def run_tool(argv: Sequence[str], *, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S) -> str | None:
+    """Run ``argv`` and return its standard output (text).
+
+    Returns None, logging why, when the executable is not found (no driver on this
+    node: debug), cannot start, runs longer than ``timeout_s`` seconds (killed) or exits
+    non-zero (a warning with its standard error). Never raises.
+    """
+    if not argv or shutil.which(argv[0]) is None:
+        log.debug("%s: not found", argv[0] if argv else "(empty command)")
+        return None
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        log.warning("%s: no answer within %.0f s", " ".join(argv), timeout_s)
+        return None
+    except OSError as exc:
+        log.warning("%s: %s", argv[0], exc)
+        return None
+    if proc.returncode != 0:
+        log.warning("%s exited %d: %s", " ".join(argv), proc.returncode, proc.stderr.strip())
+        return None
+    return proc.stdout
+
+
+@attrs.frozen
+class SubprocessRunner:
+    """The real ``ToolRunner``: ``run_tool`` with a timeout in seconds."""
+
+    timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+
+    def __call__(self, argv: Sequence[str]) -> str | None:
+        return run_tool(argv, timeout_s=self.timeout_s)

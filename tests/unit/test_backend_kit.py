@@ -1,0 +1,107 @@
+"""The backend kit (``hami_core.backend``): the helpers every vendor shares."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from hami_core.backend import (
+    ContainerDevice,
+    DeviceInfo,
+    DeviceUsage,
+    InvalidInputError,
+    NodeInfo,
+    NodePolicy,
+    ResourceNames,
+    SubprocessRunner,
+    VendorConfig,
+    inventory_device,
+    read_quantity,
+    resource_names,
+    run_tool,
+    scaled,
+)
+from hami_core.plugin import BackendManager
+from hami_core.scheduling.scoring import vendor_score
+from tests.toy_backend import ToyBackend
+
+
+def ctr(**limits: object) -> dict[str, object]:
+    return {"name": "main", "resources": {"limits": limits}}
+
+
+def test_read_quantity_takes_limits_then_requests_and_names_what_is_wrong():
+    both = {"name": "main", "resources": {"limits": {"a/x": "2"}, "requests": {"a/x": "1"}}}
+    assert read_quantity(both, "a/x") == 2
+    assert read_quantity({"name": "m", "resources": {"requests": {"a/x": "3"}}}, "a/x") == 3
+    assert read_quantity(ctr(), "a/x") is None
+    with pytest.raises(InvalidInputError) as exc:
+        read_quantity(ctr(**{"a/mem": "16Gi"}), "a/mem", unit="MiB")
+    assert "container 'main'" in str(exc.value) and "a/mem" in str(exc.value)
+    assert "16Gi" in str(exc.value)
+    with pytest.raises(InvalidInputError, match="'1500m'"):
+        read_quantity(ctr(**{"a/x": "1500m"}), "a/x")
+    with pytest.raises(InvalidInputError, match="'101'"):
+        read_quantity(ctr(**{"a/cores": "101"}), "a/cores", maximum=100, unit="%")
+
+
+def test_resource_names_apply_the_sections_overrides_only_where_the_vendor_has_one():
+    defaults = ResourceNames(count="v/dev", memory="v/mem", cores="v/cores", memory_unit_mib=256)
+    plain = resource_names(defaults, VendorConfig())
+    assert plain == defaults
+    renamed = resource_names(
+        defaults,
+        VendorConfig(
+            resource_count_name="x/dev",
+            resource_memory_name="x/mem",
+            resource_memory_pct_name="x/pct",
+        ),
+    )
+    assert (renamed.count, renamed.memory, renamed.cores) == ("x/dev", "x/mem", "v/cores")
+    assert renamed.memory_pct == ""  # the vendor has no percentage resource
+    assert renamed.memory_unit_mib == 256
+
+
+def test_one_scaling_with_one_rounding_down():
+    # NVIDIA floored while Ascend and Hygon rounded: 1.257 gave 125 on one node, 126 on
+    # another. Now every backend states 125 (HAMi truncates the scaled float).
+    assert scaled(100, 1.257) == 125
+    assert scaled(100, 0.29) == 29  # not 28: the factor's decimal form is used
+    assert scaled(100, 1.1) == 110
+    assert scaled(16384, 1.5) == 24576
+    assert scaled(81920, 0.333) == 27279
+
+
+def test_inventory_device_scales_and_takes_the_split_count():
+    config = VendorConfig(split_count=7, memory_scaling=2.0, core_scaling=1.257)
+    dev = inventory_device(config, uuid="X-0", vendor="X", memory_mib=1000, node_local={"phy": "3"})
+    assert (dev.memory_mib, dev.cores_pct, dev.split_count) == (2000, 125, 7)
+    assert dev.node_local == {"phy": "3"}
+    # Node-local facts never take part in equality (the inventory does not carry them).
+    assert dev == DeviceInfo(uuid="X-0", vendor="X", split_count=7, memory_mib=2000, cores_pct=125)
+
+
+def test_run_tool_answers_stdout_or_none_with_a_timeout(tmp_path):
+    assert run_tool([sys.executable, "-c", "print('ok')"]) == "ok\n"
+    assert run_tool([sys.executable, "-c", "import sys; sys.exit(3)"]) is None
+    assert run_tool([str(tmp_path / "no-such-tool")]) is None
+    assert run_tool([]) is None
+    slow = [sys.executable, "-c", "import time; time.sleep(30)"]
+    assert SubprocessRunner(timeout_s=0.5)(slow) is None
+
+
+@pytest.mark.parametrize("policy", list(NodePolicy))
+def test_a_backend_without_hami_score_gets_the_real_node_policy(policy):
+    manager = BackendManager.from_plugins({"toy": ToyBackend()})
+    dev = DeviceInfo(uuid="TOY-0", vendor="TOY", split_count=4, memory_mib=1000, cores_pct=100)
+    node = NodeInfo(name="n", devices=(dev,))
+    slice_ = (ContainerDevice(uuid="TOY-0", vendor="TOY", memory_mib=100, cores_pct=0),)
+    empty = vendor_score(manager, "TOY", node, (DeviceUsage(device=dev),), slice_, policy=policy)
+    full = DeviceUsage(device=dev, used_count=3, used_memory_mib=800, used_cores_pct=0)
+    fuller = vendor_score(manager, "TOY", node, (full,), slice_, policy=policy)
+    assert empty != 50.0 and fuller != 50.0  # no longer a constant
+    if policy is NodePolicy.BINPACK:
+        assert fuller > empty
+    else:
+        assert empty > fuller
