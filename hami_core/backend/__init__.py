@@ -20,6 +20,7 @@ Everything a backend needs from the core is here, so a backend's imports say
 ``docs/writing-a-backend.md`` walks a new vendor through it.
 """
 
+from hami_core import model
 from hami_core.errors import (
     AnnotationError,
     ConfigError,
@@ -27,32 +28,7 @@ from hami_core.errors import (
     InvalidInputError,
     QuantityError,
 )
-from hami_core.model import (
-    BackendInfo,
-    Chooser,
-    ContainerAllocation,
-    ContainerDevice,
-    ContainerDevices,
-    CoresCapacity,
-    DeviceInfo,
-    DeviceNode,
-    DevicePolicy,
-    DeviceRequest,
-    DeviceTypeInfo,
-    DeviceUsage,
-    ExtraCheck,
-    FitResult,
-    FitRules,
-    LinkGroup,
-    Mount,
-    MutateResult,
-    NodeInfo,
-    NodePolicy,
-    PodDevices,
-    ReasonCode,
-    ResourceNames,
-    device_cores,
-)
+from hami_core.model import *  # noqa: F403 (every model class crosses the hooks)
 from hami_core.plugin import hookimpl
 from hami_core.protocol.config import VendorConfig
 from hami_core.protocol.patches import pointer_token, set_resources
@@ -71,44 +47,21 @@ from .requests import (
 from .tools import DEFAULT_TOOL_TIMEOUT_S, SubprocessRunner, ToolRunner, run_tool
 
 __all__ = [
+    *model.__all__,
     "DEFAULT_TOOL_TIMEOUT_S",
     "GENERIC",
     "INT32_MAX",
     "WHOLE_CORES_PCT",
     "AnnotationError",
-    "BackendInfo",
-    "Chooser",
     "ConfigError",
-    "ContainerAllocation",
-    "ContainerDevice",
-    "ContainerDevices",
-    "CoresCapacity",
     "DeviceFilters",
-    "DeviceInfo",
-    "DeviceNode",
-    "DevicePolicy",
-    "DeviceRequest",
-    "DeviceTypeInfo",
-    "DeviceUsage",
-    "ExtraCheck",
-    "FitResult",
-    "FitRules",
     "HamiError",
     "InvalidInputError",
-    "LinkGroup",
-    "Mount",
-    "MutateResult",
-    "NodeInfo",
-    "NodePolicy",
-    "PodDevices",
     "QuantityError",
-    "ReasonCode",
-    "ResourceNames",
     "SubprocessRunner",
     "ToolRunner",
     "VendorConfig",
     "annotations_of",
-    "device_cores",
     "first_annotation",
     "fit",
     "fit_devices",

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import ContainerAllocation, ContainerDevices, DeviceInfo, DeviceNode
+from hami_core.backend import (
+    ContainerAllocation,
+    ContainerDevices,
+    DeviceInfo,
+    DeviceNode,
+    InvalidInputError,
+)
 
 
 def allocate(devices: ContainerDevices, node_devices: Sequence[DeviceInfo]) -> ContainerAllocation:

@@ -1,4 +1,4 @@
-"""Fit for Iluvatar GPUs: the core's checks in HAMi's order (``hami_core.devicefit``)
+"""Fit for Iluvatar GPUs: the core's checks in HAMi's order (``hami_core.backend.fit``)
 with the chip's UUID filters ``hami.io/use-<chip>-uuid`` / ``hami.io/no-use-<chip>-uuid``
 (HAMi 2.10 ``pkg/device/iluvatar/device.go`` ``Fit``; the chip itself is the vendor key,
 so HAMi's ``checkType`` is the core's dispatch)."""
@@ -8,8 +8,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.devicefit import DeviceFilters, fit_devices
-from hami_core.model import DevicePolicy, DeviceRequest, DeviceUsage, FitResult, NodeInfo
+from hami_core.backend import (
+    DeviceFilters,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceUsage,
+    FitResult,
+    NodeInfo,
+    fit_devices,
+)
 
 from .names import nouse_uuid, use_uuid
 

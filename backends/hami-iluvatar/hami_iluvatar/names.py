@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from hami_core.model import DeviceTypeInfo, ResourceNames
+from hami_core.backend import DeviceTypeInfo, ResourceNames
 
 from . import CHIPS
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.devicefit import node_score
-from hami_core.model import (
+from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
@@ -18,8 +17,9 @@ from hami_core.model import (
     MutateResult,
     NodeInfo,
     NodePolicy,
+    hookimpl,
+    node_score,
 )
-from hami_core.plugin import hookimpl
 
 from . import BACKEND_NAME, CHIPS, allocate, fit, requests
 from .names import DEVICE_TYPES

@@ -18,10 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import DeviceRequest, MutateResult, ResourceNames
-from hami_core.protocol.patches import set_resources
-from hami_core.protocol.quantity import parse_quantity_int
+from hami_core.backend import (
+    DeviceRequest,
+    InvalidInputError,
+    MutateResult,
+    ResourceNames,
+    parse_quantity_int,
+    set_resources,
+)
 
 from . import CHIPS
 from .names import CONTAINER_NAME_ENV, MEMORY_UNIT_MIB, chip_resources

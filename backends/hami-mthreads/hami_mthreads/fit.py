@@ -1,6 +1,6 @@
 """Fit and bind annotations for Moore Threads GPUs (HAMi 2.10 ``pkg/device/mthreads``).
 
-The checks are the core's (``hami_core.devicefit``) in HAMi's order, with compute read as
+The checks are the core's (``hami_core.backend.fit``) in HAMi's order, with compute read as
 the GPU's 16 sGPU cores (so a request of 16 cores, a whole GPU, is refused on a GPU
 already shared by reason of cores, as HAMi's ``Totalcore - Usedcores < Coresreq``). UUID
 filters ``mthreads.ai/use-gpuuuid`` / ``nouse-gpuuuid``; HAMi has no type filter for this

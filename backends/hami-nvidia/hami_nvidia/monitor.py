@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import threading
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import (
+from hami_core.backend import (
     ContainerUsage,
     HostDevice,
+    InvalidInputError,
     ProcessDeviceSample,
     ProcessSample,
     RegionDevice,

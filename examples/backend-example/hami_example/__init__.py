@@ -3,7 +3,7 @@
 It shows the shape of a real backend (see ``docs/writing-a-backend.md``): resource
 names and annotation keys in ``names``, request parsing and admission in ``requests``,
 and thin hook implementations in ``plugin``; placement is the core's shared device-fit
-logic (``hami_core.devicefit``). It passes the conformance kit
+logic (``hami_core.backend.fit``). It passes the conformance kit
 (``tests/conformance/test_example_backend.py``).
 """
 
