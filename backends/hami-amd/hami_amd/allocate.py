@@ -24,8 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import ContainerAllocation, ContainerDevices, DeviceInfo
+from hami_core.backend import ContainerAllocation, ContainerDevices, DeviceInfo, InvalidInputError
 
 Range = tuple[int, int]
 

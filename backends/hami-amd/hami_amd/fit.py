@@ -1,6 +1,6 @@
 """Fit for AMD GPUs (HAMi 2.10 ``pkg/device/amd/device.go`` ``Fit``).
 
-The core's checks (``hami_core.devicefit``) for health, cordon, type, UUID, split count
+The core's checks (``hami_core.backend.fit``) for health, cordon, type, UUID, split count
 and memory, with AMD's compute rule in place of the generic one: ``devcore`` is the GPU's
 compute-unit count, and a request of ``p`` percent takes ``floor(devcore x p / 100)``
 CUs, at least 1 and at most ``devcore`` (``docs/develop/amd-vgpu.md`` §5.2: 25 % of a
@@ -17,15 +17,17 @@ from typing import Any
 
 import attrs
 
-from hami_core.devicefit import DeviceFilters, FitRules, fit_devices
-from hami_core.model import (
+from hami_core.backend import (
+    DeviceFilters,
     DeviceInfo,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
+    FitRules,
     NodeInfo,
     ReasonCode,
+    fit_devices,
 )
 
 from .names import NOUSE_TYPE, NOUSE_UUID, USE_TYPE, USE_UUID

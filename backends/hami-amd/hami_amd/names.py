@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from hami_core.model import DeviceTypeInfo, ResourceNames
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import DeviceTypeInfo, ResourceNames, VendorConfig
 
 from . import VENDOR
 

@@ -6,8 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hami_core.devicefit import node_score
-from hami_core.model import (
+from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
@@ -19,9 +18,10 @@ from hami_core.model import (
     MutateResult,
     NodeInfo,
     NodePolicy,
+    VendorConfig,
+    hookimpl,
+    node_score,
 )
-from hami_core.plugin import hookimpl
-from hami_core.protocol.config import VendorConfig
 
 from . import BACKEND_NAME, VENDOR, allocate, discover, fit, requests
 from .fit import RULES

@@ -1,6 +1,6 @@
 """Fit, score and bind annotations for MetaX devices (HAMi 2.10 ``pkg/device/metax``).
 
-Fit is the core's (``hami_core.devicefit``) with MetaX's rules:
+Fit is the core's (``hami_core.backend.fit``) with MetaX's rules:
 
 - UUID filters ``metax-tech.com/use-gpuuuid`` / ``nouse-gpuuuid`` (HAMi applies them to
   sGPUs; we apply them to whole GPUs too);
@@ -27,17 +27,20 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from hami_core.devicefit import DeviceFilters, FitRules, fit_devices, node_score
-from hami_core.model import (
+from hami_core.backend import (
     ContainerDevices,
+    DeviceFilters,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
+    FitRules,
     NodeInfo,
     NodePolicy,
     PodDevices,
     ReasonCode,
+    fit_devices,
+    node_score,
 )
 
 from . import GPU, SGPU

@@ -18,9 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.errors import AnnotationError, QuantityError
-from hami_core.model import DeviceInfo
-from hami_core.protocol.quantity import parse_quantity_int
+from hami_core.backend import AnnotationError, DeviceInfo, QuantityError, parse_quantity_int
 
 from . import GPU, SGPU
 from .names import (

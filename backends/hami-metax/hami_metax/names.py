@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from hami_core.model import DeviceTypeInfo, ResourceNames
+from hami_core.backend import DeviceTypeInfo, ResourceNames
 
 from . import GPU, SGPU
 

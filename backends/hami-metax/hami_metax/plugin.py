@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.model import (
+from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
@@ -18,9 +18,9 @@ from hami_core.model import (
     NodeInfo,
     NodePolicy,
     PodDevices,
+    VendorConfig,
+    hookimpl,
 )
-from hami_core.plugin import hookimpl
-from hami_core.protocol.config import VendorConfig
 
 from . import BACKEND_NAME, VENDORS, fit, inventory, requests
 from .names import DEVICE_TYPES, OPTION_DEFAULTS

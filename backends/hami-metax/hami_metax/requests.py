@@ -24,10 +24,14 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import DeviceRequest, MutateResult
-from hami_core.protocol.patches import pointer_token, set_resources
-from hami_core.protocol.quantity import parse_quantity_int
+from hami_core.backend import (
+    DeviceRequest,
+    InvalidInputError,
+    MutateResult,
+    parse_quantity_int,
+    pointer_token,
+    set_resources,
+)
 
 from . import GPU, SGPU
 from .names import (
