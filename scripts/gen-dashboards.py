@@ -253,7 +253,9 @@ DASHBOARDS: dict[str, tuple[str, list[str], list[tuple[str, str, str, list[tuple
                 "s",
                 [
                     (
-                        "histogram_quantile(0.99, sum by (le, outcome) (rate(hami_scheduler_node_lock_wait_seconds_bucket[5m])))",
+                        # only outcomes that happened in the window (no NaN for the others)
+                        "histogram_quantile(0.99, sum by (le, outcome) (rate(hami_scheduler_node_lock_wait_seconds_bucket[5m])))"
+                        " and on (outcome) (sum by (outcome) (rate(hami_scheduler_node_lock_wait_seconds_count[5m])) > 0)",
                         "{{outcome}}",
                     )
                 ],

@@ -95,8 +95,11 @@ class SchedulerMetrics:
             buckets=_LOCK_BUCKETS,
             registry=self.registry,
         )
+        # Children exist from the start, so a rate over the first event is not lost.
         for outcome in ("fit", "nofit", "error"):
             self.filter_outcomes.labels(outcome)
+        for outcome in ("acquired", "refused"):
+            self.lock_wait_seconds.labels(outcome)
         scheduler.lock_observer = self.observe_lock_wait
         self.registry.register(AllocationCollector(scheduler))
         self.registry.register(InformerCollector(informers or {}))
