@@ -234,10 +234,12 @@ def backends(output: str) -> None:
 )
 @click.option(
     "--bind-lock-wait",
-    default=5.0,
+    default=2.0,
     show_default=True,
-    type=float,
-    help="Seconds /bind waits for another pod's node lock before failing.",
+    type=click.FloatRange(0),
+    help="Seconds /bind waits for another pod's node lock before failing. Keep it well "
+    "under kube-scheduler's extender timeout (the extender's httpTimeout, 5 s by default "
+    "in 1.20): a bind cut by the caller is retried while the first still runs.",
 )
 @click.option(
     "--node-label-selector",

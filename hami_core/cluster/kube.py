@@ -385,6 +385,15 @@ class KubeCluster:
         self._remember(self.pods, pod)
         return pod
 
+    def read_pod_live(self, namespace: str, name: str) -> KubeObject:
+        """The pod as the API server has it now, bypassing the cache (a bind's rollback
+        decides on it). Raises ``NotFoundError``."""
+        pod: KubeObject = call(
+            f"get pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace
+        )
+        self._remember(self.pods, pod)
+        return pod
+
     def list_quotas(self, namespace: str) -> list[KubeObject]:
         return [
             q

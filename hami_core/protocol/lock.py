@@ -30,9 +30,13 @@ class NodeLock:
         """Exact owner match (never a prefix match)."""
         return bool(self.pod) and self.namespace == namespace and self.pod == pod
 
-    def expired(self, now: dt.datetime, *, expiry_s: float = DEFAULT_LOCK_EXPIRY_S) -> bool:
-        """True when the lock is older than ``expiry_s`` seconds at ``now``."""
-        return (now - self.acquired_at).total_seconds() > expiry_s
+    def expired(
+        self, now: dt.datetime, *, expiry_s: float = DEFAULT_LOCK_EXPIRY_S, skew_s: float = 5.0
+    ) -> bool:
+        """True when the lock is older than ``expiry_s`` seconds at ``now``, or stamped
+        more than ``skew_s`` in the future (such a stamp is not trusted)."""
+        age = (now - self.acquired_at).total_seconds()
+        return age > expiry_s or age < -skew_s
 
 
 def encode_lock(acquired_at: dt.datetime, namespace: str, pod: str) -> str:

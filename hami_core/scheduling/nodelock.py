@@ -2,14 +2,20 @@
 
 Value ``<RFC3339 time>,<namespace>,<pod>`` in ``hami.io/mutex.lock``, taken with an
 optimistic-concurrency patch. Released by its owner (exact match) or by the device
-plugin after Allocate; expires after ``expiry_s``; taken over at once when the owner
-pod is gone or finished; re-taking by the same pod is idempotent.
+plugin after Allocate; expires ``expiry_s`` after its stamp, and a stamp in the future
+(beyond ``CLOCK_SKEW_S``) is not trusted: such a lock counts as expired. Taken over at
+once when the owner pod is gone, finished or bound to another node, and once older than
+``takeover_after_s`` (the longest a bind can take) when the owner is not bound at all
+(a scheduler that died mid-bind); a lock whose owner is bound to this node waits for the
+device plugin's Allocate. Re-taking by the same pod is idempotent.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from hami_core.cluster.base import ClusterStore
 from hami_core.errors import AnnotationError, ConflictError, NotFoundError
@@ -19,6 +25,12 @@ from hami_core.protocol.lock import DEFAULT_LOCK_EXPIRY_S, NodeLock, decode_lock
 from .usage import is_live
 
 _ATTEMPTS = 5
+
+#: The longest one bind can take (seconds): the lock wait (``--bind-lock-wait``, at most
+#: a few seconds) plus four API calls, each bounded by the client's request timeout.
+LONGEST_BIND_S = 30.0
+#: How far in the future a stamp may be and still count as "now" (replicas' clocks).
+CLOCK_SKEW_S = 5.0
 
 
 def acquire_node_lock(
@@ -30,10 +42,13 @@ def acquire_node_lock(
     now: dt.datetime,
     expiry_s: float = DEFAULT_LOCK_EXPIRY_S,
     wait_s: float = 0.0,
+    takeover_after_s: float = LONGEST_BIND_S,
 ) -> None:
     """Take the lock of ``node`` for ``namespace/pod``.
 
     Args:
+        takeover_after_s: a lock whose owner is not bound to any node is taken over
+            once it is older than this (its bind cannot still be running).
         wait_s: how long to wait (polling every 0.1 s) for a lock held by another live
             pod to be released before giving up; 0 gives up at once. The device plugin
             releases a lock within a second of Allocate, so a short wait saves
@@ -47,7 +62,15 @@ def acquire_node_lock(
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            _try_acquire(store, node, namespace=namespace, pod=pod, now=now, expiry_s=expiry_s)
+            _try_acquire(
+                store,
+                node,
+                namespace=namespace,
+                pod=pod,
+                now=now,
+                expiry_s=expiry_s,
+                takeover_after_s=takeover_after_s,
+            )
             return
         except LockHeldError:
             if time.monotonic() >= deadline:
@@ -60,7 +83,14 @@ class LockHeldError(ConflictError):
 
 
 def _try_acquire(
-    store: ClusterStore, node: str, *, namespace: str, pod: str, now: dt.datetime, expiry_s: float
+    store: ClusterStore,
+    node: str,
+    *,
+    namespace: str,
+    pod: str,
+    now: dt.datetime,
+    expiry_s: float,
+    takeover_after_s: float,
 ) -> None:
     for _ in range(_ATTEMPTS):
         obj = store.get_node(node)
@@ -71,7 +101,7 @@ def _try_acquire(
             if lock is not None:
                 if lock.owned_by(namespace, pod):
                     return
-                if not lock.expired(now, expiry_s=expiry_s) and _owner_alive(store, lock):
+                if _holds(store, lock, node, now, expiry_s=expiry_s, takeover_s=takeover_after_s):
                     owner = f"{lock.namespace}/{lock.pod}" if lock.pod else "an unnamed owner"
                     raise LockHeldError(
                         f"node {node} is locked by {owner} since {lock.acquired_at:%Y-%m-%dT%H:%M:%SZ}"
@@ -117,10 +147,44 @@ def _decode(value: str) -> NodeLock | None:
         return None  # a malformed lock protects nothing: take it over
 
 
-def _owner_alive(store: ClusterStore, lock: NodeLock) -> bool:
+def lock_age_s(lock: NodeLock, now: dt.datetime) -> float | None:
+    """Seconds since the lock's stamp; None for a stamp further in the future than
+    ``CLOCK_SKEW_S`` (untrusted: it would otherwise be honoured past its expiry)."""
+    age = (now - lock.acquired_at).total_seconds()
+    if age < -CLOCK_SKEW_S:
+        return None
+    return max(age, 0.0)
+
+
+def _holds(
+    store: ClusterStore,
+    lock: NodeLock,
+    node: str,
+    now: dt.datetime,
+    *,
+    expiry_s: float,
+    takeover_s: float,
+) -> bool:
+    """True while ``lock`` still protects ``node`` from another bind."""
+    age = lock_age_s(lock, now)
+    if age is None or age > expiry_s:
+        return False
     if not lock.pod:
         return True  # HAMi's old time-only lock: only expiry frees it
     try:
-        return is_live(store.get_pod(lock.namespace, lock.pod))
+        owner = store.get_pod(lock.namespace, lock.pod)
     except NotFoundError:
         return False
+    if not is_live(owner):
+        return False
+    bound_to = (owner.get("spec") or {}).get("nodeName")
+    if bound_to:
+        return bool(bound_to == node)  # bound here: wait for the device plugin's Allocate
+    return age <= takeover_s  # not bound: its bind may still run, for so long at most
+
+
+def holds_node_lock(node: Mapping[str, Any], *, namespace: str, pod: str) -> bool:
+    """True when the Node object's lock names ``namespace/pod`` (exact match)."""
+    value = ((node.get("metadata") or {}).get("annotations") or {}).get(NODE_LOCK)
+    lock = _decode(value) if value else None
+    return lock is not None and lock.owned_by(namespace, pod)

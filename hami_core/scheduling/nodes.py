@@ -18,6 +18,24 @@ from hami_core.protocol.topology import decode_link_scores
 #: (``BackendManager.node_devices``, the ``hami_node_devices`` hook).
 NodeDevicesReader = Callable[[str, Mapping[str, Any]], "list[DeviceInfo] | None"]
 
+#: Largest node annotation value decoded (bytes). A node of 16 GPUs registers about 4 KiB;
+#: Kubernetes caps all annotations of an object together at 256 KiB
+#: (``apimachinery/pkg/api/validation.TotalAnnotationSizeLimitB``).
+MAX_NODE_ANNOTATION_BYTES = 64 * 1024
+
+#: What a decoder may raise on hostile input besides ``AnnotationError``: Python's
+#: int-string limit (``ValueError``, 4300 digits), nesting (``RecursionError``), and the
+#: like. Any of them marks that one node's vendor unusable, never the whole request.
+DECODE_ERRORS = (AnnotationError, ValueError, TypeError, RecursionError, MemoryError)
+
+
+def _too_large(key: str, value: object) -> str | None:
+    if not isinstance(value, str):
+        return f"{key}: expected a string, got {type(value).__name__}"
+    if len(value) > MAX_NODE_ANNOTATION_BYTES:
+        return f"{key}: {len(value)} bytes, more than the {MAX_NODE_ANNOTATION_BYTES} read"
+    return None
+
 
 def read_node(
     node: Mapping[str, Any],
@@ -46,8 +64,8 @@ def read_node(
         if reader is not None:
             try:
                 own = reader(dtype.vendor, node)
-            except AnnotationError as exc:
-                unregistered[dtype.vendor] = str(exc)
+            except DECODE_ERRORS as exc:
+                unregistered[dtype.vendor] = _reason(exc)
                 continue
             if own is not None:
                 devices.extend(own)
@@ -55,10 +73,14 @@ def read_node(
         value = ann.get(dtype.register_annotation)
         if value is None:
             continue
+        problem = _too_large(dtype.register_annotation, value)
+        if problem:
+            unregistered[dtype.vendor] = problem
+            continue
         try:
             found = decode_inventory(value, node=name, vendor=dtype.vendor)
-        except AnnotationError as exc:
-            unregistered[dtype.vendor] = f"{dtype.register_annotation}: {exc}"
+        except DECODE_ERRORS as exc:
+            unregistered[dtype.vendor] = f"{dtype.register_annotation}: {_reason(exc)}"
             continue
         stale = _stale_handshake(ann.get(dtype.handshake_annotation), now)
         if stale and _allocatable_zero(allocatable, dtype.resources.count):
@@ -67,11 +89,25 @@ def read_node(
         devices.extend(found)
     link_scores: dict[str, dict[str, int]] = {}
     if NVIDIA_NODE_SCORE in ann:
+        score_problem = _too_large(NVIDIA_NODE_SCORE, ann[NVIDIA_NODE_SCORE])
         try:
+            if score_problem:
+                raise AnnotationError(score_problem)
             link_scores = decode_link_scores(ann[NVIDIA_NODE_SCORE], node=name)
-        except AnnotationError:
-            link_scores = {}  # topology is a preference: without it, fall back to spread
-    cordoned = frozenset(u.strip() for u in ann.get(DEVICE_CORDON, "").split(",") if u.strip())
+        except DECODE_ERRORS as exc:
+            # Topology is a preference, but an unreadable one says the node is not what it
+            # claims: mark the node's NVIDIA devices unusable with the reason.
+            unregistered.setdefault("NVIDIA", f"{NVIDIA_NODE_SCORE}: {_reason(exc)}")
+            link_scores = {}
+    cordon = ann.get(DEVICE_CORDON, "")
+    if _too_large(DEVICE_CORDON, cordon):
+        cordon = ""
+        devices = []  # every device may be cordoned: none is safe to hand out
+        for dtype in device_types:
+            unregistered.setdefault(
+                dtype.vendor, str(_too_large(DEVICE_CORDON, ann[DEVICE_CORDON]))
+            )
+    cordoned = frozenset(u.strip() for u in cordon.split(",") if u.strip())
     return NodeInfo(
         name=name,
         devices=tuple(devices),
@@ -79,6 +115,15 @@ def read_node(
         link_scores=link_scores,
         unregistered=unregistered,
     )
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, AnnotationError):
+        return str(exc)
+    text = " ".join(str(exc).split())
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return f"unreadable ({type(exc).__name__}: {text})"
 
 
 def _stale_handshake(value: str | None, now: dt.datetime) -> str | None:

@@ -7,11 +7,13 @@ affinity, CPU and memory); binding re-fits against current usage under the node 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -32,7 +34,7 @@ from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import encode_pod_devices
 
 from .fitting import NodeFit, fit_pod
-from .nodelock import acquire_node_lock, release_node_lock
+from .nodelock import LONGEST_BIND_S, acquire_node_lock, holds_node_lock, release_node_lock
 from .nodes import read_node
 from .podspec import read_pod_request
 from .policy import Policies, resolve_policies, with_device_policy
@@ -85,6 +87,7 @@ class Scheduler:
         device_policy: DevicePolicy | None = None,
         lock_wait_s: float = 0.0,
         node_selector: Mapping[str, str] | None = None,
+        longest_bind_s: float = LONGEST_BIND_S,
     ) -> None:
         """Args:
         node_policy / device_policy: override the configured defaults (pod
@@ -93,6 +96,8 @@ class Scheduler:
         node_selector: node labels a node must carry to be ours (HAMi's
             ``--node-label-selector``, e.g. ``{"gpu": "on"}``); other nodes fail the
             filter with ``NodeUnregistered`` for a pod asking devices.
+        longest_bind_s: the longest one bind can take; a lock whose owner is not
+            bound to its node is taken over once it is older than this.
         """
         self.store = store
         self.manager = manager
@@ -107,6 +112,8 @@ class Scheduler:
         #: the metrics server installs one.
         self.lock_observer: Callable[[float, bool], None] | None = None
         self.node_selector = dict(node_selector or {})
+        self.longest_bind_s = longest_bind_s
+        self._bind_locks = KeyedLocks()
 
     # -- reading ---------------------------------------------------------------------
 
@@ -251,33 +258,44 @@ class Scheduler:
             if unselected:
                 failed[str((node.get("metadata") or {}).get("name", ""))] = unselected
                 continue
-            info = self.node_info(node)
-            usage = (
-                self.node_usage(info, exclude_uid=request.uid)
-                if live_usage
-                else {
-                    d.uuid: DeviceUsage(device=d, cordoned=d.uuid in info.cordoned_uuids)
-                    for d in info.devices
-                }
-            )
-            fit = fit_pod(
-                fit_view,
-                request,
-                info,
-                usage,
-                self.manager,
-                policy=policies.device,
-                quota_limits=limits,
-                quota_used=used,
-            )
-            fits[info.name] = fit
-            if fit.allocation is not None:
-                feasible.append(info.name)
-                scores[info.name] = node_score(
-                    info, usage, fit.allocation, self.manager, policy=policies.node
+            node_name = str((node.get("metadata") or {}).get("name", ""))
+            try:
+                info = self.node_info(node)
+                usage = (
+                    self.node_usage(info, exclude_uid=request.uid)
+                    if live_usage
+                    else {
+                        d.uuid: DeviceUsage(device=d, cordoned=d.uuid in info.cordoned_uuids)
+                        for d in info.devices
+                    }
                 )
-            else:
-                failed[info.name] = fit.reason
+                fit = fit_pod(
+                    fit_view,
+                    request,
+                    info,
+                    usage,
+                    self.manager,
+                    policy=policies.device,
+                    quota_limits=limits,
+                    quota_used=used,
+                )
+                fits[info.name] = fit
+                if fit.allocation is not None:
+                    feasible.append(info.name)
+                    scores[info.name] = node_score(
+                        info, usage, fit.allocation, self.manager, policy=policies.node
+                    )
+                else:
+                    failed[info.name] = fit.reason
+            except Exception as exc:  # one node's garbage never fails the whole request
+                log.warning("node %s is unusable: %s: %s", node_name, type(exc).__name__, exc)
+                fits.pop(node_name, None)
+                scores.pop(node_name, None)
+                if node_name in feasible:
+                    feasible.remove(node_name)
+                failed[node_name] = (
+                    f"{ReasonCode.NODE_UNREGISTERED.value} (cannot read node: {type(exc).__name__})"
+                )
         return FilterResult(
             feasible=tuple(feasible), failed=failed, fits=fits, scores=scores, policies=policies
         )
@@ -303,16 +321,28 @@ class Scheduler:
 
     def bind(self, namespace: str, name: str, *, uid: str, node: str) -> Allocation | None:
         """Lock ``node``, re-fit the pod there against current usage, write the
-        allocation annotations, create the Binding; on any failure undo the
-        annotations and the lock. Emits ``BindingSucceed`` / ``BindingFailed``.
+        allocation annotations, create the Binding; on any failure undo what this call
+        wrote (and nothing else) and release the lock. Emits ``BindingSucceed`` /
+        ``BindingFailed``.
+
+        Binds of one pod uid are serialised in this process (kube-scheduler retries a
+        bind after its 5 s extender timeout while the first may still run). A retried
+        bind of a pod already bound to ``node`` answers None; a pod bound by someone
+        else is left alone.
 
         Returns:
-            The allocation, or None for a pod that asks no managed device.
+            The allocation, or None for a pod that asks no managed device or is
+            already bound to ``node``.
 
         Raises:
-            NotFoundError: pod or node missing. ConflictError: uid mismatch, lock held
-            by another pod, or the pod no longer fits (kube-scheduler retries).
+            NotFoundError: pod or node missing. ConflictError: uid mismatch, pod of
+            another scheduler or bound elsewhere, lock held by another pod (or lost
+            mid-bind), or the pod no longer fits (kube-scheduler retries).
         """
+        with self._bind_locks.hold(uid):
+            return self._bind(namespace, name, uid=uid, node=node)
+
+    def _bind(self, namespace: str, name: str, *, uid: str, node: str) -> Allocation | None:
         pod = self.store.get_pod(namespace, name)
         if (pod.get("metadata") or {}).get("uid") != uid:
             raise ConflictError(
@@ -347,14 +377,15 @@ class Scheduler:
                 now=now,
                 expiry_s=self.manager.config.node_lock_expiry_s,
                 wait_s=self.lock_wait_s,
+                takeover_after_s=self.longest_bind_s,
             )
         except HamiError as exc:
             self._observe_lock(started, acquired=False)
             self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
             raise
         self._observe_lock(started, acquired=True)
-        wrote = False
-        written: list[str] = []
+        written: dict[str, str | None] = {}
+        written_rv: str | None = None
         try:
             result = self.filter(pod, [node])
             fit = result.fits.get(node)
@@ -363,24 +394,48 @@ class Scheduler:
                 raise ConflictError(f"pod {namespace}/{name} no longer fits node {node}: {reason}")
             allocation = fit.allocation
             annotations = self._allocation_annotations(allocation, now)
-            info = self.node_info(self.store.get_node(node))
+            node_obj = self.store.get_node(node)
+            if not holds_node_lock(node_obj, namespace=namespace, pod=name):
+                # Taken over (this bind outlived ``longest_bind_s``): another bind may be
+                # fitting against usage that does not include us. Write nothing.
+                raise ConflictError(f"node {node}: the node lock was taken over mid-bind")
+            info = self.node_info(node_obj)
             for vendor, devices in allocation.devices.items():
                 annotations.update(self.manager.bind_annotations(vendor, pod, info, devices))
-            written = list(annotations)
-            self.store.patch_pod_metadata(
+            after = self.store.patch_pod_metadata(
                 namespace,
                 name,
                 annotations=annotations,
                 labels={keys.VGPU_NODE: node},
             )
-            wrote = True
-            self.store.bind_pod(namespace, name, uid=uid, node=node)
+            written = dict(annotations)
+            written_rv = (after.get("metadata") or {}).get("resourceVersion")
+            try:
+                self.store.bind_pod(namespace, name, uid=uid, node=node)
+            except ConflictError:
+                live = self._live_pod(namespace, name)
+                bound_to = (live.get("spec") or {}).get("nodeName")
+                if not bound_to:
+                    raise
+                written = {}  # bound by someone else: what it carries is theirs now
+                if bound_to == node and _carries(live, annotations):
+                    log.info("pod %s/%s was bound to %s meanwhile", namespace, name, node)
+                    return allocation
+                raise ConflictError(
+                    f"pod {namespace}/{name} was bound to {bound_to} by someone else"
+                ) from None
         except Exception as exc:
-            self._undo(pod, node, wrote=wrote, allocation_keys=written or self._allocation_keys())
+            self._undo(pod, node, written=written, resource_version=written_rv)
             self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
             raise
         self._event(pod, "Normal", "BindingSucceed", f"bound to {node}: {describe(allocation)}")
         return allocation
+
+    def _live_pod(self, namespace: str, name: str) -> KubeObject:
+        """The pod as the API server has it now (not a cache that may lag our writes)."""
+        live = getattr(self.store, "read_pod_live", None)
+        pod: KubeObject = live(namespace, name) if live else self.store.get_pod(namespace, name)
+        return pod
 
     def _allocation_annotations(
         self, allocation: Allocation, now: dt.datetime
@@ -407,37 +462,47 @@ class Scheduler:
         )
         return out
 
-    def _allocation_keys(self) -> list[str]:
-        out = [
-            keys.VGPU_NODE,
-            keys.VGPU_TIME,
-            keys.BIND_TIME,
-            keys.BIND_PHASE,
-            keys.DEVICE_ALLOCATED_JSON,
-        ]
-        for t in self._types:
-            out += [t.to_allocate_annotation, t.allocated_annotation]
-        return out
-
-    def _undo(self, pod: KubeObject, node: str, *, wrote: bool, allocation_keys: list[str]) -> None:
+    def _undo(
+        self,
+        pod: KubeObject,
+        node: str,
+        *,
+        written: Mapping[str, str | None],
+        resource_version: str | None,
+    ) -> None:
+        """Remove the annotations this bind wrote, only while the pod still carries them
+        (a resourceVersion precondition; on a conflict, re-read: a pod bound since, or
+        whose keys another writer changed, is left alone), then release our lock."""
         meta = pod["metadata"]
-        if wrote:
+        ns, name = meta["namespace"], meta["name"]
+        rv = resource_version
+        for _ in range(3):
+            if not written:
+                break
             try:
                 self.store.patch_pod_metadata(
-                    meta["namespace"],
-                    meta["name"],
-                    annotations=dict.fromkeys(allocation_keys),
+                    ns,
+                    name,
+                    annotations=dict.fromkeys(written),
                     labels={keys.VGPU_NODE: None},
+                    resource_version=rv,
                 )
+                break
+            except ConflictError:
+                try:
+                    live = self._live_pod(ns, name)
+                except HamiError as exc:
+                    log.error("bind rollback: cannot re-read %s/%s: %s", ns, name, exc)
+                    break
+                if (live.get("spec") or {}).get("nodeName") or not _carries(live, written):
+                    log.info("bind rollback: %s/%s changed by another writer; left alone", ns, name)
+                    break
+                rv = (live.get("metadata") or {}).get("resourceVersion")
             except HamiError as exc:
-                log.error(
-                    "bind rollback: cannot clear annotations of %s/%s: %s",
-                    meta["namespace"],
-                    meta["name"],
-                    exc,
-                )
+                log.error("bind rollback: cannot clear annotations of %s/%s: %s", ns, name, exc)
+                break
         try:
-            release_node_lock(self.store, node, namespace=meta["namespace"], pod=meta["name"])
+            release_node_lock(self.store, node, namespace=ns, pod=name)
         except HamiError as exc:
             log.error("bind rollback: cannot release the lock of %s: %s", node, exc)
 
@@ -450,6 +515,37 @@ class Scheduler:
             self.store.record_event(pod, type=type_, reason=reason, message=message)
         except Exception as exc:  # events are best effort; never fail a bind for one
             log.warning("cannot record event %s: %s", reason, exc)
+
+
+def _carries(pod: Mapping[str, Any], annotations: Mapping[str, str | None]) -> bool:
+    """True when ``pod`` still has exactly these annotation values."""
+    have = (pod.get("metadata") or {}).get("annotations") or {}
+    return all(have.get(k) == v for k, v in annotations.items())
+
+
+class KeyedLocks:
+    """One ``threading.Lock`` per key, created on demand and dropped when unused."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+
+    @contextlib.contextmanager
+    def hold(self, key: str) -> Iterator[None]:
+        """Hold the lock of ``key`` for the ``with`` block."""
+        with self._guard:
+            lock, users = self._locks.get(key, (threading.Lock(), 0))
+            self._locks[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                lock, users = self._locks[key]
+                if users <= 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
 
 
 def describe(allocation: Allocation) -> str:

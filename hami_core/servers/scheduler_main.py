@@ -48,7 +48,10 @@ class SchedulerOptions:
     node_policy: str | None = None
     gpu_policy: str | None = None
     threads: int = 8
-    bind_lock_wait_s: float = 5.0
+    #: Well under kube-scheduler 1.20's extender timeout (``DefaultExtenderTimeout``,
+    #: 5 s): the lock wait plus the bind's API calls must finish before the caller
+    #: gives up and retries (issue #12 item 9).
+    bind_lock_wait_s: float = 2.0
     handshake_period_s: float = 30.0
     #: HAMi's ``--node-label-selector``: labels a node must carry to be ours.
     node_label_selector: Mapping[str, str] = attrs.field(factory=dict)

@@ -1,0 +1,234 @@
+"""Bind races and stale locks (issue #12 items 7-9): a retried or concurrent bind never
+leaves a pod bound without its allocation, and no stale lock holds a node for minutes."""
+
+import datetime as dt
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from hami_core.cli import cli
+from hami_core.errors import ConflictError
+from hami_core.protocol import encode_lock
+from hami_core.scheduling.nodelock import LONGEST_BIND_S
+from hami_core.scheduling.scheduler import Scheduler
+from hami_core.servers.scheduler_main import SchedulerOptions
+from tests.builders import cluster, container, gpu, manager, node, pod
+
+T0 = dt.datetime(2026, 11, 29, 9, 0, 0, tzinfo=dt.UTC)
+ALLOC = "hami.io/vgpu-devices-allocated"
+TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
+
+
+@pytest.fixture
+def env():
+    c = cluster(node("n1", [gpu("GPU-1")]), node("n2", [gpu("GPU-2")]))
+    clock = {"now": T0}
+    sched = Scheduler(c, manager(), clock=lambda: clock["now"])
+    return c, sched, clock
+
+
+def add(c, name, node_name=None, **res):
+    p = pod(name, container(**(res or {"gpu": 1, "gpumem": 1000})), scheduler_name="hami-scheduler")
+    if node_name:
+        p["spec"]["nodeName"] = node_name
+        uuid = "GPU-1" if node_name == "n1" else "GPU-2"
+        p["metadata"]["annotations"] = {ALLOC: f"{uuid},NVIDIA,100,0:;"}
+    return c.add_pod(p)
+
+
+def lock_of(c, n="n1"):
+    return (c.get_node(n)["metadata"].get("annotations") or {}).get("hami.io/mutex.lock")
+
+
+def ann(c, name):
+    return c.get_pod("default", name)["metadata"].get("annotations") or {}
+
+
+# -- item 7: concurrent binds of one pod -----------------------------------------------
+
+
+def test_a_retried_bind_while_the_first_runs_keeps_the_allocation(env, monkeypatch):
+    c, sched, _ = env
+    p = add(c, "p")
+    real_bind = c.bind_pod
+
+    def slow_bind(*a, **k):
+        time.sleep(0.3)  # the first bind outlives kube-scheduler's timeout
+        return real_bind(*a, **k)
+
+    monkeypatch.setattr(c, "bind_pod", slow_bind)
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1"))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(5)
+    assert errors == []
+    assert c.get_pod("default", "p")["spec"]["nodeName"] == "n1"
+    assert ALLOC in ann(c, "p") and TO_ALLOCATE in ann(c, "p")
+    assert lock_of(c).endswith(",default,p")  # for the device plugin
+    assert sorted(r is None for r in results) == [False, True]
+
+
+def test_binding_conflict_with_a_pod_bound_here_meanwhile_is_success(env, monkeypatch):
+    c, sched, _ = env
+    p = add(c, "p")
+    real_bind = c.bind_pod
+
+    def raced(ns, name, *, uid, node):
+        real_bind(ns, name, uid=uid, node=node)  # another replica's Binding won
+        raise ConflictError("pod is already bound")
+
+    monkeypatch.setattr(c, "bind_pod", raced)
+    allocation = sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert allocation is not None and ALLOC in ann(c, "p")
+    assert lock_of(c).endswith(",default,p")
+
+
+def test_a_pod_bound_elsewhere_by_someone_else_is_left_alone(env, monkeypatch):
+    c, sched, _ = env
+    p = add(c, "p")
+    real_bind = c.bind_pod
+
+    def raced(ns, name, *, uid, node):
+        real_bind(ns, name, uid=uid, node="n2")
+        raise ConflictError("pod is already bound")
+
+    monkeypatch.setattr(c, "bind_pod", raced)
+    with pytest.raises(ConflictError, match="bound to n2 by someone else"):
+        sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert c.get_pod("default", "p")["spec"]["nodeName"] == "n2"
+    assert ALLOC in ann(c, "p")  # not ours to erase any more
+    assert lock_of(c) is None  # our lock on n1 is released
+
+
+def test_rollback_never_erases_another_writers_keys(env, monkeypatch):
+    c, sched, _ = env
+    p = add(c, "p")
+    winner = {ALLOC: "GPU-1,NVIDIA,500,0:;", TO_ALLOCATE: "GPU-1,NVIDIA,500,0:;"}
+
+    def lost(ns, name, *, uid, node):
+        c.patch_pod_metadata(ns, name, annotations=winner)  # the winning bind's write
+        raise ConflictError("transient")
+
+    monkeypatch.setattr(c, "bind_pod", lost)
+    with pytest.raises(ConflictError, match="transient"):
+        sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert ann(c, "p")[ALLOC] == winner[ALLOC] and ann(c, "p")[TO_ALLOCATE] == winner[TO_ALLOCATE]
+
+
+def test_rollback_retries_when_only_unrelated_fields_changed(env, monkeypatch):
+    c, sched, _ = env
+    p = add(c, "p")
+
+    def lost(ns, name, *, uid, node):
+        c.patch_pod_metadata(ns, name, annotations={"team": "x"})  # bumps resourceVersion
+        raise ConflictError("transient")
+
+    monkeypatch.setattr(c, "bind_pod", lost)
+    with pytest.raises(ConflictError):
+        sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    a = ann(c, "p")
+    assert ALLOC not in a and TO_ALLOCATE not in a and a["team"] == "x"
+    assert lock_of(c) is None
+
+
+def test_a_bind_that_lost_its_lock_writes_nothing(env, monkeypatch):
+    c, sched, _ = env
+    p = add(c, "p")
+    real_get_node = c.get_node
+    calls = {"n": 0}
+
+    def taken_over(name):
+        calls["n"] += 1
+        obj = real_get_node(name)
+        if calls["n"] >= 3:  # after the lock was taken: someone took it over
+            c.patch_node_annotations(name, {"hami.io/mutex.lock": encode_lock(T0, "default", "x")})
+            obj = real_get_node(name)
+        return obj
+
+    monkeypatch.setattr(c, "get_node", taken_over)
+    with pytest.raises(ConflictError, match="taken over mid-bind"):
+        sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert ALLOC not in ann(c, "p") and not c.get_pod("default", "p")["spec"].get("nodeName")
+
+
+# -- item 8: stale locks ---------------------------------------------------------------
+
+
+def _locked_by(c, owner, at=T0):
+    c.patch_node_annotations("n1", {"hami.io/mutex.lock": encode_lock(at, "default", owner)})
+
+
+def test_a_pending_owner_holds_the_lock_only_for_the_longest_bind(env):
+    c, sched, clock = env
+    add(c, "dead-bind")  # its scheduler died mid-bind: never bound
+    _locked_by(c, "dead-bind")
+    p = add(c, "p")
+    clock["now"] = T0 + dt.timedelta(seconds=LONGEST_BIND_S - 1)
+    with pytest.raises(ConflictError, match="locked by default/dead-bind"):
+        sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    clock["now"] = T0 + dt.timedelta(seconds=LONGEST_BIND_S + 1)
+    sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert lock_of(c).endswith(",default,p")
+
+
+def test_an_owner_bound_to_another_node_frees_the_lock_at_once(env):
+    c, sched, _ = env
+    add(c, "elsewhere", node_name="n2")
+    _locked_by(c, "elsewhere")
+    p = add(c, "p")
+    sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert lock_of(c).endswith(",default,p")
+
+
+def test_an_owner_bound_here_holds_the_lock_for_its_allocate(env):
+    c, sched, clock = env
+    add(c, "here", node_name="n1")
+    _locked_by(c, "here")
+    p = add(c, "p")
+    clock["now"] = T0 + dt.timedelta(seconds=LONGEST_BIND_S + 60)
+    with pytest.raises(ConflictError, match="locked by default/here"):
+        sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+
+
+def test_a_future_stamp_is_not_trusted(env):
+    c, sched, _ = env
+    add(c, "here", node_name="n1")
+    _locked_by(c, "here", at=T0 + dt.timedelta(hours=1))
+    p = add(c, "p")
+    sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert lock_of(c).endswith(",default,p")
+
+
+def test_a_stamp_within_clock_skew_is_honoured(env):
+    c, sched, _ = env
+    add(c, "here", node_name="n1")
+    _locked_by(c, "here", at=T0 + dt.timedelta(seconds=2))
+    p = add(c, "p")
+    with pytest.raises(ConflictError, match="locked by default/here"):
+        sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+
+
+# -- item 9: the lock wait stays under kube-scheduler's extender timeout ---------------
+
+KUBE_SCHEDULER_EXTENDER_TIMEOUT_S = 5.0  # k8s 1.20 pkg/scheduler/apis/config DefaultExtenderTimeout
+
+
+def test_the_default_lock_wait_is_well_under_the_extender_timeout():
+    assert SchedulerOptions().bind_lock_wait_s <= KUBE_SCHEDULER_EXTENDER_TIMEOUT_S / 2
+    out = CliRunner().invoke(cli, ["scheduler", "--help"], terminal_width=200).output
+    assert "--bind-lock-wait" in out and "default: 2.0" in out and "5 s" in out
+    bad = CliRunner().invoke(cli, ["scheduler", "--bind-lock-wait", "-1"])
+    assert bad.exit_code != 0 and "--bind-lock-wait" in bad.output
+    assert SchedulerOptions().bind_lock_wait_s < LONGEST_BIND_S

@@ -1,0 +1,80 @@
+"""One node's garbage annotation marks that node, never the request (issue #12 item 6)."""
+
+import pytest
+
+from hami_core.scheduling.nodes import MAX_NODE_ANNOTATION_BYTES, read_node
+from hami_core.scheduling.scheduler import Scheduler, utcnow
+from hami_core.servers.extender import create_extender_app
+from tests.builders import cluster, container, gpu, manager, node, pod
+from tests.servers.test_extender import admitted, real_filter_args
+
+REGISTER = "hami.io/node-nvidia-register"
+SCORE = "hami.io/node-nvidia-score"
+
+GARBAGE = {
+    "huge-int": (REGISTER, '[{"id":"GPU-X","count":' + "9" * 5000 + "}]", "ValueError"),
+    "deep-json": (REGISTER, "[" * 100000 + "]" * 100000, "bytes"),
+    "deep-but-small": (REGISTER, "[" * 20000 + "]" * 20000, "RecursionError"),
+    "oversize": (REGISTER, "[" + " " * (MAX_NODE_ANNOTATION_BYTES + 1) + "]", "bytes"),
+    "score-huge-int": (
+        SCORE,
+        '[{"uuid":"GPU-X","score":{"GPU-Y":' + "7" * 5000 + "}}]",
+        "ValueError",
+    ),
+    "score-deep": (SCORE, "[" * 30000 + "]" * 30000, "RecursionError"),
+    "cordon-oversize": (
+        "hami.io/device-cordon",
+        "x," * (MAX_NODE_ANNOTATION_BYTES // 2 + 1),
+        "bytes",
+    ),
+}
+
+
+def garbage_node(key, value):
+    n = node("bad", [gpu("GPU-X")])
+    n["metadata"]["annotations"][key] = value
+    return n
+
+
+@pytest.mark.parametrize("case", sorted(GARBAGE))
+def test_read_node_marks_the_vendor_unusable_with_the_reason(case):
+    key, value, hint = GARBAGE[case]
+    info = read_node(garbage_node(key, value), manager().device_types(), now=utcnow())
+    assert "NVIDIA" in info.unregistered
+    assert key in info.unregistered["NVIDIA"] and hint in info.unregistered["NVIDIA"]
+    assert len(info.unregistered["NVIDIA"]) < 600  # the reason is short, not the value
+
+
+@pytest.mark.parametrize("case", sorted(GARBAGE))
+def test_filter_and_prioritize_serve_the_good_nodes(case):
+    key, value, _ = GARBAGE[case]
+    c = cluster(node("good", [gpu("GPU-G")]), garbage_node(key, value))
+    sched = Scheduler(c, manager())
+    client = create_extender_app(sched, is_leader=lambda: True).test_client()
+    p = admitted(c, pod("p", container(gpu=1, gpumem=1000)))
+    resp = client.post("/filter", json=real_filter_args(p, ["good", "bad"]))
+    assert resp.status_code == 200
+    body = resp.get_json()
+    assert body["NodeNames"] == ["good"] and body["Error"] == ""
+    assert body["FailedNodes"]["bad"].startswith("NodeUnregistered")
+    resp = client.post("/prioritize", json=real_filter_args(p, ["good", "bad"]))
+    assert resp.status_code == 200
+    scores = {h["Host"]: h["Score"] for h in resp.get_json()}
+    assert scores["bad"] == 0 and scores["good"] > 0
+
+
+def test_an_exception_anywhere_in_one_node_marks_only_that_node(monkeypatch):
+    c = cluster(node("good", [gpu("GPU-G")]), node("bad", [gpu("GPU-B")]))
+    sched = Scheduler(c, manager())
+    real = sched.node_info
+
+    def exploding(n):
+        if n["metadata"]["name"] == "bad":
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(n)
+
+    monkeypatch.setattr(sched, "node_info", exploding)
+    p = admitted(c, pod("p", container(gpu=1)))
+    result = sched.filter(p, ["good", "bad"])
+    assert result.feasible == ("good",)
+    assert result.failed == {"bad": "NodeUnregistered (cannot read node: RecursionError)"}
