@@ -204,6 +204,9 @@ def _start_webhook(stack: Stack) -> None:
             f"hami-webhook-tls-{stack.suffix}",
             "--webhook-config-name",
             config_name,
+            # the e2e scheduler and device plugin write pods with the admin token
+            "--trusted-user",
+            "admin",
         ],
         env={"PYTHONUNBUFFERED": "1"},
     )

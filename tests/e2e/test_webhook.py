@@ -141,6 +141,9 @@ class _Webhooks:
                 "4",
                 "--namespace-cache-seconds",
                 "1",
+                # the e2e scheduler and device plugin write pods with the admin token
+                "--trusted-user",
+                "admin",
                 "--log-level",
                 "debug",
             ],
