@@ -1,0 +1,354 @@
+"""charts/hami through real Helm (helm-python-sdk): lint, schema, and what the rendered
+objects say (no cluster; tests/e2e/test_chart_cluster.py sends them to a real API server
+and tests/e2e/test_helm_install.py installs them onto a real node)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hami_core.plugin import BackendManager
+from hami_core.protocol.config import parse_config
+from tests.chart.helm import CHART, EXAMPLES, container, example_values, find, render
+
+helm_python = pytest.importorskip("helm_python", reason="pip install -e '.[dev]' (helm-python-sdk)")
+
+
+def _args(c: dict[str, Any]) -> list[str]:
+    return list(c.get("command", [])) + list(c.get("args", []))
+
+
+def test_every_example_values_file_is_there():
+    assert {p.name for p in EXAMPLES} >= {
+        "default.yaml",
+        "all-vendors.yaml",
+        "cert-manager.yaml",
+        "ha.yaml",
+        "no-kube-proxy.yaml",
+    }
+
+
+@pytest.mark.parametrize("kube_version", ["v1.20.2", "v1.22.0", "v1.24.3", "v1.30.0"])
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_helm_lint_is_clean(example: Path, kube_version: str):
+    report = helm_python.lint(
+        CHART, example_values(example), strict=True, kube_version=kube_version, namespace="hami"
+    )
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    assert problems == [], problems
+    assert report["total_charts_linted"] == 1
+
+
+@pytest.mark.parametrize(
+    ("bad", "names"),
+    [
+        ("devicePlugin:\n  deviceSplitCount: 0\n", "/devicePlugin/deviceSplitCount"),
+        ("devicePlugin:\n  deviceMemoryScaling: lots\n", "/devicePlugin/deviceMemoryScaling"),
+        (
+            "scheduler:\n  defaultSchedulerPolicy:\n    nodeSchedulerPolicy: packed\n",
+            "/scheduler/defaultSchedulerPolicy/nodeSchedulerPolicy",
+        ),
+        ("scheduler:\n  replicaz: 2\n", "replicaz"),
+        ("scheduler:\n  nodeLockExpire: soon\n", "/scheduler/nodeLockExpire"),
+        ("webhook:\n  tls:\n    mode: selfsigned\n", "/webhook/tls/mode"),
+        ("scheduler:\n  admissionWebhook:\n    failurePolicy: ignore\n", "failurePolicy"),
+        ("devices:\n  nvidia:\n    enabled: yes-please\n", "/devices/nvidia/enabled"),
+        ("global:\n  gpuHookPath: usr/local\n", "/global/gpuHookPath"),
+    ],
+)
+def test_the_schema_rejects_a_bad_values_file_naming_the_key(tmp_path: Path, bad: str, names: str):
+    path = tmp_path / "values.yaml"
+    path.write_text(bad)
+    chart = helm_python.Chart.load(CHART)
+    with pytest.raises(helm_python.HelmValuesError) as info:
+        chart.validate_schema(yaml.safe_load(path.read_text()))
+    assert names in str(info.value)
+    # install/template refuse it too (Helm validates before rendering)
+    with pytest.raises(helm_python.HelmError, match=names.rsplit("/", 1)[-1]):
+        chart.render(yaml.safe_load(path.read_text()), name="hami", namespace="hami")
+
+
+def test_a_timeout_below_the_bind_lock_wait_is_refused_with_both_keys():
+    with pytest.raises(helm_python.HelmError) as info:
+        render({"scheduler": {"extender": {"httpTimeoutSeconds": 5, "bindLockWaitSeconds": 10}}})
+    assert "scheduler.extender.httpTimeoutSeconds" in str(info.value)
+    assert "scheduler.extender.bindLockWaitSeconds" in str(info.value)
+
+
+def test_manual_tls_without_its_secret_is_refused():
+    with pytest.raises(helm_python.HelmError, match="webhook.tls.manual.secretName"):
+        render({"webhook": {"tls": {"mode": "manual"}}})
+
+
+def _kube_scheduler_config(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    return yaml.safe_load(find(objs, "ConfigMap", "hami-scheduler")["data"]["config.yaml"])
+
+
+def test_the_extender_is_a_loopback_sidecar_whose_binds_are_never_refused():
+    objs = render()
+    deploy = find(objs, "Deployment", "hami-scheduler")
+    ext = _args(container(deploy, "extender"))
+    assert "--bind-address=127.0.0.1" in ext
+    # kube-scheduler's Lease picks who schedules; the extender must not elect again.
+    assert "--no-leader-elect" in ext
+    assert not container(deploy, "extender").get("ports")
+    # no Service or NodePort exposes the extender
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "Service"] == ["hami-webhook"]
+    assert not deploy["spec"]["template"]["spec"].get("hostNetwork")
+
+    config = _kube_scheduler_config(objs)
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"  # the SDK's default: >= 1.25
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"] == "http://127.0.0.1:8888"
+    assert extender["nodeCacheCapable"] is True
+    assert extender["bindVerb"] == "bind" and extender["filterVerb"] == "filter"
+    wait = float(next(a for a in ext if a.startswith("--bind-lock-wait=")).split("=")[1])
+    assert float(extender["httpTimeout"].removesuffix("s")) > wait
+    assert config["leaderElection"]["resourceName"] == "hami-scheduler"
+    assert config["leaderElection"]["resourceNamespace"] == "hami-system"
+
+
+def test_two_replicas_always_elect_a_leader_and_spread():
+    objs = render({"scheduler": {"replicas": 2, "leaderElect": False}})
+    assert _kube_scheduler_config(objs)["leaderElection"]["leaderElect"] is True
+    deploy = find(objs, "Deployment", "hami-scheduler")
+    assert deploy["spec"]["replicas"] == 2
+    anti = deploy["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert deploy["spec"]["template"]["spec"]["priorityClassName"] == "system-cluster-critical"
+
+
+def _all_backend_resources(only: set[str] | None = None) -> set[str]:
+    names: set[str] = set()
+    for name, info in BackendManager.from_entry_points().infos.items():
+        if only is not None and name not in only:
+            continue
+        for dt in info.device_types:
+            r = dt.resources
+            names |= {n for n in (r.count, r.memory, r.memory_pct, r.cores, r.cores_alias) if n}
+        extra = info.option_defaults.get("resourceWholeCardName")
+        if extra:
+            names.add(str(extra))
+    return names
+
+
+def test_every_managed_resource_of_every_enabled_backend_is_ignored_by_kube_scheduler():
+    objs = render(example_values(CHART / "examples" / "all-vendors.yaml"))
+    managed = _kube_scheduler_config(objs)["extenders"][0]["managedResources"]
+    assert all(m["ignoredByScheduler"] is True for m in managed)
+    assert {m["name"] for m in managed} >= _all_backend_resources()
+    default = _kube_scheduler_config(render())["extenders"][0]["managedResources"]
+    assert {m["name"] for m in default} >= _all_backend_resources({"nvidia"})
+    assert not any(m["name"].startswith("huawei.com/") for m in default)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_the_rendered_hami_config_is_accepted_by_hami(example: Path):
+    objs = render(example_values(example))
+    text = find(objs, "ConfigMap", "hami-config")["data"]["hami.yaml"]
+    manager = BackendManager.from_entry_points()
+    config = parse_config(yaml.safe_load(text), backends=manager.infos)
+    assert config.node_lock_expiry_s == 300
+    assert config.vendor("nvidia").split_count == 10
+
+
+def test_hami_values_keys_reach_the_configuration():
+    objs = render(
+        {
+            "scheduler": {
+                "defaultSchedulerPolicy": {
+                    "nodeSchedulerPolicy": "spread",
+                    "gpuSchedulerPolicy": "binpack",
+                },
+                "nodeLockExpire": "2m",
+            },
+            "devicePlugin": {"deviceSplitCount": 4, "deviceMemoryScaling": 1.5},
+            "global": {"gpuHookPath": "/opt/hami"},
+        }
+    )
+    data = yaml.safe_load(find(objs, "ConfigMap", "hami-config")["data"]["hami.yaml"])
+    config = parse_config(data, backends=BackendManager.from_entry_points().infos)
+    assert (config.node_policy.value, config.device_policy.value) == ("spread", "binpack")
+    assert config.node_lock_expiry_s == 120
+    assert config.vendor("nvidia").split_count == 4
+    assert config.vendor("nvidia").memory_scaling == 1.5
+    assert data["nvidia"]["hookPath"] == "/opt/hami/vgpu"
+    ds = find(objs, "DaemonSet", "hami-device-plugin-nvidia")
+    hook = next(v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == "hook")
+    assert hook["hostPath"]["path"] == "/opt/hami/vgpu"
+
+
+def test_the_webhook_configuration():
+    objs = render()
+    mwc = find(objs, "MutatingWebhookConfiguration", "hami-webhook")
+    (hook,) = mwc["webhooks"]
+    assert hook["sideEffects"] == "None"
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["admissionReviewVersions"] == ["v1", "v1beta1"]
+    (rule,) = hook["rules"]
+    assert rule["operations"] == ["CREATE", "UPDATE"] and rule["resources"] == ["pods"]
+    ignore = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
+    assert ignore in hook["namespaceSelector"]["matchExpressions"]
+    assert ignore in hook["objectSelector"]["matchExpressions"]
+    assert hook["clientConfig"]["service"] == {
+        "name": "hami-webhook",
+        "namespace": "hami-system",
+        "port": 443,
+        "path": "/webhook",
+    }
+    args = _args(container(find(objs, "Deployment", "hami-webhook"), "webhook"))
+    assert "--cert-mode=auto" in args and "--webhook-config-name=hami-webhook" in args
+    # hami's own pods never pass through the webhook
+    for kind, name in (
+        ("Deployment", "hami-webhook"),
+        ("Deployment", "hami-scheduler"),
+        ("DaemonSet", "hami-device-plugin-nvidia"),
+    ):
+        labels = find(objs, kind, name)["spec"]["template"]["metadata"]["labels"]
+        assert labels["hami.io/webhook"] == "ignore"
+
+
+def test_the_webhook_by_url_names_its_host_in_the_certificate():
+    objs = render(example_values(CHART / "examples" / "no-kube-proxy.yaml"))
+    (hook,) = find(objs, "MutatingWebhookConfiguration")["webhooks"]
+    assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/webhook"}
+    deploy = find(objs, "Deployment", "hami-webhook")
+    args = _args(container(deploy, "webhook"))
+    assert "--cert-ip-address=127.0.0.1" in args and "--bind-address=127.0.0.1" in args
+    assert deploy["spec"]["template"]["spec"]["hostNetwork"] is True
+    probe = container(deploy, "webhook")["readinessProbe"]["httpGet"]
+    assert probe["host"] == "127.0.0.1" and probe["scheme"] == "HTTPS"
+    for d in [o for o in objs if o["kind"] in ("Deployment", "DaemonSet")]:
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == (
+                "10.0.0.10",
+                "6443",
+            )
+
+
+def test_cert_manager_tls():
+    objs = render(example_values(CHART / "examples" / "cert-manager.yaml"))
+    cert = find(objs, "Certificate", "hami-webhook")
+    assert cert["spec"]["secretName"] == "hami-webhook-tls"
+    assert "hami-webhook.hami-system.svc" in cert["spec"]["dnsNames"]
+    assert find(objs, "Issuer", "hami-webhook")["spec"] == {"selfSigned": {}}
+    mwc = find(objs, "MutatingWebhookConfiguration")
+    assert (
+        mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        == "hami-system/hami-webhook"
+    )
+    args = _args(container(find(objs, "Deployment", "hami-webhook"), "webhook"))
+    assert "--cert-mode=files" in args and "--tls-cert-file=/tls/tls.crt" in args
+    # no Secret or webhook-configuration rights: cert-manager does that work
+    assert not [
+        o for o in objs if o["kind"] == "Role" and o["metadata"]["name"] == "hami-webhook-tls"
+    ]
+
+
+def test_manual_tls_uses_the_given_secret_and_ca():
+    objs = render(
+        {
+            "webhook": {
+                "tls": {"mode": "manual", "manual": {"secretName": "my-tls", "caBundle": "Q0E="}}
+            }
+        }
+    )
+    (hook,) = find(objs, "MutatingWebhookConfiguration")["webhooks"]
+    assert hook["clientConfig"]["caBundle"] == "Q0E="
+    deploy = find(objs, "Deployment", "hami-webhook")
+    tls = next(v for v in deploy["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+    assert tls["secret"]["secretName"] == "my-tls"
+
+
+def test_rbac_names_the_secret_the_webhook_configuration_and_the_lease():
+    objs = render()
+    tls = find(objs, "Role", "hami-webhook-tls")
+    named = [r for r in tls["rules"] if r.get("resourceNames")]
+    assert named == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["hami-webhook-tls"],
+            "verbs": ["get", "update", "patch"],
+        }
+    ]
+    webhook_rules = find(objs, "ClusterRole", "hami-webhook")["rules"]
+    mwc = [r for r in webhook_rules if "mutatingwebhookconfigurations" in r["resources"]]
+    assert mwc == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["mutatingwebhookconfigurations"],
+            "resourceNames": ["hami-webhook"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    lease = find(objs, "Role", "hami-scheduler-lease")
+    assert {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": ["hami-scheduler"],
+        "verbs": ["get", "update"],
+    } in lease["rules"]
+    # nobody may read Secrets cluster-wide, delete anything, or escalate
+    for role in [o for o in objs if o["kind"] in ("ClusterRole", "Role")]:
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"], role["metadata"][
+                "name"
+            ]
+            assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(
+                rule["verbs"]
+            )
+            if "secrets" in rule["resources"] and set(rule["verbs"]) - {"create"}:
+                assert rule.get("resourceNames"), role["metadata"]["name"]
+    # one ServiceAccount per component
+    assert sorted(o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount") == [
+        "hami-device-plugin",
+        "hami-scheduler",
+        "hami-webhook",
+    ]
+
+
+def test_a_device_plugin_daemonset_per_enabled_vendor():
+    objs = render(example_values(CHART / "examples" / "all-vendors.yaml"))
+    daemonsets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "DaemonSet"}
+    assert set(daemonsets) == {
+        f"hami-device-plugin-{b}" for b in ("nvidia", "ascend", "cambricon", "hygon", "kunlun")
+    }
+    ascend = daemonsets["hami-device-plugin-ascend"]["spec"]["template"]["spec"]
+    assert [
+        next(a for a in _args(c) if a.startswith("--vendor=")) for c in ascend["containers"]
+    ] == [
+        "--vendor=Ascend910B3",
+        "--vendor=Ascend310P",
+    ]
+    assert ascend["nodeSelector"] == {"ascend": "on"}
+    nvidia = daemonsets["hami-device-plugin-nvidia"]
+    spec = nvidia["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"gpu": "on"}
+    assert nvidia["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    (c,) = spec["containers"]
+    assert "--backend=nvidia" in _args(c)
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert mounts["device-plugin"] == "/var/lib/kubelet/device-plugins"
+    assert mounts["dev"] == "/dev" and mounts["hook"] == "/usr/local/vgpu"
+    node_config = find(objs, "ConfigMap", "hami-device-plugin")["data"]["config.json"]
+    assert json.loads(node_config) == {"nodeconfig": []}
+
+
+def test_disabled_parts_render_nothing():
+    objs = render(
+        {"devicePlugin": {"enabled": False}, "scheduler": {"admissionWebhook": {"enabled": False}}}
+    )
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    assert not [
+        k for k in kinds if k[0] in ("DaemonSet", "MutatingWebhookConfiguration", "Service")
+    ]
+    assert ("Deployment", "hami-scheduler") in kinds and ("Deployment", "hami-webhook") not in kinds
