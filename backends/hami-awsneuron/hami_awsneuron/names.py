@@ -1,0 +1,45 @@
+"""AWS Neuron resource names, annotation keys and constants (HAMi 2.10
+``pkg/device/awsneuron/device.go``)."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from hami_core.model import DeviceTypeInfo, ResourceNames
+
+from . import VENDOR
+
+RESOURCES: Final = ResourceNames(count="aws.amazon.com/neuron", cores="aws.amazon.com/neuroncore")
+
+#: HAMi writes only the ``-allocated`` list (the Neuron device plugin reads
+#: ``AWS_NEURON_IDS``); the register key is where hami's own device plugin publishes.
+DEVICE_TYPE: Final = DeviceTypeInfo(
+    vendor=VENDOR,
+    resources=RESOURCES,
+    register_annotation="hami.io/node-aws-neuron-register",
+    handshake_annotation="hami.io/node-handshake-aws-neuron",
+    to_allocate_annotation="hami.io/aws-neuron-devices-to-allocate",
+    allocated_annotation="hami.io/aws-neuron-devices-allocated",
+)
+
+USE_UUID: Final = "aws.amazon.com/use-neuron-uuid"
+NOUSE_UUID: Final = "aws.amazon.com/nouse-neuron-uuid"
+#: Pod annotations the Neuron device plugin reads (HAMi's names, not prefixed).
+ASSIGNED_IDS: Final = "AWS_NEURON_IDS"
+ALLOC_TIME: Final = "NEURON_ALLOC_TIME"
+RESOURCE_TYPE: Final = "NEURON_RESOURCE_TYPE"
+ALLOCATED: Final = "NEURON_ALLOCATED"
+ASSIGNED_NODE: Final = "aws.amazon.com/predicate-node"
+#: Node label of the EC2 instance type (a Kubernetes well-known label).
+INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
+#: ``DeviceInfo.custom`` key of the instance type (HAMi's ``AWSNodeType``).
+NODE_TYPE: Final = "AWSNodeType"
+#: NeuronCores a request may address per device (HAMi ``maxCoresPerNeuronDevice``).
+MAX_CORES_PER_DEVICE: Final = 2
+#: A request's ``cores_pct`` for whole devices (``aws.amazon.com/neuron``).
+WHOLE: Final = 100
+
+OPTION_DEFAULTS: Final[dict[str, Any]] = {
+    # The Neuron tool discovery runs (``neuron-ls --json-output``).
+    "neuronLsPath": "neuron-ls",
+}

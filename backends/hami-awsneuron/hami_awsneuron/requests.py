@@ -1,0 +1,87 @@
+"""Reading an AWS Neuron request (HAMi 2.10 ``pkg/device/awsneuron`` ``MutateAdmission``,
+``GenerateResourceRequests``, ``splitCoreRequest``).
+
+- ``aws.amazon.com/neuron`` = N whole devices (1..2^31-1);
+- otherwise ``aws.amazon.com/neuroncore`` = C cores: 1 or 2 take one device (C cores of
+  it); more must be a multiple of 2 and take C / 2 whole devices;
+- both must be whole numbers above 0. The request's ``cores_pct`` carries the cores per
+  device (1 or 2), or ``WHOLE`` (100) for whole devices; devices have no memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hami_core.errors import InvalidInputError
+from hami_core.model import DeviceRequest, MutateResult
+from hami_core.protocol.patches import set_resources
+from hami_core.protocol.quantity import parse_quantity_int
+
+from . import VENDOR
+from .names import MAX_CORES_PER_DEVICE, RESOURCES, WHOLE
+
+INT32_MAX = 2**31 - 1
+
+
+def stated(container: Mapping[str, Any], name: str) -> object | None:
+    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
+    res = container.get("resources") or {}
+    for section in ("limits", "requests"):
+        values = res.get(section) or {}
+        if name in values:
+            return values[name]  # type: ignore[no-any-return]
+    return None
+
+
+def _positive(container: Mapping[str, Any], name: str, maximum: int) -> int:
+    where = f"container {container.get('name', '?')!r}"
+    try:
+        value = parse_quantity_int(stated(container, name), resource=name, maximum=maximum)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{where}: {exc}") from None
+    if value <= 0:
+        raise InvalidInputError(f"{where}: {name} must be greater than 0")
+    return value
+
+
+def asks_devices(container: Mapping[str, Any]) -> bool:
+    """True when the container names ``aws.amazon.com/neuron`` (whole devices)."""
+    return stated(container, RESOURCES.count) is not None
+
+
+def parse_request(container: Mapping[str, Any]) -> DeviceRequest | None:
+    """The container's Neuron request, or None when it names neither resource.
+
+    Raises:
+        InvalidInputError: a count or core count of 0, negative, fractional or above
+            int32 devices, or an odd core count above 2.
+    """
+    if asks_devices(container):
+        n = _positive(container, RESOURCES.count, INT32_MAX)
+        return DeviceRequest(vendor=VENDOR, count=n, memory_pct=100, cores_pct=WHOLE)
+    if stated(container, RESOURCES.cores) is None:
+        return None
+    cores = _positive(container, RESOURCES.cores, INT32_MAX * MAX_CORES_PER_DEVICE)
+    if cores <= MAX_CORES_PER_DEVICE:
+        return DeviceRequest(vendor=VENDOR, count=1, memory_pct=100, cores_pct=cores)
+    if cores % MAX_CORES_PER_DEVICE:
+        raise InvalidInputError(
+            f"container {container.get('name', '?')!r}: {RESOURCES.cores} must be 1 or a "
+            f"multiple of {MAX_CORES_PER_DEVICE}, got {cores}"
+        )
+    return DeviceRequest(
+        vendor=VENDOR, count=cores // MAX_CORES_PER_DEVICE, memory_pct=100, cores_pct=WHOLE
+    )
+
+
+def mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | None:
+    """Validate and copy the stated quantities to requests; None when not Neuron."""
+    try:
+        req = parse_request(container)
+    except InvalidInputError as exc:
+        return MutateResult(denial=str(exc))
+    if req is None:
+        return None
+    values = {n: stated(container, n) for n in RESOURCES.all() if stated(container, n) is not None}
+    return MutateResult(patch=tuple(set_resources(container, container_path, values)))
