@@ -33,7 +33,7 @@ def core_ids(index: int, mask: int, per_device: int) -> list[int]:
     return [per_device * index + b for b in range(mask.bit_length()) if mask >> b & 1]
 
 
-def annotations(
+def pod_annotations(
     pod: Mapping[str, Any],
     node: NodeInfo,
     devices: PodDevices,

@@ -83,7 +83,7 @@ def hami_bind_annotations(
 ) -> dict[str, str] | None:
     if vendor != VENDOR:
         return None
-    return bind.annotations(pod, node, devices)
+    return bind.pod_annotations(pod, node, devices)
 
 
 @hookimpl

@@ -162,7 +162,7 @@ def test_bind_annotations_as_hami_patch_annotations():
             for i in range(2)
         ),
     )
-    out = bind.annotations({"spec": {"containers": [ctr(n="2")]}}, n, two, clock_ns=lambda: 5)
+    out = bind.pod_annotations({"spec": {"containers": [ctr(n="2")]}}, n, two, clock_ns=lambda: 5)
     assert out == {
         "AWS_NEURON_IDS": "0,1",
         "NEURON_ALLOC_TIME": "5",
@@ -172,7 +172,7 @@ def test_bind_annotations_as_hami_patch_annotations():
     cores = (
         (ContainerDevice(uuid="n-AWSNeuron-1", vendor="AWSNeuron", memory_mib=0, cores_pct=2),),
     )
-    out2 = bind.annotations({"spec": {"containers": [ctr(cores="1")]}}, n, cores)
+    out2 = bind.pod_annotations({"spec": {"containers": [ctr(cores="1")]}}, n, cores)
     assert (
         out2["AWS_NEURON_IDS"] == "3"
         and out2["NEURON_RESOURCE_TYPE"] == "aws.amazon.com/neuroncore"
