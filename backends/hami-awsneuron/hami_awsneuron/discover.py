@@ -20,8 +20,10 @@ from typing import Protocol
 
 import attrs
 
-from hami_core.model import DeviceInfo
-from hami_core.protocol.config import VendorConfig
+from hami_core.backend import (
+    DeviceInfo,
+    VendorConfig,
+)
 
 from . import inventory
 

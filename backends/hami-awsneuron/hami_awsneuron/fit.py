@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.devicefit import DeviceFilters
-from hami_core.model import (
+from hami_core.backend import (
     ContainerDevice,
+    DeviceFilters,
     DeviceRequest,
     DeviceUsage,
     FitResult,

@@ -14,9 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.errors import AnnotationError, QuantityError
-from hami_core.model import DeviceInfo
-from hami_core.protocol.quantity import parse_quantity_int
+from hami_core.backend import (
+    AnnotationError,
+    DeviceInfo,
+    QuantityError,
+    parse_quantity_int,
+)
 
 from . import VENDOR
 from .names import DEVICE_TYPE, INSTANCE_TYPE_LABEL, MAX_CORES_PER_DEVICE, NODE_TYPE, RESOURCES

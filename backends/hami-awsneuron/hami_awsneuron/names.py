@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from hami_core.model import DeviceTypeInfo, ResourceNames
+from hami_core.backend import (
+    DeviceTypeInfo,
+    FitRules,
+    ResourceNames,
+)
 
 from . import VENDOR
 
@@ -20,6 +24,8 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
     handshake_annotation="hami.io/node-handshake-aws-neuron",
     to_allocate_annotation="hami.io/aws-neuron-devices-to-allocate",
     allocated_annotation="hami.io/aws-neuron-devices-allocated",
+    # the core's node score counts sharers only: cores are masks, devices have no memory
+    fit_rules=FitRules(cores_capacity=lambda u: None),
 )
 
 USE_UUID: Final = "aws.amazon.com/use-neuron-uuid"

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.devicefit import FitRules, node_score
-from hami_core.model import (
+from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
@@ -16,17 +15,13 @@ from hami_core.model import (
     FitResult,
     MutateResult,
     NodeInfo,
-    NodePolicy,
     PodDevices,
+    VendorConfig,
+    hookimpl,
 )
-from hami_core.plugin import hookimpl
-from hami_core.protocol.config import VendorConfig
 
 from . import BACKEND_NAME, VENDOR, allocate, bind, discover, fit, inventory, requests
 from .names import DEVICE_TYPE, OPTION_DEFAULTS
-
-#: Scores count sharers only (cores are masks, devices have no memory).
-_SCORE_RULES = FitRules(cores_capacity=lambda u: None)
 
 
 @hookimpl
@@ -66,15 +61,6 @@ def hami_fit(
     if request.vendor != VENDOR:
         return None
     return fit.fit(request, node, usage, pod)
-
-
-@hookimpl
-def hami_score(
-    usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy
-) -> float | None:
-    if any(u.device.vendor != VENDOR for u in usage):
-        return None
-    return node_score(usage, devices, policy, _SCORE_RULES)
 
 
 @hookimpl

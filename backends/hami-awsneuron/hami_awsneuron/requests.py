@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.errors import InvalidInputError
-from hami_core.model import DeviceRequest, MutateResult
-from hami_core.protocol.patches import set_resources
-from hami_core.protocol.quantity import parse_quantity_int
+from hami_core.backend import (
+    DeviceRequest,
+    InvalidInputError,
+    MutateResult,
+    parse_quantity_int,
+    set_resources,
+)
 
 from . import VENDOR
 from .names import MAX_CORES_PER_DEVICE, RESOURCES, WHOLE
