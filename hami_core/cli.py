@@ -11,6 +11,7 @@ from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
 import click
+import yaml
 
 from hami_core import __version__
 from hami_core.errors import HamiError
@@ -710,11 +711,12 @@ def device_plugin(**opts: Any) -> None:
 @click.option(
     "--output",
     "-o",
-    type=click.Choice(["text", "json"]),
+    type=click.Choice(["text", "json", "yaml"]),
     default="text",
     show_default=True,
-    help="text for people; json for the same report as data "
-    "(keys documented in hami_core/simulate/report.py).",
+    help="text for people (warnings on stderr); json or yaml for the same report as data "
+    "(keys documented in hami_core/simulate/report.py), with what the webhook changed and "
+    "what the device plugin gives each container.",
 )
 @click.option(
     "--explain",
@@ -766,12 +768,16 @@ def simulate(
             text = report.render_explanation(data)
         else:
             data = report.build_report(sim)
-            text = report.render_text(data)
+            text = report.render_text(data, warnings=False)
     except HamiError as exc:
         raise click.ClickException(str(exc)) from None
     if output == "json":
         click.echo(json.dumps(data, indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
+        for warning in data.get("warnings") or ():
+            click.echo(f"warning: {warning}", err=True)
         click.echo(text, nl=False)
 
 

@@ -106,3 +106,17 @@ def _to_decimal(value: int | str | float | Decimal, *, resource: str) -> Decimal
     if not parsed.is_finite():
         raise QuantityError(f"{resource}: {value!r} is not a Kubernetes quantity")
     return parsed
+
+
+def parse_quantity_exact(value: object, *, resource: str) -> Decimal:
+    """Parse any Kubernetes quantity (``"500m"``, ``"2Gi"``, ``4``) to an exact Decimal.
+
+    Raises:
+        QuantityError: not a quantity, or negative; the message names the resource.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, str, float, Decimal)):
+        raise QuantityError(f"{resource}: {value!r} is not a quantity")
+    number = _to_decimal(value, resource=resource)
+    if number < 0:
+        raise QuantityError(f"{resource}: {value!r} is negative")
+    return number

@@ -98,8 +98,10 @@ class LoadedCluster:
         form: ``"simple"`` or ``"snapshot"``.
         nodes: Node objects (JSON form), sorted by name.
         pods: existing pods holding devices (snapshot form only), in file order.
+        bound_pods: other live pods bound to a node (snapshot form only): they hold no
+            device but count for kube-scheduler's CPU, memory and pod-count checks.
         quotas: ResourceQuota objects.
-        ignored_pods: snapshot pods left out (finished, or holding no device).
+        ignored_pods: snapshot pods left out (finished, or bound to no node).
         warnings: one line per thing that was skipped.
     """
 
@@ -107,6 +109,7 @@ class LoadedCluster:
     form: str
     nodes: tuple[dict[str, Any], ...]
     pods: tuple[dict[str, Any], ...] = ()
+    bound_pods: tuple[dict[str, Any], ...] = ()
     quotas: tuple[dict[str, Any], ...] = ()
     ignored_pods: int = 0
     warnings: tuple[str, ...] = ()
@@ -116,7 +119,7 @@ class LoadedCluster:
         cluster = MemoryCluster()
         for node in self.nodes:
             cluster.add_node(node)
-        for pod in self.pods:
+        for pod in (*self.pods, *self.bound_pods):
             cluster.add_pod(pod)
         for quota in self.quotas:
             cluster.add_quota(quota)
@@ -560,6 +563,7 @@ def _simple_quota(entry: Any, where: str) -> dict[str, Any]:
 def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> LoadedCluster:
     nodes: dict[str, dict[str, Any]] = {}
     pods: list[dict[str, Any]] = []
+    bound_pods: list[dict[str, Any]] = []
     quotas: list[dict[str, Any]] = []
     skipped: dict[str, int] = {}
     warnings: list[str] = []
@@ -586,6 +590,8 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
                 warnings.append(f"{where}: pod {name} holds devices but names no node; ignored")
             if holds and is_live(obj) and bound:
                 pods.append(obj)
+            elif is_live(obj) and (obj.get("spec") or {}).get("nodeName"):
+                bound_pods.append(obj)
             else:
                 ignored += 1
         elif kind == "ResourceQuota":
@@ -608,6 +614,7 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
         form=SNAPSHOT,
         nodes=tuple(nodes[n] for n in sorted(nodes)),
         pods=tuple(pods),
+        bound_pods=tuple(bound_pods),
         quotas=tuple(quotas),
         ignored_pods=ignored,
         warnings=tuple(warnings),

@@ -1,9 +1,16 @@
 """The whole path of a pod on the embedded cluster: webhook -> filter -> prioritize ->
-bind -> allocate, with the same functions the servers use."""
+bind -> allocate, with the same functions the servers use.
+
+As in a real cluster: a pod for another scheduler is left to it (given nothing); a pod
+asking a device resource no installed backend manages is not placed (reported
+unmanaged); kube-scheduler's own checks (``kubechecks``) decide which nodes reach the
+extender's filter.
+"""
 
 from __future__ import annotations
 
 import copy
+import uuid as uuidlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +24,11 @@ from hami_core.model import Allocation, ContainerAllocation, DevicePolicy, NodeP
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.scheduler import FilterResult, Scheduler
 from hami_core.webhook.admission import Admission
+
+from .kubechecks import kube_reason
+
+#: Pods of kube-scheduler itself (the webhook keeps them only when they ask no device).
+DEFAULT_SCHEDULER = "default-scheduler"
 
 
 @attrs.frozen(kw_only=True)
@@ -32,6 +44,11 @@ class Outcome:
         error: a failure after filtering (bind, allocate), or "".
         envs: container name -> env added by the device plugin.
         wants_devices: the pod asks for managed devices.
+        left_to: the ``schedulerName`` of another scheduler the pod is left to, or "".
+        unmanaged: device resources the pod asks that no installed backend manages.
+        admission_patch: the webhook's RFC 6902 operations (scheduler name, defaults).
+        allocations: container name -> the device plugin's answer for it (env, mounts,
+            device nodes, CDI devices), one entry per vendor merged.
     """
 
     namespace: str
@@ -43,6 +60,10 @@ class Outcome:
     error: str = ""
     envs: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
     wants_devices: bool = False
+    left_to: str = ""
+    unmanaged: tuple[str, ...] = ()
+    admission_patch: tuple[Mapping[str, Any], ...] = ()
+    allocations: Mapping[str, ContainerAllocation] = attrs.field(factory=dict)
 
     @property
     def scheduled(self) -> bool:
@@ -74,6 +95,11 @@ class Pipeline:
         namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name", ""))
         obj = copy.deepcopy(dict(pod))
         obj.setdefault("metadata", {})["namespace"] = namespace
+        # A stable uid (the API server would pick one): the device plugin's answer names
+        # it in paths, and the same input must give the same report.
+        obj["metadata"].setdefault(
+            "uid", str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"hami-simulate/{namespace}/{name}"))
+        )
         review = self.admission.review(obj)
         if not review.allowed:
             return Outcome(
@@ -83,29 +109,72 @@ class Pipeline:
             obj = jsonpatch.apply_patch(obj, list(review.patch))
         stored = self.cluster.add_pod(obj)
         uid = stored["metadata"]["uid"]
+        patch = tuple(review.patch)
+        scheduler_name = str((stored.get("spec") or {}).get("schedulerName") or "")
+        if scheduler_name not in ("", DEFAULT_SCHEDULER, self.manager.config.scheduler_name):
+            return Outcome(
+                namespace=namespace, name=name, left_to=scheduler_name, admission_patch=patch
+            )
+        unmanaged = unmanaged_resources(stored, self.manager)
+        if unmanaged:
+            return Outcome(
+                namespace=namespace, name=name, unmanaged=unmanaged, admission_patch=patch
+            )
+        kube_failed: dict[str, str] = {}
+        passing: list[str] = []
+        for node_obj in self.cluster.list_nodes():
+            node_name = str(node_obj["metadata"]["name"])
+            reason = kube_reason(stored, node_obj, self.cluster.pods_on_node(node_name))
+            if reason:
+                kube_failed[node_name] = reason
+            else:
+                passing.append(node_name)
+        if (stored.get("spec") or {}).get("nodeName") and not passing:
+            missing = f"node {stored['spec']['nodeName']} is not in the cluster"
+            if stored["spec"]["nodeName"] not in kube_failed:
+                kube_failed[str(stored["spec"]["nodeName"])] = missing
         try:
-            result = self.scheduler.filter(stored)
+            result = self.scheduler.filter(stored, passing)
         except HamiError as exc:
             return Outcome(
-                namespace=namespace, name=name, error=str(exc), wants_devices=review.mutated
+                namespace=namespace,
+                name=name,
+                error=str(exc),
+                wants_devices=review.mutated,
+                admission_patch=patch,
             )
+        if kube_failed:
+            result = attrs.evolve(result, failed={**kube_failed, **result.failed})
         wants = review.mutated or bool(result.fits)
         node = result.best()
         if node is None:
-            return Outcome(namespace=namespace, name=name, filter=result, wants_devices=wants)
+            return Outcome(
+                namespace=namespace,
+                name=name,
+                filter=result,
+                wants_devices=wants,
+                admission_patch=patch,
+            )
         try:
             allocation = self.scheduler.bind(namespace, name, uid=uid, node=node)
         except HamiError as exc:
             return Outcome(
-                namespace=namespace, name=name, filter=result, error=str(exc), wants_devices=wants
+                namespace=namespace,
+                name=name,
+                filter=result,
+                error=str(exc),
+                wants_devices=wants,
+                admission_patch=patch,
             )
         envs: dict[str, dict[str, str]] = {}
+        answers: dict[str, ContainerAllocation] = {}
         if allocation is not None:
             bound = self.cluster.get_pod(namespace, name)
             try:
                 for vendor in allocation.devices:
                     for cname, alloc in container_allocations(bound, self.manager, vendor):
                         envs.setdefault(cname, {}).update(_env(alloc))
+                        answers[cname] = _merge(answers.get(cname), alloc)
             except HamiError as exc:
                 finish_allocation(self.cluster, bound, node=node, success=False)
                 return Outcome(
@@ -116,6 +185,7 @@ class Pipeline:
                     filter=result,
                     error=f"allocate: {exc}",
                     wants_devices=wants,
+                    admission_patch=patch,
                 )
             finish_allocation(self.cluster, bound, node=node, success=True)
             self.cluster.set_pod_phase(namespace, name, "Running")
@@ -127,8 +197,45 @@ class Pipeline:
             filter=result,
             envs=envs,
             wants_devices=wants,
+            admission_patch=patch,
+            allocations=answers,
         )
 
 
 def _env(alloc: ContainerAllocation) -> dict[str, str]:
     return dict(alloc.envs)
+
+
+def _merge(a: ContainerAllocation | None, b: ContainerAllocation) -> ContainerAllocation:
+    """Two vendors' answers for one container, as kubelet merges device plugins'."""
+    if a is None:
+        return b
+    return ContainerAllocation(
+        envs={**a.envs, **b.envs},
+        mounts=a.mounts + b.mounts,
+        device_nodes=a.device_nodes + b.device_nodes,
+        cdi_devices=a.cdi_devices + b.cdi_devices,
+        annotations={**a.annotations, **b.annotations},
+    )
+
+
+def unmanaged_resources(pod: Mapping[str, Any], manager: BackendManager) -> tuple[str, ...]:
+    """Extended resources (``<domain>/<name>``) the pod asks whose domain no installed
+    backend's resources use, e.g. ``amd.com/gpu`` with only hami-nvidia installed.
+    ``kubernetes.io`` resources are Kubernetes' own."""
+    domains = set()
+    for t in manager.device_types():
+        r = t.resources
+        for n in (r.count, r.memory, r.memory_pct, r.cores, r.cores_alias):
+            if n and "/" in n:
+                domains.add(n.split("/", 1)[0])
+    spec = pod.get("spec") or {}
+    out: dict[str, None] = {}
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        res = (c.get("resources") or {}) if isinstance(c, Mapping) else {}
+        for section in ("limits", "requests"):
+            for key in res.get(section) or {}:
+                domain = str(key).split("/", 1)[0] if "/" in str(key) else ""
+                if domain and not domain.endswith("kubernetes.io") and domain not in domains:
+                    out.setdefault(str(key), None)
+    return tuple(out)

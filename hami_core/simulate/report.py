@@ -14,9 +14,19 @@ Report (``build_report``)::
                    "gpu": "binpack" | "spread" | "topology-aware" | "numa"},
       "pods": [                                  # in submission order
         {"namespace": str, "name": str, "source": str,
-         "status": "placed" | "unschedulable" | "denied" | "error",
+         "status": "placed" | "unschedulable" | "denied" | "error"
+                   | "other-scheduler"           # schedulerName names another scheduler
+                   | "unmanaged",                # asks resources no installed backend has
          "node": str | null,
-         "message": str,                         # the denial or error, else ""
+         "message": str,                         # the denial, error or reason, else ""
+         "schedulerName": str,                   # after the webhook
+         "admission": [RFC 6902 op],             # what the webhook changed (defaults,
+                                                 # schedulerName), [] when nothing
+         "containers": [                         # the device plugin's answer per container
+           {"name": str, "env": {str: str},      # (placed pods with devices only)
+            "mounts": [{"containerPath": str, "hostPath": str, "readOnly": bool}],
+            "devices": [{"containerPath": str, "hostPath": str, "permissions": str}],
+            "cdiDevices": [str]}],
          "request": [                            # one entry per container and vendor
            {"container": str, "init": bool, "vendor": str, "count": int,
             "memoryMiB": int, "memoryPct": int, "coresPct": int}],   # memory: one of the two
@@ -39,6 +49,7 @@ Report (``build_report``)::
          "healthy": bool, "cordoned": bool}],
       "summary": {"pods": int, "placed": int, "placedWithDevices": int,
                   "withoutDevices": int, "unschedulable": int, "denied": int, "errors": int,
+                  "otherScheduler": int, "unmanaged": int,
                   "gpusUsed": int,               # distinct GPUs the placed pods hold
                   "wholeCardGpus": int,          # sum of wholeCardGpus of placed pods
                   "existingPods": int,
@@ -98,6 +109,7 @@ EXPLAIN_SCHEMA = "hami.simulate.explain/v1"
 BAR_WIDTH = 10
 
 PLACED, UNSCHEDULABLE, DENIED, ERROR = "placed", "unschedulable", "denied", "error"
+OTHER_SCHEDULER, UNMANAGED = "other-scheduler", "unmanaged"
 
 
 # -- data ----------------------------------------------------------------------------
@@ -123,7 +135,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         "pods": pods,
         "gpus": gpus,
         "summary": _summary(pods, existing=len(sim.cluster.pods)),
-        "warnings": list(sim.warnings),
+        "warnings": [*sim.warnings, *unmanaged_warnings(sim)],
     }
 
 
@@ -135,10 +147,15 @@ def _node_infos(sim: Simulation) -> dict[str, NodeInfo]:
 
 
 def status_of(run: PodRun) -> str:
-    """``placed``, ``unschedulable``, ``denied`` or ``error``."""
+    """``placed``, ``unschedulable``, ``denied``, ``error``, ``other-scheduler`` or
+    ``unmanaged``."""
     out = run.outcome
     if out.denied:
         return DENIED
+    if out.left_to:
+        return OTHER_SCHEDULER
+    if out.unmanaged:
+        return UNMANAGED
     if out.error:
         return ERROR
     return PLACED if out.scheduled else UNSCHEDULABLE
@@ -215,12 +232,70 @@ def _pod_entry(run: PodRun, devices: Mapping[str, DeviceInfo]) -> dict[str, Any]
         "source": run.workload.source,
         "status": status,
         "node": out.node,
-        "message": out.denied or out.error,
+        "message": out.denied or out.error or _why(run),
+        "schedulerName": _scheduler_name(run),
+        "admission": [dict(op) for op in out.admission_patch],
+        "containers": _container_answers(run),
         "request": request_entries(run.request),
         "devices": device_entries(out.allocation, run.request, devices),
         "wholeCardGpus": whole_card_gpus(run.request) if status == PLACED else 0,
         "explanation": _explanation(run, devices) if status == UNSCHEDULABLE else None,
     }
+
+
+def _why(run: PodRun) -> str:
+    out = run.outcome
+    if out.left_to:
+        return f"left to scheduler {out.left_to!r}: given nothing here"
+    if out.unmanaged:
+        return f"asks {', '.join(out.unmanaged)}, which no installed backend manages: not placed"
+    return ""
+
+
+def _scheduler_name(run: PodRun) -> str:
+    spec = run.workload.pod.get("spec") or {}
+    name = str(spec.get("schedulerName") or "default-scheduler")
+    for op in run.outcome.admission_patch:
+        if op.get("path") == "/spec/schedulerName" and op.get("op") in ("add", "replace"):
+            name = str(op.get("value"))
+    return name
+
+
+def _container_answers(run: PodRun) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": cname,
+            "env": dict(sorted(a.envs.items())),
+            "mounts": [
+                {
+                    "containerPath": m.container_path,
+                    "hostPath": m.host_path,
+                    "readOnly": m.read_only,
+                }
+                for m in a.mounts
+            ],
+            "devices": [
+                {
+                    "containerPath": d.container_path,
+                    "hostPath": d.host_path,
+                    "permissions": d.permissions,
+                }
+                for d in a.device_nodes
+            ],
+            "cdiDevices": list(a.cdi_devices),
+        }
+        for cname, a in run.outcome.allocations.items()
+    ]
+
+
+def unmanaged_warnings(sim: Simulation) -> list[str]:
+    """One warning per pod asking resources no installed backend manages."""
+    return [
+        f"pod {run.key} asks {', '.join(run.outcome.unmanaged)}, which no installed backend "
+        "manages (install its hami backend); reported unmanaged, not placed"
+        for run in sim.runs
+        if run.outcome.unmanaged
+    ]
 
 
 def _explanation(run: PodRun, devices: Mapping[str, DeviceInfo]) -> list[dict[str, Any]]:
@@ -355,6 +430,8 @@ def _summary(pods: Sequence[Mapping[str, Any]], *, existing: int) -> dict[str, A
         "unschedulable": sum(1 for p in pods if p["status"] == UNSCHEDULABLE),
         "denied": sum(1 for p in pods if p["status"] == DENIED),
         "errors": sum(1 for p in pods if p["status"] == ERROR),
+        "otherScheduler": sum(1 for p in pods if p["status"] == OTHER_SCHEDULER),
+        "unmanaged": sum(1 for p in pods if p["status"] == UNMANAGED),
         "gpusUsed": len(used),
         "wholeCardGpus": whole,
         "existingPods": existing,
@@ -520,9 +597,10 @@ def bar(used: int, total: int, width: int = BAR_WIDTH) -> str:
     return "[" + "#" * filled + "-" * (width - filled) + "]"
 
 
-def render_text(report: Mapping[str, Any]) -> str:
+def render_text(report: Mapping[str, Any], *, warnings: bool = True) -> str:
     """The report as text: placements, denied and unschedulable pods with their
-    explanation, a bar per GPU, the summary line."""
+    explanation, a bar per GPU, the summary line; ``warnings=False`` leaves the
+    warnings out (``hami simulate`` prints them on stderr)."""
     lines: list[str] = []
     c, pol, summary = report["cluster"], report["policies"], report["summary"]
     existing = f", {_plural(c['existingPods'], 'existing pod')}" if c["existingPods"] else ""
@@ -535,7 +613,7 @@ def render_text(report: Mapping[str, Any]) -> str:
         f"{_plural(len(report['workloads']['sources']), 'file')}; "
         f"policies: node {pol['node']}, GPU {pol['gpu']}"
     )
-    for w in report["warnings"]:
+    for w in report["warnings"] if warnings else ():
         lines.append(f"warning: {w}")
     pods = report["pods"]
     placed = [p for p in pods if p["status"] == PLACED]
@@ -569,6 +647,14 @@ def render_text(report: Mapping[str, Any]) -> str:
     if errors:
         lines += ["", f"Errors ({len(errors)})"]
         lines += [f"  {_key(p)}: {_message(p)}" for p in errors]
+    for status, title in (
+        (OTHER_SCHEDULER, "Left to another scheduler"),
+        (UNMANAGED, "Unmanaged resources"),
+    ):
+        group = [p for p in pods if p["status"] == status]
+        if group:
+            lines += ["", f"{title} ({len(group)})"]
+            lines += [f"  {_key(p)}: {p['message']}" for p in group]
     unschedulable = [p for p in pods if p["status"] == UNSCHEDULABLE]
     if unschedulable:
         lines += ["", f"Unschedulable ({len(unschedulable)})"]
@@ -587,6 +673,8 @@ def render_text(report: Mapping[str, Any]) -> str:
             ("unschedulable", "unschedulable"),
             ("denied", "denied"),
             ("errors", "failed"),
+            ("otherScheduler", "left to another scheduler"),
+            ("unmanaged", "unmanaged"),
         )
         if summary[k]
     ]

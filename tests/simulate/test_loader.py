@@ -152,7 +152,9 @@ def test_bundled_snapshot_is_detected_and_keeps_live_allocated_pods():
         "embedding-server-0",
         "stable-diffusion-6c8d9f7b5-x2k4p",
     ]
-    assert c.ignored_pods == 2  # the Succeeded pod and the pod without GPUs
+    assert c.ignored_pods == 1  # the Succeeded pod
+    # the pod without GPUs is kept: it counts for kube-scheduler's CPU / memory / pods
+    assert [p["metadata"]["name"] for p in c.bound_pods] == ["coredns-5d78c9869d-7k2xs"]
     assert [q["metadata"]["name"] for q in c.quotas] == ["gpu-quota"]
     # uids are preserved
     mem = c.to_memory()

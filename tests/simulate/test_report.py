@@ -188,6 +188,8 @@ def test_gpu_usage_and_summary_numbers():
         "errors": 0,
         "gpusUsed": 3,
         "wholeCardGpus": 4,
+        "otherScheduler": 0,
+        "unmanaged": 0,
         "existingPods": 0,
         "line": "3 pods on 3 GPUs; one GPU per pod would need 4",
     }
@@ -256,6 +258,9 @@ def test_json_schema_keys_are_stable():
             "devices",
             "wholeCardGpus",
             "explanation",
+            "schedulerName",
+            "admission",
+            "containers",
         }
         for d in p["devices"]:
             assert set(d) == {
