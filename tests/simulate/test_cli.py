@@ -271,11 +271,15 @@ def test_the_bundled_example_runs_without_its_backend(monkeypatch):
     result = invoke("-o", "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["cluster"]["gpus"] == 0 and data["summary"]["withoutDevices"] == 20
-    assert data["warnings"] == [
+    # every pod asks nvidia.com/* resources nobody manages then: reported, not placed
+    assert data["cluster"]["gpus"] == 0 and data["summary"]["unmanaged"] == 20
+    assert data["summary"]["placed"] == 0
+    assert data["warnings"][0] == (
         f"{data['cluster']['source']}: no installed backend serves vendor 'NVIDIA', so its "
         "10 GPU(s) are left out (pip install hami-nvidia)"
-    ]
+    )
+    assert len(data["warnings"]) == 21
+    assert all("which no installed backend manages" in w for w in data["warnings"][1:])
     given = invoke("--cluster", EXAMPLES / "cluster.yaml")
     assert given.exit_code != 0
     assert "no installed backend serves vendor 'NVIDIA' (installed: none)" in given.output
