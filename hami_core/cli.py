@@ -137,9 +137,17 @@ def backends(output: str) -> None:
 @cli.command()
 @click.option(
     "--bind-address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address of the extender. Loopback by default: the extender has no "
+    "authentication of its own (it runs beside kube-scheduler, e.g. as a sidecar); to "
+    "listen elsewhere, use --tls-cert-file with --tls-client-ca-file.",
+)
+@click.option(
+    "--metrics-bind-address",
     default="0.0.0.0",
     show_default=True,
-    help="Address of the extender and metrics servers.",
+    help="Address of the Prometheus metrics server (read-only).",
 )
 @click.option(
     "--port",
@@ -163,6 +171,12 @@ def backends(output: str) -> None:
     help="Serve the extender over HTTPS with this certificate (PEM).",
 )
 @click.option("--tls-private-key-file", default=None, help="Private key (PEM) of --tls-cert-file.")
+@click.option(
+    "--tls-client-ca-file",
+    default=None,
+    help="With --tls-cert-file: only clients presenting a certificate signed by this CA "
+    "(PEM) are served (mutual TLS; give kube-scheduler the client certificate).",
+)
 @click.option(
     "--leader-elect/--no-leader-elect",
     default=True,
@@ -266,12 +280,14 @@ def scheduler(**opts: Any) -> None:
     run_scheduler(
         SchedulerOptions(
             bind_address=opts["bind_address"],
+            metrics_bind_address=opts["metrics_bind_address"],
             port=opts["port"],
             metrics_port=opts["metrics_port"],
             kubeconfig=opts["kubeconfig"],
             config=opts["config_file"],
             tls_cert_file=opts["tls_cert_file"],
             tls_private_key_file=opts["tls_private_key_file"],
+            tls_client_ca_file=opts["tls_client_ca_file"],
             leader_elect=opts["leader_elect"],
             lease_name=opts["lease_name"],
             lease_namespace=opts["lease_namespace"],

@@ -184,12 +184,15 @@ def issue_serving_cert(
     ip_addresses: Sequence[str] = (),
     valid_days: int = CERT_VALID_DAYS,
     now: dt.datetime | None = None,
+    client_auth: bool = False,
 ) -> tuple[bytes, bytes]:
     """A TLS server certificate signed by the CA, for exactly these names and IPs.
 
     Args:
         dns_names: subject alternative DNS names; the first is also the common name.
         ip_addresses: subject alternative IPs (``127.0.0.1``, ``::1``, a pod IP).
+        client_auth: also valid as a TLS client certificate (extended key usage
+            ``clientAuth``), e.g. kube-scheduler's certificate for a mutual-TLS extender.
 
     Returns:
         (certificate PEM, private key PEM).
@@ -236,7 +239,13 @@ def issue_serving_cert(
             ),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH]
+                + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client_auth else [])
+            ),
+            critical=False,
+        )
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
         .add_extension(

@@ -16,17 +16,29 @@ Why cheroot (``cheroot.wsgi.Server`` + ``cheroot.ssl.builtin.BuiltinSSLAdapter``
 
 TLS: at least TLS 1.2 (the Python defaults for ciphers). The certificate and key are
 read once at start; a rotated file needs a restart (the webhook's ``auto`` mode keeps
-one certificate per Secret for its whole validity).
+one certificate per Secret for its whole validity). With ``client_ca_file`` every client
+must present a certificate signed by that CA (mutual TLS, for the extender).
+
+Slow clients (issue #12 item 10): cheroot does the TLS handshake on its one accept thread,
+so one idle TCP connection delays every other client by the socket timeout. Here the
+handshake is deferred to the worker that serves the connection, each request gets a
+deadline (``handshake_timeout_s`` for the handshake, ``request_timeout_s`` in all; a
+watchdog shuts the socket of a connection past it), and one client address may keep at
+most ``max_per_client`` workers busy at once; its further connections are closed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from cheroot.server import HTTPConnection
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 from cheroot.wsgi import Server
 
@@ -35,6 +47,100 @@ log = logging.getLogger(__name__)
 #: Connections the kernel queues before a worker accepts them (cheroot's default is 5,
 #: too few for a burst of pod creations).
 LISTEN_BACKLOG = 128
+#: Seconds a client has to finish its TLS handshake (the API server needs milliseconds).
+HANDSHAKE_TIMEOUT_S = 5.0
+#: Seconds one request may take in all, handshake and reading included. The API server
+#: gives a webhook at most 30 s (``timeoutSeconds``), kube-scheduler an extender 5 s.
+REQUEST_TIMEOUT_S = 30.0
+
+
+class _DeferredHandshakeAdapter(BuiltinSSLAdapter):
+    """Wraps accepted sockets without a handshake; the serving worker does it."""
+
+    def wrap(self, sock: socket.socket) -> tuple[ssl.SSLSocket, dict[str, str]]:
+        wrapped = self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return wrapped, {"wsgi.url_scheme": "https", "HTTPS": "on"}
+
+
+class _Guard:
+    """Per-connection deadlines (a watchdog thread) and busy workers per client address."""
+
+    def __init__(self, *, max_per_client: int, handshake_s: float, request_s: float) -> None:
+        self.max_per_client = max_per_client
+        self.handshake_s = handshake_s
+        self.request_s = request_s
+        self._lock = threading.Lock()
+        self._busy: dict[str, int] = {}
+        self._deadlines: dict[int, tuple[float, socket.socket]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="https-deadlines", daemon=True)
+        self._thread.start()
+
+    def enter(self, client: str) -> bool:
+        with self._lock:
+            if self._busy.get(client, 0) >= self.max_per_client:
+                return False
+            self._busy[client] = self._busy.get(client, 0) + 1
+            return True
+
+    def leave(self, client: str) -> None:
+        with self._lock:
+            left = self._busy.get(client, 1) - 1
+            if left > 0:
+                self._busy[client] = left
+            else:
+                self._busy.pop(client, None)
+
+    def arm(self, sock: socket.socket, seconds: float) -> None:
+        with self._lock:
+            self._deadlines[id(sock)] = (time.monotonic() + seconds, sock)
+
+    def disarm(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._deadlines.pop(id(sock), None)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            now = time.monotonic()
+            with self._lock:
+                late = [k for k, (at, _) in self._deadlines.items() if at <= now]
+                socks = [self._deadlines.pop(k)[1] for k in late]
+            for sock in socks:
+                # The plain socket's shutdown: unblocks the worker's read at once.
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _GuardedConnection(HTTPConnection):
+    """A cheroot connection that does its TLS handshake under a deadline, in the worker."""
+
+    guard: _Guard
+
+    def communicate(self) -> bool:
+        client = str(getattr(self, "remote_addr", "") or "")
+        if not self.guard.enter(client):
+            log.warning(
+                "closing a connection from %s: %d requests busy", client, self.guard.max_per_client
+            )
+            return False
+        sock = self.socket
+        try:
+            if isinstance(sock, ssl.SSLSocket) and not getattr(self, "_handshaken", False):
+                self.guard.arm(sock, self.guard.handshake_s)
+                try:
+                    sock.do_handshake()
+                except (OSError, ValueError) as exc:
+                    log.debug("TLS handshake with %s failed: %s", client, exc)
+                    return False
+                self._handshaken = True
+            self.guard.arm(sock, self.guard.request_s)
+            return bool(super().communicate())
+        finally:
+            self.guard.disarm(sock)
+            self.guard.leave(client)
 
 
 class HttpsServer:
@@ -53,6 +159,10 @@ class HttpsServer:
         cert_file: str,
         key_file: str,
         threads: int = 8,
+        client_ca_file: str | None = None,
+        max_per_client: int | None = None,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         """Load the key pair and bind the socket.
 
@@ -63,6 +173,11 @@ class HttpsServer:
             cert_file: PEM certificate chain, serving certificate first.
             key_file: PEM private key of that certificate (unencrypted).
             threads: worker threads answering requests.
+            client_ca_file: PEM CA bundle; when given, clients must present a
+                certificate it signed (``ssl.CERT_REQUIRED``).
+            max_per_client: workers one client address may keep busy at once
+                (default: half the threads, at least 2).
+            handshake_timeout_s, request_timeout_s: the per-connection deadlines.
 
         Raises:
             OSError: the files cannot be read, do not match, or the port cannot be bound.
@@ -70,8 +185,22 @@ class HttpsServer:
         """
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
-        adapter = BuiltinSSLAdapter(cert_file, key_file)
+        adapter = _DeferredHandshakeAdapter(cert_file, key_file)
         adapter.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if client_ca_file:
+            adapter.context.load_verify_locations(cafile=client_ca_file)
+            adapter.context.verify_mode = ssl.CERT_REQUIRED
+        self._guard = _Guard(
+            max_per_client=max_per_client or max(2, threads // 2),
+            handshake_s=handshake_timeout_s,
+            request_s=request_timeout_s,
+        )
+        guard = self._guard
+
+        class Connection(_GuardedConnection):
+            pass
+
+        Connection.guard = guard
         self._server = Server(
             (host, port),
             app,
@@ -81,6 +210,7 @@ class HttpsServer:
             server_name="hami",
         )
         self._server.ssl_adapter = adapter
+        self._server.ConnectionClass = Connection
         self._server.prepare()  # binds now, so errors surface here and port 0 is resolved
         self.error: BaseException | None = None
 
@@ -107,6 +237,7 @@ class HttpsServer:
         """Stop accepting, finish the requests in flight (up to cheroot's shutdown
         timeout, 5 s) and release the port. Safe to call more than once."""
         self._server.stop()
+        self._guard.stop()
 
 
 def make_https_server(
@@ -117,13 +248,20 @@ def make_https_server(
     cert_file: str,
     key_file: str,
     threads: int = 8,
+    client_ca_file: str | None = None,
 ) -> HttpsServer:
     """A bound ``HttpsServer``; call ``run()`` (blocking) and later ``close()``.
 
     See ``HttpsServer`` for the arguments and errors.
     """
     return HttpsServer(
-        app, host=host, port=port, cert_file=cert_file, key_file=key_file, threads=threads
+        app,
+        host=host,
+        port=port,
+        cert_file=cert_file,
+        key_file=key_file,
+        threads=threads,
+        client_ca_file=client_ca_file,
     )
 
 

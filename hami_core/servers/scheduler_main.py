@@ -3,6 +3,7 @@ metrics, HTTP or HTTPS)."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import signal
@@ -17,6 +18,7 @@ from waitress.server import create_server
 
 from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.cluster.lease import LeaderElector
+from hami_core.errors import ConfigError
 from hami_core.model import DevicePolicy, NodePolicy
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
@@ -31,13 +33,18 @@ log = logging.getLogger(__name__)
 
 @attrs.frozen(kw_only=True)
 class SchedulerOptions:
-    bind_address: str = "0.0.0.0"
+    """The flags of ``hami scheduler`` (see its ``--help``)."""
+
+    #: Loopback: the extender authenticates nobody itself (issue #12 item 3).
+    bind_address: str = "127.0.0.1"
+    metrics_bind_address: str = "0.0.0.0"
     port: int = 8888
     metrics_port: int = 9395
     kubeconfig: str | None = None
     config: str | None = None
     tls_cert_file: str | None = None
     tls_private_key_file: str | None = None
+    tls_client_ca_file: str | None = None
     leader_elect: bool = True
     lease_name: str = "hami-scheduler"
     lease_namespace: str = "kube-system"
@@ -63,6 +70,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     Raises:
         HamiError: bad configuration, or the API server cannot be listed at start.
     """
+    check_exposure(opts)
     manager = BackendManager.from_entry_points()
     manager = manager.with_config(load_config(opts.config, backends=manager.infos))
     api = make_api_client(opts.kubeconfig)
@@ -92,7 +100,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         scheduler,
         informers={"nodes": store.nodes, "pods": store.pods, "resourcequotas": store.quotas},
     )
-    start_http_server(opts.metrics_port, addr=opts.bind_address, registry=metrics.registry)
+    start_http_server(opts.metrics_port, addr=opts.metrics_bind_address, registry=metrics.registry)
     app = create_extender_app(
         scheduler,
         is_leader=elector.is_leader if elector else (lambda: True),
@@ -150,6 +158,32 @@ def _handshake_loop(
             log.exception("handshake round failed")
 
 
+def check_exposure(opts: SchedulerOptions) -> None:
+    """Refuse to serve /bind unauthenticated beyond loopback.
+
+    Raises:
+        ConfigError: ``--bind-address`` is not a loopback address and the extender is
+            not served over TLS with client certificates (anyone who reaches the port
+            could bind pending pods of our scheduler to any node).
+    """
+    if opts.tls_client_ca_file and not (opts.tls_cert_file and opts.tls_private_key_file):
+        raise ConfigError("--tls-client-ca-file needs --tls-cert-file and --tls-private-key-file")
+    if _is_loopback(opts.bind_address) or opts.tls_client_ca_file:
+        return
+    raise ConfigError(
+        f"--bind-address {opts.bind_address}: the extender authenticates no client; listen on "
+        "loopback (run it beside kube-scheduler) or serve mutual TLS with --tls-cert-file, "
+        "--tls-private-key-file and --tls-client-ca-file"
+    )
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
 def _server(app: Any, opts: SchedulerOptions) -> Any:
     if opts.tls_cert_file and opts.tls_private_key_file:
         from .https import make_https_server
@@ -161,5 +195,6 @@ def _server(app: Any, opts: SchedulerOptions) -> Any:
             cert_file=opts.tls_cert_file,
             key_file=opts.tls_private_key_file,
             threads=opts.threads,
+            client_ca_file=opts.tls_client_ca_file,
         )
     return create_server(app, host=opts.bind_address, port=opts.port, threads=opts.threads)

@@ -16,6 +16,7 @@ never answers a 500 stack trace.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import threading
 import time
@@ -86,7 +87,7 @@ def create_webhook_app(
 
     @app.post("/webhook")
     def webhook() -> Response:
-        body = request.get_json(force=True, silent=True)
+        body = _json_body(request.get_data(cache=False))
         try:
             review = parse_review(body)
         except MalformedReview as exc:
@@ -106,6 +107,47 @@ def create_webhook_app(
         return jsonify(_answer(admission, review, namespace_labels))
 
     return app
+
+
+#: Deepest JSON nesting read. A Pod is about 10 levels deep; Python's parser would raise
+#: ``RecursionError`` near 1000 levels (a 500 before): deeper bodies are a 400.
+MAX_JSON_DEPTH = 100
+
+
+def _json_body(raw: bytes) -> object:
+    """The decoded body, or None when it is not JSON (``parse_review`` then answers 400).
+
+    Raises:
+        MalformedReview: nested deeper than ``MAX_JSON_DEPTH`` (HTTP 400).
+    """
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise MalformedReview(
+            f"the request body is nested deeper than {MAX_JSON_DEPTH} levels"
+        ) from None
+    except ValueError:
+        return None
+    if _too_deep(body, MAX_JSON_DEPTH):
+        raise MalformedReview(f"the request body is nested deeper than {MAX_JSON_DEPTH} levels")
+    return body
+
+
+def _too_deep(obj: object, limit: int) -> bool:
+    """True when ``obj`` nests lists/objects deeper than ``limit`` (iterative walk)."""
+    stack: list[tuple[object, int]] = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
 
 
 def _answer(

@@ -1,0 +1,203 @@
+"""The HTTPS server against slow and unauthenticated clients (issue #12 items 3 and 10)."""
+
+import json
+import socket
+import ssl
+import threading
+import time
+import urllib.request
+
+import pytest
+from click.testing import CliRunner
+
+from hami_core.cli import cli
+from hami_core.errors import ConfigError
+from hami_core.servers import certs
+from hami_core.servers.https import HttpsServer
+from hami_core.servers.scheduler_main import SchedulerOptions, check_exposure
+from hami_core.servers.webhook import create_webhook_app
+from hami_core.webhook import Admission
+from tests.builders import manager
+from tests.servers.test_webhook import pod_review
+
+OTHER_CLIENT = "127.0.0.2"  # a second source address on loopback: another client
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    ca_pem, ca_key = certs.generate_ca()
+    cert, key = certs.issue_serving_cert(
+        ca_pem, ca_key, dns_names=["hami"], ip_addresses=["127.0.0.1"]
+    )
+    client_cert, client_key = certs.issue_serving_cert(
+        ca_pem, ca_key, dns_names=["kube-scheduler"], client_auth=True
+    )
+    stranger_ca, stranger_key = certs.generate_ca(common_name="stranger")
+    s_cert, s_key = certs.issue_serving_cert(
+        stranger_ca, stranger_key, dns_names=["kube-scheduler"], client_auth=True
+    )
+    files = {
+        "ca": ca_pem,
+        "cert": cert,
+        "key": key,
+        "client.crt": client_cert,
+        "client.key": client_key,
+        "stranger.crt": s_cert,
+        "stranger.key": s_key,
+    }
+    out = {}
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+        out[name] = str(d / name)
+    out["ca_pem"] = ca_pem
+    return out
+
+
+def serve(pki, **kw):
+    server = HttpsServer(
+        create_webhook_app(Admission(manager())),
+        host="127.0.0.1",
+        port=0,
+        cert_file=pki["cert"],
+        key_file=pki["key"],
+        threads=kw.pop("threads", 4),
+        **kw,
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def review_seconds(pki, port, *, cert=None):
+    ctx = ssl.create_default_context(cadata=pki["ca_pem"].decode())
+    if cert:
+        ctx.load_cert_chain(pki[f"{cert}.crt"], pki[f"{cert}.key"])
+    body = pod_review()
+    req = urllib.request.Request(
+        f"https://127.0.0.1:{port}/webhook",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    start = time.monotonic()
+    with urllib.request.urlopen(req, context=ctx, timeout=20) as resp:
+        out = json.loads(resp.read())
+    assert out["response"]["uid"] == body["request"]["uid"]
+    return time.monotonic() - start
+
+
+def slow_client(port, *, send=b"\x16\x03\x01"):
+    """A TCP client from another address that starts a TLS handshake and stalls."""
+    s = socket.socket()
+    s.bind((OTHER_CLIENT, 0))
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    if send:
+        s.sendall(send)
+    return s
+
+
+def test_an_idle_connection_does_not_delay_the_next_review(pki):
+    server, thread = serve(pki)
+    try:
+        idle = [slow_client(server.port, send=b"") for _ in range(3)]
+        assert review_seconds(pki, server.port) < 2.0
+        for s in idle:
+            s.close()
+    finally:
+        server.close()
+        thread.join(10)
+
+
+def test_sixteen_slow_handshakes_neither_stop_reviews_nor_hold_forever(pki):
+    server, thread = serve(pki, threads=4, handshake_timeout_s=1.5)
+    try:
+        slow = [slow_client(server.port) for _ in range(16)]
+        assert review_seconds(pki, server.port) < 3.0
+        start = time.monotonic()
+        for s in slow:
+            assert s.recv(100) == b""  # closed by the server at its deadline (or the cap)
+        assert time.monotonic() - start < 8.0
+    finally:
+        server.close()
+        thread.join(10)
+
+
+def test_one_client_keeps_at_most_its_share_of_workers(pki):
+    # The deadline alone would not rescue this review: 30 s to finish a handshake.
+    server, thread = serve(pki, threads=4, max_per_client=2, handshake_timeout_s=30)
+    try:
+        slow = [slow_client(server.port) for _ in range(8)]
+        time.sleep(0.3)
+        assert review_seconds(pki, server.port) < 3.0
+        for s in slow:
+            s.close()
+    finally:
+        server.close()
+        thread.join(10)
+
+
+def test_mutual_tls_serves_only_clients_with_a_certificate_of_the_ca(pki):
+    server, thread = serve(pki, client_ca_file=pki["ca"])
+    try:
+        assert review_seconds(pki, server.port, cert="client") < 5.0
+        for cert in (None, "stranger"):
+            with pytest.raises((OSError, ssl.SSLError)):
+                review_seconds(pki, server.port, cert=cert)
+    finally:
+        server.close()
+        thread.join(10)
+
+
+def test_deeply_nested_json_is_a_400():
+    client = create_webhook_app(Admission(manager())).test_client()
+    for depth in (150, 1000, 100000):
+        body = b"[" * depth + b"]" * depth
+        resp = client.post("/webhook", data=body, content_type="application/json")
+        assert resp.status_code == 400, depth
+        assert "nested deeper" in resp.get_json()["error"]
+    deep_pod = pod_review()
+    obj = deep_pod["request"]["object"]["metadata"].setdefault("annotations", {})
+    nest: dict = {}
+    cur = nest
+    for _ in range(500):
+        cur["x"] = {}
+        cur = cur["x"]
+    deep_pod["request"]["object"]["spec"]["extra"] = nest
+    resp = client.post("/webhook", data=json.dumps(deep_pod), content_type="application/json")
+    assert resp.status_code == 400 and obj == {}
+
+
+# -- item 3: the extender listens on loopback unless it authenticates clients -----------
+
+
+def test_the_extender_defaults_to_loopback_and_refuses_open_binds_without_mtls():
+    assert SchedulerOptions().bind_address == "127.0.0.1"
+    check_exposure(SchedulerOptions())
+    check_exposure(SchedulerOptions(bind_address="::1"))
+    with pytest.raises(ConfigError, match="authenticates no client"):
+        check_exposure(SchedulerOptions(bind_address="0.0.0.0"))
+    with pytest.raises(ConfigError, match="authenticates no client"):
+        check_exposure(
+            SchedulerOptions(bind_address="0.0.0.0", tls_cert_file="c", tls_private_key_file="k")
+        )
+    check_exposure(
+        SchedulerOptions(
+            bind_address="0.0.0.0",
+            tls_cert_file="c",
+            tls_private_key_file="k",
+            tls_client_ca_file="ca",
+        )
+    )
+    with pytest.raises(ConfigError, match="needs --tls-cert-file"):
+        check_exposure(SchedulerOptions(tls_client_ca_file="ca"))
+
+
+def test_the_scheduler_cli_refuses_an_open_address_before_contacting_anything():
+    result = CliRunner().invoke(cli, ["scheduler", "--bind-address", "0.0.0.0"])
+    assert isinstance(result.exception, ConfigError)  # main() prints it as "error: ..."
+    assert "authenticates no client" in str(result.exception)
+    help_text = CliRunner().invoke(cli, ["scheduler", "--help"], terminal_width=200).output
+    assert "default: 127.0.0.1" in help_text and "--tls-client-ca-file" in help_text
+    assert "--metrics-bind-address" in help_text
