@@ -546,6 +546,93 @@ def monitor(**opts: Any) -> None:
         raise click.ClickException(f"cannot serve the monitor: {exc}") from exc
 
 
+@cli.command()
+@click.argument("nodes", nargs=-1)
+@kubeconfig_option("(nodes and pods, listed once)")
+@config_option("the scheduler name and backend sections")
+@click.option(
+    "--snapshot",
+    "snapshot",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Read nodes and pods from this file instead of the API server: a "
+    "`kubectl get nodes,pods -A -o yaml` snapshot, or a cluster file of hami simulate.",
+)
+@click.option(
+    "--example", is_flag=True, help="Show the bundled example snapshot (examples/snapshot.yaml)."
+)
+@click.option(
+    "--prometheus",
+    default=None,
+    metavar="URL",
+    help="Prometheus that scrapes `hami monitor`: adds memory in use and utilization "
+    "per device (NVML).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "wide", "json"]),
+    default="table",
+    show_default=True,
+    help="wide: every pod of a device; json: machine-readable.",
+)
+@click.option(
+    "--sort-by",
+    type=click.Choice(["node", "memory", "free", "cores", "used", "sharers"]),
+    default="node",
+    show_default=True,
+    help="Order of devices and nodes; all but node largest first.",
+)
+@click.option(
+    "-l",
+    "--selector",
+    default=None,
+    help="Only nodes with these labels, e.g. -l gpu=on,zone=a.",
+)
+@click.option("--vendor", default=None, help="Only devices of this vendor key, e.g. NVIDIA.")
+def top(**opts: Any) -> None:
+    """Show the cluster's accelerators: per node and device the memory and compute
+    allocated of what is schedulable, memory in use and utilization (with
+    --prometheus), sharers, the pods holding each device, health, and what is free.
+
+    NODES limits the view to those nodes. Reads the API server (KUBECONFIG) unless
+    --snapshot or --example is given.
+    """
+    from hami_core import top as view_
+    from hami_core.simulate.runner import bundled_examples, make_manager
+
+    selector: dict[str, str] = {}
+    for part in filter(None, (opts["selector"] or "").split(",")):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{part!r} is not key=value", param_hint="--selector")
+        selector[key.strip()] = value.strip()
+    try:
+        manager = make_manager(opts["config_file"])
+        if opts["example"]:
+            store = view_.cluster_from_file(bundled_examples() / "snapshot.yaml", manager)
+        elif opts["snapshot"]:
+            store = view_.cluster_from_file(opts["snapshot"], manager)
+        else:
+            store = view_.cluster_from_api(opts["kubeconfig"])
+        usage = view_.usage_from_prometheus(opts["prometheus"]) if opts["prometheus"] else None
+        result = view_.build_view(
+            store,
+            manager,
+            usage=usage,
+            nodes=opts["nodes"],
+            selector=selector,
+            vendor=opts["vendor"],
+            sort_by=opts["sort_by"],
+        )
+    except HamiError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if opts["output"] == "json":
+        click.echo(view_.render_json(result), nl=False)
+    else:
+        click.echo(view_.render_table(result, wide=opts["output"] == "wide"), nl=False)
+
+
 @cli.command("device-plugin")
 @click.option(
     "--node-name",

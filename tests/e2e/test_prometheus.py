@@ -494,3 +494,38 @@ def test_every_alert_expression_returns_its_case(scenario: Cluster, prom: Promet
         "alerts pending",
     )
     assert pending
+
+
+def test_hami_top_against_the_real_api_server_and_prometheus(
+    scenario: Cluster, prom: PrometheusServer
+):
+    """``hami top`` lists nodes and pods from the real API server and the monitor's
+    figures from this Prometheus: allocated 3100 MiB, used 3000 MiB, the pod, health."""
+    import subprocess
+
+    cp = scenario.cp
+    base = [HAMI, "top", "--kubeconfig", str(cp.kubeconfig_path), "--prometheus", prom.url]
+    proc = subprocess.run(
+        [*base, "-o", "json", scenario.node, scenario.sick, scenario.stale],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    rows = {d["uuid"]: d for d in data["devices"]}
+    g0 = rows[GPU0]
+    assert g0["node"] == scenario.node and g0["model"] == STUB_TYPE
+    assert (g0["memory_allocated_mib"], g0["memory_total_mib"]) == (3100, GPU_MIB)
+    assert g0["memory_used_mib"] == 3000 and g0["utilization_pct"] == 37
+    assert g0["cores_allocated_pct"] == 30 and g0["sharers"] == 1
+    assert g0["pods"] == [f"{scenario.namespace}/trainer"]
+    assert rows[GPU1]["memory_used_mib"] == 0 and rows[GPU1]["pods"] == []
+    sick = rows[f"GPU-sick-{scenario.sfx}"]
+    assert not sick["healthy"] and sick["memory_free_mib"] == 0
+    nodes = {n["node"]: n for n in data["nodes"]}
+    assert "NVIDIA" in nodes[scenario.stale]["unregistered"]
+    assert data["totals"]["memory_free_mib"] == 2 * GPU_MIB - 3100
+    table = subprocess.run([*base, scenario.node], capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    assert f"3100/{GPU_MIB} MiB (78%)" in table.stdout and "3000" in table.stdout

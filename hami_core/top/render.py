@@ -1,0 +1,103 @@
+"""The table and the JSON of ``hami top``."""
+
+from __future__ import annotations
+
+import json
+
+from .view import TopView
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+def _used(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def render_table(view: TopView, *, wide: bool = False) -> str:
+    """A fixed-width table: one row per device, then one per node, then the totals.
+
+    Columns: memory as ``allocated/total MiB (percent)``, used memory (MiB, ``-`` when no
+    monitor figures were given), compute allocated of total, utilization, sharers of
+    the split count, health, and the pods holding the device (``wide``: all of them;
+    else the first two and a count).
+    """
+    header = [
+        "NODE",
+        "GPU",
+        "TYPE",
+        "HEALTH",
+        "MEMORY ALLOC/TOTAL",
+        "USED",
+        "CORES",
+        "UTIL",
+        "SHARERS",
+        "PODS",
+    ]
+    rows = [header]
+    for d in view.devices:
+        health = "ok" if d.healthy else "UNHEALTHY"
+        if d.cordoned:
+            health += ",cordoned"
+        pods = list(d.pods) if wide or len(d.pods) <= 2 else [*d.pods[:2], f"+{len(d.pods) - 2}"]
+        rows.append(
+            [
+                d.node,
+                str(d.index),
+                d.model or d.vendor,
+                health,
+                f"{d.memory_allocated_mib}/{d.memory_total_mib} MiB ({_pct(d.memory_allocated_mib, d.memory_total_mib)})",
+                _used(d.memory_used_mib),
+                f"{d.cores_allocated_pct}/{d.cores_total_pct}%",
+                "-" if d.utilization_pct is None else f"{d.utilization_pct:.0f}%",
+                f"{d.sharers}/{d.split_count}",
+                ",".join(pods) or "-",
+            ]
+        )
+    lines = _columns(rows)
+    node_rows = [
+        [
+            "NODE",
+            "GPUS",
+            "UNHEALTHY",
+            "MEMORY FREE",
+            "MEMORY ALLOC/TOTAL",
+            "USED",
+            "CORES",
+            "INVENTORY",
+        ]
+    ]
+    for n in view.nodes:
+        inventory = "; ".join(f"{v}: {why}" for v, why in sorted(n.unregistered.items())) or "ok"
+        node_rows.append(
+            [
+                n.node,
+                str(n.devices),
+                str(n.unhealthy),
+                f"{n.memory_free_mib} MiB",
+                f"{n.memory_allocated_mib}/{n.memory_total_mib} MiB ({_pct(n.memory_allocated_mib, n.memory_total_mib)})",
+                _used(n.memory_used_mib),
+                f"{n.cores_allocated_pct}/{n.cores_total_pct}%",
+                inventory,
+            ]
+        )
+    t = view.totals()
+    summary = (
+        f"{t['devices']} devices ({t['unhealthy']} unhealthy): "
+        f"{t['memory_free_mib']} MiB free of {t['memory_total_mib']} MiB, "
+        f"{t['memory_allocated_mib']} MiB allocated ({_pct(t['memory_allocated_mib'], t['memory_total_mib'])}), "
+        f"compute {t['cores_allocated_pct']}/{t['cores_total_pct']}% allocated"
+    )
+    return "\n".join([*lines, "", *_columns(node_rows), "", summary]) + "\n"
+
+
+def render_json(view: TopView) -> str:
+    """``{"devices": [...], "nodes": [...], "totals": {...}}``, keys in snake_case with
+    units in their names (MiB, pct)."""
+    return json.dumps(view.as_json(), indent=2) + "\n"
+
+
+def _columns(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

@@ -1,0 +1,251 @@
+"""Rows of ``hami top``: one per device and one per node, from a cluster store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from hami_core.cluster.base import ClusterStore
+from hami_core.plugin import BackendManager
+from hami_core.scheduling.scheduler import Scheduler
+from hami_core.scheduling.usage import pod_holdings, pod_ref, requested_vendors
+
+SORT_KEYS = ("node", "memory", "free", "cores", "used", "sharers")
+
+
+@attrs.frozen(kw_only=True)
+class DeviceUse:
+    """What a device is doing, from the node monitor (NVML).
+
+    Attributes:
+        memory_used_mib: device memory in use by every process, MiB.
+        utilization_pct: share of time a kernel ran, 0..100.
+    """
+
+    memory_used_mib: float
+    utilization_pct: float
+
+
+@attrs.frozen(kw_only=True)
+class DeviceRow:
+    """One device.
+
+    Attributes:
+        memory_total_mib / memory_allocated_mib: schedulable and allocated memory, MiB.
+        cores_total_pct / cores_allocated_pct: schedulable and allocated compute, percent.
+        sharers / split_count: containers sharing it now / at most.
+        pods: ``namespace/name`` of the pods holding it, sorted.
+        memory_used_mib, utilization_pct: from the monitor, None when not known.
+    """
+
+    node: str
+    index: int
+    uuid: str
+    vendor: str
+    model: str
+    healthy: bool
+    cordoned: bool
+    memory_total_mib: int
+    memory_allocated_mib: int
+    cores_total_pct: int
+    cores_allocated_pct: int
+    sharers: int
+    split_count: int
+    pods: tuple[str, ...]
+    memory_used_mib: float | None = None
+    utilization_pct: float | None = None
+
+    @property
+    def memory_free_mib(self) -> int:
+        """Schedulable memory not allocated, MiB (0 for an unhealthy or cordoned device:
+        nothing new lands there)."""
+        if not self.healthy or self.cordoned:
+            return 0
+        return max(0, self.memory_total_mib - self.memory_allocated_mib)
+
+    def as_json(self) -> dict[str, Any]:
+        out = attrs.asdict(self)
+        out["pods"] = list(self.pods)
+        out["memory_free_mib"] = self.memory_free_mib
+        return out
+
+
+@attrs.frozen(kw_only=True)
+class NodeRow:
+    """One node: its devices summed, and why its inventory is unusable, if it is."""
+
+    node: str
+    devices: int
+    unhealthy: int
+    memory_total_mib: int
+    memory_allocated_mib: int
+    memory_free_mib: int
+    cores_total_pct: int
+    cores_allocated_pct: int
+    memory_used_mib: float | None
+    unregistered: Mapping[str, str]
+
+    def as_json(self) -> dict[str, Any]:
+        out = attrs.asdict(self)
+        out["unregistered"] = dict(self.unregistered)
+        return out
+
+
+@attrs.frozen(kw_only=True)
+class TopView:
+    """Everything ``hami top`` shows, already filtered and sorted."""
+
+    devices: tuple[DeviceRow, ...]
+    nodes: tuple[NodeRow, ...]
+
+    def totals(self) -> dict[str, Any]:
+        """Sums over the shown devices (free counts healthy, uncordoned devices only)."""
+        return {
+            "devices": len(self.devices),
+            "unhealthy": sum(1 for d in self.devices if not d.healthy),
+            "memory_total_mib": sum(d.memory_total_mib for d in self.devices),
+            "memory_allocated_mib": sum(d.memory_allocated_mib for d in self.devices),
+            "memory_free_mib": sum(d.memory_free_mib for d in self.devices),
+            "cores_total_pct": sum(d.cores_total_pct for d in self.devices),
+            "cores_allocated_pct": sum(d.cores_allocated_pct for d in self.devices),
+        }
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "devices": [d.as_json() for d in self.devices],
+            "nodes": [n.as_json() for n in self.nodes],
+            "totals": self.totals(),
+        }
+
+
+def build_view(
+    store: ClusterStore,
+    manager: BackendManager,
+    *,
+    usage: Mapping[str, DeviceUse] | None = None,
+    nodes: Sequence[str] = (),
+    selector: Mapping[str, str] | None = None,
+    vendor: str | None = None,
+    sort_by: str = "node",
+) -> TopView:
+    """The rows for ``store``.
+
+    Args:
+        usage: device UUID -> what the monitor measures (``usage_from_prometheus``).
+        nodes: only these nodes (all when empty).
+        selector: only nodes whose labels equal these (``kubectl top -l`` style).
+        vendor: only devices of this vendor key (e.g. ``NVIDIA``).
+        sort_by: one of ``SORT_KEYS``: node name (then index), allocated memory, free
+            memory, allocated compute, used memory, sharers; all but ``node`` largest
+            first.
+    Raises:
+        ValueError: ``sort_by`` is not one of ``SORT_KEYS``.
+    """
+    if sort_by not in SORT_KEYS:
+        raise ValueError(f"--sort-by must be one of {', '.join(SORT_KEYS)}, not {sort_by!r}")
+    scheduler = Scheduler(store, manager)
+    types = manager.device_types()
+    usage = usage or {}
+    wanted = set(nodes)
+    device_rows: list[DeviceRow] = []
+    node_rows: list[NodeRow] = []
+    for node in sorted(store.list_nodes(), key=lambda n: str(n["metadata"]["name"])):
+        meta = node.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if wanted and name not in wanted:
+            continue
+        labels = meta.get("labels") or {}
+        if selector and any(labels.get(k) != v for k, v in selector.items()):
+            continue
+        info = scheduler.node_info(node)
+        holders: dict[str, list[str]] = {}
+        for pod in store.pods_on_node(name):
+            held = pod_holdings(
+                pod,
+                info,
+                types,
+                scheduler_name=manager.config.scheduler_name,
+                requested_vendors=requested_vendors(pod, manager),
+            )
+            for uuid in {*held.charges, *held.whole}:
+                holders.setdefault(uuid, []).append(pod_ref(pod))
+        rows = []
+        for uuid, u in scheduler.node_usage(info).items():
+            d = u.device
+            if vendor and d.vendor != vendor:
+                continue
+            use = usage.get(uuid)
+            rows.append(
+                DeviceRow(
+                    node=name,
+                    index=d.index,
+                    uuid=uuid,
+                    vendor=d.vendor,
+                    model=d.model,
+                    healthy=d.healthy,
+                    cordoned=u.cordoned,
+                    memory_total_mib=d.memory_mib,
+                    memory_allocated_mib=u.used_memory_mib,
+                    cores_total_pct=d.cores_pct,
+                    cores_allocated_pct=u.used_cores_pct,
+                    sharers=u.used_count,
+                    split_count=d.split_count,
+                    pods=tuple(sorted(holders.get(uuid, []))),
+                    memory_used_mib=use.memory_used_mib if use else None,
+                    utilization_pct=use.utilization_pct if use else None,
+                )
+            )
+        if not rows and not info.unregistered:
+            continue  # a node without accelerators
+        device_rows.extend(rows)
+        node_rows.append(_node_row(name, rows, info.unregistered))
+    return TopView(
+        devices=tuple(_sorted(device_rows, sort_by)),
+        nodes=tuple(_sorted_nodes(node_rows, sort_by)),
+    )
+
+
+def _node_row(name: str, rows: Iterable[DeviceRow], unregistered: Mapping[str, str]) -> NodeRow:
+    rows = list(rows)
+    used = [r.memory_used_mib for r in rows if r.memory_used_mib is not None]
+    return NodeRow(
+        node=name,
+        devices=len(rows),
+        unhealthy=sum(1 for r in rows if not r.healthy),
+        memory_total_mib=sum(r.memory_total_mib for r in rows),
+        memory_allocated_mib=sum(r.memory_allocated_mib for r in rows),
+        memory_free_mib=sum(r.memory_free_mib for r in rows),
+        cores_total_pct=sum(r.cores_total_pct for r in rows),
+        cores_allocated_pct=sum(r.cores_allocated_pct for r in rows),
+        memory_used_mib=sum(used) if used else None,
+        unregistered=dict(unregistered),
+    )
+
+
+def _sorted(rows: list[DeviceRow], key: str) -> list[DeviceRow]:
+    by_name = sorted(rows, key=lambda r: (r.node, r.index, r.uuid))
+    if key == "node":
+        return by_name
+    value = {
+        "memory": lambda r: r.memory_allocated_mib,
+        "free": lambda r: r.memory_free_mib,
+        "cores": lambda r: r.cores_allocated_pct,
+        "used": lambda r: r.memory_used_mib or 0.0,
+        "sharers": lambda r: r.sharers,
+    }[key]
+    return sorted(by_name, key=value, reverse=True)  # stable: ties stay in name order
+
+
+def _sorted_nodes(rows: list[NodeRow], key: str) -> list[NodeRow]:
+    by_name = sorted(rows, key=lambda r: r.node)
+    value = {
+        "node": None,
+        "memory": lambda r: r.memory_allocated_mib,
+        "free": lambda r: r.memory_free_mib,
+        "cores": lambda r: r.cores_allocated_pct,
+        "used": lambda r: r.memory_used_mib or 0.0,
+        "sharers": lambda r: r.devices,
+    }[key]
+    return by_name if value is None else sorted(by_name, key=value, reverse=True)
