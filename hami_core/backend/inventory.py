@@ -36,6 +36,7 @@ def inventory_device(
     model: str = "",
     index: int = 0,
     numa: int = 0,
+    mode: str = "hami-core",
     healthy: bool = True,
     node_local: Mapping[str, str] | None = None,
 ) -> DeviceInfo:
@@ -51,6 +52,7 @@ def inventory_device(
         memory_mib=scaled(memory_mib, config.memory_scaling),
         cores_pct=scaled(cores_pct, config.core_scaling),
         numa=numa,
+        mode=mode,
         healthy=healthy,
         node_local=dict(node_local or {}),
     )

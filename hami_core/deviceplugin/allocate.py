@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami_core.cluster.base import ClusterStore
 from hami_core.errors import AnnotationError
-from hami_core.model import ContainerAllocation
+from hami_core.model import ContainerAllocation, DeviceInfo
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
@@ -16,10 +16,18 @@ from hami_core.scheduling.podspec import containers
 
 
 def container_allocations(
-    pod: Mapping[str, Any], manager: BackendManager, vendor: str
+    pod: Mapping[str, Any],
+    manager: BackendManager,
+    vendor: str,
+    *,
+    node_devices: Sequence[DeviceInfo] = (),
 ) -> list[tuple[str, ContainerAllocation]]:
     """``(container name, allocation)`` for every container of ``pod``, in wire order
     (init containers first), from its ``<vendor>`` ``*-devices-to-allocate`` annotation.
+
+    Args:
+        node_devices: the node's devices as ``hami_allocate`` receives them (the device
+            plugin: discovered; ``hami simulate``: the inventory, without node-local facts).
 
     Raises:
         AnnotationError: the annotation is missing, malformed, or has another number of
@@ -36,7 +44,10 @@ def container_allocations(
             f"{dtype.to_allocate_annotation} has {len(per_container)} entries for {len(specs)} containers"
         )
     return [
-        (str(spec.get("name", "")), manager.allocate(vendor, pod, spec, devices))
+        (
+            str(spec.get("name", "")),
+            manager.allocate(vendor, pod, spec, devices, node_devices=node_devices),
+        )
         for (spec, _, _), devices in zip(specs, per_container, strict=True)
     ]
 

@@ -170,9 +170,13 @@ class Pipeline:
         answers: dict[str, ContainerAllocation] = {}
         if allocation is not None:
             bound = self.cluster.get_pod(namespace, name)
+            inventory = self.scheduler.node_info(self.cluster.get_node(node)).devices
             try:
                 for vendor in allocation.devices:
-                    for cname, alloc in container_allocations(bound, self.manager, vendor):
+                    on_node = tuple(d for d in inventory if d.vendor == vendor)
+                    for cname, alloc in container_allocations(
+                        bound, self.manager, vendor, node_devices=on_node
+                    ):
                         envs.setdefault(cname, {}).update(_env(alloc))
                         answers[cname] = _merge(answers.get(cname), alloc)
             except HamiError as exc:

@@ -17,11 +17,12 @@ from hami_core.backend import (
     MutateResult,
     VendorConfig,
     parse_quantity_int,
+    resource_value,
     set_resources,
 )
 
 from .models import MODE_HAMI_CORE, settings
-from .requests import resolve, resource_value
+from .requests import resolve
 
 #: HAMi's ``postStart`` command for soft slicing (``MutateAdmission``, vnpu-mode hami-core).
 LIMITER_COMMAND: Final = (

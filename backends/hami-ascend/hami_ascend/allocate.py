@@ -26,19 +26,20 @@ accepts: a missing id never silently becomes another chip.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from hami_core.backend import (
     ContainerAllocation,
     ContainerDevices,
+    DeviceInfo,
     InvalidInputError,
     Mount,
     VendorConfig,
 )
 
 from . import discover
-from .models import MODE_HAMI_CORE, AscendSettings, settings
+from .models import MODE_HAMI_CORE, settings
 from .requests import pod_mode
 
 #: Host files of the Ascend driver that soft slicing mounts read-only (HAMi allocate.go).
@@ -53,34 +54,28 @@ SHARED_REGION: Final = "/hami-shared-region"
 LOCAL_SHM: Final = "/hami-vnpu-shmem"
 
 
-def physical_ids(
-    devices: ContainerDevices, cfg: AscendSettings, table: discover.ChipTable
-) -> list[str]:
-    """The chips' physical ids as strings, in the container's device order.
+def physical_ids(devices: ContainerDevices, node_devices: Sequence[DeviceInfo]) -> list[str]:
+    """The chips' physical ids as strings, in the container's device order, from the
+    ``node_local`` facts discovery put on this node's devices.
+
+    Where the node's devices carry no discovery facts (``hami simulate`` reads the
+    inventory) the UUIDs stand in, which no real runtime accepts: a missing id never
+    silently becomes another chip.
 
     Raises:
-        InvalidInputError: a chip is unknown after a re-discovery on a node where
-            ``npu-smi`` works (the allocation names a chip this node does not have).
+        InvalidInputError: a chip is not among the node's discovered devices (the
+            allocation names a chip this node does not have).
     """
-    missing = [d.uuid for d in devices if table.get(d.uuid) is None]
-    tool_works = True
-    if missing:
-        found = discover.discover(cfg, discover.RUNNER[0])
-        if found is None:
-            tool_works = False
-        else:
-            table.replace(found.chips)
+    if not node_devices:
+        return [d.uuid for d in devices]
+    local = {d.uuid: d.node_local for d in node_devices}
     out = []
     for d in devices:
-        chip = table.get(d.uuid)
-        if chip is not None:
-            out.append(str(chip.phy_id))
-        elif tool_works:
+        if d.uuid not in local:
             raise InvalidInputError(
                 f"{d.vendor} chip {d.uuid} is not on this node (npu-smi does not list it)"
             )
-        else:
-            out.append(d.uuid)
+        out.append(local[d.uuid].get(discover.PHY_ID, d.uuid))
     return out
 
 
@@ -89,8 +84,7 @@ def allocate(
     container: Mapping[str, Any],
     devices: ContainerDevices,
     config: VendorConfig,
-    *,
-    table: discover.ChipTable | None = None,
+    node_devices: Sequence[DeviceInfo] = (),
 ) -> ContainerAllocation:
     """Env and mounts for one container given its slices (empty: no chips).
 
@@ -101,7 +95,7 @@ def allocate(
     if not devices:
         return ContainerAllocation(envs={"ASCEND_VISIBLE_DEVICES": "void"})
     cfg = settings(config)
-    ids = physical_ids(devices, cfg, discover.CHIPS if table is None else table)
+    ids = physical_ids(devices, node_devices)
     envs: dict[str, str] = {"ASCEND_VISIBLE_DEVICES": ",".join(ids)}
     first = devices[0]
     model = cfg.model(first.vendor)

@@ -1,6 +1,6 @@
 """Finding this node's Ascend chips with ``npu-smi`` (``hami_discover``).
 
-Hardware access sits behind ``CommandRunner`` (``argv -> stdout or None``); tests use a
+Hardware access sits behind the kit's ``ToolRunner`` (``argv -> stdout or None``); tests use a
 fake that answers from recorded samples. Discovery runs ``npu-smi info -m`` (chips and
 logic ids), ``npu-smi info`` (name, health, PCIe address) and, per chip, ``npu-smi info -t
 board -i <npu> -c <chip>`` (the VDie ID, HAMi's chip UUID). The inventory it returns is
@@ -11,7 +11,8 @@ mode), indexes from 0 in logic-id order. ``devcore`` is 100 x ``deviceCoreScalin
 (percent; HAMi writes the AI Core count in template mode, which fit also understands).
 
 The chips' physical ids, which Ascend Docker Runtime takes in ``ASCEND_VISIBLE_DEVICES``,
-are kept in a node-local table (``CHIPS``) for ``hami_allocate``: the Phy-ID column of
+ride on each device's ``node_local`` (never in the inventory) for ``hami_allocate``, which
+receives the node's discovered devices: the Phy-ID column of
 ``npu-smi info -m`` / ``npu-smi info`` when printed (Atlas A3), else the logic id (equal to
 the physical id on the single-chip cards of Atlas A2 and 300I servers).
 """
@@ -19,13 +20,15 @@ the physical id on the single-chip cards of Atlas A2 and 300I servers).
 from __future__ import annotations
 
 import logging
-import subprocess
-from collections.abc import Mapping, Sequence
-from typing import Protocol
 
-import attrs
-
-from hami_core.backend import DeviceInfo
+from hami_core.backend import (
+    DEFAULT_TOOL_TIMEOUT_S,
+    WHOLE_CORES_PCT,
+    DeviceInfo,
+    SubprocessRunner,
+    ToolRunner,
+    scaled,
+)
 
 from .models import MODE_HAMI_CORE, AscendSettings, ModelSpec
 from .npusmi import InfoRow, parse_board, parse_info, parse_mapping, vdie_uuid
@@ -33,95 +36,28 @@ from .npusmi import InfoRow, parse_board, parse_info, parse_mapping, vdie_uuid
 log = logging.getLogger(__name__)
 
 
-class CommandRunner(Protocol):
-    """Runs a management tool: ``argv`` -> its standard output, or None when the tool is
-    missing or fails."""
-
-    def __call__(self, argv: Sequence[str]) -> str | None: ...
-
-
-@attrs.frozen
-class SubprocessRunner:
-    """The real runner: ``subprocess.run`` with a timeout (seconds)."""
-
-    timeout_s: float = 15.0
-
-    def __call__(self, argv: Sequence[str]) -> str | None:
-        try:
-            proc = subprocess.run(
-                list(argv), capture_output=True, text=True, timeout=self.timeout_s, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            log.debug("%s: %s", argv[0], exc)
-            return None
-        if proc.returncode != 0:
-            log.warning("%s exited %d: %s", " ".join(argv), proc.returncode, proc.stderr.strip())
-            return None
-        return proc.stdout
+#: ``node_local`` keys a discovered chip carries (never in the inventory).
+PHY_ID = "phyId"
+NPU_ID = "npuId"
+CHIP_ID = "chipId"
 
 
-@attrs.frozen(kw_only=True)
-class Chip:
-    """What allocation needs to know of one local chip.
-
-    Attributes:
-        uuid: the chip UUID (VDie ID).
-        vendor: the model's vendor key.
-        phy_id: the physical id (``/dev/davinci<phy_id>``, ``ASCEND_VISIBLE_DEVICES``).
-        logic_id: the logic id.
-        npu_id, chip_id: card and chip in card (``npu-smi -i`` / ``-c``).
-        bus_id: PCIe address.
-    """
-
-    uuid: str
-    vendor: str
-    phy_id: int
-    logic_id: int
-    npu_id: int
-    chip_id: int
-    bus_id: str
-
-
-@attrs.frozen(kw_only=True)
-class Discovery:
-    """The result of one discovery: the inventory and the local chip table."""
-
-    devices: tuple[DeviceInfo, ...]
-    chips: Mapping[str, Chip]
-
-
-class ChipTable:
-    """Node-local uuid -> ``Chip``, refreshed by every discovery (thread-safe enough:
-    one assignment of a new dict)."""
-
-    def __init__(self) -> None:
-        self._chips: dict[str, Chip] = {}
-
-    def replace(self, chips: Mapping[str, Chip]) -> None:
-        self._chips = dict(chips)
-
-    def get(self, uuid: str) -> Chip | None:
-        return self._chips.get(uuid)
-
-    def __len__(self) -> int:
-        return len(self._chips)
-
-
-#: The table ``hami_discover`` fills and ``hami_allocate`` reads.
-CHIPS = ChipTable()
-#: The runner the hooks use (tests replace it).
-RUNNER: list[CommandRunner] = [SubprocessRunner()]
+def runner_for(cfg: AscendSettings) -> ToolRunner:
+    """The real ``npu-smi`` runner of the hooks (tests replace this function)."""
+    return SubprocessRunner(timeout_s=DEFAULT_TOOL_TIMEOUT_S)
 
 
 def _model_of(name: str, cfg: AscendSettings) -> ModelSpec | None:
     return next((m for m in cfg.models.values() if m.chip_matches(name)), None)
 
 
-def discover(cfg: AscendSettings, runner: CommandRunner) -> Discovery | None:
+def discover(cfg: AscendSettings, runner: ToolRunner) -> list[DeviceInfo] | None:
     """Discover the node's chips.
 
-    Returns: the chips of known models in logic-id order (``[]`` when there are none);
-        None when ``npu-smi`` is missing or fails (no driver on this node).
+    Returns: the chips of known models in logic-id order (``[]`` when there are none),
+        each with its physical id, card and chip in ``node_local`` (``PHY_ID``,
+        ``NPU_ID``, ``CHIP_ID``); None when ``npu-smi`` is missing or fails (no driver
+        on this node).
     """
     mapping_text = runner([cfg.npu_smi, "info", "-m"])
     info_text = runner([cfg.npu_smi, "info"])
@@ -136,7 +72,6 @@ def discover(cfg: AscendSettings, runner: CommandRunner) -> Discovery | None:
     common = cfg.common
     per_vendor: dict[str, int] = {}
     devices: list[DeviceInfo] = []
-    chips: dict[str, Chip] = {}
     for row in sorted(mapping, key=lambda r: r.logic_id):
         info: InfoRow | None = table.get((row.npu_id, row.chip_id))
         model = _model_of(info.name if info else row.chip_name, cfg) or _model_of(
@@ -161,7 +96,7 @@ def discover(cfg: AscendSettings, runner: CommandRunner) -> Discovery | None:
         if cfg.mode == MODE_HAMI_CORE:
             split, memory = (
                 common.split_count,
-                int(model.memory_allocatable_mib * common.memory_scaling),
+                scaled(model.memory_allocatable_mib, common.memory_scaling),
             )
         else:
             split, memory = model.template_split_count, model.memory_allocatable_mib
@@ -173,27 +108,14 @@ def discover(cfg: AscendSettings, runner: CommandRunner) -> Discovery | None:
                 index=index,
                 split_count=split,
                 memory_mib=memory,
-                cores_pct=round(100 * common.core_scaling),
+                cores_pct=scaled(WHOLE_CORES_PCT, common.core_scaling),
                 numa=0,
                 healthy=(info.health.upper() == "OK") if info else False,
+                node_local={
+                    PHY_ID: str(phy if phy is not None else row.logic_id),
+                    NPU_ID: str(row.npu_id),
+                    CHIP_ID: str(row.chip_id),
+                },
             )
         )
-        chips[uuid] = Chip(
-            uuid=uuid,
-            vendor=model.vendor,
-            phy_id=phy if phy is not None else row.logic_id,
-            logic_id=row.logic_id,
-            npu_id=row.npu_id,
-            chip_id=row.chip_id,
-            bus_id=bus,
-        )
-    return Discovery(devices=tuple(devices), chips=chips)
-
-
-def discover_and_remember(cfg: AscendSettings) -> list[DeviceInfo] | None:
-    """``hami_discover``: discover with the hooks' runner and refresh ``CHIPS``."""
-    found = discover(cfg, RUNNER[0])
-    if found is None:
-        return None
-    CHIPS.replace(found.chips)
-    return list(found.devices)
+    return devices

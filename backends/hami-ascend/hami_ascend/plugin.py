@@ -23,7 +23,7 @@ from hami_core.backend import (
 
 from . import BACKEND_NAME, admission, allocate, discover, fit, requests, runtime_info
 from .models import OPTION_DEFAULTS, AscendSettings, parse_settings, settings
-from .names import DEVICE_TYPES, VENDORS
+from .names import DEVICE_TYPES
 
 
 @hookimpl
@@ -43,7 +43,8 @@ def hami_check_config(config: VendorConfig) -> AscendSettings:
 
 @hookimpl
 def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
-    return discover.discover_and_remember(settings(config))
+    cfg = settings(config)
+    return discover.discover(cfg, discover.runner_for(cfg))
 
 
 @hookimpl
@@ -69,11 +70,7 @@ def hami_fit(
     policy: DevicePolicy,
     config: VendorConfig,
 ) -> FitResult | None:
-    if request.vendor not in VENDORS:
-        return None
-    model = settings(config).model(request.vendor)
-    if model is None:
-        return None
+    model = settings(config).models[request.vendor]
     return fit.fit(request, node, usage, pod, policy, model)
 
 
@@ -83,10 +80,9 @@ def hami_allocate(
     container: Mapping[str, Any],
     devices: ContainerDevices,
     config: VendorConfig,
+    node_devices: Sequence[DeviceInfo],
 ) -> ContainerAllocation | None:
-    if any(d.vendor not in VENDORS for d in devices):
-        return None
-    return allocate.allocate(pod, container, devices, config)
+    return allocate.allocate(pod, container, devices, config, node_devices)
 
 
 @hookimpl
@@ -96,9 +92,7 @@ def hami_bind_annotations(
     """``huawei.com/<model>``: the chips and their templates (or memory and cores in
     soft-slicing mode) that HAMi's Ascend device plugin reads in ``Allocate``."""
     cfg = settings(config)
-    model = cfg.models.get(vendor)
-    if model is None:
-        return None
+    model = cfg.models[vendor]
     mode = requests.pod_mode(pod, cfg)
     return {
         runtime_info.annotation_key(model): runtime_info.runtime_info(

@@ -34,7 +34,7 @@ from hami_core.backend import (
     InvalidInputError,
     VendorConfig,
     annotations_of,
-    parse_quantity_int,
+    read_quantity,
 )
 
 from .models import MODE_HAMI_CORE, MODES, AscendSettings, ModelSpec, Template, settings
@@ -98,16 +98,6 @@ class AscendRequest:
         )
 
 
-def resource_value(container: Mapping[str, Any], name: str) -> object | None:
-    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
-    res = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        values = res.get(section) or {}
-        if name in values:
-            return values[name]  # type: ignore[no-any-return]
-    return None
-
-
 def read_raw(container: Mapping[str, Any], model: ModelSpec) -> RawRequest | None:
     """The quantities a container states for ``model``, or None when it names none.
 
@@ -116,22 +106,10 @@ def read_raw(container: Mapping[str, Any], model: ModelSpec) -> RawRequest | Non
             (memory ``16Gi`` as MiB) or a core percentage above 100; the message names
             the container, the resource and the value.
     """
-    cname = container.get("name", "?")
 
-    def get(name: str, *, maximum: int | None = None) -> int | None:
-        raw = resource_value(container, name)
-        if raw is None:
-            return None
-        try:
-            if maximum is None:
-                return parse_quantity_int(raw, resource=name)
-            return parse_quantity_int(raw, resource=name, maximum=maximum)
-        except InvalidInputError as exc:
-            raise InvalidInputError(f"container {cname!r}: {exc}") from None
-
-    count = get(model.resource_count)
-    memory = get(model.resource_memory)
-    cores = get(model.resource_cores, maximum=100)
+    count = read_quantity(container, model.resource_count)
+    memory = read_quantity(container, model.resource_memory)
+    cores = read_quantity(container, model.resource_cores, maximum=100)
     if count is None and memory is None and cores is None:
         return None
     return RawRequest(model=model, count=count, memory_mib=memory, cores_pct=cores)

@@ -5,11 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import InvalidInputError, MutateResult, VendorConfig, set_resources
+from hami_core.backend import (
+    InvalidInputError,
+    MutateResult,
+    VendorConfig,
+    resource_names,
+    resource_value,
+    set_resources,
+)
 
 from . import options
-from .names import MEMORY_UNIT_MIB, resources
-from .requests import parse_request, read_raw, resource_value
+from .names import DEFAULT_RESOURCES, MEMORY_UNIT_MIB
+from .requests import parse_request, read_raw
 
 
 def mutate_container(
@@ -31,7 +38,7 @@ def mutate_container(
         req = parse_request(container, config)
         if req is None:
             return None
-        names = resources(config)
+        names = resource_names(DEFAULT_RESOURCES, config)
         raw = read_raw(container, names, config)
     except InvalidInputError as exc:
         return MutateResult(denial=str(exc))

@@ -44,7 +44,7 @@ def allocate(
     Args:
         devices: the container's slices (empty: it has no MLU; nothing is added, since the
             Cambricon runtime documents no "none" value).
-        indices: device UUID -> card index on this node (from ``cnmon info``).
+        indices: device UUID -> card index, from the node's devices ``hami_allocate`` receives.
 
     Returns:
         ``CAMBRICON_VISIBLE_DEVICES`` = the card indices in slice order. A UUID whose

@@ -12,7 +12,7 @@ Device ids carry the ``MLU-`` prefix Cambricon's device plugin gives them
 (``cardUUID = "MLU-" + ...`` in cambricon-k8s-device-plugin ``pkg/cndev``), which is also
 the form of HAMi's documented ``hami.io/node-mlu-register`` example.
 
-Hardware access sits behind ``Runner`` (argv -> stdout, or None when the tool is
+Hardware access sits behind the kit's ``ToolRunner`` (argv -> stdout, or None when the tool is
 missing); tests pass a fake or a ``cat`` of a recorded sample.
 """
 
@@ -20,19 +20,22 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
-import subprocess
-import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 
 import attrs
 
-from hami_core.backend import DeviceInfo, InvalidInputError, VendorConfig
+from hami_core.backend import (
+    DeviceInfo,
+    InvalidInputError,
+    SubprocessRunner,
+    ToolRunner,
+    VendorConfig,
+    inventory_device,
+)
 
 from . import VENDOR, options
 
 #: argv -> the tool's stdout, or None when the tool is absent or fails.
-Runner = Callable[[Sequence[str]], str | None]
 
 _CARD = re.compile(r"^\s*Card\s*:?\s*(\d+)\s*$", re.IGNORECASE)
 _FIELD = re.compile(r"^(\s*)([^:]+?)\s*:\s*(.*?)\s*$")
@@ -55,19 +58,6 @@ class CnmonCard:
     model: str
     uuid: str
     memory_mib: int
-
-
-def run_tool(argv: Sequence[str], *, timeout_s: float = 30.0) -> str | None:
-    """Run a management tool; its stdout, or None when it is missing or fails."""
-    if not argv or shutil.which(argv[0]) is None:
-        return None
-    try:
-        proc = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
 
 
 def _normalise_uuid(value: str, *, card: int) -> str:
@@ -144,15 +134,13 @@ def to_devices(cards: Iterable[CnmonCard], config: VendorConfig) -> list[DeviceI
     health checks mark them otherwise.
     """
     return [
-        DeviceInfo(
+        inventory_device(
+            config,
             uuid=c.uuid,
             vendor=VENDOR,
             model=c.model,
             index=c.index,
-            split_count=config.split_count,
-            memory_mib=int(c.memory_mib * config.memory_scaling),
-            cores_pct=int(100 * config.core_scaling),
-            numa=0,
+            memory_mib=c.memory_mib,
             healthy=True,
         )
         for c in sorted(cards, key=lambda c: c.index)
@@ -163,13 +151,13 @@ def _argv(config: VendorConfig) -> list[str]:
     return shlex.split(str(config.options[options.CNMON_COMMAND]))
 
 
-def default_runner(config: VendorConfig) -> Runner:
-    """``run_tool`` with the configured timeout."""
+def default_runner(config: VendorConfig) -> ToolRunner:
+    """The real runner of the hooks: the kit's, with the configured timeout."""
     timeout_s = float(config.options[options.CNMON_TIMEOUT_S])
-    return lambda argv: run_tool(argv, timeout_s=timeout_s)
+    return SubprocessRunner(timeout_s=timeout_s)
 
 
-def discover(config: VendorConfig, runner: Runner | None = None) -> list[DeviceInfo] | None:
+def discover(config: VendorConfig, runner: ToolRunner | None = None) -> list[DeviceInfo] | None:
     """The node's MLUs, or None when ``cnmon`` is not available (no Cambricon driver).
 
     Raises:
@@ -179,36 +167,3 @@ def discover(config: VendorConfig, runner: Runner | None = None) -> list[DeviceI
     if text is None:
         return None
     return to_devices(parse_cnmon_info(text), config)
-
-
-_cache_lock = threading.Lock()
-_index_cache: dict[tuple[str, ...], dict[str, int]] = {}
-
-
-def index_map(
-    config: VendorConfig, uuids: Iterable[str], runner: Runner | None = None
-) -> dict[str, int]:
-    """UUID -> card index for the given UUIDs, from a cached ``cnmon info``; the tool is
-    run again when a UUID is not in the cache (a card replaced, a driver reload).
-
-    Returns: only the UUIDs that could be resolved (empty when ``cnmon`` is missing).
-    """
-    argv = tuple(_argv(config))
-    wanted = set(uuids)
-    with _cache_lock:
-        cached = _index_cache.get(argv, {})
-        if not wanted <= cached.keys():
-            text = (runner or default_runner(config))(list(argv))
-            if text is not None:
-                try:
-                    cached = {c.uuid: c.index for c in parse_cnmon_info(text)}
-                except InvalidInputError:
-                    cached = {}
-                _index_cache[argv] = cached
-        return {u: cached[u] for u in wanted if u in cached}
-
-
-def clear_cache() -> None:
-    """Forget cached ``cnmon info`` results (tests)."""
-    with _cache_lock:
-        _index_cache.clear()

@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import DeviceTypeInfo, DeviceUsage, FitRules, ResourceNames, VendorConfig
+from hami_core.backend import DeviceTypeInfo, DeviceUsage, FitRules, ResourceNames
 
 from . import VENDOR
 
@@ -69,16 +69,6 @@ VENDOR_TOKENS = frozenset({"cambricon", "mlu"})
 
 #: The model part of the generic names (``cambricon.com/mlu.smlu.vmemory``): no model.
 GENERIC_MODEL = "mlu"
-
-
-def resources(config: VendorConfig) -> ResourceNames:
-    """The resource names in force: the defaults with the config's overrides."""
-    return ResourceNames(
-        count=config.resource_count_name or DEFAULT_RESOURCES.count,
-        memory=config.resource_memory_name or DEFAULT_RESOURCES.memory,
-        cores=config.resource_cores_name or DEFAULT_RESOURCES.cores,
-        memory_unit_mib=MEMORY_UNIT_MIB,
-    )
 
 
 def qualified_name_pattern(names: ResourceNames) -> re.Pattern[str]:

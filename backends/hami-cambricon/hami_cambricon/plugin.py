@@ -20,7 +20,7 @@ from hami_core.backend import (
     hookimpl,
 )
 
-from . import VENDOR, admission, allocate, discover, fit, requests
+from . import admission, allocate, discover, fit, requests
 from .names import DEVICE_TYPE
 from .options import OPTION_DEFAULTS
 
@@ -61,8 +61,6 @@ def hami_fit(
     policy: DevicePolicy,
     config: VendorConfig,
 ) -> FitResult | None:
-    if request.vendor != VENDOR:
-        return None
     return fit.fit(request, node, usage, pod, policy, config)
 
 
@@ -72,8 +70,7 @@ def hami_allocate(
     container: Mapping[str, Any],
     devices: ContainerDevices,
     config: VendorConfig,
+    node_devices: Sequence[DeviceInfo],
 ) -> ContainerAllocation | None:
-    if any(d.vendor != VENDOR for d in devices):
-        return None
-    indices = discover.index_map(config, (d.uuid for d in devices)) if devices else {}
+    indices = {d.uuid: d.index for d in node_devices}
     return allocate.allocate(pod, container, devices, config, indices=indices)

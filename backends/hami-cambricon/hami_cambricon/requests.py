@@ -30,16 +30,17 @@ from hami_core.backend import (
     InvalidInputError,
     ResourceNames,
     VendorConfig,
-    parse_quantity_int,
+    read_quantity,
+    resource_names,
 )
 
 from . import VENDOR, options
 from .names import (
+    DEFAULT_RESOURCES,
     GENERIC_MODEL,
     MEMORY_UNIT_MIB,
     qualified_name,
     qualified_name_pattern,
-    resources,
 )
 
 #: Largest memory quantity accepted, in units: the MiB value must fit HAMi's int32.
@@ -69,16 +70,6 @@ class RawRequest:
     @property
     def empty(self) -> bool:
         return self.count is None and self.memory_units is None and self.cores_pct is None
-
-
-def resource_value(container: Mapping[str, Any], name: str) -> object | None:
-    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
-    res = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        values = res.get(section) or {}
-        if name in values:
-            return values[name]  # type: ignore[no-any-return]
-    return None
 
 
 def _stated_names(container: Mapping[str, Any]) -> set[str]:
@@ -155,22 +146,12 @@ def read_raw(
             unit count), cores above 100, or the model-qualified names conflict; the
             message names the container, the resource and the value.
     """
-    cname = container.get("name", "?")
     model, memory_name, cores_name = container_model(container, names, config)
 
-    def get(name: str, *, maximum: int = INT32_MAX) -> int | None:
-        raw = resource_value(container, name)
-        if raw is None:
-            return None
-        try:
-            return parse_quantity_int(raw, resource=name, maximum=maximum)
-        except InvalidInputError as exc:
-            raise InvalidInputError(f"container {cname!r}: {exc}") from None
-
     return RawRequest(
-        count=get(names.count),
-        memory_units=get(memory_name, maximum=MAX_MEMORY_UNITS),
-        cores_pct=get(cores_name, maximum=100),
+        count=read_quantity(container, names.count),
+        memory_units=read_quantity(container, memory_name, maximum=MAX_MEMORY_UNITS),
+        cores_pct=read_quantity(container, cores_name, maximum=100),
         model=model,
         memory_name=memory_name,
         cores_name=cores_name,
@@ -198,7 +179,7 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
         InvalidInputError: malformed quantities (see ``read_raw``), a count of 0 with
             memory or cores, or a slice (memory or cores stated) over more than one MLU.
     """
-    names = resources(config)
+    names = resource_names(DEFAULT_RESOURCES, config)
     raw = read_raw(container, names, config)
     if raw.empty:
         return None
@@ -245,7 +226,7 @@ def pod_models(pod: Mapping[str, Any], config: VendorConfig) -> frozenset[str]:
     place either container on either model. Containers whose names conflict are skipped
     here (admission denies them).
     """
-    names = resources(config)
+    names = resource_names(DEFAULT_RESOURCES, config)
     spec = pod.get("spec") or {}
     models: set[str] = set()
     for key in ("initContainers", "containers"):

@@ -11,10 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import InvalidInputError, MutateResult, VendorConfig, set_resources
+from hami_core.backend import (
+    InvalidInputError,
+    MutateResult,
+    VendorConfig,
+    resource_names,
+    resource_value,
+    set_resources,
+)
 
-from .names import resources
-from .requests import parse_request, resource_value
+from .names import DEFAULT_RESOURCES
+from .requests import parse_request
 
 
 def mutate_container(
@@ -31,7 +38,7 @@ def mutate_container(
         return MutateResult(denial=str(exc))
     if req is None:
         return None
-    names = resources(config)
+    names = resource_names(DEFAULT_RESOURCES, config)
     values: dict[str, object] = {names.count: str(req.count), names.cores: str(req.cores_pct)}
     factor = max(1, int(config.options["memoryFactor"]))
     if req.memory_mib and req.memory_mib % factor == 0:

@@ -18,53 +18,52 @@ dcu-vgpu-device-plugin (``internal/pkg/dcu/server.go`` ``Allocate``) give:
   limits of a virtual DCU live in ``vdev<N>.conf``.
 
 A container gets a virtual DCU when it holds one DCU and less than all its memory or
-compute. DCUs come from the node-local table ``discover.DCUS`` (filled by
-``hami_discover``); an unknown DCU triggers one re-discovery, and is refused where
-``hy-smi`` works. Where ``hy-smi`` is absent (simulation, tests) no device node is added
-for it: a DCU that cannot be found is never replaced by another.
+compute. A DCU's bus, DRM nodes and compute units come from the ``node_local`` facts
+``hami_discover`` put on the node's devices (``node_devices``); one the node does not have
+is refused. Where the node's devices are unknown (``hami simulate``) no device node is
+added: a DCU that cannot be found is never replaced by another.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from hami_core.backend import (
     ContainerAllocation,
     ContainerDevices,
+    DeviceInfo,
     DeviceNode,
     InvalidInputError,
     Mount,
     VendorConfig,
 )
 
-from . import discover
+from .discover import Dcu
 from .vdev import VdevAllocator
 
 VDEV_CONTAINER_DIR: Final = "/etc/vdev/docker"
 DTK_CONTAINER_DIR: Final = "/opt/hygondriver"
 
 
-def resolve(
-    devices: ContainerDevices, config: VendorConfig, table: discover.DcuTable
-) -> list[discover.Dcu | None]:
-    """The container's DCUs from the local table (None: unknown, ``hy-smi`` absent).
+def resolve(devices: ContainerDevices, node_devices: Sequence[DeviceInfo]) -> list[Dcu | None]:
+    """The container's DCUs as discovery described them (None where the node's devices
+    carry no discovery facts, as in ``hami simulate``, which reads the inventory).
 
     Raises:
-        InvalidInputError: a DCU is unknown after a re-discovery on a node where
-            ``hy-smi`` works.
+        InvalidInputError: a DCU is not among the node's discovered devices.
     """
-    if any(table.get(d.uuid) is None for d in devices):
-        found = discover.discover(config, discover.RUNNER[0])
-        if found is not None:
-            table.replace(found.dcus)
-            for d in devices:
-                if table.get(d.uuid) is None:
-                    raise InvalidInputError(
-                        f"DCU {d.uuid} is not on this node (hy-smi does not list it)"
-                    )
-    return [table.get(d.uuid) for d in devices]
+    if not node_devices:
+        return [None for _ in devices]
+    known = {d.uuid: d for d in node_devices}
+    out: list[Dcu | None] = []
+    for d in devices:
+        if d.uuid not in known:
+            raise InvalidInputError(f"DCU {d.uuid} is not on this node (hy-smi does not list it)")
+        dev = known[d.uuid]
+        out.append(Dcu.of(dev) if dev.node_local else None)
+    return out
 
 
 def allocate(
@@ -72,8 +71,7 @@ def allocate(
     container: Mapping[str, Any],
     devices: ContainerDevices,
     config: VendorConfig,
-    *,
-    table: discover.DcuTable | None = None,
+    node_devices: Sequence[DeviceInfo] = (),
 ) -> ContainerAllocation:
     """Device nodes, mounts and env for one container given its slices (empty: none).
 
@@ -83,7 +81,7 @@ def allocate(
     """
     if not devices:
         return ContainerAllocation()
-    dcus = resolve(devices, config, discover.DCUS if table is None else table)
+    dcus = resolve(devices, node_devices)
     nodes = [
         DeviceNode(container_path="/dev/kfd", host_path="/dev/kfd", permissions="rwm"),
         DeviceNode(container_path="/dev/mkfd", host_path="/dev/mkfd", permissions="rwm"),

@@ -1,6 +1,6 @@
 """Finding this node's Hygon DCUs with ``hy-smi`` (``hami_discover``).
 
-Hardware access sits behind ``CommandRunner`` (``argv -> stdout or None``) and a sysfs
+Hardware access sits behind the kit's ``ToolRunner`` (``argv -> stdout or None``) and a sysfs
 root directory; tests use a fake runner that answers from recorded samples and a
 temporary sysfs tree. Discovery runs ``hy-smi --showproductname --showbus --showmeminfo
 vram --showserial --json`` (falling back to the same without ``--json``) and, for the
@@ -11,21 +11,25 @@ what HAMi's dcu-vgpu-device-plugin registers (``internal/pkg/dcu/register.go``):
 
 Each DCU's ``/dev/dri`` nodes are found from its PCI address under
 ``<sysfs>/bus/pci/devices/<address>/drm/`` (``card<N>``, ``renderD<M>``) and its NUMA node
-from ``.../numa_node``; they are kept in the node-local table ``DCUS`` for
-``hami_allocate``.
+from ``.../numa_node``; they ride on each device's ``node_local`` (never in the inventory) for
+``hami_allocate``, which receives the node's discovered devices.
 """
 
 from __future__ import annotations
 
 import logging
-import subprocess
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
 
 import attrs
 
-from hami_core.backend import DeviceInfo, VendorConfig
+from hami_core.backend import (
+    DEFAULT_TOOL_TIMEOUT_S,
+    DeviceInfo,
+    SubprocessRunner,
+    ToolRunner,
+    VendorConfig,
+    inventory_device,
+)
 
 from . import VENDOR
 from .hysmi import HyDevice, device_uuid, parse_json, parse_text, parse_virtual_info
@@ -35,31 +39,9 @@ log = logging.getLogger(__name__)
 QUERY = ("--showproductname", "--showbus", "--showmeminfo", "vram", "--showserial")
 
 
-class CommandRunner(Protocol):
-    """Runs a management tool: ``argv`` -> its standard output, or None when the tool is
-    missing or fails."""
-
-    def __call__(self, argv: Sequence[str]) -> str | None: ...
-
-
-@attrs.frozen
-class SubprocessRunner:
-    """The real runner: ``subprocess.run`` with a timeout (seconds)."""
-
-    timeout_s: float = 15.0
-
-    def __call__(self, argv: Sequence[str]) -> str | None:
-        try:
-            proc = subprocess.run(
-                list(argv), capture_output=True, text=True, timeout=self.timeout_s, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            log.debug("%s: %s", argv[0], exc)
-            return None
-        if proc.returncode != 0:
-            log.warning("%s exited %d: %s", " ".join(argv), proc.returncode, proc.stderr.strip())
-            return None
-        return proc.stdout
+def runner_for(config: VendorConfig) -> ToolRunner:
+    """The real ``hy-smi`` runner of the hooks (tests replace this function)."""
+    return SubprocessRunner(timeout_s=DEFAULT_TOOL_TIMEOUT_S)
 
 
 @attrs.frozen(kw_only=True)
@@ -84,35 +66,29 @@ class Dcu:
     compute_units: int = 0
     memory_mib: int = 0
 
+    def node_local(self) -> dict[str, str]:
+        """The facts as ``DeviceInfo.node_local`` carries them."""
+        return {
+            "busId": self.bus_id,
+            "card": self.card,
+            "render": self.render,
+            "computeUnits": str(self.compute_units),
+            "memoryMiB": str(self.memory_mib),
+        }
 
-@attrs.frozen(kw_only=True)
-class Discovery:
-    """The result of one discovery: the inventory and the local DCU table."""
-
-    devices: tuple[DeviceInfo, ...]
-    dcus: Mapping[str, Dcu]
-
-
-class DcuTable:
-    """Node-local uuid -> ``Dcu``, refreshed by every discovery."""
-
-    def __init__(self) -> None:
-        self._dcus: dict[str, Dcu] = {}
-
-    def replace(self, dcus: Mapping[str, Dcu]) -> None:
-        self._dcus = dict(dcus)
-
-    def get(self, uuid: str) -> Dcu | None:
-        return self._dcus.get(uuid)
-
-    def __len__(self) -> int:
-        return len(self._dcus)
-
-
-#: The table ``hami_discover`` fills and ``hami_allocate`` reads.
-DCUS = DcuTable()
-#: The runner the hooks use (tests replace it).
-RUNNER: list[CommandRunner] = [SubprocessRunner()]
+    @classmethod
+    def of(cls, device: DeviceInfo) -> Dcu:
+        """The facts discovery put on ``device`` (empty where it put none)."""
+        local = device.node_local
+        return cls(
+            uuid=device.uuid,
+            index=device.index,
+            bus_id=local.get("busId", ""),
+            card=local.get("card", ""),
+            render=local.get("render", ""),
+            compute_units=int(local.get("computeUnits", "0")),
+            memory_mib=int(local.get("memoryMiB", "0")),
+        )
 
 
 def drm_nodes(sysfs: Path, bus_id: str) -> tuple[str, str]:
@@ -137,7 +113,7 @@ def numa_node(sysfs: Path, bus_id: str) -> int:
     return max(0, value)
 
 
-def _query(hy: str, runner: CommandRunner) -> list[HyDevice] | None:
+def _query(hy: str, runner: ToolRunner) -> list[HyDevice] | None:
     text = runner([hy, *QUERY, "--json"])
     if text is not None:
         try:
@@ -152,12 +128,13 @@ def _query(hy: str, runner: CommandRunner) -> list[HyDevice] | None:
 
 
 def discover(
-    config: VendorConfig, runner: CommandRunner, *, sysfs: Path | None = None
-) -> Discovery | None:
+    config: VendorConfig, runner: ToolRunner, *, sysfs: Path | None = None
+) -> list[DeviceInfo] | None:
     """Discover the node's DCUs.
 
-    Returns: the DCUs by index (``[]`` when there are none); None when ``hy-smi`` is
-        missing or fails (no driver on this node).
+    Returns: the DCUs by index (``[]`` when there are none), each with its ``Dcu`` facts
+        in ``node_local``; None when ``hy-smi`` is missing or fails (no driver on this
+        node).
     """
     hy = str(config.options["hySmiPath"])
     root = Path(str(config.options["sysfsPath"])) if sysfs is None else sysfs
@@ -167,25 +144,10 @@ def discover(
     virt_text = runner([hy, "virtual", "-show-device-info"])
     units = {v.index: v.compute_units for v in parse_virtual_info(virt_text or "")}
     devices: list[DeviceInfo] = []
-    dcus: dict[str, Dcu] = {}
     for d in found:
         uuid = device_uuid(d)
-        memory = int(d.memory_total_mib * config.memory_scaling)
         card, render = drm_nodes(root, d.bus_id) if d.bus_id else ("", "")
-        devices.append(
-            DeviceInfo(
-                uuid=uuid,
-                vendor=VENDOR,
-                model=f"DCU-{d.series}" if d.series else "DCU",
-                index=d.index,
-                split_count=config.split_count,
-                memory_mib=memory,
-                cores_pct=round(100 * config.core_scaling),
-                numa=numa_node(root, d.bus_id) if d.bus_id else 0,
-                healthy=d.memory_total_mib > 0,
-            )
-        )
-        dcus[uuid] = Dcu(
+        dcu = Dcu(
             uuid=uuid,
             index=d.index,
             bus_id=d.bus_id,
@@ -194,13 +156,17 @@ def discover(
             compute_units=units.get(d.index, 0),
             memory_mib=d.memory_total_mib,
         )
-    return Discovery(devices=tuple(devices), dcus=dcus)
-
-
-def discover_and_remember(config: VendorConfig) -> list[DeviceInfo] | None:
-    """``hami_discover``: discover with the hooks' runner and refresh ``DCUS``."""
-    found = discover(config, RUNNER[0])
-    if found is None:
-        return None
-    DCUS.replace(found.dcus)
-    return list(found.devices)
+        devices.append(
+            inventory_device(
+                config,
+                uuid=uuid,
+                vendor=VENDOR,
+                model=f"DCU-{d.series}" if d.series else "DCU",
+                index=d.index,
+                memory_mib=d.memory_total_mib,
+                numa=numa_node(root, d.bus_id) if d.bus_id else 0,
+                healthy=d.memory_total_mib > 0,
+                node_local=dcu.node_local(),
+            )
+        )
+    return devices

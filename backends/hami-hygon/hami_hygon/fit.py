@@ -24,12 +24,13 @@ from hami_core.backend import (
     DeviceUsage,
     FitResult,
     NodeInfo,
+    annotations_of,
     fit_devices,
     load,
     type_matches,
 )
 
-from .names import NOUSE_TYPE, NOUSE_UUID, USE_TYPE, USE_UUID, annotations_of
+from .names import NOUSE_TYPE, NOUSE_UUID, USE_TYPE, USE_UUID
 
 __all__ = ["filters_of", "fit", "load", "type_matches"]
 

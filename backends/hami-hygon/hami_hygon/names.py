@@ -10,10 +10,9 @@ From HAMi 2.10 ``pkg/device/hygon/device.go``: resources ``hygon.com/dcunum``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Final
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames, VendorConfig
+from hami_core.backend import DeviceTypeInfo, ResourceNames
 
 from . import VENDOR
 
@@ -53,18 +52,3 @@ OPTION_DEFAULTS: Final[dict[str, Any]] = {
 
 #: The cores a request gets when it names none: HAMi's default (``corenum := 100``).
 HAMI_DEFAULT_CORES: Final = 100
-
-
-def resources(config: VendorConfig) -> ResourceNames:
-    """The resource names in force: the defaults with the config's overrides."""
-    return ResourceNames(
-        count=config.resource_count_name or DEFAULT_RESOURCES.count,
-        memory=config.resource_memory_name or DEFAULT_RESOURCES.memory,
-        cores=config.resource_cores_name or DEFAULT_RESOURCES.cores,
-    )
-
-
-def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, str]:
-    """The pod's annotations (empty when it has none)."""
-    ann = (pod.get("metadata") or {}).get("annotations") or {}
-    return ann if isinstance(ann, Mapping) else {}

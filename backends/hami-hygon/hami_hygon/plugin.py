@@ -20,7 +20,7 @@ from hami_core.backend import (
     hookimpl,
 )
 
-from . import BACKEND_NAME, VENDOR, admission, allocate, discover, fit, requests
+from . import BACKEND_NAME, admission, allocate, discover, fit, requests
 from .names import DEVICE_TYPE, OPTION_DEFAULTS
 
 
@@ -36,7 +36,7 @@ def hami_backend_info() -> BackendInfo:
 
 @hookimpl
 def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
-    return discover.discover_and_remember(config)
+    return discover.discover(config, discover.runner_for(config))
 
 
 @hookimpl
@@ -59,8 +59,6 @@ def hami_fit(
     pod: Mapping[str, Any],
     policy: DevicePolicy,
 ) -> FitResult | None:
-    if request.vendor != VENDOR:
-        return None
     return fit.fit(request, node, usage, pod, policy)
 
 
@@ -70,7 +68,6 @@ def hami_allocate(
     container: Mapping[str, Any],
     devices: ContainerDevices,
     config: VendorConfig,
+    node_devices: Sequence[DeviceInfo],
 ) -> ContainerAllocation | None:
-    if any(d.vendor != VENDOR for d in devices):
-        return None
-    return allocate.allocate(pod, container, devices, config)
+    return allocate.allocate(pod, container, devices, config, node_devices)

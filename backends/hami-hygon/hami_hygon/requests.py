@@ -29,11 +29,12 @@ from hami_core.backend import (
     InvalidInputError,
     ResourceNames,
     VendorConfig,
-    parse_quantity_int,
+    read_quantity,
+    resource_names,
 )
 
 from . import VENDOR
-from .names import HAMI_DEFAULT_CORES, resources
+from .names import DEFAULT_RESOURCES, HAMI_DEFAULT_CORES
 
 
 @attrs.frozen(kw_only=True)
@@ -49,16 +50,6 @@ class RawRequest:
         return self.count is None and self.memory_mib is None and self.cores_pct is None
 
 
-def resource_value(container: Mapping[str, Any], name: str) -> object | None:
-    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
-    res = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        values = res.get(section) or {}
-        if name in values:
-            return values[name]  # type: ignore[no-any-return]
-    return None
-
-
 def read_raw(container: Mapping[str, Any], names: ResourceNames) -> RawRequest:
     """Read the stated quantities of one container.
 
@@ -67,23 +58,11 @@ def read_raw(container: Mapping[str, Any], names: ResourceNames) -> RawRequest:
             or a core percentage is above 100; the message names the container, the
             resource and the value.
     """
-    cname = container.get("name", "?")
-
-    def get(name: str, *, maximum: int | None = None) -> int | None:
-        raw = resource_value(container, name)
-        if raw is None:
-            return None
-        try:
-            if maximum is None:
-                return parse_quantity_int(raw, resource=name)
-            return parse_quantity_int(raw, resource=name, maximum=maximum)
-        except InvalidInputError as exc:
-            raise InvalidInputError(f"container {cname!r}: {exc}") from None
 
     return RawRequest(
-        count=get(names.count),
-        memory_mib=get(names.memory),
-        cores_pct=get(names.cores, maximum=100),
+        count=read_quantity(container, names.count),
+        memory_mib=read_quantity(container, names.memory),
+        cores_pct=read_quantity(container, names.cores, maximum=100),
     )
 
 
@@ -95,7 +74,7 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
             memory or cores, a memory above int32 after ``memoryFactor``, or several DCUs
             with a slice.
     """
-    names = resources(config)
+    names = resource_names(DEFAULT_RESOURCES, config)
     raw = read_raw(container, names)
     if raw.empty:
         return None

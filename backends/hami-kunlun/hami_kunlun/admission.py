@@ -5,11 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import InvalidInputError, MutateResult, VendorConfig, set_resources
+from hami_core.backend import (
+    InvalidInputError,
+    MutateResult,
+    VendorConfig,
+    resource_names,
+    resource_value,
+    set_resources,
+)
 
 from . import options
-from .names import resources, whole_card_resource
-from .requests import parse_request, read_raw, resource_value
+from .names import DEFAULT_RESOURCES, whole_card_resource
+from .requests import parse_request, read_raw
 
 
 def mutate_container(
@@ -36,7 +43,7 @@ def mutate_container(
         tiers = options.memory_tiers(config)
     except InvalidInputError as exc:
         return MutateResult(denial=str(exc))
-    names = resources(config)
+    names = resource_names(DEFAULT_RESOURCES, config)
     values: dict[str, object] = {}
     if raw.whole is not None:
         whole = whole_card_resource(config)

@@ -41,7 +41,7 @@ def allocate(
 
     Args:
         devices: the container's slices (empty: ``CXPU_VISIBLE_DEVICES=none``).
-        indices: device id -> ``DevID`` on this node (from ``xpu-smi``).
+        indices: device id -> ``DevID``, from the node's devices ``hami_allocate`` receives.
 
     Returns:
         ``CXPU_VISIBLE_DEVICES`` = the XPU indices in slice order. An id whose index is

@@ -17,7 +17,7 @@ address contains ``:``, which separates devices in the pod device list (PROTOCOL
 (``0000:53:00.0`` -> ``XPU-0000-53-00.0``), with ``-<DevID>`` appended when two devices
 share an address (a Kunlun 1 K200 exposes two devices per board).
 
-Hardware access sits behind ``Runner`` (argv -> stdout, or None when the tool is
+Hardware access sits behind the kit's ``ToolRunner`` (argv -> stdout, or None when the tool is
 missing); tests pass a fake or a ``cat`` of a recorded sample.
 """
 
@@ -25,20 +25,23 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
-import subprocess
-import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 
 import attrs
 
-from hami_core.backend import DeviceInfo, InvalidInputError, VendorConfig
+from hami_core.backend import (
+    DeviceInfo,
+    InvalidInputError,
+    SubprocessRunner,
+    ToolRunner,
+    VendorConfig,
+    inventory_device,
+)
 
 from . import VENDOR, options
 
 #: argv -> the tool's stdout, or None when the tool is absent or fails.
-Runner = Callable[[Sequence[str]], str | None]
 
 _MEMORY = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*(MB|MiB)?\s*$", re.IGNORECASE)
 
@@ -60,19 +63,6 @@ class XpuSmiDevice:
     model: str
     memory_mib: int
     healthy: bool
-
-
-def run_tool(argv: Sequence[str], *, timeout_s: float = 30.0) -> str | None:
-    """Run a management tool; its stdout, or None when it is missing or fails."""
-    if not argv or shutil.which(argv[0]) is None:
-        return None
-    try:
-        proc = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
 
 
 def _cells(line: str) -> list[str]:
@@ -167,15 +157,14 @@ def to_devices(rows: Sequence[XpuSmiDevice], config: VendorConfig) -> list[Devic
     split = min(config.split_count, max(1, tiers[-1] // tiers[0]))
     ids = device_ids(rows)
     return [
-        DeviceInfo(
+        inventory_device(
+            config,
             uuid=ids[d.index],
             vendor=VENDOR,
             model=d.model,
             index=d.index,
             split_count=split,
-            memory_mib=int(d.memory_mib * config.memory_scaling),
-            cores_pct=int(100 * config.core_scaling),
-            numa=0,
+            memory_mib=d.memory_mib,
             healthy=d.healthy,
         )
         for d in rows
@@ -187,13 +176,13 @@ def _argv(config: VendorConfig) -> list[str]:
     return shlex.split(str(config.options[options.XPU_SMI_COMMAND]))
 
 
-def default_runner(config: VendorConfig) -> Runner:
-    """``run_tool`` with the configured timeout."""
+def default_runner(config: VendorConfig) -> ToolRunner:
+    """The real runner of the hooks: the kit's, with the configured timeout."""
     timeout_s = float(config.options[options.XPU_SMI_TIMEOUT_S])
-    return lambda argv: run_tool(argv, timeout_s=timeout_s)
+    return SubprocessRunner(timeout_s=timeout_s)
 
 
-def discover(config: VendorConfig, runner: Runner | None = None) -> list[DeviceInfo] | None:
+def discover(config: VendorConfig, runner: ToolRunner | None = None) -> list[DeviceInfo] | None:
     """The node's XPUs, or None when ``xpu-smi`` is not available (no Kunlunxin driver).
 
     Raises:
@@ -203,37 +192,3 @@ def discover(config: VendorConfig, runner: Runner | None = None) -> list[DeviceI
     if text is None:
         return None
     return to_devices(parse_xpu_smi(text), config)
-
-
-_cache_lock = threading.Lock()
-_index_cache: dict[tuple[str, ...], dict[str, int]] = {}
-
-
-def index_map(
-    config: VendorConfig, uuids: Iterable[str], runner: Runner | None = None
-) -> dict[str, int]:
-    """Device id -> ``DevID`` for the given ids, from a cached ``xpu-smi``; the tool is run
-    again when an id is not in the cache.
-
-    Returns: only the ids that could be resolved (empty when ``xpu-smi`` is missing).
-    """
-    argv = tuple(_argv(config))
-    wanted = set(uuids)
-    with _cache_lock:
-        cached = _index_cache.get(argv, {})
-        if not wanted <= cached.keys():
-            text = (runner or default_runner(config))(list(argv))
-            if text is not None:
-                try:
-                    rows = parse_xpu_smi(text)
-                    cached = {uuid: index for index, uuid in device_ids(rows).items()}
-                except InvalidInputError:
-                    cached = {}
-                _index_cache[argv] = cached
-        return {u: cached[u] for u in wanted if u in cached}
-
-
-def clear_cache() -> None:
-    """Forget cached ``xpu-smi`` results (tests)."""
-    with _cache_lock:
-        _index_cache.clear()

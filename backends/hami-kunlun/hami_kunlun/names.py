@@ -44,14 +44,6 @@ NOUSE_UUID = ("hami.io/no-use-xpu-uuid", "hami.io/gpu-uuid-exclude")
 VENDOR_TOKENS = frozenset({"kunlunxin", "kunlun", "xpu"})
 
 
-def resources(config: VendorConfig) -> ResourceNames:
-    """The vXPU resource names in force: the defaults with the config's overrides."""
-    return ResourceNames(
-        count=config.resource_count_name or DEFAULT_RESOURCES.count,
-        memory=config.resource_memory_name or DEFAULT_RESOURCES.memory,
-    )
-
-
 def whole_card_resource(config: VendorConfig) -> str:
     """The whole-card count resource (``kunlunxin.com/xpu`` unless configured)."""
     return str(config.options[options.WHOLE_CARD_RESOURCE])

@@ -24,10 +24,16 @@ from typing import Any
 
 import attrs
 
-from hami_core.backend import DeviceRequest, InvalidInputError, VendorConfig, parse_quantity_int
+from hami_core.backend import (
+    DeviceRequest,
+    InvalidInputError,
+    VendorConfig,
+    read_quantity,
+    resource_names,
+)
 
 from . import VENDOR, options
-from .names import resources, whole_card_resource
+from .names import DEFAULT_RESOURCES, whole_card_resource
 
 
 @attrs.frozen(kw_only=True)
@@ -49,16 +55,6 @@ class RawRequest:
         return self.vxpu is None and self.memory_mib is None and self.whole is None
 
 
-def resource_value(container: Mapping[str, Any], name: str) -> object | None:
-    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
-    res = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        values = res.get(section) or {}
-        if name in values:
-            return values[name]  # type: ignore[no-any-return]
-    return None
-
-
 def read_raw(container: Mapping[str, Any], config: VendorConfig) -> RawRequest:
     """Read the stated quantities of one container.
 
@@ -66,22 +62,12 @@ def read_raw(container: Mapping[str, Any], config: VendorConfig) -> RawRequest:
         InvalidInputError: a quantity is malformed, fractional, negative or above int32
             (``16Gi`` as MiB); the message names the container, the resource and the value.
     """
-    names = resources(config)
-    cname = container.get("name", "?")
-
-    def get(name: str) -> int | None:
-        raw = resource_value(container, name)
-        if raw is None:
-            return None
-        try:
-            return parse_quantity_int(raw, resource=name)
-        except InvalidInputError as exc:
-            raise InvalidInputError(f"container {cname!r}: {exc}") from None
+    names = resource_names(DEFAULT_RESOURCES, config)
 
     return RawRequest(
-        vxpu=get(names.count),
-        memory_mib=get(names.memory),
-        whole=get(whole_card_resource(config)),
+        vxpu=read_quantity(container, names.count),
+        memory_mib=read_quantity(container, names.memory),
+        whole=read_quantity(container, whole_card_resource(config)),
     )
 
 
@@ -117,7 +103,7 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
     raw = read_raw(container, config)
     if raw.empty:
         return None
-    names = resources(config)
+    names = resource_names(DEFAULT_RESOURCES, config)
     whole_name = whole_card_resource(config)
     cname = container.get("name", "?")
     if raw.whole is not None:

@@ -10,11 +10,13 @@ from hami_core.backend import (
     InvalidInputError,
     MutateResult,
     VendorConfig,
+    resource_names,
+    resource_value,
     set_resources,
 )
 
-from .names import CORE_POLICY, PRIORITY_RESOURCE, VGPU_MODE, first_annotation, resources
-from .requests import parse_request, resource_value
+from .names import CORE_POLICY, DEFAULT_RESOURCES, PRIORITY_RESOURCE, VGPU_MODE, first_annotation
+from .requests import parse_request
 
 CORE_POLICIES = ("default", "force", "disable", "none")
 #: Backend options read by admission (HAMi's nvidia ``runtimeClassName``: set on pods that
@@ -40,7 +42,7 @@ def mutate_container(
         return MutateResult(denial=str(exc))
     if req is None:
         return None
-    names = resources(config)
+    names = resource_names(DEFAULT_RESOURCES, config)
     values: dict[str, object] = {names.count: str(req.count)}
     if req.memory_mib:
         values[names.memory] = str(req.memory_mib)

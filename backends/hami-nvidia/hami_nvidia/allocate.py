@@ -11,10 +11,10 @@ from hami_core.backend import (
     ContainerDevices,
     Mount,
     VendorConfig,
+    resource_value,
 )
 
 from .names import CORE_POLICY, PRIORITY_RESOURCE, first_annotation
-from .requests import resource_value
 
 #: Where the shim, its preload file and the per-container regions live inside containers.
 CONTAINER_HOOK_DIR = "/usr/local/vgpu"

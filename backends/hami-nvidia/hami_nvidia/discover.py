@@ -15,11 +15,10 @@ message that says so.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hami_core.backend import ConfigError, DeviceInfo, VendorConfig
+from hami_core.backend import ConfigError, DeviceInfo, VendorConfig, inventory_device
 
 from . import VENDOR
 from .nvml import NvmlGpu, normalise_bus_id
@@ -82,14 +81,13 @@ def device_infos(
                 )
             total = unified
         out.append(
-            DeviceInfo(
+            inventory_device(
+                config,
                 uuid=gpu.uuid,
                 vendor=VENDOR,
                 model=model_name(gpu.name),
                 index=gpu.index,
-                split_count=config.split_count,
-                memory_mib=math.floor(total * config.memory_scaling),
-                cores_pct=math.floor(100 * config.core_scaling),
+                memory_mib=total,
                 numa=numa(gpu.bus_id),
                 mode="mig" if gpu.mig_enabled else "hami-core",
                 healthy=healthy(gpu.uuid),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames, VendorConfig
+from hami_core.backend import DeviceTypeInfo, ResourceNames
 
 from . import VENDOR
 
@@ -35,17 +35,6 @@ CORE_POLICY = ("hami.io/core-policy",)
 #: HAMi ``AllocateMode``: a comma list of the device modes the pod accepts.
 VGPU_MODE = ("nvidia.com/vgpu-mode",)
 TASK_PRIORITY = ("hami.io/task-priority",)
-
-
-def resources(config: VendorConfig) -> ResourceNames:
-    """The resource names in force: the defaults with the config's overrides."""
-    return ResourceNames(
-        count=config.resource_count_name or DEFAULT_RESOURCES.count,
-        memory=config.resource_memory_name or DEFAULT_RESOURCES.memory,
-        memory_pct=config.resource_memory_pct_name or DEFAULT_RESOURCES.memory_pct,
-        cores=config.resource_cores_name or DEFAULT_RESOURCES.cores,
-        cores_alias=CORES_ALIAS,
-    )
 
 
 def first_annotation(annotations: dict[str, str], keys: tuple[str, ...]) -> str | None:

@@ -22,7 +22,7 @@ from hami_core.backend import (
     hookimpl,
 )
 
-from . import VENDOR, admission, allocate, fit, monitor, node, requests, shim
+from . import admission, allocate, fit, monitor, node, requests, shim
 from .names import DEVICE_TYPE
 
 
@@ -80,8 +80,6 @@ def hami_fit(
     pod: Mapping[str, Any],
     policy: DevicePolicy,
 ) -> FitResult | None:
-    if request.vendor != VENDOR:
-        return None
     return fit.fit(request, node, usage, pod, policy)
 
 
@@ -92,8 +90,6 @@ def hami_allocate(
     devices: ContainerDevices,
     config: VendorConfig,
 ) -> ContainerAllocation | None:
-    if any(d.vendor != VENDOR for d in devices):
-        return None
     return allocate.allocate(pod, container, devices, config)
 
 

@@ -8,16 +8,16 @@ from typing import Any
 import attrs
 
 from hami_core.backend import (
-    INT32_MAX,
     DeviceRequest,
     InvalidInputError,
     ResourceNames,
     VendorConfig,
-    parse_quantity_int,
+    read_quantity,
+    resource_names,
 )
 
 from . import VENDOR
-from .names import CORES_ALIAS, resources
+from .names import CORES_ALIAS, DEFAULT_RESOURCES
 
 
 @attrs.frozen(kw_only=True)
@@ -36,16 +36,6 @@ class RawRequest:
         )
 
 
-def resource_value(container: Mapping[str, Any], name: str) -> object | None:
-    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
-    res = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        values = res.get(section) or {}
-        if name in values:
-            return values[name]  # type: ignore[no-any-return]
-    return None
-
-
 def read_raw(container: Mapping[str, Any], names: ResourceNames) -> RawRequest:
     """Read the stated quantities of one container.
 
@@ -54,24 +44,16 @@ def read_raw(container: Mapping[str, Any], names: ResourceNames) -> RawRequest:
             or a percentage is above 100; the message names the container, the
             resource and the value.
     """
-    cname = container.get("name", "?")
 
-    def get(name: str, *, maximum: int = INT32_MAX, unit: str = "") -> int | None:
-        raw = resource_value(container, name)
-        if raw is None:
-            return None
-        try:
-            return parse_quantity_int(raw, resource=name, maximum=maximum, unit=unit)
-        except InvalidInputError as exc:
-            raise InvalidInputError(f"container {cname!r}: {exc}") from None
-
-    cores = get(names.cores, maximum=100, unit="%")
+    cores = read_quantity(container, names.cores, maximum=100, unit="%")
     if cores is None and names.cores != CORES_ALIAS:
-        cores = get(CORES_ALIAS, maximum=100, unit="%")
+        cores = read_quantity(container, CORES_ALIAS, maximum=100, unit="%")
     return RawRequest(
-        count=get(names.count),
-        memory_mib=get(names.memory, unit="MiB"),
-        memory_pct=get(names.memory_pct, maximum=100, unit="%") if names.memory_pct else None,
+        count=read_quantity(container, names.count),
+        memory_mib=read_quantity(container, names.memory, unit="MiB"),
+        memory_pct=read_quantity(container, names.memory_pct, maximum=100, unit="%")
+        if names.memory_pct
+        else None,
         cores_pct=cores,
     )
 
@@ -90,7 +72,7 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
         InvalidInputError: malformed quantities (see ``read_raw``), both ``gpumem`` and
             ``gpumem-percentage`` set, or a count of 0 with memory or cores.
     """
-    names = resources(config)
+    names = resource_names(DEFAULT_RESOURCES, config)
     raw = read_raw(container, names)
     if raw.empty:
         return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from importlib.metadata import entry_points
 
 import pytest
@@ -24,25 +23,16 @@ def only(*names: str, config: dict[str, object] | None = None) -> BackendManager
 
 
 @pytest.fixture
-def npu_smi() -> Iterator[FakeNpuSmi]:
-    """The hooks' ``npu-smi`` replaced by a fake answering from the 910B3 samples; the
-    chip table is emptied before and after."""
+def npu_smi(monkeypatch: pytest.MonkeyPatch) -> FakeNpuSmi:
+    """The hooks' ``npu-smi`` replaced by a fake answering from the 910B3 samples."""
     fake = FakeNpuSmi("910b3")
-    saved = discover.RUNNER[0]
-    discover.RUNNER[0] = fake
-    discover.CHIPS.replace({})
-    yield fake
-    discover.RUNNER[0] = saved
-    discover.CHIPS.replace({})
+    monkeypatch.setattr(discover, "runner_for", lambda cfg: fake)
+    return fake
 
 
 @pytest.fixture
-def no_npu_smi() -> Iterator[FakeNpuSmi]:
+def no_npu_smi(monkeypatch: pytest.MonkeyPatch) -> FakeNpuSmi:
     """The hooks' ``npu-smi`` replaced by one that is not installed."""
     fake = FakeNpuSmi(None)
-    saved = discover.RUNNER[0]
-    discover.RUNNER[0] = fake
-    discover.CHIPS.replace({})
-    yield fake
-    discover.RUNNER[0] = saved
-    discover.CHIPS.replace({})
+    monkeypatch.setattr(discover, "runner_for", lambda cfg: fake)
+    return fake

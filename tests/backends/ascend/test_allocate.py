@@ -1,5 +1,6 @@
 """What kubelet adds to Ascend containers (Ascend Docker Runtime env, HAMi soft slicing)."""
 
+import attrs
 import pytest
 from hami_ascend import discover, plugin
 from hami_ascend.allocate import allocate
@@ -22,51 +23,48 @@ def dev(uuid, mib, cores=0, vendor="Ascend910B3"):
     return ContainerDevice(uuid=uuid, vendor=vendor, memory_mib=mib, cores_pct=cores)
 
 
-def table(layout="910b3"):
+def discovered(layout="910b3"):
+    """The node's chips as ``hami_discover`` finds them (with their physical ids)."""
     found = discover.discover(settings(DEFAULT), FakeNpuSmi(layout))
     assert found is not None
-    t = discover.ChipTable()
-    t.replace(found.chips)
-    return t, found
+    return found
 
 
 def test_a_slice_gets_its_physical_chip_and_vnpu_template(npu_smi):
-    t, _ = table()
-    res = allocate(POD, CONTAINER, (dev(UUID3, 16384),), DEFAULT, table=t)
+    t = discovered()
+    res = allocate(POD, CONTAINER, (dev(UUID3, 16384),), DEFAULT, t)
     assert res.envs == {"ASCEND_VISIBLE_DEVICES": "3", "ASCEND_VNPU_SPECS": "vir05_1c_16g"}
     assert res.mounts == ()
 
 
 def test_a_slice_between_templates_gets_the_template_that_holds_it(npu_smi):
-    t, _ = table()
-    res = allocate(POD, CONTAINER, (dev(UUID0, 20000),), DEFAULT, table=t)
+    t = discovered()
+    res = allocate(POD, CONTAINER, (dev(UUID0, 20000),), DEFAULT, t)
     assert res.envs["ASCEND_VNPU_SPECS"] == "vir10_3c_32g"
 
 
 def test_whole_chips_get_no_template(npu_smi):
-    t, _ = table()
-    res = allocate(
-        POD, CONTAINER, (dev(UUID0, 65536, 100), dev(UUID3, 65536, 100)), DEFAULT, table=t
-    )
+    t = discovered()
+    res = allocate(POD, CONTAINER, (dev(UUID0, 65536, 100), dev(UUID3, 65536, 100)), DEFAULT, t)
     assert res.envs == {"ASCEND_VISIBLE_DEVICES": "0,3"}
 
 
 def test_910c_chips_use_the_printed_physical_ids(npu_smi):
-    t, found = table("a3")
-    uuids = [d.uuid for d in found.devices][2:]
+    t = discovered("a3")
+    uuids = [d.uuid for d in t][2:]
     res = allocate(
-        POD, CONTAINER, tuple(dev(u, 65536, 100, "Ascend910C") for u in uuids), DEFAULT, table=t
+        POD, CONTAINER, tuple(dev(u, 65536, 100, "Ascend910C") for u in uuids), DEFAULT, t
     )
     assert res.envs == {"ASCEND_VISIBLE_DEVICES": "2,3"}
 
 
 def test_hami_core_mode_env_and_mounts(npu_smi):
-    t, _ = table()
+    t = discovered()
     pod = {
         **POD,
         "metadata": {**POD["metadata"], "annotations": {"huawei.com/vnpu-mode": "hami-core"}},
     }
-    res = allocate(pod, CONTAINER, (dev(UUID3, 5000, 30),), DEFAULT, table=t)
+    res = allocate(pod, CONTAINER, (dev(UUID3, 5000, 30),), DEFAULT, t)
     assert res.envs == {
         "ASCEND_VISIBLE_DEVICES": "3",
         "NPU_MEM_QUOTA": "5000",
@@ -81,22 +79,24 @@ def test_hami_core_mode_env_and_mounts(npu_smi):
     assert mounts["/usr/local/bin/npu-smi"] == ("/usr/local/bin/npu-smi", True)
 
 
-def test_an_unknown_chip_is_rediscovered_then_refused(npu_smi):
-    # The table is empty: allocation re-discovers through npu-smi and finds the chip...
-    res = allocate(POD, CONTAINER, (dev(UUID3, 16384),), DEFAULT)
-    assert res.envs["ASCEND_VISIBLE_DEVICES"] == "3"
-    assert len(discover.CHIPS) == 8
-    # ... but a chip npu-smi does not list is never replaced by another one.
+def test_a_chip_the_node_does_not_have_is_refused_and_npu_smi_is_not_run(monkeypatch):
+    # Allocate reads the node's discovered devices; it never runs npu-smi itself.
+    t = discovered()
+    calls: list[list[str]] = []
+    monkeypatch.setattr(discover, "runner_for", lambda cfg: lambda argv: calls.append(argv))
     with pytest.raises(InvalidInputError, match="not on this node"):
-        allocate(POD, CONTAINER, (dev("NOT-HERE", 16384),), DEFAULT)
+        allocate(POD, CONTAINER, (dev("NOT-HERE", 16384),), DEFAULT, t)
+    res = allocate(POD, CONTAINER, (dev(UUID3, 16384),), DEFAULT, t)
+    assert res.envs["ASCEND_VISIBLE_DEVICES"] == "3"
+    assert calls == []
 
 
-def test_without_npu_smi_the_uuid_stands_in(no_npu_smi):
-    res = allocate(POD, CONTAINER, (dev("Ascend910B3-x", 16384),), DEFAULT)
-    assert res.envs == {
-        "ASCEND_VISIBLE_DEVICES": "Ascend910B3-x",
-        "ASCEND_VNPU_SPECS": "vir05_1c_16g",
-    }
+def test_without_discovery_facts_the_uuid_stands_in():
+    # hami simulate hands the inventory's devices (no physical ids) or none at all.
+    inventory = [attrs.evolve(d, node_local={}) for d in discovered()]
+    for node_devices in ((), inventory):
+        res = allocate(POD, CONTAINER, (dev(UUID3, 16384),), DEFAULT, node_devices)
+        assert res.envs == {"ASCEND_VISIBLE_DEVICES": UUID3, "ASCEND_VNPU_SPECS": "vir05_1c_16g"}
 
 
 def test_a_container_without_chips_mounts_nothing():

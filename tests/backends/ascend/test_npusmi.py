@@ -84,7 +84,7 @@ def test_discover_an_a2_node():
     cfg = settings(section(plugin))
     found = discover(cfg, FakeNpuSmi("910b3"))
     assert found is not None
-    devs = found.devices
+    devs = found
     assert [d.index for d in devs] == list(range(8))
     assert {d.vendor for d in devs} == {"Ascend910B3"} and {d.model for d in devs} == {
         "Ascend910B3"
@@ -94,13 +94,13 @@ def test_discover_an_a2_node():
     assert {d.cores_pct for d in devs} == {100}
     assert [d.healthy for d in devs] == [True] * 7 + [False]
     assert devs[0].uuid == "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003"
-    assert [found.chips[d.uuid].phy_id for d in devs] == list(range(8))
+    assert [d.node_local["phyId"] for d in devs] == [str(i) for i in range(8)]
 
 
 def test_discover_a_310p_node():
     found = discover(settings(section(plugin)), FakeNpuSmi("310p3"))
     assert found is not None
-    assert [(d.vendor, d.memory_mib, d.split_count) for d in found.devices] == [
+    assert [(d.vendor, d.memory_mib, d.split_count) for d in found] == [
         ("Ascend310P", 21527, 7)
     ] * 4
 
@@ -108,9 +108,9 @@ def test_discover_a_310p_node():
 def test_discover_an_a3_node_keeps_the_physical_ids():
     found = discover(settings(section(plugin)), FakeNpuSmi("a3"))
     assert found is not None
-    assert {d.vendor for d in found.devices} == {"Ascend910C"}
-    assert [found.chips[d.uuid].phy_id for d in found.devices] == [0, 1, 2, 3]
-    assert [found.chips[d.uuid].npu_id for d in found.devices] == [0, 0, 1, 1]
+    assert {d.vendor for d in found} == {"Ascend910C"}
+    assert [d.node_local["phyId"] for d in found] == ["0", "1", "2", "3"]
+    assert [d.node_local["npuId"] for d in found] == ["0", "0", "1", "1"]
 
 
 def test_discover_in_hami_core_mode_uses_the_split_count_and_scaling():
@@ -123,7 +123,7 @@ def test_discover_in_hami_core_mode_uses_the_split_count_and_scaling():
     )
     found = discover(settings(config), FakeNpuSmi("910b3"))
     assert found is not None
-    assert {(d.split_count, d.cores_pct, d.memory_mib) for d in found.devices} == {(6, 150, 131072)}
+    assert {(d.split_count, d.cores_pct, d.memory_mib) for d in found} == {(6, 150, 131072)}
 
 
 def test_discover_without_npu_smi_is_none():
@@ -133,4 +133,4 @@ def test_discover_without_npu_smi_is_none():
 def test_chips_of_unconfigured_models_are_skipped():
     config = section(plugin, options={"vnpus": {"Ascend910B3": {"chipName": "910B9"}}})
     found = discover(settings(config), FakeNpuSmi("910b3"))
-    assert found is not None and found.devices == ()
+    assert found is not None and found == []

@@ -13,13 +13,6 @@ from hami_core.testing import section
 from .helpers import X4_SAMPLE, X8_SAMPLE, config
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    discover.clear_cache()
-    yield
-    discover.clear_cache()
-
-
 def test_parses_the_mlu370_x8_sample():
     cards = discover.parse_cnmon_info(X8_SAMPLE.read_text())
     assert [(c.index, c.model, c.memory_mib) for c in cards] == [
@@ -104,19 +97,3 @@ def test_an_empty_output_is_no_cards():
 def test_malformed_output_names_the_card(text, message):
     with pytest.raises(InvalidInputError, match=message):
         discover.parse_cnmon_info(text)
-
-
-def test_index_map_caches_and_reruns_on_an_unknown_uuid():
-    calls = []
-
-    def runner(argv):
-        calls.append(argv)
-        return X8_SAMPLE.read_text()
-
-    uuid2 = "MLU-45013013-2257-0000-0000-000000000000"
-    assert discover.index_map(config(), [uuid2], runner=runner) == {uuid2: 2}
-    assert discover.index_map(config(), [uuid2], runner=runner) == {uuid2: 2}
-    assert len(calls) == 1
-    assert discover.index_map(config(), ["MLU-unknown"], runner=runner) == {}
-    assert len(calls) == 2
-    assert discover.index_map(config(), [uuid2], runner=lambda argv: None) == {uuid2: 2}

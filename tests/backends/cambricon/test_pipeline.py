@@ -25,15 +25,8 @@ HAMI_DOC_REGISTER = (
     "MLU-54043011-2257-0000-0000-000000000000,10,23308,0,MLU-MLU370-X4,0,true,1,hami-core:"
 )
 
-#: On the node, allocate maps UUIDs to card indices by running cnmon: here, the sample.
+#: Allocate takes card indices from the node's devices; cnmon is only run by discovery.
 CONFIG = {"cambricon": {"cnmonCommand": f"cat {X8_SAMPLE}"}}
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    discover.clear_cache()
-    yield
-    discover.clear_cache()
 
 
 def mixed():
@@ -113,10 +106,8 @@ def test_hamis_documented_legacy_inventory_is_read():
             ),
         ),
     )
-    # the X4 cards are not in this machine's cnmon output: the UUID stands in for the index
-    assert out.envs["main"] == {
-        "CAMBRICON_VISIBLE_DEVICES": "MLU-54043011-2257-0000-0000-000000000000"
-    }
+    # Allocate takes the card index from the node's devices (HAMi's inventory: index 1)
+    assert out.envs["main"] == {"CAMBRICON_VISIBLE_DEVICES": "1"}
     too_big = p.submit(pod("q", container(vmlu=1, vmemory=92)))
     assert too_big.filter.failed == {"mlu-legacy": "1/2 CardInsufficientMemory, 1/2 CardNotHealth"}
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from importlib.metadata import entry_points
 
 import pytest
@@ -24,25 +23,16 @@ def only(*names: str, config: dict[str, object] | None = None) -> BackendManager
 
 
 @pytest.fixture
-def hy_smi() -> Iterator[FakeHySmi]:
-    """The hooks' ``hy-smi`` replaced by a fake answering from the K100_AI samples; the
-    DCU table is emptied before and after."""
+def hy_smi(monkeypatch: pytest.MonkeyPatch) -> FakeHySmi:
+    """The hooks' ``hy-smi`` replaced by a fake answering from the K100_AI samples."""
     fake = FakeHySmi("k100")
-    saved = discover.RUNNER[0]
-    discover.RUNNER[0] = fake
-    discover.DCUS.replace({})
-    yield fake
-    discover.RUNNER[0] = saved
-    discover.DCUS.replace({})
+    monkeypatch.setattr(discover, "runner_for", lambda cfg: fake)
+    return fake
 
 
 @pytest.fixture
-def no_hy_smi() -> Iterator[FakeHySmi]:
+def no_hy_smi(monkeypatch: pytest.MonkeyPatch) -> FakeHySmi:
     """The hooks' ``hy-smi`` replaced by one that is not installed."""
     fake = FakeHySmi(None)
-    saved = discover.RUNNER[0]
-    discover.RUNNER[0] = fake
-    discover.DCUS.replace({})
-    yield fake
-    discover.RUNNER[0] = saved
-    discover.DCUS.replace({})
+    monkeypatch.setattr(discover, "runner_for", lambda cfg: fake)
+    return fake

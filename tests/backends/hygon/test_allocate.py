@@ -6,7 +6,7 @@ from hami_hygon.allocate import allocate
 from hami_hygon.vdev import VdevAllocator, VdevConfig, cu_count_of, parse, render
 
 from hami_core.errors import InvalidInputError
-from hami_core.model import ContainerDevice, DeviceNode
+from hami_core.model import ContainerDevice, DeviceInfo, DeviceNode
 from hami_core.testing import section
 
 from .support import make_sysfs
@@ -18,8 +18,12 @@ SN0, SN1 = "DCU-3E3D2A0D0A1B", "DCU-3E3D2A0D0A1C"
 
 @pytest.fixture
 def node(tmp_path, hy_smi):
+    """(section, the node's DCUs as hami_discover finds them) for ``allocate(..., *node)``."""
     sysfs = make_sysfs(tmp_path / "sys", {"0000:9f:00.0": (1, 0), "0000:56:00.0": (2, 0)})
-    return section(plugin, options={"sysfsPath": str(sysfs), "vdevPath": str(tmp_path / "vdev")})
+    config = section(plugin, options={"sysfsPath": str(sysfs), "vdevPath": str(tmp_path / "vdev")})
+    devices = discover.discover(config, hy_smi, sysfs=sysfs)
+    assert devices
+    return config, devices
 
 
 def dev(uuid, mib, cores):
@@ -27,7 +31,7 @@ def dev(uuid, mib, cores):
 
 
 def test_whole_dcus_get_their_nodes_and_the_runtime_mounts(node):
-    res = allocate(POD, MAIN, (dev(SN0, 65520, 100), dev(SN1, 65520, 100)), node)
+    res = allocate(POD, MAIN, (dev(SN0, 65520, 100), dev(SN1, 65520, 100)), *node)
     assert res.device_nodes == (
         DeviceNode(container_path="/dev/kfd", host_path="/dev/kfd", permissions="rwm"),
         DeviceNode(container_path="/dev/mkfd", host_path="/dev/mkfd", permissions="rwm"),
@@ -44,7 +48,7 @@ def test_whole_dcus_get_their_nodes_and_the_runtime_mounts(node):
 
 
 def test_a_virtual_dcu_gets_its_configuration_file(node, tmp_path):
-    res = allocate(POD, MAIN, (dev(SN1, 2000, 60),), node)
+    res = allocate(POD, MAIN, (dev(SN1, 2000, 60),), *node)
     vdev = next(m for m in res.mounts if m.container_path == "/etc/vdev/docker")
     assert vdev.read_only
     files = list((tmp_path / "vdev" / "uid-1_main_1").iterdir())
@@ -63,36 +67,39 @@ def test_a_virtual_dcu_gets_its_configuration_file(node, tmp_path):
         "cu_count: 72",
     ]
     # Allocate again for the same container: the same file (kubelet may retry).
-    again = allocate(POD, MAIN, (dev(SN1, 2000, 60),), node)
+    again = allocate(POD, MAIN, (dev(SN1, 2000, 60),), *node)
     assert again.mounts == res.mounts
     # A second container on the DCU gets disjoint compute units, its own vdev and pipe.
     other = {"metadata": {"uid": "uid-2"}}
-    allocate(other, MAIN, (dev(SN1, 2000, 40),), node)
+    allocate(other, MAIN, (dev(SN1, 2000, 40),), *node)
     conf2 = parse(next((tmp_path / "vdev" / "uid-2_main_1").iterdir()).read_text())
     assert conf2.cu_count == 48 and conf2.cu_bits & conf.cu_bits == 0
     assert (conf2.vdev_id, conf2.pipe_id) == (1, 1)
     # The DCU has no compute units left for a third slice.
     with pytest.raises(InvalidInputError, match="compute units wanted"):
-        allocate({"metadata": {"uid": "uid-3"}}, MAIN, (dev(SN1, 1000, 10),), node)
+        allocate({"metadata": {"uid": "uid-3"}}, MAIN, (dev(SN1, 1000, 10),), *node)
 
 
 def test_pruning_frees_the_slices_of_gone_pods(node, tmp_path):
-    allocate(POD, MAIN, (dev(SN0, 2000, 50),), node)
-    allocate({"metadata": {"uid": "uid-2"}}, MAIN, (dev(SN0, 2000, 50),), node)
+    allocate(POD, MAIN, (dev(SN0, 2000, 50),), *node)
+    allocate({"metadata": {"uid": "uid-2"}}, MAIN, (dev(SN0, 2000, 50),), *node)
     removed = VdevAllocator(tmp_path / "vdev").prune(["uid-2"])
     assert [p.name for p in removed] == ["uid-1_main_0"]
-    allocate({"metadata": {"uid": "uid-3"}}, MAIN, (dev(SN0, 2000, 50),), node)
+    allocate({"metadata": {"uid": "uid-3"}}, MAIN, (dev(SN0, 2000, 50),), *node)
 
 
 def test_a_dcu_not_on_the_node_is_refused(node):
     with pytest.raises(InvalidInputError, match="not on this node"):
-        allocate(POD, MAIN, (dev("DCU-ELSEWHERE", 2000, 50),), node)
+        allocate(POD, MAIN, (dev("DCU-ELSEWHERE", 2000, 50),), *node)
 
 
-def test_without_hy_smi_no_device_is_invented(no_hy_smi, tmp_path):
-    res = allocate(POD, MAIN, (dev("DCU-x", 2000, 50),), section(plugin))
-    assert [n.container_path for n in res.device_nodes] == ["/dev/kfd", "/dev/mkfd"]
-    assert all(m.container_path != "/etc/vdev/docker" for m in res.mounts)
+def test_without_discovery_facts_no_device_is_invented():
+    # hami simulate hands no devices, or the inventory's (without node-local facts).
+    inventory = (DeviceInfo(uuid="DCU-x", vendor="DCU", memory_mib=65520, cores_pct=100),)
+    for node_devices in ((), inventory):
+        res = allocate(POD, MAIN, (dev("DCU-x", 2000, 50),), section(plugin), node_devices)
+        assert [n.container_path for n in res.device_nodes] == ["/dev/kfd", "/dev/mkfd"]
+        assert all(m.container_path != "/etc/vdev/docker" for m in res.mounts)
 
 
 def test_a_container_without_dcus_gets_nothing():
@@ -125,4 +132,3 @@ def test_vdev_file_round_trip_and_cu_rounding():
     assert cu_count_of(60, 60) == 36 and cu_count_of(1, 60) == 1 and cu_count_of(100, 120) == 120
     with pytest.raises(ValueError, match="missing"):
         parse("PciBusId: x\n")
-    assert len(discover.DCUS) == 0

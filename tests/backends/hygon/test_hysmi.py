@@ -1,9 +1,10 @@
 """hy-smi parsers and discovery, on the recorded samples (see samples/README.md)."""
 
 from hami_hygon import plugin
-from hami_hygon.discover import discover, drm_nodes, numa_node
+from hami_hygon.discover import Dcu, discover, drm_nodes, numa_node
 from hami_hygon.hysmi import HyDevice, device_uuid, parse_json, parse_text, parse_virtual_info
 
+from hami_core.protocol import encode_inventory
 from hami_core.testing import section
 
 from .support import SAMPLES, FakeHySmi, make_sysfs
@@ -67,17 +68,19 @@ def test_discover_a_k100_node(tmp_path):
     root = make_sysfs(tmp_path, {"0000:9f:00.0": (1, 0), "0000:56:00.0": (2, 1)})
     found = discover(section(plugin), FakeHySmi("k100"), sysfs=root)
     assert found is not None
-    d0 = found.devices[0]
+    d0 = found[0]
     assert (d0.uuid, d0.vendor, d0.model, d0.index) == ("DCU-3E3D2A0D0A1B", "DCU", "DCU-K100_AI", 0)
     assert (d0.memory_mib, d0.cores_pct, d0.split_count, d0.healthy) == (65520, 100, 10, True)
-    assert [d.numa for d in found.devices] == [0, 1, 0, 0]
-    dcu = found.dcus["DCU-3E3D2A0D0A1C"]
+    assert [d.numa for d in found] == [0, 1, 0, 0]
+    dcu = Dcu.of(next(d for d in found if d.uuid == "DCU-3E3D2A0D0A1C"))
     assert (dcu.card, dcu.render, dcu.compute_units, dcu.bus_id) == (
         "card2",
         "renderD130",
         120,
         "0000:56:00.0",
     )
+    # node-local facts never reach the inventory the scheduler reads
+    assert "renderD130" not in encode_inventory(found)
 
 
 def test_discover_falls_back_to_the_text_form_and_scales(tmp_path):
@@ -85,9 +88,7 @@ def test_discover_falls_back_to_the_text_form_and_scales(tmp_path):
     config = section(plugin, split_count=4, memory_scaling=2.0)
     found = discover(config, fake, sysfs=tmp_path)
     assert found is not None
-    assert {(d.model, d.memory_mib, d.split_count) for d in found.devices} == {
-        ("DCU-Z100L", 65504, 4)
-    }
+    assert {(d.model, d.memory_mib, d.split_count) for d in found} == {("DCU-Z100L", 65504, 4)}
     assert any("--json" in call for call in fake.calls)  # tried JSON first
 
 

@@ -2,6 +2,8 @@
 carrying the inventory HAMi's dcu-vgpu-device-plugin writes (``hami.io/node-dcu-register``,
 legacy ``id,count,devmem,devcore,type,numa,health:`` form)."""
 
+from pathlib import Path
+
 import pytest
 from hami_hygon import discover, plugin
 
@@ -69,7 +71,7 @@ def real_node(tmp_path, hy_smi):
     options = {"sysfsPath": str(sysfs), "vdevPath": str(tmp_path / "vdev")}
     found = discover.discover(section(plugin, options=options), FakeHySmi("k100"), sysfs=sysfs)
     assert found is not None
-    return dcu_node("dcu-1", encode_inventory(found.devices)), {"hygon": options}
+    return dcu_node("dcu-1", encode_inventory(found)), {"hygon": options}
 
 
 def test_the_handbook_pod_is_admitted_placed_annotated_and_allocated(real_node, tmp_path):
@@ -83,9 +85,18 @@ def test_the_handbook_pod_is_admitted_placed_annotated_and_allocated(real_node, 
     assert ann["hami.io/dcu-devices-allocated"] == ann["hami.io/dcu-devices-to-allocate"]
     assert (chosen.vendor, chosen.memory_mib, chosen.cores_pct) == ("DCU", 2000, 60)
     assert out.envs["main"] == {"HIP_VISIBLE_DEVICES": "0"}
-    dcu = discover.DCUS.get(chosen.uuid)
-    assert dcu is not None
-    conf = next((tmp_path / "vdev").glob(f"*_main_{dcu.index}/vdev*.conf")).read_text()
+    # On the node, Allocate gets the discovered DCUs and writes the vDCU file for the one
+    # the scheduler chose (simulate knows only the inventory, so it writes none).
+    assert not (tmp_path / "vdev").exists()
+    discovered = discover.discover(
+        p.manager.vendor_config("hygon"),
+        FakeHySmi("k100"),
+        sysfs=Path(config["hygon"]["sysfsPath"]),
+    )
+    spec = stored["spec"]["containers"][0]
+    p.manager.allocate("DCU", stored, spec, (chosen,), node_devices=discovered)
+    index = next(d.index for d in discovered if d.uuid == chosen.uuid)
+    conf = next((tmp_path / "vdev").glob(f"*_main_{index}/vdev*.conf")).read_text()
     assert "mem: 2000 MiB" in conf and "cu_count: 72" in conf
 
 

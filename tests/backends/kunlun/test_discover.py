@@ -13,13 +13,6 @@ from hami_core.testing import section
 from .helpers import K200_SAMPLE, P800_SAMPLE, R300_SAMPLE, SRIOV_SAMPLE, config
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    discover.clear_cache()
-    yield
-    discover.clear_cache()
-
-
 def test_parses_the_p800_oam_sample():
     rows = discover.parse_xpu_smi(P800_SAMPLE.read_text())
     assert [r.index for r in rows] == list(range(8))
@@ -114,21 +107,3 @@ def test_no_tool_means_no_discovery():
 def test_malformed_output_is_reported(text, message):
     with pytest.raises(InvalidInputError, match=message):
         discover.parse_xpu_smi(text)
-
-
-def test_index_map_caches_and_reruns_on_an_unknown_id():
-    calls = []
-
-    def runner(argv):
-        calls.append(argv)
-        return P800_SAMPLE.read_text()
-
-    assert discover.index_map(config(), ["XPU-0000-9d-00.0"], runner=runner) == {
-        "XPU-0000-9d-00.0": 5
-    }
-    assert discover.index_map(config(), ["XPU-0000-9d-00.0"], runner=runner) == {
-        "XPU-0000-9d-00.0": 5
-    }
-    assert len(calls) == 1
-    assert discover.index_map(config(), ["XPU-elsewhere"], runner=runner) == {}
-    assert len(calls) == 2

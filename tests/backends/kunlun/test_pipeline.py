@@ -26,13 +26,6 @@ HAMI_TEST_REGISTER = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    discover.clear_cache()
-    yield
-    discover.clear_cache()
-
-
 def mixed(**config):
     return pipeline(
         node("xpu-oam", P800),
