@@ -26,6 +26,7 @@ keys and bad values are errors that name the key (``nvidia.deviceSplitCount``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -35,6 +36,10 @@ import yaml
 
 from hami_core.errors import ConfigError
 from hami_core.model import BackendInfo, DevicePolicy, DevicePolicyChain, NodePolicy
+
+from . import hamiconfig
+
+log = logging.getLogger(__name__)
 
 CONFIG_VERSION: Final = "v1"
 DEFAULT_SCHEDULER_NAME: Final = "hami-scheduler"
@@ -129,6 +134,10 @@ def load_config(path: str | Path | None, *, backends: Mapping[str, BackendInfo])
         backends: the installed backends by name; their names are the allowed sections
             and their ``option_defaults`` the allowed backend-specific keys.
 
+    A HAMi scheduler ``device-config.yaml`` (no ``version``, HAMi's vendor sections) is
+    accepted as it is: translated by ``hamiconfig``, one warning logged per key we do not
+    implement.
+
     Raises:
         ConfigError: unreadable file, wrong ``version``, unknown key or bad value; the
             message names the file and the key.
@@ -141,6 +150,11 @@ def load_config(path: str | Path | None, *, backends: Mapping[str, BackendInfo])
         raise ConfigError(f"{path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: {yaml_problem(exc)}") from exc
+    if hamiconfig.is_hami_device_config(data):
+        # HAMi's scheduler device-config.yaml as it is (PROTOCOL.md §1b)
+        data, notes = hamiconfig.translate(data, backends)
+        for note in notes:
+            log.warning("%s: HAMi device-config %s", path, note)
     try:
         return parse_config(data, backends=backends)
     except ConfigError as exc:

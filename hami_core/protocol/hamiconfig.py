@@ -1,0 +1,244 @@
+"""HAMi's scheduler ``device-config.yaml``, read as it is, translated to our versioned form.
+
+HAMi's chart renders ConfigMap ``<release>-scheduler-device`` with one key,
+``device-config.yaml``, holding one section per vendor: ``nvidia``, ``metax``, ``hygon``,
+``cambricon``, ``mthreads``, ``iluvatars`` (a list), ``enflame``, ``kunlun``,
+``awsneuron``, ``amd``, ``vastai``, ``biren``, ``vnpus`` (Ascend). Source: HAMi 2.10
+``charts/hami/templates/scheduler/device-configmap.yaml`` and ``pkg/device/*`` config
+structs. Our own format (``version: v1``) stays the documented one; this module only
+turns a HAMi file into it:
+
+- a key we implement is carried over (and validated by ``parse_config`` like any other);
+- a resource-name key whose value is already the backend's own name is consistent and
+  dropped silently; any other key is not implemented: one warning per key;
+- a section for a backend that is not installed is one warning.
+
+The result is a plain mapping for ``parse_config``; nothing here raises for a key it does
+not know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from hami_core.model import BackendInfo
+
+#: HAMi section -> our backend name.
+SECTIONS: Final[dict[str, str]] = {
+    "nvidia": "nvidia",
+    "metax": "metax",
+    "hygon": "hygon",
+    "cambricon": "cambricon",
+    "mthreads": "mthreads",
+    "iluvatars": "iluvatar",
+    "enflame": "enflame",
+    "kunlun": "kunlun",
+    "awsneuron": "awsneuron",
+    "amd": "amd",
+    "vastai": "vastai",
+    "biren": "biren",
+    "vnpus": "ascend",
+}
+
+#: The generic keys every backend section reads (``hami_core.protocol.config``).
+GENERIC_KEYS: Final = (
+    "resourceCountName",
+    "resourceMemoryName",
+    "resourceMemoryPercentageName",
+    "resourceCoreName",
+    "deviceSplitCount",
+    "deviceMemoryScaling",
+    "deviceCoreScaling",
+    "defaultMemory",
+    "defaultCores",
+    "defaultGPUNum",
+)
+
+#: HAMi key -> our option name, where the two differ (per HAMi section).
+RENAMES: Final[dict[str, dict[str, str]]] = {
+    "nvidia": {"gpuCorePolicy": "corePolicy"},
+    # HAMi's kunlun count is the whole card; its "V" names are the shared slices
+    "kunlun": {
+        "resourceCountName": "resourceWholeCardName",
+        "resourceVCountName": "resourceCountName",
+        "resourceVMemoryName": "resourceMemoryName",
+    },
+}
+
+#: Resource names a backend uses outside its ``ResourceNames`` (HAMi key -> value).
+FIXED_NAMES: Final[dict[str, dict[str, str]]] = {
+    "nvidia": {"resourcePriorityName": "nvidia.com/priority"},
+}
+
+#: Keys of one ``vnpus.configs`` entry our Ascend backend reads.
+_VNPU_ENTRY_KEYS: Final = (
+    "chipName",
+    "resourceName",
+    "resourceMemoryName",
+    "resourceCoreName",
+    "memoryAllocatable",
+    "memoryCapacity",
+    "aiCore",
+    "aiCPU",
+    "templates",
+)
+
+
+def is_hami_device_config(data: object) -> bool:
+    """True for a HAMi ``device-config.yaml`` document (or its ConfigMap): no
+    ``version`` key and at least one HAMi vendor section."""
+    data = unwrap_configmap(data)
+    return isinstance(data, Mapping) and "version" not in data and any(k in SECTIONS for k in data)
+
+
+def unwrap_configmap(data: object) -> object:
+    """The ``device-config.yaml`` document inside a ConfigMap manifest, else ``data``."""
+    if isinstance(data, Mapping) and data.get("kind") == "ConfigMap":
+        inner = (data.get("data") or {}).get("device-config.yaml")
+        if isinstance(inner, str):
+            import yaml
+
+            return yaml.safe_load(inner)
+    return data
+
+
+def translate(
+    data: Mapping[str, Any], backends: Mapping[str, BackendInfo]
+) -> tuple[dict[str, Any], list[str]]:
+    """Our versioned configuration for a HAMi document, and the warnings.
+
+    Args:
+        data: the parsed ``device-config.yaml`` (or its ConfigMap).
+        backends: the installed backends by name.
+
+    Returns:
+        ``({"version": "v1", <backend>: {...}}, ["nvidia.resourcePriorityName: ...", ...])``;
+        one warning per key not implemented and per section of a backend not installed.
+    """
+    doc = unwrap_configmap(data)
+    out: dict[str, Any] = {"version": "v1"}
+    warnings: list[str] = []
+    if not isinstance(doc, Mapping):
+        return out, warnings
+    for key, section in doc.items():
+        backend = SECTIONS.get(str(key))
+        if backend is None:
+            warnings.append(f"{key}: not a HAMi device-config section; ignored")
+            continue
+        info = backends.get(backend)
+        if info is None:
+            warnings.append(
+                f"{key}: backend {backend!r} is not installed (pip install hami-{backend}); "
+                "section ignored"
+            )
+            continue
+        if key == "vnpus":
+            translated = _vnpus(section, info, warnings)
+        elif key == "iluvatars":
+            translated = _iluvatars(section, info, warnings)
+        else:
+            translated = _section(str(key), section, info, warnings)
+        if translated:
+            out[backend] = translated
+    return out, warnings
+
+
+def _own_names(info: BackendInfo) -> set[str]:
+    names: set[str] = set()
+    for t in info.device_types:
+        r = t.resources
+        names |= {n for n in (r.count, r.memory, r.memory_pct, r.cores, r.cores_alias) if n}
+    return names
+
+
+def _section(key: str, section: object, info: BackendInfo, warnings: list[str]) -> dict[str, Any]:
+    if not isinstance(section, Mapping):
+        warnings.append(f"{key}: expected a mapping; section ignored")
+        return {}
+    renames = RENAMES.get(key, {})
+    own = _own_names(info)
+    single = len(info.device_types) == 1
+    out: dict[str, Any] = {}
+    for k, v in section.items():
+        name = renames.get(str(k), str(k))
+        if (
+            name in GENERIC_KEYS and (single or not name.startswith("resource"))
+        ) or name in info.option_defaults:
+            out[name] = v
+        elif str(k).startswith("resource") and isinstance(v, str) and v in own:
+            continue  # HAMi names the resource we already use: consistent
+        elif FIXED_NAMES.get(key, {}).get(str(k)) == v:
+            continue
+        else:
+            warnings.append(f"{key}.{k}: not implemented by hami-{info.name}; ignored")
+    return out
+
+
+def _iluvatars(section: object, info: BackendInfo, warnings: list[str]) -> dict[str, Any]:
+    """HAMi's per-chip list; our backend serves the four chips under HAMi's own names,
+    so an entry naming them is consistent and anything else is not implemented."""
+    if not isinstance(section, Sequence) or isinstance(section, str):
+        warnings.append("iluvatars: expected a list; section ignored")
+        return {}
+    own = _own_names(info)
+    known = {t.vendor for t in info.device_types}
+    seen: set[str] = set()
+    for entry in section:
+        if not isinstance(entry, Mapping):
+            continue
+        for k, v in entry.items():
+            consistent = (str(k).startswith("resource") and v in own) or (
+                k in ("chipName", "commonWord") and v in known
+            )
+            if not consistent and k not in seen:
+                seen.add(str(k))
+                warnings.append(f"iluvatars[].{k}: not implemented by hami-{info.name}; ignored")
+    return {}
+
+
+def _vnpus(section: object, info: BackendInfo, warnings: list[str]) -> dict[str, Any]:
+    """``vnpus.configs`` (one entry per chip, keyed by ``commonWord``) onto our Ascend
+    ``vnpus`` option, each entry merged over our default for that chip; a chip-level
+    ``runtimeClassName`` becomes the backend's ``runtimeClassName``."""
+    if not isinstance(section, Mapping):
+        warnings.append("vnpus: expected a mapping; section ignored")
+        return {}
+    out: dict[str, Any] = {}
+    for k in section:
+        if k != "configs":
+            warnings.append(f"vnpus.{k}: not implemented by hami-{info.name}; ignored")
+    defaults = info.option_defaults.get("vnpus")
+    if not isinstance(defaults, Mapping):
+        if section.get("configs"):
+            warnings.append(f"vnpus.configs: not implemented by hami-{info.name}; ignored")
+        return out
+    vnpus = {name: dict(entry) for name, entry in defaults.items()}
+    seen: set[str] = set()
+
+    def once(message_key: str) -> None:
+        if message_key not in seen:
+            seen.add(message_key)
+            warnings.append(
+                f"vnpus.configs[].{message_key}: not implemented by hami-{info.name}; ignored"
+            )
+
+    for entry in section.get("configs") or []:
+        if not isinstance(entry, Mapping):
+            continue
+        word = str(entry.get("commonWord", ""))
+        if word not in vnpus:
+            warnings.append(
+                f"vnpus.configs: chip {word!r} is not known to hami-{info.name}; ignored"
+            )
+            continue
+        for k, v in entry.items():
+            if k in _VNPU_ENTRY_KEYS:
+                vnpus[word][str(k)] = v
+            elif k == "runtimeClassName" and "runtimeClassName" in info.option_defaults:
+                if v:
+                    out["runtimeClassName"] = v
+            elif k != "commonWord":
+                once(str(k))
+    out["vnpus"] = vnpus
+    return out

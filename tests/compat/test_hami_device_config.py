@@ -1,0 +1,112 @@
+"""HAMi's scheduler ``device-config.yaml`` is accepted as it is (issue item 8)."""
+
+import logging
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hami_core.errors import ConfigError
+from hami_core.plugin import BackendManager
+from hami_core.protocol.config import load_config
+from hami_core.protocol.hamiconfig import SECTIONS, is_hami_device_config, translate
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "hami" / "device-config.yaml"
+
+
+@pytest.fixture(scope="module")
+def infos():
+    return BackendManager.from_entry_points(disabled=[]).infos
+
+
+def test_hami_chart_default_file_loads_with_one_warning_per_unimplemented_key(infos, caplog):
+    """The chart's default ConfigMap content (HAMi 2.10
+    ``charts/hami/templates/scheduler/device-configmap.yaml``) was rejected for
+    ``version`` missing; now it loads and its values are ours."""
+    with caplog.at_level(logging.WARNING, logger="hami_core.protocol.config"):
+        cfg = load_config(FIXTURE, backends=infos)
+    nv = cfg.vendor("nvidia")
+    assert (nv.resource_count_name, nv.split_count, nv.memory_scaling) == (
+        "nvidia.com/gpu",
+        10,
+        1.0,
+    )
+    assert nv.options["corePolicy"] == "default"  # HAMi's gpuCorePolicy
+    if "kunlun" in infos:
+        k = cfg.vendor("kunlun")
+        assert k.resource_count_name == "kunlunxin.com/vxpu"  # HAMi's resourceVCountName
+        assert k.options["resourceWholeCardName"] == "kunlunxin.com/xpu"
+    warned = [r.getMessage() for r in caplog.records]
+    keys = [m.split("HAMi device-config ", 1)[1].split(":", 1)[0] for m in warned]
+    assert len(keys) == len(set(keys))  # once per key
+    for key in (
+        "nvidia.overwriteEnv",
+        "nvidia.preConfiguredDeviceMemory",
+        "nvidia.libCudaLogLevel",
+        "nvidia.migProfileAllowlist",
+        "vnpus.hamiVnpuCore",
+    ):
+        assert key in keys, key
+    # names HAMi writes that are ours already are read, not warned about
+    assert not any(
+        k.startswith(("nvidia.resource", "hygon.resource", "metax.resource")) for k in keys
+    )
+    bodies = [m.split("HAMi device-config ", 1)[1] for m in warned]
+    for section, backend in SECTIONS.items():
+        if backend not in infos:
+            assert f"{section}: backend {backend!r} is not installed" in " ".join(bodies)
+
+
+def test_a_section_for_a_backend_not_installed_is_a_warning(infos):
+    only_nvidia = {"nvidia": infos["nvidia"]}
+    out, notes = translate({"nvidia": {"deviceSplitCount": 4}, "cambricon": {}}, only_nvidia)
+    assert out == {"version": "v1", "nvidia": {"deviceSplitCount": 4}}
+    assert notes == [
+        "cambricon: backend 'cambricon' is not installed (pip install hami-cambricon); section ignored"
+    ]
+
+
+def test_the_configmap_manifest_itself_is_read(infos, tmp_path):
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "hami-scheduler-device"},
+        "data": {"device-config.yaml": yaml.safe_dump({"nvidia": {"deviceSplitCount": 3}})},
+    }
+    path = tmp_path / "cm.yaml"
+    path.write_text(yaml.safe_dump(cm))
+    assert is_hami_device_config(cm)
+    assert load_config(path, backends=infos).vendor("nvidia").split_count == 3
+
+
+def test_values_hami_users_change_are_honoured(infos, tmp_path):
+    path = tmp_path / "device-config.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "nvidia": {
+                    "resourceCountName": "example.com/vgpu",
+                    "gpuCorePolicy": "force",
+                    "runtimeClassName": "nvidia",
+                    "defaultMemory": 2000,
+                }
+            }
+        )
+    )
+    nv = load_config(path, backends=infos).vendor("nvidia")
+    assert nv.resource_count_name == "example.com/vgpu" and nv.default_memory_mib == 2000
+    assert nv.options["corePolicy"] == "force" and nv.options["runtimeClassName"] == "nvidia"
+
+
+def test_a_bad_value_in_a_hami_file_still_stops_start_naming_the_key(infos, tmp_path):
+    path = tmp_path / "device-config.yaml"
+    path.write_text("nvidia:\n  deviceSplitCount: ten\n")
+    with pytest.raises(ConfigError, match=r"device-config.yaml: nvidia.deviceSplitCount"):
+        load_config(path, backends=infos)
+
+
+def test_our_versioned_format_is_unchanged(infos, tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("version: v1\nnvidia:\n  resourcePriorityName: x\n")
+    with pytest.raises(ConfigError, match="nvidia.resourcePriorityName: unknown key"):
+        load_config(path, backends=infos)
