@@ -15,8 +15,14 @@ Per-node overrides come from a file in the shape of HAMi's device-plugin
                      "devicememoryscaling": 1.5, "devicecorescaling": 1,
                      "filterdevices": {"uuid": ["GPU-..."], "index": [3]}}]}
 
-YAML with the same keys is accepted. ``operatingmode`` (only ``hami-core``) and
-``migstrategy`` (only ``none``) are accepted for compatibility.
+YAML with the same keys is accepted. Every key of HAMi 2.10's entry
+(``pkg/device/nvidia/device.go`` ``DevicePluginConfigs`` / ``NodeDefaultConfig``, the
+chart's default ``nodeconfig``) is accepted: ``preconfigureddevicememory`` (MiB for a
+device whose memory the driver does not report), ``enablenumatopology`` (NUMA nodes sent
+to kubelet), ``operatingmode`` (only ``hami-core``), ``migstrategy`` (only ``none``);
+``enablegetpreferredallocation: false`` and ``libcudaloglevel`` are read and logged as
+not applied (we always offer ``GetPreferredAllocation``: it keeps kubelet's IDs on the
+GPUs the scheduler chose).
 """
 
 from __future__ import annotations
@@ -50,6 +56,10 @@ _NODE_KEYS = frozenset(
         "devicememoryscaling",
         "devicecorescaling",
         "filterdevices",
+        "preconfigureddevicememory",
+        "enablenumatopology",
+        "enablegetpreferredallocation",
+        "libcudaloglevel",
     }
 )
 
@@ -70,6 +80,9 @@ class NodeOverrides:
         core_scaling: ``devicecorescaling``.
         exclude_uuids: ``filterdevices.uuid``: devices not advertised.
         exclude_indexes: ``filterdevices.index``: devices not advertised, by index.
+        preconfigured_memory_mib: ``preconfigureddevicememory``: MiB of a device whose
+            discovery reports no memory (0 or None: such a device keeps 0).
+        numa_topology: ``enablenumatopology``; None: our default (sent).
     """
 
     split_count: int | None = None
@@ -77,6 +90,8 @@ class NodeOverrides:
     core_scaling: float | None = None
     exclude_uuids: frozenset[str] = frozenset()
     exclude_indexes: frozenset[int] = frozenset()
+    preconfigured_memory_mib: int | None = None
+    numa_topology: bool | None = None
 
     def apply(self, config: VendorConfig) -> VendorConfig:
         """``config`` with this node's values in force."""
@@ -178,7 +193,26 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
         isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indexes
     ):
         raise ConfigError(f"{where}.filterdevices.index: must be a list of indexes >= 0")
+    pre = _number(entry, "preconfigureddevicememory", int, where)
+    if pre is not None and pre < 0:
+        raise ConfigError(f"{where}.preconfigureddevicememory: must be >= 0, got {pre}")
+    flags = {}
+    for key in ("enablenumatopology", "enablegetpreferredallocation"):
+        value = entry.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
+        flags[key] = value
+    if flags["enablegetpreferredallocation"] is False:
+        log.info(
+            "%s.enablegetpreferredallocation: false is not applied: GetPreferredAllocation "
+            "stays offered (it keeps kubelet's device IDs on the GPUs the scheduler chose)",
+            where,
+        )
+    if entry.get("libcudaloglevel") is not None:
+        log.warning("%s.libcudaloglevel: not applied by this device plugin", where)
     return name, NodeOverrides(
+        preconfigured_memory_mib=pre,
+        numa_topology=flags["enablenumatopology"],
         split_count=split,
         memory_scaling=memory,
         core_scaling=core,
@@ -282,11 +316,24 @@ class NodeAgent:
                 f"backend {self.backend!r} cannot discover devices on node {self.node} "
                 "(is the driver installed and its library on the library path?)"
             )
-        kept = tuple(d for d in devices if d.vendor == self.vendor and self.overrides.keeps(d))
-        left_out = [d.uuid for d in devices if d.vendor == self.vendor and d not in kept]
+        kept = tuple(
+            self._preconfigured(d)
+            for d in devices
+            if d.vendor == self.vendor and self.overrides.keeps(d)
+        )
+        kept_uuids = {d.uuid for d in kept}
+        left_out = [d.uuid for d in devices if d.vendor == self.vendor and d.uuid not in kept_uuids]
         if left_out:
             log.debug("node config leaves out %s", left_out)
         return kept
+
+    def _preconfigured(self, device: DeviceInfo) -> DeviceInfo:
+        """HAMi's ``preconfigureddevicememory`` for a device reporting no memory (some
+        drivers cannot report it), scaled like discovered memory."""
+        pre = self.overrides.preconfigured_memory_mib
+        if device.memory_mib or not pre:
+            return device
+        return attrs.evolve(device, memory_mib=int(pre * self.config.memory_scaling))
 
     def scores(self, devices: tuple[DeviceInfo, ...]) -> dict[str, dict[str, int]] | None:
         """Link scores to publish, or None when disabled or the backend has none."""

@@ -20,7 +20,12 @@ from .devices import KubeletDevice, fake_ids, kubelet_devices
 class DeviceState:
     """Thread-safe, versioned device list. Version 0 means "not discovered yet"."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, numa_topology: bool = True) -> None:
+        """Args:
+        numa_topology: send each device's NUMA node to kubelet (HAMi's per-node
+            ``enablenumatopology``; off sends no topology, as HAMi does by default).
+        """
+        self.numa_topology = numa_topology
         self._cond = threading.Condition()
         self._devices: tuple[DeviceInfo, ...] = ()
         self._version = 0
@@ -70,7 +75,10 @@ class DeviceState:
             self._cond.wait_for(lambda: self._version > version or self._closed, timeout_s)
             if self._closed or self._version <= version:
                 return None
-            return self._version, kubelet_devices(self._devices)
+            listed = kubelet_devices(self._devices)
+            if not self.numa_topology:
+                listed = tuple(attrs.evolve(d, numa=None) for d in listed)
+            return self._version, listed
 
     def close(self) -> None:
         """Wake every waiter for good (shutdown)."""

@@ -86,14 +86,15 @@ class DevicePluginProcess:
             )
         self.opts = opts
         self.store = store
-        self.state = DeviceState()
+        overrides = load_node_overrides(opts.node_config, node=opts.node_name)
+        self.state = DeviceState(numa_topology=overrides.numa_topology is not False)
         self.agent = NodeAgent(
             store,
             manager,
             backend=opts.backend,
             vendor=vendor,
             node=opts.node_name,
-            overrides=load_node_overrides(opts.node_config, node=opts.node_name),
+            overrides=overrides,
             link_scores=opts.link_scores,
         )
         dtype = self.agent.dtype
