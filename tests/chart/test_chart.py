@@ -97,7 +97,12 @@ def test_the_extender_is_a_loopback_sidecar_whose_binds_are_never_refused():
     assert "--no-leader-elect" in ext
     assert not container(deploy, "extender").get("ports")
     # no Service or NodePort exposes the extender
-    assert [o["metadata"]["name"] for o in objs if o["kind"] == "Service"] == ["hami-webhook"]
+    services = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Service"}
+    assert sorted(services) == ["hami-monitor", "hami-webhook"]
+    assert all(
+        s["spec"]["selector"]["app.kubernetes.io/component"] != "scheduler"
+        for s in services.values()
+    )
     assert not deploy["spec"]["template"]["spec"].get("hostNetwork")
 
     config = _kube_scheduler_config(objs)
@@ -323,6 +328,7 @@ def test_rbac_names_the_secret_the_webhook_configuration_and_the_lease():
     # one ServiceAccount per component
     assert sorted(o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount") == [
         "hami-device-plugin",
+        "hami-monitor",
         "hami-scheduler",
         "hami-webhook",
     ]
@@ -330,7 +336,11 @@ def test_rbac_names_the_secret_the_webhook_configuration_and_the_lease():
 
 def test_a_device_plugin_daemonset_per_enabled_vendor():
     objs = render(example_values(CHART / "examples" / "all-vendors.yaml"))
-    daemonsets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "DaemonSet"}
+    daemonsets = {
+        o["metadata"]["name"]: o
+        for o in objs
+        if o["kind"] == "DaemonSet" and o["metadata"]["name"] != "hami-monitor"
+    }
     enabled = {
         k
         for k, v in example_values(CHART / "examples" / "all-vendors.yaml")["devices"].items()

@@ -199,3 +199,36 @@ def test_informer_freshness():
     ]
     assert one(m, "hami_scheduler_informer_synced", resource="nodes") == 0
     assert one(m, "hami_scheduler_informer_relists", resource="pods") == 3
+
+
+def test_other_vendors_use_the_same_names_with_their_device_type():
+    """A Hygon DCU node (HAMi's dcu-vgpu-device-plugin legacy inventory) and an NVIDIA
+    node: one set of names, ``device_type`` telling them apart."""
+    dcu = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "dcu-1",
+            "annotations": {"hami.io/node-dcu-register": "DCU-SN0,4,65520,100,DCU-K100_AI,0,true:"},
+        },
+        "status": {"allocatable": {"hygon.com/dcunum": "4"}},
+    }
+    c = cluster(dcu, node("n1", [gpu("GPU-1")]))
+    metrics = SchedulerMetrics(Scheduler(c, manager()))
+    m = samples(metrics)
+    limits = {
+        lab["device_uuid"]: (lab["device_type"], v) for lab, v in m["hami_gpu_memory_limit_bytes"]
+    }
+    assert limits["DCU-SN0"] == ("DCU-K100_AI", 65520 * MiB)
+    assert limits["GPU-1"] == ("NVIDIA A100-PCIE-16GB", 16384 * MiB)
+    assert (
+        one(
+            m,
+            "hami_gpu_core_limit_ratio",
+            node="dcu-1",
+            device_uuid="DCU-SN0",
+            device_index="0",
+            device_type="DCU-K100_AI",
+        )
+        == 100
+    )
