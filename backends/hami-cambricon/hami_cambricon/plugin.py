@@ -20,7 +20,7 @@ from hami_core.backend import (
     hookimpl,
 )
 
-from . import admission, allocate, discover, fit, requests
+from . import admission, allocate, capacity, discover, fit, requests
 from .names import DEVICE_TYPE
 from .options import OPTION_DEFAULTS
 
@@ -38,6 +38,13 @@ def hami_backend_info() -> BackendInfo:
 @hookimpl
 def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
     return discover.discover(config)
+
+
+@hookimpl
+def hami_node_devices(
+    node: Mapping[str, Any], vendor: str, config: VendorConfig
+) -> list[DeviceInfo] | None:
+    return capacity.node_devices(node, config) if vendor == DEVICE_TYPE.vendor else None
 
 
 @hookimpl
