@@ -1,0 +1,374 @@
+"""HAMi's own Go tests as a checklist (issue item 11): each behaviour they assert that we
+implement, with HAMi's expected value. Every test names its source (file::test, case).
+The whole list, with what is not applicable and why, is docs/hami-go-tests.md."""
+
+from __future__ import annotations
+
+import pytest
+from hami_nvidia.requests import parse_request
+
+from hami_core.backend import DeviceFilters, fit_devices
+from hami_core.model import (
+    ContainerDevice,
+    DeviceInfo,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceUsage,
+    NodeInfo,
+)
+from hami_core.protocol import decode_pod_devices, encode_pod_devices
+from hami_core.protocol.config import VendorConfig
+from hami_core.scheduling.policy import resolve_policies
+from tests.builders import container, gpu, manager, node, pipeline, pod
+from tests.unit.test_admission import limits_of, patched, review
+
+NV = "pkg/device/nvidia/device_test.go"
+
+
+def _usage(
+    uuid="dev-0",
+    *,
+    index=0,
+    used=0,
+    count=100,
+    usedmem=0,
+    totalmem=1280,
+    totalcore=100,
+    usedcores=0,
+    numa=0,
+    health=True,
+):
+    """HAMi's ``device.DeviceUsage`` fields (Count, Used, Usedmem, Totalmem, ...)."""
+    d = DeviceInfo(
+        uuid=uuid,
+        vendor="NVIDIA",
+        model="NVIDIA-Tesla T4",
+        index=index,
+        split_count=count,
+        memory_mib=totalmem,
+        cores_pct=totalcore,
+        numa=numa,
+        healthy=health,
+    )
+    return DeviceUsage(device=d, used_count=used, used_memory_mib=usedmem, used_cores_pct=usedcores)
+
+
+def _req(nums=1, mem=512, pct=0, cores=50):
+    return DeviceRequest(
+        vendor="NVIDIA", count=nums, memory_mib=mem, memory_pct=pct, cores_pct=cores
+    )
+
+
+NO_FILTERS = DeviceFilters()
+
+
+def _fit(devices, request, filters=NO_FILTERS, policy=DevicePolicy.SPREAD):
+    return fit_devices(request, NodeInfo(name="n"), devices, filters, policy)
+
+
+@pytest.mark.parametrize(
+    ("case", "devices", "request_", "filters", "reason"),
+    [
+        (
+            "fit fail: memory not enough",
+            [_usage(totalmem=128)],
+            _req(mem=512),
+            DeviceFilters(),
+            "1/1 CardInsufficientMemory",
+        ),
+        (
+            "fit fail: core not enough",
+            [_usage(totalmem=1024, usedcores=100)],
+            _req(),
+            DeviceFilters(),
+            "1/1 CardInsufficientCore",
+        ),
+        (
+            "fit fail: user assign use uuid mismatch",
+            [_usage("dev-1")],
+            _req(nums=1),
+            DeviceFilters(use_uuid=frozenset({"dev-0"})),
+            "1/1 CardUuidMismatch",
+        ),
+        (
+            "fit fail: user assign no use uuid match",
+            [_usage("dev-0")],
+            _req(nums=1),
+            DeviceFilters(nouse_uuid=frozenset({"dev-0"})),
+            "1/1 CardUuidMismatch",
+        ),
+        (
+            "fit fail: card overused",
+            [_usage(used=100)],
+            _req(),
+            DeviceFilters(),
+            "1/1 CardTimeSlicingExhausted",
+        ),
+        (
+            "fit fail:  card exclusively",
+            [_usage(used=20)],
+            _req(cores=100),
+            DeviceFilters(),
+            "1/1 ExclusiveDeviceAllocateConflict",
+        ),
+        (
+            "fit fail:  CardComputeUnitsExhausted",
+            [_usage(used=20, usedcores=100)],
+            _req(cores=0),
+            DeviceFilters(),
+            "1/1 CardComputeUnitsExhausted",
+        ),
+        (
+            "fit fail:  CardNotHealth",
+            [_usage(used=20, usedcores=10, health=False)],
+            _req(mem=0, pct=10, cores=20),
+            DeviceFilters(),
+            "1/1 CardNotHealth",
+        ),
+    ],
+)
+def test_devices_fit_reasons(case, devices, request_, filters, reason):
+    """``pkg/device/nvidia/device_test.go::TestDevices_Fit`` (the case named)."""
+    result = _fit(devices, request_, filters)
+    assert not result.fits and result.summary(len(devices)) == reason, case
+
+
+def test_devices_fit_memory_percentage():
+    """``TestDevices_Fit`` "fit success:  memory percentage": 10 % of 1280 MiB on dev-0."""
+    result = _fit([_usage(used=20, usedcores=10)], _req(mem=0, pct=10, cores=20))
+    assert [(d.uuid, d.memory_mib, d.cores_pct) for d in result.devices] == [("dev-0", 128, 20)]
+
+
+def test_node_with_fewer_devices_than_asked():
+    """``pkg/scheduler/score.go`` (asserted by ``pkg/scheduler/score_test.go::Test_fitInDevices`` "request devices nums cannot exceed the total number of devices on the node",
+    ``NodeInsufficientDevice``): more devices asked than the node has of the type."""
+    result = _fit([_usage()], _req(nums=2))
+    assert result.node_reason is not None and result.node_reason.value == "NodeInsufficientDevice"
+
+
+def test_device_cordon():
+    """``pkg/device/nvidia/device_test.go::TestFit_DeviceCordon``: a cordoned GPU is
+    ``CardCordoned`` and the other one is used."""
+    cordoned = DeviceUsage(device=_usage("dev-0").device, cordoned=True)
+    result = _fit([cordoned, _usage("dev-1", index=1)], _req())
+    assert [d.uuid for d in result.devices] == ["dev-1"]
+    alone = _fit([cordoned], _req())
+    assert alone.summary(1) == "1/1 CardCordoned"
+
+
+def test_zero_memory_percentage_is_the_whole_card():
+    """``TestZeroMemoryPercentageIsAccountedAsWholeCard``: ``gpumem-percentage: 0`` books
+    the whole 11264 MiB card; a card with 11260 MiB used does not fit."""
+    c = {
+        "name": "test",
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "0"}},
+    }
+    req = parse_request(c, VendorConfig())
+    empty = _fit([_usage(count=10, totalmem=11264)], req)
+    assert empty.devices[0].memory_mib == 11264
+    full = _fit([_usage(count=10, totalmem=11264, usedmem=11260)], req)
+    assert "CardInsufficientMemory" in full.summary(1)
+
+
+@pytest.mark.parametrize(
+    ("case", "section", "resources", "cores"),
+    [
+        (
+            "exclusive via percentage",
+            "limits",
+            {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100"},
+            "100",
+        ),
+        (
+            "exclusive via percentage in requests only",
+            "requests",
+            {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100"},
+            "100",
+        ),
+        (
+            "non-exclusive percentage",
+            "limits",
+            {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"},
+            "0",
+        ),
+        ("no memory fields defaults to exclusive", "limits", {"nvidia.com/gpu": "1"}, "100"),
+        (
+            "explicit cores remains unchanged",
+            "limits",
+            {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "70"},
+            "70",
+        ),
+        (
+            "explicit cores in requests remains unchanged",
+            "requests",
+            {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "55"},
+            "55",
+        ),
+        (
+            "memory size present treated as shareable",
+            "limits",
+            {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8192"},
+            "0",
+        ),
+    ],
+)
+def test_mutate_admission_defaults_exclusive_core(case, section, resources, cores):
+    """``TestMutateAdmissionDefaultsExclusiveCore`` (the case named): the cores the
+    webhook writes (HAMi writes none where we write the default 0: the same request)."""
+    p = pod("p", {"name": "c", "image": "x", "resources": {section: dict(resources)}})
+    assert limits_of(patched(p, review(p)))["limits"]["nvidia.com/gpucores"] == cores, case
+
+
+def test_mutate_admission_runtime_class_name():
+    """``TestMutateAdmission_RuntimeClassName``: the configured name is set on a pod asking
+    NVIDIA devices."""
+    p = pod("p", container(gpu=1))
+    out = patched(p, review(p, config={"nvidia": {"runtimeClassName": "nvidia"}}))
+    assert out["spec"]["runtimeClassName"] == "nvidia"
+
+
+def test_mutate_admission_priority_env():
+    """``TestMutateAdmission_Priority``: ``nvidia.com/priority`` becomes
+    ``CUDA_TASK_PRIORITY`` in the container's env."""
+    p = pod("p", container(gpu=1, priority=1))
+    env = {e["name"]: e["value"] for e in patched(p, review(p))["spec"]["containers"][0]["env"]}
+    assert env["CUDA_TASK_PRIORITY"] == "1"
+
+
+def test_check_type_allocate_mode():
+    """``TestCheckType_AllocateMode``: a device whose mode ``nvidia.com/vgpu-mode`` does
+    not list is not a match (``CardTypeMismatch``)."""
+    from hami_nvidia.fit import filters_of
+
+    dev = _usage()
+    mig = DeviceUsage(
+        device=DeviceInfo(
+            uuid="m", vendor="NVIDIA", split_count=1, memory_mib=10, cores_pct=100, mode="mig"
+        )
+    )
+    f = filters_of({"metadata": {"annotations": {"nvidia.com/vgpu-mode": "mig"}}})
+    assert _fit([dev], _req(mem=1), f).summary(1) == "1/1 CardTypeMismatch"
+    assert _fit([mig], _req(mem=1), f).fits
+
+
+@pytest.mark.parametrize(
+    ("case", "use", "nouse", "uuid", "ok"),
+    [
+        ("don't set GPUUseUUID and GPUNoUseUUID annotation", None, None, "GPU-1", True),
+        ("use set, device match", "GPU-1,GPU-2", None, "GPU-1", True),
+        ("use set, device don't match", "GPU-2", None, "GPU-1", False),
+        ("nouse set, device match", None, "GPU-1", "GPU-1", False),
+        ("nouse set, device don't match", None, "GPU-2", "GPU-1", True),
+        ("both set, device in use list but also in nouse list", "GPU-1", "GPU-1", "GPU-1", False),
+        ("both set, device in use list and not in nouse list", "GPU-1", "GPU-2", "GPU-1", True),
+        ("use list with spaces around uuids", " GPU-1 , GPU-2 ", None, "GPU-1", True),
+        ("empty GPUUseUUID annotation should not filter out any device", "", None, "GPU-1", True),
+        ("whitespace-only GPUUseUUID annotation", "   ", None, "GPU-1", True),
+        ("empty GPUNoUseUUID annotation should not exclude any device", None, "", "GPU-1", True),
+    ],
+)
+def test_check_uuid(case, use, nouse, uuid, ok):
+    """``pkg/device/devices_test.go::TestCheckUUID`` (the case named), through NVIDIA's
+    ``nvidia.com/use-gpuuuid`` / ``nvidia.com/nouse-gpuuuid``."""
+    from hami_nvidia.fit import filters_of
+
+    ann = {}
+    if use is not None:
+        ann["nvidia.com/use-gpuuuid"] = use
+    if nouse is not None:
+        ann["nvidia.com/nouse-gpuuuid"] = nouse
+    assert filters_of({"metadata": {"annotations": ann}}).uuid_ok(uuid) is ok, case
+
+
+def test_decode_pod_devices_two_devices():
+    """``pkg/device/devices_test.go::Test_DecodePodDevices`` "annos having two device":
+    two containers of 500 MiB / 3 cores each (HAMi's decoder also yields an empty third
+    entry for the trailing ``;``; we read ``;`` as the end of each container)."""
+    value = (
+        "GPU-8dcd427f-483b-b48f-d7e5-75fb19a52b76,NVIDIA,500,3:;"
+        "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,NVIDIA,500,3:;"
+    )
+    got = decode_pod_devices(value)
+    assert [[(d.uuid, d.vendor, d.memory_mib, d.cores_pct) for d in c] for c in got] == [
+        [("GPU-8dcd427f-483b-b48f-d7e5-75fb19a52b76", "NVIDIA", 500, 3)],
+        [("GPU-ebe7c3f7-303d-558d-435e-99a160631fe4", "NVIDIA", 500, 3)],
+    ]
+    assert encode_pod_devices(got) == value
+
+
+def test_decode_pod_devices_bad_annotation():
+    """``TestDecodePodDevices_BadAnnotation``: ``uuid,type,100:;`` is an error."""
+    from hami_core.errors import AnnotationError
+
+    with pytest.raises(AnnotationError):
+        decode_pod_devices("uuid,type,100:;")
+
+
+def test_empty_container_and_pod_device_coding():
+    """``TestEmptyContainerDevicesCoding`` / ``TestEmptyPodDeviceCoding``: empty lists
+    encode to the empty container entry and decode back."""
+    assert decode_pod_devices(encode_pod_devices(((),))) == ((),)
+    dev = ContainerDevice(uuid="GPU-1", vendor="NVIDIA", memory_mib=1, cores_pct=0)
+    assert decode_pod_devices(encode_pod_devices(((), (dev,)))) == ((), (dev,))
+
+
+def test_resourcereqs_with_init_containers():
+    """``pkg/device/devices_test.go::TestResourcereqs_WithInitContainers``: requests in
+    wire order, init containers first, then the app containers."""
+    from hami_core.scheduling.podspec import read_pod_request
+
+    p = pod(
+        "p",
+        container("app", gpu=1, gpumem=2000),
+        init=[container("init", gpu=1, gpumem=1000)],
+    )
+    req = read_pod_request(p, manager())
+    assert [(c.name, c.init, c.devices[0].memory_mib) for c in req.containers] == [
+        ("init", True, 1000),
+        ("app", False, 2000),
+    ]
+
+
+def test_get_gpu_scheduler_policy_by_pod():
+    """``pkg/util/util_test.go::TestGetGPUSchedulerPolicyByPod`` and
+    ``TestPolicyContains``: the pod's annotation wins over the default; a comma list
+    contains each of its tokens."""
+    cfg = manager().config
+    assert resolve_policies(pod("p"), cfg).device is DevicePolicy.SPREAD
+    annotated = pod("p", annotations={"hami.io/gpu-scheduler-policy": "binpack,numa"})
+    chain = resolve_policies(annotated, cfg).device_chain
+    assert chain.primary is DevicePolicy.BINPACK and DevicePolicy.NUMA in chain.tie_breaks
+
+
+def test_node_policy_binpack_prefers_the_fuller_node():
+    """``pkg/scheduler/policy/node_policy_test.go::TestLess`` (binpack orders the node with more
+    used first, spread the emptier)."""
+    for policy, want in (("binpack", "busy"), ("spread", "idle")):
+        p2 = pipeline(node("busy", [gpu("GPU-B")]), node("idle", [gpu("GPU-I")]))
+        p2.cluster.add_pod(
+            {
+                "metadata": {
+                    "name": "old",
+                    "namespace": "default",
+                    "annotations": {
+                        "hami.io/vgpu-node": "busy",
+                        "hami.io/vgpu-devices-allocated": "GPU-B,NVIDIA,4000,0:;",
+                        "hami.io/bind-phase": "success",
+                    },
+                },
+                "spec": {
+                    "nodeName": "busy",
+                    "schedulerName": "hami-scheduler",
+                    "containers": [container(gpu=1, gpumem=4000)],
+                },
+                "status": {"phase": "Running"},
+            }
+        )
+        out = p2.submit(
+            pod(
+                "new",
+                container(gpu=1, gpumem=1000),
+                annotations={"hami.io/node-scheduler-policy": policy},
+            )
+        )
+        assert out.node == want, policy
