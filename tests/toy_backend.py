@@ -73,8 +73,6 @@ class ToyBackend:
 
     @hookimpl
     def hami_fit(self, request, usage):
-        if request.vendor != "TOY":
-            return None
         if len(usage) < request.count:
             return FitResult(node_reason=ReasonCode.NODE_INSUFFICIENT_DEVICE)
         chosen, reasons = [], {}
@@ -98,6 +96,4 @@ class ToyBackend:
 
     @hookimpl
     def hami_allocate(self, devices):
-        if any(d.vendor != "TOY" for d in devices):
-            return None
         return ContainerAllocation(envs={"TOY_VISIBLE_DEVICES": ",".join(d.uuid for d in devices)})

@@ -273,7 +273,8 @@ class NodeAgent:
         backend, vendor: what is served (``nvidia``, ``NVIDIA``).
         node: this node's name.
         overrides: this node's entry of the per-node file.
-        link_scores: publish ``hami.io/node-<backend>-score`` from ``hami_link_scores``.
+        link_scores: publish the vendor key's ``link_score_annotation`` from
+            ``hami_link_scores``.
         clock: now, timezone-aware (tests pin it).
         """
         self.store = store
@@ -300,8 +301,9 @@ class NodeAgent:
 
     @property
     def score_annotation(self) -> str:
-        """``hami.io/node-<backend>-score`` (``hami.io/node-nvidia-score`` for NVIDIA)."""
-        return f"hami.io/node-{self.backend}-score"
+        """The vendor key's ``link_score_annotation`` (``hami.io/node-nvidia-score`` for
+        NVIDIA); "" when the vendor publishes none."""
+        return self.manager.device_type(self.vendor).link_score_annotation
 
     def discover(self) -> tuple[DeviceInfo, ...]:
         """This node's devices of the vendor, minus those the overrides leave out.

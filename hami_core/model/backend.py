@@ -48,6 +48,10 @@ class DeviceTypeInfo:
             ``hami.io/vgpu-devices-to-allocate``.
         allocated_annotation: pod key kept for accounting, e.g.
             ``hami.io/vgpu-devices-allocated``.
+        link_score_annotation: node key of the link scores between this vendor's
+            devices (PROTOCOL.md §2), e.g. ``hami.io/node-nvidia-score``; "" when the
+            vendor publishes none. The device plugin writes it from ``hami_link_scores``
+            and the scheduler reads it for topology-aware placement.
         fit_rules: the vendor's variations of the shared fit steps; the core scores a
             placement with them (``hami_core.backend.fit.node_score``) when the backend
             has no ``hami_score``.
@@ -59,6 +63,7 @@ class DeviceTypeInfo:
     handshake_annotation: str
     to_allocate_annotation: str
     allocated_annotation: str
+    link_score_annotation: str = ""
     fit_rules: FitRules = attrs.field(factory=FitRules)
 
 

@@ -127,10 +127,10 @@ def hami_link_scores(
     """Score the links between this node's devices, for topology-aware placement.
 
     Called by: the device plugin's node agent, after discovery, when link scores are
-    enabled (``hami device-plugin --link-scores``); the agent publishes the answer as
-    ``hami.io/node-<backend>-score`` (PROTOCOL.md §2: NVLink with k links 100*k, same
-    board 60, one PCIe switch 50, several switches 40, same host bridge 30, same CPU 20,
-    across CPUs 10).
+    enabled (``hami device-plugin --link-scores``); the agent publishes the answer under
+    the vendor key's ``DeviceTypeInfo.link_score_annotation``, which a backend with this
+    hook must declare (PROTOCOL.md §2: NVLink with k links 100*k, same board 60, one
+    PCIe switch 50, several switches 40, same host bridge 30, same CPU 20, across CPUs 10).
     Args:
         devices: what ``hami_discover`` returned, index order.
     Returns: ``{uuid: {other_uuid: score}}`` for every pair of ``devices``; ``None``

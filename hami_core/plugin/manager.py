@@ -136,6 +136,14 @@ class BackendManager:
                     if impl_name.startswith("hami_") and impl_name != "hami_backend_info"
                 )
             )
+            if "hami_link_scores" in hooks:
+                silent = [t.vendor for t in info.device_types if not t.link_score_annotation]
+                if silent:
+                    raise BackendError(
+                        name,
+                        f"implements hami_link_scores but vendor keys {silent} declare no "
+                        "link_score_annotation to publish them under",
+                    )
             self._records[name] = BackendRecord(
                 name=name, version=(versions or {}).get(name, ""), info=info, hooks=hooks
             )

@@ -11,7 +11,6 @@ from hami_core.model.policy import GPU_POLICY_ANNOTATION
 # Node (PROTOCOL.md §2, §4)
 NODE_LOCK = "hami.io/mutex.lock"
 DEVICE_CORDON = "hami.io/device-cordon"
-NVIDIA_NODE_SCORE = "hami.io/node-nvidia-score"
 
 # Pod allocation, written at bind (PROTOCOL.md §3)
 VGPU_NODE = "hami.io/vgpu-node"

@@ -8,7 +8,7 @@ from typing import Any
 
 from hami_core.errors import AnnotationError, QuantityError
 from hami_core.model import DeviceInfo, DeviceTypeInfo, NodeInfo
-from hami_core.protocol.annotations import DEVICE_CORDON, NVIDIA_NODE_SCORE
+from hami_core.protocol.annotations import DEVICE_CORDON
 from hami_core.protocol.handshake import decode_handshake
 from hami_core.protocol.inventory import decode_inventory
 from hami_core.protocol.quantity import parse_quantity_int
@@ -88,17 +88,19 @@ def read_node(
             continue
         devices.extend(found)
     link_scores: dict[str, dict[str, int]] = {}
-    if NVIDIA_NODE_SCORE in ann:
-        score_problem = _too_large(NVIDIA_NODE_SCORE, ann[NVIDIA_NODE_SCORE])
+    for dtype in device_types:
+        key = dtype.link_score_annotation
+        if not key or key not in ann or dtype.vendor in unregistered:
+            continue
         try:
+            score_problem = _too_large(key, ann[key])
             if score_problem:
                 raise AnnotationError(score_problem)
-            link_scores = decode_link_scores(ann[NVIDIA_NODE_SCORE], node=name)
+            link_scores.update(decode_link_scores(ann[key], node=name))
         except DECODE_ERRORS as exc:
             # Topology is a preference, but an unreadable one says the node is not what it
-            # claims: mark the node's NVIDIA devices unusable with the reason.
-            unregistered.setdefault("NVIDIA", f"{NVIDIA_NODE_SCORE}: {_reason(exc)}")
-            link_scores = {}
+            # claims: mark the node's devices of that vendor unusable with the reason.
+            unregistered[dtype.vendor] = f"{key}: {_reason(exc)}"
     cordon = ann.get(DEVICE_CORDON, "")
     if _too_large(DEVICE_CORDON, cordon):
         cordon = ""

@@ -63,7 +63,7 @@ from hami_core.cluster.memory import MemoryCluster
 from hami_core.errors import InvalidInputError
 from hami_core.model import DEVICE_MODES, DeviceInfo
 from hami_core.plugin import BackendManager
-from hami_core.protocol.annotations import NVIDIA_NODE_SCORE, VGPU_NODE
+from hami_core.protocol.annotations import VGPU_NODE
 from hami_core.protocol.inventory import encode_inventory
 from hami_core.protocol.topology import decode_link_scores, encode_link_scores
 from hami_core.scheduling.nodes import read_node
@@ -445,8 +445,14 @@ def _simple_node(
         by_index.update({d.index: d.uuid for d in devices})
     # Links name device indexes; with GPUs left out they would point at nothing.
     links = {} if left_out else _links(_list(entry, "links", where), where, by_index)
-    if links:
-        annotations[NVIDIA_NODE_SCORE] = encode_link_scores(links)
+    for vendor, devices in by_vendor.items():
+        key = manager.device_type(vendor).link_score_annotation
+        mine = {d.uuid for d in devices}
+        vendor_links = {
+            a: {b: v for b, v in row.items() if b in mine} for a, row in links.items() if a in mine
+        }
+        if key and any(vendor_links.values()):
+            annotations[key] = encode_link_scores(vendor_links)
     node = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -633,10 +639,11 @@ def _node_problems(nodes: Mapping[str, Mapping[str, Any]], manager: BackendManag
         )
         for vendor, reason in sorted(info.unregistered.items()):
             out.append(f"node {name}: {vendor} devices unusable: {reason}")
-        score = ((nodes[name].get("metadata") or {}).get("annotations") or {}).get(
-            NVIDIA_NODE_SCORE
-        )
-        if score is not None:
+        annotations = (nodes[name].get("metadata") or {}).get("annotations") or {}
+        for key in sorted({t.link_score_annotation for t in types} - {""}):
+            score = annotations.get(key)
+            if score is None:
+                continue
             try:
                 decode_link_scores(score, node=name)
             except InvalidInputError as exc:

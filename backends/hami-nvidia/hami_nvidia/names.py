@@ -23,6 +23,8 @@ DEVICE_TYPE = DeviceTypeInfo(
     handshake_annotation="hami.io/node-handshake",
     to_allocate_annotation="hami.io/vgpu-devices-to-allocate",
     allocated_annotation="hami.io/vgpu-devices-allocated",
+    # HAMi's NVIDIA device plugin publishes pair scores here (pkg/device/nvidia)
+    link_score_annotation="hami.io/node-nvidia-score",
 )
 
 # Pod annotations (PROTOCOL.md §5): HAMi's names first, then the handbook's aliases.
