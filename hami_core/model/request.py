@@ -20,6 +20,9 @@ class DeviceRequest:
         memory_mib: memory per device in MiB, or 0 when ``memory_pct`` is used.
         memory_pct: memory per device in percent of that device (1..100), or 0.
         cores_pct: compute per device in percent (0..100); 100 means exclusive.
+        custom: vendor facts of the request its fit reads, as ``(key, value)`` pairs,
+            where the request cannot be stated in memory and cores before the node is
+            known (Enflame's DRS slice size, resolved against the node's profiles).
     """
 
     vendor: str = attrs.field(validator=attrs.validators.min_len(1))
@@ -31,6 +34,7 @@ class DeviceRequest:
     cores_pct: int = attrs.field(
         default=0, validator=[attrs.validators.ge(0), attrs.validators.le(100)]
     )
+    custom: tuple[tuple[str, str], ...] = ()
 
     def __attrs_post_init__(self) -> None:
         if (self.memory_mib > 0) == (self.memory_pct > 0):
@@ -38,6 +42,10 @@ class DeviceRequest:
                 "exactly one of memory_mib and memory_pct must be > 0, got "
                 f"memory_mib={self.memory_mib} memory_pct={self.memory_pct}"
             )
+
+    def info(self, key: str, default: str = "") -> str:
+        """The ``custom`` value of ``key``, or ``default``."""
+        return next((v for k, v in self.custom if k == key), default)
 
     def memory_on(self, device: DeviceInfo) -> int:
         """Memory this request takes on ``device``, MiB: ``floor(total x pct / 100)``."""

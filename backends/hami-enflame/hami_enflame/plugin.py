@@ -1,0 +1,79 @@
+"""Hook implementations of the Enflame backend: thin wrappers over the vendor logic."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hami_core.backend import (
+    BackendInfo,
+    ContainerAllocation,
+    ContainerDevices,
+    DeviceInfo,
+    DevicePolicy,
+    DeviceRequest,
+    DeviceUsage,
+    FitResult,
+    MutateResult,
+    NodeInfo,
+    PodDevices,
+    hookimpl,
+)
+
+from . import BACKEND_NAME, DRS, VENDORS, fit, inventory, requests
+from .names import DEVICE_TYPES
+
+
+@hookimpl
+def hami_backend_info() -> BackendInfo:
+    return BackendInfo(
+        name=BACKEND_NAME,
+        device_types=DEVICE_TYPES,
+        description="Enflame GCUs, whole or cut into DRS slices by the node's profiles",
+    )
+
+
+@hookimpl
+def hami_node_devices(node: Mapping[str, Any], vendor: str) -> list[DeviceInfo] | None:
+    return inventory.node_devices(node, vendor)
+
+
+@hookimpl
+def hami_parse_request(container: Mapping[str, Any]) -> DeviceRequest | None:
+    return requests.parse_request(container)
+
+
+@hookimpl
+def hami_mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | None:
+    return requests.mutate(container, container_path)
+
+
+@hookimpl
+def hami_fit(
+    request: DeviceRequest,
+    node: NodeInfo,
+    usage: Sequence[DeviceUsage],
+    pod: Mapping[str, Any],
+    policy: DevicePolicy,
+) -> FitResult | None:
+    if request.vendor not in VENDORS:
+        return None
+    return fit.fit(request, node, usage, pod, policy)
+
+
+@hookimpl
+def hami_bind_annotations(
+    pod: Mapping[str, Any], vendor: str, node: NodeInfo, devices: PodDevices
+) -> dict[str, str] | None:
+    if vendor != DRS:
+        return None
+    return fit.bind_annotations(pod, node, devices)
+
+
+@hookimpl
+def hami_allocate(devices: ContainerDevices) -> ContainerAllocation | None:
+    if any(d.vendor not in VENDORS for d in devices):
+        return None
+    # Enflame's own device plugins (gcu, DRS) serve these containers from the pod's
+    # annotations; hami's device plugin adds nothing.
+    return ContainerAllocation()

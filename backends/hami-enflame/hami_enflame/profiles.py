@@ -1,0 +1,110 @@
+"""Enflame DRS profiles: parsing the node's capacity and choosing a profile for a request
+(HAMi 2.10 ``pkg/device/enflame/device.go`` ``parseProfile``, ``collectDRSProfiles``,
+``selectProfileByRequest``, ``normalizeMemoryRequestToGB``).
+
+A profile is named ``<slices>g.<GiB>gb`` (``3g.20gb``: 3 of the GCU's slices, 20 GiB);
+its compute is ``ceil(slices x 100 / largest slices)`` percent. A request names a slice
+count (``enflame.com/drs-gcu``: the profile of exactly that size) or memory and compute
+(the smallest profile, by size then memory, with at least that much of each; memory above
+twice the largest profile's GiB is read as MiB).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import attrs
+
+from hami_core.backend import AnnotationError
+
+
+@attrs.frozen(kw_only=True, order=True)
+class Profile:
+    """One DRS profile (ordered by size, then memory)."""
+
+    size: int
+    memory_gib: int
+    name: str
+    id: str
+    cores_pct: int = 0
+
+    @property
+    def memory_mib(self) -> int:
+        return self.memory_gib * 1024
+
+
+def parse_name(name: str) -> tuple[int, int]:
+    """``"3g.20gb"`` -> ``(3, 20)``; zeros for what cannot be read."""
+    m = re.fullmatch(r"\s*(\d+)g?\s*\.\s*(\d+)?(?:gb)?\s*", name.lower())
+    if not m:
+        return 0, 0
+    return int(m.group(1)), int(m.group(2) or 0)
+
+
+def profiles_of(raw: dict[str, str]) -> list[Profile]:
+    """Every readable profile with its compute share, ordered."""
+    sizes = {name: parse_name(name) for name in raw}
+    largest = max((s for s, _ in sizes.values()), default=0)
+    if largest <= 0:
+        return []
+    return sorted(
+        Profile(
+            size=s, memory_gib=m, name=n, id=str(raw[n]), cores_pct=math.ceil(s * 100 / largest)
+        )
+        for n, (s, m) in sizes.items()
+        if s > 0 and m > 0
+    )
+
+
+def parse_capacity(value: str, *, node: str) -> tuple[list[tuple[int, str, int]], dict[str, str]]:
+    """``enflame.com/gcu-drs-capacity`` -> ``([(index, minor, slices)], profiles)``.
+
+    Raises:
+        AnnotationError: not JSON, no readable profile, or a device without a positive
+            capacity.
+    """
+    try:
+        spec = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise AnnotationError(
+            f"node {node}: enflame.com/gcu-drs-capacity is not JSON: {exc}"
+        ) from None
+    if not isinstance(spec, dict):
+        raise AnnotationError(f"node {node}: enflame.com/gcu-drs-capacity must be an object")
+    raw = spec.get("profiles") or {}
+    if not isinstance(raw, dict) or not profiles_of({str(k): str(v) for k, v in raw.items()}):
+        raise AnnotationError(f"node {node}: no valid DRS profiles in enflame.com/gcu-drs-capacity")
+    devices = []
+    for pos, d in enumerate(spec.get("devices") or []):
+        if not isinstance(d, dict):
+            raise AnnotationError(f"node {node}: DRS device #{pos} is not an object")
+        index = str(d.get("index", pos)).strip()
+        try:
+            capacity = int(str(d.get("capacity", "")).strip().split(".")[0])
+        except ValueError:
+            capacity = 0
+        if capacity <= 0:
+            raise AnnotationError(f"node {node}: DRS device #{pos} has no positive capacity")
+        idx = int(index) if index.isdigit() else pos
+        minor = str(d.get("minor", "")).strip() or str(idx)
+        devices.append((idx, minor, capacity))
+    return devices, {str(k): str(v) for k, v in raw.items()}
+
+
+def choose(profiles: list[Profile], *, slices: int, memory: int, cores_pct: int) -> Profile | None:
+    """The profile for a request (see the module docstring), or None."""
+    if not profiles:
+        return None
+    if slices:
+        return next((p for p in profiles if p.size == slices), None)
+    largest_gib = profiles[-1].memory_gib
+    gib = math.ceil(memory / 1024) if memory > 2 * largest_gib else memory
+    for p in profiles:
+        if gib and p.memory_gib < gib:
+            continue
+        if cores_pct and p.cores_pct < cores_pct:
+            continue
+        return p
+    return None
