@@ -14,7 +14,6 @@ from hami_core.errors import AnnotationError, InvalidInputError
 from hami_core.model import (
     ContainerDevice,
     DevicePolicy,
-    DeviceRequest,
     DeviceUsage,
     NodeInfo,
     ReasonCode,
