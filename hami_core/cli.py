@@ -743,6 +743,25 @@ def top(**opts: Any) -> None:
     help="Exit when discovery fails at start (no driver, NVML error); with --no-..., "
     "log it and idle without registering (DaemonSets on nodes without devices).",
 )
+@click.option(
+    "--api-timeout",
+    envvar="HAMI_API_TIMEOUT",
+    show_envvar=True,
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds one API server request may take (connect and read).",
+)
+@click.option(
+    "--allocate-timeout",
+    envvar="HAMI_ALLOCATE_TIMEOUT",
+    show_envvar=True,
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds an Allocate answer may take; past it kubelet gets UNAVAILABLE and its "
+    "retry with the same device IDs gets the answer once it is ready.",
+)
 @LOG_LEVEL_OPTION
 def device_plugin(**opts: Any) -> None:
     """Run the device plugin: discover this node's devices, publish them on the Node
@@ -781,6 +800,8 @@ def device_plugin(**opts: Any) -> None:
         cdi_spec_dir=opts["cdi_spec_dir"],
         link_scores=opts["link_scores"],
         fail_on_init_error=opts["fail_on_init_error"],
+        api_timeout_s=opts["api_timeout"],
+        allocate_timeout_s=opts["allocate_timeout"],
     )
     try:
         run_device_plugin(options)

@@ -31,6 +31,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from hami_core.errors import ConflictError, HamiError, InvalidInputError, NotFoundError
 from hami_core.protocol.annotations import VGPU_NODE
 
+from .backoff import Backoff
 from .base import KubeObject
 
 log = logging.getLogger(__name__)
@@ -90,13 +91,31 @@ def _message(exc: ApiException) -> str:
         return str(exc.body)
 
 
+#: ``(connect, read)`` seconds of every API request made through ``call``; no request
+#: waits forever on a paused API server (issue #12 item 11). ``set_request_timeout``
+#: shortens it in the device plugin, whose Allocate must answer kubelet quickly.
+_REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
+
+
+def set_request_timeout(seconds: float) -> None:
+    """Bound every later ``call`` of this process to ``seconds`` (connect and read)."""
+    global _REQUEST_TIMEOUT
+    if seconds <= 0:
+        raise ValueError(f"a request timeout must be > 0, got {seconds}")
+    _REQUEST_TIMEOUT = (min(5.0, seconds), seconds)
+
+
 def call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call a client method without deserialising into models; return parsed JSON.
+
+    Every request is bounded by the process's request timeout (``set_request_timeout``);
+    a request that times out raises ``ApiUnavailableError``.
 
     Raises:
         NotFoundError (404), ConflictError (409), InvalidInputError (400/422),
         ApiError (anything else).
     """
+    kwargs.setdefault("_request_timeout", _REQUEST_TIMEOUT)
     try:
         resp = fn(*args, _preload_content=False, **kwargs)
     except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -232,11 +251,13 @@ class Informer:
 
     def _run(self) -> None:
         rv: str | None = None
+        backoff = Backoff(f"{self.name} watch", log, base_s=RETRY_DELAY_S)
         while not self._stop.is_set():
             try:
                 if rv is None:
                     rv = self._relist()
-                rv = self._watch_from(rv)
+                    backoff.succeeded()
+                rv = self._watch_from(rv, on_event=backoff.succeeded)
             except GoneError:
                 log.info("%s watch expired (410 Gone): re-listing", self.name)
                 rv = self._progress = None
@@ -244,10 +265,9 @@ class Informer:
                 if self._stop.is_set():
                     break
                 rv = self._progress or rv  # resume after the last event applied
-                log.warning("%s watch dropped (%s); resuming from %s", self.name, exc, rv)
-                self._stop.wait(RETRY_DELAY_S)
+                self._stop.wait(backoff.failed(exc))
 
-    def _watch_from(self, rv: str) -> str:
+    def _watch_from(self, rv: str, *, on_event: Callable[[], None] = lambda: None) -> str:
         """Apply the events of one watch from ``rv``; return the last version seen.
 
         Reads the raw event stream itself: the client's ``Watch`` cannot hand over an
@@ -271,6 +291,7 @@ class Informer:
             raise
         self._resp = resp
         self._progress = rv
+        on_event()  # the API server answered: reachable again
         try:
             status = getattr(resp, "status", 200)
             if isinstance(status, int) and not 200 <= status < 300:

@@ -21,6 +21,7 @@ from kubernetes import client as k8s
 
 from hami_core.errors import ConflictError, HamiError, NotFoundError
 
+from .backoff import Backoff
 from .kube import call
 
 log = logging.getLogger(__name__)
@@ -189,11 +190,15 @@ class LeaderElector:
                 self.on_change(value)
 
     def _run(self) -> None:
+        # Rounds keep their period (a renewal must not wait longer), but an unreachable
+        # API server is logged once when it starts failing and once when it recovers.
+        state = Backoff(f"leader election on lease {self.namespace}/{self.name}", log)
         while not self._stop.is_set():
             try:
                 self.try_acquire_or_renew()
+                state.succeeded()
             except Exception as exc:  # API errors: keep campaigning; leadership lapses on its own
-                log.warning("leader election round failed: %s", exc)
+                state.failed(exc)
             if self._leader and not self.is_leader():
                 self._set_leader(False)
             self._stop.wait(self.retry_period_s)

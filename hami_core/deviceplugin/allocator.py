@@ -17,10 +17,13 @@ and, in small steps (the NVIDIA k8s-device-plugin lesson):
    node lock.
 
 Any failure once the pod is known sets ``bind-phase: failed``, releases the lock and
-raises ``AllocateFailedError`` naming the pod, with the gRPC code of the cause. A request
-that matches no pod raises ``NoPendingPodError`` or ``DeviceCountMismatchError``; the lock
-is released when its owner is gone or done, and a lock owner that waits for a different
-number of devices is marked failed (PROTOCOL.md §3-4).
+raises ``AllocateFailedError`` naming the pod, with the gRPC code of the cause; except an
+unreachable API server (``UNAVAILABLE``): the pod then keeps waiting under its lock for
+kubelet's retry. Only the pod a valid node lock names is served (``pending``). A request
+that matches no pod raises ``NoPendingPodError`` or ``DeviceCountMismatchError`` (the
+lock is released when its owner is gone or done) unless it repeats, with the same device
+IDs, a request answered lately for a pod that still lives: that gets the same answer
+(kubelet retries an Allocate it gave up on, and the first one may have been committed).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -49,6 +54,11 @@ from .pending import Candidates, PendingPod, consumed, find_candidates, select_p
 
 log = logging.getLogger(__name__)
 
+#: How long an answer is kept for kubelet's retry of the same Allocate (seconds). Fake
+#: device IDs are reused only after the container ends, far later than a retry.
+ANSWER_KEPT_S = 120.0
+ANSWERS_KEPT = 256
+
 
 class NoPendingPodError(NotFoundError):
     """No pod on the node waits for devices of this resource."""
@@ -56,6 +66,12 @@ class NoPendingPodError(NotFoundError):
 
 class DeviceCountMismatchError(HamiError):
     """Pods wait on the node, but none for the number of devices kubelet asks."""
+
+    grpc_code = "FAILED_PRECONDITION"
+
+
+class NotLockedError(HamiError):
+    """Pods wait for these devices, but no valid node lock names one of them."""
 
     grpc_code = "FAILED_PRECONDITION"
 
@@ -135,6 +151,12 @@ class Allocator:
         self.resource_name = resource_name or self.dtype.resources.count
         self.node_devices = node_devices
         self._lock = threading.Lock()
+        #: Recent answers by kubelet's device IDs, for a retried Allocate:
+        #: ids -> (monotonic time, (namespace, name, uid), answers).
+        self._recent: OrderedDict[
+            tuple[tuple[str, ...], ...],
+            tuple[float, tuple[str, str, str], list[ContainerAllocation]],
+        ] = OrderedDict()
 
     # -- GetPreferredAllocation --------------------------------------------------------
 
@@ -146,7 +168,7 @@ class Allocator:
         """
         wanted: list[list[str]] = [[] for _ in requests]
         try:
-            cands = find_candidates(self.store, node=self.node, dtype=self.dtype)
+            cands = self._candidates()
             pending = select_pod(cands.pods, [r.size for r in requests])
             if pending is not None:
                 for i, container in enumerate(pending.remaining[: len(requests)]):
@@ -175,16 +197,67 @@ class Allocator:
         """
         with self._lock:
             counts = self._validate(requests)
+            key = tuple(tuple(sorted(ids)) for ids in requests)
             uuids = [frozenset(physical_uuid(i) for i in ids) for ids in requests]
-            cands = find_candidates(self.store, node=self.node, dtype=self.dtype)
+            cands = self._candidates()
             pending = select_pod(cands.pods, counts, kubelet_uuids=uuids)
             if pending is None:
+                again = self._previous(key)
+                if again is not None:
+                    # kubelet retries an Allocate it gave up on (its deadline, or ours in
+                    # the gRPC edge) with the same IDs; the first was committed meanwhile.
+                    log.info("Allocate %s again: answering as before", [list(k) for k in key])
+                    return again
                 raise self._no_match(cands, counts)
             try:
-                return self._answer(pending, len(requests))
+                answers = self._answer(pending, len(requests))
             except (HamiError, OSError) as exc:
+                if getattr(exc, "grpc_code", "") == "UNAVAILABLE":
+                    # The API server is unreachable: the pod stays waiting under its lock
+                    # (which expires on its own), so kubelet's retry can still be served.
+                    log.warning("pod %s: API server unreachable; kubelet will retry", pending.ref)
+                    raise AllocateFailedError(pending.ref, exc) from exc
                 self._fail(pending, exc)
                 raise AllocateFailedError(pending.ref, exc) from exc
+            self._remember(key, pending, answers)
+            return answers
+
+    def _candidates(self) -> Candidates:
+        return find_candidates(
+            self.store,
+            node=self.node,
+            dtype=self.dtype,
+            expiry_s=self.manager.config.node_lock_expiry_s,
+        )
+
+    def _previous(self, key: tuple[tuple[str, ...], ...]) -> list[ContainerAllocation] | None:
+        """The answer given for these IDs lately, while the pod it went to still lives."""
+        now = time.monotonic()
+        for k in [k for k, hit in self._recent.items() if now - hit[0] > ANSWER_KEPT_S]:
+            del self._recent[k]
+        hit = self._recent.get(key)
+        if hit is None:
+            return None
+        _, (namespace, name, uid), answers = hit
+        try:
+            pod = self.store.get_pod(namespace, name)
+        except HamiError:
+            return None
+        meta = pod.get("metadata") or {}
+        if meta.get("uid") != uid or meta.get("deletionTimestamp") or not is_live(pod):
+            return None
+        return list(answers)
+
+    def _remember(
+        self,
+        key: tuple[tuple[str, ...], ...],
+        pending: PendingPod,
+        answers: list[ContainerAllocation],
+    ) -> None:
+        uid = str((pending.pod.get("metadata") or {}).get("uid") or "")
+        self._recent[key] = (time.monotonic(), (pending.namespace, pending.name, uid), answers)
+        while len(self._recent) > ANSWERS_KEPT:
+            self._recent.popitem(last=False)
 
     def _validate(self, requests: Sequence[Sequence[str]]) -> list[int]:
         if not requests:
@@ -233,15 +306,11 @@ class Allocator:
         # The last containers: progress and phase in one write, so a failure leaves the
         # pod retryable (entries still there) rather than answered but "allocating".
         progress[keys.BIND_PHASE] = keys.BIND_PHASE_SUCCESS
+        self.store.patch_pod_metadata(pending.namespace, pending.name, annotations=progress)
         try:
-            self.store.patch_pod_metadata(pending.namespace, pending.name, annotations=progress)
-        finally:
-            try:
-                release_node_lock(
-                    self.store, self.node, namespace=pending.namespace, pod=pending.name
-                )
-            except HamiError as exc:
-                log.error("pod %s: cannot release the node lock: %s", pending.ref, exc)
+            release_node_lock(self.store, self.node, namespace=pending.namespace, pod=pending.name)
+        except HamiError as exc:
+            log.error("pod %s: cannot release the node lock: %s", pending.ref, exc)
         log.info("pod %s: answered containers %s; bind-phase success", pending.ref, done)
         return answers
 
@@ -263,16 +332,21 @@ class Allocator:
             lock_text = f"held by {owner}"
         owner_pending = next((p for p in cands.pods if p.lock_owner), None)
         if owner_pending is not None:
-            # The lock names a pod waiting here for other counts: it cannot be served
-            # by this kubelet request; fail it rather than leave the node locked.
-            waits = _waits(owner_pending)
-            cause = DeviceCountMismatchError(
+            # The lock names a pod waiting here for other counts: this request is another
+            # pod's (only the lock owner is ever served); the owner keeps waiting.
+            return DeviceCountMismatchError(
                 f"kubelet asks {asked} device(s) of {resource}, but pod "
-                f"{owner_pending.ref} (holder of the node lock) waits for {waits}"
+                f"{owner_pending.ref} (holder of the node lock) waits for "
+                f"{_waits(owner_pending)}; only the pod the node lock names is served"
             )
-            self._fail(owner_pending, cause)
-            return DeviceCountMismatchError(f"{cause}; the pod is marked failed")
         self._release_dead_lock(cands)
+        if any(p.fits(counts) for p in cands.pods):
+            waiting = ", ".join(p.ref for p in cands.pods if p.fits(counts))
+            return NotLockedError(
+                f"pods {waiting} wait on node {self.node} for {asked} device(s) of "
+                f"{resource}, but the node lock ({lock_text}) names none of them: only the "
+                "pod a valid node lock names is served"
+            )
         if cands.pods:
             waiting = "; ".join(f"{p.ref} waits for {_waits(p)}" for p in cands.pods)
             return DeviceCountMismatchError(

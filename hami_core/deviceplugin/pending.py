@@ -1,13 +1,13 @@
 """Which pod is kubelet allocating? (PROTOCOL.md §3, §4)
 
 Kubelet's ``Allocate`` names device IDs only, never the pod. HAMi takes the pod named by
-the node lock. We also require that the pod is bound to this node by our scheduler
-(``hami.io/vgpu-node``), is still ``hami.io/bind-phase: allocating``, and that its next
-containers waiting for this vendor's devices ask exactly the number of devices kubelet
-asks for, so a lost or stale lock cannot hand one pod's limits to another. Among the
-pods that match, the lock owner wins; then a pod whose assigned GPUs are the ones
-kubelet's IDs name (``GetPreferredAllocation`` steered kubelet there); then the pod
-bound first.
+the node lock, and so do we: only the pod a valid node lock names (decodable, not
+expired, no stamp from the future) is served (PROTOCOL.md §6). It must also be bound to
+this node by our scheduler (``hami.io/vgpu-node``), still ``hami.io/bind-phase:
+allocating``, its ``hami.io/bind-time`` must fall within the lock's era (the scheduler
+writes both from one clock at one bind: data a tenant cannot write on the Node), and its
+next containers waiting for this vendor's devices must ask exactly the number of devices
+kubelet asks for, so a lost or stale lock cannot hand one pod's limits to another.
 
 Progress is kept on the pod itself, as HAMi does: the entry of each container that has
 been answered is emptied in ``*-devices-to-allocate`` (``*-devices-allocated`` keeps the
@@ -17,6 +17,7 @@ after container across kubelet's separate ``Allocate`` calls.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,7 +28,7 @@ from hami_core.errors import AnnotationError, NotFoundError
 from hami_core.model import ContainerDevices, DeviceTypeInfo, PodDevices
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
-from hami_core.protocol.lock import NodeLock, decode_lock
+from hami_core.protocol.lock import DEFAULT_LOCK_EXPIRY_S, NodeLock, decode_lock
 from hami_core.scheduling.podspec import containers, pod_ref
 from hami_core.scheduling.usage import is_live
 
@@ -110,7 +111,19 @@ class Candidates:
     skipped: tuple[str, ...] = ()
 
 
-def find_candidates(store: ClusterStore, *, node: str, dtype: DeviceTypeInfo) -> Candidates:
+#: How far ``hami.io/bind-time`` may be from the lock's stamp (HAMi's scheduler takes
+#: the two from separate clock reads; ours writes the lock's own stamp).
+BIND_TIME_SLACK_S = 60
+
+
+def find_candidates(
+    store: ClusterStore,
+    *,
+    node: str,
+    dtype: DeviceTypeInfo,
+    now: dt.datetime | None = None,
+    expiry_s: float = DEFAULT_LOCK_EXPIRY_S,
+) -> Candidates:
     """Read the node lock and the pods on ``node`` that wait for ``dtype`` devices.
 
     A pod qualifies when it is live, not being deleted, bound to ``node``
@@ -130,6 +143,8 @@ def find_candidates(store: ClusterStore, *, node: str, dtype: DeviceTypeInfo) ->
             lock = decode_lock(lock_value)
         except AnnotationError:
             lock = None
+    current = now or dt.datetime.now(dt.UTC)
+    valid = lock is not None and not lock.expired(current, expiry_s=expiry_s)
     pods: dict[tuple[str, str], KubeObject] = {}
     for pod in store.pods_on_node(node):
         meta = pod.get("metadata") or {}
@@ -148,7 +163,13 @@ def find_candidates(store: ClusterStore, *, node: str, dtype: DeviceTypeInfo) ->
     out: list[PendingPod] = []
     skipped: list[str] = []
     for (namespace, name), pod in sorted(pods.items()):
-        owner = lock is not None and lock.owned_by(namespace, name)
+        owner = valid and lock is not None and lock.owned_by(namespace, name)
+        if owner and lock is not None and not _bound_under(pod, lock):
+            skipped.append(
+                f"{namespace}/{name}: {keys.BIND_TIME} does not match the node lock's stamp "
+                f"{lock.acquired_at:%Y-%m-%dT%H:%M:%SZ}"
+            )
+            owner = False
         pending, why = _pending(pod, node=node, dtype=dtype, lock_owner=owner)
         if pending is not None:
             out.append(pending)
@@ -157,20 +178,30 @@ def find_candidates(store: ClusterStore, *, node: str, dtype: DeviceTypeInfo) ->
     return Candidates(pods=tuple(out), lock=lock, lock_pod=lock_pod, skipped=tuple(skipped))
 
 
+def _bound_under(pod: KubeObject, lock: NodeLock) -> bool:
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        bind_time = int(ann.get(keys.BIND_TIME) or "")
+    except ValueError:
+        return False
+    return abs(bind_time - lock.acquired_at.timestamp()) <= BIND_TIME_SLACK_S
+
+
 def select_pod(
     candidates: Sequence[PendingPod],
     counts: Sequence[int],
     *,
     kubelet_uuids: Sequence[frozenset[str]] = (),
 ) -> PendingPod | None:
-    """The pod kubelet is allocating, or None when no candidate matches ``counts``.
+    """The pod kubelet is allocating: the valid lock's owner when it matches ``counts``,
+    else None (no other pod is ever served).
 
     Args:
         candidates: from ``find_candidates``.
         counts: devices kubelet asks for, one number per container request.
         kubelet_uuids: per container request, the physical UUIDs of kubelet's IDs.
     """
-    matching = [p for p in candidates if p.fits(counts)]
+    matching = [p for p in candidates if p.lock_owner and p.fits(counts)]
 
     def same_gpus(p: PendingPod) -> bool:
         return bool(kubelet_uuids) and all(

@@ -44,6 +44,9 @@ DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 KUBELET_SOCKET = "kubelet.sock"
 #: Longest a ListAndWatch stream sleeps before checking that kubelet is still there.
 STREAM_POLL_S = 1.0
+#: Longest an Allocate answer may take (seconds); each API call it makes is bounded
+#: by the process's request timeout too (``--api-timeout``).
+ALLOCATE_TIMEOUT_S = 10.0
 
 
 def status_code(exc: HamiError) -> grpc.StatusCode:
@@ -83,9 +86,22 @@ def container_response(alloc: ContainerAllocation) -> pb.ContainerAllocateRespon
 class DevicePluginServicer(rpc.DevicePluginServicer):
     """kubelet's ``DevicePlugin`` service over a ``DeviceState`` and an ``Allocator``."""
 
-    def __init__(self, state: DeviceState, allocator: Allocator) -> None:
+    def __init__(
+        self,
+        state: DeviceState,
+        allocator: Allocator,
+        *,
+        allocate_timeout_s: float = ALLOCATE_TIMEOUT_S,
+    ) -> None:
+        """Args:
+        allocate_timeout_s: longest an ``Allocate`` answer takes; past it kubelet gets
+            ``UNAVAILABLE`` (the work goes on, and kubelet's retry with the same device
+            IDs gets its answer: ``Allocator`` keeps recent answers).
+        """
         self.state = state
         self.allocator = allocator
+        self.allocate_timeout_s = allocate_timeout_s
+        self._pool = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="allocate")
 
     @staticmethod
     def options() -> pb.DevicePluginOptions:
@@ -134,7 +150,17 @@ class DevicePluginServicer(rpc.DevicePluginServicer):
         ids = [list(r.devices_ids) for r in request.container_requests]
         log.info("Allocate %s", ids)
         try:
-            answers = self.allocator.allocate(ids)
+            answers = self._pool.submit(self.allocator.allocate, ids).result(
+                timeout=self.allocate_timeout_s
+            )
+        except futures.TimeoutError:
+            message = (
+                f"no answer within {self.allocate_timeout_s:g} s (is the API server "
+                "reachable?); retry"
+            )
+            log.error("Allocate %s: %s", ids, message)
+            context.abort(grpc.StatusCode.UNAVAILABLE, message)
+            raise
         except HamiError as exc:
             log.error("Allocate %s failed: %s", ids, exc)
             context.abort(status_code(exc), str(exc))

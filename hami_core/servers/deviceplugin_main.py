@@ -45,6 +45,8 @@ class DevicePluginOptions:
         link_scores: publish ``hami.io/node-<backend>-score``.
         fail_on_init_error: exit when discovery fails at start; else idle, unregistered.
         workers: gRPC worker threads.
+        api_timeout_s: longest one API request may take (connect and read).
+        allocate_timeout_s: longest an Allocate answer may take before UNAVAILABLE.
     """
 
     node_name: str
@@ -62,6 +64,8 @@ class DevicePluginOptions:
     link_scores: bool = False
     fail_on_init_error: bool = True
     workers: int = 8
+    api_timeout_s: float = 5.0
+    allocate_timeout_s: float = 10.0
 
 
 class DevicePluginProcess:
@@ -116,7 +120,9 @@ class DevicePluginProcess:
             f"{opts.backend}-{self.resource_name.rsplit('/', 1)[-1]}.sock"
         )
         self.server = PluginServer(
-            DevicePluginServicer(self.state, self.allocator),
+            DevicePluginServicer(
+                self.state, self.allocator, allocate_timeout_s=opts.allocate_timeout_s
+            ),
             plugin_dir=opts.plugin_dir,
             socket_name=socket_name,
             resource_name=self.resource_name,
@@ -244,8 +250,9 @@ def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None
         OSError: the plugin socket cannot be served.
     """
     from hami_core.cluster.direct import DirectKubeCluster
-    from hami_core.cluster.kube import make_api_client
+    from hami_core.cluster.kube import make_api_client, set_request_timeout
 
+    set_request_timeout(opts.api_timeout_s)
     manager = BackendManager.from_entry_points()
     manager = manager.with_config(load_config(opts.config, backends=manager.infos))
     store = DirectKubeCluster(make_api_client(opts.kubeconfig), node=opts.node_name)

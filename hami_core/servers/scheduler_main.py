@@ -16,6 +16,7 @@ import attrs
 from prometheus_client import start_http_server
 from waitress.server import create_server
 
+from hami_core.cluster.backoff import Backoff
 from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.cluster.lease import LeaderElector
 from hami_core.errors import ConfigError
@@ -147,6 +148,7 @@ def _handshake_loop(
     scheduler: Scheduler, done: threading.Event, period_s: float, is_leader: Callable[[], bool]
 ) -> None:
     """Ask every node's device plugin for a sign of life, as the leader (PROTOCOL.md §2)."""
+    state = Backoff("handshake rounds", log)
     while not done.wait(period_s):
         if not is_leader():
             continue
@@ -154,8 +156,9 @@ def _handshake_loop(
             request_handshakes(
                 scheduler.store, scheduler.manager.device_types(), now=scheduler.clock()
             )
-        except Exception:  # the loop must outlive API hiccups
-            log.exception("handshake round failed")
+            state.succeeded()
+        except Exception as exc:  # the loop must outlive API hiccups; log state changes
+            state.failed(exc)
 
 
 def check_exposure(opts: SchedulerOptions) -> None:

@@ -24,6 +24,7 @@ from hami_core.deviceplugin import (
     PreferredRequest,
     container_allocations,
 )
+from hami_core.deviceplugin.allocator import NotLockedError
 from hami_core.errors import BackendError, InvalidInputError
 from hami_core.model import (
     BackendInfo,
@@ -144,28 +145,22 @@ def _two_waiting(cluster, nvidia, bound_pod: BindPod) -> None:
     assert "default,b" in (lock(cluster) or "")
 
 
-@pytest.mark.parametrize("order", ["a-first", "b-first"])
-def test_waiting_pods_get_their_own_limits_whatever_kubelets_order(
-    cluster, nvidia, bound_pod: BindPod, order
-):
+def test_a_pod_that_lost_its_lock_is_never_served(cluster, nvidia, bound_pod: BindPod):
+    """Issue #12 item 2: only the pod a valid node lock names is served."""
     _two_waiting(cluster, nvidia, bound_pod)
     alloc = allocator(cluster, nvidia)
-    calls = {"a": [ids_on(UUIDS[0])], "b": [[f"{UUIDS[0]}-1", f"{UUIDS[1]}-1"]]}
-    answers = {}
-    for name in ("a", "b") if order == "a-first" else ("b", "a"):
-        (answers[name],) = alloc.allocate(calls[name])
-
-    assert answers["a"].envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
-    assert "CUDA_DEVICE_MEMORY_LIMIT_1" not in answers["a"].envs
-    assert answers["b"].envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "5000m"
-    assert answers["b"].envs["CUDA_DEVICE_MEMORY_LIMIT_1"] == "5000m"
-    assert ann(cluster, "a")[keys.BIND_PHASE] == ann(cluster, "b")[keys.BIND_PHASE] == "success"
+    with pytest.raises(DeviceCountMismatchError, match="only the pod the node lock names"):
+        alloc.allocate([ids_on(UUIDS[0])])  # a's request: b holds the lock
+    assert ann(cluster, "b")[keys.BIND_PHASE] == "allocating"  # the owner keeps waiting
+    (answer_b,) = alloc.allocate([[f"{UUIDS[0]}-1", f"{UUIDS[1]}-1"]])
+    assert answer_b.envs["CUDA_DEVICE_MEMORY_LIMIT_1"] == "5000m"
     assert lock(cluster) is None
+    with pytest.raises(NotLockedError, match="names none of them"):
+        alloc.allocate([ids_on(UUIDS[0])])
+    assert ann(cluster, "a")[keys.BIND_PHASE] == "allocating"
 
 
-def test_pods_asking_the_same_count_are_told_apart_by_the_gpus_kubelet_names(
-    cluster, nvidia, bound_pod: BindPod
-):
+def test_the_lock_owner_is_served_whatever_gpus_kubelet_names(cluster, nvidia, bound_pod: BindPod):
     a = gpu_pod("a", ctr("main", gpu=1, gpumem=3000))
     a["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": UUIDS[0]}
     b = gpu_pod("b", ctr("main", gpu=1, gpumem=7000))
@@ -174,34 +169,64 @@ def test_pods_asking_the_same_count_are_told_apart_by_the_gpus_kubelet_names(
     cluster.patch_node_annotations(NODE, {keys.NODE_LOCK: None})  # a's lock was lost
     bound_pod(cluster, nvidia, b, NODE)  # b holds the lock now
     alloc = allocator(cluster, nvidia)
-
-    # kubelet took the IDs GetPreferredAllocation steered it to: a's GPU, not b's.
-    (for_a,) = alloc.allocate([ids_on(UUIDS[0])])
-
-    assert for_a.envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1]  # the lock owner wins ...
-    assert for_a.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "7000m"
-    (for_b,) = alloc.allocate([ids_on(UUIDS[1])])
-    # ... and the other pod is still served with its own limits.
-    assert for_b.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
-    assert for_b.envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[0]
+    (first,) = alloc.allocate([ids_on(UUIDS[0])])
+    assert first.envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1]  # the lock owner's own GPU
+    assert first.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "7000m"
 
 
-def test_without_a_lock_the_gpus_kubelet_names_pick_the_pod(cluster, nvidia, bound_pod: BindPod):
-    a = gpu_pod("a", ctr("main", gpu=1, gpumem=3000))
-    a["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": UUIDS[0]}
-    b = gpu_pod("b", ctr("main", gpu=1, gpumem=7000))
-    b["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": UUIDS[1]}
-    bound_pod(cluster, nvidia, a, NODE)
+def test_without_a_valid_lock_nobody_is_served(cluster, nvidia, bound_pod: BindPod):
+    bound_pod(cluster, nvidia, gpu_pod("a", ctr("main", gpu=1, gpumem=3000)), NODE)
     cluster.patch_node_annotations(NODE, {keys.NODE_LOCK: None})
-    bound_pod(cluster, nvidia, b, NODE)
-    cluster.patch_node_annotations(NODE, {keys.NODE_LOCK: None})  # both locks lost
+    with pytest.raises(NotLockedError):
+        allocator(cluster, nvidia).allocate([ids_on(UUIDS[0])])
+    assert ann(cluster, "a")[keys.BIND_PHASE] == "allocating"
+
+
+def test_an_expired_or_future_lock_serves_nobody(cluster, nvidia, bound_pod: BindPod):
+    bound_pod(cluster, nvidia, gpu_pod("a", ctr("main", gpu=1, gpumem=3000)), NODE)
+    held = lock(cluster)
+    for stamp in ("2020-01-01T00:00:00Z", "2099-01-01T00:00:00Z"):
+        cluster.patch_node_annotations(NODE, {keys.NODE_LOCK: stamp + held[held.index(",") :]})
+        with pytest.raises(NotLockedError):
+            allocator(cluster, nvidia).allocate([ids_on(UUIDS[0])])
+
+
+def test_a_bind_time_outside_the_locks_era_is_refused(cluster, nvidia, bound_pod: BindPod):
+    bound_pod(cluster, nvidia, gpu_pod("a", ctr("main", gpu=1, gpumem=3000)), NODE)
+    cluster.patch_pod_metadata("default", "a", annotations={keys.BIND_TIME: "1000"})
+    with pytest.raises(NotLockedError):
+        allocator(cluster, nvidia).allocate([ids_on(UUIDS[0])])
+
+
+def test_a_forged_pod_of_another_scheduler_gets_nothing(cluster, nvidia):
+    """A pod that skipped the scheduler (nodeName preset, its own to-allocate list and
+    bind-phase) is not named by any lock: no GPU, no limits."""
+    forged = gpu_pod("evil", ctr("main", gpu=1))
+    forged["spec"].update(schedulerName="other", nodeName=NODE)
+    forged["metadata"]["annotations"] = {
+        keys.VGPU_NODE: NODE,
+        keys.BIND_PHASE: "allocating",
+        keys.BIND_TIME: "0",
+        "hami.io/vgpu-devices-to-allocate": f"{UUIDS[0]},NVIDIA,81920,100:;",
+    }
+    cluster.add_pod(forged)
+    with pytest.raises(NotLockedError):
+        allocator(cluster, nvidia).allocate([ids_on(UUIDS[0])])
+
+
+def test_a_retried_allocate_with_the_same_ids_gets_the_same_answer(
+    cluster, nvidia, bound_pod: BindPod
+):
+    """Issue #12 item 11: kubelet gave up on the first call, which was committed."""
+    bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=1234)), NODE)
+    (uuid,) = assigned(cluster, "p")[0]
     alloc = allocator(cluster, nvidia)
-
-    (for_b,) = alloc.allocate([ids_on(UUIDS[1])])
-    (for_a,) = alloc.allocate([ids_on(UUIDS[0])])
-
-    assert for_b.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "7000m"
-    assert for_a.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    (first,) = alloc.allocate([ids_on(uuid)])
+    (again,) = alloc.allocate([ids_on(uuid)])
+    assert again == first and again.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1234m"
+    cluster.delete_pod("default", "p")
+    with pytest.raises(NoPendingPodError):
+        alloc.allocate([ids_on(uuid)])
 
 
 def test_containers_are_answered_one_call_at_a_time_init_first(cluster, nvidia, bound_pod: BindPod):
@@ -313,7 +338,7 @@ def test_no_pod_waiting_keeps_the_lock_of_a_pod_still_being_bound(cluster, nvidi
     assert "default,binding" in (lock(cluster) or "")
 
 
-def test_device_count_mismatch_fails_the_lock_owner_and_releases_the_lock(
+def test_device_count_mismatch_refuses_and_keeps_the_lock_owner_waiting(
     cluster, nvidia, bound_pod: BindPod
 ):
     bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=1000)), NODE)
@@ -323,12 +348,11 @@ def test_device_count_mismatch_fails_the_lock_owner_and_releases_the_lock(
 
     assert str(err.value) == (
         "kubelet asks 2 device(s) of nvidia.com/gpu, but pod default/p (holder of the node "
-        "lock) waits for 1 in container 'main'; the pod is marked failed"
+        "lock) waits for 1 in container 'main'; only the pod the node lock names is served"
     )
     assert err.value.grpc_code == "FAILED_PRECONDITION"
-    assert ann(cluster, "p")[keys.BIND_PHASE] == "failed"
-    assert lock(cluster) is None
-    assert [e.reason for e in cluster.events if e.name == "p"][-1] == "AllocateFailed"
+    assert ann(cluster, "p")[keys.BIND_PHASE] == "allocating"
+    assert lock(cluster) is not None
 
 
 def test_mismatch_with_pods_that_do_not_hold_the_lock_names_them(

@@ -23,6 +23,8 @@ FLAGS_AND_ENV = {
     "--cdi-spec-dir": "HAMI_CDI_SPEC_DIR",
     "--link-scores": "HAMI_LINK_SCORES",
     "--fail-on-init-error": "HAMI_FAIL_ON_INIT_ERROR",
+    "--api-timeout": "HAMI_API_TIMEOUT",
+    "--allocate-timeout": "HAMI_ALLOCATE_TIMEOUT",
     "--log-level": "HAMI_LOG_LEVEL",
 }
 
