@@ -185,3 +185,15 @@ def test_device_use_is_optional_per_device():
     assert view.devices[0].memory_used_mib is None
     with pytest.raises(ValueError, match="--sort-by"):
         build_view(cluster(), manager(), sort_by="bogus")
+
+
+def test_an_unreachable_api_server_is_named(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    code, out = run("--kubeconfig", str(kubeconfig))
+    assert code == 1 and "list nodes: the API server is unreachable" in out
