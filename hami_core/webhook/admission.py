@@ -137,6 +137,9 @@ class Admission:
             check_pod_shape(pod)
         except InvalidInputError as exc:
             return _deny("InvalidRequest", f"pod {pod_ref(pod)}: {exc}")
+        if "spec" in pod and not (pod.get("spec") or {}).get("containers"):
+            # as HAMi's webhook (and the API server after us) refuses it
+            return _deny("InvalidRequest", f"pod {pod_ref(pod)}: spec.containers is empty")
         # Trust first: no label, schedulerName or namespace exempts a pod from these.
         owned = self._owned_denial(None, pod, user)
         if owned is not None:

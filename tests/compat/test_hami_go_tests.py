@@ -372,3 +372,94 @@ def test_node_policy_binpack_prefers_the_fuller_node():
             )
         )
         assert out.node == want, policy
+
+
+# -- pkg/scheduler/webhook_test.go -----------------------------------------------------
+
+WH = "pkg/scheduler/webhook_test.go"
+
+
+def test_webhook_pod_has_node_name_is_denied():
+    """``pkg/scheduler/webhook_test.go::TestPodHasNodeName``: a GPU pod with a preset
+    ``nodeName`` is denied."""
+    p = pod("test-pod", container("container1", gpu=1))
+    p["spec"]["nodeName"] = "test-node"
+    assert not review(p).allowed
+
+
+def test_webhook_pod_for_a_different_scheduler_is_allowed_untouched():
+    """``TestPodHasDifferentScheduler``: allowed, nothing patched."""
+    p = pod("test-pod", container("container1", gpu=1))
+    p["spec"]["schedulerName"] = "different-scheduler"
+    out = review(p)
+    assert out.allowed and not out.patch
+
+
+def test_webhook_empty_containers_denied():
+    """``TestEmptyContainersDenied``: a pod with no containers is denied."""
+    out = review({"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": []}})
+    assert not out.allowed and "spec.containers is empty" in out.message
+
+
+def test_webhook_empty_scheduler_name_is_set():
+    """``TestSchedulerNameEmptyNoOverwrite``: a GPU pod without ``schedulerName`` gets a
+    patch setting it to the scheduler's name."""
+    p = pod("p", container(gpu=1))
+    ops = [op for op in review(p).patch if op["path"] == "/spec/schedulerName"]
+    assert [op["value"] for op in ops] == ["hami-scheduler"]
+
+
+def test_webhook_non_gpu_pod_allowed():
+    """``TestNonGPUPodAllowedAdmission``: CPU and memory only: allowed, not ours."""
+    c = {"name": "c", "image": "x", "resources": {"limits": {"cpu": "1", "memory": "256Mi"}}}
+    out = review(pod("p", c))
+    assert out.allowed and not out.mutated
+
+
+def test_webhook_quota_init_container_peak_sequence():
+    """``TestFitResourceQuota_InitContainerPeakSequence``: quota 30000 MiB; pod1 (init
+    20000, app 10000) allowed and holds its peak 20000; pod2 the same is denied; once
+    pod1's init container finished it holds 10000 and pod2 is allowed."""
+    from tests.compat.test_init_charge import _terminated
+
+    p = pipeline(node("node-1", [gpu("GPU-A", memory_mib=81920)]))
+    p.cluster.add_quota(
+        {
+            "metadata": {"name": "q", "namespace": "team"},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "30000"}},
+        }
+    )
+
+    def pod_n(name):
+        return pod(
+            name,
+            container("app", gpu=1, gpumem=10000),
+            init=[container("init", gpu=1, gpumem=20000)],
+            namespace="team",
+        )
+
+    assert review(pod_n("pod1"), store=p.cluster).allowed
+    assert p.submit(pod_n("pod1")).scheduled
+    assert not review(pod_n("pod2"), store=p.cluster).allowed
+    p.cluster.set_pod_status("team", "pod1", {"initContainerStatuses": [_terminated("init")]})
+    assert review(pod_n("pod2"), store=p.cluster).allowed
+
+
+def test_webhook_quota_counts_every_device():
+    """``TestFitResourceQuotaCountsEveryDevice``: each device of a multi-device request
+    counts against the quota (HAMi: 2 MLUs x 40 of 60 units is over). Shown with NVIDIA
+    (2 x 40000 MiB against 60000): hami-cambricon refuses a multi-MLU sMLU slice at
+    admission, as Cambricon's device plugin cannot give one."""
+    from hami_core.cluster import MemoryCluster
+
+    store = MemoryCluster()
+    store.add_quota(
+        {
+            "metadata": {"name": "q", "namespace": "multi"},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "60000"}},
+        }
+    )
+    two = review(pod("p", container(gpu=2, gpumem=40000), namespace="multi"), store=store)
+    assert not two.allowed and two.reason == "ResourceQuotaNotFit"
+    assert "this pod 80000" in two.message
+    assert review(pod("q", container(gpu=1, gpumem=40000), namespace="multi"), store=store).allowed
