@@ -195,6 +195,20 @@ REPLAY = [
             ("c", {"gpu": 1, "gpumem": 1000, "gpucores": 50}),
         ],
     ),
+    # HAMi 2.10's mutex policy: only a GPU nobody uses (pkg/device/nvidia TestFit_MutexPolicy)
+    (
+        "mutex",
+        [
+            ("a", {"gpu": 1, "gpumem": 1000}),
+            ("b", {"gpu": 1, "gpumem": 1000}, {"hami.io/gpu-scheduler-policy": "mutex"}),
+            ("c", {"gpu": 1, "gpumem": 1000}, {"hami.io/gpu-scheduler-policy": "spread,numa"}),
+        ],
+    ),
+    # gpumem-percentage 100 without cores is exclusive (TestMutateAdmissionDefaultsExclusiveCore)
+    (
+        "percentage-100",
+        [("a", {"gpu": 1, "gpumem_percentage": 100}), ("b", {"gpu": 1, "gpumem": 1000})],
+    ),
 ]
 
 
@@ -205,10 +219,11 @@ def test_engine_cases_match_simulate(control_plane, core, case, pods):
     add_gpu_node(control_plane, n, gpus)
     sim = pipeline(node_obj(n, gpus))
     expected = {}
-    for name, res in pods:
-        out = sim.submit(pod(name, container(**res)))
+    for name, res, *rest in pods:
+        ann = rest[0] if rest else None
+        out = sim.submit(pod(name, container(**res), annotations=ann))
         expected[name] = out.node
-        create(core, pod(name, container(**res)))
+        create(core, pod(name, container(**res), annotations=ann))
         if out.node is not None:
             wait_bound(control_plane, core, [name])
         else:
@@ -216,9 +231,9 @@ def test_engine_cases_match_simulate(control_plane, core, case, pods):
                 lambda name=name: any(r == "FilteringFailed" for r, _ in events(core, name)),
                 message=f"{name} unschedulable",
             )
-    got = {name: raw_pod(core, name)["spec"].get("nodeName") for name, _ in pods}
+    got = {name: raw_pod(core, name)["spec"].get("nodeName") for name, *_ in pods}
     assert got == expected
-    for name, _ in pods:
+    for name, *_ in pods:
         if expected[name]:
             sim_ann = sim.cluster.get_pod("default", name)["metadata"]["annotations"][
                 "hami.io/vgpu-devices-allocated"
