@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 BACKENDS := $(wildcard backends/hami-*)
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck layers pytest install clean prometheus dashboards
+.PHONY: demo test test-fast test-packaging lint typecheck layers pytest install clean prometheus dashboards
 
 $(STAMP): pyproject.toml $(wildcard backends/*/pyproject.toml) $(wildcard shim/src/*) $(wildcard shim/Makefile)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "hami needs Python >= 3.11; set PYTHON=python3.11")'
@@ -30,16 +30,22 @@ typecheck: $(STAMP)
 layers: $(STAMP)
 	$(BIN)/lint-imports
 
-# Every tier: unit, conformance, integration, shim (real dlopen of libvgpu.so) and e2e
+# Every tier: unit, conformance, integration, shim (real dlopen of libvgpu.so), packaging
+# (every sdist and wheel built and installed into fresh venvs) and e2e
 # (real kube-apiserver / kube-scheduler / kubelet, built once by scripts/kube-build.sh).
 pytest: $(STAMP)
 	$(BIN)/python -m pytest
 
 test: lint typecheck layers pytest
 
-# Everything but the e2e tier (no Kubernetes build needed).
+# Everything but the e2e and packaging tiers (no Kubernetes build, no fresh venvs).
 test-fast: lint typecheck layers
-	$(BIN)/python -m pytest -m "not e2e"
+	$(BIN)/python -m pytest -m "not e2e and not packaging"
+
+# Build every sdist and wheel, install them into fresh venvs as users do (part of
+# `make test`; needs the package index or pip's cache).
+test-packaging: $(STAMP)
+	$(BIN)/python -m pytest -m packaging
 
 # Prometheus server + promtool (Debian's package) for the rules tests and the e2e tier;
 # the test fixtures run the same script when they are missing.

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from google.protobuf import descriptor
+from google.protobuf import descriptor, descriptor_pb2
 
 from hami_core.servers.kubelet import api_pb2 as pb
 
@@ -86,7 +86,9 @@ def _shape(message: descriptor.Descriptor) -> dict[str, tuple[int, str, str]]:
     out = {}
     for f in message.fields:
         kind = f.message_type.name if f.message_type is not None else _SCALARS[f.type]
-        out[f.name] = (f.number, "R" if f.is_repeated else "", kind)
+        # protobuf 4.21 (the declared floor) has label, 7.x only is_repeated.
+        repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
+        out[f.name] = (f.number, "R" if repeated else "", kind)
     return out
 
 
@@ -109,8 +111,17 @@ def test_method_paths_are_kubelets():
     registration = pb.DESCRIPTOR.services_by_name["Registration"]
     plugin = pb.DESCRIPTOR.services_by_name["DevicePlugin"]
     assert [m.full_name for m in registration.methods] == ["v1beta1.Registration.Register"]
+    # The descriptor protos read the same on every protobuf (4.21's MethodDescriptor has
+    # no server_streaming attribute).
+    service = descriptor_pb2.ServiceDescriptorProto()
+    plugin.CopyToProto(service)
     assert {
-        m.name: (m.input_type.name, m.output_type.name, m.server_streaming) for m in plugin.methods
+        m.name: (
+            m.input_type.rsplit(".", 1)[-1],
+            m.output_type.rsplit(".", 1)[-1],
+            m.server_streaming,
+        )
+        for m in service.method
     } == {
         "GetDevicePluginOptions": ("Empty", "DevicePluginOptions", False),
         "ListAndWatch": ("Empty", "ListAndWatchResponse", True),
