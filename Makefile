@@ -8,10 +8,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-fast test-packaging lint typecheck layers pytest install clean prometheus dashboards
 
+# A new venv's setuptools is too old for the backends' build-system (>=77): the shim and
+# packaging tests build them without isolation, so upgrade it with pip.
 $(STAMP): pyproject.toml $(wildcard backends/*/pyproject.toml) $(wildcard shim/src/*) $(wildcard shim/Makefile)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "hami needs Python >= 3.11; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
 	$(BIN)/python -m pip install --quiet -e '.[dev]' $(foreach b,$(BACKENDS),-e $(b))
 	touch $@
 
