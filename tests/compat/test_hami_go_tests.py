@@ -463,3 +463,115 @@ def test_webhook_quota_counts_every_device():
     assert not two.allowed and two.reason == "ResourceQuotaNotFit"
     assert "this pod 80000" in two.message
     assert review(pod("q", container(gpu=1, gpumem=40000), namespace="multi"), store=store).allowed
+
+
+# -- pkg/device/hygon, pkg/device/cambricon: GenerateResourceRequests ----------------------
+
+
+def _vendor_cfg(backend):
+    from hami_core.plugin import BackendManager
+
+    return BackendManager.from_entry_points(disabled=[]).vendor_config(backend)
+
+
+@pytest.mark.parametrize(
+    ("case", "limits", "requests", "want"),
+    [
+        (
+            "dcuResourceCount,dcuesourceMem and dcuResourceCores set to limits and request",
+            {"hygon.com/dcunum": "1", "hygon.com/dcucores": "1", "hygon.com/dcumem": "1024"},
+            {"hygon.com/dcunum": "1", "hygon.com/dcucores": "1", "hygon.com/dcumem": "1024"},
+            (1, 1024, 0, 1),
+        ),
+        (
+            "dcuResourceMem,dcuResourceCores don't set limit and dcuResourceCount set to limits and request",
+            {"hygon.com/dcunum": "1"},
+            {"hygon.com/dcunum": "1", "hygon.com/dcucores": "1", "hygon.com/dcumem": "1024"},
+            (1, 1024, 0, 1),
+        ),
+        (
+            "dcuResourceMem don't set limit and request,dcuResourceCores don't set limit and dcuResourceCount set to limits and request",
+            {"hygon.com/dcunum": "1"},
+            {"hygon.com/dcunum": "1", "hygon.com/dcucores": "1"},
+            (1, 0, 100, 1),
+        ),
+    ],
+)
+def test_hygon_generate_resource_requests(case, limits, requests, want):
+    """``pkg/device/hygon/device_test.go::Test_GenerateResourceRequests`` (the case named):
+    (Nums, Memreq, MemPercentagereq, Coresreq)."""
+    from hami_hygon.requests import parse_request as hygon_request
+
+    r = hygon_request(
+        {"name": "c", "resources": {"limits": limits, "requests": requests}}, _vendor_cfg("hygon")
+    )
+    assert (r.count, r.memory_mib, r.memory_pct, r.cores_pct) == want, case
+
+
+@pytest.mark.parametrize(
+    ("case", "limits"),
+    [
+        (
+            "oversized dcu memory request exceeds int32 range",
+            {"hygon.com/dcunum": "1", "hygon.com/dcumem": "16Gi"},
+        ),
+        ("oversized dcu count exceeds int32 range", {"hygon.com/dcunum": "2200000000"}),
+        ("negative dcu cores", {"hygon.com/dcunum": "1", "hygon.com/dcucores": "-1"}),
+    ],
+)
+def test_hygon_out_of_range_requests_are_refused(case, limits):
+    """``Test_GenerateResourceRequests`` / ``_OutOfRangeValues``: HAMi drops the request
+    (no DCU); we refuse it with the resource named (never scheduled as something else)."""
+    from hami_hygon.requests import parse_request as hygon_request
+
+    from hami_core.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="hygon.com/dcu"):
+        hygon_request({"name": "c", "resources": {"limits": limits}}, _vendor_cfg("hygon"))
+
+
+@pytest.mark.parametrize(
+    ("case", "limits", "want"),
+    [
+        (
+            "resourcecoresname,resourcecountname and resourcememoryname set to limits and request",
+            {
+                "cambricon.com/vmlu": "1",
+                "cambricon.com/mlu.smlu.vmemory": "1000",
+                "cambricon.com/mlu.smlu.vcore": "2",
+            },
+            (1, 256000, 0, 2),
+        ),
+        (
+            "resourcecoresname don't set to limits and requests",
+            {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vcore": "2"},
+            (1, 0, 100, 2),
+        ),
+    ],
+)
+def test_cambricon_generate_resource_requests(case, limits, want):
+    """``pkg/device/cambricon/device_test.go::Test_GenerateResourceRequests`` (the case
+    named; 256 MiB per memory unit). Not taken: "resourcememoryname don't set ..." (HAMi
+    books cores 100 for a memory-only sMLU, we book ``defaultCores``: see
+    docs/hami-go-tests.md)."""
+    from hami_cambricon.requests import parse_request as mlu_request
+
+    r = mlu_request(
+        {"name": "c", "resources": {"limits": limits, "requests": limits}}, _vendor_cfg("cambricon")
+    )
+    assert (r.count, r.memory_mib, r.memory_pct, r.cores_pct) == want, case
+
+
+@pytest.mark.parametrize(
+    "value", ["16Gi", "1.5"], ids=["memory overflowing int32", "decimal-form memory"]
+)
+def test_cambricon_bad_memory_is_refused(value):
+    """``Test_GenerateResourceRequests`` "memory overflowing int32 is rejected, not
+    truncated to zero" / "decimal-form memory request is rejected, not treated as zero"."""
+    from hami_cambricon.requests import parse_request as mlu_request
+
+    from hami_core.errors import InvalidInputError
+
+    limits = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": value}
+    with pytest.raises(InvalidInputError, match="vmemory"):
+        mlu_request({"name": "c", "resources": {"limits": limits}}, _vendor_cfg("cambricon"))
