@@ -7,10 +7,15 @@ API server through the official client). Every component's logic runs on either.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 KubeObject = dict[str, Any]
+
+#: ``listener(kind, old, new)``: ``kind`` is ``Node``, ``Pod`` or ``ResourceQuota``;
+#: ``old`` is None for an addition, ``new`` None for a deletion. Both are shared,
+#: read-only snapshots. Called on the thread that applied the change, in order.
+Listener = Callable[[str, "KubeObject | None", "KubeObject | None"], None]
 
 
 class ClusterStore(Protocol):
@@ -26,6 +31,18 @@ class ClusterStore(Protocol):
 
     def get_node(self, name: str) -> KubeObject:
         """One node. Raises ``NotFoundError``."""
+        ...
+
+    def cached_node(self, name: str) -> KubeObject:
+        """One node as the store's cache holds it, without a request to the API server
+        (a shared snapshot: read-only; its ``resourceVersion`` may be stale, so a write
+        conditioned on it may answer ``ConflictError``). Raises ``NotFoundError``."""
+        ...
+
+    def subscribe(self, listener: Listener) -> None:
+        """Have ``listener`` told of every change of nodes, pods and quotas, after the
+        objects present now are replayed to it as additions (an informer's event
+        handler: Kubernetes client-go ``AddEventHandler``)."""
         ...
 
     def list_pods(self, *, namespace: str | None = None) -> list[KubeObject]:

@@ -45,6 +45,9 @@ class DirectKubeCluster(KubeCluster):
         node: KubeObject = call(f"get node {name}", self.core.read_node, name)
         return node
 
+    def cached_node(self, name: str) -> KubeObject:
+        return self.get_node(name)
+
     def list_pods(self, *, namespace: str | None = None) -> list[KubeObject]:
         pods = self.pods_on_node(self.node)
         if namespace is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
+import functools
 import json
 import logging
 import socket
@@ -32,7 +33,7 @@ from hami_core.errors import ConflictError, HamiError, InvalidInputError, NotFou
 from hami_core.protocol.annotations import VGPU_NODE
 
 from .backoff import Backoff
-from .base import KubeObject
+from .base import KubeObject, Listener
 
 log = logging.getLogger(__name__)
 
@@ -165,10 +166,28 @@ class Informer:
         self._resp: Any = None  # the open watch response, closed by stop()
         self._progress: str | None = None  # version of the last event applied
         self._thread: threading.Thread | None = None
+        self._handlers: list[Callable[[KubeObject | None, KubeObject | None], None]] = []
         self.relists = 0
         #: ``time.monotonic()`` of the last list or watch event applied (None before the
         #: first list): how fresh the cache is, for the scheduler's metrics.
         self.last_update_monotonic: float | None = None
+
+    def add_handler(self, handler: Callable[[KubeObject | None, KubeObject | None], None]) -> None:
+        """Call ``handler(old, new)`` after every change of the cache (``old`` None: added,
+        ``new`` None: deleted), under the cache's lock so changes arrive in order; the
+        objects cached now are replayed first as additions. The handler must not call
+        back into this cache from another thread while holding its own lock."""
+        with self._lock:
+            for obj in self._items.values():
+                handler(None, obj)
+            self._handlers.append(handler)
+
+    def _notify(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        for handler in self._handlers:
+            try:
+                handler(old, new)
+            except Exception:  # a broken handler must not stop the watch
+                log.exception("%s event handler failed", self.name)
 
     @staticmethod
     def key(obj: Mapping[str, Any]) -> str:
@@ -207,6 +226,11 @@ class Informer:
             obj = self._items.get(key)
             return copy.deepcopy(obj) if obj is not None else None
 
+    def peek(self, key: str) -> KubeObject | None:
+        """The stored object itself (a shared snapshot: read-only), or None."""
+        with self._lock:
+            return self._items.get(key)
+
     def indexed(self, value: str) -> list[KubeObject]:
         """Stored objects whose ``index_fn`` includes ``value``: shared snapshots, read-only."""
         with self._lock:
@@ -218,15 +242,18 @@ class Informer:
         with self._lock:
             old = self._items.get(key)
             if old is None or _rv(obj) >= _rv(old):
-                stored = copy.deepcopy(obj)
+                stored = _slim(copy.deepcopy(obj))
                 self._items[key] = stored
                 self._reindex(key, old, stored)
+                self._notify(old, stored)
 
     def remove(self, obj: Mapping[str, Any]) -> None:
         key = self.key(obj)
         with self._lock:
             old = self._items.pop(key, None)
             self._reindex(key, old, None)
+            if old is not None:
+                self._notify(old, None)
 
     def _reindex(self, key: str, old: KubeObject | None, new: KubeObject | None) -> None:
         if self._index_fn is None:
@@ -238,12 +265,21 @@ class Informer:
 
     def _relist(self) -> str:
         data = call(f"list {self.name}", self._list_fn)
-        items = {self.key(o): o for o in data.get("items") or []}
+        items = {self.key(o): _slim(o) for o in data.get("items") or []}
         with self._lock:
+            before = self._items
             self._items = items
             self._index = {}
             for key, obj in items.items():
                 self._reindex(key, None, obj)
+            # Tell the handlers what the re-list changed (a list carries no deletions).
+            for key, gone in before.items():
+                if key not in items:
+                    self._notify(gone, None)
+            for key, obj in items.items():
+                prev = before.get(key)
+                if prev is None or _rv(prev) != _rv(obj):
+                    self._notify(prev, obj)
         self.relists += 1
         self.last_update_monotonic = time.monotonic()
         self._synced.set()
@@ -324,6 +360,15 @@ class Informer:
         return rv
 
 
+def _slim(obj: KubeObject) -> KubeObject:
+    """Drop ``metadata.managedFields`` (server-side apply bookkeeping, often the largest
+    part of an object, never read here), as client-go informers' transforms do."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
 def _close_quietly(resp: Any) -> None:
     with contextlib.suppress(Exception):
         resp.close()
@@ -340,6 +385,10 @@ def _pod_nodes(pod: Mapping[str, Any]) -> set[str]:
         (pod.get("spec") or {}).get("nodeName"),
     }
     return {str(n) for n in nodes if n}
+
+
+def _forward(listener: Listener, kind: str, old: KubeObject | None, new: KubeObject | None) -> None:
+    listener(kind, old, new)
 
 
 class KubeCluster:
@@ -385,6 +434,21 @@ class KubeCluster:
         node: KubeObject = call(f"get node {name}", self.core.read_node, name)
         self._remember(self.nodes, node)
         return node
+
+    def cached_node(self, name: str) -> KubeObject:
+        node = self.nodes.peek(name)
+        if node is None:
+            return self.get_node(name)
+        return node
+
+    def subscribe(self, listener: Listener) -> None:
+        """``ClusterStore.subscribe`` over the three informers (nodes, quotas, pods)."""
+        for kind, informer in (
+            ("Node", self.nodes),
+            ("ResourceQuota", self.quotas),
+            ("Pod", self.pods),
+        ):
+            informer.add_handler(functools.partial(_forward, listener, kind))
 
     def list_pods(self, *, namespace: str | None = None) -> list[KubeObject]:
         pods = self.pods.items()

@@ -19,7 +19,7 @@ import attrs
 from hami_core.errors import ConflictError, InvalidInputError, NotFoundError
 from hami_core.protocol.annotations import VGPU_NODE
 
-from .base import KubeObject
+from .base import KubeObject, Listener
 
 
 @attrs.frozen
@@ -45,8 +45,27 @@ class MemoryCluster:
         # node name -> pods assigned to it (annotation or spec.nodeName): the scheduler
         # asks per node on every filter, so it must not scan every pod of the cluster.
         self._by_node: dict[str, set[tuple[str, str]]] = {}
+        self._nodes_of: dict[tuple[str, str], set[str]] = {}
         self._versions = itertools.count(1)
+        self._listeners: list[Listener] = []
         self.events: list[Event] = []
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener(kind, old, new)`` after every change of a node, pod or quota;
+        the objects present now are replayed first as additions (``old`` None), so the
+        listener never misses one. Objects are shared snapshots: read-only."""
+        with self._lock:
+            for node in self._nodes.values():
+                listener("Node", None, node)
+            for quota in self._quotas.values():
+                listener("ResourceQuota", None, quota)
+            for pod in self._pods.values():
+                listener("Pod", None, pod)
+            self._listeners.append(listener)
+
+    def _emit(self, kind: str, old: KubeObject | None, new: KubeObject | None) -> None:
+        for listener in self._listeners:
+            listener(kind, old, new)
 
     # -- writes used by loaders and tests ------------------------------------------
 
@@ -54,7 +73,9 @@ class MemoryCluster:
         """Add or replace a node object."""
         obj = self._stamp(node, "Node")
         with self._lock:
+            old = self._nodes.get(obj["metadata"]["name"])
             self._nodes[obj["metadata"]["name"]] = obj
+            self._emit("Node", old, obj)
         return copy.deepcopy(obj)
 
     def add_pod(self, pod: Mapping[str, Any]) -> KubeObject:
@@ -66,16 +87,20 @@ class MemoryCluster:
         obj.setdefault("status", {}).setdefault("phase", "Pending")
         with self._lock:
             key = (meta["namespace"], meta["name"])
+            old = self._pods.get(key)
             self._pods[key] = obj
             self._index(key, obj)
+            self._emit("Pod", old, obj)
         return copy.deepcopy(obj)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Remove a pod; its devices are free at once (usage is recomputed from pods)."""
         with self._lock:
-            if self._pods.pop((namespace, name), None) is None:
+            old = self._pods.pop((namespace, name), None)
+            if old is None:
                 raise NotFoundError(f"pod {namespace}/{name} not found")
             self._index((namespace, name), None)
+            self._emit("Pod", old, None)
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> None:
         """Set ``status.phase`` (``Succeeded`` / ``Failed`` pods hold no devices)."""
@@ -85,10 +110,12 @@ class MemoryCluster:
         """Set fields of ``status`` (what kubelet writes), e.g. ``phase`` or
         ``initContainerStatuses`` (finished init containers free their devices)."""
         with self._lock:
-            pod = copy.deepcopy(self._pod(namespace, name))
+            old = self._pod(namespace, name)
+            pod = copy.deepcopy(old)
             pod.setdefault("status", {}).update(copy.deepcopy(dict(status)))
             self._bump(pod)
             self._pods[(namespace, name)] = pod
+            self._emit("Pod", old, pod)
 
     def add_quota(self, quota: Mapping[str, Any]) -> KubeObject:
         """Add a ``ResourceQuota``."""
@@ -96,7 +123,9 @@ class MemoryCluster:
         meta = obj["metadata"]
         meta.setdefault("namespace", "default")
         with self._lock:
+            old = self._quotas.get((meta["namespace"], meta["name"]))
             self._quotas[(meta["namespace"], meta["name"])] = obj
+            self._emit("ResourceQuota", old, obj)
         return copy.deepcopy(obj)
 
     # -- ClusterStore --------------------------------------------------------------
@@ -108,6 +137,11 @@ class MemoryCluster:
     def get_node(self, name: str) -> KubeObject:
         with self._lock:
             return copy.deepcopy(self._node(name))
+
+    def cached_node(self, name: str) -> KubeObject:
+        """The stored node itself (a shared snapshot: read-only). Raises ``NotFoundError``."""
+        with self._lock:
+            return self._node(name)
 
     def list_pods(self, *, namespace: str | None = None) -> list[KubeObject]:
         with self._lock:
@@ -136,10 +170,13 @@ class MemoryCluster:
         resource_version: str | None = None,
     ) -> KubeObject:
         with self._lock:
-            node = self._node(name)
-            self._check_version(node, resource_version)
+            old = self._node(name)
+            self._check_version(old, resource_version)
+            node = copy.deepcopy(old)  # replaced, never changed in place: snapshots stay valid
             _merge(node["metadata"].setdefault("annotations", {}), annotations)
             self._bump(node)
+            self._nodes[name] = node
+            self._emit("Node", old, node)
             return copy.deepcopy(node)
 
     def patch_pod_metadata(
@@ -152,18 +189,21 @@ class MemoryCluster:
         resource_version: str | None = None,
     ) -> KubeObject:
         with self._lock:
-            pod = copy.deepcopy(self._pod(namespace, name))
+            old = self._pod(namespace, name)
+            pod = copy.deepcopy(old)
             self._check_version(pod, resource_version)
             _merge(pod["metadata"].setdefault("annotations", {}), annotations or {})
             _merge(pod["metadata"].setdefault("labels", {}), labels or {})
             self._bump(pod)
             self._pods[(namespace, name)] = pod
             self._index((namespace, name), pod)
+            self._emit("Pod", old, pod)
             return copy.deepcopy(pod)
 
     def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
         with self._lock:
-            pod = copy.deepcopy(self._pod(namespace, name))
+            old = self._pod(namespace, name)
+            pod = copy.deepcopy(old)
             if pod["metadata"].get("uid") != uid:
                 raise ConflictError(f"pod {namespace}/{name} has another uid than {uid}")
             if pod.setdefault("spec", {}).get("nodeName"):
@@ -173,6 +213,7 @@ class MemoryCluster:
             self._bump(pod)
             self._pods[(namespace, name)] = pod
             self._index((namespace, name), pod)
+            self._emit("Pod", old, pod)
 
     def list_quotas(self, namespace: str) -> list[KubeObject]:
         with self._lock:
@@ -206,16 +247,18 @@ class MemoryCluster:
         return out
 
     def _index(self, key: tuple[str, str], pod: KubeObject | None) -> None:
-        for members in self._by_node.values():
-            members.discard(key)
+        for node in self._nodes_of.pop(key, ()):
+            self._by_node.get(node, set()).discard(key)
         if pod is None:
             return
         nodes = {
             (pod["metadata"].get("annotations") or {}).get(VGPU_NODE),
             (pod.get("spec") or {}).get("nodeName"),
         }
-        for node in nodes - {None, ""}:
-            self._by_node.setdefault(str(node), set()).add(key)
+        names = {str(n) for n in nodes if n}
+        self._nodes_of[key] = names
+        for node in names:
+            self._by_node.setdefault(node, set()).add(key)
 
     def _bump(self, obj: KubeObject) -> None:
         obj["metadata"]["resourceVersion"] = str(next(self._versions))

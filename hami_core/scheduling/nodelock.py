@@ -92,8 +92,10 @@ def _try_acquire(
     expiry_s: float,
     takeover_after_s: float,
 ) -> None:
-    for _ in range(_ATTEMPTS):
-        obj = store.get_node(node)
+    for attempt in range(_ATTEMPTS):
+        # First from the cache (no read: the write's resourceVersion precondition refuses
+        # a stale one with 409), then live after a conflict.
+        obj = store.cached_node(node) if attempt == 0 else store.get_node(node)
         meta = obj.get("metadata") or {}
         current = (meta.get("annotations") or {}).get(NODE_LOCK)
         if current:

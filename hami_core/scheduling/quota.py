@@ -76,25 +76,40 @@ def charge_of(pod: Mapping[str, Any], devices: PodDevices) -> dict[str, int]:
     return {MEMORY: c.memory_mib, CORES: c.cores_pct, COUNT: c.count}
 
 
+def pod_quota_charge(
+    pod: Mapping[str, Any], device_types: Iterable[DeviceTypeInfo]
+) -> dict[tuple[str, str], int]:
+    """(vendor, measure) -> what one pod counts against its namespace's quotas: its
+    allocation's charge while it is live, nothing once finished or when unreadable."""
+    if not is_live(pod):
+        return {}
+    try:
+        allocation = pod_allocation(pod, device_types)
+    except AnnotationError:
+        return {}
+    out: dict[tuple[str, str], int] = {}
+    for vendor, devices in allocation.items():
+        for measure, value in charge_of(pod, devices).items():
+            if value:
+                out[(vendor, measure)] = out.get((vendor, measure), 0) + value
+    return out
+
+
 def namespace_usage(
     pods: Iterable[Mapping[str, Any]],
     device_types: Iterable[DeviceTypeInfo],
     *,
     exclude_uid: str | None = None,
 ) -> dict[tuple[str, str], int]:
-    """(vendor, measure) -> total charge of the live, allocated pods given."""
+    """(vendor, measure) -> total charge of the live, allocated pods given (non-zero
+    totals only; ``ClusterState`` keeps the same numbers incrementally)."""
     types = tuple(device_types)
     out: dict[tuple[str, str], int] = {}
     for pod in pods:
-        if not is_live(pod) or (pod.get("metadata") or {}).get("uid") == exclude_uid:
+        if exclude_uid is not None and (pod.get("metadata") or {}).get("uid") == exclude_uid:
             continue
-        try:
-            allocation = pod_allocation(pod, types)
-        except AnnotationError:
-            continue
-        for vendor, devices in allocation.items():
-            for measure, value in charge_of(pod, devices).items():
-                out[(vendor, measure)] = out.get((vendor, measure), 0) + value
+        for key, value in pod_quota_charge(pod, types).items():
+            out[key] = out.get(key, 0) + value
     return out
 
 

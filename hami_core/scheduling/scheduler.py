@@ -7,19 +7,21 @@ affinity, CPU and memory); binding re-fits against current usage under the node 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as dt
+import itertools
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
 from hami_core.cluster.base import ClusterStore, KubeObject
-from hami_core.errors import ConflictError, HamiError, InvalidInputError, NotFoundError
+from hami_core.errors import ConflictError, HamiError, InvalidInputError
 from hami_core.model import (
     Allocation,
     DevicePolicy,
@@ -33,14 +35,15 @@ from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import encode_pod_devices
 
-from .fitting import NodeFit, fit_pod
+from .fitting import ContainerMiss, NodeFit, fit_pod
 from .nodelock import LONGEST_BIND_S, acquire_node_lock, holds_node_lock, release_node_lock
 from .nodes import read_node
 from .podspec import read_pod_request
 from .policy import Policies, resolve_policies, with_device_policy
-from .quota import QuotaLimit, namespace_usage, quota_limits
+from .quota import QuotaLimit, charge_of, namespace_usage, quota_limits, quota_violation
 from .scoring import extender_score, node_score
-from .usage import node_usage, requested_vendors
+from .state import MEMO_PER_NODE, ClusterState, NodeState, prefilter_miss
+from .usage import PodHoldings, node_usage, pod_holdings, requested_vendors
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +91,8 @@ class Scheduler:
         lock_wait_s: float = 0.0,
         node_selector: Mapping[str, str] | None = None,
         longest_bind_s: float = LONGEST_BIND_S,
+        events: EventSink | None = None,
+        prefilter: bool = True,
     ) -> None:
         """Args:
         node_policy / device_policy: override the configured defaults (pod
@@ -98,6 +103,11 @@ class Scheduler:
             filter with ``NodeUnregistered`` for a pod asking devices.
         longest_bind_s: the longest one bind can take; a lock whose owner is not
             bound to its node is taken over once it is older than this.
+        events: where events go (default: the store, synchronously); the servers pass
+            an ``EventRecorder`` that writes them off the request thread, aggregated.
+        prefilter: reject nodes in O(1) from their free-device summary before running
+            the fit (their reason then names the sharing checks only); ``hami
+            simulate`` turns it off to explain every node in full.
         """
         self.store = store
         self.manager = manager
@@ -114,6 +124,15 @@ class Scheduler:
         self.node_selector = dict(node_selector or {})
         self.longest_bind_s = longest_bind_s
         self._bind_locks = KeyedLocks()
+        self.events: EventSink = events if events is not None else store
+        self.use_prefilter = prefilter
+        self._recent = FilterCache()
+        self._shapes: dict[tuple[Any, ...], int] = {}
+        self._shape_ids = itertools.count()
+        self.state = ClusterState(
+            self._types, clock=clock, holdings=self._holdings, reader=manager.node_devices
+        )
+        store.subscribe(self.state.on_event)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -134,7 +153,13 @@ class Scheduler:
     def node_usage(
         self, info: NodeInfo, *, exclude_uid: str | None = None
     ) -> dict[str, DeviceUsage]:
-        """Current usage of a node's devices from the live pods on it."""
+        """Current usage of a node's devices from the live pods on it (the incremental
+        state when the node is in it and ``info`` is what it holds; else recomputed)."""
+        with self.state.lock:
+            cached = self.state.node(info.name)
+            if cached is not None and cached.info == info:
+                self._log_problems()
+                return self.state.node_usage(info.name, exclude_uid=exclude_uid)
         broken: list[str] = []
         usage = node_usage(
             info,
@@ -153,6 +178,26 @@ class Scheduler:
                 log.warning("unreadable allocation, failing closed: %s", message)
         return usage
 
+    def _holdings(self, pod: Mapping[str, Any], info: NodeInfo) -> PodHoldings:
+        """What ``pod`` holds on ``info`` under the trust rule (``usage.pod_holdings``)."""
+        return pod_holdings(
+            pod,
+            info,
+            self._types,
+            scheduler_name=self.manager.config.scheduler_name,
+            requested_vendors=self._requested_vendors(pod),
+        )
+
+    def _log_problems(self) -> None:
+        problems = self.state.problems
+        while problems:
+            message = problems.pop(0)
+            if message not in self._reported:  # once per pod and reason, not per request
+                if len(self._reported) > 4096:
+                    self._reported.clear()
+                self._reported.add(message)
+                log.warning("unreadable allocation, failing closed: %s", message)
+
     def _requested_vendors(self, pod: Mapping[str, Any]) -> frozenset[str] | None:
         """``usage.requested_vendors``, kept per pod uid (a pod's resources are immutable)."""
         uid = str((pod.get("metadata") or {}).get("uid") or "")
@@ -170,22 +215,133 @@ class Scheduler:
     def filter(
         self, pod: Mapping[str, Any], node_names: Iterable[str] | None = None
     ) -> FilterResult:
-        """Fit the pod on the named nodes (all nodes when None) against current usage.
+        """Fit the pod on the named nodes (all nodes when None) against current usage,
+        from the incremental state: no API request, no copy of a cached object.
 
         Raises:
             InvalidInputError: the pod's requests or policy annotations are invalid.
         """
-        missing: list[str] = []
-        if node_names is None:
-            nodes = self.store.list_nodes()
-        else:
-            nodes = []
-            for name in node_names:
-                try:
-                    nodes.append(self.store.get_node(name))
-                except NotFoundError:
-                    missing.append(name)
-        return self._filter(pod, nodes, live_usage=True, unknown=missing)
+        request = self.pod_request(pod)
+        policies = self.policies(pod)
+        names = self.state.node_names() if node_names is None else list(node_names)
+        if not request.wants_devices:  # not ours to judge, even on nodes we have not seen
+            return FilterResult(
+                feasible=tuple(names), failed={}, fits={}, scores={}, policies=policies
+            )
+        ann = (pod.get("metadata") or {}).get("annotations") or {}
+        memo_key = self._shape_id((request.containers, policies, frozenset(ann.items())))
+        fit_view = with_device_policy(pod, policies.device_chain)
+        feasible: list[str] = []
+        failed: dict[str, str] = {}
+        fits: dict[str, NodeFit] = {}
+        scores: dict[str, float] = {}
+        with self.state.lock:
+            limits = self.state.quota_limits(request.namespace)
+            used = (
+                self.state.namespace_usage(request.namespace, exclude_uid=request.uid)
+                if limits
+                else {}
+            )
+            now = self.clock()
+            for name in names:
+                node = self.state.node(name, now=now)
+                if node is None:
+                    # A node we cannot see cannot be checked: say so rather than guess.
+                    failed[name] = (
+                        f"{ReasonCode.NODE_UNREGISTERED.value} (node not in the scheduler's cache)"
+                    )
+                    continue
+                if self.node_selector:
+                    unselected = self._unselected(node.obj)
+                    if unselected:
+                        failed[name] = unselected
+                        continue
+                if request.uid and request.uid in node.uids:  # re-fit: own share left out
+                    usage = self.state.node_usage(name, exclude_uid=request.uid)
+                    entry = self._fit(fit_view, request, node, usage, policies, memo=False)
+                elif memo_key in node.memo:
+                    entry = node.memo[memo_key]
+                else:
+                    assert node.usage is not None
+                    entry = self._fit(fit_view, request, node, node.usage, policies)
+                    if len(node.memo) >= MEMO_PER_NODE:
+                        node.memo.clear()
+                    node.memo[memo_key] = entry
+                fit, score, charge = entry
+                if fit.allocation is not None and limits:
+                    message = quota_violation(limits, used, charge)
+                    if message:
+                        fit = NodeFit(
+                            node=name,
+                            reason=f"{ReasonCode.RESOURCE_QUOTA_NOT_FIT.value} ({message})",
+                        )
+                fits[name] = fit
+                if fit.allocation is not None:
+                    feasible.append(name)
+                    scores[name] = score
+                else:
+                    failed[name] = fit.reason
+            self._log_problems()
+        result = FilterResult(
+            feasible=tuple(feasible), failed=failed, fits=fits, scores=scores, policies=policies
+        )
+        self._recent.put(pod, result)
+        return result
+
+    def _shape_id(self, shape: tuple[Any, ...]) -> int:
+        """A small int per distinct pod shape, so the per-node memo lookup hashes an int
+        rather than the request (hashed once per filter here)."""
+        with self.state.lock:
+            found = self._shapes.get(shape)
+            if found is None:
+                if len(self._shapes) > 4096:
+                    self._shapes.clear()  # ids stay unique: the counter never restarts
+                found = self._shapes[shape] = next(self._shape_ids)
+            return found
+
+    def _fit(
+        self,
+        pod: Mapping[str, Any],
+        request: PodRequest,
+        node: NodeState,
+        usage: Mapping[str, DeviceUsage],
+        policies: Policies,
+        *,
+        memo: bool = True,
+    ) -> tuple[NodeFit, float, dict[tuple[str, str], int]]:
+        """One node's fit (without quota), its score and its quota charge."""
+        if self.use_prefilter and memo:
+            miss = prefilter_miss(node, request)
+            if miss is not None:
+                container, vendor, result = miss
+                total = sum(1 for d in node.info.devices if d.vendor == vendor)
+                reason = (
+                    result.summary(total) if total else ReasonCode.NODE_INSUFFICIENT_DEVICE.value
+                )
+                return (
+                    NodeFit(
+                        node=node.name,
+                        reason=reason,
+                        miss=ContainerMiss(
+                            container=container,
+                            vendor=vendor,
+                            result=result,
+                            devices_of_vendor=total,
+                        ),
+                    ),
+                    0.0,
+                    {},
+                )
+        fit = fit_pod(pod, request, node.info, usage, self.manager, policy=policies.device)
+        if fit.allocation is None:
+            return fit, 0.0, {}
+        score = node_score(node.info, usage, fit.allocation, self.manager, policy=policies.node)
+        charge = {
+            (vendor, measure): value
+            for vendor, devices in fit.allocation.devices.items()
+            for measure, value in charge_of(pod, devices).items()
+        }
+        return fit, score, charge
 
     def filter_objects(
         self, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]
@@ -195,19 +351,21 @@ class Scheduler:
         knows is judged as ``filter`` judges it: its cached object, live usage and the
         namespace's quotas; only a node the cache does not know (an autoscaler template)
         is judged from the object given, with zero usage and no quota."""
-        known: list[Mapping[str, Any]] = []
+        known: list[str] = []
         templates: list[Mapping[str, Any]] = []
         for node in nodes:
             name = str((node.get("metadata") or {}).get("name", ""))
-            try:
-                known.append(self.store.get_node(name))
-            except NotFoundError:
+            with self.state.lock:
+                cached = self.state.node(name) is not None
+            if cached:
+                known.append(name)
+            else:
                 templates.append(node)
         if not templates:
-            return self._filter(pod, known, live_usage=True, unknown=[])
+            return self.filter(pod, known)
         if not known:
             return self._filter(pod, templates, live_usage=False, unknown=[])
-        live = self._filter(pod, known, live_usage=True, unknown=[])
+        live = self.filter(pod, known)
         cold = self._filter(pod, templates, live_usage=False, unknown=[])
         order = [str((n.get("metadata") or {}).get("name", "")) for n in nodes]
         feasible = set(live.feasible) | set(cold.feasible)
@@ -314,7 +472,9 @@ class Scheduler:
     ) -> list[tuple[str, int]]:
         """``[(node, 0..10)]`` for the named nodes; infeasible nodes score 0."""
         names = list(node_names)
-        result = self.filter(pod, names)
+        result = self._recent.get(pod)
+        if result is None or any(n not in result.fits and n not in result.failed for n in names):
+            result = self.filter(pod, names)  # not filtered lately (or other nodes)
         return [(n, extender_score(result.scores[n]) if n in result.scores else 0) for n in names]
 
     # -- bind ------------------------------------------------------------------------
@@ -394,12 +554,16 @@ class Scheduler:
                 raise ConflictError(f"pod {namespace}/{name} no longer fits node {node}: {reason}")
             allocation = fit.allocation
             annotations = self._allocation_annotations(allocation, now)
-            node_obj = self.store.get_node(node)
+            # From the cache (no read): our lock write is in it at once, a takeover (only
+            # after ``longest_bind_s``) arrives by the watch long before.
+            node_obj = self.store.cached_node(node)
             if not holds_node_lock(node_obj, namespace=namespace, pod=name):
                 # Taken over (this bind outlived ``longest_bind_s``): another bind may be
                 # fitting against usage that does not include us. Write nothing.
                 raise ConflictError(f"node {node}: the node lock was taken over mid-bind")
-            info = self.node_info(node_obj)
+            with self.state.lock:
+                cached = self.state.node(node)
+                info = cached.info if cached is not None else self.node_info(node_obj)
             for vendor, devices in allocation.devices.items():
                 annotations.update(self.manager.bind_annotations(vendor, pod, info, devices))
             after = self.store.patch_pod_metadata(
@@ -512,7 +676,7 @@ class Scheduler:
 
     def _event(self, pod: KubeObject, type_: str, reason: str, message: str) -> None:
         try:
-            self.store.record_event(pod, type=type_, reason=reason, message=message)
+            self.events.record_event(pod, type=type_, reason=reason, message=message)
         except Exception as exc:  # events are best effort; never fail a bind for one
             log.warning("cannot record event %s: %s", reason, exc)
 
@@ -546,6 +710,52 @@ class KeyedLocks:
                     del self._locks[key]
                 else:
                     self._locks[key] = (lock, users - 1)
+
+
+class EventSink(Protocol):
+    """Where the scheduler's events go: a ``ClusterStore`` or an ``EventRecorder``."""
+
+    def record_event(self, obj: KubeObject, *, type: str, reason: str, message: str) -> None: ...
+
+
+class FilterCache:
+    """The last filter results by pod UID and resourceVersion, for ``/prioritize``:
+    kube-scheduler calls it right after ``/filter`` with the same pod, so it is answered
+    from that result instead of fitting again. Entries live ``ttl_s`` seconds."""
+
+    def __init__(self, *, size: int = 256, ttl_s: float = 30.0) -> None:
+        self._size = size
+        self._ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._items: collections.OrderedDict[tuple[str, str], tuple[float, FilterResult]] = (
+            collections.OrderedDict()
+        )
+
+    @staticmethod
+    def _key(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+        meta = pod.get("metadata") or {}
+        uid, rv = meta.get("uid"), meta.get("resourceVersion")
+        return (str(uid), str(rv)) if uid and rv else None
+
+    def put(self, pod: Mapping[str, Any], result: FilterResult) -> None:
+        key = self._key(pod)
+        if key is None:
+            return
+        with self._lock:
+            self._items[key] = (time.monotonic(), result)
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def get(self, pod: Mapping[str, Any]) -> FilterResult | None:
+        key = self._key(pod)
+        if key is None:
+            return None
+        with self._lock:
+            entry = self._items.get(key)
+            if entry is None or time.monotonic() - entry[0] > self._ttl_s:
+                return None
+            return entry[1]
 
 
 def describe(allocation: Allocation) -> str:

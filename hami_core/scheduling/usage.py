@@ -243,18 +243,26 @@ def node_usage(
         uuid -> ``DeviceUsage``, for every device of the node.
     """
     types = tuple(device_types)
-    usage = {
-        d.uuid: DeviceUsage(device=d, cordoned=d.uuid in node.cordoned_uuids) for d in node.devices
-    }
+    held: list[PodHoldings] = []
     for pod in pods:
         if (pod.get("metadata") or {}).get("uid") == exclude_uid and exclude_uid is not None:
             continue
         vendors = default_requested_vendors(pod, types) if requested is None else requested(pod)
-        held = pod_holdings(
-            pod, node, types, scheduler_name=scheduler_name, requested_vendors=vendors
-        )
-        if held.problem and broken is not None:
-            broken.append(held.problem)
+        h = pod_holdings(pod, node, types, scheduler_name=scheduler_name, requested_vendors=vendors)
+        if h.problem and broken is not None:
+            broken.append(h.problem)
+        held.append(h)
+    return usage_from_holdings(node, held)
+
+
+def usage_from_holdings(node: NodeInfo, holdings: Iterable[PodHoldings]) -> dict[str, DeviceUsage]:
+    """uuid -> ``DeviceUsage`` of every device of ``node`` given what each pod holds there:
+    the one fold every usage reader shares (``node_usage`` from scratch, ``ClusterState``
+    incrementally)."""
+    usage = {
+        d.uuid: DeviceUsage(device=d, cordoned=d.uuid in node.cordoned_uuids) for d in node.devices
+    }
+    for held in holdings:
         for uuid, charge in held.charges.items():
             u = usage.get(uuid)
             if u is not None:

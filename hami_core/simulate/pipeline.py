@@ -84,8 +84,9 @@ class Pipeline:
         self.cluster = cluster
         self.manager = manager
         self.admission = Admission(manager, cluster)
+        # Every node explained in full (the pre-filter's reasons name sharing checks only).
         self.scheduler = Scheduler(
-            cluster, manager, node_policy=node_policy, device_policy=device_policy
+            cluster, manager, node_policy=node_policy, device_policy=device_policy, prefilter=False
         )
 
     def submit(self, pod: Mapping[str, Any]) -> Outcome:

@@ -1,0 +1,414 @@
+"""The scheduler's incremental view of the cluster, kept by the store's events.
+
+HAMi's scheduler reads node usage from in-memory caches fed by its informers; so does
+this one. ``ClusterState`` subscribes to the store (``ClusterStore.subscribe``: the pod,
+node and quota informers' add/update/delete) and keeps:
+
+- per node: the decoded ``NodeInfo`` (re-decoded only when the node's
+  ``resourceVersion`` changes, and kept as is when the decode is equal, so a node lock
+  or handshake write does not invalidate anything), the ``DeviceUsage`` of its devices,
+  a generation that changes exactly when either changes, a pre-filter summary, and a
+  small memo of fit results for that generation;
+- per pod: what it holds on each node it is assigned to and its quota charge, decoded
+  once per (UID, resourceVersion);
+- per namespace: the quota charge of its live allocated pods, and its parsed quotas.
+
+Every number is the sum of the per-pod values the from-scratch functions
+(``usage.node_usage``, ``quota.namespace_usage``) compute, over the same pods, so the
+two agree after any sequence of events (a property test checks it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import threading
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+import attrs
+
+from hami_core.cluster.base import KubeObject
+from hami_core.errors import AnnotationError
+from hami_core.model import (
+    DeviceRequest,
+    DeviceTypeInfo,
+    DeviceUsage,
+    FitResult,
+    NodeInfo,
+    PodRequest,
+    ReasonCode,
+)
+from hami_core.protocol.handshake import HANDSHAKE_TIMEOUT_S, HandshakeState, decode_handshake
+
+from .nodes import NodeDevicesReader, read_node
+from .quota import QuotaLimit, pod_quota_charge, quota_limits
+from .usage import PodHoldings, usage_from_holdings
+
+#: Fit results memoised per node generation (distinct pod shapes seen on that node).
+MEMO_PER_NODE = 8
+
+_FAR = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+def _node_names(pod: Mapping[str, Any]) -> frozenset[str]:
+    """The nodes a pod is assigned to: ours (``hami.io/vgpu-node``) or kube-scheduler's."""
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    names = {ann.get("hami.io/vgpu-node"), (pod.get("spec") or {}).get("nodeName")}
+    return frozenset(str(n) for n in names if n)
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name', '')}"
+
+
+def _rv(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+@attrs.frozen
+class VendorSummary:
+    """A node's devices of one vendor that could take anything at all (healthy, not
+    cordoned, a free sharer slot), by free memory: the pre-filter's O(1) answer.
+
+    Attributes:
+        total: devices of the vendor on the node.
+        free_memory_mib: free memory of each open device, ascending.
+    """
+
+    total: int
+    free_memory_mib: tuple[int, ...]
+
+    def can_hold(self, request: DeviceRequest, memory_mib: int) -> bool:
+        """False when fewer than ``request.count`` open devices have ``memory_mib`` free
+        (PROTOCOL.md §1-2: N distinct devices, each with a sharer slot and the memory)."""
+        open_ = self.free_memory_mib
+        if len(open_) < request.count:
+            return False
+        return len(open_) - bisect.bisect_left(open_, memory_mib) >= request.count
+
+
+@attrs.define
+class NodeState:
+    """One node's cached state (see the module docstring). Read under the state lock."""
+
+    name: str
+    obj: KubeObject
+    info: NodeInfo
+    info_until: dt.datetime
+    pods: dict[str, PodHoldings] = attrs.field(factory=dict)  # pod key -> its holdings
+    uids: dict[str, str] = attrs.field(factory=dict)  # pod uid -> pod key
+    generation: int = 0
+    usage: dict[str, DeviceUsage] | None = None
+    summary: dict[str, VendorSummary] | None = None
+    memo: dict[Hashable, Any] = attrs.field(factory=dict)
+
+
+@attrs.define
+class PodState:
+    uid: str
+    rv: str
+    namespace: str
+    obj: KubeObject
+    nodes: frozenset[str]
+    quota: Mapping[tuple[str, str], int]
+
+
+class ClusterState:
+    """Incremental usage, quotas and node infos over a ``ClusterStore``'s events.
+
+    Thread-safe: the store's watch threads write, request threads read.
+    """
+
+    def __init__(
+        self,
+        device_types: tuple[DeviceTypeInfo, ...],
+        *,
+        clock: Callable[[], dt.datetime],
+        holdings: Callable[[Mapping[str, Any], NodeInfo], PodHoldings],
+        reader: NodeDevicesReader | None = None,
+    ) -> None:
+        """Args:
+        device_types: every vendor's device type.
+        clock: now, for handshake staleness of ``NodeInfo``.
+        holdings: ``(pod, node) -> PodHoldings``: what a pod holds on a node, under the
+            trust rule (``usage.pod_holdings``; the scheduler binds its own arguments).
+        reader: the backends' own reading of a node (``read_node``'s ``reader``).
+        """
+        self._types = device_types
+        self._clock = clock
+        self._holdings = holdings
+        self._reader = reader
+        self._lock = threading.RLock()
+        self._nodes: dict[str, NodeState] = {}
+        self._pods: dict[str, PodState] = {}
+        self._by_node: dict[str, set[str]] = {}  # node name -> pod keys (nodes not seen yet too)
+        self._ns_used: dict[str, dict[tuple[str, str], int]] = {}
+        self._quotas: dict[str, dict[str, KubeObject]] = {}
+        self._limits: dict[str, tuple[QuotaLimit, ...]] = {}
+        self.problems: list[str] = []  # unreadable allocations, for the caller's log
+        self._generations = 0
+
+    # -- events ----------------------------------------------------------------------
+
+    def on_event(self, kind: str, old: KubeObject | None, new: KubeObject | None) -> None:
+        """``ClusterStore.subscribe`` listener."""
+        with self._lock:
+            if kind == "Pod":
+                self._on_pod(old, new)
+            elif kind == "Node":
+                self._on_node(old, new)
+            elif kind == "ResourceQuota":
+                self._on_quota(old, new)
+
+    def _on_pod(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        key = _key(new if new is not None else old or {})
+        prev = self._pods.get(key)
+        if new is not None and prev is not None and prev.rv == _rv(new) and prev.rv:
+            return  # the same version again (our own write, then its watch event)
+        if prev is not None:
+            self._drop_pod(key, prev)
+        if new is None:
+            return
+        meta = new.get("metadata") or {}
+        state = PodState(
+            uid=str(meta.get("uid") or ""),
+            rv=_rv(new),
+            namespace=str(meta.get("namespace") or ""),
+            obj=new,
+            nodes=_node_names(new),
+            quota=pod_quota_charge(new, self._types),
+        )
+        self._pods[key] = state
+        used = self._ns_used.setdefault(state.namespace, {})
+        for k, v in state.quota.items():
+            used[k] = used.get(k, 0) + v
+        for name in state.nodes:
+            self._by_node.setdefault(name, set()).add(key)
+            node = self._nodes.get(name)
+            if node is not None:
+                self._charge(node, key, state)
+                self._changed(node)
+
+    def _drop_pod(self, key: str, prev: PodState) -> None:
+        del self._pods[key]
+        used = self._ns_used.get(prev.namespace, {})
+        for k, v in prev.quota.items():
+            left = used.get(k, 0) - v
+            if left:
+                used[k] = left
+            else:
+                used.pop(k, None)
+        for name in prev.nodes:
+            self._by_node.get(name, set()).discard(key)
+            node = self._nodes.get(name)
+            if node is not None and node.pods.pop(key, None) is not None:
+                node.uids.pop(prev.uid, None)
+                self._changed(node)
+
+    def _charge(self, node: NodeState, key: str, pod: PodState) -> None:
+        held = self._holdings(pod.obj, node.info)
+        if held.problem:
+            self.problems.append(held.problem)
+            del self.problems[:-64]
+        if held.charges or held.whole:
+            node.pods[key] = held
+            node.uids[pod.uid] = key
+        else:
+            node.pods.pop(key, None)
+            node.uids.pop(pod.uid, None)
+
+    def _on_node(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        name = str(((new if new is not None else old) or {}).get("metadata", {}).get("name", ""))
+        if new is None:
+            self._nodes.pop(name, None)
+            return
+        node = self._nodes.get(name)
+        if node is not None and _rv(node.obj) == _rv(new) and _rv(new):
+            return
+        info, until = self._read(new)
+        if node is None:
+            node = NodeState(name=name, obj=new, info=info, info_until=until)
+            self._nodes[name] = node
+            self._recharge(node)
+            self._changed(node)
+            return
+        node.obj = new
+        node.info_until = until
+        if info != node.info:
+            node.info = info
+            self._recharge(node)
+            self._changed(node)
+
+    def _recharge(self, node: NodeState) -> None:
+        """Recompute what every pod assigned to ``node`` holds there (its devices changed)."""
+        node.pods.clear()
+        node.uids.clear()
+        for key in self._by_node.get(node.name, ()):
+            self._charge(node, key, self._pods[key])
+
+    def _on_quota(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        obj = new if new is not None else old or {}
+        meta = obj.get("metadata") or {}
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name", ""))
+        quotas = self._quotas.setdefault(ns, {})
+        if new is None:
+            quotas.pop(name, None)
+        else:
+            quotas[name] = new
+        self._limits[ns] = tuple(quota_limits([quotas[n] for n in sorted(quotas)], self._types))
+
+    def _changed(self, node: NodeState) -> None:
+        self._generations += 1
+        node.generation = self._generations
+        node.usage = None
+        node.summary = None
+        node.memo.clear()
+
+    def _read(self, obj: KubeObject) -> tuple[NodeInfo, dt.datetime]:
+        """The node's info and until when it holds: a ``Requesting_`` handshake turns
+        stale ``HANDSHAKE_TIMEOUT_S`` after its stamp, which changes the answer."""
+        now = self._clock()
+        info = read_node(obj, self._types, now=now, reader=self._reader)
+        until = _FAR
+        ann = (obj.get("metadata") or {}).get("annotations") or {}
+        for t in self._types:
+            value = ann.get(t.handshake_annotation)
+            if not value or not value.startswith(HandshakeState.REQUESTING.value):
+                continue
+            try:
+                hs = decode_handshake(value)
+            except AnnotationError:  # read_node ignores it as well
+                continue
+            stale_at = hs.at + dt.timedelta(seconds=HANDSHAKE_TIMEOUT_S)
+            if stale_at >= now:
+                until = min(until, stale_at + dt.timedelta(microseconds=1))
+        return info, until
+
+    # -- reads -----------------------------------------------------------------------
+
+    def node(self, name: str, *, now: dt.datetime | None = None) -> NodeState | None:
+        """The node's state with ``info``, ``usage`` and ``summary`` filled, or None when
+        the node is unknown. The caller must hold ``lock`` while it reads the result."""
+        node = self._nodes.get(name)
+        if node is None:
+            return None
+        if (now or self._clock()) >= node.info_until:  # a pending handshake went stale meanwhile
+            info, node.info_until = self._read(node.obj)
+            if info != node.info:
+                node.info = info
+                self._recharge(node)
+                self._changed(node)
+        if node.usage is None:
+            node.usage = usage_from_holdings(node.info, node.pods.values())
+        if node.summary is None:
+            node.summary = _summarise(node.info, node.usage)
+        return node
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    def node_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._nodes)
+
+    def node_usage(self, name: str, *, exclude_uid: str | None = None) -> dict[str, DeviceUsage]:
+        """uuid -> usage of the node's devices (a copy); ``exclude_uid``'s share left out.
+
+        Raises:
+            KeyError: the node is unknown.
+        """
+        with self._lock:
+            node = self.node(name)
+            if node is None:
+                raise KeyError(name)
+            assert node.usage is not None
+            if exclude_uid is not None and exclude_uid in node.uids:
+                own = node.uids[exclude_uid]
+                return usage_from_holdings(node.info, (h for k, h in node.pods.items() if k != own))
+            return dict(node.usage)
+
+    def namespace_usage(
+        self, namespace: str, *, exclude_uid: str | None = None
+    ) -> dict[tuple[str, str], int]:
+        """(vendor, measure) -> the namespace's charge (``quota.namespace_usage``)."""
+        with self._lock:
+            used = dict(self._ns_used.get(namespace, {}))
+            if exclude_uid:
+                for pod in self._pods.values():
+                    if pod.uid == exclude_uid and pod.namespace == namespace:
+                        for k, v in pod.quota.items():
+                            used[k] = used.get(k, 0) - v
+                            if not used[k]:
+                                del used[k]
+            return used
+
+    def quota_limits(self, namespace: str) -> tuple[QuotaLimit, ...]:
+        with self._lock:
+            return self._limits.get(namespace, ())
+
+    def pod_uid_on(self, name: str, uid: str) -> bool:
+        """Whether a pod with ``uid`` holds devices on node ``name``."""
+        with self._lock:
+            node = self._nodes.get(name)
+            return node is not None and uid in node.uids
+
+
+def _summarise(info: NodeInfo, usage: Mapping[str, DeviceUsage]) -> dict[str, VendorSummary]:
+    totals: dict[str, int] = {}
+    free: dict[str, list[int]] = {}
+    for u in usage.values():
+        v = u.device.vendor
+        totals[v] = totals.get(v, 0) + 1
+        if u.device.healthy and not u.cordoned and u.used_count < u.device.split_count:
+            free.setdefault(v, []).append(u.free_memory_mib)
+    return {
+        v: VendorSummary(total=n, free_memory_mib=tuple(sorted(free.get(v, ()))))
+        for v, n in totals.items()
+    }
+
+
+def prefilter_miss(node: NodeState, request: PodRequest) -> tuple[str, str, FitResult] | None:
+    """Why the pre-filter rejects ``request`` on ``node``: ``(container, vendor,
+    FitResult)`` of the first container that cannot fit, with each device's first
+    failing sharing check in the fit's order (health, cordon, split count, memory), or
+    None when the pre-filter lets the node through."""
+    assert node.summary is not None and node.usage is not None
+    for container in request.containers:
+        for req in container.devices:
+            if req.vendor in node.info.unregistered:
+                continue
+            summary = node.summary.get(req.vendor)
+            need = req.memory_mib if req.memory_mib else 1
+            if summary is not None and summary.can_hold(req, need):
+                continue
+            reasons: dict[str, ReasonCode] = {}
+            usable = 0
+            total = 0
+            for u in node.usage.values():
+                if u.device.vendor != req.vendor:
+                    continue
+                total += 1
+                if not u.device.healthy:
+                    reasons[u.device.uuid] = ReasonCode.CARD_NOT_HEALTH
+                elif u.cordoned:
+                    reasons[u.device.uuid] = ReasonCode.CARD_CORDONED
+                elif u.used_count >= u.device.split_count:
+                    reasons[u.device.uuid] = ReasonCode.CARD_TIME_SLICING_EXHAUSTED
+                elif req.memory_on(u.device) > u.free_memory_mib or not req.memory_on(u.device):
+                    reasons[u.device.uuid] = ReasonCode.CARD_INSUFFICIENT_MEMORY
+                else:
+                    usable += 1
+            node_reason = None
+            if total < req.count:
+                node_reason = ReasonCode.NODE_INSUFFICIENT_DEVICE
+            elif usable:
+                node_reason = ReasonCode.ALLOCATED_CARDS_INSUFFICIENT_REQUEST
+            return (
+                container.name,
+                req.vendor,
+                FitResult(device_reasons=reasons, node_reason=node_reason),
+            )
+    return None
