@@ -69,6 +69,11 @@ class ClusterStore(Protocol):
         if the node is unchanged since (optimistic concurrency). Returns the new node."""
         ...
 
+    def remove_node_annotation(self, name: str, key: str, *, value: str) -> bool:
+        """Remove a node annotation only if it still equals ``value``, in one write;
+        False when it changed, is gone, or the node is gone."""
+        ...
+
     def patch_pod_metadata(
         self,
         namespace: str,

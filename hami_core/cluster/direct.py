@@ -11,10 +11,12 @@ selector ``spec.nodeName=<node>``, a pod by name. Writes are the same merge patc
 
 from __future__ import annotations
 
+import functools
+
 from kubernetes import client as k8s
 
 from .base import KubeObject
-from .kube import KubeCluster, call
+from .kube import Informer, KubeCluster, _pod_nodes, call
 
 
 class DirectKubeCluster(KubeCluster):
@@ -67,6 +69,47 @@ class DirectKubeCluster(KubeCluster):
             f"get pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace
         )
         return pod
+
+    def list_quotas(self, namespace: str) -> list[KubeObject]:
+        return []
+
+
+class NodeKubeCluster(KubeCluster):
+    """The device plugin's store: caches of its own Node and of the pods bound to it
+    (list+watch with the field selectors ``metadata.name=<node>`` and
+    ``spec.nodeName=<node>``: one small watch per node, not the cluster's pods), so
+    ``Allocate`` reads nothing from the API server. A cache may lag kubelet, which calls
+    ``Allocate`` as soon as it sees the pod bound: ``live`` reads the same data on
+    demand, for the caller to retry a miss. Quotas are not read.
+    """
+
+    def __init__(
+        self, api_client: k8s.ApiClient, *, node: str, component: str = "hami-device-plugin"
+    ) -> None:
+        super().__init__(api_client, component=component)
+        self.node = node
+        self.nodes = Informer(
+            "node", functools.partial(self.core.list_node, field_selector=f"metadata.name={node}")
+        )
+        self.pods = Informer(
+            "pods on node",
+            functools.partial(
+                self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}"
+            ),
+            index_fn=_pod_nodes,
+        )
+        self._informers = (self.nodes, self.pods)
+        self.live = DirectKubeCluster(api_client, node=node, component=component)
+
+    def start(self, *, timeout_s: float = 30.0) -> None:
+        """Start the watches without waiting for them: until they have listed, reads
+        miss the cache and go live (the plugin must come up while the API server is
+        away, and serve kubelet as soon as it is back)."""
+        for inf in self._informers:
+            inf.start()
+
+    def list_nodes(self) -> list[KubeObject]:
+        return self.nodes.items() or self.live.list_nodes()
 
     def list_quotas(self, namespace: str) -> list[KubeObject]:
         return []

@@ -407,7 +407,7 @@ class KubeCluster:
         self.nodes = Informer("nodes", self.core.list_node)
         self.pods = Informer("pods", self.core.list_pod_for_all_namespaces, index_fn=_pod_nodes)
         self.quotas = Informer("resourcequotas", self.core.list_resource_quota_for_all_namespaces)
-        self._informers = (self.nodes, self.pods, self.quotas)
+        self._informers: tuple[Informer, ...] = (self.nodes, self.pods, self.quotas)
 
     def start(self, *, timeout_s: float = 30.0) -> None:
         """Start the caches and wait until each has listed once.
@@ -508,6 +508,25 @@ class KubeCluster:
         self._remember(self.nodes, node)
         return node
 
+    def remove_node_annotation(self, name: str, key: str, *, value: str) -> bool:
+        """Remove annotation ``key`` of node ``name`` only if it still equals ``value``:
+        one JSON patch (RFC 6902 ``test`` + ``remove``), no read. Returns False when the
+        value changed or is gone (the API server answers 422) or the node is gone."""
+        path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+        patch = [{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}]
+        try:
+            node: KubeObject = call(
+                f"patch node {name}",
+                self.core.patch_node,
+                name,
+                patch,
+                _content_type="application/json-patch+json",
+            )
+        except (InvalidInputError, NotFoundError):
+            return False
+        self._remember(self.nodes, node)
+        return True
+
     def patch_pod_metadata(
         self,
         namespace: str,
@@ -559,17 +578,45 @@ class KubeCluster:
 
     def record_event(self, obj: KubeObject, *, type: str, reason: str, message: str) -> None:
         """Write an ``events.k8s.io/v1`` Event about ``obj`` (shown by ``kubectl describe``)."""
+        self.record_event_series(obj, type=type, reason=reason, message=message, count=1)
+
+    def record_event_series(
+        self,
+        obj: KubeObject,
+        *,
+        type: str,
+        reason: str,
+        message: str,
+        count: int,
+        existing: str | None = None,
+    ) -> str:
+        """Create an ``events.k8s.io/v1`` Event about ``obj``, or, with ``existing``, set
+        that Event's ``series`` (``count`` >= 2, ``lastObservedTime``) and note: one
+        PATCH for a repeat (client-go ``tools/events``). A series whose Event is gone
+        (expired) starts a new Event. Returns the Event's name."""
         meta = obj.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
-        now = dt.datetime.now(dt.UTC)
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        if existing is not None and count >= 2:
+            patch = {"series": {"count": count, "lastObservedTime": now}, "note": message[:1024]}
+            try:
+                call(
+                    f"update event {reason}",
+                    self.events_api.patch_namespaced_event,
+                    existing,
+                    namespace,
+                    patch,
+                    _content_type="application/merge-patch+json",
+                )
+                return existing
+            except NotFoundError:
+                pass
+        name = f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}"
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {
-                "name": f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}",
-                "namespace": namespace,
-            },
-            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "metadata": {"name": name, "namespace": namespace},
+            "eventTime": now,
             "reportingController": f"hami.io/{self.component}",
             "reportingInstance": f"{self.component}-{self.instance}",
             "action": reason.removesuffix("Succeed").removesuffix("Failed") or reason,
@@ -586,3 +633,4 @@ class KubeCluster:
             },
         }
         call(f"record event {reason}", self.events_api.create_namespaced_event, namespace, body)
+        return name

@@ -32,6 +32,9 @@ class Event:
     type: str
     reason: str
     message: str
+    #: how often it happened (an ``EventRecorder`` aggregates repeats into one event)
+    count: int = 1
+    event_name: str = ""
 
 
 class MemoryCluster:
@@ -179,6 +182,15 @@ class MemoryCluster:
             self._emit("Node", old, node)
             return copy.deepcopy(node)
 
+    def remove_node_annotation(self, name: str, key: str, *, value: str) -> bool:
+        """``KubeCluster.remove_node_annotation``: remove ``key`` only if it equals ``value``."""
+        with self._lock:
+            node = self._nodes.get(name)
+            if node is None or (node["metadata"].get("annotations") or {}).get(key) != value:
+                return False
+            self.patch_node_annotations(name, {key: None})
+            return True
+
     def patch_pod_metadata(
         self,
         namespace: str,
@@ -222,8 +234,26 @@ class MemoryCluster:
             ]
 
     def record_event(self, obj: KubeObject, *, type: str, reason: str, message: str) -> None:
+        self.record_event_series(obj, type=type, reason=reason, message=message, count=1)
+
+    def record_event_series(
+        self,
+        obj: KubeObject,
+        *,
+        type: str,
+        reason: str,
+        message: str,
+        count: int,
+        existing: str | None = None,
+    ) -> str:
+        """``KubeCluster.record_event_series`` in memory: a repeat updates the event."""
         meta = obj.get("metadata") or {}
         with self._lock:
+            for i, e in enumerate(self.events):
+                if existing is not None and e.event_name == existing:
+                    self.events[i] = attrs.evolve(e, message=message, count=count)
+                    return existing
+            name = f"{meta.get('name', 'object')}.{next(self._versions)}"
             self.events.append(
                 Event(
                     kind=str(obj.get("kind", "")),
@@ -232,8 +262,11 @@ class MemoryCluster:
                     type=type,
                     reason=reason,
                     message=message,
+                    count=count,
+                    event_name=name,
                 )
             )
+            return name
 
     # -- internals -----------------------------------------------------------------
 

@@ -28,6 +28,7 @@ IDs, a request answered lately for a pod that still lives: that gets the same an
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -39,12 +40,13 @@ from typing import Any
 import attrs
 
 from hami_core.cluster.base import ClusterStore, KubeObject
-from hami_core.errors import HamiError, InvalidInputError, NotFoundError
+from hami_core.errors import AnnotationError, HamiError, InvalidInputError, NotFoundError
 from hami_core.model import ContainerAllocation, DeviceInfo
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices, encode_pod_devices
-from hami_core.scheduling.nodelock import release_node_lock
+from hami_core.protocol.lock import decode_lock
+from hami_core.scheduling.nodelock import release_node_lock, release_node_lock_value
 from hami_core.scheduling.usage import is_live
 
 from .allocate import finish_allocation
@@ -126,6 +128,7 @@ class Allocator:
         make_dir: Callable[[str], None] = make_shared_dir,
         resource_name: str | None = None,
         node_devices: Callable[[], Sequence[DeviceInfo]] = tuple,
+        release_after: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         """Args:
         store: the cluster (pods and the node).
@@ -139,7 +142,11 @@ class Allocator:
             vendor's default count resource.
         node_devices: the devices discovered on this node, handed to ``hami_allocate``
             (runtimes that select devices by index need them).
+        release_after: runs the node lock's release; the device plugin hands it to a
+            background thread so kubelet's answer waits for one write only (the pod's
+            phase). Default: release before returning.
         """
+        self._release_after = release_after or (lambda fn: fn())
         self.store = store
         self.manager = manager
         self.vendor = vendor
@@ -201,6 +208,10 @@ class Allocator:
             uuids = [frozenset(physical_uuid(i) for i in ids) for ids in requests]
             cands = self._candidates()
             pending = select_pod(cands.pods, counts, kubelet_uuids=uuids)
+            live = getattr(self.store, "live", None)
+            if pending is None and live is not None:  # the caches may lag kubelet
+                cands = find_candidates(live, node=self.node, dtype=self.dtype)
+                pending = select_pod(cands.pods, counts, kubelet_uuids=uuids)
             if pending is None:
                 again = self._previous(key)
                 if again is not None:
@@ -210,7 +221,7 @@ class Allocator:
                     return again
                 raise self._no_match(cands, counts)
             try:
-                answers = self._answer(pending, len(requests))
+                answers = self._answer(pending, len(requests), lock_value=cands.lock_value)
             except (HamiError, OSError) as exc:
                 if getattr(exc, "grpc_code", "") == "UNAVAILABLE":
                     # The API server is unreachable: the pod stays waiting under its lock
@@ -276,7 +287,9 @@ class Allocator:
                 raise InvalidInputError(f"container request #{n} repeats a device ID: {ids}")
         return [len(ids) for ids in requests]
 
-    def _answer(self, pending: PendingPod, n: int) -> list[ContainerAllocation]:
+    def _answer(
+        self, pending: PendingPod, n: int, *, lock_value: str | None = None
+    ) -> list[ContainerAllocation]:
         meta = pending.pod.get("metadata") or {}
         uid = str(meta.get("uid") or "")
         answers = []
@@ -307,12 +320,26 @@ class Allocator:
         # pod retryable (entries still there) rather than answered but "allocating".
         progress[keys.BIND_PHASE] = keys.BIND_PHASE_SUCCESS
         self.store.patch_pod_metadata(pending.namespace, pending.name, annotations=progress)
+        # The lock goes after kubelet has its answer (``release_after``), in one call.
+        self._release_after(functools.partial(self._release, pending, lock_value))
+        log.info("pod %s: answered containers %s; bind-phase success", pending.ref, done)
+        return answers
+
+    def _release(self, pending: PendingPod, lock_value: str | None) -> None:
+        """Release the node lock if ``pending`` owns it: one conditional write when the
+        value read names it, else read and release (``release_node_lock``)."""
         try:
+            lock = decode_lock(lock_value) if lock_value else None
+        except AnnotationError:
+            lock = None
+        try:
+            if lock is not None and lock.owned_by(pending.namespace, pending.name):
+                assert lock_value is not None
+                if release_node_lock_value(self.store, self.node, lock_value):
+                    return
             release_node_lock(self.store, self.node, namespace=pending.namespace, pod=pending.name)
         except HamiError as exc:
             log.error("pod %s: cannot release the node lock: %s", pending.ref, exc)
-        log.info("pod %s: answered containers %s; bind-phase success", pending.ref, done)
-        return answers
 
     def _fail(self, pending: PendingPod, cause: BaseException) -> None:
         log.error("pod %s: allocation failed: %s", pending.ref, cause)

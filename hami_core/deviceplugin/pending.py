@@ -103,12 +103,14 @@ class Candidates:
         lock_pod: the pod the lock names, when it exists.
         skipped: ``namespace/name: reason`` for pods on the node that claim to be
             allocating here but cannot be (wrong node, malformed list, ...), for errors.
+        lock_value: the lock annotation exactly as read (for a conditional release).
     """
 
     pods: tuple[PendingPod, ...]
     lock: NodeLock | None
     lock_pod: KubeObject | None
     skipped: tuple[str, ...] = ()
+    lock_value: str | None = None
 
 
 #: How far ``hami.io/bind-time`` may be from the lock's stamp (HAMi's scheduler takes
@@ -135,7 +137,7 @@ def find_candidates(
     Raises:
         NotFoundError: the node does not exist.
     """
-    node_obj = store.get_node(node)
+    node_obj = store.cached_node(node)  # the store's cache, else a read
     lock_value = ((node_obj.get("metadata") or {}).get("annotations") or {}).get(keys.NODE_LOCK)
     lock: NodeLock | None = None
     if lock_value:
@@ -175,7 +177,13 @@ def find_candidates(
             out.append(pending)
         elif why:
             skipped.append(f"{namespace}/{name}: {why}")
-    return Candidates(pods=tuple(out), lock=lock, lock_pod=lock_pod, skipped=tuple(skipped))
+    return Candidates(
+        pods=tuple(out),
+        lock=lock,
+        lock_pod=lock_pod,
+        skipped=tuple(skipped),
+        lock_value=lock_value or None,
+    )
 
 
 def _bound_under(pod: KubeObject, lock: NodeLock) -> bool:

@@ -142,6 +142,13 @@ def release_node_lock(store: ClusterStore, node: str, *, namespace: str, pod: st
     return False
 
 
+def release_node_lock_value(store: ClusterStore, node: str, value: str) -> bool:
+    """Release the lock of ``node`` if it still holds ``value`` exactly (the value the
+    caller read, which names the owner): one conditional write, no read. Returns True
+    if released."""
+    return store.remove_node_annotation(node, NODE_LOCK, value=value)
+
+
 def _decode(value: str) -> NodeLock | None:
     try:
         return decode_lock(value)

@@ -7,6 +7,8 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +75,20 @@ class DevicePluginProcess:
     ``MemoryCluster`` and a ``BackendManager`` of their choice."""
 
     def __init__(
-        self, opts: DevicePluginOptions, *, store: ClusterStore, manager: BackendManager
+        self,
+        opts: DevicePluginOptions,
+        *,
+        store: ClusterStore,
+        manager: BackendManager,
+        async_release: bool = False,
     ) -> None:
-        """Raises:
-        ConfigError: unknown backend or vendor, bad per-node file.
+        """Args:
+        async_release: release the node lock on a background thread after answering
+            kubelet (the real process), rather than before (tests that read the lock
+            right after ``Allocate``).
+
+        Raises:
+            ConfigError: unknown backend or vendor, bad per-node file.
         """
         if opts.backend not in manager.infos:
             known = ", ".join(manager.infos) or "none"
@@ -92,6 +104,7 @@ class DevicePluginProcess:
         self.store = store
         overrides = load_node_overrides(opts.node_config, node=opts.node_name)
         self.state = DeviceState(numa_topology=overrides.numa_topology is not False)
+        self._releaser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lock-release")
         self.agent = NodeAgent(
             store,
             manager,
@@ -115,6 +128,7 @@ class DevicePluginProcess:
             cdi=self.cdi,
             resource_name=self.resource_name,
             node_devices=lambda: self.state.devices,
+            release_after=self._release_later if async_release else None,
         )
         socket_name = opts.socket_name or (
             f"{opts.backend}-{self.resource_name.rsplit('/', 1)[-1]}.sock"
@@ -132,6 +146,9 @@ class DevicePluginProcess:
         self._thread: threading.Thread | None = None
         self._scores_for: tuple[str, ...] | None = None
         self._scores: dict[str, dict[str, int]] | None = None
+
+    def _release_later(self, release: Callable[[], None]) -> None:
+        self._releaser.submit(release)
 
     def start(self) -> None:
         """Discover, publish, serve and register, then keep all of it current.
@@ -249,14 +266,14 @@ def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None
         HamiError: discovery failed at start and ``fail_on_init_error`` is set.
         OSError: the plugin socket cannot be served.
     """
-    from hami_core.cluster.direct import DirectKubeCluster
+    from hami_core.cluster.direct import NodeKubeCluster
     from hami_core.cluster.kube import make_api_client, set_request_timeout
 
     set_request_timeout(opts.api_timeout_s)
     manager = BackendManager.from_entry_points()
     manager = manager.with_config(load_config(opts.config, backends=manager.infos))
-    store = DirectKubeCluster(make_api_client(opts.kubeconfig), node=opts.node_name)
-    process = DevicePluginProcess(opts, store=store, manager=manager)
+    store = NodeKubeCluster(make_api_client(opts.kubeconfig), node=opts.node_name)
+    process = DevicePluginProcess(opts, store=store, manager=manager, async_release=True)
     done = stop or threading.Event()
 
     def shutdown(*_: Any) -> None:
@@ -273,6 +290,7 @@ def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None
         log.error("%s; idling without registering (--no-fail-on-init-error)", exc)
         done.wait()
         return
+    store.start()  # this node and its pods, watched: Allocate reads nothing live
     log.info(
         "hami device plugin for %s on node %s is up (socket %s)",
         process.resource_name,
@@ -282,3 +300,4 @@ def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None
     done.wait()
     log.info("stopping")
     process.stop()
+    store.stop()

@@ -274,7 +274,7 @@ def _filter_event(
         detail = "; ".join(f"{n}: {r}" for n, r in sorted(failed.items()))
         message = f"0/{total} nodes fit for {pod_ref(pod)}: {detail}"
     try:
-        scheduler.store.record_event(pod, type=kind, reason=reason, message=message)
+        scheduler.events.record_event(pod, type=kind, reason=reason, message=message)
     except Exception as exc:
         log.warning("cannot record %s event: %s", reason, exc)
 

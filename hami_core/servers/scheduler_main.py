@@ -17,6 +17,7 @@ from prometheus_client import start_http_server
 from waitress.server import create_server
 
 from hami_core.cluster.backoff import Backoff
+from hami_core.cluster.events import EventRecorder
 from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.cluster.lease import LeaderElector
 from hami_core.errors import ConfigError
@@ -77,9 +78,11 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     api = make_api_client(opts.kubeconfig)
     store = KubeCluster(api, component="hami-scheduler")
     store.start()
+    events = EventRecorder(store).start()  # off the request thread, aggregated
     scheduler = Scheduler(
         store,
         manager,
+        events=events,
         node_policy=NodePolicy(opts.node_policy) if opts.node_policy else None,
         device_policy=DevicePolicy(opts.gpu_policy) if opts.gpu_policy else None,
         lock_wait_s=opts.bind_lock_wait_s,
@@ -141,6 +144,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     server.close()
     if elector is not None:
         elector.stop()
+    events.stop()
     store.stop()
 
 

@@ -1,11 +1,13 @@
 """A fake Kubernetes API server over a ``MemoryCluster``, for running the real
 ``hami device-plugin`` process (official client, real HTTP) in fast tests.
 
-Serves only what the device plugin uses (``DirectKubeCluster``): get / merge-patch a
-node, get / merge-patch a pod, list pods with ``fieldSelector=spec.nodeName=<node>``,
-create an ``events.k8s.io/v1`` Event. A pod watch (``watch=true``, what an informer
-opens after its list) is held open without events until its ``timeoutSeconds`` or
-``stop()``. Errors are ``Status`` objects with the codes the
+Serves only what the device plugin uses (``NodeKubeCluster``): get / merge-patch a
+node, a JSON patch (``test`` + ``remove`` of an annotation) of a node, list nodes with
+``fieldSelector=metadata.name=<node>``, get / merge-patch a pod, list pods with
+``fieldSelector=spec.nodeName=<node>``, create an ``events.k8s.io/v1`` Event. A node or
+pod watch (``watch=true``, what an informer opens after its list) is held open without
+events until its ``timeoutSeconds`` or ``stop()``, so the plugin's caches stay as first
+listed and its live reads are exercised. Errors are ``Status`` objects with the codes the
 API server uses (404, 409, 422). Every request is recorded in ``requests``.
 """
 
@@ -27,6 +29,7 @@ from hami_core.errors import ConflictError, NotFoundError
 _NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
 _POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
 _PODS = re.compile(r"^/api/v1/pods$")
+_NODES = re.compile(r"^/api/v1/nodes$")
 _EVENTS = re.compile(r"^/apis/events\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/events$")
 
 
@@ -98,7 +101,8 @@ class FakeApiServer:
             raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
             body = json.loads(raw or b"{}")
         query = urllib.parse.parse_qs(url.query)
-        if method == "GET" and _PODS.match(url.path) and (query.get("watch") or [""])[0] == "true":
+        watch = (query.get("watch") or [""])[0] == "true"
+        if method == "GET" and (_PODS.match(url.path) or _NODES.match(url.path)) and watch:
             h.send_response(200)
             h.send_header("Content-Type", "application/json")
             h.end_headers()
@@ -124,6 +128,8 @@ class FakeApiServer:
             name = m["name"]
             if method == "GET":
                 return 200, self.cluster.get_node(name)
+            if method == "PATCH" and isinstance(body, list):
+                return self._json_patch_node(name, body)
             if method == "PATCH":
                 meta = body.get("metadata") or {}
                 return 200, self.cluster.patch_node_annotations(
@@ -144,6 +150,13 @@ class FakeApiServer:
                     labels=meta.get("labels"),
                     resource_version=meta.get("resourceVersion"),
                 )
+        if _NODES.match(path) and method == "GET":
+            selector = (query.get("fieldSelector") or [""])[0]
+            wanted = selector.removeprefix("metadata.name=") if selector else None
+            nodes = [
+                n for n in self.cluster.list_nodes() if wanted in (None, n["metadata"]["name"])
+            ]
+            return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": nodes}
         if _PODS.match(path) and method == "GET":
             selector = (query.get("fieldSelector") or [""])[0]
             node = selector.removeprefix("spec.nodeName=") if selector else None
@@ -158,6 +171,21 @@ class FakeApiServer:
                 self.events.append(body)
             return 201, body
         return 404, _status(404, "NotFound", f"fake API server: no route for {method} {path}")
+
+    def _json_patch_node(self, name: str, ops: list[dict[str, Any]]) -> tuple[int, Any]:
+        """RFC 6902 on annotations: ``test`` then ``remove``, as the lock release sends."""
+        ann = self.cluster.get_node(name)["metadata"].get("annotations") or {}
+        changes: dict[str, str | None] = {}
+        for op in ops:
+            key = op["path"].removeprefix("/metadata/annotations/")
+            key = key.replace("~1", "/").replace("~0", "~")
+            if op["op"] == "test" and ann.get(key) != op.get("value"):
+                return 422, _status(422, "Invalid", f"test failed for {op['path']}")
+            if op["op"] == "remove":
+                if key not in ann:
+                    return 422, _status(422, "Invalid", f"no such path {op['path']}")
+                changes[key] = None
+        return 200, self.cluster.patch_node_annotations(name, changes)
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:

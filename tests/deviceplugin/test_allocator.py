@@ -104,6 +104,71 @@ def test_the_pod_gets_its_limits_then_success_and_the_lock_is_released(
     assert lock(cluster) is None
 
 
+class CountingStore(MemoryCluster):
+    """A ``MemoryCluster`` that counts the API calls the allocator would make."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def get_node(self, name):  # type: ignore[no-untyped-def]
+        self.calls.append("get node")
+        return super().get_node(name)
+
+    def patch_node_annotations(self, name, annotations, *, resource_version=None):  # type: ignore[no-untyped-def]
+        self.calls.append("patch node")
+        return super().patch_node_annotations(name, annotations, resource_version=resource_version)
+
+    def remove_node_annotation(self, name, key, *, value):  # type: ignore[no-untyped-def]
+        self.calls.append(f"remove {key} if {value}")
+        with self._lock:  # the base class's own patch is part of this one call
+            node = self._nodes.get(name)
+            if node is None or (node["metadata"].get("annotations") or {}).get(key) != value:
+                return False
+            MemoryCluster.patch_node_annotations(self, name, {key: None})
+            return True
+
+    def patch_pod_metadata(self, namespace, name, **kw):  # type: ignore[no-untyped-def]
+        self.calls.append("patch pod")
+        return super().patch_pod_metadata(namespace, name, **kw)
+
+
+def test_allocate_reads_nothing_live_and_releases_the_lock_in_one_call_after_answering(
+    nvidia, bound_pod: BindPod
+):
+    store = CountingStore()
+    store.add_node(gpu_node(NODE, UUIDS))
+    bound_pod(store, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=3000)), NODE)
+    held = lock(store)
+    assert held is not None
+    later: list[Any] = []
+    alloc = allocator(store, nvidia, release_after=later.append)
+    store.calls.clear()
+
+    (answer,) = alloc.allocate([ids_on(assigned(store, "p")[0][0])])
+
+    assert answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert store.calls == ["patch pod"]  # the one write kubelet waits for
+    assert store.cached_node(NODE)["metadata"]["annotations"][keys.NODE_LOCK] == held
+    (release,) = later  # not yet: kubelet has its answer first
+    release()
+    assert store.calls == ["patch pod", f"remove {keys.NODE_LOCK} if {held}"]
+    assert keys.NODE_LOCK not in store.cached_node(NODE)["metadata"]["annotations"]
+
+
+def test_the_one_call_release_leaves_a_lock_taken_by_another_pod_meanwhile(
+    cluster, nvidia, bound_pod: BindPod
+):
+    bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=3000)), NODE)
+    later: list[Any] = []
+    alloc = allocator(cluster, nvidia, release_after=later.append)
+    alloc.allocate([ids_on(assigned(cluster, "p")[0][0])])
+    other = "2026-01-01T00:00:00Z,default,q"
+    cluster.patch_node_annotations(NODE, {keys.NODE_LOCK: other})  # q took it over
+    later[0]()
+    assert lock(cluster) == other
+
+
 def test_kubelets_ids_need_not_name_the_assigned_gpu(cluster, nvidia, bound_pod: BindPod):
     bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=1000)), NODE)
     (uuid,) = assigned(cluster, "p")[0]

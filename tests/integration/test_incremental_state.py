@@ -1,7 +1,8 @@
 """The scheduler's incremental state (``ClusterState``) against recomputation from
 scratch, and the pre-filter against the full fit (hypothesis).
 
-After any sequence of pod additions, updates (phase, annotations, binding) and
+After any sequence of pod additions, updates (phase, annotations, binding, init
+containers finishing: the charge drops to the app containers') and
 deletions, node inventory changes and quota changes, every node's usage and every
 namespace's quota usage kept from the store's events equal what the from-scratch
 functions compute over the store's current pods.
@@ -22,6 +23,7 @@ from hami_core.scheduling.usage import node_usage
 from tests.builders import cluster, container, gpu, manager, node, pod
 
 NODES = ("n0", "n1", "n2")
+NAMES = tuple(f"p{i}" for i in range(6))
 NAMESPACES = ("default", "team")
 SCHEDULER = "hami-scheduler"
 
@@ -99,6 +101,12 @@ operations = st.lists(
         ),
         st.tuples(st.just("node"), st.sampled_from(NODES), st.integers(0, 2)),
         st.tuples(
+            st.just("inits-done"),
+            st.sampled_from(NAMESPACES),
+            st.sampled_from(NAMES),
+            st.sampled_from([0, 0, 1]),
+        ),
+        st.tuples(
             st.just("bind"),
             st.sampled_from(NAMESPACES),
             st.sampled_from([f"p{i}" for i in range(6)]),
@@ -119,13 +127,19 @@ def apply(c: Any, op: tuple[Any, ...]) -> None:
     elif kind == "phase":
         if (op[1], op[2]) in c._pods:
             c.set_pod_phase(op[1], op[2], op[3])
+    elif kind == "inits-done":  # kubelet reports every init container exited 0
+        if (op[1], op[2]) in c._pods:
+            inits = c.get_pod(op[1], op[2])["spec"].get("initContainers") or []
+            statuses = [
+                {"name": i["name"], "state": {"terminated": {"exitCode": op[3]}}} for i in inits
+            ]
+            c.set_pod_status(op[1], op[2], {"initContainerStatuses": statuses})
     elif kind == "node":
         c.add_node(inventory(op[1], op[2]))
-    elif kind == "bind":
-        if (op[1], op[2]) in c._pods:
-            p = c.get_pod(op[1], op[2])
-            if not p["spec"].get("nodeName"):
-                c.bind_pod(op[1], op[2], uid=p["metadata"]["uid"], node=op[3])
+    elif kind == "bind" and (op[1], op[2]) in c._pods:
+        p = c.get_pod(op[1], op[2])
+        if not p["spec"].get("nodeName"):
+            c.bind_pod(op[1], op[2], uid=p["metadata"]["uid"], node=op[3])
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
