@@ -264,8 +264,8 @@ class Scheduler:
                 else:
                     assert node.usage is not None
                     entry = self._fit(fit_view, request, node, node.usage, policies)
-                    if len(node.memo) >= MEMO_PER_NODE:
-                        node.memo.clear()
+                    if len(node.memo) >= MEMO_PER_NODE:  # forget the oldest shape
+                        del node.memo[next(iter(node.memo))]
                     node.memo[memo_key] = entry
                 fit, score, charge = entry
                 if fit.allocation is not None and limits:

@@ -46,7 +46,7 @@ from .quota import QuotaLimit, pod_quota_charge, quota_limits
 from .usage import PodHoldings, usage_from_holdings
 
 #: Fit results memoised per node generation (distinct pod shapes seen on that node).
-MEMO_PER_NODE = 8
+MEMO_PER_NODE = 32
 
 _FAR = dt.datetime.max.replace(tzinfo=dt.UTC)
 

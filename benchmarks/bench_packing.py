@@ -1,0 +1,171 @@
+"""Packing: pods our binpack policy places versus an exact optimum (HiGHS, from PyPI).
+
+Seeded streams shaped like the bundled examples (``workload.pod_shape``: fractional
+1-GPU pods, exclusive whole cards, 2-4 GPU pods at half a card each) arrive one by one
+at ``hami simulate``'s pipeline (webhook, filter, prioritize, bind) with the binpack
+node and device policies. The same stream is then solved offline as an integer program
+by HiGHS:
+
+- overloaded streams (demand ~1.6x the cluster): maximise the pods placed; the ratio is
+  ours / optimum (the solver's proven upper bound when it stops at its time limit, so the
+  ratio never flatters us);
+- streams that fit: minimise the GPUs used while placing every pod; the ratio is
+  optimum / ours (1.0 = we open no more GPUs than needed).
+
+The model is the fit's sharing rules: per GPU at most ``split`` containers, the memory,
+100 % compute; a pod's N GPUs are N distinct GPUs of one node.
+
+    .venv/bin/python benchmarks/bench_packing.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import highspy  # noqa: E402
+from workload import GPU_MEMORY_MIB, SPLIT, node_object, pod_object, pod_shape  # noqa: E402
+
+from hami_core.cluster import MemoryCluster  # noqa: E402
+from hami_core.model import DevicePolicy, NodePolicy  # noqa: E402
+from hami_core.plugin import BackendManager  # noqa: E402
+from hami_core.simulate.pipeline import Pipeline  # noqa: E402
+
+NODES = 4
+GPUS = 8
+TIME_LIMIT_S = 20.0
+
+
+def demand(limits: dict[str, str]) -> tuple[int, int, int]:
+    """(devices, MiB per device, cores per device) of a pod's limits."""
+    count = int(limits["nvidia.com/gpu"])
+    cores = int(limits.get("nvidia.com/gpucores", "0"))
+    mem = int(limits.get("nvidia.com/gpumem", str(GPU_MEMORY_MIB)))
+    return count, mem, cores
+
+
+def stream(seed: int, load: float) -> list[dict[str, str]]:
+    """Pods until their memory demand reaches ``load`` x the cluster's memory."""
+    rng = random.Random(seed)
+    total = NODES * GPUS * GPU_MEMORY_MIB
+    out: list[dict[str, str]] = []
+    asked = 0
+    while asked < load * total:
+        shape = pod_shape(rng)
+        n, mem, _ = demand(shape)
+        out.append(shape)
+        asked += n * mem
+    return out
+
+
+def ours(pods: list[dict[str, str]], manager: BackendManager) -> tuple[int, int]:
+    """(pods placed, GPUs used) by the pipeline under binpack / binpack."""
+    c = MemoryCluster()
+    for n in range(NODES):
+        c.add_node(node_object(f"node-{n}", GPUS))
+    p = Pipeline(c, manager, node_policy=NodePolicy.BINPACK, device_policy=DevicePolicy.BINPACK)
+    placed = 0
+    used: set[str] = set()
+    for i, limits in enumerate(pods):
+        obj = pod_object(f"p{i}", limits)
+        obj["spec"].pop("schedulerName")
+        out = p.submit(obj)
+        if out.scheduled and out.allocation is not None:
+            placed += 1
+            used.update(d.uuid for d in out.allocation.all_devices())
+    return placed, len(used)
+
+
+def _model(pods: list[dict[str, str]], *, all_placed: bool) -> tuple[highspy.Highs, Any, Any]:
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", TIME_LIMIT_S)
+    h.setOptionValue("mip_rel_gap", 0.0)
+    gpus = [(n, g) for n in range(NODES) for g in range(GPUS)]
+    x = {(p, ng): h.addBinary() for p in range(len(pods)) for ng in gpus}
+    z = {(p, n): h.addBinary() for p in range(len(pods)) for n in range(NODES)}
+    used = {ng: h.addBinary() for ng in gpus}
+    for p, limits in enumerate(pods):
+        k, _, _ = demand(limits)
+        for n in range(NODES):
+            h.addConstr(sum(x[p, (n, g)] for g in range(GPUS)) - k * z[p, n] == 0)
+        placed = sum(z[p, n] for n in range(NODES))
+        h.addConstr(placed == 1) if all_placed else h.addConstr(placed <= 1)
+    for ng in gpus:
+        h.addConstr(sum(demand(pods[p])[1] * x[p, ng] for p in range(len(pods))) <= GPU_MEMORY_MIB)
+        h.addConstr(sum(demand(pods[p])[2] * x[p, ng] for p in range(len(pods))) <= 100)
+        h.addConstr(sum(x[p, ng] for p in range(len(pods))) <= SPLIT)
+        for p in range(len(pods)):
+            h.addConstr(x[p, ng] - used[ng] <= 0)
+    return h, z, used
+
+
+def optimum_placed(pods: list[dict[str, str]]) -> tuple[float, bool]:
+    """Most pods any placement fits (upper bound if not proven), and whether proven."""
+    h, z, _ = _model(pods, all_placed=False)
+    h.maximize(sum(z.values()))
+    info = h.getInfo()
+    proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    return (info.objective_function_value if proven else info.mip_dual_bound), proven
+
+
+def optimum_gpus(pods: list[dict[str, str]]) -> tuple[float, bool]:
+    """Fewest GPUs that hold every pod (lower bound if not proven), and whether proven."""
+    h, _, used = _model(pods, all_placed=True)
+    h.minimize(sum(used.values()))
+    info = h.getInfo()
+    proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    return (info.objective_function_value if proven else info.mip_dual_bound), proven
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="fewer streams")
+    args = ap.parse_args()
+    manager = BackendManager.from_entry_points()
+    seeds = range(1, 3) if args.quick else range(1, 6)
+    print(f"packing on {NODES} nodes x {GPUS} GPUs (A100-80GB, split {SPLIT}); HiGHS optimum")
+    print(f"{'stream':>8} {'pods':>5} {'ours':>5} {'optimum':>8} {'proven':>6} {'ratio':>6}")
+    worst_over = 1.0
+    t0 = time.perf_counter()
+    for seed in seeds:
+        pods = stream(seed, 1.6)
+        placed, _ = ours(pods, manager)
+        best, proven = optimum_placed(pods)
+        ratio = placed / best if best else 1.0
+        worst_over = min(worst_over, ratio)
+        print(
+            f"{'over-' + str(seed):>8} {len(pods):>5} {placed:>5} {best:>8.1f} "
+            f"{'yes' if proven else 'bound':>6} {ratio:>6.3f}"
+        )
+    print(f"{'stream':>8} {'pods':>5} {'GPUs':>5} {'optimum':>8} {'proven':>6} {'ratio':>6}")
+    worst_fit = 1.0
+    for seed in seeds:
+        pods = stream(100 + seed, 0.6)
+        placed, gpus = ours(pods, manager)
+        if placed < len(pods):
+            print(f"{'fit-' + str(seed):>8} {len(pods):>5} placed only {placed}: not a fitting stream")
+            worst_fit = 0.0
+            continue
+        fewest, proven = optimum_gpus(pods)
+        ratio = fewest / gpus if gpus else 1.0
+        worst_fit = min(worst_fit, ratio)
+        print(
+            f"{'fit-' + str(seed):>8} {len(pods):>5} {gpus:>5} {fewest:>8.1f} "
+            f"{'yes' if proven else 'bound':>6} {ratio:>6.3f}"
+        )
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    print(
+        f"headline: pods placed / optimum, worst overloaded stream = {worst_over:.3f} (target >= 0.95); "
+        f"optimum GPUs / GPUs used, worst fitting stream = {worst_fit:.3f} (target >= 0.95)"
+    )
+
+
+if __name__ == "__main__":
+    main()
