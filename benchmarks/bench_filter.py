@@ -29,14 +29,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kubernetes import client as k8s  # noqa: E402
-from waitress.server import create_server  # noqa: E402
-from workload import node_object, pod_object, pod_shape, preload  # noqa: E402
+from kubernetes import client as k8s
+from waitress.server import create_server
+from workload import node_object, pod_object, pod_shape, preload
 
-from hami_core.cluster.kube import KubeCluster  # noqa: E402
-from hami_core.plugin import BackendManager  # noqa: E402
-from hami_core.scheduling.scheduler import Scheduler  # noqa: E402
-from hami_core.servers.extender import create_extender_app  # noqa: E402
+from hami_core.cluster.kube import KubeCluster
+from hami_core.plugin import BackendManager
+from hami_core.scheduling.scheduler import Scheduler
+from hami_core.servers.extender import create_extender_app
 
 
 class CountingPool:
@@ -54,7 +54,7 @@ class CountingPool:
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def post(conn: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> Any:

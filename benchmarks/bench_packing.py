@@ -29,13 +29,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import highspy  # noqa: E402
-from workload import GPU_MEMORY_MIB, SPLIT, node_object, pod_object, pod_shape  # noqa: E402
+import highspy
+from workload import GPU_MEMORY_MIB, SPLIT, node_object, pod_object, pod_shape
 
-from hami_core.cluster import MemoryCluster  # noqa: E402
-from hami_core.model import DevicePolicy, NodePolicy  # noqa: E402
-from hami_core.plugin import BackendManager  # noqa: E402
-from hami_core.simulate.pipeline import Pipeline  # noqa: E402
+from hami_core.cluster import MemoryCluster
+from hami_core.model import DevicePolicy, NodePolicy
+from hami_core.plugin import BackendManager
+from hami_core.simulate.pipeline import Pipeline
 
 NODES = 4
 GPUS = 8
@@ -150,7 +150,9 @@ def main() -> None:
         pods = stream(100 + seed, 0.6)
         placed, gpus = ours(pods, manager)
         if placed < len(pods):
-            print(f"{'fit-' + str(seed):>8} {len(pods):>5} placed only {placed}: not a fitting stream")
+            print(
+                f"{'fit-' + str(seed):>8} {len(pods):>5} placed only {placed}: not a fitting stream"
+            )
             worst_fit = 0.0
             continue
         fewest, proven = optimum_gpus(pods)

@@ -244,43 +244,53 @@ class Scheduler:
             )
             now = self.clock()
             for name in names:
-                node = self.state.node(name, now=now)
-                if node is None:
-                    # A node we cannot see cannot be checked: say so rather than guess.
-                    failed[name] = (
-                        f"{ReasonCode.NODE_UNREGISTERED.value} (node not in the scheduler's cache)"
-                    )
-                    continue
-                if self.node_selector:
-                    unselected = self._unselected(node.obj)
-                    if unselected:
-                        failed[name] = unselected
-                        continue
-                if request.uid and request.uid in node.uids:  # re-fit: own share left out
-                    usage = self.state.node_usage(name, exclude_uid=request.uid)
-                    entry = self._fit(fit_view, request, node, usage, policies, memo=False)
-                elif memo_key in node.memo:
-                    entry = node.memo[memo_key]
-                else:
-                    assert node.usage is not None
-                    entry = self._fit(fit_view, request, node, node.usage, policies)
-                    if len(node.memo) >= MEMO_PER_NODE:  # forget the oldest shape
-                        del node.memo[next(iter(node.memo))]
-                    node.memo[memo_key] = entry
-                fit, score, charge = entry
-                if fit.allocation is not None and limits:
-                    message = quota_violation(limits, used, charge)
-                    if message:
-                        fit = NodeFit(
-                            node=name,
-                            reason=f"{ReasonCode.RESOURCE_QUOTA_NOT_FIT.value} ({message})",
+                try:
+                    node = self.state.node(name, now=now)
+                    if node is None:
+                        # A node we cannot see cannot be checked: say so rather than guess.
+                        failed[name] = (
+                            f"{ReasonCode.NODE_UNREGISTERED.value} (node not in the scheduler's cache)"
                         )
-                fits[name] = fit
-                if fit.allocation is not None:
-                    feasible.append(name)
-                    scores[name] = score
-                else:
-                    failed[name] = fit.reason
+                        continue
+                    if self.node_selector:
+                        unselected = self._unselected(node.obj)
+                        if unselected:
+                            failed[name] = unselected
+                            continue
+                    if request.uid and request.uid in node.uids:  # re-fit: own share left out
+                        usage = self.state.node_usage(name, exclude_uid=request.uid)
+                        entry = self._fit(fit_view, request, node, usage, policies, memo=False)
+                    elif memo_key in node.memo:
+                        entry = node.memo[memo_key]
+                    else:
+                        assert node.usage is not None
+                        entry = self._fit(fit_view, request, node, node.usage, policies)
+                        if len(node.memo) >= MEMO_PER_NODE:  # forget the oldest shape
+                            del node.memo[next(iter(node.memo))]
+                        node.memo[memo_key] = entry
+                    fit, score, charge = entry
+                    if fit.allocation is not None and limits:
+                        message = quota_violation(limits, used, charge)
+                        if message:
+                            fit = NodeFit(
+                                node=name,
+                                reason=f"{ReasonCode.RESOURCE_QUOTA_NOT_FIT.value} ({message})",
+                            )
+                    fits[name] = fit
+                    if fit.allocation is not None:
+                        feasible.append(name)
+                        scores[name] = score
+                    else:
+                        failed[name] = fit.reason
+                except Exception as exc:  # one node's garbage never fails the whole request
+                    log.warning("node %s is unusable: %s: %s", name, type(exc).__name__, exc)
+                    fits.pop(name, None)
+                    scores.pop(name, None)
+                    if name in feasible:
+                        feasible.remove(name)
+                    failed[name] = (
+                        f"{ReasonCode.NODE_UNREGISTERED.value} (cannot read node: {type(exc).__name__})"
+                    )
             self._log_problems()
         result = FilterResult(
             feasible=tuple(feasible), failed=failed, fits=fits, scores=scores, policies=policies

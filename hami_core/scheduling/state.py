@@ -270,7 +270,12 @@ class ClusterState:
         """The node's info and until when it holds: a ``Requesting_`` handshake turns
         stale ``HANDSHAKE_TIMEOUT_S`` after its stamp, which changes the answer."""
         now = self._clock()
-        info = read_node(obj, self._types, now=now, reader=self._reader)
+        try:
+            info = read_node(obj, self._types, now=now, reader=self._reader)
+        except Exception as exc:  # one node's garbage never breaks the others
+            name = str((obj.get("metadata") or {}).get("name", ""))
+            why = f"cannot read node: {type(exc).__name__}"
+            return NodeInfo(name=name, unregistered={t.vendor: why for t in self._types}), _FAR
         until = _FAR
         ann = (obj.get("metadata") or {}).get("annotations") or {}
         for t in self._types:

@@ -146,18 +146,18 @@ def test_rollback_retries_when_only_unrelated_fields_changed(env, monkeypatch):
 def test_a_bind_that_lost_its_lock_writes_nothing(env, monkeypatch):
     c, sched, _ = env
     p = add(c, "p")
-    real_get_node = c.get_node
+    real_cached_node = c.cached_node
     calls = {"n": 0}
 
-    def taken_over(name):
+    def taken_over(name):  # bind reads the node from the cache: to lock, then to check
         calls["n"] += 1
-        obj = real_get_node(name)
-        if calls["n"] >= 3:  # after the lock was taken: someone took it over
+        obj = real_cached_node(name)
+        if calls["n"] >= 2:  # after the lock was taken: someone took it over
             c.patch_node_annotations(name, {"hami.io/mutex.lock": encode_lock(T0, "default", "x")})
-            obj = real_get_node(name)
+            obj = real_cached_node(name)
         return obj
 
-    monkeypatch.setattr(c, "get_node", taken_over)
+    monkeypatch.setattr(c, "cached_node", taken_over)
     with pytest.raises(ConflictError, match="taken over mid-bind"):
         sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
     assert ALLOC not in ann(c, "p") and not c.get_pod("default", "p")["spec"].get("nodeName")

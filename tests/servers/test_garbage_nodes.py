@@ -2,6 +2,7 @@
 
 import pytest
 
+from hami_core.scheduling import state
 from hami_core.scheduling.nodes import MAX_NODE_ANNOTATION_BYTES, read_node
 from hami_core.scheduling.scheduler import Scheduler, utcnow
 from hami_core.servers.extender import create_extender_app
@@ -66,14 +67,16 @@ def test_filter_and_prioritize_serve_the_good_nodes(case):
 def test_an_exception_anywhere_in_one_node_marks_only_that_node(monkeypatch):
     c = cluster(node("good", [gpu("GPU-G")]), node("bad", [gpu("GPU-B")]))
     sched = Scheduler(c, manager())
-    real = sched.node_info
+    real = state.read_node
 
-    def exploding(n):
+    def exploding(n, *args, **kw):
         if n["metadata"]["name"] == "bad":
             raise RecursionError("maximum recursion depth exceeded")
-        return real(n)
+        return real(n, *args, **kw)
 
-    monkeypatch.setattr(sched, "node_info", exploding)
+    # The scheduler's state decodes a node when its event arrives: the bad one changes.
+    monkeypatch.setattr(state, "read_node", exploding)
+    c.add_node(node("bad", [gpu("GPU-B")]))
     p = admitted(c, pod("p", container(gpu=1)))
     result = sched.filter(p, ["good", "bad"])
     assert result.feasible == ("good",)
