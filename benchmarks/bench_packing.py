@@ -103,6 +103,14 @@ def _model(pods: list[dict[str, str]], *, all_placed: bool) -> tuple[highspy.Hig
         h.addConstr(sum(x[p, ng] for p in range(len(pods))) <= SPLIT)
         for p in range(len(pods)):
             h.addConstr(x[p, ng] - used[ng] <= 0)
+    # GPUs of a node are alike, and so are nodes: break the symmetry (used GPUs first).
+    for n in range(NODES):
+        for g in range(GPUS - 1):
+            h.addConstr(used[(n, g)] - used[(n, g + 1)] >= 0)
+    for n in range(NODES - 1):
+        h.addConstr(
+            sum(used[(n, g)] for g in range(GPUS)) - sum(used[(n + 1, g)] for g in range(GPUS)) >= 0
+        )
     return h, z, used
 
 

@@ -240,25 +240,76 @@ def load(usage: DeviceUsage, rules: FitRules = GENERIC) -> float:
     return round(total, 9)
 
 
+def fit_leftover(usage: DeviceUsage, request: DeviceRequest, rules: FitRules = GENERIC) -> float:
+    """What ``request`` would leave free on the device, as a fraction of the device, in
+    the dimension (memory or compute) that keeps more room: 0 = the request fills the
+    device in both; a high value with the other dimension at 0 is stranded capacity."""
+    dev = usage.device
+    mem = (
+        (usage.free_memory_mib - request.memory_on(dev)) / dev.memory_mib if dev.memory_mib else 0.0
+    )
+    capacity = rules.cores_capacity(usage)
+    cores = (free_cores(usage, rules) - request.cores_pct) / capacity if capacity else 0.0
+    return round(max(mem, cores, 0.0), 9)
+
+
 def node_score(
     usage: Sequence[DeviceUsage],
     devices: ContainerDevices,
     policy: NodePolicy,
     rules: FitRules = GENERIC,
 ) -> float:
-    """0..100: how full the node's devices of one vendor are after the placement
-    (binpack), or how empty (spread). Fullness per device is its ``load`` scaled to
-    0..1; the node's is the mean over its devices. The pod's own share counts, so of two
-    equally full nodes binpack prefers the one the pod fills more."""
+    """0..100 for one vendor's devices of a node after the placement.
+
+    Spread: how empty the node's devices are (100 minus the mean of each device's
+    ``load`` scaled to 0..1).
+
+    Binpack: how full the devices the pod lands on are afterwards (80 %: the mean of
+    their largest used fraction of memory, compute and sharers, so sharing a device in
+    use beats opening an empty one), then how full the node's other devices that still
+    have room are (20 %). A full or exclusively held device is left out of the second
+    part: it is no reason to open another device on that node."""
     if not usage:
         return 0.0
-    after = {u.device.uuid: u for u in usage}
+    before = {u.device.uuid: u for u in usage}
+    after = dict(before)
     for d in devices:
         if d.uuid in after:
             after[d.uuid] = after[d.uuid].charged(memory_mib=d.memory_mib, cores_pct=d.cores_pct)
-    fullness = sum(min(load(u, rules) / 3, 1.0) for u in after.values()) / len(after)
-    value = fullness * 100
-    return value if policy is NodePolicy.BINPACK else 100.0 - value
+    if policy is not NodePolicy.BINPACK:
+        fullness = sum(min(load(u, rules) / 3, 1.0) for u in after.values()) / len(after)
+        return 100.0 - fullness * 100
+    chosen = [after[d.uuid] for d in devices if d.uuid in after]
+    landing = sum(_dominant(u, rules) for u in chosen) / len(chosen) if chosen else 0.0
+    rest = [
+        u for k, u in before.items() if k not in {d.uuid for d in devices} and _has_room(u, rules)
+    ]
+    others = sum(min(load(u, rules) / 3, 1.0) for u in rest) / len(rest) if rest else 0.0
+    return round(80.0 * landing + 20.0 * others, 9)
+
+
+def _dominant(usage: DeviceUsage, rules: FitRules) -> float:
+    """The largest used fraction of the device (memory, compute or sharers), 0..1."""
+    dev = usage.device
+    parts = [usage.used_count / dev.split_count if dev.split_count else 0.0]
+    if dev.memory_mib:
+        parts.append(usage.used_memory_mib / dev.memory_mib)
+    capacity = rules.cores_capacity(usage)
+    if capacity:
+        parts.append(usage.used_cores_pct / capacity)
+    return min(1.0, max(parts))
+
+
+def _has_room(usage: DeviceUsage, rules: FitRules) -> bool:
+    """Whether any container could still share the device (a sharer slot, memory, and
+    compute unless it does not account compute)."""
+    dev = usage.device
+    if not dev.healthy or usage.cordoned or usage.used_count >= dev.split_count:
+        return False
+    if usage.free_memory_mib <= 0:
+        return False
+    capacity = rules.cores_capacity(usage)
+    return not capacity or usage.used_cores_pct < capacity
 
 
 def fit_devices(
@@ -306,6 +357,7 @@ def fit_devices(
             rules,
             numa_bind=filters.numa_bind,
             ties=filters.tie_breaks,
+            request=request,
         )
         if isinstance(picked, ReasonCode):
             node_reason = picked
@@ -400,12 +452,31 @@ def rank(
     policy: DevicePolicy,
     rules: FitRules = GENERIC,
     ties: Sequence[DevicePolicy] = (),
+    *,
+    request: DeviceRequest | None = None,
 ) -> list[DeviceUsage]:
     """``devices`` in the policy's order: fullest first under binpack, emptiest first
     otherwise (spread, and the fallback of numa / topology-aware); ties by the ``ties``
     policies in order (binpack / spread by load, numa by lower NUMA node, as HAMi 2.10's
-    ``lessByChain``), then by index."""
+    ``lessByChain``), then by index.
+
+    Under binpack with the ``request`` known, devices already in use come before empty
+    ones (an empty device stays whole for an exclusive or multi-device pod), and among
+    them the best fit first: the device left with the least room in its roomier
+    dimension after the placement (``fit_leftover``), so a device is not left with its
+    compute all taken and memory no one can use, or the reverse."""
     sign = -1 if policy is DevicePolicy.BINPACK else 1
+    if policy is DevicePolicy.BINPACK and request is not None:
+        return sorted(
+            devices,
+            key=lambda u: (
+                0 if u.used_count else 1,
+                fit_leftover(u, request, rules),
+                -load(u, rules),
+                u.device.index,
+                u.device.uuid,
+            ),
+        )
 
     def key(u: DeviceUsage) -> tuple[float, ...]:
         extra = [
@@ -442,6 +513,7 @@ def _choose(
     *,
     numa_bind: bool,
     ties: Sequence[DevicePolicy] = (),
+    request: DeviceRequest | None = None,
 ) -> Sequence[DeviceUsage] | ReasonCode:
     """The vendor's choice when it has one; else rank the feasible devices by policy and
     take ``count`` (a ReasonCode when no set exists, e.g. NUMA binding fails)."""
@@ -457,7 +529,7 @@ def _choose(
             # The fullest NUMA node that can host the whole container keeps others free.
             best = fitting[rank_groups(fitting, DevicePolicy.BINPACK, rules)[0]]
             inner = DevicePolicy.BINPACK if policy is DevicePolicy.NUMA else policy
-            return rank(best, inner, rules, ties)[:count]
+            return rank(best, inner, rules, ties, request=request)[:count]
         if numa_bind:
             return ReasonCode.NUMA_NOT_FIT
     if count > 1 and rules.link_group is not None:
@@ -465,7 +537,8 @@ def _choose(
         if fitting:
             best = fitting[rank_groups(fitting, policy, rules)[0]]
             return sorted(
-                rank(best, policy, rules)[:count], key=lambda u: (u.device.index, u.device.uuid)
+                rank(best, policy, rules, request=request)[:count],
+                key=lambda u: (u.device.index, u.device.uuid),
             )
     # Link scores are keyed by UUID and published for NVIDIA GPUs: a vendor whose devices
     # have none (or a node without them) ranks by policy.
@@ -473,7 +546,7 @@ def _choose(
         u.device.uuid in node.link_scores for u in feasible
     ):
         return _topology(feasible, count, node.link_scores)
-    return rank(feasible, policy, rules, ties)[:count]
+    return rank(feasible, policy, rules, ties, request=request)[:count]
 
 
 def _topology(

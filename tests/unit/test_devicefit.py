@@ -131,5 +131,33 @@ def test_node_score_counts_the_pods_own_share():
     taken = (ContainerDevice(uuid="D-0", vendor="ACME", memory_mib=1000, cores_pct=100),)
     packed = node_score(usages, taken, NodePolicy.BINPACK)
     assert 0 < packed < 100
-    assert node_score(usages, taken, NodePolicy.SPREAD) == 100 - packed
+    # spread: how empty the node is after the placement, the pod's own share included
+    after = [use(dev(0), count=1, memory=1000, cores=100), use(dev(1))]
+    empty = 100 - 100 * sum(load(u) / 3 for u in after) / 2
+    assert abs(node_score(usages, taken, NodePolicy.SPREAD) - empty) < 1e-9
     assert node_score((), taken, NodePolicy.BINPACK) == 0.0
+
+
+def test_binpack_prefers_sharing_a_device_in_use_to_opening_one_beside_a_full_device():
+    small = (ContainerDevice(uuid="D-1", vendor="ACME", memory_mib=100, cores_pct=10),)
+    # Node A: device 0 held whole by an exclusive pod, device 1 empty (the pod opens it).
+    node_a = [use(dev(0), count=1, memory=1000, cores=100), use(dev(1))]
+    # Node B: device 1 half used (the pod shares it), device 0 empty.
+    node_b = [use(dev(0)), use(dev(1), count=1, memory=500, cores=50)]
+    a = node_score(node_a, small, NodePolicy.BINPACK)
+    b = node_score(node_b, small, NodePolicy.BINPACK)
+    assert b > a  # the full exclusive GPU is no reason to open another one beside it
+
+
+def test_binpack_ranks_devices_in_use_first_and_does_not_strand_memory():
+    # Device 0: cores nearly all taken, memory mostly free; device 1: balanced.
+    usages = [
+        use(dev(0), count=1, memory=200, cores=90),
+        use(dev(1), count=1, memory=500, cores=50),
+    ]
+    req = DeviceRequest(vendor="ACME", count=1, memory_mib=100, cores_pct=10)
+    chosen = fit(req, usages, policy=DevicePolicy.BINPACK).devices[0].uuid
+    # On device 0 the request would take the last cores and leave 700 MiB nobody can use.
+    assert chosen == "D-1"
+    in_use = [use(dev(0)), use(dev(1), count=1, memory=900, cores=10)]
+    assert fit(req, in_use, policy=DevicePolicy.BINPACK).devices[0].uuid == "D-1"
