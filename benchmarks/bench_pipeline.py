@@ -1,0 +1,391 @@
+"""The real pipeline: pods/s of kube-scheduler 1.20 alone versus the same kube-scheduler
+with our extender and webhook, on the same fake nodes (100, 500, 1000 x 8 GPUs).
+
+Everything is real but the kubelets: etcd + kube-apiserver (``tests/e2e/controlplane.py``),
+``hami webhook`` (auto certificates, mutating every pod of the benchmark namespace),
+``hami scheduler`` (its own process, leader-elected, informer caches), kube-scheduler
+with ``nodeCacheCapable: true`` and filter / prioritize / bind verbs. The device plugin's
+part is played by an allocator that watches pods and, for each pod our scheduler bound,
+does what ``Allocate`` writes: ``bind-phase: success``, then releases the node lock in
+one conditional patch; so each node lock is held until "Allocate", as in production.
+
+Per size: the pods are created first (kube-scheduler stopped), then kube-scheduler
+starts and the clock runs until every pod is bound. The alone run schedules pods asking
+only ``nvidia.com/gpu`` (kube-scheduler counts it as an extended resource); the run with
+our extender schedules pods shaped like the bundled examples (memory, cores, 1-4 GPUs),
+through the webhook. Ratio = our pods/s / alone pods/s, measured in the same run.
+
+    .venv/bin/python benchmarks/bench_pipeline.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kubernetes import client as k8s  # noqa: E402
+from workload import node_object, pod_shape  # noqa: E402
+
+from hami_core.cluster.kube import KubeCluster  # noqa: E402
+from hami_core.protocol import annotations as keys  # noqa: E402
+from tests.e2e.controlplane import LOOPBACK, ControlPlane, find_kube_binaries, free_port  # noqa: E402
+
+HAMI = str(Path(sys.executable).parent / "hami")
+MANAGED = [
+    "nvidia.com/gpu",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/gpucores",
+    "nvidia.com/cores",
+    "nvidia.com/priority",
+]
+ALONE_NS, HAMI_NS = "bench-alone", "bench-hami"
+
+
+class Allocator:
+    """The device plugin's writes for every pod our scheduler bound (see the docstring)."""
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.store = KubeCluster(cp.api_client(new=True), component="bench-allocator")
+        self.store.start()
+        self._todo: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+        self._stop = False
+        self.store.subscribe(self._on_event)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _on_event(self, kind: str, old: Any, new: Any) -> None:
+        if kind != "Pod" or new is None:
+            return
+        ann = new["metadata"].get("annotations") or {}
+        if ann.get(keys.BIND_PHASE) == keys.BIND_PHASE_ALLOCATING and new["spec"].get("nodeName"):
+            with self._cond:
+                self._todo.append(new)
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._todo and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                pod = self._todo.pop(0)
+            meta, node = pod["metadata"], pod["spec"]["nodeName"]
+            with contextlib.suppress(Exception):  # a stale event: its pod is done already
+                self.store.patch_pod_metadata(
+                    meta["namespace"],
+                    meta["name"],
+                    annotations={keys.BIND_PHASE: keys.BIND_PHASE_SUCCESS},
+                )
+                lock = (
+                    (self.store.cached_node(node).get("metadata") or {}).get("annotations") or {}
+                ).get(keys.NODE_LOCK)
+                if lock and lock.endswith(f",{meta['namespace']},{meta['name']}"):
+                    self.store.remove_node_annotation(node, keys.NODE_LOCK, value=lock)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self.store.stop()
+
+
+def start_alone_scheduler(cp: ControlPlane) -> None:
+    """kube-scheduler with its default profile and no extender."""
+    cp.stop_process("kube-scheduler")
+    assert cp.workdir is not None
+    healthz = f"{LOOPBACK}:{free_port()}"
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(cp.kubeconfig_path)},
+        "leaderElection": {"leaderElect": False},
+        "healthzBindAddress": healthz,
+        "metricsBindAddress": healthz,
+        "profiles": [{"schedulerName": "default-scheduler"}],
+    }
+    path = cp.workdir / "kube-scheduler-alone.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cp.start_process(
+        "kube-scheduler",
+        [cp._bin("kube-scheduler"), f"--config={path}", "--port=0", "--secure-port=0"],
+    )
+    cp._wait_http_ok(f"http://{healthz}/healthz", "kube-scheduler", 30)
+
+
+def start_hami(cp: ControlPlane, workdir: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    port, metrics = free_port(), free_port()
+    log = open(workdir / "hami-scheduler.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            HAMI,
+            "scheduler",
+            "--kubeconfig",
+            str(cp.kubeconfig_path),
+            "--bind-address",
+            LOOPBACK,
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(metrics),
+            "--lease-namespace",
+            "default",
+            "--log-level",
+            "warning",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    url = f"http://{LOOPBACK}:{port}"
+    cp.wait_for(lambda: _ok(f"{url}/-/leader", b'"leader":true'), timeout=90, message="hami leader")
+    return url, proc
+
+
+def start_webhook(cp: ControlPlane, workdir: Path) -> None:
+    port = free_port()
+    cp.start_process(
+        "hami-webhook",
+        [
+            HAMI,
+            "webhook",
+            "--kubeconfig",
+            str(cp.kubeconfig_path),
+            "--bind-address",
+            LOOPBACK,
+            "--port",
+            str(port),
+            "--cert-mode",
+            "auto",
+            "--cert-ip-address",
+            LOOPBACK,
+            "--service-namespace",
+            "default",
+            "--secret-name",
+            "hami-bench-webhook",
+            "--webhook-config-name",
+            "hami-bench",
+            "--threads",
+            "8",
+        ],
+        env={"PYTHONUNBUFFERED": "1"},
+    )
+    adm = k8s.AdmissionregistrationV1Api(cp.api_client())
+    adm.create_mutating_webhook_configuration(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "hami-bench"},
+            "webhooks": [
+                {
+                    "name": "pods.hami.io",
+                    "admissionReviewVersions": ["v1", "v1beta1"],
+                    "sideEffects": "None",
+                    "failurePolicy": "Fail",
+                    "timeoutSeconds": 10,
+                    "clientConfig": {"url": f"https://{LOOPBACK}:{port}/webhook"},
+                    "namespaceSelector": {"matchLabels": {"hami-bench": "on"}},
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                        }
+                    ],
+                }
+            ],
+        }
+    )
+
+    def ready() -> bool:
+        obj = adm.read_mutating_webhook_configuration("hami-bench")
+        return bool(obj.webhooks[0].client_config.ca_bundle)
+
+    cp.wait_for(ready, timeout=90, message="webhook caBundle")
+
+
+def _ok(url: str, needle: bytes) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200 and needle in r.read()
+    except OSError:
+        return False
+
+
+def pod_body(name: str, limits: dict[str, str], *, scheduler: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "busybox",
+                "command": ["sleep", "3600"],
+                "resources": {"limits": dict(limits), "requests": {"cpu": "10m", **limits}},
+            }
+        ]
+    }
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def create_pods(core: k8s.CoreV1Api, ns: str, bodies: list[dict[str, Any]]) -> None:
+    errors: list[BaseException] = []
+
+    def worker(chunk: list[dict[str, Any]]) -> None:
+        for b in chunk:
+            for attempt in range(20):
+                try:
+                    core.create_namespaced_pod(ns, b)
+                    break
+                except k8s.exceptions.ApiException as exc:
+                    if exc.status == 409:
+                        break
+                    if attempt == 19:
+                        errors.append(exc)
+                    time.sleep(0.5)  # the webhook warming up
+
+    threads = [threading.Thread(target=worker, args=(bodies[i::8],)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def bound_count(core: k8s.CoreV1Api, ns: str) -> int:
+    pods = core.list_namespaced_pod(ns, _preload_content=False)
+    import json
+
+    items = json.loads(pods.data)["items"]
+    return sum(1 for p in items if (p.get("spec") or {}).get("nodeName"))
+
+
+def time_until_bound(core: k8s.CoreV1Api, ns: str, n: int, start: float, timeout_s: float) -> float:
+    while True:
+        done = bound_count(core, ns)
+        if done >= n:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"{ns}: only {done}/{n} pods bound after {timeout_s:.0f} s")
+        time.sleep(0.1)
+
+
+def clear(core: k8s.CoreV1Api, ns: str) -> None:
+    core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    deadline = time.monotonic() + 120
+    while core.list_namespaced_pod(ns, limit=1).items:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pods of {ns} not deleted")
+        time.sleep(0.2)
+
+
+def add_nodes(cp: ControlPlane, first: int, last: int) -> None:
+    def worker(indices: list[int]) -> None:
+        for i in indices:
+            name = f"bench-node-{i:04}"
+            obj = node_object(name)
+            cp.add_fake_node(
+                name,
+                annotations=obj["metadata"]["annotations"],
+                capacity={"nvidia.com/gpu": "80", "pods": "250"},
+            )
+
+    idx = list(range(first, last))
+    threads = [threading.Thread(target=worker, args=(idx[i::8],)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="100 nodes only, fewer pods")
+    ap.add_argument("--pods", type=int, default=0, help="pods per run (default 300; quick 100)")
+    args = ap.parse_args()
+    sizes = [100] if args.quick else [100, 500, 1000]
+    pods_n = args.pods or (100 if args.quick else 300)
+    rows = []
+    with ControlPlane(find_kube_binaries(), ready_timeout=180) as cp:
+        assert cp.workdir is not None
+        core = k8s.CoreV1Api(cp.api_client())
+        core.create_namespace({"metadata": {"name": ALONE_NS}})
+        core.create_namespace({"metadata": {"name": HAMI_NS, "labels": {"hami-bench": "on"}}})
+        start_webhook(cp, cp.workdir)
+        url, hami = start_hami(cp, cp.workdir)
+        allocator = Allocator(cp)
+        have = 0
+        try:
+            for size in sizes:
+                add_nodes(cp, have, size)
+                have = size
+                rng = random.Random(size)
+                shapes = [pod_shape(rng) for _ in range(pods_n)]
+                # kube-scheduler alone
+                cp.stop_process("kube-scheduler")
+                create_pods(
+                    core,
+                    ALONE_NS,
+                    [
+                        pod_body(
+                            f"alone-{i}", {"nvidia.com/gpu": s["nvidia.com/gpu"]}, scheduler=None
+                        )
+                        for i, s in enumerate(shapes)
+                    ],
+                )
+                t0 = time.monotonic()
+                start_alone_scheduler(cp)
+                alone_s = time_until_bound(core, ALONE_NS, pods_n, t0, 600)
+                cp.stop_process("kube-scheduler")
+                clear(core, ALONE_NS)
+                # kube-scheduler + our extender + webhook
+                create_pods(
+                    core,
+                    HAMI_NS,
+                    [pod_body(f"hami-{i}", s, scheduler=None) for i, s in enumerate(shapes)],
+                )
+                t0 = time.monotonic()
+                cp.start_scheduler(extender_url=url, managed_resources=MANAGED, http_timeout="30s")
+                ours_s = time_until_bound(core, HAMI_NS, pods_n, t0, 900)
+                cp.stop_process("kube-scheduler")
+                clear(core, HAMI_NS)
+                rows.append((size, pods_n, pods_n / alone_s, pods_n / ours_s))
+                print(
+                    f"  {size} nodes: alone {pods_n / alone_s:.1f} pods/s, "
+                    f"with extender {pods_n / ours_s:.1f} pods/s",
+                    flush=True,
+                )
+        finally:
+            allocator.stop()
+            hami.terminate()
+            with contextlib.suppress(Exception):
+                hami.wait(10)
+    print("real kube-apiserver + kube-scheduler 1.20; fake nodes x 8 GPUs; pods bound, not run")
+    print(f"{'nodes':>6} {'pods':>5} {'alone pods/s':>13} {'ours pods/s':>12} {'ratio':>6}")
+    for size, n, alone, ours in rows:
+        print(f"{size:>6} {n:>5} {alone:>13.1f} {ours:>12.1f} {ours / alone:>6.2f}")
+    worst = min(ours / alone for _, _, alone, ours in rows)
+    print(f"headline: worst pods/s ratio (with extender / alone) = {worst:.2f} (target >= 0.5)")
+
+
+if __name__ == "__main__":
+    main()
