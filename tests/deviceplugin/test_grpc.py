@@ -251,15 +251,15 @@ def test_a_paused_api_server_gets_unavailable_in_bounded_time_and_the_retry_its_
     uuid = pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"].split(",")[0]
     servicer = plugin.server.servicer
     monkeypatch.setattr(servicer, "allocate_timeout_s", 0.5)
-    real_get_node = cluster.get_node
+    real_cached_node = cluster.cached_node
     paused = {"first": True}
 
-    def slow_get_node(name):
+    def slow_cached_node(name):  # Allocate's first read of the node (cache, else live)
         if paused.pop("first", False):
             time.sleep(2.0)  # the API server is paused for this request
-        return real_get_node(name)
+        return real_cached_node(name)
 
-    monkeypatch.setattr(cluster, "get_node", slow_get_node)
+    monkeypatch.setattr(cluster, "cached_node", slow_cached_node)
     start = time.monotonic()
     with pytest.raises(grpc.RpcError) as first:
         kubelet.allocate([f"{uuid}-0"])
