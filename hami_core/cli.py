@@ -762,6 +762,24 @@ def top(**opts: Any) -> None:
     help="Seconds an Allocate answer may take; past it kubelet gets UNAVAILABLE and its "
     "retry with the same device IDs gets the answer once it is ready.",
 )
+@click.option(
+    "--metrics-port",
+    envvar="HAMI_METRICS_PORT",
+    show_envvar=True,
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Serve the device plugin's metrics (Allocate durations, devices, health) on "
+    "this port; 0: off.",
+)
+@click.option(
+    "--metrics-bind-address",
+    envvar="HAMI_METRICS_BIND_ADDRESS",
+    show_envvar=True,
+    default="0.0.0.0",
+    show_default=True,
+    help="Address of --metrics-port.",
+)
 @LOG_LEVEL_OPTION
 def device_plugin(**opts: Any) -> None:
     """Run the device plugin: discover this node's devices, publish them on the Node
@@ -802,6 +820,8 @@ def device_plugin(**opts: Any) -> None:
         fail_on_init_error=opts["fail_on_init_error"],
         api_timeout_s=opts["api_timeout"],
         allocate_timeout_s=opts["allocate_timeout"],
+        metrics_port=opts["metrics_port"],
+        metrics_bind_address=opts["metrics_bind_address"],
     )
     try:
         run_device_plugin(options)

@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -92,15 +92,19 @@ class DevicePluginServicer(rpc.DevicePluginServicer):
         allocator: Allocator,
         *,
         allocate_timeout_s: float = ALLOCATE_TIMEOUT_S,
+        on_allocate: Callable[[float, str], None] | None = None,
     ) -> None:
         """Args:
         allocate_timeout_s: longest an ``Allocate`` answer takes; past it kubelet gets
             ``UNAVAILABLE`` (the work goes on, and kubelet's retry with the same device
             IDs gets its answer: ``Allocator`` keeps recent answers).
+        on_allocate: called with (seconds, ``success`` | ``error`` | ``timeout``) after
+            each answer (the metrics).
         """
         self.state = state
         self.allocator = allocator
         self.allocate_timeout_s = allocate_timeout_s
+        self.on_allocate = on_allocate
         self._pool = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="allocate")
 
     @staticmethod
@@ -147,6 +151,19 @@ class DevicePluginServicer(rpc.DevicePluginServicer):
         )
 
     def Allocate(self, request: pb.AllocateRequest, context: Any) -> pb.AllocateResponse:
+        started = time.monotonic()
+        outcome = ["error"]  # context.abort raises: the branch taken says which
+        try:
+            response = self._allocate(request, context, outcome)
+            outcome[0] = "success"
+            return response
+        finally:
+            if self.on_allocate is not None:
+                self.on_allocate(time.monotonic() - started, outcome[0])
+
+    def _allocate(
+        self, request: pb.AllocateRequest, context: Any, outcome: list[str]
+    ) -> pb.AllocateResponse:
         ids = [list(r.devices_ids) for r in request.container_requests]
         log.info("Allocate %s", ids)
         try:
@@ -154,6 +171,7 @@ class DevicePluginServicer(rpc.DevicePluginServicer):
                 timeout=self.allocate_timeout_s
             )
         except futures.TimeoutError:
+            outcome[0] = "timeout"
             message = (
                 f"no answer within {self.allocate_timeout_s:g} s (is the API server "
                 "reachable?); retry"

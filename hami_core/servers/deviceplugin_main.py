@@ -25,6 +25,7 @@ from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
 
 from .deviceplugin import DEFAULT_PLUGIN_DIR, DevicePluginServicer, PluginServer
+from .deviceplugin_metrics import DevicePluginMetrics
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class DevicePluginOptions:
         workers: gRPC worker threads.
         api_timeout_s: longest one API request may take (connect and read).
         allocate_timeout_s: longest an Allocate answer may take before UNAVAILABLE.
+        metrics_port: serve the handbook's device-plugin metrics on this port (0: off).
+        metrics_bind_address: the address of that port.
     """
 
     node_name: str
@@ -68,6 +71,8 @@ class DevicePluginOptions:
     workers: int = 8
     api_timeout_s: float = 5.0
     allocate_timeout_s: float = 10.0
+    metrics_port: int = 0
+    metrics_bind_address: str = "0.0.0.0"
 
 
 class DevicePluginProcess:
@@ -130,12 +135,18 @@ class DevicePluginProcess:
             node_devices=lambda: self.state.devices,
             release_after=self._release_later if async_release else None,
         )
+        self.metrics = DevicePluginMetrics(
+            node=opts.node_name, vendor=vendor, devices=lambda: self.state.devices
+        )
         socket_name = opts.socket_name or (
             f"{opts.backend}-{self.resource_name.rsplit('/', 1)[-1]}.sock"
         )
         self.server = PluginServer(
             DevicePluginServicer(
-                self.state, self.allocator, allocate_timeout_s=opts.allocate_timeout_s
+                self.state,
+                self.allocator,
+                allocate_timeout_s=opts.allocate_timeout_s,
+                on_allocate=self.metrics.observe_allocate,
             ),
             plugin_dir=opts.plugin_dir,
             socket_name=socket_name,
@@ -282,6 +293,12 @@ def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, shutdown)
         signal.signal(signal.SIGINT, shutdown)
+    if opts.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(
+            opts.metrics_port, addr=opts.metrics_bind_address, registry=process.metrics.registry
+        )
     try:
         process.start()
     except HamiError as exc:

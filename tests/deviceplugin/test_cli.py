@@ -25,6 +25,8 @@ FLAGS_AND_ENV = {
     "--fail-on-init-error": "HAMI_FAIL_ON_INIT_ERROR",
     "--api-timeout": "HAMI_API_TIMEOUT",
     "--allocate-timeout": "HAMI_ALLOCATE_TIMEOUT",
+    "--metrics-port": "HAMI_METRICS_PORT",
+    "--metrics-bind-address": "HAMI_METRICS_BIND_ADDRESS",
     "--log-level": "HAMI_LOG_LEVEL",
 }
 
