@@ -98,11 +98,10 @@ def test_the_extender_is_a_loopback_sidecar_whose_binds_are_never_refused():
     assert not container(deploy, "extender").get("ports")
     # no Service or NodePort exposes the extender
     services = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Service"}
-    assert sorted(services) == ["hami-monitor", "hami-webhook"]
-    assert all(
-        s["spec"]["selector"]["app.kubernetes.io/component"] != "scheduler"
-        for s in services.values()
-    )
+    assert sorted(services) == ["hami-monitor", "hami-scheduler-metrics", "hami-webhook"]
+    for s in services.values():  # scheduler pods are reached on their metrics port only
+        if s["spec"]["selector"]["app.kubernetes.io/component"] == "scheduler":
+            assert [p["port"] for p in s["spec"]["ports"]] == [9395]
     assert not deploy["spec"]["template"]["spec"].get("hostNetwork")
 
     config = _kube_scheduler_config(objs)
@@ -377,6 +376,9 @@ def test_disabled_parts_render_nothing():
     )
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
     assert not [
-        k for k in kinds if k[0] in ("DaemonSet", "MutatingWebhookConfiguration", "Service")
+        k
+        for k in kinds
+        if k[0] in ("DaemonSet", "MutatingWebhookConfiguration", "Service")
+        and k != ("Service", "hami-scheduler-metrics")  # the scheduler's, which still runs
     ]
     assert ("Deployment", "hami-scheduler") in kinds and ("Deployment", "hami-webhook") not in kinds

@@ -85,6 +85,16 @@ def test_the_optional_parts_are_off_by_default_and_complete_when_on():
         sm["spec"]["selector"]["matchLabels"]
         == find(objs, "Service", "hami-monitor")["spec"]["selector"]
     )
+    sched = find(objs, "ServiceMonitor", "hami-scheduler-metrics")
+    assert sched["spec"]["endpoints"][0]["port"] == "metrics"
+    metrics_svc = find(objs, "Service", "hami-scheduler-metrics")
+    assert sched["spec"]["selector"]["matchLabels"] == metrics_svc["spec"]["selector"]
+    assert metrics_svc["spec"]["ports"] == [
+        {"name": "metrics", "port": 9395, "targetPort": 9395, "protocol": "TCP"}
+    ]
+    deploy = find(objs, "Deployment", "hami-scheduler")
+    args = container(deploy, "extender")["command"]
+    assert "--metrics-port=9395" in args and "--metrics-bind-address=127.0.0.1" not in args
     rule = find(objs, "PrometheusRule", "hami-alerts")
     assert rule["spec"] == yaml.safe_load(RULES.read_text())
     boards = [
