@@ -221,6 +221,14 @@ def test_the_webhook_configuration():
     }
     args = _args(container(find(objs, "Deployment", "hami-webhook"), "webhook"))
     assert "--cert-mode=auto" in args and "--webhook-config-name=hami-webhook" in args
+    # exactly the scheduler's and the device plugin's service accounts are trusted
+    assert [a for a in args if a.startswith("--trusted-user=")] == [
+        "--trusted-user=system:serviceaccount:hami-system:hami-scheduler",
+        "--trusted-user=system:serviceaccount:hami-system:hami-device-plugin",
+    ]
+    other = render({"fullnameOverride": "gpu"}, namespace="ops")
+    other_args = _args(container(find(other, "Deployment", "gpu-webhook"), "webhook"))
+    assert "--trusted-user=system:serviceaccount:ops:gpu-scheduler" in other_args
     # hami's own pods never pass through the webhook
     for kind, name in (
         ("Deployment", "hami-webhook"),
