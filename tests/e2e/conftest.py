@@ -22,8 +22,10 @@ from tests.e2e.controlplane import (
     KubeBinariesMissing,
     ensure_kube_binaries,
 )
+from tests.e2e.oci import HAMI_IMAGE
 
 _HERE = Path(__file__).resolve().parent
+
 _build: dict[str, Path | str] = {}
 _active: list[ControlPlane] = []
 
@@ -58,6 +60,32 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             _build["bin"] = ensure_kube_binaries(stream=sys.stderr)
         except KubeBinariesMissing as e:
             _build["error"] = str(e)
+        if any(item.path.name == "test_helm_install.py" for item in session.items):
+            _build_hami_image()
+
+
+def _build_hami_image() -> None:
+    """scripts/build-image.py once (minutes on a fresh machine, then cached), outside
+    any test's timeout; its progress goes to the terminal."""
+    import subprocess
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(_HERE.parents[1] / "scripts" / "build-image.py"),
+            "--name",
+            HAMI_IMAGE,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=sys.stderr,
+        text=True,
+        timeout=3600,
+    )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        _build["image_error"] = f"scripts/build-image.py failed with exit code {proc.returncode}"
+    else:
+        _build["image"] = lines[-1]
 
 
 class _null:
@@ -80,6 +108,16 @@ def kube_bin_dir() -> Path:
             _build["error"] = str(e)
             pytest.fail(str(e), pytrace=False)
     return Path(_build["bin"])
+
+
+@pytest.fixture(scope="session")
+def hami_image() -> Path:
+    """The hami image as an OCI tarball (scripts/build-image.py, named HAMI_IMAGE)."""
+    if "image" not in _build and "image_error" not in _build:
+        _build_hami_image()
+    if "image_error" in _build:
+        pytest.fail(str(_build["image_error"]), pytrace=False)
+    return Path(_build["image"])
 
 
 @pytest.fixture(scope="session")

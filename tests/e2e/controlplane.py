@@ -259,6 +259,8 @@ class ControlPlane:
         ready_timeout: float = 90.0,
         stop_timeout: float = 10.0,
         kill_with_parent: bool = True,
+        bind_address: str = LOOPBACK,
+        disable_admission_plugins: Sequence[str] = ("ServiceAccount", "TaintNodesByCondition"),
     ) -> None:
         self.bin_dir = Path(bin_dir) if bin_dir is not None else None
         self._workdir_arg = Path(workdir) if workdir is not None else None
@@ -268,6 +270,12 @@ class ControlPlane:
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
         self.kill_with_parent = kill_with_parent
+        # An address pods on a node's pod network can reach (e.g. one put on lo) makes
+        # the API server usable from pods that are not on the host network.
+        self.bind_address = bind_address
+        # ServiceAccount stays off unless kube-controller-manager runs (it makes the
+        # `default` service accounts and their token Secrets).
+        self.disable_admission_plugins = tuple(disable_admission_plugins)
 
         self.workdir: Path | None = None
         self.token: str | None = None
@@ -277,6 +285,7 @@ class ControlPlane:
         self.etcd_url: str | None = None
         self.scheduler_config_path: Path | None = None
         self.scheduler_healthz_url: str | None = None
+        self.sa_key_path: Path | None = None
         self.startup_seconds: float | None = None
         self._procs: dict[str, _Proc] = {}
         self._stopped_logs: dict[str, Path] = {}
@@ -483,7 +492,8 @@ class ControlPlane:
         os.chmod(tokens, 0o600)
 
         (port,) = _free_ports(1)
-        self.api_url = f"https://{LOOPBACK}:{port}"
+        self.api_url = f"https://{self.bind_address}:{port}"
+        self.sa_key_path = sa_key
         cert_dir = self.workdir / "certs"
         self.ca_cert_path = cert_dir / "apiserver.crt"
         self.start_process(
@@ -491,7 +501,7 @@ class ControlPlane:
             [
                 self._bin("kube-apiserver"),
                 f"--etcd-servers={self.etcd_url}",
-                f"--bind-address={LOOPBACK}",
+                f"--bind-address={self.bind_address}",
                 f"--secure-port={port}",
                 f"--cert-dir={cert_dir}",
                 f"--service-account-key-file={sa_pub}",
@@ -500,7 +510,11 @@ class ControlPlane:
                 f"--token-auth-file={tokens}",
                 "--authorization-mode=RBAC",
                 "--service-cluster-ip-range=10.0.0.0/24",
-                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                *(
+                    [f"--disable-admission-plugins={','.join(self.disable_admission_plugins)}"]
+                    if self.disable_admission_plugins
+                    else []
+                ),
                 "--allow-privileged=true",
                 "--profiling=false",
             ],
@@ -703,6 +717,104 @@ class ControlPlane:
                     continue
                 raise
         raise AssertionError("unreachable")
+
+    def start_default_scheduler(self, *, ready_timeout: float = 30.0) -> subprocess.Popen:
+        """Start a plain kube-scheduler for ``default-scheduler`` (no extender), as every
+        cluster has: it places pods that name no scheduler, e.g. a chart's own pods.
+        Process name ``kube-scheduler-default``."""
+        if self.workdir is None or self.kubeconfig_path is None:
+            raise ControlPlaneError("start() the control plane first")
+        self.stop_process("kube-scheduler-default")
+        (healthz_port,) = _free_ports(1)
+        healthz = f"{LOOPBACK}:{healthz_port}"
+        config = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(self.kubeconfig_path)},
+            "leaderElection": {"leaderElect": False},
+            "healthzBindAddress": healthz,
+            "metricsBindAddress": healthz,
+            "profiles": [{"schedulerName": "default-scheduler"}],
+        }
+        path = self.workdir / "kube-scheduler-default.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        popen = self.start_process(
+            "kube-scheduler-default",
+            [self._bin("kube-scheduler"), f"--config={path}", "--port=0", "--secure-port=0"],
+        )
+        self._wait_http_ok(f"http://{healthz}/healthz", "kube-scheduler-default", ready_timeout)
+        return popen
+
+    def start_controller_manager(
+        self,
+        *,
+        controllers: Sequence[str] = (
+            "*",
+            "-nodelifecycle",
+            "-nodeipam",
+            "-route",
+            "-service",
+            "-cloud-node-lifecycle",
+        ),
+        ready_timeout: float = 60.0,
+    ) -> subprocess.Popen:
+        """Start kube-controller-manager (Deployments, ReplicaSets, DaemonSets, garbage
+        collection, namespaces, service accounts and their token Secrets).
+
+        It signs tokens with the API server's service-account key and puts
+        ``ca_cert_path`` into each token Secret as ``ca.crt`` (what pods trust). The
+        node lifecycle controller is off by default: fake nodes never heartbeat and
+        would be tainted and emptied. Returns once its healthz answers ok.
+        """
+        if self.workdir is None or self.kubeconfig_path is None or self.sa_key_path is None:
+            raise ControlPlaneError("start() the control plane first")
+        if not os.access(self._bin("kube-controller-manager"), os.X_OK):
+            raise KubeBinariesMissing(
+                f"kube-controller-manager missing in {self.bin_dir}; run {BUILD_SCRIPT}"
+            )
+        self.stop_process("kube-controller-manager")
+        (port,) = _free_ports(1)
+        popen = self.start_process(
+            "kube-controller-manager",
+            [
+                self._bin("kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig_path}",
+                f"--service-account-private-key-file={self.sa_key_path}",
+                f"--root-ca-file={self.ca_cert_path}",
+                "--use-service-account-credentials=true",
+                f"--controllers={','.join(controllers)}",
+                "--leader-elect=false",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={port}",
+                "--port=0",
+                f"--authentication-kubeconfig={self.kubeconfig_path}",
+                f"--authorization-kubeconfig={self.kubeconfig_path}",
+                "--authorization-always-allow-paths=/healthz",
+                "--concurrent-deployment-syncs=2",
+                "--concurrent-replicaset-syncs=2",
+                "--profiling=false",
+            ],
+        )
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            self._check_alive("kube-controller-manager")
+            try:
+                ctx = ssl.create_default_context()
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+                opener = urllib.request.build_opener(
+                    urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx)
+                )
+                with opener.open(f"https://{LOOPBACK}:{port}/healthz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return popen
+            except (OSError, urllib.error.URLError):
+                pass
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(
+                    f"kube-controller-manager not healthy after {ready_timeout:.0f} s\n{self.format_logs()}"
+                )
+            time.sleep(0.3)
 
     def _wait_http_ok(self, url: str, name: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

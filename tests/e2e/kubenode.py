@@ -21,6 +21,7 @@ plugins and busybox-static (scripts/node-setup.sh).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -46,6 +47,9 @@ BUSYBOX_IMAGE = "hami.local/busybox:1"
 BRIDGE = "hamie2e0"
 SUBNET = "10.244.77.0/24"
 CNI_BIN = Path("/usr/lib/cni")
+#: Held from start() to stop(): kubelet 1.20's device-plugin directory, the pod logs and
+#: the bridge are machine-wide, so two real nodes on one machine take turns.
+NODE_LOCK = Path("/run/hami-e2e-kubelet.lock")
 
 
 class NodeUnavailable(ControlPlaneError):
@@ -86,12 +90,22 @@ def ensure_node_packages() -> None:
 class KubeletNode:
     """kubelet + containerd for one node name, on a started control plane."""
 
-    def __init__(self, cp: ControlPlane, bin_dir: Path, *, name: str = "hami-e2e-node") -> None:
+    def __init__(
+        self,
+        cp: ControlPlane,
+        bin_dir: Path,
+        *,
+        name: str = "hami-e2e-node",
+        pod_routes: Iterable[str] = (),
+    ) -> None:
         if cp.workdir is None or cp.kubeconfig_path is None:
             raise ControlPlaneError("start() the control plane first")
         self.cp = cp
         self.bin_dir = bin_dir
         self.name = name
+        # Destinations (CIDRs) pods reach through the bridge's gateway, e.g. an API
+        # server address on the host; without any, pods reach only their /24.
+        self.pod_routes = list(pod_routes)
         self.root = cp.workdir / "node"
         self.containerd_sock = self.root / "containerd" / "containerd.sock"
         self.kubelet_root = self.root / "kubelet"
@@ -110,13 +124,17 @@ class KubeletNode:
         }
         self._netns_before: set[str] = set()
         self._kubelet_port = 0
+        self._lock_file: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def start(self, *, ready_timeout: float = 120.0) -> KubeletNode:
+    def start(self, *, ready_timeout: float = 120.0, lock_timeout: float = 1800.0) -> KubeletNode:
         missing = node_prerequisites(self.bin_dir)
         if missing:
             raise NodeUnavailable("cannot run a real node here: missing " + "; ".join(missing))
+        self._take_machine_lock(lock_timeout)
+        # Taken only now: what existed before is judged once no other node runs.
+        self._host_dirs = {p: p.exists() for p in self._host_dirs}
         self.root.mkdir(parents=True, exist_ok=True)
         self._netns_before = set(os.listdir(NETNS_DIR)) if NETNS_DIR.exists() else set()
         self._write_cni()
@@ -126,6 +144,20 @@ class KubeletNode:
         self.start_kubelet()
         self.wait_ready(ready_timeout)
         return self
+
+    def _take_machine_lock(self, timeout: float) -> None:
+        self._lock_file = open(NODE_LOCK, "w")  # noqa: SIM115 (held until stop())
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise NodeUnavailable(
+                        f"another real node held {NODE_LOCK} for {timeout:.0f} s"
+                    ) from None
+                time.sleep(1)
 
     def _start_containerd(self) -> None:
         base = self.root / "containerd"
@@ -212,6 +244,7 @@ state = "{base / "state"}"
                     "ipam": {
                         "type": "host-local",
                         "ranges": [[{"subnet": SUBNET}]],
+                        "routes": [{"dst": dst} for dst in self.pod_routes],
                         "dataDir": str(self.root / "cni" / "ipam"),
                     },
                 },
@@ -336,6 +369,11 @@ state = "{base / "state"}"
         for path, existed in self._host_dirs.items():
             if not existed:
                 shutil.rmtree(path, ignore_errors=True)
+        if self._lock_file is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+                self._lock_file.close()
+            self._lock_file = None
 
     def leftovers(self) -> list[str]:
         """What ``stop`` failed to clean up (empty when the machine is as it was)."""

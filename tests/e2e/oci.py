@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 BUSYBOX = Path("/bin/busybox")
+#: The name scripts/build-image.py gives the hami image in the e2e tier.
+HAMI_IMAGE = "hami.local/hami:0.1.0"
 #: OCI architecture names of ``uname -m`` values (image-spec config.md, Go's GOARCH).
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64le", "s390x": "s390x"}
 
@@ -105,6 +107,52 @@ def busybox_image(
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(layer).hexdigest()}"]},
         "history": [{"created_by": "hami e2e: busybox-static"}],
     }
+    return _write_layout(path, name, layer, config)
+
+
+def binary_image(
+    path: Path,
+    name: str,
+    binary: Path,
+    *,
+    dest: str = "usr/local/bin",
+    entrypoint: Sequence[str] = (),
+) -> Path:
+    """Write the image ``name`` holding one static ``binary`` at ``/<dest>/<its name>``
+    (on ``PATH``), e.g. kube-scheduler from the kube-build cache, as its upstream image
+    has it at /usr/local/bin/kube-scheduler."""
+    buf = io.BytesIO()
+    now = int(time.time())
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        parts = dest.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            info = tarfile.TarInfo("/".join(parts[:i]))
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, now
+            tar.addfile(info)
+        for d, mode in (("tmp", 0o1777), ("etc", 0o755)):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, now
+            tar.addfile(info)
+        data = binary.read_bytes()
+        info = tarfile.TarInfo(f"{dest.strip('/')}/{binary.name}")
+        info.size, info.mode, info.mtime = len(data), 0o755, now
+        tar.addfile(info, io.BytesIO(data))
+    layer = buf.getvalue()
+    config = {
+        "architecture": _arch(),
+        "os": "linux",
+        "config": {
+            "Entrypoint": list(entrypoint) or [f"/{dest.strip('/')}/{binary.name}"],
+            "Env": [f"PATH=/{dest.strip('/')}:/usr/bin:/bin"],
+            "WorkingDir": "/",
+        },
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(layer).hexdigest()}"]},
+        "history": [{"created_by": f"hami e2e: {binary.name}"}],
+    }
+    return _write_layout(path, name, layer, config)
+
+
+def _write_layout(path: Path, name: str, layer: bytes, config: dict[str, Any]) -> Path:
     with tarfile.open(path, "w") as tar:
         layer_desc = _blob(tar, layer)
         config_desc = _blob(tar, _json(config))
