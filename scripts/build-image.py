@@ -80,7 +80,9 @@ def debian_mirror() -> str:
     if sources.exists():
         for block in sources.read_text().split("\n\n"):
             fields = dict(
-                line.split(":", 1) for line in block.splitlines() if ":" in line and not line.startswith("#")
+                line.split(":", 1)
+                for line in block.splitlines()
+                if ":" in line and not line.startswith("#")
             )
             uris = fields.get("URIs", "").split()
             suites = fields.get("Suites", "").split()
@@ -107,7 +109,18 @@ def source_files() -> list[Path]:
     """The files whose content goes into the wheels (tracked or new, not ignored)."""
     try:
         out = subprocess.run(
-            ["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z", "--", *SOURCE_DIRS, *SOURCE_FILES],
+            [
+                "git",
+                "-C",
+                str(REPO),
+                "ls-files",
+                "-co",
+                "--exclude-standard",
+                "-z",
+                "--",
+                *SOURCE_DIRS,
+                *SOURCE_FILES,
+            ],
             capture_output=True,
             check=True,
         ).stdout
@@ -133,7 +146,14 @@ def sources_key() -> str:
 
 def base_key(mirror: str) -> str:
     recipe = json.dumps(
-        {"suite": SUITE, "packages": PACKAGES, "mirror": mirror, "variant": "minbase", "arch": platform.machine(), "v": 1}
+        {
+            "suite": SUITE,
+            "packages": PACKAGES,
+            "mirror": mirror,
+            "variant": "minbase",
+            "arch": platform.machine(),
+            "v": 1,
+        }
     )
     return hashlib.sha256(recipe.encode()).hexdigest()
 
@@ -177,7 +197,13 @@ def build_base(cache: Path, mirror: str) -> Path:
         stdout=sys.stderr,
     )
     # Nothing the runtime needs: downloaded packages, package lists, docs, logs.
-    for sub in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "var/log"):
+    for sub in (
+        "var/cache/apt/archives",
+        "var/lib/apt/lists",
+        "usr/share/doc",
+        "usr/share/man",
+        "var/log",
+    ):
         for p in (scratch / sub).glob("*"):
             if p.is_file() or p.is_symlink():
                 p.unlink()
@@ -197,9 +223,22 @@ def build_wheels(src: Path, out: Path) -> None:
         dest = src / path.relative_to(REPO)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, dest)
-    backends = sorted(str(p) for p in (src / "backends").glob("hami-*") if (p / "pyproject.toml").exists())
+    backends = sorted(
+        str(p) for p in (src / "backends").glob("hami-*") if (p / "pyproject.toml").exists()
+    )
     run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "-w", str(out), f"{src}[server]", *backends],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-w",
+            str(out),
+            f"{src}[server]",
+            *backends,
+        ],
         stdout=sys.stderr,
     )
 
@@ -211,7 +250,9 @@ def layer_tar(root: Path, out: Path, members: list[str], *, exclude: tuple[str, 
     run([*argv, *members])
 
 
-def oci_tarball(path: Path, name: str, layers: list[Path], *, entrypoint: list[str], cmd: list[str]) -> None:
+def oci_tarball(
+    path: Path, name: str, layers: list[Path], *, entrypoint: list[str], cmd: list[str]
+) -> None:
     """Write an OCI image layout (image-spec v1.0) holding ``layers`` to ``path``."""
     arch = ARCH.get(platform.machine(), platform.machine())
     diff_ids = [f"sha256:{sha256_file(p)}" for p in layers]
@@ -242,7 +283,11 @@ def oci_tarball(path: Path, name: str, layers: list[Path], *, entrypoint: list[s
         for layer, diff in zip(layers, diff_ids, strict=True):
             tar.add(layer, arcname=f"blobs/sha256/{diff.split(':')[1]}")
             layer_descs.append(
-                {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": diff, "size": layer.stat().st_size}
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": diff,
+                    "size": layer.stat().st_size,
+                }
             )
         config_desc = add_bytes(tar, dumps(config))
         manifest = {
@@ -260,11 +305,17 @@ def oci_tarball(path: Path, name: str, layers: list[Path], *, entrypoint: list[s
                     "mediaType": "application/vnd.oci.image.manifest.v1+json",
                     **manifest_desc,
                     "platform": {"architecture": arch, "os": "linux"},
-                    "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": tag},
+                    "annotations": {
+                        "io.containerd.image.name": name,
+                        "org.opencontainers.image.ref.name": tag,
+                    },
                 }
             ],
         }
-        for member, data in (("oci-layout", dumps({"imageLayoutVersion": "1.0.0"})), ("index.json", dumps(index))):
+        for member, data in (
+            ("oci-layout", dumps({"imageLayoutVersion": "1.0.0"})),
+            ("index.json", dumps(index)),
+        ):
             info = tarfile.TarInfo(member)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
@@ -288,7 +339,12 @@ def build(name: str, *, force: bool = False) -> Path:
     try:
         base_layer = cache / f"{base.name}.layer.tar"
         if not base_layer.exists():
-            layer_tar(base, base_layer.with_suffix(".tmp"), sorted(os.listdir(base)), exclude=("./dev/*", "dev/*", ".hami-base-complete"))
+            layer_tar(
+                base,
+                base_layer.with_suffix(".tmp"),
+                sorted(os.listdir(base)),
+                exclude=("./dev/*", "dev/*", ".hami-base-complete"),
+            )
             base_layer.with_suffix(".tmp").rename(base_layer)
         # The install runs in a copy of the base, so the cached base stays pristine.
         root = work / "root"
@@ -298,22 +354,32 @@ def build(name: str, *, force: bool = False) -> Path:
         build_wheels(work / "src", wheels)
         shutil.copy(INSTALL_SCRIPT, root / "tmp" / "install-hami.sh")
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
-        run(["chroot", str(root), "/bin/sh", "/tmp/install-hami.sh", "/tmp/wheels"], env=env, stdout=sys.stderr)
+        run(
+            ["chroot", str(root), "/bin/sh", "/tmp/install-hami.sh", "/tmp/wheels"],
+            env=env,
+            stdout=sys.stderr,
+        )
         app_layer = work / "app.layer.tar"
         layer_tar(root, app_layer, ["opt/hami"], exclude=("__pycache__",))
-        oci_tarball(image, name, [base_layer, app_layer], entrypoint=["/opt/hami/bin/hami"], cmd=["--help"])
+        oci_tarball(
+            image, name, [base_layer, app_layer], entrypoint=["/opt/hami/bin/hami"], cmd=["--help"]
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for old in cache.glob("hami-*.oci.tar"):
         if old != image:
             old.unlink(missing_ok=True)
-    log(f"built {name} in {time.monotonic() - t0:.0f} s: {image} ({image.stat().st_size >> 20} MiB)")
+    log(
+        f"built {name} in {time.monotonic() - t0:.0f} s: {image} ({image.stat().st_size >> 20} MiB)"
+    )
     return image
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--name", default=f"hami.local/hami:{version()}", help="image name in the tarball")
+    parser.add_argument(
+        "--name", default=f"hami.local/hami:{version()}", help="image name in the tarball"
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even when cached")
     args = parser.parse_args(argv)
     print(build(args.name, force=args.force))
