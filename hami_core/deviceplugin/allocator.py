@@ -102,11 +102,12 @@ class PreferredRequest:
 
 
 def make_shared_dir(path: str) -> None:
-    """Create a writable host directory for a container, open to every user (0777):
-    the container's processes may run as any user and must create the shared region
-    file in it (HAMi does the same)."""
+    """Create a writable host directory for a container, open to every user but sticky
+    (01777, like /tmp): the container's processes may run as any user and must create
+    the shared region file in it, but none may delete or rename another user's file
+    (to swap in a symlink or a file of its own, issue #12 item 4)."""
     os.makedirs(path, mode=0o777, exist_ok=True)
-    os.chmod(path, 0o777)
+    os.chmod(path, 0o1777)
 
 
 class Allocator:

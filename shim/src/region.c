@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,6 +23,90 @@ static struct region_file *g_map;         /* header + device table */
 static unsigned char *g_base;             /* whole mapping */
 static int g_slot = -1;                   /* this process's slot, -1 none */
 static pid_t g_slot_pid;                  /* pid that took g_slot (fork check) */
+/* Set when the file was found shrunk (a tenant truncated it) or a slot held more than
+ * its device: the region is no longer trusted and every reservation is refused. */
+static volatile sig_atomic_t g_broken;
+static int g_broken_logged;
+static struct sigaction g_old_bus;
+static int g_bus_installed;
+
+/* Saturating sum: two hostile slots must not wrap the container's usage to a small
+ * number (2^64 - x + y). */
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* Replaces the whole mapping by private zero pages: the faulting access (or any later
+ * one) reads zeros instead of raising SIGBUS, and g_broken makes every reservation
+ * fail. mmap is a plain system call, safe in a signal handler. */
+static int detach_to_zero_pages(void)
+{
+    if (g_base == NULL)
+        return -1;
+    void *m = mmap(g_base, REGION_FILE_SIZE, PROT_READ | PROT_WRITE,
+                   MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return -1;
+    g_broken = 1;
+    return 0;
+}
+
+/* A file shrunk under a live process would kill it with SIGBUS on the next access to
+ * the lost pages: those faults are ours to absorb; any other SIGBUS goes on to the
+ * handler that was there before (or the default action). */
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    unsigned char *a = si ? (unsigned char *)si->si_addr : NULL;
+    if (g_base && a >= g_base && a < g_base + REGION_FILE_SIZE && detach_to_zero_pages() == 0)
+        return; /* the access is retried on zero pages */
+    if (g_old_bus.sa_flags & SA_SIGINFO) {
+        if (g_old_bus.sa_sigaction) {
+            g_old_bus.sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (g_old_bus.sa_handler == SIG_IGN) {
+        return;
+    } else if (g_old_bus.sa_handler != SIG_DFL) {
+        g_old_bus.sa_handler(sig);
+        return;
+    }
+    signal(SIGBUS, SIG_DFL); /* re-executing the access now ends the process as usual */
+}
+
+static void install_sigbus(void)
+{
+    if (g_bus_installed)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, &g_old_bus) == 0)
+        g_bus_installed = 1;
+}
+
+/* 0 while the region can be trusted; checks the file still has its full size (one
+ * fstat, on the allocation path only). */
+static int region_trusted(void)
+{
+    if (g_broken)
+        goto broken;
+    struct stat st;
+    if (g_fd >= 0 && fstat(g_fd, &st) == 0 && (uint64_t)st.st_size < REGION_FILE_SIZE) {
+        detach_to_zero_pages();
+        goto broken;
+    }
+    return 0;
+broken:
+    if (!g_broken_logged) {
+        g_broken_logged = 1;
+        LOG_ERROR("shared region %s was shrunk or corrupted under this process; refusing all "
+                  "GPU memory", g_path);
+    }
+    return -1;
+}
 
 static struct region_slot *slot_at(unsigned i)
 {
@@ -185,13 +270,49 @@ static int check_header(const struct region_header *h, uint64_t size, char *err,
     return 0;
 }
 
+/* Opens the region without following a symlink at its path (a tenant could point it
+ * at another container's region, or at a file to be made world-writable), creating it
+ * only with O_EXCL; *created says whether this process made it. O_NONBLOCK keeps a
+ * FIFO planted at the path from hanging the open; it is cleared afterwards. */
+static int open_region(int *created, char *err, size_t errlen)
+{
+    const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+    *created = 0;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int fd = open(g_path, flags);
+        if (fd < 0 && errno == ENOENT) {
+            fd = open(g_path, flags | O_CREAT | O_EXCL, 0666);
+            if (fd < 0 && errno == EEXIST)
+                continue; /* another process created it first: open theirs */
+            if (fd >= 0)
+                *created = 1;
+        }
+        if (fd < 0) {
+            snprintf(err, errlen, "cannot open %s: %s%s", g_path, strerror(errno),
+                     errno == ELOOP ? " (a symbolic link is refused)" : "");
+            return -1;
+        }
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            snprintf(err, errlen, "%s is not a regular file; refusing it", g_path);
+            close(fd);
+            return -1;
+        }
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+            (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        return fd;
+    }
+    snprintf(err, errlen, "cannot open %s: it keeps appearing and disappearing", g_path);
+    return -1;
+}
+
 static int attach_locked(char *err, size_t errlen)
 {
-    int fd = open(g_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot open %s: %s", g_path, strerror(errno));
+    int created = 0;
+    int fd = open_region(&created, err, errlen);
+    if (fd < 0)
         return -1;
-    }
     g_fd = fd;
     if (file_lock() != 0) {
         snprintf(err, errlen, "cannot lock %s within %d ms", g_path, g_timeout_ms);
@@ -228,7 +349,10 @@ static int attach_locked(char *err, size_t errlen)
             snprintf(err, errlen, "sizing %s: %s", g_path, strerror(errno));
             goto fail_locked;
         }
-        (void)fchmod(fd, 0666); /* processes of other users in the container share it */
+        /* Processes of other users in the container share it; only a file this process
+         * created is ever chmod-ed (never one it found, which may not be ours). */
+        if (created)
+            (void)fchmod(fd, 0666);
     }
     void *m = mmap(NULL, REGION_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) {
@@ -237,6 +361,9 @@ static int attach_locked(char *err, size_t errlen)
     }
     g_base = m;
     g_map = m;
+    g_broken = 0;
+    g_broken_logged = 0;
+    install_sigbus();
     if (fresh) {
         memset(g_base, 0, REGION_FILE_SIZE);
         init_header(g_map);
@@ -398,16 +525,32 @@ out:
     return idx;
 }
 
+/* The container's usage of one device, saturating at UINT64_MAX. A slot holding more
+ * than the device's physical total cannot be real: it is corruption (or a hostile
+ * write), and the whole usage reads as UINT64_MAX so that nothing more is granted. */
 static uint64_t usage_of(int dev)
 {
+    if (g_broken)
+        return UINT64_MAX;
+    uint64_t total = __atomic_load_n(&g_map->devices[dev].mem_total, __ATOMIC_RELAXED);
     uint64_t sum = 0;
     uint32_t hwm = __atomic_load_n(&g_map->hdr.slot_hwm, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < hwm && i < REGION_MAX_SLOTS; i++) {
         struct region_slot *s = slot_at(i);
         if (__atomic_load_n(&s->pid, __ATOMIC_ACQUIRE) == 0)
             continue;
-        sum += __atomic_load_n(&s->dev[dev].used_bytes, __ATOMIC_RELAXED);
-        sum += __atomic_load_n(&s->dev[dev].untracked_bytes, __ATOMIC_RELAXED);
+        uint64_t slot = sat_add(__atomic_load_n(&s->dev[dev].used_bytes, __ATOMIC_RELAXED),
+                                __atomic_load_n(&s->dev[dev].untracked_bytes, __ATOMIC_RELAXED));
+        if (total && slot > total) {
+            if (!g_broken_logged) {
+                g_broken_logged = 1;
+                LOG_ERROR("shared region %s: slot %u holds %llu bytes of a %llu-byte device; "
+                          "corrupt, refusing all GPU memory", g_path, i, (unsigned long long)slot,
+                          (unsigned long long)total);
+            }
+            return UINT64_MAX;
+        }
+        sum = sat_add(sum, slot);
     }
     return sum;
 }
@@ -428,7 +571,7 @@ reserve_result region_reserve(int dev, uint64_t bytes, uint64_t limit)
 {
     pthread_mutex_lock(&g_mu);
     reserve_result rc = RES_ERROR;
-    if (!valid_dev(dev) || !have_slot() || region_lock() != 0)
+    if (!valid_dev(dev) || !have_slot() || region_trusted() != 0 || region_lock() != 0)
         goto out;
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t used = usage_of(dev);
@@ -558,6 +701,7 @@ void region_after_fork_child(void)
     g_base = NULL;
     g_slot = -1;
     g_slot_pid = 0;
+    g_broken = 0;
 }
 
 void region_on_exit(void)

@@ -96,7 +96,7 @@ def test_the_pod_gets_its_limits_then_success_and_the_lock_is_released(
         tmp_path / "vgpu" / "containers" / f"{pod['metadata']['uid']}_main"
     )
     assert Path(shared.host_path).is_dir()
-    assert stat.S_IMODE(Path(shared.host_path).stat().st_mode) == 0o777
+    assert stat.S_IMODE(Path(shared.host_path).stat().st_mode) == 0o1777
     after = ann(cluster, "p")
     assert after[keys.BIND_PHASE] == "success"
     assert after["hami.io/vgpu-devices-to-allocate"] == ";"  # consumed
