@@ -28,6 +28,7 @@ IDs, a request answered lately for a pod that still lives: that gets the same an
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -108,6 +109,24 @@ def make_shared_dir(path: str) -> None:
     (to swap in a symlink or a file of its own, issue #12 item 4)."""
     os.makedirs(path, mode=0o777, exist_ok=True)
     os.chmod(path, 0o1777)
+
+
+def write_host_file(path: str, content: str) -> None:
+    """Write a file a container sees read-only (0644, owned by the device plugin),
+    atomically: a temporary file renamed over ``path``, never following a link."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(content)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 class Allocator:
@@ -305,6 +324,8 @@ class Allocator:
             for mount in alloc.mounts:
                 if not mount.read_only:
                     self.make_dir(mount.host_path)
+            for host_path, content in alloc.files.items():
+                write_host_file(host_path, content)
             if self.cdi is not None:
                 alloc = self.cdi.write(pod_uid=uid, container=container.name, allocation=alloc)
             answers.append(alloc)

@@ -119,6 +119,9 @@ class ContainerAllocation:
         device_nodes: device nodes to expose.
         cdi_devices: fully-qualified CDI device names, in CDI mode.
         annotations: container annotations for the runtime.
+        files: host path -> content of files the device plugin writes before it
+            answers (each one reaches the container through a read-only mount), e.g.
+            the shim's limits file, which a container's own env cannot override.
     """
 
     envs: Mapping[str, str] = attrs.field(factory=dict)
@@ -126,6 +129,7 @@ class ContainerAllocation:
     device_nodes: tuple[DeviceNode, ...] = ()
     cdi_devices: tuple[str, ...] = ()
     annotations: Mapping[str, str] = attrs.field(factory=dict)
+    files: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)

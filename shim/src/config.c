@@ -1,12 +1,83 @@
 #include "config.h"
 
 #include <ctype.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "log.h"
+
+/* The limits file (PROTOCOL.md section 7): the device plugin mounts the container's
+ * limits read-only at CFG_LIMITS_FILE, as KEY=VALUE lines. When it exists, the shim's
+ * variables are read from it only: a container's own env (which kubelet lets win over
+ * the device plugin's) cannot raise its share. HAMI_SHIM_LIMITS_FILE names another path
+ * (tests), used only while CFG_LIMITS_FILE does not exist. */
+#define CFG_LIMITS_FILE "/usr/local/vgpu/limits"
+#define CFG_LIMITS_MAX 64
+static char g_limits_buf[8192];
+static const char *g_limit_keys[CFG_LIMITS_MAX];
+static const char *g_limit_vals[CFG_LIMITS_MAX];
+static int g_limit_count;
+static int g_limits_from_file;
+
+static void load_limits_file(void)
+{
+    g_limit_count = 0;
+    g_limits_from_file = 0;
+    const char *path = CFG_LIMITS_FILE;
+    if (access(path, F_OK) != 0) {
+        path = getenv("HAMI_SHIM_LIMITS_FILE");
+        if (path == NULL || *path == '\0')
+            return;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        /* It exists but cannot be read: fail closed rather than fall back to env. */
+        LOG_ERROR("limits file %s unreadable; refusing GPU memory", path);
+        g_limits_from_file = 1;
+        return;
+    }
+    ssize_t n = read(fd, g_limits_buf, sizeof g_limits_buf - 1);
+    close(fd);
+    if (n < 0)
+        n = 0;
+    g_limits_buf[n] = '\0';
+    g_limits_from_file = 1;
+    char *line = g_limits_buf;
+    while (line && *line && g_limit_count < CFG_LIMITS_MAX) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        char *eq = strchr(line, '=');
+        if (eq && eq != line && line[0] != '#') {
+            *eq = '\0';
+            g_limit_keys[g_limit_count] = line;
+            g_limit_vals[g_limit_count] = eq + 1;
+            g_limit_count++;
+        }
+        line = next;
+    }
+}
+
+/* A shim variable: from the limits file when there is one (absent there = unset, the
+ * environment is not consulted), else from the environment. */
+static const char *shim_var(const char *name)
+{
+    if (!g_limits_from_file)
+        return getenv(name);
+    for (int i = 0; i < g_limit_count; i++)
+        if (strcmp(g_limit_keys[i], name) == 0)
+            return g_limit_vals[i];
+    return NULL;
+}
+
+int config_limits_from_file(void)
+{
+    return g_limits_from_file;
+}
 
 int config_parse_size(const char *s, uint64_t *out)
 {
@@ -54,14 +125,14 @@ int config_parse_percent(const char *s, int *out)
 
 static int env_true(const char *name)
 {
-    const char *v = getenv(name);
+    const char *v = shim_var(name);
     return v && (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0 || strcasecmp(v, "yes") == 0);
 }
 
 static void load_visible(shim_config *cfg)
 {
     cfg->n_visible = 0;
-    const char *v = getenv("NVIDIA_VISIBLE_DEVICES");
+    const char *v = shim_var("NVIDIA_VISIBLE_DEVICES");
     if (v == NULL)
         return;
     int n = 0;
@@ -92,14 +163,15 @@ static void load_visible(shim_config *cfg)
 void config_load(shim_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
+    load_limits_file();
     cfg->disabled = env_true("CUDA_DISABLE_CONTROL");
 
-    const char *path = getenv("CUDA_DEVICE_MEMORY_SHARED_CACHE");
+    const char *path = shim_var("CUDA_DEVICE_MEMORY_SHARED_CACHE");
     if (path == NULL || *path == '\0')
         path = CFG_DEFAULT_REGION_PATH;
     snprintf(cfg->region_path, sizeof cfg->region_path, "%s", path);
 
-    const char *pol = getenv("GPU_CORE_UTILIZATION_POLICY");
+    const char *pol = shim_var("GPU_CORE_UTILIZATION_POLICY");
     if (pol == NULL || *pol == '\0' || strcasecmp(pol, "default") == 0) {
         cfg->policy = POLICY_DEFAULT;
     } else if (strcasecmp(pol, "force") == 0) {
@@ -114,7 +186,7 @@ void config_load(shim_config *cfg)
     }
 
     cfg->priority = -1;
-    const char *prio = getenv("CUDA_TASK_PRIORITY");
+    const char *prio = shim_var("CUDA_TASK_PRIORITY");
     if (prio && *prio) {
         char *end = NULL;
         long v = strtol(prio, &end, 10);
@@ -148,10 +220,18 @@ void config_load(shim_config *cfg)
     }
 
     /* Launches skip all throttle work when no compute limit is configured at all. */
-    extern char **environ;
-    for (char **e = environ; e && *e; e++)
-        if (strncmp(*e, "CUDA_DEVICE_SM_LIMIT", 20) == 0 || strncmp(*e, "CUDA_DEVICE_CORE_LIMIT", 22) == 0)
-            cfg->sm_configured = 1;
+    if (g_limits_from_file) {
+        for (int i = 0; i < g_limit_count; i++)
+            if (strncmp(g_limit_keys[i], "CUDA_DEVICE_SM_LIMIT", 20) == 0 ||
+                strncmp(g_limit_keys[i], "CUDA_DEVICE_CORE_LIMIT", 22) == 0)
+                cfg->sm_configured = 1;
+    } else {
+        extern char **environ;
+        for (char **e = environ; e && *e; e++)
+            if (strncmp(*e, "CUDA_DEVICE_SM_LIMIT", 20) == 0 ||
+                strncmp(*e, "CUDA_DEVICE_CORE_LIMIT", 22) == 0)
+                cfg->sm_configured = 1;
+    }
     load_visible(cfg);
 }
 
@@ -168,12 +248,12 @@ static const char *lookup(const char *base, int index, char *name, size_t name_l
 {
     if (index >= 0) {
         snprintf(name, name_len, "%s_%d", base, index);
-        const char *v = getenv(name);
+        const char *v = shim_var(name);
         if (v != NULL)
             return v;
     }
     snprintf(name, name_len, "%s", base);
-    return getenv(name);
+    return shim_var(name);
 }
 
 void config_device_limits(int index, device_limits *out)

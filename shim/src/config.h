@@ -41,6 +41,10 @@ typedef struct {
 /* Parses the process environment. Never fails; problems are logged. */
 void config_load(shim_config *cfg);
 
+/* 1 when the limits came from the device plugin's read-only limits file (the
+ * environment's copies of the shim's variables are then ignored). */
+int config_limits_from_file(void);
+
 /* Limits of the container's device number `index` (-1: not in the container's list,
  * only the all-device defaults apply). */
 void config_device_limits(int index, device_limits *out);

@@ -531,3 +531,24 @@ def test_cdi_mode_answers_names_and_writes_the_spec(
     assert writer.sweep([uid]) == []
     assert writer.sweep([]) == [writer.spec_path(uid, "main")]
     assert not writer.spec_path(uid, "main").exists()
+
+
+def test_the_limits_reach_the_container_as_a_read_only_file_env_cannot_override(
+    cluster, nvidia, bound_pod: BindPod
+):
+    """Issue #12 item 1: kubelet lets a container's own env win over the device plugin's,
+    so the limits also travel as a read-only file, which the shim prefers."""
+    c = ctr("main", gpu=1, gpumem=3000, gpucores=30)
+    c["env"] = [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "16384m"}]  # got past admission
+    bound_pod(cluster, nvidia, gpu_pod("p", c), NODE)
+    (uuid,) = assigned(cluster, "p")[0]
+    (answer,) = allocator(cluster, nvidia).allocate([ids_on(uuid)])
+    mount = {m.container_path: m for m in answer.mounts}["/usr/local/vgpu/limits"]
+    assert mount.read_only
+    host = Path(mount.host_path)
+    lines = dict(line.split("=", 1) for line in host.read_text().splitlines())
+    assert lines["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert lines["CUDA_DEVICE_SM_LIMIT"] == "30" and lines["NVIDIA_VISIBLE_DEVICES"] == uuid
+    assert stat.S_IMODE(host.stat().st_mode) == 0o644
+    shared = {m.container_path: m for m in answer.mounts}["/usr/local/vgpu/shared"]
+    assert not host.is_relative_to(shared.host_path)  # not inside the writable directory

@@ -10,7 +10,7 @@ import stat
 import struct
 import time
 
-from .support import OOM, MiB, read_json_line, read_until_ready, stop
+from .support import GPU0, OOM, MiB, read_json_line, read_until_ready, stop
 
 HEADER = 4096
 SLOT = 576  # 64 + 32 x 16 devices (shim/src/region_layout.h)
@@ -130,3 +130,44 @@ def test_the_device_plugin_makes_the_container_directory_sticky(tmp_path):
     make_shared_dir(str(d))
     mode = d.stat().st_mode
     assert stat.S_IMODE(mode) == 0o1777 and mode & stat.S_ISVTX
+
+
+# -- issue #12 item 1: the limits file wins over the container's own env -------------
+
+
+def test_the_limits_file_wins_over_the_containers_env(shim, tmp_path):
+    limits = tmp_path / "limits"
+    limits.write_text(
+        f"NVIDIA_VISIBLE_DEVICES={GPU0}\nCUDA_DEVICE_MEMORY_LIMIT_0=512m\nCUDA_DEVICE_SM_LIMIT=30\n"
+    )
+    r = shim.probe(
+        "init",
+        "ctx",
+        "0",
+        "meminfo",
+        "alloc",
+        "600m",
+        "alloc",
+        "500m",
+        HAMI_SHIM_LIMITS_FILE=str(limits),
+        CUDA_DEVICE_MEMORY_LIMIT_0="16384m",  # the tenant's own env
+        CUDA_DISABLE_CONTROL="true",
+    )
+    assert r.op("meminfo")["total"] == 512 * MiB
+    assert r.rcs("alloc") == [OOM, 0]
+
+
+def test_a_limit_missing_from_the_file_is_not_taken_from_env(shim, tmp_path):
+    limits = tmp_path / "limits"
+    limits.write_text(f"NVIDIA_VISIBLE_DEVICES={GPU0}\n")
+    r = shim.probe(
+        "init",
+        "ctx",
+        "0",
+        "alloc",
+        "1m",
+        HAMI_SHIM_LIMITS_FILE=str(limits),
+        CUDA_DEVICE_MEMORY_LIMIT_0="16384m",
+        CUDA_DEVICE_MEMORY_LIMIT="16384m",
+    )
+    assert r.rcs("alloc") == [OOM]  # fail closed: no limit stated by the device plugin

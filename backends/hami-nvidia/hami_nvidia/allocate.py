@@ -47,6 +47,17 @@ def check_config(config: VendorConfig) -> None:
             raise ConfigError(f"nvidia.{key}: must be >= 0, got {opts[key]!r}")
 
 
+#: Where the limits file is mounted (read-only) in the container: the shim reads its
+#: variables from it and ignores the container's own env copies (shim/src/config.c).
+CONTAINER_LIMITS_FILE = f"{CONTAINER_HOOK_DIR}/limits"
+
+
+def limits_file(hook_path: str, pod_uid: str, container: str) -> str:
+    """Host path of one container's limits file, beside (not inside) its writable
+    directory: ``<hook>/containers/<uid>_<name>.limits``."""
+    return f"{container_dir(hook_path, pod_uid, container)}.limits"
+
+
 def container_dir(hook_path: str, pod_uid: str, container: str) -> str:
     """Host directory of one container's shared region: ``<hook>/containers/<uid>_<name>``."""
     return f"{hook_path.rstrip('/')}/containers/{pod_uid}_{container}"
@@ -64,8 +75,10 @@ def allocate(
     (``<MiB>m``), ``CUDA_DEVICE_SM_LIMIT`` and ``_<i>`` (percent),
     ``CUDA_DEVICE_MEMORY_SHARED_CACHE``, ``CUDA_OVERSUBSCRIBE`` (memory scaling > 1),
     ``GPU_CORE_UTILIZATION_POLICY``, ``CUDA_TASK_PRIORITY``. Mounts: the shim (read-only),
-    ``/etc/ld.so.preload`` unless the container sets ``CUDA_DISABLE_CONTROL=true``, and the
-    writable per-container directory the monitor reads.
+    ``/etc/ld.so.preload`` unless the container sets ``CUDA_DISABLE_CONTROL=true``, the
+    writable per-container directory the monitor reads, and the same variables as a
+    read-only limits file (``/usr/local/vgpu/limits``) that the shim prefers to the
+    environment, so a container's own env cannot raise its share (PROTOCOL.md §7).
     """
     if not devices:
         return ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": "none"})
@@ -102,4 +115,10 @@ def allocate(
     )
     if not disabled:
         mounts.append(Mount(container_path="/etc/ld.so.preload", host_path=f"{hook}/ld.so.preload"))
-    return ContainerAllocation(envs=envs, mounts=tuple(mounts))
+    file_values = dict(envs)
+    if disabled:  # admitted only where an administrator allowed it (the webhook)
+        file_values["CUDA_DISABLE_CONTROL"] = "true"
+    host_limits = limits_file(hook, str(meta.get("uid", "")), name)
+    mounts.append(Mount(container_path=CONTAINER_LIMITS_FILE, host_path=host_limits))
+    content = "".join(f"{k}={v}\n" for k, v in sorted(file_values.items()))
+    return ContainerAllocation(envs=envs, mounts=tuple(mounts), files={host_limits: content})
