@@ -134,13 +134,25 @@ class ContainerAllocation:
 
 @attrs.frozen(kw_only=True)
 class MutateResult:
-    """The answer of ``hami_mutate`` for one container.
+    """The answer of ``hami_mutate`` for one container: what its spec should state.
+
+    The webhook writes it (PROTOCOL.md §6); a backend says what, not how.
 
     Attributes:
-        patch: RFC 6902 JSON-patch operations on the whole pod object.
+        resources: resource name -> quantity that both ``limits`` and ``requests``
+            must state (the defaulted request as the scheduler reads it). A quantity the
+            container already states for that name and that means the same number
+            (``"5k"`` for 5000) is kept as written.
+        env: environment variables added to the container when it does not set them.
+        runtime_class_name: set as the pod's ``runtimeClassName`` when it names none.
+        patch: RFC 6902 operations on the whole pod for what the fields above cannot
+            say (Ascend's ``postStart`` hook), applied after them.
         denial: when set, the pod is denied with this message (naming the container,
-            the resource and the value); ``patch`` is then ignored.
+            the resource and the value); everything else is then ignored.
     """
 
+    resources: Mapping[str, int | str] = attrs.field(factory=dict)
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    runtime_class_name: str = ""
     patch: tuple[Mapping[str, Any], ...] = ()
     denial: str | None = None

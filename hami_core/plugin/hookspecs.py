@@ -3,11 +3,11 @@
 Every hook a vendor backend can implement is specified here, and only here. The core
 calls hooks exclusively through ``hami_core.plugin.BackendManager``, which dispatches by
 vendor: ``hami_fit``, ``hami_score`` and ``hami_allocate`` go only to the backend that
-owns the vendor key; ``hami_discover``, ``hami_watch_health`` and ``hami_link_scores`` go to the one
-backend a device plugin serves; ``hami_node_devices`` to the backend of the vendor key; ``hami_parse_request`` and ``hami_mutate`` go to every
-backend,
-and each answers ``None`` for a container that asks nothing of its vendors (the
-conformance kit checks that it does). Hooks may take any subset of the arguments
+owns the vendor key; ``hami_discover``, ``hami_watch_health`` and ``hami_link_scores`` go
+to the one backend a device plugin serves; ``hami_node_devices`` to the backend of the
+vendor key; ``hami_mutate`` to the backend whose request a container holds;
+``hami_parse_request`` goes to every backend, and each answers ``None`` for a container
+that asks nothing of its vendors (the conformance kit checks that it does). Hooks may take any subset of the arguments
 (pluggy passes only those an implementation names), so specs can gain arguments
 without breaking backends.
 
@@ -182,18 +182,23 @@ def hami_parse_request(
 
 @_hookspec
 def hami_mutate(
-    pod: Pod, container: Container, container_path: str, config: VendorConfig
+    pod: Pod,
+    container: Container,
+    container_path: str,
+    config: VendorConfig,
+    request: DeviceRequest,
 ) -> MutateResult | None:
-    """Default and validate one container at admission.
+    """Default and validate one container at admission: say what its spec should state.
 
-    Called by: the webhook, for every container (init containers first) of a pod that
-    is mutated (PROTOCOL.md §6).
+    Called by: the webhook, once per container (init containers first) that asks for
+    this backend's vendors (PROTOCOL.md §6), after it parsed the container once.
     Args:
         container_path: JSON pointer of the container in the pod, e.g.
-            ``/spec/containers/1``; patches address the container through it.
-    Returns: ``MutateResult`` with RFC 6902 operations on the whole pod (limits copied to
-        requests, defaults, env), or with a ``denial`` message; ``None`` when the
-        container asks nothing of this backend's vendors.
+            ``/spec/containers/1``, for operations in ``MutateResult.patch``.
+        request: this backend's ``hami_parse_request`` answer for the container.
+    Returns: ``MutateResult`` with the quantities both ``limits`` and ``requests`` must
+        state, env, a RuntimeClass (the webhook writes them), or a ``denial`` message;
+        ``None`` when the container asks nothing of this backend's vendors.
     """
 
 

@@ -281,11 +281,18 @@ class BackendManager:
         return out
 
     def mutate(
-        self, pod: Pod, container: Container, *, container_path: str
+        self,
+        pod: Pod,
+        container: Container,
+        *,
+        container_path: str,
+        requests: Sequence[DeviceRequest],
     ) -> list[tuple[str, MutateResult]]:
-        """Every backend's mutation of one container, as (backend name, result)."""
+        """The mutation of one container by the backend of each of its parsed requests
+        (``parse_requests``), as (backend name, result)."""
         out = []
-        for name in self._records:
+        for request in requests:
+            name = self.backend_of(request.vendor)
             res = self._call_one(
                 name,
                 "hami_mutate",
@@ -294,6 +301,7 @@ class BackendManager:
                 container=container,
                 container_path=container_path,
                 config=self.vendor_config(name),
+                request=request,
             )
             if res is not None:
                 out.append((name, res))

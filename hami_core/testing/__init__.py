@@ -24,6 +24,6 @@ from hami_core.extras import require_extra
 require_extra("testing", "hami_core.testing (the backend conformance kit)")
 
 from .conformance import BackendConformance  # noqa: E402
-from .sections import section  # noqa: E402
+from .sections import mutated, section  # noqa: E402
 
-__all__ = ["BackendConformance", "section"]
+__all__ = ["BackendConformance", "mutated", "section"]

@@ -24,6 +24,7 @@ from hami_core.model import (
 )
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.scoring import vendor_score
+from hami_core.webhook.mutation import apply_mutation
 
 FOREIGN_VENDOR = "ConformanceForeignVendor"
 FOREIGN_RESOURCE = "conformance.example.com/foreign-device"
@@ -139,9 +140,9 @@ class BackendConformance:
             assert t.resources.memory_unit_mib >= 1
 
     def test_ignores_other_vendors(self, manager: BackendManager) -> None:
-        """The broadcast hooks (parse, mutate) answer None for another vendor's container.
-        Fit, score, allocate and bind annotations need no such check: the manager calls
-        only the backend that owns the vendor key."""
+        """The broadcast hook (parse) answers None for another vendor's container. Mutate,
+        fit, score, allocate and bind annotations need no such check: the manager calls
+        only the backend that owns the parsed request or the vendor key."""
         name = self.backend_name
         config = manager.vendor_config(name)
         foreign = {"name": "other", "resources": {"limits": {FOREIGN_RESOURCE: "1"}}}
@@ -149,17 +150,6 @@ class BackendConformance:
         assert (
             manager.call_backend(
                 name, "hami_parse_request", pod=pod, container=foreign, init=False, config=config
-            )
-            is None
-        )
-        assert (
-            manager.call_backend(
-                name,
-                "hami_mutate",
-                pod=pod,
-                container=foreign,
-                container_path="/spec/containers/0",
-                config=config,
             )
             is None
         )
@@ -292,21 +282,35 @@ class BackendConformance:
         for m in res.mounts:
             assert m.container_path.startswith("/") and m.host_path.startswith("/")
 
-    def test_mutate_patch_applies(self, manager: BackendManager) -> None:
+    def test_mutate_applies_and_is_stable(self, manager: BackendManager) -> None:
+        """The webhook writes the backend's result: the container still parses to the
+        same request, other containers are untouched, and mutating the mutated pod
+        again (the webhook may be re-invoked) changes nothing."""
         dtype = self.device_type(manager)
         container = self.sample_container(dtype, count=1, memory_mib=self.device_memory_mib // 8)
         pod = self._pod({"name": "sidecar", "image": "busybox"}, container)
-        results = manager.mutate(pod, container, container_path="/spec/containers/1")
+        before = self._request(manager, container)
+        results = manager.mutate(
+            pod, container, container_path="/spec/containers/1", requests=[before]
+        )
         assert len(results) == 1, results
         name, res = results[0]
         assert name == self.backend_name
         assert isinstance(res, MutateResult)
         assert res.denial is None, res.denial
-        patched = jsonpatch.apply_patch(copy.deepcopy(pod), list(res.patch))
-        before = self._request(manager, container)
+        patched = copy.deepcopy(pod)
+        ops = apply_mutation(patched, patched["spec"]["containers"][1], "/spec/containers/1", res)
+        # the operations the webhook answers with reproduce the mutated pod
+        assert jsonpatch.apply_patch(copy.deepcopy(pod), ops) == patched
         after_container = patched["spec"]["containers"][1]
         assert self._request(manager, after_container) == before, "mutation changed the request"
         assert patched["spec"]["containers"][0] == pod["spec"]["containers"][0]
-        # Mutating the mutated pod again changes nothing (the webhook may be re-invoked).
-        again = manager.mutate(patched, after_container, container_path="/spec/containers/1")
-        assert jsonpatch.apply_patch(copy.deepcopy(patched), list(again[0][1].patch)) == patched
+        again = manager.mutate(
+            patched, after_container, container_path="/spec/containers/1", requests=[before]
+        )
+        twice = copy.deepcopy(patched)
+        assert (
+            apply_mutation(twice, twice["spec"]["containers"][1], "/spec/containers/1", again[0][1])
+            == []
+        )
+        assert twice == patched

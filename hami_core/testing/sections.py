@@ -1,11 +1,17 @@
-"""Build a backend's configuration section as the ``BackendManager`` hands it to hooks."""
+"""Test helpers for backend authors: a section as hooks receive it, a mutated pod."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import Any
 
+import jsonpointer
+
+from hami_core.model import MutateResult
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import HamiConfig, VendorConfig
+from hami_core.webhook.mutation import apply_mutation
 
 
 def section(plugin: object, **fields: Any) -> VendorConfig:
@@ -23,3 +29,16 @@ def section(plugin: object, **fields: Any) -> VendorConfig:
         {info.name: plugin}, config=HamiConfig(vendors={info.name: stated})
     )
     return manager.vendor_config(info.name)
+
+
+def mutated(pod: Mapping[str, Any], container_path: str, result: MutateResult) -> dict[str, Any]:
+    """A copy of ``pod`` with ``result`` (one container's ``hami_mutate`` answer) written
+    into the container at ``container_path`` as the webhook writes it.
+
+    Raises:
+        InvalidInputError: the result's raw patch does not apply.
+    """
+    out = copy.deepcopy(dict(pod))
+    container = jsonpointer.resolve_pointer(out, container_path)
+    apply_mutation(out, container, container_path, result)
+    return out

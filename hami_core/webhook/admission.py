@@ -14,19 +14,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import jsonpatch
-import jsonpointer
 
 from hami_core.cluster.base import ClusterStore
 from hami_core.errors import InvalidInputError
-from hami_core.model import Charge, collapse
+from hami_core.model import Charge, ContainerRequest, DeviceRequest, PodRequest, collapse
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
-from hami_core.scheduling.podspec import check_pod_shape, containers, pod_ref, read_pod_request
+from hami_core.scheduling.podspec import check_pod_shape, containers, pod_ref
 from hami_core.scheduling.policy import resolve_policies
 from hami_core.scheduling.quota import namespace_usage, quota_limits, quota_violation
 
 from .misplaced import misplaced_limits
+from .mutation import apply_mutation
 from .trust import (
     DISABLE_CONTROL_ALLOW,
     DISABLE_CONTROL_LABEL,
@@ -149,15 +148,28 @@ class Admission:
         ns_labels = namespace_labels or {}
         if ns_labels.get(keys.WEBHOOK_IGNORE_LABEL) == keys.WEBHOOK_IGNORE_VALUE:
             return AdmissionResult()
-        asks = False
         allow_off = ns_labels.get(DISABLE_CONTROL_LABEL) == DISABLE_CONTROL_ALLOW
-        for container, init, _ in containers(pod):
-            if not self.container_asks(pod, container, init=init):
+        # One parse per container, kept for mutation and the request checks.
+        working: dict[str, Any] = copy.deepcopy(dict(pod))
+        parsed: list[tuple[Any, bool, str, list[DeviceRequest]]] = []
+        malformed: InvalidInputError | None = None
+        for container, init, path in containers(working):
+            try:
+                reqs = self.manager.parse_requests(working, container, init=init)
+            except InvalidInputError as exc:
+                malformed = malformed or exc
+                reqs = []
+                asking = True
+            else:
+                asking = bool(reqs)
+            if not asking:
+                parsed.append((container, init, path, reqs))
                 continue
-            asks = True
             reason = env_denial(container, allow_disable_control=allow_off)
             if reason:
                 return _deny("ProtectedEnv", f"pod {pod_ref(pod)}: {reason}")
+            parsed.append((container, init, path, reqs))
+        asks = malformed is not None or any(reqs for *_, reqs in parsed)
         # The object label exempts only a pod that asks for no managed device.
         labels = meta.get("labels") or {}
         if not asks and labels.get(keys.WEBHOOK_IGNORE_LABEL) == keys.WEBHOOK_IGNORE_VALUE:
@@ -168,35 +180,41 @@ class Admission:
         misplaced = misplaced_limits(pod, self.manager.device_types())
         if misplaced:
             return _deny("MisplacedLimits", f"pod {pod_ref(pod)}: {misplaced}")
-        working: dict[str, Any] = copy.deepcopy(dict(pod))
-        asked = False
-        for _, _, path in list(containers(pod)):
-            container = jsonpointer.resolve_pointer(working, path)
-            for backend, result in self.manager.mutate(working, container, container_path=path):
-                asked = True
+        if malformed is not None:
+            return _deny("InvalidRequest", f"pod {pod_ref(pod)}: {malformed}")
+        if not asks:
+            return AdmissionResult()
+        patch: list[dict[str, Any]] = []
+        for container, _, path, reqs in parsed:
+            if not reqs:
+                continue
+            for backend, result in self.manager.mutate(
+                working, container, container_path=path, requests=reqs
+            ):
                 if result.denial:
                     return _deny("InvalidRequest", f"pod {pod_ref(pod)}: {result.denial}")
                 try:
-                    working = jsonpatch.apply_patch(working, list(result.patch))
-                except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-                    return _deny(
-                        "InvalidRequest",
-                        f"backend {backend!r} produced a patch that does not apply: {exc}",
-                    )
-                container = jsonpointer.resolve_pointer(working, path)
-        if not asked:
-            return AdmissionResult()
+                    patch += apply_mutation(working, container, path, result)
+                except InvalidInputError as exc:
+                    return _deny("InvalidRequest", f"backend {backend!r} produced {exc}")
 
-        denial = self._shared_checks(pod, working)
+        request = PodRequest(
+            namespace=str(meta.get("namespace", "default")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            containers=tuple(
+                ContainerRequest(name=str(c.get("name", "")), init=init, devices=tuple(reqs))
+                for c, init, _, reqs in parsed
+            ),
+        )
+        denial = self._shared_checks(pod, request)
         if denial is not None:
             return denial
-        working.setdefault("spec", {})["schedulerName"] = ours
-        patch = jsonpatch.make_patch(dict(pod), working)
-        return AdmissionResult(patch=tuple(patch.patch), mutated=True)
+        if spec.get("schedulerName") != ours:
+            patch.append({"op": "add", "path": "/spec/schedulerName", "value": ours})
+        return AdmissionResult(patch=tuple(patch), mutated=True)
 
-    def _shared_checks(
-        self, pod: Mapping[str, Any], working: Mapping[str, Any]
-    ) -> AdmissionResult | None:
+    def _shared_checks(self, pod: Mapping[str, Any], request: PodRequest) -> AdmissionResult | None:
         ref = pod_ref(pod)
         spec = pod.get("spec") or {}
         for container, _, _ in containers(pod):
@@ -214,7 +232,6 @@ class Admission:
             )
         try:
             resolve_policies(pod, self.manager.config)
-            request = read_pod_request(working, self.manager)
         except InvalidInputError as exc:
             return _deny("InvalidRequest", str(exc))
         if self.store is None:

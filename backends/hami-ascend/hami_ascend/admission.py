@@ -16,9 +16,6 @@ from hami_core.backend import (
     InvalidInputError,
     MutateResult,
     VendorConfig,
-    parse_quantity_int,
-    resource_value,
-    set_resources,
 )
 
 from .models import MODE_HAMI_CORE, settings
@@ -32,21 +29,14 @@ LIMITER_COMMAND: Final = (
 )
 
 
-def _same_number(stated: object, value: int, name: str) -> bool:
-    try:
-        return parse_quantity_int(stated, resource=name, maximum=2**62) == value
-    except InvalidInputError:
-        return False
-
-
 def mutate_container(
     pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
 ) -> MutateResult | None:
-    """Patch one container so that its spec states the request as the scheduler reads it.
-
-    Quantities the user wrote stay as written (``"5k"``) when they already mean the
-    defaulted value; the memory is rewritten when the template rounding changed it and
-    the count when module pairing did.
+    """What one container's spec must state: the request as the scheduler reads it (the
+    webhook keeps a quantity the user wrote, ``"5k"``, when it means the same value; the
+    memory is rewritten when the template rounding changed it and the count when module
+    pairing did); in ``hami-core`` mode also HAMi's ``postStart`` limiter hook, the one
+    raw patch.
 
     Returns: None for a container without Ascend resources; a denial (naming the
         container, the resource and the value) for invalid ones.
@@ -59,22 +49,12 @@ def mutate_container(
     if req is None:
         return None
     model = req.model
-    values: dict[str, object] = {
+    values: dict[str, int | str] = {
         model.resource_count: str(req.count),
         model.resource_memory: str(req.memory_mib),
         model.resource_cores: str(req.cores_pct),
     }
-    for name, value in list(values.items()):
-        stated = resource_value(container, name)
-        if stated is not None and _same_number(stated, int(str(value)), name):
-            values[name] = stated
-
-    patch: list[dict[str, Any]] = set_resources(container, container_path, values)
-    spec = pod.get("spec") or {}
-    if cfg.runtime_class_name and not spec.get("runtimeClassName"):
-        patch.append(
-            {"op": "add", "path": "/spec/runtimeClassName", "value": cfg.runtime_class_name}
-        )
+    patch: list[dict[str, Any]] = []
     if req.mode == MODE_HAMI_CORE:
         lifecycle = container.get("lifecycle") or {}
         if not lifecycle.get("postStart"):
@@ -87,4 +67,6 @@ def mutate_container(
                     "value": {"exec": {"command": list(LIMITER_COMMAND)}},
                 }
             )
-    return MutateResult(patch=tuple(patch))
+    return MutateResult(
+        resources=values, runtime_class_name=cfg.runtime_class_name, patch=tuple(patch)
+    )

@@ -10,8 +10,6 @@ from hami_core.backend import (
     MutateResult,
     VendorConfig,
     resource_names,
-    resource_value,
-    set_resources,
 )
 
 from . import options
@@ -20,9 +18,10 @@ from .requests import parse_request, read_raw
 
 
 def mutate_container(
-    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
+    pod: Mapping[str, Any], container: Mapping[str, Any], config: VendorConfig
 ) -> MutateResult | None:
-    """Patch one container so limits and requests both carry the defaulted request.
+    """What one container's spec must state: limits and requests both carry the
+    defaulted request.
 
     Writes the count (``cambricon.com/vmlu``), the memory in 256 MiB units and the cores,
     under the names the container used (model-qualified ones such as
@@ -42,17 +41,11 @@ def mutate_container(
         raw = read_raw(container, names, config)
     except InvalidInputError as exc:
         return MutateResult(denial=str(exc))
-    values: dict[str, object] = {names.count: str(req.count)}
+    values: dict[str, int | str] = {names.count: str(req.count)}
     if req.memory_mib:
         values[raw.memory_name] = str(req.memory_mib // MEMORY_UNIT_MIB)
     values[raw.cores_name] = str(req.cores_pct)
-    for name in list(values):
-        stated = resource_value(container, name)
-        if stated is not None:
-            values[name] = stated
-
-    patch: list[dict[str, Any]] = set_resources(container, container_path, values)
-    runtime_class = str(config.options[options.RUNTIME_CLASS] or "")
-    if runtime_class and not (pod.get("spec") or {}).get("runtimeClassName"):
-        patch.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class})
-    return MutateResult(patch=tuple(patch))
+    return MutateResult(
+        resources=values,
+        runtime_class_name=str(config.options[options.RUNTIME_CLASS] or ""),
+    )

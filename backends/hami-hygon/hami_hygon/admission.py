@@ -12,12 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from hami_core.backend import (
+    DeviceRequest,
     InvalidInputError,
     MutateResult,
     VendorConfig,
     resource_names,
-    resource_value,
-    set_resources,
 )
 
 from .names import DEFAULT_RESOURCES
@@ -25,29 +24,28 @@ from .requests import parse_request
 
 
 def mutate_container(
-    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    config: VendorConfig,
+    request: DeviceRequest | None = None,
 ) -> MutateResult | None:
-    """Patch one container: limits and requests both carry the defaulted request.
+    """What one container's spec must state: limits and requests both carry the
+    defaulted request (a defaulted memory in the user's unit, MiB / ``memoryFactor``).
 
+    Args:
+        request: the container's parsed DCU request (parsed here when None).
     Returns: None for a container without DCU resources; a denial naming the container,
         the resource and the value for invalid ones.
     """
     try:
-        req = parse_request(container, config)
+        req = request or parse_request(container, config)
     except InvalidInputError as exc:
         return MutateResult(denial=str(exc))
     if req is None:
         return None
     names = resource_names(DEFAULT_RESOURCES, config)
-    values: dict[str, object] = {names.count: str(req.count), names.cores: str(req.cores_pct)}
+    values: dict[str, int | str] = {names.count: str(req.count), names.cores: str(req.cores_pct)}
     factor = max(1, int(config.options["memoryFactor"]))
     if req.memory_mib and req.memory_mib % factor == 0:
-        # a defaulted memory is written in the user's unit (MiB / memoryFactor)
         values[names.memory] = str(req.memory_mib // factor)
-    for name in (names.count, names.memory, names.cores):
-        stated = resource_value(container, name)
-        if stated is not None:
-            values[name] = stated
-
-    patch: list[dict[str, Any]] = set_resources(container, container_path, values)
-    return MutateResult(patch=tuple(patch))
+    return MutateResult(resources=values)

@@ -46,9 +46,12 @@ def hami_parse_request(container: Mapping[str, Any], config: VendorConfig) -> De
 
 @hookimpl
 def hami_mutate(
-    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    config: VendorConfig,
+    request: DeviceRequest,
 ) -> MutateResult | None:
-    return admission.mutate_container(pod, container, container_path, config)
+    return admission.mutate_container(pod, container, config, request)
 
 
 @hookimpl

@@ -10,8 +10,6 @@ from hami_core.backend import (
     MutateResult,
     VendorConfig,
     resource_names,
-    resource_value,
-    set_resources,
 )
 
 from . import options
@@ -20,9 +18,10 @@ from .requests import parse_request, read_raw
 
 
 def mutate_container(
-    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
+    pod: Mapping[str, Any], container: Mapping[str, Any], config: VendorConfig
 ) -> MutateResult | None:
-    """Patch one container so limits and requests carry the request as scheduled.
+    """What one container's spec must state: limits and requests carry the request as
+    scheduled.
 
     vXPU: writes the count (``kunlunxin.com/vxpu``, default ``defaultGPUNum``) and, when
     memory was stated or defaulted, the **trimmed** memory (``30000`` becomes ``49152``;
@@ -44,17 +43,14 @@ def mutate_container(
     except InvalidInputError as exc:
         return MutateResult(denial=str(exc))
     names = resource_names(DEFAULT_RESOURCES, config)
-    values: dict[str, object] = {}
+    values: dict[str, int | str] = {}
     if raw.whole is not None:
-        whole = whole_card_resource(config)
-        values[whole] = resource_value(container, whole)
+        values[whole_card_resource(config)] = str(raw.whole)
     else:
-        values[names.count] = resource_value(container, names.count) or str(req.count)
+        values[names.count] = str(req.count)
         if raw.memory_mib or config.default_memory_mib:
             values[names.memory] = str(req.memory_mib or tiers[-1])
-
-    patch: list[dict[str, Any]] = set_resources(container, container_path, values)
-    runtime_class = str(config.options[options.RUNTIME_CLASS] or "")
-    if runtime_class and not (pod.get("spec") or {}).get("runtimeClassName"):
-        patch.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class})
-    return MutateResult(patch=tuple(patch))
+    return MutateResult(
+        resources=values,
+        runtime_class_name=str(config.options[options.RUNTIME_CLASS] or ""),
+    )

@@ -7,12 +7,12 @@ from typing import Any
 
 from hami_core.backend import (
     DEVICE_MODES,
+    DeviceRequest,
     InvalidInputError,
     MutateResult,
     VendorConfig,
     resource_names,
     resource_value,
-    set_resources,
 )
 
 from .names import CORE_POLICY, DEFAULT_RESOURCES, PRIORITY_RESOURCE, VGPU_MODE, first_annotation
@@ -25,58 +25,42 @@ OPTION_DEFAULTS: dict[str, object] = {"runtimeClassName": ""}
 
 
 def mutate_container(
-    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    config: VendorConfig,
+    request: DeviceRequest | None = None,
 ) -> MutateResult | None:
-    """Patch one container: limits and requests both carry the defaulted request.
+    """What one container's spec must state: limits and requests both carry the
+    defaulted request, exactly as the scheduler will read it, so what ``kubectl get pod
+    -o yaml`` shows is what is scheduled; env ``CUDA_TASK_PRIORITY`` (from
+    ``nvidia.com/priority``) and ``GPU_CORE_UTILIZATION_POLICY`` (from the pod's
+    ``hami.io/core-policy``); the configured ``runtimeClassName``.
 
-    Writes ``count``, memory and cores exactly as the scheduler will read them, so what
-    ``kubectl get pod -o yaml`` shows is what is scheduled; adds ``CUDA_TASK_PRIORITY``
-    (from ``nvidia.com/priority``) and ``GPU_CORE_UTILIZATION_POLICY`` (from the pod's
-    ``hami.io/core-policy``) to the container env.
-
+    Args:
+        request: the container's parsed NVIDIA request (parsed here when None).
     Returns: None for a container without NVIDIA resources; a denial for invalid ones.
     """
     try:
-        req = parse_request(container, config)
+        req = request or parse_request(container, config)
     except InvalidInputError as exc:
         return MutateResult(denial=str(exc))
     if req is None:
         return None
     names = resource_names(DEFAULT_RESOURCES, config)
-    values: dict[str, object] = {names.count: str(req.count)}
+    values: dict[str, int | str] = {names.count: str(req.count)}
     if req.memory_mib:
         values[names.memory] = str(req.memory_mib)
     elif req.memory_pct != 100 or resource_value(container, names.memory_pct) is not None:
         values[names.memory_pct] = str(req.memory_pct)
     values[names.cores] = str(req.cores_pct)
-    # Quantities the user wrote stay as written (e.g. "5k"); only absent ones are added.
-    for name in (names.count, names.memory, names.memory_pct, names.cores):
-        stated = resource_value(container, name)
-        if stated is not None:
-            values[name] = stated
-
-    patch: list[dict[str, Any]] = set_resources(container, container_path, values)
-    runtime_class = str(config.options.get("runtimeClassName") or "")
-    spec = pod.get("spec") or {}
-    if runtime_class and not spec.get("runtimeClassName"):
-        patch.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class})
     env = _env(pod, container)
     if isinstance(env, str):
         return MutateResult(denial=env)
-    if env:
-        if not container.get("env"):
-            patch.append({"op": "add", "path": f"{container_path}/env", "value": []})
-        existing = {e.get("name") for e in container.get("env") or []}
-        for name, value in env.items():
-            if name not in existing:
-                patch.append(
-                    {
-                        "op": "add",
-                        "path": f"{container_path}/env/-",
-                        "value": {"name": name, "value": value},
-                    }
-                )
-    return MutateResult(patch=tuple(patch))
+    return MutateResult(
+        resources=values,
+        env=env,
+        runtime_class_name=str(config.options["runtimeClassName"] or ""),
+    )
 
 
 def _env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str] | str:

@@ -1,8 +1,5 @@
 """Ascend requests and admission: template rounding at its edges, defaults, pairing."""
 
-import copy
-
-import jsonpatch
 import pytest
 from hami_ascend import plugin
 from hami_ascend.admission import LIMITER_COMMAND, mutate_container
@@ -11,6 +8,7 @@ from hami_ascend.requests import parse_request, resolve
 
 from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.model import DeviceRequest
+from hami_core.testing import mutated as written
 from hami_core.testing import section
 
 from .conftest import only
@@ -210,7 +208,7 @@ def mutated(p, index=0, config=DEFAULT):
     c = p["spec"]["containers"][index]
     res = mutate_container(p, c, f"/spec/containers/{index}", config)
     assert res is not None and res.denial is None, res
-    return jsonpatch.apply_patch(copy.deepcopy(p), list(res.patch))
+    return written(p, f"/spec/containers/{index}", res)
 
 
 def test_admission_writes_the_template_memory_into_limits_and_requests():

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-import copy
-
-import jsonpatch
 from hami_cambricon.admission import mutate_container
 from hami_cambricon.requests import parse_request
+
+from hami_core.testing import mutated as written
 
 from .helpers import config, container, pod
 
 
 def apply(p, result):
-    return jsonpatch.apply_patch(copy.deepcopy(p), list(result.patch))
+    return written(p, "/spec/containers/0", result)
 
 
 def test_count_only_gets_whole_card_values_in_limits_and_requests():
     c = container(vmlu=1)
     p = pod("p", c)
-    out = apply(p, mutate_container(p, c, "/spec/containers/0", config()))
+    out = apply(p, mutate_container(p, c, config()))
     res = out["spec"]["containers"][0]["resources"]
     want = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vcore": "100"}
     assert res["limits"] == want and res["requests"] == want
@@ -27,7 +26,7 @@ def test_count_only_gets_whole_card_values_in_limits_and_requests():
 def test_memory_only_gets_count_and_cores_written_in_units():
     c = container(vmemory=20)
     p = pod("p", c)
-    out = apply(p, mutate_container(p, c, "/spec/containers/0", config()))
+    out = apply(p, mutate_container(p, c, config()))
     assert out["spec"]["containers"][0]["resources"]["limits"] == {
         "cambricon.com/vmlu": "1",
         "cambricon.com/mlu.smlu.vmemory": "20",
@@ -38,7 +37,7 @@ def test_memory_only_gets_count_and_cores_written_in_units():
 def test_model_qualified_names_stay_model_qualified():
     c = container(vmlu=1, res={"cambricon.com/mlu370.smlu.vmemory": 20})
     p = pod("p", c)
-    out = apply(p, mutate_container(p, c, "/spec/containers/0", config()))
+    out = apply(p, mutate_container(p, c, config()))
     limits = out["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {
         "cambricon.com/vmlu": "1",
@@ -51,16 +50,16 @@ def test_model_qualified_names_stay_model_qualified():
 def test_mutation_is_idempotent_and_keeps_the_request():
     c = container(vmlu=1, vmemory=12, vcore=25)
     p = pod("p", c)
-    once = apply(p, mutate_container(p, c, "/spec/containers/0", config()))
+    once = apply(p, mutate_container(p, c, config()))
     c1 = once["spec"]["containers"][0]
     assert parse_request(c1, config()) == parse_request(c, config())
-    twice = apply(once, mutate_container(once, c1, "/spec/containers/0", config()))
+    twice = apply(once, mutate_container(once, c1, config()))
     assert twice == once
 
 
 def test_invalid_requests_are_denied_with_the_cause():
     c = container("train", vmlu=2, vmemory=20)
-    res = mutate_container(pod("p", c), c, "/spec/containers/0", config())
+    res = mutate_container(pod("p", c), c, config())
     assert (
         res is not None
         and res.denial
@@ -68,30 +67,24 @@ def test_invalid_requests_are_denied_with_the_cause():
         and "exactly one MLU" in res.denial
     )
     c = container("big", vmlu=1, vmemory="16Gi")
-    res = mutate_container(pod("p", c), c, "/spec/containers/0", config())
+    res = mutate_container(pod("p", c), c, config())
     assert res is not None and res.denial and "'16Gi'" in res.denial
 
 
 def test_runtime_class_is_set_when_configured_and_absent():
     c = container(vmlu=1)
     p = pod("p", c)
-    out = apply(
-        p, mutate_container(p, c, "/spec/containers/0", config(runtimeClassName="cambricon"))
-    )
+    out = apply(p, mutate_container(p, c, config(runtimeClassName="cambricon")))
     assert out["spec"]["runtimeClassName"] == "cambricon"
     p["spec"]["runtimeClassName"] = "mine"
-    out = apply(
-        p, mutate_container(p, c, "/spec/containers/0", config(runtimeClassName="cambricon"))
-    )
+    out = apply(p, mutate_container(p, c, config(runtimeClassName="cambricon")))
     assert out["spec"]["runtimeClassName"] == "mine"
     assert (
         "runtimeClassName"
-        not in apply(pod("q", c), mutate_container(pod("q", c), c, "/spec/containers/0", config()))[
-            "spec"
-        ]
+        not in apply(pod("q", c), mutate_container(pod("q", c), c, config()))["spec"]
     )
 
 
 def test_other_containers_are_not_touched():
     c = {"name": "web", "resources": {"limits": {"cpu": "1"}}}
-    assert mutate_container(pod("p", c), c, "/spec/containers/0", config()) is None
+    assert mutate_container(pod("p", c), c, config()) is None

@@ -1,8 +1,5 @@
 """Hygon DCU requests and admission: units, defaults, validation."""
 
-import copy
-
-import jsonpatch
 import pytest
 from hami_hygon import plugin
 from hami_hygon.admission import mutate_container
@@ -10,6 +7,7 @@ from hami_hygon.requests import parse_request
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import DeviceRequest
+from hami_core.testing import mutated as written
 from hami_core.testing import section
 
 from .conftest import only
@@ -107,20 +105,20 @@ def pod(*containers):
 
 def test_admission_writes_count_and_cores_and_keeps_stated_values():
     p = pod({"name": "side"}, ctr(mem="2k"))
-    res = mutate_container(p, p["spec"]["containers"][1], "/spec/containers/1", DEFAULT)
+    res = mutate_container(p, p["spec"]["containers"][1], DEFAULT)
     assert res is not None and res.denial is None
-    out = jsonpatch.apply_patch(copy.deepcopy(p), list(res.patch))
+    out = written(p, "/spec/containers/1", res)
     expected = {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2k", "hygon.com/dcucores": "100"}
     resources = out["spec"]["containers"][1]["resources"]
     assert resources["limits"] == expected and resources["requests"] == expected
     assert out["spec"]["containers"][0] == {"name": "side"}
-    again = mutate_container(out, out["spec"]["containers"][1], "/spec/containers/1", DEFAULT)
+    again = mutate_container(out, out["spec"]["containers"][1], DEFAULT)
     assert again is not None and again.patch == ()
 
 
 def test_admission_denies_with_the_cause():
     c = ctr(3, 1000)
-    res = mutate_container(pod(c), c, "/spec/containers/0", DEFAULT)
+    res = mutate_container(pod(c), c, DEFAULT)
     assert res is not None and res.denial is not None and "a virtual DCU" in res.denial
     foreign = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-    assert mutate_container(pod(foreign), foreign, "/spec/containers/0", DEFAULT) is None
+    assert mutate_container(pod(foreign), foreign, DEFAULT) is None

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import copy
-
-import jsonpatch
 from hami_kunlun.admission import mutate_container
 from hami_kunlun.requests import parse_request
+
+from hami_core.testing import mutated as written
 
 from .helpers import config, container, pod
 
 
 def apply(p, result):
-    return jsonpatch.apply_patch(copy.deepcopy(p), list(result.patch))
+    return written(p, "/spec/containers/0", result)
 
 
 def mutated(c, **opts):
     p = pod("p", c)
-    return apply(p, mutate_container(p, c, "/spec/containers/0", config(**opts)))
+    return apply(p, mutate_container(p, c, config(**opts)))
 
 
 def test_memory_is_rewritten_to_its_partition_size():
@@ -52,16 +51,16 @@ def test_mutation_keeps_the_request_and_is_idempotent():
     once = mutated(c)
     c1 = once["spec"]["containers"][0]
     assert parse_request(c1, config()) == parse_request(c, config())
-    again = apply(once, mutate_container(once, c1, "/spec/containers/0", config()))
+    again = apply(once, mutate_container(once, c1, config()))
     assert again == once
 
 
 def test_invalid_requests_are_denied():
     c = container("mix", xpu=1, vmem=4000)
-    res = mutate_container(pod("p", c), c, "/spec/containers/0", config())
+    res = mutate_container(pod("p", c), c, config())
     assert res is not None and res.denial and "'mix'" in res.denial
     c = container("big", vxpu=1, vmem="16Gi")
-    res = mutate_container(pod("p", c), c, "/spec/containers/0", config())
+    res = mutate_container(pod("p", c), c, config())
     assert res is not None and res.denial and "'16Gi'" in res.denial
 
 
@@ -72,4 +71,4 @@ def test_runtime_class_when_configured():
 
 def test_other_containers_are_not_touched():
     c = {"name": "web"}
-    assert mutate_container(pod("p", c), c, "/spec/containers/0", config()) is None
+    assert mutate_container(pod("p", c), c, config()) is None
