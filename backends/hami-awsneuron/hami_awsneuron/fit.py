@@ -65,6 +65,8 @@ def _reason(
         return ReasonCode.CARD_UUID_MISMATCH
     if usage.used_count >= usage.device.split_count:
         return ReasonCode.CARD_TIME_SLICING_EXHAUSTED
+    if filters.mutex and usage.used_count > 0:
+        return ReasonCode.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
     if take(usage, request) is None:
         return ReasonCode.CARD_INSUFFICIENT_CORE
     return None

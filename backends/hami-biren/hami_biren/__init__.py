@@ -1,0 +1,18 @@
+"""hami-biren: the Biren backend of hami (entry point ``biren``).
+
+Vendor key ``Biren``; resource ``birentech.com/gpu`` (devices, shared by count); inventory
+``hami.io/node-biren-register`` written by HAMi's biren-device-plugin (PROTOCOL.md §1b,
+HAMi 2.10 ``pkg/device/biren/device.go``, ``docs/biren-support.md``).
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("hami-biren")
+except PackageNotFoundError:
+    __version__ = "0.0.0+unknown"
+
+BACKEND_NAME = "biren"
+VENDOR = "Biren"
+
+__all__ = ["BACKEND_NAME", "VENDOR", "__version__"]

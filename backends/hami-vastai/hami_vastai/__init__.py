@@ -1,0 +1,20 @@
+"""hami-vastai: the Vastai backend of hami (entry point ``vastai``).
+
+Vendor key ``Vastai``; resource ``vastaitech.com/va`` (devices, shared by count);
+inventory ``hami.io/node-va-register`` written by Vastai's device plugin; in die mode
+(``customInfo.DeviceStrategy = die``) each device is a die of an AI card (``AIC``) and
+several dies are taken from as few cards as possible (PROTOCOL.md §1b, HAMi 2.10
+``pkg/device/vastai/device.go``).
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("hami-vastai")
+except PackageNotFoundError:
+    __version__ = "0.0.0+unknown"
+
+BACKEND_NAME = "vastai"
+VENDOR = "Vastai"
+
+__all__ = ["BACKEND_NAME", "VENDOR", "__version__"]
