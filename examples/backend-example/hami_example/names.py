@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames, VendorConfig
+from hami_core.backend import DeviceTypeInfo, ResourceNames
 
 from . import VENDOR
 
@@ -26,11 +26,3 @@ DEVICE_TYPE = DeviceTypeInfo(
 #: Pod annotations restricting the devices a pod may use (comma lists of UUIDs).
 USE_UUID = ("hami.io/use-example-uuid",)
 NOUSE_UUID = ("hami.io/no-use-example-uuid",)
-
-
-def resources(config: VendorConfig) -> ResourceNames:
-    """The resource names in force: the defaults with the config's overrides."""
-    return ResourceNames(
-        count=config.resource_count_name or DEFAULT_RESOURCES.count,
-        memory=config.resource_memory_name or DEFAULT_RESOURCES.memory,
-    )

@@ -1,7 +1,10 @@
 """Hook implementations of the EXAMPLE backend (the ``example`` entry point).
 
-Each hook answers None for what is not its vendor's: requests, fits, scores and
-allocations of other vendors belong to other backends.
+Only what is vendor-specific: the resource names and annotation keys (``names``), how a
+container asks (``requests``), the pod filters and the env a container gets. The kit
+(``hami_core.backend``) does the rest: the shared fit, the binpack/spread score (no
+``hami_score`` needed), the config merge and check, the admission write-back. The
+manager calls fit and allocate only for this backend's vendor key.
 """
 
 from __future__ import annotations
@@ -21,14 +24,13 @@ from hami_core.backend import (
     FitResult,
     MutateResult,
     NodeInfo,
-    NodePolicy,
     VendorConfig,
+    annotations_of,
     fit_devices,
     hookimpl,
-    node_score,
 )
 
-from . import BACKEND_NAME, VENDOR, requests
+from . import BACKEND_NAME, requests
 from .names import DEVICE_TYPE, NOUSE_UUID, USE_UUID
 
 
@@ -43,7 +45,7 @@ def hami_backend_info() -> BackendInfo:
 
 @hookimpl
 def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
-    return None  # no driver to ask: a real backend runs its vendor's tool here
+    return None  # no driver to ask: a real backend runs its tool with the kit's run_tool
 
 
 @hookimpl
@@ -52,10 +54,8 @@ def hami_parse_request(container: Mapping[str, Any], config: VendorConfig) -> De
 
 
 @hookimpl
-def hami_mutate(
-    container: Mapping[str, Any], container_path: str, config: VendorConfig
-) -> MutateResult | None:
-    return requests.mutate_container(container, container_path, config)
+def hami_mutate(request: DeviceRequest, config: VendorConfig) -> MutateResult | None:
+    return requests.mutation(request, config)
 
 
 @hookimpl
@@ -66,26 +66,14 @@ def hami_fit(
     pod: Mapping[str, Any],
     policy: DevicePolicy,
 ) -> FitResult | None:
-    if request.vendor != VENDOR:
-        return None
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    filters = DeviceFilters.from_annotations(annotations, use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID)
+    filters = DeviceFilters.from_annotations(
+        annotations_of(pod), use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID
+    )
     return fit_devices(request, node, usage, filters, policy)
 
 
 @hookimpl
-def hami_score(
-    usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy
-) -> float | None:
-    if any(u.device.vendor != VENDOR for u in usage):
-        return None
-    return node_score(usage, devices, policy)
-
-
-@hookimpl
 def hami_allocate(devices: ContainerDevices) -> ContainerAllocation | None:
-    if any(d.vendor != VENDOR for d in devices):
-        return None
     return ContainerAllocation(
         envs={
             "EXAMPLE_VISIBLE_DEVICES": ",".join(d.uuid for d in devices),

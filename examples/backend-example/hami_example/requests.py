@@ -1,4 +1,4 @@
-"""Reading an EXAMPLE request from a container, and defaulting it at admission."""
+"""Reading an EXAMPLE request from a container, and what admission writes for it."""
 
 from __future__ import annotations
 
@@ -10,24 +10,12 @@ from hami_core.backend import (
     InvalidInputError,
     MutateResult,
     VendorConfig,
-    parse_quantity_int,
+    read_quantity,
+    resource_names,
 )
 
 from . import VENDOR
-from .names import resources
-
-
-def _quantity(container: Mapping[str, Any], name: str) -> int | None:
-    """A resource's whole-number quantity from ``limits``, else ``requests``."""
-    res = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        values = res.get(section) or {}
-        if name in values:
-            try:
-                return parse_quantity_int(values[name], resource=name)
-            except InvalidInputError as exc:
-                raise InvalidInputError(f"container {container.get('name')!r}: {exc}") from None
-    return None
+from .names import DEFAULT_RESOURCES
 
 
 def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
@@ -37,11 +25,12 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
     memory without a count takes ``defaultGPUNum`` devices.
 
     Raises:
-        InvalidInputError: a malformed quantity, or memory with a count of 0.
+        InvalidInputError: a malformed quantity (the kit's message names the container,
+            the resource and the value), or memory with a count of 0.
     """
-    names = resources(config)
-    count = _quantity(container, names.count)
-    memory = _quantity(container, names.memory)
+    names = resource_names(DEFAULT_RESOURCES, config)
+    count = read_quantity(container, names.count)
+    memory = read_quantity(container, names.memory, unit="MiB")
     if count is None and memory is None:
         return None  # not ours: never claim another vendor's container
     if count == 0:
@@ -60,28 +49,12 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
     return DeviceRequest(vendor=VENDOR, count=n, memory_pct=100, cores_pct=100)
 
 
-def mutate_container(
-    container: Mapping[str, Any], container_path: str, config: VendorConfig
-) -> MutateResult | None:
-    """Write the defaulted count into ``limits`` and copy ``limits`` to ``requests``,
-    so that ``kubectl get pod`` shows what is scheduled; idempotent."""
-    try:
-        req = parse_request(container, config)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
-    if req is None:
-        return None
-    names = resources(config)
-    limits = dict((container.get("resources") or {}).get("limits") or {})
-    limits.setdefault(names.count, str(req.count))
-    patch: list[dict[str, Any]] = []
-    if container.get("resources") is None:
-        patch.append({"op": "add", "path": f"{container_path}/resources", "value": {}})
-    for section in ("limits", "requests"):
-        current = (container.get("resources") or {}).get(section) or {}
-        wanted = {**current, **limits}
-        if wanted != current:
-            patch.append(
-                {"op": "add", "path": f"{container_path}/resources/{section}", "value": wanted}
-            )
-    return MutateResult(patch=tuple(patch))
+def mutation(request: DeviceRequest, config: VendorConfig) -> MutateResult:
+    """What the container's spec must state: the defaulted count (and memory) in both
+    ``limits`` and ``requests``, so that ``kubectl get pod`` shows what is scheduled.
+    The webhook writes it, keeping quantities the user wrote that mean the same."""
+    names = resource_names(DEFAULT_RESOURCES, config)
+    values: dict[str, int | str] = {names.count: str(request.count)}
+    if request.memory_mib:
+        values[names.memory] = str(request.memory_mib)
+    return MutateResult(resources=values)
