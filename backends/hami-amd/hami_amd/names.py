@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames, VendorConfig
+from hami_core.backend import DeviceTypeInfo, ResourceNames, VendorConfig, resource_names
 
 from . import VENDOR
 
@@ -37,9 +37,5 @@ OPTION_DEFAULTS: Final[dict[str, Any]] = {
 
 
 def resources(config: VendorConfig) -> ResourceNames:
-    """The resource names in force: the defaults with the config's overrides."""
-    return ResourceNames(
-        count=config.resource_count_name or DEFAULT_RESOURCES.count,
-        memory=config.resource_memory_name or DEFAULT_RESOURCES.memory,
-        cores=config.resource_cores_name or DEFAULT_RESOURCES.cores,
-    )
+    """The resource names in force: the defaults with the section's overrides."""
+    return resource_names(DEFAULT_RESOURCES, config)

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
@@ -17,10 +19,8 @@ from hami_core.backend import (
     FitResult,
     MutateResult,
     NodeInfo,
-    NodePolicy,
     VendorConfig,
     hookimpl,
-    node_score,
 )
 
 from . import BACKEND_NAME, VENDOR, allocate, discover, fit, requests
@@ -32,7 +32,8 @@ from .names import DEVICE_TYPE, OPTION_DEFAULTS
 def hami_backend_info() -> BackendInfo:
     return BackendInfo(
         name=BACKEND_NAME,
-        device_types=(DEVICE_TYPE,),
+        # the core scores with the CU rules (compute counted in CUs, not percent)
+        device_types=(attrs.evolve(DEVICE_TYPE, fit_rules=RULES),),
         description="AMD ROCm GPUs shared by memory and compute-unit masks (HSA_CU_MASK)",
         option_defaults=OPTION_DEFAULTS,
     )
@@ -66,15 +67,6 @@ def hami_fit(
     if request.vendor != VENDOR:
         return None
     return fit.fit(request, node, usage, pod, policy)
-
-
-@hookimpl
-def hami_score(
-    usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy
-) -> float | None:
-    if any(u.device.vendor != VENDOR for u in usage):
-        return None
-    return node_score(usage, devices, policy, RULES)
 
 
 @hookimpl

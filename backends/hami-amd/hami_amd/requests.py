@@ -17,32 +17,13 @@ from hami_core.backend import (
     InvalidInputError,
     MutateResult,
     VendorConfig,
-    parse_quantity_int,
+    read_quantity,
+    resource_value,
     set_resources,
 )
 
 from . import VENDOR
 from .names import resources
-
-
-def stated(container: Mapping[str, Any], name: str) -> object | None:
-    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
-    res = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        values = res.get(section) or {}
-        if name in values:
-            return values[name]  # type: ignore[no-any-return]
-    return None
-
-
-def _int(container: Mapping[str, Any], name: str) -> int | None:
-    raw = stated(container, name)
-    if raw is None:
-        return None
-    try:
-        return parse_quantity_int(raw, resource=name)
-    except InvalidInputError as exc:
-        raise InvalidInputError(f"container {container.get('name', '?')!r}: {exc}") from None
 
 
 def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
@@ -54,13 +35,13 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
     """
     names = resources(config)
     where = f"container {container.get('name', '?')!r}"
-    if stated(container, names.count) is None:
+    if resource_value(container, names.count) is None:
         return None
-    count = _int(container, names.count)
+    count = read_quantity(container, names.count)
     if not count:
         raise InvalidInputError(f"{where}: {names.count} must be greater than 0")
-    memory = _int(container, names.memory) or 0
-    cores = _int(container, names.cores)
+    memory = read_quantity(container, names.memory) or 0
+    cores = read_quantity(container, names.cores)
     if cores is not None and not 1 <= cores <= 100:
         raise InvalidInputError(
             f"{where}: {names.cores} must be an integer percentage between 1 and 100, got {cores}"
@@ -83,5 +64,9 @@ def mutate(
     if req is None:
         return None
     names = resources(config)
-    values = {n: stated(container, n) for n in names.all() if stated(container, n) is not None}
+    values = {
+        n: resource_value(container, n)
+        for n in names.all()
+        if resource_value(container, n) is not None
+    }
     return MutateResult(patch=tuple(set_resources(container, container_path, values)))

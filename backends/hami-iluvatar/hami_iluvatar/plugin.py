@@ -16,9 +16,7 @@ from hami_core.backend import (
     FitResult,
     MutateResult,
     NodeInfo,
-    NodePolicy,
     hookimpl,
-    node_score,
 )
 
 from . import BACKEND_NAME, CHIPS, allocate, fit, requests
@@ -55,15 +53,6 @@ def hami_fit(
     if request.vendor not in CHIPS:
         return None
     return fit.fit(request, node, usage, pod, policy)
-
-
-@hookimpl
-def hami_score(
-    usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy
-) -> float | None:
-    if any(u.device.vendor not in CHIPS for u in usage):
-        return None
-    return node_score(usage, devices, policy)
 
 
 @hookimpl

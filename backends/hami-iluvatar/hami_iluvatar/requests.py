@@ -23,7 +23,8 @@ from hami_core.backend import (
     InvalidInputError,
     MutateResult,
     ResourceNames,
-    parse_quantity_int,
+    read_quantity,
+    resource_value,
     set_resources,
 )
 
@@ -31,32 +32,12 @@ from . import CHIPS
 from .names import CONTAINER_NAME_ENV, MEMORY_UNIT_MIB, chip_resources
 
 
-def stated(container: Mapping[str, Any], name: str) -> object | None:
-    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
-    res = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        values = res.get(section) or {}
-        if name in values:
-            return values[name]  # type: ignore[no-any-return]
-    return None
-
-
-def _int(container: Mapping[str, Any], name: str, *, maximum: int = 2**31 - 1) -> int | None:
-    raw = stated(container, name)
-    if raw is None:
-        return None
-    try:
-        return parse_quantity_int(raw, resource=name, maximum=maximum)
-    except InvalidInputError as exc:
-        raise InvalidInputError(f"container {container.get('name', '?')!r}: {exc}") from None
-
-
 def chip_of(container: Mapping[str, Any]) -> tuple[str, ResourceNames] | None:
     """The chip whose count resource the container names (the first, in ``CHIPS``
     order), or None."""
     for chip in CHIPS:
         names = chip_resources(chip)
-        if stated(container, names.count) is not None:
+        if resource_value(container, names.count) is not None:
             return chip, names
     return None
 
@@ -74,11 +55,11 @@ def parse_request(container: Mapping[str, Any]) -> DeviceRequest | None:
         return None
     chip, names = found
     cname = container.get("name", "?")
-    count = _int(container, names.count)
+    count = read_quantity(container, names.count)
     if not count:
         raise InvalidInputError(f"container {cname!r}: {names.count} must be greater than 0")
-    units = _int(container, names.memory, maximum=(2**31 - 1) // MEMORY_UNIT_MIB)
-    cores = _int(container, names.cores)
+    units = read_quantity(container, names.memory, maximum=(2**31 - 1) // MEMORY_UNIT_MIB)
+    cores = read_quantity(container, names.cores)
     if cores is not None and cores > 100 * count:
         raise InvalidInputError(
             f"container {cname!r}: {names.cores} {cores} is above 100 per GPU "
@@ -108,8 +89,8 @@ def mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | 
     names = found[1]
     values: dict[str, object] = {}
     for name in (names.count, names.memory, names.cores):
-        if stated(container, name) is not None:
-            values[name] = stated(container, name)
+        if resource_value(container, name) is not None:
+            values[name] = resource_value(container, name)
     if req.count > 1:
         values[names.cores] = str(req.count * 100)
     patch = set_resources(container, container_path, values)

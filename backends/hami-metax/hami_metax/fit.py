@@ -39,6 +39,7 @@ from hami_core.backend import (
     NodePolicy,
     PodDevices,
     ReasonCode,
+    annotations_of,
     fit_devices,
     node_score,
 )
@@ -53,7 +54,6 @@ from .names import (
     TOPOLOGY_LOSSES,
     TOPOLOGY_SCORES,
     USE_UUID,
-    annotations_of,
 )
 
 #: Pair score of two sGPUs in one link zone (HAMi ``DirectLinkScore``).

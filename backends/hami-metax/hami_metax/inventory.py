@@ -18,7 +18,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import AnnotationError, DeviceInfo, QuantityError, parse_quantity_int
+from hami_core.backend import (
+    AnnotationError,
+    DeviceInfo,
+    QuantityError,
+    annotations_of,
+    parse_quantity_int,
+)
 
 from . import GPU, SGPU
 from .names import (
@@ -27,7 +33,6 @@ from .names import (
     TOPOLOGY_LOSSES,
     TOPOLOGY_SCORES,
     WHOLE_GPU_MEMORY_MIB,
-    annotations_of,
 )
 
 

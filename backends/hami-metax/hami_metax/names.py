@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Final
 
 from hami_core.backend import DeviceTypeInfo, ResourceNames
@@ -67,9 +66,3 @@ OPTION_DEFAULTS: Final[dict[str, Any]] = {
     # HAMi's metax.sgpuTopologyAware: score exclusive sGPU placements by link zone.
     "sgpuTopologyAware": False,
 }
-
-
-def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    """An object's annotations (empty when it has none)."""
-    ann = (obj.get("metadata") or {}).get("annotations") or {}
-    return ann if isinstance(ann, Mapping) else {}

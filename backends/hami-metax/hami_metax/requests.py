@@ -28,8 +28,10 @@ from hami_core.backend import (
     DeviceRequest,
     InvalidInputError,
     MutateResult,
-    parse_quantity_int,
+    annotations_of,
     pointer_token,
+    read_quantity,
+    resource_value,
     set_resources,
 )
 
@@ -43,38 +45,17 @@ from .names import (
     QOS_POLICIES,
     QOS_POLICY,
     SGPU_RESOURCES,
-    annotations_of,
 )
 
 INT32_MAX = 2**31 - 1
-
-
-def stated(container: Mapping[str, Any], name: str) -> object | None:
-    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
-    res = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        values = res.get(section) or {}
-        if name in values:
-            return values[name]  # type: ignore[no-any-return]
-    return None
 
 
 def _where(container: Mapping[str, Any]) -> str:
     return f"container {container.get('name', '?')!r}"
 
 
-def _int(container: Mapping[str, Any], name: str, *, maximum: int = INT32_MAX) -> int | None:
-    raw = stated(container, name)
-    if raw is None:
-        return None
-    try:
-        return parse_quantity_int(raw, resource=name, maximum=maximum)
-    except InvalidInputError as exc:
-        raise InvalidInputError(f"{_where(container)}: {exc}") from None
-
-
 def _count(container: Mapping[str, Any], name: str) -> int | None:
-    count = _int(container, name)
+    count = read_quantity(container, name)
     if count is not None and count <= 0:
         raise InvalidInputError(f"{_where(container)}: {name} must be greater than 0")
     return count
@@ -88,16 +69,16 @@ def vmemory_mib(container: Mapping[str, Any]) -> int | None:
         InvalidInputError: malformed, fractional, or above int32 MiB.
     """
     name = SGPU_RESOURCES.memory
-    raw = stated(container, name)
+    raw = resource_value(container, name)
     if raw is None:
         return None
     text = str(raw).strip()
     if any(c.isalpha() for c in text):
-        value = _int(container, name, maximum=INT32_MAX * 1024 * 1024)
+        value = read_quantity(container, name, maximum=INT32_MAX * 1024 * 1024)
         assert value is not None
         mib = int(Decimal(value) / (1024 * 1024))
     else:
-        units = _int(container, name, maximum=INT32_MAX // MEMORY_UNIT_MIB)
+        units = read_quantity(container, name, maximum=INT32_MAX // MEMORY_UNIT_MIB)
         assert units is not None
         mib = units * MEMORY_UNIT_MIB
     if mib > INT32_MAX:
@@ -144,7 +125,7 @@ def parse_request(pod: Mapping[str, Any], container: Mapping[str, Any]) -> Devic
     if count is None:
         return None
     check_pod_annotations(pod, count, container)
-    cores = _int(container, SGPU_RESOURCES.cores)
+    cores = read_quantity(container, SGPU_RESOURCES.cores)
     if cores is not None and cores > 100:
         raise InvalidInputError(
             f"{_where(container)}: {SGPU_RESOURCES.cores} {cores} is above 100 percent"
@@ -171,7 +152,11 @@ def mutate(
     if req is None:
         return None
     names = GPU_RESOURCES if req.vendor == GPU else SGPU_RESOURCES
-    values = {n: stated(container, n) for n in names.all() if stated(container, n) is not None}
+    values = {
+        n: resource_value(container, n)
+        for n in names.all()
+        if resource_value(container, n) is not None
+    }
     patch = set_resources(container, container_path, values)
     ann = annotations_of(pod)
     if req.vendor == SGPU and ann.get(APP_CLASS) != "online" and QOS_POLICY not in ann:

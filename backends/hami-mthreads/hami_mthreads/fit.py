@@ -23,6 +23,7 @@ from hami_core.backend import (
     FitResult,
     NodeInfo,
     PodDevices,
+    annotations_of,
     fit_devices,
 )
 
@@ -32,7 +33,6 @@ from .names import (
     NOUSE_UUID,
     PREDICATE_TIME,
     USE_UUID,
-    annotations_of,
 )
 
 

@@ -13,10 +13,14 @@ plugin publishes, and is read only when the capacity is absent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames, VendorConfig
+from hami_core.backend import (
+    DeviceTypeInfo,
+    ResourceNames,
+    VendorConfig,
+    resource_names,
+)
 
 from . import VENDOR
 
@@ -56,16 +60,5 @@ REQUEST_GPU_NUM: Final = "mthreads.com/request-gpu-num"
 
 
 def resources(config: VendorConfig) -> ResourceNames:
-    """The resource names in force: the defaults with the config's overrides."""
-    return ResourceNames(
-        count=config.resource_count_name or DEFAULT_RESOURCES.count,
-        memory=config.resource_memory_name or DEFAULT_RESOURCES.memory,
-        cores=config.resource_cores_name or DEFAULT_RESOURCES.cores,
-        memory_unit_mib=MEMORY_UNIT_MIB,
-    )
-
-
-def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, str]:
-    """The pod's annotations (empty when it has none)."""
-    ann = (pod.get("metadata") or {}).get("annotations") or {}
-    return ann if isinstance(ann, Mapping) else {}
+    """The resource names in force: the defaults with the section's overrides."""
+    return resource_names(DEFAULT_RESOURCES, config)

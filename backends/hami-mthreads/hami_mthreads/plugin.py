@@ -16,11 +16,9 @@ from hami_core.backend import (
     FitResult,
     MutateResult,
     NodeInfo,
-    NodePolicy,
     PodDevices,
     VendorConfig,
     hookimpl,
-    node_score,
 )
 
 from . import BACKEND_NAME, VENDOR, allocate, fit, inventory, requests
@@ -66,15 +64,6 @@ def hami_fit(
     if request.vendor != VENDOR:
         return None
     return fit.fit(request, node, usage, pod, policy)
-
-
-@hookimpl
-def hami_score(
-    usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy
-) -> float | None:
-    if any(u.device.vendor != VENDOR for u in usage):
-        return None
-    return node_score(usage, devices, policy)
 
 
 @hookimpl

@@ -22,8 +22,9 @@ from hami_core.backend import (
     InvalidInputError,
     MutateResult,
     VendorConfig,
-    parse_quantity_int,
     pointer_token,
+    read_quantity,
+    resource_value,
     set_resources,
 )
 
@@ -38,26 +39,6 @@ from .names import (
 )
 
 
-def stated(container: Mapping[str, Any], name: str) -> object | None:
-    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
-    res = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        values = res.get(section) or {}
-        if name in values:
-            return values[name]  # type: ignore[no-any-return]
-    return None
-
-
-def _int(container: Mapping[str, Any], name: str, *, maximum: int = 2**31 - 1) -> int | None:
-    raw = stated(container, name)
-    if raw is None:
-        return None
-    try:
-        return parse_quantity_int(raw, resource=name, maximum=maximum)
-    except InvalidInputError as exc:
-        raise InvalidInputError(f"container {container.get('name', '?')!r}: {exc}") from None
-
-
 def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
     """The container's request, per GPU, or None when it names no ``mthreads.com/vgpu``.
 
@@ -69,15 +50,15 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
     """
     names = resources(config)
     cname = container.get("name", "?")
-    if stated(container, names.count) is None:
+    if resource_value(container, names.count) is None:
         return None
-    count = _int(container, names.count)
+    count = read_quantity(container, names.count)
     if not count:
         raise InvalidInputError(f"container {cname!r}: {names.count} must be greater than 0")
     if count > 1:
         return DeviceRequest(vendor=VENDOR, count=count, memory_pct=100, cores_pct=CORES_PER_GPU)
-    memory_units = _int(container, names.memory, maximum=(2**31 - 1) // MEMORY_UNIT_MIB)
-    cores = _int(container, names.cores)
+    memory_units = read_quantity(container, names.memory, maximum=(2**31 - 1) // MEMORY_UNIT_MIB)
+    cores = read_quantity(container, names.cores)
     if memory_units is not None and memory_units not in LEGAL_MEMORY_UNITS:
         raise InvalidInputError(
             f"container {cname!r}: {names.memory} {memory_units} is not a valid sGPU memory "
@@ -121,9 +102,9 @@ def mutate(
     names = resources(config)
     values: dict[str, object] = {}
     for name in (names.count, names.memory, names.cores):
-        if stated(container, name) is not None:
-            values[name] = stated(container, name)
-    whole = req.count > 1 or stated(container, names.memory) is None
+        if resource_value(container, name) is not None:
+            values[name] = resource_value(container, name)
+    whole = req.count > 1 or resource_value(container, names.memory) is None
     if whole:
         values[names.memory] = str(req.count * MEMORY_UNITS_PER_GPU)
         values[names.cores] = str(req.count * CORES_PER_GPU)
