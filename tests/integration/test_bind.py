@@ -6,6 +6,7 @@ import pytest
 
 from hami_core.errors import ConflictError, NotFoundError
 from hami_core.protocol import encode_lock
+from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.scheduling.scheduler import Scheduler
 from tests.builders import cluster, container, gpu, manager, node, pod
 
@@ -242,7 +243,16 @@ def test_a_failing_event_write_never_fails_a_bind(env, monkeypatch):
         raise RuntimeError("events API down")
 
     monkeypatch.setattr(c, "record_event", broken)
-    assert sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1") is not None
+    allocation = sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert allocation is not None
+    bound = c.get_pod("default", "p")
+    # the Binding was made and the allocation written, as without the event failure
+    assert bound["spec"]["nodeName"] == "n1"
+    ann = bound["metadata"]["annotations"]
+    assert ann["hami.io/vgpu-node"] == "n1"
+    [[device]] = decode_pod_devices(ann["hami.io/vgpu-devices-to-allocate"])
+    assert (device.vendor, device.memory_mib) == ("NVIDIA", 1000)
+    assert ann["hami.io/bind-phase"] == "allocating"
 
 
 def test_release_retries_conflicts_and_never_releases_another_owner(env, monkeypatch):
