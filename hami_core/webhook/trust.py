@@ -34,7 +34,7 @@ SHIM_ENV: Final = frozenset(
         "CUDA_OVERSUBSCRIBE",
         "GPU_CORE_UTILIZATION_POLICY",
         "CUDA_DISABLE_CONTROL",
-        "CUDA_DEVICE_LIMITS_FILE",
+        "HAMI_SHIM_LIMITS_FILE",  # the shim's test override of its limits file
     }
 )
 #: Per-device forms: ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` and the like.

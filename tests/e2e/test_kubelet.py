@@ -228,8 +228,10 @@ def _start_webhook(stack: Stack) -> None:
                         {
                             "apiGroups": [""],
                             "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["pods"],
+                            # UPDATE too, and pods/status: both can change annotations
+                            # (issue #12 item 2).
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": ["pods", "pods/status"],
                         }
                     ],
                 }
@@ -350,6 +352,9 @@ def test_a_pod_gets_its_limits_through_a_real_kubelet(stack: Stack):
     assert env["NVIDIA_VISIBLE_DEVICES"] == uuid_a
     assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "/usr/local/vgpu/shared/vgpu.cache"
     assert (stack.hook / "containers" / f"{pod['metadata']['uid']}_main").is_dir()
+    # ... and the same limits as the read-only file the shim prefers to the env
+    limits = (stack.hook / "containers" / f"{pod['metadata']['uid']}_main.limits").read_text()
+    assert "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\n" in limits
     assert "Allocate [[" in stack.plugin_log()
     # the device plugin installed the shim and the preload file that Allocate mounts
     from hami_nvidia.shim import library_path
@@ -418,3 +423,122 @@ def test_every_mount_of_the_node_is_in_its_scratch_dir(stack: Stack):
     ]
     assert foreign == []
     assert subprocess.run(["ip", "link", "show", "hamie2e0"], capture_output=True).returncode == 0
+
+
+# -- the tenant who tries to raise its share (issue #12 items 1-2) ---------------------
+
+TENANT = "alice"
+
+
+@pytest.fixture(scope="module")
+def tenant(stack: Stack) -> Iterator[client.CoreV1Api]:
+    """The API as a tenant who may create and update pods in the namespace (RBAC), and
+    nothing else: the admin impersonates ``alice``."""
+    rbac = client.RbacAuthorizationV1Api(stack.cp.api_client())
+    ns = stack.namespace
+    rbac.create_namespaced_role(
+        ns,
+        {
+            "metadata": {"name": "tenant"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods", "pods/status"],
+                    "verbs": ["create", "get", "list", "update", "patch", "delete"],
+                }
+            ],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        ns,
+        {
+            "metadata": {"name": "tenant"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}],
+        },
+    )
+    api = stack.cp.api_client(new=True)
+    api.set_default_header("Impersonate-User", TENANT)
+    try:
+        yield client.CoreV1Api(api)
+    finally:
+        api.close()
+
+
+def _tenant_pod(name: str, *, env=None, annotations=None, **spec: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": BUSYBOX_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["sleep", "3600"],
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}},
+    }
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [container], **spec},
+    }
+
+
+def _denied(call: Any) -> str:
+    with pytest.raises(ApiException) as err:
+        call()
+    assert err.value.status in (400, 403), err.value
+    return str(err.value.body)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"CUDA_DEVICE_MEMORY_LIMIT_0": "16384m"},
+        {"CUDA_DEVICE_SM_LIMIT": "100"},
+        {"CUDA_DISABLE_CONTROL": "true"},
+    ],
+    ids=["memory", "cores", "disable-control"],
+)
+def test_a_tenant_cannot_set_the_shims_variables(stack: Stack, tenant, env):
+    (name,) = env
+    body = _denied(
+        lambda: tenant.create_namespaced_pod(stack.namespace, _tenant_pod("raise", env=env))
+    )
+    assert f"env {name}" in body
+
+
+def test_a_forged_pod_of_another_scheduler_is_denied(stack: Stack, tenant):
+    forged = _tenant_pod(
+        "forged",
+        annotations={
+            "hami.io/vgpu-devices-to-allocate": f"{GPUS[0]},NVIDIA,16384,100:;",
+            "hami.io/bind-phase": "allocating",
+            "hami.io/vgpu-node": NODE,
+        },
+        schedulerName="default-scheduler-of-someone",
+        nodeName=NODE,
+    )
+    forged["metadata"]["labels"] = {"hami.io/webhook": "ignore"}
+    body = _denied(lambda: tenant.create_namespaced_pod(stack.namespace, forged))
+    assert "SchedulerOwnedAnnotation" in body or "written by the scheduler only" in body
+
+
+def test_a_tenant_cannot_rewrite_or_delete_its_allocation(stack: Stack, tenant):
+    pod = stack.pod("gpu-a")  # bound and running, from the first test
+    assert pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+    ns = stack.namespace
+    rewrite = {
+        "metadata": {"annotations": {"hami.io/vgpu-devices-allocated": f"{GPUS[0]},NVIDIA,1,0:;"}}
+    }
+    delete = {"metadata": {"annotations": {"hami.io/vgpu-devices-allocated": None}}}
+    for patch in (rewrite, delete):
+        _denied(lambda p=patch: tenant.patch_namespaced_pod("gpu-a", ns, p))
+        _denied(lambda p=patch: tenant.patch_namespaced_pod_status("gpu-a", ns, p))
+    # Other changes of its own pod are fine.
+    tenant.patch_namespaced_pod("gpu-a", ns, {"metadata": {"labels": {"team": "a"}}})
+    after = stack.pod("gpu-a")["metadata"]
+    assert (
+        after["annotations"]["hami.io/vgpu-devices-allocated"]
+        == (pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"])
+    )
+    assert after["labels"]["team"] == "a"
