@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 BACKENDS := $(wildcard backends/hami-*)
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-packaging lint typecheck layers pytest install clean prometheus dashboards
+.PHONY: demo test test-fast test-packaging lint typecheck layers pytest install clean prometheus dashboards bench bench-quick
 
 # A new venv's setuptools is too old for the backends' build-system (>=77): the shim and
 # packaging tests build them without isolation, so upgrade it with pip.
@@ -39,6 +39,21 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest
 
 test: lint typecheck layers pytest
+
+# Speed and memory figures (docs/performance.md), not part of `make test`: each benchmark
+# prints a table whose last line is its headline ratio. The real-pipeline and Allocate
+# runs need the Kubernetes binaries (built once by scripts/kube-build.sh); the packing
+# run needs HiGHS (highspy, from PyPI). `make bench-quick` runs smaller sizes.
+BENCHES := bench_filter bench_rss bench_allocate bench_packing bench_pipeline
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet 'highspy>=1.7'
+	scripts/kube-build.sh
+	set -e; for b in $(BENCHES); do echo "== $$b"; $(BIN)/python benchmarks/$$b.py; done
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m pip install --quiet 'highspy>=1.7'
+	scripts/kube-build.sh
+	set -e; for b in $(BENCHES); do echo "== $$b"; $(BIN)/python benchmarks/$$b.py --quick; done
 
 # Everything but the e2e and packaging tiers (no Kubernetes build, no fresh venvs).
 test-fast: lint typecheck layers

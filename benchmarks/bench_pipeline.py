@@ -156,7 +156,29 @@ def start_hami(cp: ControlPlane, workdir: Path) -> tuple[str, subprocess.Popen[b
     )
     url = f"http://{LOOPBACK}:{port}"
     cp.wait_for(lambda: _ok(f"{url}/-/leader", b'"leader":true'), timeout=90, message="hami leader")
+    global METRICS_URL
+    METRICS_URL = f"http://{LOOPBACK}:{metrics}/metrics"
     return url, proc
+
+
+METRICS_URL = ""
+
+
+def extender_seconds() -> dict[str, tuple[float, float]]:
+    """verb -> (calls, seconds) from ``hami scheduler``'s own histograms."""
+    out: dict[str, list[float]] = {}
+    with urllib.request.urlopen(METRICS_URL, timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            for verb in ("filter", "score", "bind", "node_lock_wait"):
+                for part, i in (("_count", 0), ("_sum", 1)):
+                    name = (
+                        "hami_scheduler_node_lock_wait_seconds"
+                        if verb == "node_lock_wait"
+                        else f"hami_scheduler_{verb}_duration_seconds"
+                    )
+                    if line.startswith(name + part + " ") or line.startswith(name + part + "{"):
+                        out.setdefault(verb, [0.0, 0.0])[i] += float(line.split()[-1])
+    return {k: (v[0], v[1]) for k, v in out.items()}
 
 
 def start_webhook(cp: ControlPlane, workdir: Path) -> None:
@@ -286,7 +308,7 @@ def time_until_bound(core: k8s.CoreV1Api, ns: str, n: int, start: float, timeout
             return time.monotonic() - start
         if time.monotonic() - start > timeout_s:
             raise TimeoutError(f"{ns}: only {done}/{n} pods bound after {timeout_s:.0f} s")
-        time.sleep(0.1)
+        time.sleep(0.25)  # each poll lists the pods: keep the load it adds small
 
 
 def clear(core: k8s.CoreV1Api, ns: str) -> None:
@@ -363,9 +385,19 @@ def main() -> None:
                     HAMI_NS,
                     [pod_body(f"hami-{i}", s, scheduler=None) for i, s in enumerate(shapes)],
                 )
+                before = extender_seconds()
                 t0 = time.monotonic()
                 cp.start_scheduler(extender_url=url, managed_resources=MANAGED, http_timeout="30s")
                 ours_s = time_until_bound(core, HAMI_NS, pods_n, t0, 900)
+                after = extender_seconds()
+                for verb, (calls, secs) in after.items():
+                    c0, s0 = before.get(verb, (0.0, 0.0))
+                    if calls > c0:
+                        print(
+                            f"  {size} nodes: {verb} {calls - c0:.0f} calls, "
+                            f"mean {(secs - s0) / (calls - c0) * 1000:.1f} ms",
+                            flush=True,
+                        )
                 cp.stop_process("kube-scheduler")
                 clear(core, HAMI_NS)
                 rows.append((size, pods_n, pods_n / alone_s, pods_n / ours_s))

@@ -77,7 +77,11 @@ class ToyBackend:
             return FitResult(node_reason=ReasonCode.NODE_INSUFFICIENT_DEVICE)
         chosen, reasons = [], {}
         for u in usage:
-            if u.used_count >= u.device.split_count:
+            if not u.device.healthy:
+                reasons[u.device.uuid] = ReasonCode.CARD_NOT_HEALTH
+            elif u.cordoned:
+                reasons[u.device.uuid] = ReasonCode.CARD_CORDONED
+            elif u.used_count >= u.device.split_count:
                 reasons[u.device.uuid] = ReasonCode.CARD_TIME_SLICING_EXHAUSTED
             elif request.memory_on(u.device) > u.free_memory_mib:
                 reasons[u.device.uuid] = ReasonCode.CARD_INSUFFICIENT_MEMORY

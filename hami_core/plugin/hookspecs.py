@@ -225,6 +225,12 @@ def hami_fit(
         policy: the device policy in force for this pod.
     Returns: ``FitResult`` with ``request.count`` distinct devices, or empty devices with
         a reason for every rejected device (never raises for "does not fit").
+
+    The scheduler relies on two properties (the conformance kit checks both): the answer
+    depends on the pod only through its annotations (it is reused for another pod of the
+    same requests, annotations and policy while the node's usage is unchanged), and a
+    device that is unhealthy, cordoned, at its split count or short of the request's
+    memory is never placed on (such nodes are rejected without calling this hook).
     """
 
 

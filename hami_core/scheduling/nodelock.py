@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hami_core.cluster.base import ClusterStore
@@ -43,6 +43,7 @@ def acquire_node_lock(
     expiry_s: float = DEFAULT_LOCK_EXPIRY_S,
     wait_s: float = 0.0,
     takeover_after_s: float = LONGEST_BIND_S,
+    wait: Callable[[float], object] | None = None,
 ) -> None:
     """Take the lock of ``node`` for ``namespace/pod``.
 
@@ -53,6 +54,9 @@ def acquire_node_lock(
             pod to be released before giving up; 0 gives up at once. The device plugin
             releases a lock within a second of Allocate, so a short wait saves
             kube-scheduler a whole retry cycle with back-off.
+        wait: blocks up to the given seconds for the node to change (the scheduler's
+            state wakes it on the node's watch event, so a released lock is taken at
+            once); default: sleep. Waits are at most 0.1 s, then the lock is read again.
 
     Raises:
         ConflictError: another live pod holds an unexpired lock, or the node kept
@@ -73,9 +77,10 @@ def acquire_node_lock(
             )
             return
         except LockHeldError:
-            if time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise
-            time.sleep(0.1)
+            (wait or time.sleep)(min(0.1, left))
 
 
 class LockHeldError(ConflictError):

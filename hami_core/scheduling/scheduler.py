@@ -127,6 +127,8 @@ class Scheduler:
         self.events: EventSink = events if events is not None else store
         self.use_prefilter = prefilter
         self._recent = FilterCache()
+        self._expected: dict[str, tuple[str, float]] = {}  # pod uid -> (node, when)
+        self._expected_lock = threading.Lock()
         self._shapes: dict[tuple[Any, ...], int] = {}
         self._shape_ids = itertools.count()
         self.state = ClusterState(
@@ -480,12 +482,53 @@ class Scheduler:
     def prioritize(
         self, pod: Mapping[str, Any], node_names: Iterable[str]
     ) -> list[tuple[str, int]]:
-        """``[(node, 0..10)]`` for the named nodes; infeasible nodes score 0."""
+        """``[(node, 0..10)]`` for the named nodes; infeasible nodes score 0.
+
+        A feasible node that another pod is being bound to scores 0 while a free
+        feasible node exists: its lock is held (the bind or the ``Allocate`` is still
+        running), or it is the node this answered best for another pod moments ago
+        whose bind has not arrived yet (kube-scheduler binds asynchronously). Binding
+        there would wait for that lock, so a burst of pods does not queue behind one
+        node's ``Allocate``.
+        """
         names = list(node_names)
         result = self._recent.get(pod)
         if result is None or any(n not in result.fits and n not in result.failed for n in names):
             result = self.filter(pod, names)  # not filtered lately (or other nodes)
-        return [(n, extender_score(result.scores[n]) if n in result.scores else 0) for n in names]
+        meta = pod.get("metadata") or {}
+        busy = self.state.locked_by_others(
+            [n for n in names if n in result.scores],
+            namespace=str(meta.get("namespace") or "default"),
+            pod=str(meta.get("name") or ""),
+            now=self.clock(),
+            expiry_s=self.manager.config.node_lock_expiry_s,
+        )
+        uid = str(meta.get("uid") or "")
+        busy |= self._expected_nodes(exclude_uid=uid)
+        if not set(result.scores) - busy:
+            busy = set()  # every candidate is busy: the policy alone decides
+        out = [
+            (n, extender_score(result.scores[n]) if n in result.scores and n not in busy else 0)
+            for n in names
+        ]
+        free = [(score, n) for n, score in out if n in result.scores and n not in busy]
+        if uid and free:
+            best = max(free, key=lambda sn: (sn[0], result.scores[sn[1]], sn[1]))[1]
+            with self._expected_lock:
+                self._expected[uid] = (best, time.monotonic())
+        return out
+
+    #: How long a node answered best for a pod counts as taken by that pod's bind.
+    EXPECTED_BIND_S = 2.0
+
+    def _expected_nodes(self, *, exclude_uid: str) -> set[str]:
+        now = time.monotonic()
+        with self._expected_lock:
+            for uid in [
+                u for u, (_, t) in self._expected.items() if now - t > self.EXPECTED_BIND_S
+            ]:
+                del self._expected[uid]
+            return {n for u, (n, _) in self._expected.items() if u != exclude_uid}
 
     # -- bind ------------------------------------------------------------------------
 
@@ -509,8 +552,12 @@ class Scheduler:
             another scheduler or bound elsewhere, lock held by another pod (or lost
             mid-bind), or the pod no longer fits (kube-scheduler retries).
         """
-        with self._bind_locks.hold(uid):
-            return self._bind(namespace, name, uid=uid, node=node)
+        try:
+            with self._bind_locks.hold(uid):
+                return self._bind(namespace, name, uid=uid, node=node)
+        finally:
+            with self._expected_lock:
+                self._expected.pop(uid, None)  # its lock (or nothing) speaks for it now
 
     def _bind(self, namespace: str, name: str, *, uid: str, node: str) -> Allocation | None:
         pod = self.store.get_pod(namespace, name)
@@ -548,6 +595,7 @@ class Scheduler:
                 expiry_s=self.manager.config.node_lock_expiry_s,
                 wait_s=self.lock_wait_s,
                 takeover_after_s=self.longest_bind_s,
+                wait=self.state.wait_node_change,
             )
         except HamiError as exc:
             self._observe_lock(started, acquired=False)

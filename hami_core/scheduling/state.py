@@ -39,7 +39,9 @@ from hami_core.model import (
     PodRequest,
     ReasonCode,
 )
+from hami_core.protocol.annotations import NODE_LOCK
 from hami_core.protocol.handshake import HANDSHAKE_TIMEOUT_S, HandshakeState, decode_handshake
+from hami_core.protocol.lock import decode_lock
 
 from .nodes import NodeDevicesReader, read_node
 from .quota import QuotaLimit, pod_quota_charge, quota_limits
@@ -141,6 +143,7 @@ class ClusterState:
         self._holdings = holdings
         self._reader = reader
         self._lock = threading.RLock()
+        self._node_changed = threading.Condition(self._lock)
         self._nodes: dict[str, NodeState] = {}
         self._pods: dict[str, PodState] = {}
         self._by_node: dict[str, set[str]] = {}  # node name -> pod keys (nodes not seen yet too)
@@ -220,6 +223,7 @@ class ClusterState:
             node.uids.pop(pod.uid, None)
 
     def _on_node(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        self._node_changed.notify_all()
         name = str(((new if new is not None else old) or {}).get("metadata", {}).get("name", ""))
         if new is None:
             self._nodes.pop(name, None)
@@ -314,6 +318,41 @@ class ClusterState:
     @property
     def lock(self) -> threading.RLock:
         return self._lock
+
+    def wait_node_change(self, timeout_s: float) -> None:
+        """Block until a node changes (e.g. a lock is released) or ``timeout_s`` passes."""
+        with self._node_changed:
+            self._node_changed.wait(timeout_s)
+
+    def locked_by_others(
+        self,
+        names: list[str],
+        *,
+        namespace: str,
+        pod: str,
+        now: dt.datetime,
+        expiry_s: float,
+    ) -> set[str]:
+        """The nodes of ``names`` whose unexpired lock names another pod (PROTOCOL.md §4),
+        read from the cached node objects."""
+        out: set[str] = set()
+        with self._lock:
+            for name in names:
+                node = self._nodes.get(name)
+                value = (
+                    ((node.obj.get("metadata") or {}).get("annotations") or {}).get(NODE_LOCK)
+                    if node is not None
+                    else None
+                )
+                if not value:
+                    continue
+                try:
+                    lock = decode_lock(value)
+                except AnnotationError:
+                    continue
+                if not lock.owned_by(namespace, pod) and not lock.expired(now, expiry_s=expiry_s):
+                    out.add(name)
+        return out
 
     def node_names(self) -> list[str]:
         with self._lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any, ClassVar
 
+import attrs
 import jsonpatch
 import pytest
 
@@ -223,6 +224,61 @@ class BackendConformance:
             policy=DevicePolicy.SPREAD,
         )
         assert not too_many.fits and too_many.node_reason is not None
+
+    def test_fit_depends_on_the_pod_only_through_its_annotations(
+        self, manager: BackendManager
+    ) -> None:
+        """The scheduler reuses a node's fit for another pod of the same requests,
+        annotations and policy until the node's usage changes (``hami_fit``'s contract):
+        another name, namespace, uid or labels must not change the answer."""
+        dtype = self.device_type(manager)
+        devices = self.sample_devices(dtype)
+        container = self.sample_container(dtype, count=1, memory_mib=self.device_memory_mib // 8)
+        req = self._request(manager, container)
+        node = NodeInfo(name="conformance-node", devices=devices)
+        first = manager.fit(
+            req, node, self._usage(devices), pod=self._pod(container), policy=DevicePolicy.BINPACK
+        )
+        other = self._pod(container)
+        other["metadata"].update(
+            name="conformance-other", namespace="elsewhere", uid="uid-other", labels={"a": "b"}
+        )
+        second = manager.fit(
+            req, node, self._usage(devices), pod=other, policy=DevicePolicy.BINPACK
+        )
+        assert second == first
+
+    def test_fit_keeps_the_prefilter_rules(self, manager: BackendManager) -> None:
+        """The scheduler rejects a node without running ``hami_fit`` when it lacks
+        ``count`` healthy, uncordoned devices with a free sharer slot and the request's
+        memory free (PROTOCOL.md §1-2): a backend must never place on such a device."""
+        dtype = self.device_type(manager)
+        devices = self.sample_devices(dtype)
+        container = self.sample_container(dtype, count=1, memory_mib=self.device_memory_mib // 8)
+        req = self._request(manager, container)
+        node = NodeInfo(name="conformance-node", devices=devices)
+        states = {
+            "every sharer slot taken": tuple(
+                DeviceUsage(device=d, used_count=d.split_count) for d in devices
+            ),
+            "unhealthy": tuple(DeviceUsage(device=attrs.evolve(d, healthy=False)) for d in devices),
+            "cordoned": tuple(DeviceUsage(device=d, cordoned=True) for d in devices),
+        }
+        if req.memory_mib and all(d.memory_mib for d in devices):
+            states["memory short of the request"] = tuple(
+                DeviceUsage(device=d, used_memory_mib=d.memory_mib - req.memory_mib + 1)
+                for d in devices
+            )
+        for what, usage in states.items():
+            sick = NodeInfo(name="conformance-node", devices=tuple(u.device for u in usage))
+            result = manager.fit(
+                req,
+                sick if what == "unhealthy" else node,
+                usage,
+                pod=self._pod(container),
+                policy=DevicePolicy.SPREAD,
+            )
+            assert not result.fits, f"placed on devices with {what}: {result}"
 
     @pytest.mark.parametrize("policy", list(NodePolicy))
     def test_score_follows_the_node_policy(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from hami_core.deviceplugin.allocate import finish_allocation
 from hami_core.errors import ConflictError
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.servers.extender import create_extender_app
@@ -154,6 +155,7 @@ def test_prioritize_binpack_prefers_the_fuller_node():
     client = create_extender_app(sched).test_client()
     first = admitted(c, pod("first", container(gpu=1, gpumem=8000)))
     sched.bind("default", "first", uid=first["metadata"]["uid"], node="busy")
+    finish_allocation(c, c.get_pod("default", "first"), node="busy", success=True)
     p = admitted(c, pod("p", container(gpu=1, gpumem=1000)))
     scores = {
         h["Host"]: h["Score"]
@@ -162,6 +164,32 @@ def test_prioritize_binpack_prefers_the_fuller_node():
         ).get_json()
     }
     assert scores["busy"] > scores["empty"]
+
+
+def test_prioritize_steers_a_burst_away_from_nodes_being_bound():
+    c = cluster(node("empty", [gpu("GPU-E")]), node("busy", [gpu("GPU-B")]))
+    sched = Scheduler(c, manager())
+    client = create_extender_app(sched).test_client()
+    first = admitted(c, pod("first", container(gpu=1, gpumem=8000)))
+    sched.bind("default", "first", uid=first["metadata"]["uid"], node="busy")
+    # "first" holds busy's lock until its Allocate: binding p there would wait for it.
+
+    def scores(p):
+        args = {"Pod": p, "NodeNames": ["empty", "busy"]}
+        return {h["Host"]: h["Score"] for h in client.post("/prioritize", json=args).get_json()}
+
+    p = admitted(c, pod("p", container(gpu=1, gpumem=1000)))
+    assert scores(p)["busy"] == 0 and scores(p)["empty"] > 0
+    finish_allocation(c, c.get_pod("default", "first"), node="busy", success=True)
+    # Lock gone; but "empty" is now the node answered best for p, whose bind has not
+    # come yet: the next pod of the burst is steered to busy.
+    q = admitted(c, pod("q", container(gpu=1, gpumem=1000)))
+    assert scores(q)["empty"] == 0 and scores(q)["busy"] > 0
+    # Once p's bind is done, its node is no longer held for it (busy still is, for q).
+    sched.bind("default", "p", uid=p["metadata"]["uid"], node="empty")
+    finish_allocation(c, c.get_pod("default", "p"), node="empty", success=True)
+    r = admitted(c, pod("r", container(gpu=1, gpumem=1000)))
+    assert scores(r)["empty"] > 0 and scores(r)["busy"] == 0
 
 
 def test_bind_writes_the_allocation_and_counts(env):
