@@ -236,13 +236,18 @@ class Informer:
         with self._lock:
             return [self._items[k] for k in sorted(self._index.get(value, ()))]
 
-    def put(self, obj: KubeObject) -> None:
-        """Store ``obj`` unless the cache already holds a newer version."""
+    def put(self, obj: KubeObject, *, owned: bool = False) -> None:
+        """Store ``obj`` unless the cache already holds a newer version.
+
+        Args:
+            owned: the caller hands ``obj`` over (a watch event just decoded): stored
+                as is, not copied.
+        """
         key = self.key(obj)
         with self._lock:
             old = self._items.get(key)
             if old is None or _rv(obj) >= _rv(old):
-                stored = _slim(copy.deepcopy(obj))
+                stored = _slim(obj if owned else copy.deepcopy(obj))
                 self._items[key] = stored
                 self._reindex(key, old, stored)
                 self._notify(old, stored)
@@ -346,7 +351,7 @@ class Informer:
                         raise GoneError(str(obj.get("message", "")))
                     raise RuntimeError(f"watch error: {obj}")
                 if kind in ("ADDED", "MODIFIED"):
-                    self.put(obj)
+                    self.put(obj, owned=True)
                 elif kind == "DELETED":
                     self.remove(obj)
                 self.last_update_monotonic = time.monotonic()  # bookmarks count: the watch is alive

@@ -231,6 +231,9 @@ class ClusterState:
         node = self._nodes.get(name)
         if node is not None and _rv(node.obj) == _rv(new) and _rv(new):
             return
+        if node is not None and _same_inputs(node.obj, new):
+            node.obj = new  # a lock or another annotation changed: the NodeInfo holds
+            return
         info, until = self._read(new)
         if node is None:
             node = NodeState(name=name, obj=new, info=info, info_until=until)
@@ -398,6 +401,21 @@ class ClusterState:
         with self._lock:
             node = self._nodes.get(name)
             return node is not None and uid in node.uids
+
+
+def _same_inputs(old: KubeObject, new: KubeObject) -> bool:
+    """Whether ``read_node`` reads the same from both versions of a node: equal labels,
+    allocatable and annotations but the node lock (written twice per bind)."""
+    om, nm = old.get("metadata") or {}, new.get("metadata") or {}
+    oa = {k: v for k, v in (om.get("annotations") or {}).items() if k != NODE_LOCK}
+    na = {k: v for k, v in (nm.get("annotations") or {}).items() if k != NODE_LOCK}
+    return (
+        oa == na
+        and om.get("labels") == nm.get("labels")
+        and (old.get("status") or {}).get("allocatable")
+        == (new.get("status") or {}).get("allocatable")
+        and (old.get("status") or {}).get("capacity") == (new.get("status") or {}).get("capacity")
+    )
 
 
 def _summarise(info: NodeInfo, usage: Mapping[str, DeviceUsage]) -> dict[str, VendorSummary]:

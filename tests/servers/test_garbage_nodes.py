@@ -76,7 +76,7 @@ def test_an_exception_anywhere_in_one_node_marks_only_that_node(monkeypatch):
 
     # The scheduler's state decodes a node when its event arrives: the bad one changes.
     monkeypatch.setattr(state, "read_node", exploding)
-    c.add_node(node("bad", [gpu("GPU-B")]))
+    c.add_node(node("bad", [gpu("GPU-B")], annotations={"touched": "1"}))
     p = admitted(c, pod("p", container(gpu=1)))
     result = sched.filter(p, ["good", "bad"])
     assert result.feasible == ("good",)
