@@ -575,3 +575,74 @@ def test_cambricon_bad_memory_is_refused(value):
     limits = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": value}
     with pytest.raises(InvalidInputError, match="vmemory"):
         mlu_request({"name": "c", "resources": {"limits": limits}}, _vendor_cfg("cambricon"))
+
+
+# -- mutex in every vendor's Fit ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "vendor"),
+    [
+        ("pkg/device/nvidia/device_test.go::TestFit_MutexPolicy", "NVIDIA"),
+        (
+            "pkg/device/cambricon/device_test.go::TestDevices_Fit 'mutex policy rejects used device'",
+            "MLU",
+        ),
+        (
+            "pkg/device/hygon/device_test.go::TestDevices_Fit 'mutex policy rejects used device'",
+            "DCU",
+        ),
+        ("pkg/device/ascend/device_test.go 'mutex policy rejects used device'", "Ascend910B3"),
+    ],
+)
+def test_mutex_rejects_a_used_device_in_every_vendor(source, vendor):
+    """The case named in ``source``: one device used once (Count 100, 128 MiB), request 1
+    x 64 MiB, 50 % cores: ``1/1 ExclusiveDeviceAllocateConflict`` under ``mutex``; the
+    same device takes it without the annotation."""
+    from hami_core.plugin import BackendManager
+
+    m = BackendManager.from_entry_points(disabled=[])
+    dev = DeviceInfo(
+        uuid="dev-0",
+        vendor=vendor,
+        model=vendor,
+        index=0,
+        split_count=100,
+        memory_mib=128,
+        cores_pct=100,
+    )
+    usage = (DeviceUsage(device=dev, used_count=1),)
+    node_info = NodeInfo(name="n", devices=(dev,))
+    req = DeviceRequest(vendor=vendor, count=1, memory_mib=64, cores_pct=50)
+    mutex = {"metadata": {"annotations": {"hami.io/gpu-scheduler-policy": "mutex"}}}
+    refused = m.fit(req, node_info, usage, pod=mutex, policy=DevicePolicy.SPREAD)
+    assert refused.summary(1) == "1/1 ExclusiveDeviceAllocateConflict", source
+    assert m.fit(req, node_info, usage, pod={"metadata": {}}, policy=DevicePolicy.SPREAD).fits
+
+
+def test_kunlun_vxpu_mutex():
+    """``pkg/device/kunlun/device_test.go::TestKunlunVDevices_Fit_Mutex``: 8 shared XPUs
+    each used once (24576 of 98304 MiB), request 1 x 24576 MiB: shared by default,
+    ``8/8 ExclusiveDeviceAllocateConflict`` under mutex."""
+    from hami_core.plugin import BackendManager
+
+    m = BackendManager.from_entry_points(disabled=[])
+    devs = [
+        DeviceInfo(
+            uuid=f"XPU-{i}",
+            vendor="XPU",
+            model="P800",
+            index=i,
+            split_count=4,
+            memory_mib=98304,
+            cores_pct=100,
+        )
+        for i in range(8)
+    ]
+    node_info = NodeInfo(name="n", devices=tuple(devs))
+    usage = tuple(DeviceUsage(device=d, used_count=1, used_memory_mib=24576) for d in devs)
+    req = DeviceRequest(vendor="XPU", count=1, memory_mib=24576)
+    assert m.fit(req, node_info, usage, pod={"metadata": {}}, policy=DevicePolicy.SPREAD).fits
+    mutex = {"metadata": {"annotations": {"hami.io/gpu-scheduler-policy": "mutex"}}}
+    refused = m.fit(req, node_info, usage, pod=mutex, policy=DevicePolicy.SPREAD)
+    assert refused.summary(8) == "8/8 ExclusiveDeviceAllocateConflict"
