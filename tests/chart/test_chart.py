@@ -95,7 +95,9 @@ def test_the_extender_is_a_loopback_sidecar_whose_binds_are_never_refused():
     assert "--bind-address=127.0.0.1" in ext
     # kube-scheduler's Lease picks who schedules; the extender must not elect again.
     assert "--no-leader-elect" in ext
-    assert not container(deploy, "extender").get("ports")
+    # only the read-only metrics port is open beyond loopback
+    assert [p["name"] for p in container(deploy, "extender")["ports"]] == ["metrics"]
+    assert "--metrics-bind-address=0.0.0.0" in ext and "--metrics-port=9395" in ext
     # no Service or NodePort exposes the extender
     services = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Service"}
     assert sorted(services) == ["hami-monitor", "hami-scheduler-metrics", "hami-webhook"]
