@@ -34,7 +34,10 @@ def apply_mutation(
 
     def add(target: dict[str, Any], key: str, value: Any, pointer: str) -> None:
         target[key] = value
-        ops.append({"op": "add", "path": pointer, "value": value})
+        # a copy: a new map or list is filled in place afterwards and each entry then
+        # gets its own operation (an aliased value would add them twice: env entries)
+        copied = value.copy() if isinstance(value, (dict, list)) else value
+        ops.append({"op": "add", "path": pointer, "value": copied})
 
     if result.resources:
         if not isinstance(container.get("resources"), dict):

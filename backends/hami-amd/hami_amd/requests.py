@@ -19,7 +19,6 @@ from hami_core.backend import (
     VendorConfig,
     read_quantity,
     resource_value,
-    set_resources,
 )
 
 from . import VENDOR
@@ -69,4 +68,6 @@ def mutate(
         for n in names.all()
         if resource_value(container, n) is not None
     }
-    return MutateResult(patch=tuple(set_resources(container, container_path, values)))
+    return MutateResult(
+        resources={n: q if isinstance(q, int) else str(q) for n, q in values.items()}
+    )

@@ -18,7 +18,6 @@ from hami_core.backend import (
     InvalidInputError,
     MutateResult,
     parse_quantity_int,
-    set_resources,
 )
 
 from . import VENDOR
@@ -87,4 +86,6 @@ def mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | 
     if req is None:
         return None
     values = {n: stated(container, n) for n in RESOURCES.all() if stated(container, n) is not None}
-    return MutateResult(patch=tuple(set_resources(container, container_path, values)))
+    return MutateResult(
+        resources={n: q if isinstance(q, int) else str(q) for n, q in values.items()}
+    )

@@ -15,7 +15,6 @@ from hami_core.backend import (
     VendorConfig,
     read_quantity,
     resource_names,
-    set_resources,
 )
 
 from . import VENDOR
@@ -50,6 +49,4 @@ def mutate(
     if req is None:
         return None
     name = resource_names(RESOURCES, config).count
-    return MutateResult(
-        patch=tuple(set_resources(container, container_path, {name: str(req.count)}))
-    )
+    return MutateResult(resources={name: req.count})

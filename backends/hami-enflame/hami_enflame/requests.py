@@ -23,7 +23,6 @@ from hami_core.backend import (
     MutateResult,
     read_quantity,
     resource_value,
-    set_resources,
 )
 
 from . import DRS, GCU
@@ -82,4 +81,6 @@ def mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | 
     values = {
         n: resource_value(container, n) for n in names if resource_value(container, n) is not None
     }
-    return MutateResult(patch=tuple(set_resources(container, container_path, values)))
+    return MutateResult(
+        resources={n: q if isinstance(q, int) else str(q) for n, q in values.items()}
+    )

@@ -25,7 +25,6 @@ from hami_core.backend import (
     ResourceNames,
     read_quantity,
     resource_value,
-    set_resources,
 )
 
 from . import CHIPS
@@ -93,13 +92,8 @@ def mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | 
             values[name] = resource_value(container, name)
     if req.count > 1:
         values[names.cores] = str(req.count * 100)
-    patch = set_resources(container, container_path, values)
-    env = container.get("env")
     cname = container.get("name")
-    if cname and not any(e.get("name") == CONTAINER_NAME_ENV for e in env or ()):
-        var = {"name": CONTAINER_NAME_ENV, "value": str(cname)}
-        if env is None:
-            patch.append({"op": "add", "path": f"{container_path}/env", "value": [var]})
-        else:
-            patch.append({"op": "add", "path": f"{container_path}/env/-", "value": var})
-    return MutateResult(patch=tuple(patch))
+    env = {CONTAINER_NAME_ENV: str(cname)} if cname else {}
+    return MutateResult(
+        resources={n: q if isinstance(q, int) else str(q) for n, q in values.items()}, env=env
+    )

@@ -32,7 +32,6 @@ from hami_core.backend import (
     pointer_token,
     read_quantity,
     resource_value,
-    set_resources,
 )
 
 from . import GPU, SGPU
@@ -157,7 +156,8 @@ def mutate(
         for n in names.all()
         if resource_value(container, n) is not None
     }
-    patch = set_resources(container, container_path, values)
+    quantities = {n: q if isinstance(q, int) else str(q) for n, q in values.items()}
+    patch: list[dict[str, Any]] = []
     ann = annotations_of(pod)
     if req.vendor == SGPU and ann.get(APP_CLASS) != "online" and QOS_POLICY not in ann:
         if not (pod.get("metadata") or {}).get("annotations"):
@@ -169,4 +169,4 @@ def mutate(
                 "value": DEFAULT_QOS,
             }
         )
-    return MutateResult(patch=tuple(patch))
+    return MutateResult(resources=quantities, patch=tuple(patch))

@@ -25,7 +25,6 @@ from hami_core.backend import (
     pointer_token,
     read_quantity,
     resource_value,
-    set_resources,
 )
 
 from . import VENDOR
@@ -108,7 +107,8 @@ def mutate(
     if whole:
         values[names.memory] = str(req.count * MEMORY_UNITS_PER_GPU)
         values[names.cores] = str(req.count * CORES_PER_GPU)
-    patch = set_resources(container, container_path, values)
+    quantities = {n: q if isinstance(q, int) else str(q) for n, q in values.items()}
+    patch: list[dict[str, Any]] = []
     if req.count > 1:
         ann = (pod.get("metadata") or {}).get("annotations")
         if ann is None:
@@ -121,4 +121,4 @@ def mutate(
                     "value": str(req.count),
                 }
             )
-    return MutateResult(patch=tuple(patch))
+    return MutateResult(resources=quantities, patch=tuple(patch))

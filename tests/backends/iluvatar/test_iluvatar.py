@@ -2,7 +2,6 @@
 2.10 ``pkg/device/iluvatar/device_test.go`` (``TestGetNodeDevices``,
 ``Test_GenerateResourceRequests``, ``Test_Fit``, ``Test_MutateAdmission``)."""
 
-import jsonpatch
 import pytest
 from hami_iluvatar import fit, requests
 
@@ -17,6 +16,7 @@ from hami_core.model import (
 )
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.inventory import decode_inventory
+from hami_core.testing import mutated
 
 from ..support import node, pipeline, pod, quota
 
@@ -85,12 +85,12 @@ def test_illegal_values_are_denied(limits, message):
 def test_webhook_sets_vcore_for_several_gpus_and_the_container_name_env():
     p = {"metadata": {}, "spec": {"containers": [ctr(count="2", name="train")]}}
     res = requests.mutate(p["spec"]["containers"][0], "/spec/containers/0")
-    out = jsonpatch.apply_patch(p, list(res.patch))
+    out = mutated(p, "/spec/containers/0", res)
     c = out["spec"]["containers"][0]
     assert c["resources"]["limits"]["iluvatar.ai/MR-V100.vCore"] == "200"
     assert c["env"] == [{"name": "SOL_CONTINER_NAME", "value": "train"}]
     again = requests.mutate(c, "/spec/containers/0")
-    assert jsonpatch.apply_patch(out, list(again.patch)) == out
+    assert mutated(out, "/spec/containers/0", again) == out
 
 
 def dev(uuid, *, memory=128, cores=100, index=0):

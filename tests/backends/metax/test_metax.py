@@ -7,7 +7,6 @@ pipeline. Expected values from HAMi 2.10 ``pkg/device/metax`` tests
 
 import json
 
-import jsonpatch
 import pytest
 from hami_metax import fit, inventory, requests
 
@@ -23,6 +22,7 @@ from hami_core.model import (
     ReasonCode,
 )
 from hami_core.protocol.devicelist import decode_pod_devices
+from hami_core.testing import mutated
 
 from ..support import node, pipeline, pod, quota
 
@@ -123,11 +123,11 @@ def test_illegal_values_are_denied(ann, limits, message):
 def test_webhook_writes_best_effort_unless_online():
     p, c = sgpu(count="1")
     p["spec"] = {"containers": [c]}
-    out = jsonpatch.apply_patch(p, list(requests.mutate(p, c, "/spec/containers/0").patch))
+    out = mutated(p, "/spec/containers/0", requests.mutate(p, c, "/spec/containers/0"))
     assert out["metadata"]["annotations"]["metax-tech.com/sgpu-qos-policy"] == "best-effort"
     p2, c2 = sgpu({"metax-tech.com/sgpu-app-class": "online"}, count="1")
     p2["spec"] = {"containers": [c2]}
-    out2 = jsonpatch.apply_patch(p2, list(requests.mutate(p2, c2, "/spec/containers/0").patch))
+    out2 = mutated(p2, "/spec/containers/0", requests.mutate(p2, c2, "/spec/containers/0"))
     assert "metax-tech.com/sgpu-qos-policy" not in out2["metadata"]["annotations"]
 
 

@@ -83,18 +83,18 @@ def test_illegal_values_are_denied_with_the_resource_named(limits, message):
 
 
 def test_webhook_writes_whole_gpus_and_the_gpu_count_annotation():
-    import jsonpatch
+    from hami_core.testing import mutated
 
     p = {"metadata": {}, "spec": {"containers": [ctr(count="2")]}}
     res = requests.mutate(p, p["spec"]["containers"][0], "/spec/containers/0", CFG)
-    out = jsonpatch.apply_patch(p, list(res.patch))
+    out = mutated(p, "/spec/containers/0", res)
     limits = out["spec"]["containers"][0]["resources"]["limits"]
     assert limits["mthreads.com/sgpu-memory"] == "192" and limits["mthreads.com/sgpu-core"] == "32"
     assert out["metadata"]["annotations"]["mthreads.com/request-gpu-num"] == "2"
     # a legal slice is left as written
     p2 = {"metadata": {}, "spec": {"containers": [ctr(count="1", mem="8", cores="4")]}}
     res2 = requests.mutate(p2, p2["spec"]["containers"][0], "/spec/containers/0", CFG)
-    out2 = jsonpatch.apply_patch(p2, list(res2.patch))
+    out2 = mutated(p2, "/spec/containers/0", res2)
     assert out2["spec"]["containers"][0]["resources"]["requests"] == {
         "mthreads.com/vgpu": "1",
         "mthreads.com/sgpu-memory": "8",
