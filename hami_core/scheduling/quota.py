@@ -17,9 +17,10 @@ import attrs
 
 from hami_core.errors import AnnotationError, QuantityError
 from hami_core.model import DeviceTypeInfo, PodDevices, vendor_charge
+from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.quantity import parse_quantity_int
 
-from .usage import is_live, pod_allocation
+from .usage import is_live
 
 MEMORY, CORES, COUNT = "memory", "cores", "count"
 
@@ -76,22 +77,35 @@ def charge_of(pod: Mapping[str, Any], devices: PodDevices) -> dict[str, int]:
     return {MEMORY: c.memory_mib, CORES: c.cores_pct, COUNT: c.count}
 
 
+#: What an unreadable allocation counts against its namespace's quota, per measure: more
+#: than any quota allows, so a pod whose ``-allocated`` was rewritten or damaged cannot
+#: free quota for more pods (fail closed, issue #12 item 2) while it lives.
+UNREADABLE_CHARGE = 2**62
+
+
 def pod_quota_charge(
     pod: Mapping[str, Any], device_types: Iterable[DeviceTypeInfo]
 ) -> dict[tuple[str, str], int]:
     """(vendor, measure) -> what one pod counts against its namespace's quotas: its
-    allocation's charge while it is live, nothing once finished or when unreadable."""
+    allocation's charge while it is live, nothing once finished. A vendor's list that
+    cannot be read counts ``UNREADABLE_CHARGE`` for each measure (fail closed)."""
     if not is_live(pod):
         return {}
-    try:
-        allocation = pod_allocation(pod, device_types)
-    except AnnotationError:
-        return {}
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
     out: dict[tuple[str, str], int] = {}
-    for vendor, devices in allocation.items():
-        for measure, value in charge_of(pod, devices).items():
-            if value:
-                out[(vendor, measure)] = out.get((vendor, measure), 0) + value
+    for dtype in device_types:
+        value = ann.get(dtype.allocated_annotation)
+        if value is None:
+            continue
+        try:
+            devices = decode_pod_devices(value)
+        except AnnotationError:
+            for measure in (MEMORY, CORES, COUNT):
+                out[(dtype.vendor, measure)] = UNREADABLE_CHARGE
+            continue
+        for measure, v in charge_of(pod, devices).items():
+            if v:
+                out[(dtype.vendor, measure)] = out.get((dtype.vendor, measure), 0) + v
     return out
 
 
@@ -128,5 +142,8 @@ def quota_violation(
             continue
         have = used.get((limit.vendor, limit.measure), 0)
         if have + want > limit.hard:
-            return f"quota {limit.quota}: {limit.key} {limit.hard}, used {have}, this pod {want}"
+            shown = (
+                "unknown (a pod's allocation is unreadable)" if have >= UNREADABLE_CHARGE else have
+            )
+            return f"quota {limit.quota}: {limit.key} {limit.hard}, used {shown}, this pod {want}"
     return None

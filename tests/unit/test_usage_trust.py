@@ -168,3 +168,31 @@ def test_scheduler_logs_a_broken_pod_once(caplog):
     # A forged, full-looking GPU never stops a legitimate pod on the other one.
     out = pl.submit(pod("next", container(gpu=1, gpumem=1000)))
     assert out.node == "node-1" and out.allocation.devices["NVIDIA"][0][0].uuid == "GPU-B"
+
+
+def test_an_unreadable_allocation_keeps_its_namespaces_quota_closed():
+    """Rewriting one's own ``-allocated`` must not free quota for more pods."""
+    from hami_core.webhook import Admission
+    from tests.builders import cluster
+
+    store = cluster()
+    store.add_quota(
+        {
+            "metadata": {"name": "q", "namespace": "team"},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "10000"}},
+        }
+    )
+    broken = pod("old", container(gpu=1, gpumem=6000), namespace="team")
+    broken["metadata"]["annotations"] = {ALLOC: "GPU-A,NVIDIA,garbage"}
+    store.add_pod(broken)
+    out = Admission(manager(), store).review(
+        pod("new", container(gpu=1, gpumem=10), namespace="team")
+    )
+    assert not out.allowed and out.reason == "ResourceQuotaNotFit"
+    assert "used unknown (a pod's allocation is unreadable)" in out.message
+    store.set_pod_phase("team", "old", "Succeeded")  # once it ends, the quota opens again
+    assert (
+        Admission(manager(), store)
+        .review(pod("new", container(gpu=1, gpumem=10), namespace="team"))
+        .allowed
+    )
