@@ -27,7 +27,10 @@ def test_the_backend_distributions_carry_licence_readme_and_types(dists: Dists, 
         meta = Parser().parsestr(zf.read(f"{info}/METADATA").decode())
     assert meta["License-Expression"] == "Apache-2.0"
     assert meta["Description-Content-Type"] == "text/markdown"
-    assert meta.get_payload().strip() == (project / "README.md").read_text().strip()
+    readme = (project / "README.md").read_text()
+    assert meta.get_payload().strip() == readme.strip()
+    # What a user looks for on the package's page: how to install it, its node side.
+    assert f"pip install hami-core {name}" in readme and "## Node side" in readme
     assert meta.get_all("Project-URL") and meta.get_all("Classifier") and meta["Keywords"]
     with tarfile.open(dists.sdist[name]) as tf:
         top = tf.getnames()[0].split("/")[0]
