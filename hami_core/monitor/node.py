@@ -11,7 +11,8 @@ monitor's own counters.
 Improvements over HAMi's monitor: exited processes never count (HAMi sums every slot
 of the file); a corrupt, foreign or hostile file is skipped with one log line and a
 counter instead of failing the scrape; the directories of pods that no longer exist are
-removed after ``grace_s`` (HAMi never collects them).
+removed after ``grace_s`` (HAMi never collects them); the memory limit shown is the
+scheduler's allocation (a pod annotation tenants cannot write), not the region's.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from typing import Any, Protocol
 
 import attrs
 
-from hami_core.errors import HamiError, InvalidInputError
-from hami_core.model import ContainerUsage, HostDevice
+from hami_core.errors import AnnotationError, HamiError, InvalidInputError
+from hami_core.model import ContainerUsage, DeviceTypeInfo, HostDevice
+from hami_core.scheduling.podspec import containers
+from hami_core.scheduling.usage import pod_allocation
 
 from .families import Family
 from .files import UntrustedFileError, open_directory, read_tenant_file
@@ -42,6 +45,7 @@ DIRECTORY_NAME = re.compile(
     r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})_([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$"
 )
 
+MIB = 1024 * 1024
 HOST_LABELS = ("node", "device_index", "device_uuid", "device_type")
 CONTAINER_LABELS = ("namespace", "pod", "container", "vdevice_index", "device_uuid")
 
@@ -59,6 +63,8 @@ class UsageBackends(Protocol):
     def parse_usage(self, backend: str, name: str, data: bytes) -> ContainerUsage | None: ...
 
     def host_devices(self, backend: str) -> list[HostDevice] | None: ...
+
+    def device_types(self) -> tuple[DeviceTypeInfo, ...]: ...
 
 
 @attrs.define
@@ -215,6 +221,11 @@ class NodeMonitor:
                 if container not in _container_names(owner):
                     continue
                 readings = self._read_container(root_fd, entry, live)
+                allocated = self._allocated_bytes(owner, container)
+                readings = [
+                    attrs.evolve(r, limit_bytes=allocated[r.uuid]) if r.uuid in allocated else r
+                    for r in readings
+                ]
                 meta = owner.get("metadata") or {}
                 self._emit(
                     f,
@@ -264,6 +275,26 @@ class NodeMonitor:
         finally:
             os.close(dir_fd)
         return readings
+
+    def _allocated_bytes(self, pod: Pod, container: str) -> dict[str, int]:
+        """Device UUID -> bytes the scheduler allocated to ``container`` (its
+        ``*-devices-allocated`` annotation, which only the scheduler may write:
+        PROTOCOL.md §3, §6). The limit in a region is written from inside the container,
+        so a tenant could forge it; this one it cannot. Empty when unreadable."""
+        try:
+            allocation = pod_allocation(pod, self.backends.device_types())
+        except AnnotationError:
+            return {}
+        names = [str(c.get("name", "")) for c, _, _ in containers(pod)]
+        if container not in names:
+            return {}
+        index = names.index(container)
+        out: dict[str, int] = {}
+        for per_pod in allocation.values():
+            if index < len(per_pod):
+                for slice_ in per_pod[index]:
+                    out[slice_.uuid] = slice_.memory_mib * MIB
+        return out
 
     def _emit(
         self,

@@ -261,3 +261,30 @@ def test_a_pod_that_comes_back_within_the_grace_period_keeps_its_directory(manag
     clock.now += 45  # 75 s after first seen missing, but only 45 s since it was missing again
     monitor.collect()
     assert d.exists()
+
+
+def test_the_limit_comes_from_the_schedulers_allocation_not_from_the_tenants_region(
+    build, manager, root, tmp_path
+):
+    """The region's limit is written from inside the container; a tenant that runs with
+    a forged 99999 MiB limit still shows the 4096 MiB the scheduler allocated (the
+    ``-allocated`` annotation only the scheduler may write). Without an allocation the
+    region's own limit is shown."""
+    ctr = Container(build, root, UID_A, "main", tmp_path)
+    proc = ctr.hold("init", "ctx", "0", "alloc", "3000m", CUDA_DEVICE_MEMORY_LIMIT_0="99999m")
+    allocated = pod(UID_A, "trainer", "main")
+    allocated["metadata"]["annotations"] = {
+        "hami.io/vgpu-devices-allocated": f"{GPU0},NVIDIA,4096,30:;"
+    }
+    try:
+        pods = [allocated]
+        monitor = NodeMonitor(manager, root=str(root), node_name=NODE, pods=lambda: pods)
+        fams = {f.name: f for f in monitor.collect()}
+        labels = ("team-a", "trainer", "main", "0", GPU0)
+        assert fams["hami_vgpu_memory_limit_bytes"].samples == [(labels, 4096 * MiB)]
+        assert fams["hami_vgpu_memory_used_bytes"].samples == [(labels, 3000 * MiB)]
+        pods = [pod(UID_A, "trainer", "main")]
+        fams = {f.name: f for f in monitor.collect()}
+        assert fams["hami_vgpu_memory_limit_bytes"].samples == [(labels, 99999 * MiB)]
+    finally:
+        stop(proc)
