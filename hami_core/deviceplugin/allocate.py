@@ -11,8 +11,8 @@ from hami_core.model import ContainerAllocation, DeviceInfo
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
+from hami_core.protocol.pods import containers
 from hami_core.scheduling.nodelock import release_node_lock
-from hami_core.scheduling.podspec import containers
 
 
 def container_allocations(

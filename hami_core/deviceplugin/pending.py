@@ -29,7 +29,7 @@ from hami_core.model import ContainerDevices, DeviceTypeInfo, PodDevices
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.lock import DEFAULT_LOCK_EXPIRY_S, NodeLock, decode_lock
-from hami_core.scheduling.podspec import containers, pod_ref
+from hami_core.protocol.pods import containers, pod_ref
 from hami_core.scheduling.usage import is_live
 
 

@@ -1,82 +1,14 @@
-"""Reading a pod's containers and device requests in wire order."""
+"""Reading a pod's device requests in wire order (the pod helpers are
+``hami_core.protocol.pods``)."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator, Mapping
-from typing import Any
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import ContainerRequest, PodRequest
 from hami_core.plugin import BackendManager
+from hami_core.protocol.pods import Pod, check_pod_shape, containers, pod_ref
 
-Pod = Mapping[str, Any]
-
-
-def containers(pod: Pod) -> Iterator[tuple[Mapping[str, Any], bool, str]]:
-    """Yield ``(container, is_init, json_path)``: init containers first, then app
-    containers, each in spec order (the order of PROTOCOL.md §3's device list)."""
-    spec = pod.get("spec") or {}
-    for key, init in (("initContainers", True), ("containers", False)):
-        for i, c in enumerate(spec.get(key) or []):
-            yield c, init, f"/spec/{key}/{i}"
-
-
-def pod_ref(pod: Pod) -> str:
-    """``namespace/name`` of a pod, for messages."""
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', 'default')}/{meta.get('name') or meta.get('generateName', '?')}"
-
-
-def check_pod_shape(pod: object) -> None:
-    """Check the parts of a Pod object hami reads have the types the Kubernetes API gives
-    them, so a malformed object gets a clear error instead of a crash deeper down.
-
-    Raises:
-        InvalidInputError: names the field and what it should be.
-    """
-    if not isinstance(pod, Mapping):
-        raise InvalidInputError("the pod must be an object")
-    meta = pod.get("metadata")
-    if not isinstance(meta, Mapping):
-        raise InvalidInputError("pod metadata must be an object")
-    for key in ("name", "namespace", "uid", "generateName"):
-        if meta.get(key) is not None and not isinstance(meta[key], str):
-            raise InvalidInputError(f"pod metadata.{key} must be a string")
-    for key in ("annotations", "labels"):
-        value = meta.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-        ):
-            raise InvalidInputError(f"pod metadata.{key} must map strings to strings")
-    spec = pod.get("spec")
-    if spec is None:
-        return
-    if not isinstance(spec, Mapping):
-        raise InvalidInputError("pod spec must be an object")
-    for key in ("initContainers", "containers"):
-        items = spec.get(key)
-        if items is None:
-            continue
-        if not isinstance(items, list):
-            raise InvalidInputError(f"pod spec.{key} must be a list")
-        for i, c in enumerate(items):
-            if not isinstance(c, Mapping) or not isinstance(c.get("name", ""), str):
-                raise InvalidInputError(
-                    f"pod spec.{key}[{i}] must be a container object with a name"
-                )
-            res = c.get("resources")
-            if res is not None and not (
-                isinstance(res, Mapping)
-                and all(
-                    res.get(s) is None or isinstance(res[s], Mapping)
-                    for s in ("limits", "requests")
-                )
-            ):
-                raise InvalidInputError(
-                    f"pod spec.{key}[{i}].resources must hold limits and requests objects"
-                )
+__all__ = ["Pod", "check_pod_shape", "containers", "pod_ref", "read_pod_request"]
 
 
 def read_pod_request(pod: Pod, manager: BackendManager) -> PodRequest:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,14 +14,15 @@ from typing import Any
 import attrs
 
 from hami_core.cluster.base import ClusterStore
-from hami_core.deviceplugin.agent import NodeAgent, load_node_overrides
+from hami_core.deviceplugin.agent import NodeAgent
 from hami_core.deviceplugin.allocator import Allocator
 from hami_core.deviceplugin.cdi import CdiWriter
+from hami_core.deviceplugin.loop import HealthLoop
 from hami_core.deviceplugin.state import DeviceState
-from hami_core.errors import ConfigError, HamiError, NotFoundError
-from hami_core.model import DeviceInfo
+from hami_core.errors import ConfigError, HamiError
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
+from hami_core.protocol.nodeconfig import load_node_overrides
 
 from .deviceplugin import DEFAULT_PLUGIN_DIR, DevicePluginServicer, PluginServer
 from .deviceplugin_metrics import DevicePluginMetrics
@@ -153,10 +153,14 @@ class DevicePluginProcess:
             resource_name=self.resource_name,
             workers=opts.workers,
         )
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._scores_for: tuple[str, ...] | None = None
-        self._scores: dict[str, dict[str, int]] | None = None
+        self.loop = HealthLoop(
+            self.agent,
+            self.state,
+            store,
+            health_interval_s=opts.health_interval_s,
+            register_interval_s=opts.register_interval_s,
+            cdi=self.cdi,
+        )
 
     def _release_later(self, release: Callable[[], None]) -> None:
         self._releaser.submit(release)
@@ -170,103 +174,16 @@ class DevicePluginProcess:
         """
         for path in self.agent.manager.prepare_node(self.opts.backend):
             log.info("installed for containers: %s", path)
-        devices = self.agent.discover()
-        self.state.update(devices)
-        log.info(
-            "discovered %d %s device(s) on %s: %s",
-            len(devices),
-            self.agent.vendor,
-            self.opts.node_name,
-            ", ".join(
-                f"{d.uuid} ({d.model}, {d.memory_mib} MiB, x{d.split_count})" for d in devices
-            )
-            or "none",
-        )
-        next_publish = self._publish(devices)
+        self.loop.first_round()
         self.server.start()
-        self._thread = threading.Thread(
-            target=self._loop, args=(next_publish,), name="health-and-inventory", daemon=True
-        )
-        self._thread.start()
+        self.loop.start()
 
     def stop(self) -> None:
         """Stop the loop and the server; the inventory stays on the node."""
-        self._done.set()
+        self.loop.stop()
         self.state.close()
         self.server.stop()
-        if self._thread is not None:
-            self._thread.join(self.opts.health_interval_s + 5)
-
-    def _loop(self, next_publish: float) -> None:
-        # One round must never end the loop: without it health changes stop reaching
-        # kubelet and the inventory goes stale while the plugin still looks alive.
-        while not self._done.is_set():
-            try:
-                next_publish = self._round(next_publish)
-            except Exception:
-                log.exception("health and inventory round failed; retrying")
-                self._done.wait(min(5.0, self.opts.health_interval_s))
-                next_publish = 0.0
-
-    def _round(self, next_publish: float) -> float:
-        backend = self.opts.backend
-        if not self._done.is_set():
-            try:
-                changed = self.agent.manager.watch_health(
-                    backend, timeout_s=self.opts.health_interval_s
-                )
-            except HamiError as exc:
-                log.error("health watch failed: %s", exc)
-                changed = None
-            if changed is None:
-                self._done.wait(self.opts.health_interval_s)
-            if self._done.is_set():
-                return next_publish
-            try:
-                devices = self.agent.discover()
-            except HamiError as exc:
-                log.error("discovery failed; reporting every device unhealthy: %s", exc)
-                if self.state.mark_unhealthy():
-                    next_publish = 0.0
-                devices = self.state.devices
-            else:
-                if self.state.update(devices):
-                    sick = [d.uuid for d in devices if not d.healthy]
-                    log.info("device list changed; unhealthy now: %s", sick or "none")
-                    next_publish = 0.0
-            if time.monotonic() >= next_publish:
-                next_publish = self._publish(devices)
-        return next_publish
-
-    def _publish(self, devices: tuple[DeviceInfo, ...]) -> float:
-        """Publish and sweep; returns the monotonic time of the next periodic publish
-        (soon again when the API server could not be reached)."""
-        try:
-            self.agent.publish(devices, scores=self._link_scores(devices))
-        except NotFoundError:
-            log.warning("node %s does not exist yet; retrying", self.opts.node_name)
-            return time.monotonic() + min(5.0, self.opts.register_interval_s)
-        except HamiError as exc:
-            log.error("cannot publish the inventory of %s: %s", self.opts.node_name, exc)
-            return time.monotonic() + min(5.0, self.opts.register_interval_s)
-        if self.cdi is not None:
-            try:
-                live = [
-                    str((p.get("metadata") or {}).get("uid"))
-                    for p in self.store.pods_on_node(self.opts.node_name)
-                ]
-                for path in self.cdi.sweep(live):
-                    log.info("removed CDI spec %s of a pod gone from the node", path)
-            except HamiError as exc:
-                log.warning("cannot list pods to sweep CDI specs: %s", exc)
-        return time.monotonic() + self.opts.register_interval_s
-
-    def _link_scores(self, devices: tuple[DeviceInfo, ...]) -> dict[str, dict[str, int]] | None:
-        key = tuple(d.uuid for d in devices)
-        if self._scores_for != key:
-            self._scores = self.agent.scores(devices)
-            self._scores_for = key
-        return self._scores
+        self.loop.join()
 
 
 def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None = None) -> None:

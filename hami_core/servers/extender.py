@@ -15,7 +15,7 @@ from typing import Any
 from flask import Flask, Response, abort, jsonify, request
 
 from hami_core.errors import ConflictError, HamiError, InvalidInputError
-from hami_core.scheduling.podspec import pod_ref
+from hami_core.protocol.pods import pod_ref
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.scheduling.scoring import extender_score
 

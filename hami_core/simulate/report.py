@@ -89,12 +89,14 @@ from typing import Any
 from hami_core.errors import AnnotationError
 from hami_core.model import (
     Allocation,
+    Charge,
     DeviceInfo,
     DeviceRequest,
     DeviceUsage,
     NodeInfo,
     PodRequest,
     ReasonCode,
+    collapse,
 )
 from hami_core.protocol.annotations import GPU_SCHEDULER_POLICY, NODE_SCHEDULER_POLICY
 from hami_core.scheduling.fitting import NodeFit
@@ -184,12 +186,14 @@ def request_entries(request: PodRequest | None) -> list[dict[str, Any]]:
 def whole_card_gpus(request: PodRequest | None) -> int:
     """Devices the pod would hold if each device were given whole: the larger of the
     largest init container and the sum of the app containers (Kubernetes' rule for a
-    pod's effective request)."""
+    pod's effective request; ``hami_core.model.collapse``)."""
     if request is None:
         return 0
-    init = max((sum(r.count for r in c.devices) for c in request.containers if c.init), default=0)
-    apps = sum(r.count for c in request.containers if not c.init for r in c.devices)
-    return max(init, apps)
+    charged = collapse(
+        (c.init, {"devices": Charge(count=sum(r.count for r in c.devices))})
+        for c in request.containers
+    )
+    return charged["devices"].count if "devices" in charged else 0
 
 
 def device_entries(

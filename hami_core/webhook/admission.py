@@ -20,7 +20,7 @@ from hami_core.errors import InvalidInputError
 from hami_core.model import Charge, ContainerRequest, DeviceRequest, PodRequest, collapse
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
-from hami_core.scheduling.podspec import check_pod_shape, containers, pod_ref
+from hami_core.protocol.pods import check_pod_shape, containers, pod_ref
 from hami_core.scheduling.policy import resolve_policies
 from hami_core.scheduling.quota import namespace_usage, quota_limits, quota_violation
 

@@ -11,9 +11,9 @@ from hami_nvidia.nvml import NvmlGpu
 
 from hami_core.cluster import MemoryCluster
 from hami_core.deviceplugin import NodeAgent, load_node_overrides
-from hami_core.deviceplugin.agent import parse_node_overrides
 from hami_core.deviceplugin.state import DeviceState
 from hami_core.errors import ConfigError
+from hami_core.protocol.nodeconfig import parse_node_overrides
 from tests.deviceplugin.conftest import gpu_uuid, nvidia_manager
 from tests.deviceplugin.pyfake import PyFakeNvml, installed
 
@@ -64,7 +64,7 @@ def test_bad_values_name_the_key(key, value, words):
 
 def test_unapplied_keys_are_said(caplog):
     doc = {"nodeconfig": [{"name": NODE, "libcudaloglevel": "3"}]}
-    with caplog.at_level(logging.INFO, logger="hami_core.deviceplugin.agent"):
+    with caplog.at_level(logging.INFO, logger="hami_core.protocol.nodeconfig"):
         parse_node_overrides(doc, node=NODE)
         parse_node_overrides(CHART_DEFAULT, node=NODE)
     text = caplog.text

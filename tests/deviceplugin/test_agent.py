@@ -14,9 +14,10 @@ from hami_nvidia.nvml import NvmlGpu
 
 from hami_core.cluster import MemoryCluster
 from hami_core.deviceplugin import NodeAgent, NodeOverrides, load_node_overrides
-from hami_core.deviceplugin.agent import DiscoveryUnavailableError, parse_node_overrides
+from hami_core.deviceplugin.agent import DiscoveryUnavailableError
 from hami_core.errors import ConfigError
 from hami_core.protocol.inventory import decode_inventory
+from hami_core.protocol.nodeconfig import parse_node_overrides
 
 from .conftest import gpu_uuid, nvidia_manager
 from .pyfake import PyFakeNvml, installed

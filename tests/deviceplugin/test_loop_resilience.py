@@ -60,6 +60,6 @@ def test_the_loop_survives_a_blip_and_publishes_again(tmp_path):
             ):
                 assert time.monotonic() < deadline, "the loop never published again"
                 time.sleep(0.05)
-            assert p._thread.is_alive()
+            assert p.loop._thread is not None and p.loop._thread.is_alive()
         finally:
             p.stop()

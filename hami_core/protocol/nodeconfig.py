@@ -1,0 +1,214 @@
+"""Per-node overrides of the device plugin, in the shape of HAMi's device-plugin
+``config.json``, so a HAMi user's ConfigMap works unchanged.
+
+Example::
+
+    {"nodeconfig": [{"name": "gpu-node-1", "devicesplitcount": 4,
+                     "devicememoryscaling": 1.5, "devicecorescaling": 1,
+                     "filterdevices": {"uuid": ["GPU-..."], "index": [3]}}]}
+
+YAML with the same keys is accepted. Every key of HAMi 2.10's entry
+(``pkg/device/nvidia/device.go`` ``DevicePluginConfigs`` / ``NodeDefaultConfig``, the
+chart's default ``nodeconfig``) is accepted: ``preconfigureddevicememory`` (MiB for a
+device whose memory the driver does not report), ``enablenumatopology`` (NUMA nodes sent
+to kubelet), ``operatingmode`` (only ``hami-core``), ``migstrategy`` (only ``none``);
+``enablegetpreferredallocation: false`` and ``libcudaloglevel`` are read and logged as
+not applied (we always offer ``GetPreferredAllocation``: it keeps kubelet's IDs on the
+GPUs the scheduler chose).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml
+
+from hami_core.errors import ConfigError
+from hami_core.model import DeviceInfo
+from hami_core.protocol.config import VendorConfig
+
+log = logging.getLogger(__name__)
+
+_NODE_KEYS = frozenset(
+    {
+        "name",
+        "operatingmode",
+        "migstrategy",
+        "devicesplitcount",
+        "devicememoryscaling",
+        "devicecorescaling",
+        "filterdevices",
+        "preconfigureddevicememory",
+        "enablenumatopology",
+        "enablegetpreferredallocation",
+        "libcudaloglevel",
+    }
+)
+
+
+@attrs.frozen(kw_only=True)
+class NodeOverrides:
+    """One node's entry of the per-node file; None keeps the cluster-wide value.
+
+    Attributes:
+        split_count: ``devicesplitcount``.
+        memory_scaling: ``devicememoryscaling``.
+        core_scaling: ``devicecorescaling``.
+        exclude_uuids: ``filterdevices.uuid``: devices not advertised.
+        exclude_indexes: ``filterdevices.index``: devices not advertised, by index.
+        preconfigured_memory_mib: ``preconfigureddevicememory``: MiB of a device whose
+            discovery reports no memory (0 or None: such a device keeps 0).
+        numa_topology: ``enablenumatopology``; None: our default (sent).
+    """
+
+    split_count: int | None = None
+    memory_scaling: float | None = None
+    core_scaling: float | None = None
+    exclude_uuids: frozenset[str] = frozenset()
+    exclude_indexes: frozenset[int] = frozenset()
+    preconfigured_memory_mib: int | None = None
+    numa_topology: bool | None = None
+
+    def apply(self, config: VendorConfig) -> VendorConfig:
+        """``config`` with this node's values in force."""
+        changes: dict[str, Any] = {}
+        if self.split_count is not None:
+            changes["split_count"] = self.split_count
+        if self.memory_scaling is not None:
+            changes["memory_scaling"] = self.memory_scaling
+        if self.core_scaling is not None:
+            changes["core_scaling"] = self.core_scaling
+        return attrs.evolve(config, **changes)
+
+    def keeps(self, device: DeviceInfo) -> bool:
+        """False for a device the node's ``filterdevices`` leaves out."""
+        return device.uuid not in self.exclude_uuids and device.index not in self.exclude_indexes
+
+
+def load_node_overrides(path: str | Path | None, *, node: str) -> NodeOverrides:
+    """Read ``node``'s entry from a per-node file; no file or no entry: no overrides.
+
+    Raises:
+        ConfigError: unreadable file, unknown key or bad value; names the file, the
+            node and the key.
+    """
+    if path is None:
+        return NodeOverrides()
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    try:
+        return parse_node_overrides(data, node=node)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def parse_node_overrides(data: object, *, node: str) -> NodeOverrides:
+    """Validate an already-parsed per-node document and return ``node``'s entry.
+
+    Every entry is validated, not only this node's, so a typo fails on every node.
+    """
+    if data is None:
+        return NodeOverrides()
+    if not isinstance(data, Mapping):
+        raise ConfigError("the per-node configuration must be a mapping with 'nodeconfig'")
+    unknown = [k for k in data if k != "nodeconfig"]
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r} (allowed: nodeconfig)")
+    entries = data.get("nodeconfig") or []
+    if not isinstance(entries, list):
+        raise ConfigError("nodeconfig: must be a list")
+    found = NodeOverrides()
+    seen: set[str] = set()
+    for pos, entry in enumerate(entries):
+        parsed_name, parsed = _entry(entry, pos)
+        if parsed_name in seen:
+            raise ConfigError(f"nodeconfig: node {parsed_name!r} is listed twice")
+        seen.add(parsed_name)
+        if parsed_name == node:
+            found = parsed
+    return found
+
+
+def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
+    where = f"nodeconfig[{pos}]"
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{where}: must be a mapping")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}.name: must be a node name")
+    where = f"nodeconfig[{name}]"
+    for key in entry:
+        if key not in _NODE_KEYS:
+            raise ConfigError(
+                f"{where}.{key}: unknown key (allowed: {', '.join(sorted(_NODE_KEYS))})"
+            )
+    mode = entry.get("operatingmode", "hami-core")
+    if mode not in ("hami-core", "", None):
+        raise ConfigError(f"{where}.operatingmode: {mode!r} is not supported (only hami-core)")
+    mig = entry.get("migstrategy", "none")
+    if mig not in ("none", "", None):
+        raise ConfigError(f"{where}.migstrategy: {mig!r} is not supported (only none)")
+    split = _number(entry, "devicesplitcount", int, where)
+    if split is not None and split < 1:
+        raise ConfigError(f"{where}.devicesplitcount: must be >= 1, got {split}")
+    memory = _number(entry, "devicememoryscaling", float, where)
+    core = _number(entry, "devicecorescaling", float, where)
+    for key, value in (("devicememoryscaling", memory), ("devicecorescaling", core)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{where}.{key}: must be > 0, got {value}")
+    filters = entry.get("filterdevices") or {}
+    if not isinstance(filters, Mapping) or set(filters) - {"uuid", "index"}:
+        raise ConfigError(f"{where}.filterdevices: must be a mapping of 'uuid' and 'index' lists")
+    uuids = filters.get("uuid") or []
+    indexes = filters.get("index") or []
+    if not isinstance(uuids, list) or not all(isinstance(u, str) for u in uuids):
+        raise ConfigError(f"{where}.filterdevices.uuid: must be a list of UUIDs")
+    if not isinstance(indexes, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indexes
+    ):
+        raise ConfigError(f"{where}.filterdevices.index: must be a list of indexes >= 0")
+    pre = _number(entry, "preconfigureddevicememory", int, where)
+    if pre is not None and pre < 0:
+        raise ConfigError(f"{where}.preconfigureddevicememory: must be >= 0, got {pre}")
+    flags = {}
+    for key in ("enablenumatopology", "enablegetpreferredallocation"):
+        value = entry.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
+        flags[key] = value
+    if flags["enablegetpreferredallocation"] is False:
+        log.info(
+            "%s.enablegetpreferredallocation: false is not applied: GetPreferredAllocation "
+            "stays offered (it keeps kubelet's device IDs on the GPUs the scheduler chose)",
+            where,
+        )
+    if entry.get("libcudaloglevel") is not None:
+        log.warning("%s.libcudaloglevel: not applied by this device plugin", where)
+    return name, NodeOverrides(
+        preconfigured_memory_mib=pre,
+        numa_topology=flags["enablenumatopology"],
+        split_count=split,
+        memory_scaling=memory,
+        core_scaling=core,
+        exclude_uuids=frozenset(uuids),
+        exclude_indexes=frozenset(indexes),
+    )
+
+
+def _number(entry: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in entry or entry[key] is None:
+        return None
+    value = entry[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
+    if kind is int:
+        if isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"{where}.{key}: expected an integer, got {value!r}")
+        return int(value)
+    return float(value)
