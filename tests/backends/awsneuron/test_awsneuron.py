@@ -211,3 +211,19 @@ def test_pipeline_devices_and_cores():
     assert "multiple of 2" in odd.denied
     none_left = p.submit(pod("f", {"aws.amazon.com/neuron": "1"}))
     assert none_left.node is None
+
+
+def test_quota_counts_devices():
+    from ..support import quota
+
+    n = node(
+        "inf-1",
+        capacity={"aws.amazon.com/neuron": "4", "aws.amazon.com/neuroncore": "8"},
+        labels={"node.kubernetes.io/instance-type": "inf2.24xlarge"},
+    )
+    p = pipeline(n, backends=("awsneuron",))
+    p.cluster.add_quota(quota("q", {"limits.aws.amazon.com/neuron": "2"}))
+    assert p.submit(pod("a", {"aws.amazon.com/neuron": "2"})).node == "inf-1"
+    assert (
+        "limits.aws.amazon.com/neuron" in p.submit(pod("b", {"aws.amazon.com/neuron": "1"})).denied
+    )

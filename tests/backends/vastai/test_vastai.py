@@ -152,3 +152,13 @@ def test_pipeline_die_mode():
     assert sorted(d.uuid for d in entry) in (["die-1-0", "die-1-1"], ["die-2-0", "die-2-1"])
     assert p.submit(pod("w", {"vastaitech.com/va": "2"})).node == "va-1"
     assert p.submit(pod("x", {"vastaitech.com/va": "1"})).node is None
+
+
+def test_quota_counts_devices():
+    from ..support import quota
+
+    n = node("va-1", annotations={"hami.io/node-va-register": die_register(["1", "2"])})
+    p = pipeline(n, backends=("vastai",))
+    p.cluster.add_quota(quota("q", {"limits.vastaitech.com/va": "2"}))
+    assert p.submit(pod("a", {"vastaitech.com/va": "2"})).node == "va-1"
+    assert "limits.vastaitech.com/va" in p.submit(pod("b", {"vastaitech.com/va": "1"})).denied
