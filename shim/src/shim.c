@@ -12,7 +12,6 @@
 #include "nvml_util.h"
 #include "real_driver.h"
 #include "region.h"
-#include "throttle.h"
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* config + device table */
 static int g_cfg_loaded;
@@ -55,7 +54,6 @@ static void fork_child(void)
     /* The child owns none of the parent's allocations, slot, lock or events. */
     region_after_fork_child();
     atab_reset_after_fork();
-    throttle_after_fork_child();
     g_region_retry_ns = 0;
     pthread_mutex_init(&g_mu, NULL);
 }

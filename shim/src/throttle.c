@@ -44,6 +44,22 @@ struct tdev {
 static struct tdev g_td[SHIM_MAX_DEVICES];
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 
+static void after_fork_child(void)
+{
+    /* Events and contexts do not survive fork(); start from nothing. */
+    memset(g_td, 0, sizeof g_td);
+    pthread_mutex_init(&g_init_mu, NULL);
+}
+
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+static void register_atfork(void)
+{
+    /* Own handler: shim.c need not know this module's state (no shim.c <-> throttle.c
+     * cycle). Registered at the first launch, before which there is nothing to reset. */
+    pthread_atfork(NULL, NULL, after_fork_child);
+}
+
 static struct tdev *tdev_for(int dev)
 {
     if (dev < 0 || dev >= SHIM_MAX_DEVICES)
@@ -167,6 +183,7 @@ static int device_shared(struct tdev *td, dev_state *d)
 void throttle_begin(throttle_ticket *t, CUstream stream, int per_thread, uintptr_t key)
 {
     t->active = 0;
+    pthread_once(&g_atfork_once, register_atfork);
     const shim_config *cfg = shim_cfg();
     if (!cfg->sm_configured || cfg->policy == POLICY_DISABLE || shim_passthrough())
         return;
@@ -291,11 +308,4 @@ void throttle_end(throttle_ticket *t, int rc)
         }
     }
     pthread_mutex_unlock(&td->mu);
-}
-
-void throttle_after_fork_child(void)
-{
-    /* Events and contexts do not survive fork(); start from nothing. */
-    memset(g_td, 0, sizeof g_td);
-    pthread_mutex_init(&g_init_mu, NULL);
 }

@@ -36,6 +36,4 @@ void throttle_begin(throttle_ticket *t, CUstream stream, int per_thread, uintptr
 /* After the launch returned `rc`: records the end event, or undoes the booking. */
 void throttle_end(throttle_ticket *t, int rc);
 
-void throttle_after_fork_child(void);
-
 #endif
