@@ -44,7 +44,13 @@ from .requests import (
     resource_names,
     resource_value,
 )
-from .tools import DEFAULT_TOOL_TIMEOUT_S, SubprocessRunner, ToolRunner, run_tool
+from .tools import (
+    DEFAULT_TOOL_TIMEOUT_S,
+    SubprocessRunner,
+    ToolRunner,
+    configured_tool_output,
+    run_tool,
+)
 
 __all__ = [
     *model.__all__,
@@ -62,6 +68,7 @@ __all__ = [
     "ToolRunner",
     "VendorConfig",
     "annotations_of",
+    "configured_tool_output",
     "first_annotation",
     "fit",
     "fit_devices",

@@ -7,12 +7,15 @@ that prints a recorded output (STYLE.md 5: hardware behind a small protocol).
 from __future__ import annotations
 
 import logging
+import shlex
 import shutil
 import subprocess
 from collections.abc import Sequence
 from typing import Protocol
 
 import attrs
+
+from hami_core.protocol.config import VendorConfig
 
 log = logging.getLogger(__name__)
 
@@ -61,3 +64,20 @@ class SubprocessRunner:
 
     def __call__(self, argv: Sequence[str]) -> str | None:
         return run_tool(argv, timeout_s=self.timeout_s)
+
+
+def configured_tool_output(
+    config: VendorConfig, *, command_key: str, timeout_key: str, runner: ToolRunner | None = None
+) -> str | None:
+    """Run the tool a backend's section names and return its output (or None, as
+    ``run_tool``).
+
+    Args:
+        command_key: the option holding the command line (``"cnmon info"``; split as a
+            shell would, without running a shell).
+        timeout_key: the option holding its timeout, seconds.
+        runner: a fake for tests; default: ``SubprocessRunner`` with that timeout.
+    """
+    argv = shlex.split(str(config.options[command_key]))
+    real = runner or SubprocessRunner(timeout_s=float(config.options[timeout_key]))
+    return real(argv)

@@ -16,6 +16,7 @@ from hami_core.backend import (
     ResourceNames,
     SubprocessRunner,
     VendorConfig,
+    configured_tool_output,
     inventory_device,
     read_quantity,
     resource_names,
@@ -105,3 +106,16 @@ def test_a_backend_without_hami_score_gets_the_real_node_policy(policy):
         assert fuller > empty
     else:
         assert empty > fuller
+
+
+def test_configured_tool_output_splits_the_command_and_takes_its_timeout():
+    seen = []
+    config = VendorConfig(options={"cmd": "tool info -x 'a b'", "timeout": 7})
+    out = configured_tool_output(
+        config, command_key="cmd", timeout_key="timeout", runner=lambda argv: seen.append(argv)
+    )
+    assert out is None and seen == [["tool", "info", "-x", "a b"]]
+    slow = VendorConfig(
+        options={"cmd": f"{sys.executable} -c 'import time; time.sleep(30)'", "timeout": 0.5}
+    )
+    assert configured_tool_output(slow, command_key="cmd", timeout_key="timeout") is None

@@ -19,7 +19,6 @@ missing); tests pass a fake or a ``cat`` of a recorded sample.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable
 
 import attrs
@@ -27,9 +26,9 @@ import attrs
 from hami_core.backend import (
     DeviceInfo,
     InvalidInputError,
-    SubprocessRunner,
     ToolRunner,
     VendorConfig,
+    configured_tool_output,
     inventory_device,
 )
 
@@ -147,23 +146,18 @@ def to_devices(cards: Iterable[CnmonCard], config: VendorConfig) -> list[DeviceI
     ]
 
 
-def _argv(config: VendorConfig) -> list[str]:
-    return shlex.split(str(config.options[options.CNMON_COMMAND]))
-
-
-def default_runner(config: VendorConfig) -> ToolRunner:
-    """The real runner of the hooks: the kit's, with the configured timeout."""
-    timeout_s = float(config.options[options.CNMON_TIMEOUT_S])
-    return SubprocessRunner(timeout_s=timeout_s)
-
-
 def discover(config: VendorConfig, runner: ToolRunner | None = None) -> list[DeviceInfo] | None:
     """The node's MLUs, or None when ``cnmon`` is not available (no Cambricon driver).
 
     Raises:
         InvalidInputError: the output cannot be parsed (see ``parse_cnmon_info``).
     """
-    text = (runner or default_runner(config))(_argv(config))
+    text = configured_tool_output(
+        config,
+        command_key=options.CNMON_COMMAND,
+        timeout_key=options.CNMON_TIMEOUT_S,
+        runner=runner,
+    )
     if text is None:
         return None
     return to_devices(parse_cnmon_info(text), config)

@@ -24,7 +24,6 @@ missing); tests pass a fake or a ``cat`` of a recorded sample.
 from __future__ import annotations
 
 import re
-import shlex
 from collections import Counter
 from collections.abc import Sequence
 
@@ -33,9 +32,9 @@ import attrs
 from hami_core.backend import (
     DeviceInfo,
     InvalidInputError,
-    SubprocessRunner,
     ToolRunner,
     VendorConfig,
+    configured_tool_output,
     inventory_device,
 )
 
@@ -172,23 +171,18 @@ def to_devices(rows: Sequence[XpuSmiDevice], config: VendorConfig) -> list[Devic
     ]
 
 
-def _argv(config: VendorConfig) -> list[str]:
-    return shlex.split(str(config.options[options.XPU_SMI_COMMAND]))
-
-
-def default_runner(config: VendorConfig) -> ToolRunner:
-    """The real runner of the hooks: the kit's, with the configured timeout."""
-    timeout_s = float(config.options[options.XPU_SMI_TIMEOUT_S])
-    return SubprocessRunner(timeout_s=timeout_s)
-
-
 def discover(config: VendorConfig, runner: ToolRunner | None = None) -> list[DeviceInfo] | None:
     """The node's XPUs, or None when ``xpu-smi`` is not available (no Kunlunxin driver).
 
     Raises:
         InvalidInputError: the output cannot be parsed (see ``parse_xpu_smi``).
     """
-    text = (runner or default_runner(config))(_argv(config))
+    text = configured_tool_output(
+        config,
+        command_key=options.XPU_SMI_COMMAND,
+        timeout_key=options.XPU_SMI_TIMEOUT_S,
+        runner=runner,
+    )
     if text is None:
         return None
     return to_devices(parse_xpu_smi(text), config)
