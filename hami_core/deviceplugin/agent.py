@@ -145,8 +145,11 @@ class NodeAgent:
         return kept
 
     def _preconfigured(self, device: DeviceInfo) -> DeviceInfo:
-        """HAMi's ``preconfigureddevicememory`` for a device reporting no memory (some
-        drivers cannot report it), scaled like discovered memory."""
+        """The node's ``operatingmode`` as the device's inventory ``mode``, and HAMi's
+        ``preconfigureddevicememory`` for a device reporting no memory (some drivers
+        cannot report it), scaled like discovered memory."""
+        if self.overrides.mode is not None and device.mode != self.overrides.mode:
+            device = attrs.evolve(device, mode=self.overrides.mode)
         pre = self.overrides.preconfigured_memory_mib
         if device.memory_mib or not pre:
             return device

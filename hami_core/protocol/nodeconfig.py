@@ -11,7 +11,9 @@ YAML with the same keys is accepted. Every key of HAMi 2.10's entry
 (``pkg/device/nvidia/device.go`` ``DevicePluginConfigs`` / ``NodeDefaultConfig``, the
 chart's default ``nodeconfig``) is accepted: ``preconfigureddevicememory`` (MiB for a
 device whose memory the driver does not report), ``enablenumatopology`` (NUMA nodes sent
-to kubelet), ``operatingmode`` (only ``hami-core``), ``migstrategy`` (only ``none``);
+to kubelet), ``operatingmode`` (``hami-core`` or ``mps``: published as every device's
+inventory ``mode``, PROTOCOL.md §2; ``mig`` is refused until MIG is implemented),
+``migstrategy`` (only ``none``);
 ``enablegetpreferredallocation: false`` and ``libcudaloglevel`` are read and logged as
 not applied (we always offer ``GetPreferredAllocation``: it keeps kubelet's IDs on the
 GPUs the scheduler chose).
@@ -49,6 +51,9 @@ _NODE_KEYS = frozenset(
     }
 )
 
+#: ``operatingmode`` values accepted (HAMi 2.10 also has ``mig``: not implemented here).
+OPERATING_MODES = ("hami-core", "mps")
+
 
 @attrs.frozen(kw_only=True)
 class NodeOverrides:
@@ -63,6 +68,8 @@ class NodeOverrides:
         preconfigured_memory_mib: ``preconfigureddevicememory``: MiB of a device whose
             discovery reports no memory (0 or None: such a device keeps 0).
         numa_topology: ``enablenumatopology``; None: our default (sent).
+        mode: ``operatingmode`` (``hami-core`` or ``mps``), the inventory ``mode`` of
+            every device of the node; None: the backend's own (``hami-core``).
     """
 
     split_count: int | None = None
@@ -72,6 +79,7 @@ class NodeOverrides:
     exclude_indexes: frozenset[int] = frozenset()
     preconfigured_memory_mib: int | None = None
     numa_topology: bool | None = None
+    mode: str | None = None
 
     def apply(self, config: VendorConfig) -> VendorConfig:
         """``config`` with this node's values in force."""
@@ -148,9 +156,12 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
             raise ConfigError(
                 f"{where}.{key}: unknown key (allowed: {', '.join(sorted(_NODE_KEYS))})"
             )
-    mode = entry.get("operatingmode", "hami-core")
-    if mode not in ("hami-core", "", None):
-        raise ConfigError(f"{where}.operatingmode: {mode!r} is not supported (only hami-core)")
+    mode = entry.get("operatingmode")
+    if mode not in (*OPERATING_MODES, "", None):
+        raise ConfigError(
+            f"{where}.operatingmode: {mode!r} is not supported "
+            f"(one of {', '.join(OPERATING_MODES)}; mig is not implemented yet)"
+        )
     mig = entry.get("migstrategy", "none")
     if mig not in ("none", "", None):
         raise ConfigError(f"{where}.migstrategy: {mig!r} is not supported (only none)")
@@ -193,6 +204,7 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
     return name, NodeOverrides(
         preconfigured_memory_mib=pre,
         numa_topology=flags["enablenumatopology"],
+        mode=mode or None,
         split_count=split,
         memory_scaling=memory,
         core_scaling=core,

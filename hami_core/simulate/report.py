@@ -32,7 +32,8 @@ Report (``build_report``)::
             "memoryMiB": int, "memoryPct": int, "coresPct": int}],   # memory: one of the two
          "devices": [                            # what it got, containers in wire order
            {"container": str, "init": bool, "vendor": str, "uuid": str, "index": int,
-            "model": str, "memoryMiB": int, "coresPct": int}],
+            "model": str, "mode": str,           # the device's mode: hami-core | mig | mps
+            "memoryMiB": int, "coresPct": int}],
          "wholeCardGpus": int,                   # GPUs it would hold without sharing
          "explanation": null | [                 # unschedulable pods only: one per node
            {"node": str, "reason": str,          # "2/4 CardInsufficientMemory, ..."
@@ -42,7 +43,7 @@ Report (``build_report``)::
                                                  # device a request of that count would get
             "devices": [{"uuid": str, "index": int, "model": str, "reason": str}]}]}],
       "gpus": [                                  # every device, by node then index
-        {"node": str, "uuid": str, "index": int, "vendor": str, "model": str,
+        {"node": str, "uuid": str, "index": int, "vendor": str, "model": str, "mode": str,
          "memoryMiB": int, "usedMemoryMiB": int, "coresPct": int, "usedCoresPct": int,
          "splitCount": int, "sharers": int,      # containers sharing it
          "pods": [str],                          # "namespace/name" of the pods on it
@@ -220,6 +221,7 @@ def device_entries(
                         "uuid": s.uuid,
                         "index": info.index if info is not None else -1,
                         "model": info.model if info is not None else "",
+                        "mode": info.mode if info is not None else "",
                         "memoryMiB": s.memory_mib,
                         "coresPct": s.cores_pct,
                     }
@@ -399,6 +401,7 @@ def _gpu_entries(sim: Simulation, infos: Mapping[str, NodeInfo]) -> list[dict[st
                     "index": d.index,
                     "vendor": d.vendor,
                     "model": d.model,
+                    "mode": d.mode,
                     "memoryMiB": d.memory_mib,
                     "usedMemoryMiB": u.used_memory_mib,
                     "coresPct": d.cores_pct,
@@ -633,7 +636,7 @@ def render_text(report: Mapping[str, Any], *, warnings: bool = True) -> str:
                 [
                     *(first if i == 0 else ["", ""]),
                     f"#{d['index']} {d['uuid']}",
-                    d["model"],
+                    _with_mode(d["model"], d["mode"]),
                     f"{d['memoryMiB']} MiB",
                     f"{d['coresPct']}%",
                     d["container"] if several else "",
@@ -714,6 +717,11 @@ def _explanation_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
+def _with_mode(model: str, mode: str) -> str:
+    """The model, with the device's mode when it is not the shim's (``... (mps)``)."""
+    return f"{model} ({mode})" if mode and mode != "hami-core" else model
+
+
 def _gpu_lines(gpus: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = []
     for g in gpus:
@@ -722,7 +730,7 @@ def _gpu_lines(gpus: Sequence[Mapping[str, Any]]) -> list[str]:
             [
                 g["node"],
                 f"#{g['index']}",
-                g["model"],
+                _with_mode(g["model"], g["mode"]),
                 bar(g["usedMemoryMiB"], g["memoryMiB"]),
                 f"{g['usedMemoryMiB']}/{g['memoryMiB']} MiB",
                 f"cores {g['usedCoresPct']}/{g['coresPct']}%",

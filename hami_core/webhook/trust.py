@@ -35,6 +35,11 @@ SHIM_ENV: Final = frozenset(
         "GPU_CORE_UTILIZATION_POLICY",
         "CUDA_DISABLE_CONTROL",
         "HAMI_SHIM_LIMITS_FILE",  # the shim's test override of its limits file
+        # MPS mode: the MPS client's share and daemon (NVIDIA's MPS guide, "Environment
+        # Variables"); a tenant's own values would raise its share or pick another daemon.
+        "CUDA_MPS_PIPE_DIRECTORY",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
     }
 )
 #: Per-device forms: ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` and the like.

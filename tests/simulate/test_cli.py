@@ -283,3 +283,39 @@ def test_the_bundled_example_runs_without_its_backend(monkeypatch):
     given = invoke("--cluster", EXAMPLES / "cluster.yaml")
     assert given.exit_code != 0
     assert "no installed backend serves vendor 'NVIDIA' (installed: none)" in given.output
+
+
+def test_simulate_shows_the_mode_and_serves_mps_gpus_through_mps(tmp_path):
+    cluster = write(
+        tmp_path / "c.yaml",
+        {
+            "nodes": [
+                {"name": "shim", "gpus": [{"model": "NVIDIA A10", "memoryMiB": 23028}]},
+                {
+                    "name": "mps",
+                    "gpus": [{"model": "NVIDIA A10", "memoryMiB": 23028, "mode": "mps"}],
+                },
+            ]
+        },
+    )
+    wl = write(
+        tmp_path / "w.yaml",
+        gpu_pod("a", annotations={"nvidia.com/vgpu-mode": "mps"}, gpu=1, gpumem=2000, gpucores=40),
+        gpu_pod("b", annotations={"nvidia.com/vgpu-mode": "hami-core"}, gpu=1, gpumem=2000),
+    )
+    result = invoke("--cluster", cluster, wl, "-o", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    pods = {p["name"]: p for p in data["pods"]}
+    assert (pods["a"]["node"], pods["a"]["devices"][0]["mode"]) == ("mps", "mps")
+    assert (pods["b"]["node"], pods["b"]["devices"][0]["mode"]) == ("shim", "hami-core")
+    env = pods["a"]["containers"][0]["env"]
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=2000M"
+    assert not any(k.startswith("CUDA_DEVICE_") for k in env)
+    assert "CUDA_DEVICE_MEMORY_LIMIT_0" in pods["b"]["containers"][0]["env"]
+    assert {g["node"]: g["mode"] for g in data["gpus"]} == {"shim": "hami-core", "mps": "mps"}
+
+    text = invoke("--cluster", cluster, wl).output
+    assert "NVIDIA A10 (mps)" in text
+    assert "NVIDIA A10 (hami-core)" not in text  # the shim's mode is the default, not shown

@@ -270,6 +270,7 @@ def test_json_schema_keys_are_stable():
                 "uuid",
                 "index",
                 "model",
+                "mode",
                 "memoryMiB",
                 "coresPct",
             }
@@ -290,6 +291,7 @@ def test_json_schema_keys_are_stable():
             "index",
             "vendor",
             "model",
+            "mode",
             "memoryMiB",
             "usedMemoryMiB",
             "coresPct",

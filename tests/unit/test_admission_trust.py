@@ -38,6 +38,10 @@ def with_env(*env, envfrom=None, **res):
         ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/mine"),
         ("CUDA_OVERSUBSCRIBE", "true"),
         ("GPU_CORE_UTILIZATION_POLICY", "disable"),
+        # MPS mode: the client's share and daemon (the device plugin sets them)
+        ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "100"),
+        ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=81920M"),
+        ("CUDA_MPS_PIPE_DIRECTORY", "/tmp/my-own-daemon"),
     ],
 )
 def test_a_gpu_container_may_not_set_the_shims_variables(name, value):
@@ -80,6 +84,7 @@ def test_disable_control_is_an_administrators_opt_out():
         ({"secretRef": {"name": "s"}, "prefix": ""}, False),
         ({"configMapRef": {"name": "cfg"}, "prefix": "CUDA_"}, False),
         ({"configMapRef": {"name": "cfg"}, "prefix": "CUDA_DEVICE_SM_LIMIT_9"}, False),
+        ({"configMapRef": {"name": "cfg"}, "prefix": "CUDA_MPS_"}, False),
         ({"configMapRef": {"name": "cfg"}, "prefix": "N"}, False),
         ({"configMapRef": {"name": "cfg"}, "prefix": "APP_"}, True),
         ({"configMapRef": {"name": "cfg"}, "prefix": "CUDA_X_"}, True),

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami_core.backend import (
     ConfigError,
     ContainerAllocation,
     ContainerDevices,
+    DeviceInfo,
+    HamiError,
     Mount,
     VendorConfig,
     resource_value,
@@ -22,7 +24,17 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "hookPath": "/usr/local/vgpu",  # host directory of libvgpu.so, ld.so.preload, containers/
     "libraryPath": "",  # host path of libvgpu.so; "" = <hookPath>/libvgpu.so
     "corePolicy": "default",  # GPU_CORE_UTILIZATION_POLICY unless the pod says otherwise
+    # MPS mode (node operatingmode: mps): the host directory where the node's MPS control
+    # daemon listens (its CUDA_MPS_PIPE_DIRECTORY; NVIDIA's default is /tmp/nvidia-mps),
+    # and the daemon's /dev/shm ("" = not mounted; the daemon and its clients must share it).
+    "mpsPipeDirectory": "/tmp/nvidia-mps",
+    "mpsShmDirectory": "",
 }
+
+#: The device mode (inventory ``mode``, PROTOCOL.md §2) served through NVIDIA MPS.
+MPS_MODE = "mps"
+#: Where the MPS pipe directory appears inside containers.
+CONTAINER_MPS_PIPE_DIR = "/tmp/nvidia-mps"
 
 
 #: ``GPU_CORE_UTILIZATION_POLICY`` values libvgpu.so knows (HAMi-core ``utilization``
@@ -34,8 +46,9 @@ def check_config(config: VendorConfig) -> None:
     """``hami_check_config``: the node-side keys of the ``nvidia`` section.
 
     Raises:
-        ConfigError: ``corePolicy`` is not one of ``CORE_POLICIES``, or
-            ``healthRecoverySeconds`` / ``unifiedMemoryMiB`` is negative.
+        ConfigError: ``corePolicy`` is not one of ``CORE_POLICIES``,
+            ``healthRecoverySeconds`` / ``unifiedMemoryMiB`` is negative, or
+            ``mpsPipeDirectory`` / ``mpsShmDirectory`` is not an absolute path.
     """
     opts = config.options
     if opts["corePolicy"] not in CORE_POLICIES:
@@ -45,6 +58,10 @@ def check_config(config: VendorConfig) -> None:
     for key in ("healthRecoverySeconds", "unifiedMemoryMiB"):
         if opts[key] < 0:
             raise ConfigError(f"nvidia.{key}: must be >= 0, got {opts[key]!r}")
+    for key, required in (("mpsPipeDirectory", True), ("mpsShmDirectory", False)):
+        value = opts[key]
+        if not isinstance(value, str) or ((value or required) and not value.startswith("/")):
+            raise ConfigError(f"nvidia.{key}: must be an absolute host path, got {value!r}")
 
 
 #: Where the limits file is mounted (read-only) in the container: the shim reads its
@@ -63,13 +80,76 @@ def container_dir(hook_path: str, pod_uid: str, container: str) -> str:
     return f"{hook_path.rstrip('/')}/containers/{pod_uid}_{container}"
 
 
+def mps_allocation(devices: ContainerDevices, config: VendorConfig) -> ContainerAllocation:
+    """What a container whose devices are all in MPS mode gets: the MPS client's
+    variables and the daemon's pipe directory, and none of the shim's (MPS enforces the
+    share; the shim is neither mounted nor preloaded).
+
+    Env (meanings from NVIDIA's "Multi-Process Service" guide, section "Environment
+    Variables", https://docs.nvidia.com/deploy/mps/):
+
+    - ``NVIDIA_VISIBLE_DEVICES``: the devices' UUIDs, in allocation order (CUDA numbers
+      them 0.. in that order inside the container).
+    - ``CUDA_MPS_PIPE_DIRECTORY``: the directory the client connects to the control
+      daemon through (``CONTAINER_MPS_PIPE_DIR``, the host's ``mpsPipeDirectory``).
+    - ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``: the share of each device's threads (SMs)
+      the client's contexts may use, percent; the smallest ``cores_pct`` of the
+      container's devices (a client has one value for all its devices); left out when
+      that is 0 (no core share asked) or 100 (the whole device).
+    - ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``: device memory the client may allocate per
+      device, ``<device ordinal>=<MiB>M`` pairs, comma separated (NVIDIA's format,
+      e.g. ``0=1024M,1=2048M``).
+
+    Raises:
+        HamiError: a device has a negative share (a corrupt allocation).
+    """
+    opts = config.options
+    envs = {"NVIDIA_VISIBLE_DEVICES": ",".join(d.uuid for d in devices)}
+    envs["CUDA_MPS_PIPE_DIRECTORY"] = CONTAINER_MPS_PIPE_DIR
+    threads = min(d.cores_pct for d in devices)
+    if 0 < threads < 100:
+        envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(threads)
+    envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
+        f"{i}={d.memory_mib}M" for i, d in enumerate(devices)
+    )
+    mounts = [
+        Mount(
+            container_path=CONTAINER_MPS_PIPE_DIR,
+            host_path=str(opts["mpsPipeDirectory"]),
+            read_only=False,  # clients open the daemon's pipes for writing
+        )
+    ]
+    if opts["mpsShmDirectory"]:
+        mounts.append(
+            Mount(
+                container_path="/dev/shm", host_path=str(opts["mpsShmDirectory"]), read_only=False
+            )
+        )
+    return ContainerAllocation(envs=envs, mounts=tuple(mounts))
+
+
+def device_modes(devices: ContainerDevices, node_devices: Sequence[DeviceInfo]) -> set[str]:
+    """The inventory modes of a container's devices (``hami-core`` for one the node's
+    discovered devices do not list)."""
+    modes = {d.uuid: d.mode for d in node_devices}
+    return {modes.get(d.uuid, "hami-core") for d in devices}
+
+
 def allocate(
     pod: Mapping[str, Any],
     container: Mapping[str, Any],
     devices: ContainerDevices,
     config: VendorConfig,
+    node_devices: Sequence[DeviceInfo] = (),
 ) -> ContainerAllocation:
     """Env, mounts for one container given its slices (empty: no devices).
+
+    Devices in MPS mode (``node_devices`` says their ``mode``; the node's
+    ``operatingmode: mps``) get ``mps_allocation``; the rest get the shim's, below.
+
+    Raises:
+        HamiError: the container's devices are in different modes (one container is
+            served either by MPS or by the shim, never both).
 
     Env: ``NVIDIA_VISIBLE_DEVICES`` (UUIDs, or ``none``), ``CUDA_DEVICE_MEMORY_LIMIT_<i>``
     (``<MiB>m``), ``CUDA_DEVICE_SM_LIMIT`` and ``_<i>`` (percent),
@@ -82,6 +162,14 @@ def allocate(
     """
     if not devices:
         return ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": "none"})
+    modes = device_modes(devices, node_devices)
+    if len(modes) > 1:
+        raise HamiError(
+            f"container {container.get('name', '')!r}: its devices are in different modes "
+            f"({', '.join(sorted(modes))}); one container is served by MPS or by the shim"
+        )
+    if modes == {MPS_MODE}:
+        return mps_allocation(devices, config)
     opts = config.options
     hook = str(opts["hookPath"]).rstrip("/")
     meta = pod.get("metadata") or {}

@@ -92,8 +92,9 @@ def hami_allocate(
     container: Mapping[str, Any],
     devices: ContainerDevices,
     config: VendorConfig,
+    node_devices: Sequence[DeviceInfo],
 ) -> ContainerAllocation | None:
-    return allocate.allocate(pod, container, devices, config)
+    return allocate.allocate(pod, container, devices, config, node_devices)
 
 
 @hookimpl
