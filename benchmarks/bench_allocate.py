@@ -106,7 +106,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer pods")
     args = ap.parse_args()
-    pods_n = 40 if args.quick else 150
+    pods_n = 40 if args.quick else 75  # one node: 8 GPUs x split 10 = 80 slices
     nodes_n = 20
     bins = find_kube_binaries()
     with ControlPlane(bins) as cp, tempfile.TemporaryDirectory() as hooks:

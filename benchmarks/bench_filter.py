@@ -37,6 +37,7 @@ from hami_core.cluster.kube import KubeCluster
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.servers.extender import create_extender_app
+from hami_core.servers.scheduler_main import settle_gc
 
 
 class CountingPool:
@@ -79,6 +80,7 @@ def run(nodes: int, pods: int, seed: int) -> dict[str, Any]:
         store.pods.put(p)
     manager = BackendManager.from_entry_points()
     scheduler = Scheduler(store, manager)
+    settle_gc()  # as ``hami scheduler`` does once its caches are listed
     app = create_extender_app(scheduler, is_leader=lambda: False)  # followers write no events
     server = create_server(app, host="127.0.0.1", port=0, threads=4)
     port = server.effective_port  # type: ignore[union-attr]

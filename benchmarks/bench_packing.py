@@ -39,7 +39,7 @@ from hami_core.simulate.pipeline import Pipeline
 
 NODES = 4
 GPUS = 8
-TIME_LIMIT_S = 20.0
+TIME_LIMIT_S = 60.0
 
 
 def demand(limits: dict[str, str]) -> tuple[int, int, int]:
@@ -82,27 +82,42 @@ def ours(pods: list[dict[str, str]], manager: BackendManager) -> tuple[int, int]
     return placed, len(used)
 
 
-def _model(pods: list[dict[str, str]], *, all_placed: bool) -> tuple[highspy.Highs, Any, Any]:
+def _model(
+    pods: list[dict[str, str]], *, all_placed: bool
+) -> tuple[highspy.Highs, list[Any], dict[tuple[int, int], Any]]:
+    """The integer program, aggregated by pod shape (identical pods are interchangeable,
+    which removes the symmetry that makes a per-pod model hard): ``y[s, n]`` pods of
+    shape ``s`` on node ``n``, ``c[s, g]`` of them on GPU ``g`` of that node. A pod of N
+    GPUs takes N distinct GPUs: ``sum_g c[s, g] = N y[s, n]`` with ``c[s, g] <= y[s, n]``
+    (such counts always split into pods of N distinct GPUs: deal the GPUs round-robin)."""
+    shapes: dict[tuple[int, int, int], int] = {}
+    for limits in pods:
+        d = demand(limits)
+        shapes[d] = shapes.get(d, 0) + 1
+    kinds = sorted(shapes)
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", TIME_LIMIT_S)
     h.setOptionValue("mip_rel_gap", 0.0)
     gpus = [(n, g) for n in range(NODES) for g in range(GPUS)]
-    x = {(p, ng): h.addBinary() for p in range(len(pods)) for ng in gpus}
-    z = {(p, n): h.addBinary() for p in range(len(pods)) for n in range(NODES)}
+    y = {
+        (s, n): h.addIntegral(lb=0, ub=shapes[k]) for s, k in enumerate(kinds) for n in range(NODES)
+    }
+    c = {(s, ng): h.addIntegral(lb=0, ub=shapes[k]) for s, k in enumerate(kinds) for ng in gpus}
     used = {ng: h.addBinary() for ng in gpus}
-    for p, limits in enumerate(pods):
-        k, _, _ = demand(limits)
+    for s, (k, _, _) in enumerate(kinds):
         for n in range(NODES):
-            h.addConstr(sum(x[p, (n, g)] for g in range(GPUS)) - k * z[p, n] == 0)
-        placed = sum(z[p, n] for n in range(NODES))
-        h.addConstr(placed == 1) if all_placed else h.addConstr(placed <= 1)
+            h.addConstr(sum(c[s, (n, g)] for g in range(GPUS)) - k * y[s, n] == 0)
+            for g in range(GPUS):
+                h.addConstr(c[s, (n, g)] - y[s, n] <= 0)
+        placed = sum(y[s, n] for n in range(NODES))
+        h.addConstr(placed == shapes[kinds[s]]) if all_placed else h.addConstr(
+            placed <= shapes[kinds[s]]
+        )
     for ng in gpus:
-        h.addConstr(sum(demand(pods[p])[1] * x[p, ng] for p in range(len(pods))) <= GPU_MEMORY_MIB)
-        h.addConstr(sum(demand(pods[p])[2] * x[p, ng] for p in range(len(pods))) <= 100)
-        h.addConstr(sum(x[p, ng] for p in range(len(pods))) <= SPLIT)
-        for p in range(len(pods)):
-            h.addConstr(x[p, ng] - used[ng] <= 0)
+        h.addConstr(sum(kinds[s][1] * c[s, ng] for s in range(len(kinds))) <= GPU_MEMORY_MIB)
+        h.addConstr(sum(kinds[s][2] * c[s, ng] for s in range(len(kinds))) <= 100)
+        h.addConstr(sum(c[s, ng] for s in range(len(kinds))) - SPLIT * used[ng] <= 0)
     # GPUs of a node are alike, and so are nodes: break the symmetry (used GPUs first).
     for n in range(NODES):
         for g in range(GPUS - 1):
@@ -111,13 +126,13 @@ def _model(pods: list[dict[str, str]], *, all_placed: bool) -> tuple[highspy.Hig
         h.addConstr(
             sum(used[(n, g)] for g in range(GPUS)) - sum(used[(n + 1, g)] for g in range(GPUS)) >= 0
         )
-    return h, z, used
+    return h, list(y.values()), used
 
 
 def optimum_placed(pods: list[dict[str, str]]) -> tuple[float, bool]:
     """Most pods any placement fits (upper bound if not proven), and whether proven."""
-    h, z, _ = _model(pods, all_placed=False)
-    h.maximize(sum(z.values()))
+    h, placed, _ = _model(pods, all_placed=False)
+    h.maximize(sum(placed))
     info = h.getInfo()
     proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
     return (info.objective_function_value if proven else info.mip_dual_bound), proven

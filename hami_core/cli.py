@@ -235,10 +235,11 @@ def backends(output: str) -> None:
 )
 @click.option(
     "--threads",
-    default=8,
+    default=32,
     show_default=True,
     type=click.IntRange(1, 1024),
-    help="Worker threads of the HTTP server.",
+    help="Worker threads of the HTTP server (a bind waiting for a node lock holds one "
+    "while it sleeps; /filter must not queue behind those).",
 )
 @click.option(
     "--handshake-period",

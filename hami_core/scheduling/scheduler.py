@@ -493,7 +493,7 @@ class Scheduler:
         """
         names = list(node_names)
         result = self._recent.get(pod)
-        if result is None or any(n not in result.fits and n not in result.failed for n in names):
+        if result is None or not (set(names) <= (result.fits.keys() | result.failed.keys())):
             result = self.filter(pod, names)  # not filtered lately (or other nodes)
         meta = pod.get("metadata") or {}
         busy = self.state.locked_by_others(
