@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -80,25 +81,44 @@ class Allocator:
                 self._cond.notify()
 
     def _run(self) -> None:
+        # One worker per node at a time, many nodes at once: each node has its own
+        # device plugin in a real cluster.
+        pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="allocate")
+        busy: set[str] = set()
         while True:
             with self._cond:
                 while not self._todo and not self._stop:
                     self._cond.wait()
                 if self._stop:
+                    pool.shutdown(wait=False)
                     return
                 pod = self._todo.pop(0)
-            meta, node = pod["metadata"], pod["spec"]["nodeName"]
-            with contextlib.suppress(Exception):  # a stale event: its pod is done already
-                self.store.patch_pod_metadata(
-                    meta["namespace"],
-                    meta["name"],
-                    annotations={keys.BIND_PHASE: keys.BIND_PHASE_SUCCESS},
-                )
-                lock = (
-                    (self.store.cached_node(node).get("metadata") or {}).get("annotations") or {}
-                ).get(keys.NODE_LOCK)
-                if lock and lock.endswith(f",{meta['namespace']},{meta['name']}"):
-                    self.store.remove_node_annotation(node, keys.NODE_LOCK, value=lock)
+                uid = pod["metadata"].get("uid", "")
+                if uid in busy:
+                    continue
+                busy.add(uid)
+            pool.submit(self._allocate, pod, busy)
+
+    def _allocate(self, pod: dict[str, Any], busy: set[str]) -> None:
+        try:
+            self._allocate_one(pod)
+        finally:
+            with self._cond:
+                busy.discard(pod["metadata"].get("uid", ""))
+
+    def _allocate_one(self, pod: dict[str, Any]) -> None:
+        meta, node = pod["metadata"], pod["spec"]["nodeName"]
+        with contextlib.suppress(Exception):  # a stale event: its pod is done already
+            self.store.patch_pod_metadata(
+                meta["namespace"],
+                meta["name"],
+                annotations={keys.BIND_PHASE: keys.BIND_PHASE_SUCCESS},
+            )
+            lock = (
+                (self.store.cached_node(node).get("metadata") or {}).get("annotations") or {}
+            ).get(keys.NODE_LOCK)
+            if lock and lock.endswith(f",{meta['namespace']},{meta['name']}"):
+                self.store.remove_node_annotation(node, keys.NODE_LOCK, value=lock)
 
     def stop(self) -> None:
         with self._cond:
