@@ -248,7 +248,7 @@ def _start_webhook(stack: Stack) -> None:
     cp.wait_for(has_ca, timeout=90, message="the webhook's CA in its configuration")
 
 
-def _start_device_plugin(stack: Stack) -> None:
+def _start_device_plugin(stack: Stack, *, node_config: Path | None = None, extra: str = "") -> None:
     lib = fakenvml.build(stack.work / "fakenvml")
     nvml = stack.work / "fake-nvml.json"
     nvml.write_text(
@@ -261,7 +261,8 @@ def _start_device_plugin(stack: Stack) -> None:
         )
     )
     config = stack.work / "hami.yaml"
-    config.write_text(f"version: v1\nnvidia:\n  hookPath: {stack.hook}\n")
+    config.write_text(f"version: v1\nnvidia:\n  hookPath: {stack.hook}\n{extra}")
+    more = ["--node-config", str(node_config)] if node_config else []
     stack.cp.start_process(
         "device-plugin",
         [
@@ -281,6 +282,7 @@ def _start_device_plugin(stack: Stack) -> None:
             "1",
             "--log-level",
             "debug",
+            *more,
         ],
         env={
             "PYTHONUNBUFFERED": "1",
@@ -542,3 +544,49 @@ def test_a_tenant_cannot_rewrite_or_delete_its_allocation(stack: Stack, tenant):
         == (pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"])
     )
     assert after["labels"]["team"] == "a"
+
+
+# -- MPS mode (issue #17 item 3): last, it restarts the device plugin in MPS mode ------
+
+
+def test_an_mps_node_gives_the_mps_env_and_pipe_mount_through_a_real_kubelet(stack: Stack):
+    pipe = stack.work / "mps-pipe"
+    pipe.mkdir(exist_ok=True)
+    (pipe / "control").write_text("")  # where the node's MPS control daemon would listen
+    node_config = stack.work / "node-config.json"
+    node_config.write_text(json.dumps({"nodeconfig": [{"name": NODE, "operatingmode": "mps"}]}))
+    stack.cp.stop_process("device-plugin")
+    _start_device_plugin(stack, node_config=node_config, extra=f"  mpsPipeDirectory: {pipe}\n")
+
+    def inventory_in_mps() -> bool:
+        ann = stack.node.node()["metadata"].get("annotations") or {}
+        devices = json.loads(ann.get("hami.io/node-nvidia-register") or "[]")
+        return bool(devices) and all(d.get("mode") == "mps" for d in devices)
+
+    stack.cp.wait_for(inventory_in_mps, timeout=60, message="the inventory in mps mode")
+    stack.cp.wait_for(
+        lambda: stack.node.allocatable("nvidia.com/gpu") == "20",
+        timeout=90,
+        message="the plugin registered again",
+    )
+    script = (
+        "env; echo MPS_PIPE_LS=$(ls /tmp/nvidia-mps); "
+        "echo PRELOAD=$(cat /etc/ld.so.preload 2>/dev/null || echo none); exec sleep 3600"
+    )
+    body = _tenant_pod("mps-a", annotations={"nvidia.com/vgpu-mode": "mps"})
+    main = body["spec"]["containers"][0]
+    main["command"] = ["/bin/sh", "-c", script]
+    main["resources"]["limits"]["nvidia.com/gpucores"] = "40"
+    stack.core.create_namespaced_pod(stack.namespace, body)
+    pod = stack.wait_running("mps-a")
+
+    assert pod["metadata"]["annotations"][keys.BIND_PHASE] == "success"
+    env = stack.env_of(pod)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == stack.assigned_uuid(pod)
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=3000M"
+    assert env["MPS_PIPE_LS"] == "control"  # the host's pipe directory is mounted
+    assert env["PRELOAD"] == "none"  # and the shim is not preloaded
+    assert not any(k.startswith("CUDA_DEVICE_") for k in env)
+    assert not (stack.hook / "containers" / f"{pod['metadata']['uid']}_main.limits").exists()
