@@ -7,6 +7,8 @@ Everything a backend needs from the core is here, so a backend's imports say
   classes that cross the hooks (``DeviceInfo``, ``DeviceRequest``, ``FitResult``, ...);
 - the configuration section ``VendorConfig`` and the errors a hook may raise
   (``InvalidInputError`` for bad input, ``ConfigError`` for a bad section);
+- devices shared by count only (``countshared``: HAMi's Biren and Vastai request and
+  fit, parameterised by vendor key, resource names and UUID filter keys);
 - the shared device fit (``fit_devices``, ``node_score``, ``DeviceFilters``,
   ``FitRules``; module ``hami_core.backend.fit``), which the core also uses to score a
   placement when a backend has no ``hami_score``;
@@ -34,7 +36,7 @@ from hami_core.protocol.config import VendorConfig
 from hami_core.protocol.patches import pointer_token, set_resources
 from hami_core.protocol.quantity import INT32_MAX, parse_quantity_int
 
-from . import fit
+from . import countshared, fit
 from .fit import GENERIC, DeviceFilters, fit_devices, load, node_score, rank_groups, type_matches
 from .inventory import WHOLE_CORES_PCT, inventory_device, scaled
 from .requests import (
@@ -70,6 +72,7 @@ __all__ = [
     "annotations_of",
     "configured_tool_output",
     "first_annotation",
+    "countshared",
     "fit",
     "fit_devices",
     "hookimpl",

@@ -8,14 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import (
-    DeviceRequest,
-    InvalidInputError,
-    MutateResult,
-    VendorConfig,
-    read_quantity,
-    resource_names,
-)
+from hami_core.backend import DeviceRequest, MutateResult, VendorConfig, countshared
 
 from . import VENDOR
 from .names import RESOURCES
@@ -27,26 +20,11 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
     Raises:
         InvalidInputError: a count of 0, negative, fractional or above int32.
     """
-    name = resource_names(RESOURCES, config).count
-    count = read_quantity(container, name)
-    if count is None:
-        return None
-    if count == 0:
-        raise InvalidInputError(
-            f"container {container.get('name', '?')!r}: {name} must be greater than 0"
-        )
-    return DeviceRequest(vendor=VENDOR, count=count, memory_pct=100, cores_pct=0)
+    return countshared.parse_request(container, config, vendor=VENDOR, resources=RESOURCES)
 
 
 def mutate(
     container: Mapping[str, Any], container_path: str, config: VendorConfig
 ) -> MutateResult | None:
     """Validate and copy the count to limits and requests; None when not this vendor's."""
-    try:
-        req = parse_request(container, config)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
-    if req is None:
-        return None
-    name = resource_names(RESOURCES, config).count
-    return MutateResult(resources={name: req.count})
+    return countshared.mutate(container, config, vendor=VENDOR, resources=RESOURCES)

@@ -1,7 +1,7 @@
 """Fit and score for Vastai devices (HAMi 2.10 ``pkg/device/vastai/device.go`` ``Fit``,
 ``computeBestCombination``, ``ScoreNode``).
 
-Devices are shared by count (``countfit``). In **die mode** (the inventory's
+Devices are shared by count (the kit's ``countshared``). In **die mode** (the inventory's
 ``DeviceStrategy`` is ``die``) several dies are taken from as few AI cards as possible:
 the cards with the most feasible dies first; with the ``mutex`` policy a die whose card
 already runs a container is refused too (``ExclusiveDeviceAllocateConflict``). A die-mode
@@ -24,11 +24,10 @@ from hami_core.backend import (
     FitResult,
     ReasonCode,
     annotations_of,
+    countshared,
 )
 
-from .countfit import feasible_devices, slices
-from .countfit import fit as count_fit
-from .names import AIC, STRATEGY
+from .names import AIC, NOUSE_UUID, STRATEGY, USE_UUID
 
 
 def die_mode(usage: Sequence[DeviceUsage]) -> bool:
@@ -54,8 +53,12 @@ def fit(
 ) -> FitResult:
     """Choose ``request.count`` devices, or say per device why not."""
     if not die_mode(usage):
-        return count_fit(request, usage, pod, policy)
-    feasible, reasons, node_reason = feasible_devices(request, usage, pod)
+        return countshared.fit(
+            request, usage, pod, policy, use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID
+        )
+    feasible, reasons, node_reason = countshared.feasible_devices(
+        request, usage, pod, use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID
+    )
     if DeviceFilters.from_annotations(annotations_of(pod)).mutex:
         busy = {u.device.info(AIC) for u in usage if u.used_count > 0}
         for u in feasible:
@@ -66,7 +69,7 @@ def fit(
             node_reason = ReasonCode.ALLOCATED_CARDS_INSUFFICIENT_REQUEST if feasible else None
     if node_reason is not None or len(feasible) < request.count:
         return FitResult(device_reasons=reasons, node_reason=node_reason)
-    return FitResult(devices=slices(best_combination(feasible, request.count)))
+    return FitResult(devices=countshared.slices(best_combination(feasible, request.count)))
 
 
 def score(usage: Sequence[DeviceUsage], devices: ContainerDevices) -> float | None:
