@@ -23,7 +23,7 @@ from hami_core.backend import (
     hookimpl,
 )
 
-from . import BACKEND_NAME, VENDOR, allocate, discover, fit, requests
+from . import BACKEND_NAME, allocate, discover, fit, requests
 from .fit import RULES
 from .names import DEVICE_TYPE, OPTION_DEFAULTS
 
@@ -64,8 +64,6 @@ def hami_fit(
     pod: Mapping[str, Any],
     policy: DevicePolicy,
 ) -> FitResult | None:
-    if request.vendor != VENDOR:
-        return None
     return fit.fit(request, node, usage, pod, policy)
 
 
@@ -77,7 +75,5 @@ def hami_allocate(
     config: VendorConfig,
     node_devices: Sequence[DeviceInfo],
 ) -> ContainerAllocation | None:
-    if any(d.vendor != VENDOR for d in devices):
-        return None
     state = Path(str(config.options.get("cuMaskStatePath", OPTION_DEFAULTS["cuMaskStatePath"])))
     return allocate.allocate(pod, container, devices, node_devices, state)

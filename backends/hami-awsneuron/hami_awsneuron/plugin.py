@@ -58,8 +58,6 @@ def hami_mutate(container: Mapping[str, Any], container_path: str) -> MutateResu
 def hami_fit(
     request: DeviceRequest, node: NodeInfo, usage: Sequence[DeviceUsage], pod: Mapping[str, Any]
 ) -> FitResult | None:
-    if request.vendor != VENDOR:
-        return None
     return fit.fit(request, node, usage, pod)
 
 
@@ -67,8 +65,6 @@ def hami_fit(
 def hami_bind_annotations(
     pod: Mapping[str, Any], vendor: str, node: NodeInfo, devices: PodDevices
 ) -> dict[str, str] | None:
-    if vendor != VENDOR:
-        return None
     return bind.pod_annotations(pod, node, devices)
 
 
@@ -76,6 +72,4 @@ def hami_bind_annotations(
 def hami_allocate(
     devices: ContainerDevices, node_devices: Sequence[DeviceInfo]
 ) -> ContainerAllocation | None:
-    if any(d.vendor != VENDOR for d in devices):
-        return None
     return allocate.allocate(devices, node_devices)

@@ -18,7 +18,7 @@ from hami_core.backend import (
     hookimpl,
 )
 
-from . import BACKEND_NAME, VENDOR, fit, requests
+from . import BACKEND_NAME, fit, requests
 from .names import DEVICE_TYPE
 
 
@@ -50,15 +50,11 @@ def hami_fit(
     pod: Mapping[str, Any],
     policy: DevicePolicy,
 ) -> FitResult | None:
-    if request.vendor != VENDOR:
-        return None
     return fit.fit(request, usage, pod, policy)
 
 
 @hookimpl
 def hami_allocate(devices: ContainerDevices) -> ContainerAllocation | None:
-    if any(d.vendor != VENDOR for d in devices):
-        return None
     # Biren's own device plugin serves these containers from the pod's
     # hami.io/Biren-devices-to-allocate annotation; hami's device plugin adds nothing.
     return ContainerAllocation()

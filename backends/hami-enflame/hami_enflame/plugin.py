@@ -20,7 +20,7 @@ from hami_core.backend import (
     hookimpl,
 )
 
-from . import BACKEND_NAME, DRS, VENDORS, fit, inventory, requests
+from . import BACKEND_NAME, DRS, fit, inventory, requests
 from .names import DEVICE_TYPES
 
 
@@ -56,8 +56,6 @@ def hami_fit(
     pod: Mapping[str, Any],
     policy: DevicePolicy,
 ) -> FitResult | None:
-    if request.vendor not in VENDORS:
-        return None
     return fit.fit(request, node, usage, pod, policy)
 
 
@@ -72,8 +70,6 @@ def hami_bind_annotations(
 
 @hookimpl
 def hami_allocate(devices: ContainerDevices) -> ContainerAllocation | None:
-    if any(d.vendor not in VENDORS for d in devices):
-        return None
     # Enflame's own device plugins (gcu, DRS) serve these containers from the pod's
     # annotations; hami's device plugin adds nothing.
     return ContainerAllocation()

@@ -50,8 +50,6 @@ def hami_fit(
     pod: Mapping[str, Any],
     policy: DevicePolicy,
 ) -> FitResult | None:
-    if request.vendor not in CHIPS:
-        return None
     return fit.fit(request, node, usage, pod, policy)
 
 
@@ -59,6 +57,4 @@ def hami_fit(
 def hami_allocate(
     devices: ContainerDevices, node_devices: Sequence[DeviceInfo]
 ) -> ContainerAllocation | None:
-    if any(d.vendor not in CHIPS for d in devices):
-        return None
     return allocate.allocate(devices, [d for d in node_devices if d.vendor in CHIPS])

@@ -63,8 +63,6 @@ def hami_fit(
     pod: Mapping[str, Any],
     policy: DevicePolicy,
 ) -> FitResult | None:
-    if request.vendor not in VENDORS:
-        return None
     return fit.fit(request, node, usage, pod, policy)
 
 
@@ -84,15 +82,11 @@ def hami_score(
 
 @hookimpl
 def hami_bind_annotations(vendor: str, devices: PodDevices) -> dict[str, str] | None:
-    if vendor not in VENDORS:
-        return None
     return fit.bind_annotations(vendor, devices)
 
 
 @hookimpl
 def hami_allocate(devices: ContainerDevices) -> ContainerAllocation | None:
-    if any(d.vendor not in VENDORS for d in devices):
-        return None
     # MetaX's own device plugins (gpu-device, sgpu-device) serve these containers from
     # the pod's annotations; hami's device plugin adds nothing.
     return ContainerAllocation()

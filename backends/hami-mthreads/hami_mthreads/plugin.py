@@ -61,8 +61,6 @@ def hami_fit(
     pod: Mapping[str, Any],
     policy: DevicePolicy,
 ) -> FitResult | None:
-    if request.vendor != VENDOR:
-        return None
     return fit.fit(request, node, usage, pod, policy)
 
 
@@ -70,8 +68,6 @@ def hami_fit(
 def hami_bind_annotations(
     vendor: str, node: NodeInfo, devices: PodDevices
 ) -> dict[str, str] | None:
-    if vendor != VENDOR:
-        return None
     return fit.bind_annotations(node, devices)
 
 
@@ -79,6 +75,4 @@ def hami_bind_annotations(
 def hami_allocate(
     devices: ContainerDevices, node_devices: Sequence[DeviceInfo]
 ) -> ContainerAllocation | None:
-    if any(d.vendor != VENDOR for d in devices):
-        return None
     return allocate.allocate(devices, node_devices)

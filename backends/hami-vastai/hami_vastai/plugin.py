@@ -19,7 +19,7 @@ from hami_core.backend import (
     hookimpl,
 )
 
-from . import BACKEND_NAME, VENDOR, fit, inventory, requests
+from . import BACKEND_NAME, fit, inventory, requests
 from .names import DEVICE_TYPE
 
 
@@ -34,7 +34,7 @@ def hami_backend_info() -> BackendInfo:
 
 @hookimpl
 def hami_node_devices(node: Mapping[str, Any], vendor: str) -> list[DeviceInfo] | None:
-    return inventory.node_devices(node) if vendor == VENDOR else None
+    return inventory.node_devices(node)
 
 
 @hookimpl
@@ -56,22 +56,16 @@ def hami_fit(
     pod: Mapping[str, Any],
     policy: DevicePolicy,
 ) -> FitResult | None:
-    if request.vendor != VENDOR:
-        return None
     return fit.fit(request, usage, pod, policy)
 
 
 @hookimpl
 def hami_score(usage: Sequence[DeviceUsage], devices: ContainerDevices) -> float | None:
-    if any(u.device.vendor != VENDOR for u in usage):
-        return None
     return fit.score(usage, devices)
 
 
 @hookimpl
 def hami_allocate(devices: ContainerDevices) -> ContainerAllocation | None:
-    if any(d.vendor != VENDOR for d in devices):
-        return None
     # Vastai's own device plugin serves these containers from the pod's
     # hami.io/Vastai-devices-to-allocate annotation; hami's device plugin adds nothing.
     return ContainerAllocation()
