@@ -547,13 +547,17 @@ def test_hygon_out_of_range_requests_are_refused(case, limits):
             {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vcore": "2"},
             (1, 0, 100, 2),
         ),
+        (
+            "resourcememoryname don't set to limits and requests",
+            {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "1000"},
+            (1, 256000, 0, 100),
+        ),
     ],
 )
 def test_cambricon_generate_resource_requests(case, limits, want):
     """``pkg/device/cambricon/device_test.go::Test_GenerateResourceRequests`` (the case
-    named; 256 MiB per memory unit). Not taken: "resourcememoryname don't set ..." (HAMi
-    books cores 100 for a memory-only sMLU, we book ``defaultCores``: see
-    docs/hami-go-tests.md)."""
+    named; 256 MiB per memory unit; memory without vcore books cores 100, as HAMi's
+    ``corenum`` default)."""
     from hami_cambricon.requests import parse_request as mlu_request
 
     r = mlu_request(

@@ -32,6 +32,10 @@ from . import VENDOR
 #: dynamic-sMLU plugin ``min-dsmlu-unit=256``).
 MEMORY_UNIT_MIB = 256
 
+#: Cores booked when a request states no ``vcore`` and ``defaultCores`` is 0: HAMi 2.10
+#: ``pkg/device/cambricon/device.go`` ``GenerateResourceRequests`` (``corenum := 100``).
+HAMI_DEFAULT_CORES = 100
+
 DEFAULT_RESOURCES = ResourceNames(
     count="cambricon.com/vmlu",
     memory="cambricon.com/mlu.smlu.vmemory",

@@ -7,7 +7,13 @@ where Cambricon has no reason to differ:
 - each quantity is read from ``limits``, then ``requests``;
 - memory unset (absent or 0) -> ``defaultMemory`` MiB (rounded up to whole units) if
   configured, else 100 percent of each chosen MLU;
-- cores unset -> 100 (exclusive) for a count-only request, else ``defaultCores``;
+- cores unset -> ``defaultCores``, and when that is 0 (the core's default) HAMi's 100:
+  an sMLU that states memory but no ``vcore`` takes the MLU's compute exclusively, as
+  HAMi 2.10 books it (``pkg/device/cambricon/device.go`` ``GenerateResourceRequests``
+  sets cores 100 unless the vcore resource is present; its ``device_test.go``
+  ``Test_GenerateResourceRequests`` "resourcememoryname don't set ..." expects cores 100
+  with memory 1000 units). Sharing an MLU between memory slices needs an explicit
+  ``vcore`` (or ``defaultCores``) below 100;
 - memory or cores without a count -> ``defaultGPUNum`` MLUs.
 
 Where Cambricon differs: a slice (memory or cores stated) takes exactly one MLU per
@@ -38,6 +44,7 @@ from . import VENDOR, options
 from .names import (
     DEFAULT_RESOURCES,
     GENERIC_MODEL,
+    HAMI_DEFAULT_CORES,
     MEMORY_UNIT_MIB,
     qualified_name,
     qualified_name_pattern,
@@ -210,9 +217,9 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
     if raw.cores_pct is not None:
         cores = raw.cores_pct
     elif whole_device:
-        cores = 100
+        cores = HAMI_DEFAULT_CORES
     else:
-        cores = config.default_cores_pct
+        cores = config.default_cores_pct or HAMI_DEFAULT_CORES
     return DeviceRequest(
         vendor=VENDOR, count=count, memory_mib=memory_mib, memory_pct=memory_pct, cores_pct=cores
     )

@@ -24,13 +24,15 @@ def test_count_only_gets_whole_card_values_in_limits_and_requests():
 
 
 def test_memory_only_gets_count_and_cores_written_in_units():
+    """HAMi books vcore 100 for memory without vcore (``pkg/device/cambricon/
+    device_test.go`` ``Test_GenerateResourceRequests`` "resourcememoryname don't set")."""
     c = container(vmemory=20)
     p = pod("p", c)
     out = apply(p, mutate_container(p, c, config()))
     assert out["spec"]["containers"][0]["resources"]["limits"] == {
         "cambricon.com/vmlu": "1",
         "cambricon.com/mlu.smlu.vmemory": "20",
-        "cambricon.com/mlu.smlu.vcore": "0",
+        "cambricon.com/mlu.smlu.vcore": "100",
     }
 
 
@@ -42,7 +44,7 @@ def test_model_qualified_names_stay_model_qualified():
     assert limits == {
         "cambricon.com/vmlu": "1",
         "cambricon.com/mlu370.smlu.vmemory": "20",
-        "cambricon.com/mlu370.smlu.vcore": "0",
+        "cambricon.com/mlu370.smlu.vcore": "100",
     }
     assert "cambricon.com/mlu.smlu.vcore" not in limits
 

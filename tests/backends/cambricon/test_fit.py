@@ -73,8 +73,19 @@ def test_memory_units_at_the_card_edge(device, units, fits):
 
 def test_one_unit_below_what_is_left_fits_and_one_above_does_not():
     used = (DeviceUsage(device=X8[0], used_count=1, used_memory_mib=24576 - 1024),)
-    assert place(container(vmlu=1, vmemory=4), X8[:1], usage=used).fits
-    assert not place(container(vmlu=1, vmemory=5), X8[:1], usage=used).fits
+    assert place(container(vmlu=1, vmemory=4, vcore=0), X8[:1], usage=used).fits
+    assert not place(container(vmlu=1, vmemory=5, vcore=0), X8[:1], usage=used).fits
+
+
+def test_memory_without_vcore_wants_the_card_exclusively():
+    """HAMi books cores 100 for memory without vcore (``pkg/device/cambricon/
+    device_test.go`` ``Test_GenerateResourceRequests`` "resourcememoryname don't set"),
+    and its ``Fit`` refuses cores 100 on a card in use (``ExclusiveDeviceAllocateConflict``,
+    ``TestDevices_Fit``): a memory-only sMLU does not join a shared card."""
+    used = (DeviceUsage(device=X8[0], used_count=1, used_memory_mib=1024),)
+    result = place(container(vmlu=1, vmemory=4), X8[:1], usage=used)
+    assert result.device_reasons == {"MLU-x8-0": ReasonCode.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT}
+    assert place(container(vmlu=1, vmemory=4), X8[:1]).devices[0].cores_pct == 100
 
 
 def test_whole_card_request_takes_distinct_empty_cards():
@@ -99,8 +110,11 @@ def test_whole_card_on_a_shared_card_is_refused():
 
 def test_slice_on_an_exclusively_held_card_is_compute_exhausted():
     used = (DeviceUsage(device=X8[0], used_count=1, used_memory_mib=1024, used_cores_pct=100),)
-    result = place(container(vmlu=1, vmemory=4), X8[:1], usage=used)
+    result = place(container(vmlu=1, vmemory=4, vcore=0), X8[:1], usage=used)
     assert result.device_reasons == {"MLU-x8-0": ReasonCode.CARD_COMPUTE_UNITS_EXHAUSTED}
+    # without vcore the slice asks cores 100: HAMi's order reports the cores first
+    result = place(container(vmlu=1, vmemory=4), X8[:1], usage=used)
+    assert result.device_reasons == {"MLU-x8-0": ReasonCode.CARD_INSUFFICIENT_CORE}
 
 
 def test_more_cards_than_the_node_has():
@@ -204,7 +218,8 @@ def test_numa_policy_keeps_a_container_on_one_numa_node():
     )
     result = place(container(vmlu=2), devices, usage=(*free(*devices),), policy=DevicePolicy.NUMA)
     assert {d.uuid for d in result.devices} in ({"MLU-n0", "MLU-n1"}, {"MLU-n2", "MLU-n3"})
-    result = place(container(vmlu=1, vmemory=1), devices, usage=usage, policy=DevicePolicy.NUMA)
+    c = container(vmlu=1, vmemory=1, vcore=0)
+    result = place(c, devices, usage=usage, policy=DevicePolicy.NUMA)
     assert result.devices[0].uuid in ("MLU-n2", "MLU-n3")
 
 

@@ -102,7 +102,7 @@ def test_hamis_documented_legacy_inventory_is_read():
                 uuid="MLU-54043011-2257-0000-0000-000000000000",
                 vendor="MLU",
                 memory_mib=23296,
-                cores_pct=0,
+                cores_pct=100,
             ),
         ),
     )
@@ -129,8 +129,8 @@ def test_init_and_app_containers_share_a_card_by_the_max_of_init_and_sum_of_apps
         f"{u},MLU,10240,10:;{u},MLU,4096,20:;{u},MLU,4096,20:;"
     )
     # 40 units (the init container) are held: 56 of 96 units are left
-    assert p.submit(pod("q", container(vmlu=1, vmemory=56))).scheduled
-    assert not p.submit(pod("r", container(vmlu=1, vmemory=1))).scheduled
+    assert p.submit(pod("q", container(vmlu=1, vmemory=56, vcore=0))).scheduled
+    assert not p.submit(pod("r", container(vmlu=1, vmemory=1, vcore=0))).scheduled
 
 
 def test_model_qualified_seed_example():

@@ -22,8 +22,10 @@ def req(**kw):
     [(1, 256), (2, 512), (20, 5120), (96, 24576), (MAX_MEMORY_UNITS, MAX_MEMORY_UNITS * 256)],
 )
 def test_memory_units_are_256_mib(units, mib):
+    """Memory without vcore books cores 100, as HAMi does (``pkg/device/cambricon/
+    device_test.go`` ``Test_GenerateResourceRequests`` "resourcememoryname don't set")."""
     got = parse_request(container(vmlu=1, vmemory=units), config())
-    assert got == req(count=1, memory_mib=mib, cores_pct=0)
+    assert got == req(count=1, memory_mib=mib, cores_pct=100)
 
 
 def test_largest_unit_count_keeps_mib_in_int32():
@@ -55,7 +57,20 @@ def test_memory_zero_counts_as_unset():
 
 
 def test_memory_without_count_gets_default_count():
-    assert parse_request(container(vmemory=4), config()) == req(count=1, memory_mib=1024)
+    assert parse_request(container(vmemory=4), config()) == req(
+        count=1, memory_mib=1024, cores_pct=100
+    )
+
+
+def test_memory_slice_shares_only_with_stated_or_default_cores():
+    """Below HAMi's 100 only when the pod states vcore or the config sets defaultCores."""
+    assert parse_request(container(vmlu=1, vmemory=4, vcore=0), config()) == req(
+        count=1, memory_mib=1024, cores_pct=0
+    )
+    cfg = section(plugin, default_cores_pct=25)
+    assert parse_request(container(vmlu=1, vmemory=4), cfg) == req(
+        count=1, memory_mib=1024, cores_pct=25
+    )
 
 
 def test_cores_without_memory_is_a_compute_slice_of_the_whole_memory():
@@ -105,7 +120,7 @@ def test_quantities_come_from_limits_then_requests():
             "requests": {"cambricon.com/mlu.smlu.vmemory": "8", "cambricon.com/vmlu": "3"},
         },
     }
-    assert parse_request(c, config()) == req(count=1, memory_mib=2048)
+    assert parse_request(c, config()) == req(count=1, memory_mib=2048, cores_pct=100)
 
 
 # -- model-qualified names (the handbook's seed example) -----------------------------
@@ -152,5 +167,5 @@ def test_configured_names_replace_the_defaults():
         resource_cores_name="example.com/mlu-core",
     )
     c = {"name": "c", "resources": {"limits": {"example.com/mlu": "1", "example.com/mlu-mem": "2"}}}
-    assert parse_request(c, cfg) == req(count=1, memory_mib=512)
+    assert parse_request(c, cfg) == req(count=1, memory_mib=512, cores_pct=100)
     assert parse_request(container(vmlu=1), cfg) is None
