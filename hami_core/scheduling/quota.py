@@ -6,21 +6,28 @@ are enforced by the webhook and by fit. A pod's charge is count x per-device val
 summed over app containers, max'ed with the largest init container while one may still
 run (``hami_core.model.charge``). Usage is the charge of the namespace's live pods that
 hold an allocation.
+
+Trust rule (PROTOCOL.md §6, the same as device usage in ``usage.pod_holdings``): a pod's
+allocation counts only when our scheduler placed it (``placed_by_us``) and its spec asks
+for that vendor. A pod of another scheduler, or a non-GPU pod, that carries a forged
+``-allocated`` list neither consumes nor frees quota; an unreadable list on a pod we
+placed keeps the quota full while it lives (fail closed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from hami_core.errors import AnnotationError, QuantityError
 from hami_core.model import DeviceTypeInfo, PodDevices, vendor_charge
+from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.quantity import parse_quantity_int
 
-from .usage import is_live
+from .usage import default_requested_vendors, is_live
 
 MEMORY, CORES, COUNT = "memory", "cores", "count"
 
@@ -83,21 +90,52 @@ def charge_of(pod: Mapping[str, Any], devices: PodDevices) -> dict[str, int]:
 UNREADABLE_CHARGE = 2**62
 
 
+def placed_by_us(pod: Mapping[str, Any], *, scheduler_name: str) -> bool:
+    """True when our scheduler placed ``pod``: ``spec.schedulerName`` is ours and the pod
+    is bound (``spec.nodeName``) or its bind is in flight (``hami.io/vgpu-node``, which
+    only our scheduler may write: PROTOCOL.md §6). The node itself does not matter for
+    quota, only that the placement is ours."""
+    spec = pod.get("spec") or {}
+    if spec.get("schedulerName") != scheduler_name:
+        return False
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    return bool(spec.get("nodeName") or ann.get(keys.VGPU_NODE))
+
+
 def pod_quota_charge(
-    pod: Mapping[str, Any], device_types: Iterable[DeviceTypeInfo]
+    pod: Mapping[str, Any],
+    device_types: Iterable[DeviceTypeInfo],
+    *,
+    scheduler_name: str,
+    requested_vendors: Collection[str] | None,
 ) -> dict[tuple[str, str], int]:
-    """(vendor, measure) -> what one pod counts against its namespace's quotas: its
-    allocation's charge while it is live, nothing once finished. A vendor's list that
-    cannot be read counts ``UNREADABLE_CHARGE`` for each measure (fail closed)."""
-    if not is_live(pod):
+    """(vendor, measure) -> what one pod counts against its namespace's quotas.
+
+    Nothing for a finished pod or one our scheduler did not place (``placed_by_us``);
+    else its allocation's charge for each vendor its spec asks for. A requested vendor's
+    list that is missing or cannot be read counts ``UNREADABLE_CHARGE`` for each measure
+    (fail closed: deleting or rewriting one's own ``-allocated`` never frees quota).
+
+    Args:
+        scheduler_name: our ``schedulerName`` (``HamiConfig.scheduler_name``).
+        requested_vendors: the vendor keys the pod's spec asks for (``usage.requested_vendors``
+            or ``usage.default_requested_vendors``); None when they cannot be known: every
+            vendor whose allocation the pod carries then counts (as ``usage.pod_holdings``).
+    """
+    if not is_live(pod) or not placed_by_us(pod, scheduler_name=scheduler_name):
         return {}
     ann = (pod.get("metadata") or {}).get("annotations") or {}
     out: dict[tuple[str, str], int] = {}
     for dtype in device_types:
         value = ann.get(dtype.allocated_annotation)
-        if value is None:
+        if requested_vendors is None:
+            if value is None:
+                continue
+        elif dtype.vendor not in requested_vendors:
             continue
         try:
+            if not isinstance(value, str):
+                raise AnnotationError("missing")
             devices = decode_pod_devices(value)
         except AnnotationError:
             for measure in (MEMORY, CORES, COUNT):
@@ -113,16 +151,27 @@ def namespace_usage(
     pods: Iterable[Mapping[str, Any]],
     device_types: Iterable[DeviceTypeInfo],
     *,
+    scheduler_name: str,
+    requested: Callable[[Mapping[str, Any]], Collection[str] | None] | None = None,
     exclude_uid: str | None = None,
 ) -> dict[tuple[str, str], int]:
-    """(vendor, measure) -> total charge of the live, allocated pods given (non-zero
-    totals only; ``ClusterState`` keeps the same numbers incrementally)."""
+    """(vendor, measure) -> total charge of the given pods under ``pod_quota_charge``'s
+    rule (non-zero totals only; ``ClusterState`` keeps the same numbers incrementally).
+
+    Args:
+        requested: pod -> the vendors it asks for; default ``default_requested_vendors``.
+        exclude_uid: a pod whose own charge must not count (re-fitting it).
+    """
     types = tuple(device_types)
     out: dict[tuple[str, str], int] = {}
     for pod in pods:
         if exclude_uid is not None and (pod.get("metadata") or {}).get("uid") == exclude_uid:
             continue
-        for key, value in pod_quota_charge(pod, types).items():
+        vendors = default_requested_vendors(pod, types) if requested is None else requested(pod)
+        charge = pod_quota_charge(
+            pod, types, scheduler_name=scheduler_name, requested_vendors=vendors
+        )
+        for key, value in charge.items():
             out[key] = out.get(key, 0) + value
     return out
 

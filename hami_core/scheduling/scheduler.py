@@ -40,7 +40,14 @@ from .nodelock import LONGEST_BIND_S, acquire_node_lock, holds_node_lock, releas
 from .nodes import read_node
 from .podspec import read_pod_request
 from .policy import Policies, resolve_policies, with_device_policy
-from .quota import QuotaLimit, charge_of, namespace_usage, quota_limits, quota_violation
+from .quota import (
+    QuotaLimit,
+    charge_of,
+    namespace_usage,
+    pod_quota_charge,
+    quota_limits,
+    quota_violation,
+)
 from .scoring import extender_score, node_score
 from .state import MEMO_PER_NODE, ClusterState, NodeState, prefilter_miss
 from .usage import PodHoldings, node_usage, pod_holdings, requested_vendors
@@ -132,7 +139,11 @@ class Scheduler:
         self._shapes: dict[tuple[Any, ...], int] = {}
         self._shape_ids = itertools.count()
         self.state = ClusterState(
-            self._types, clock=clock, holdings=self._holdings, reader=manager.node_devices
+            self._types,
+            clock=clock,
+            holdings=self._holdings,
+            quota_charge=self._quota_charge,
+            reader=manager.node_devices,
         )
         store.subscribe(self.state.on_event)
 
@@ -185,6 +196,15 @@ class Scheduler:
         return pod_holdings(
             pod,
             info,
+            self._types,
+            scheduler_name=self.manager.config.scheduler_name,
+            requested_vendors=self._requested_vendors(pod),
+        )
+
+    def _quota_charge(self, pod: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+        """What ``pod`` counts against its namespace's quotas (``quota.pod_quota_charge``)."""
+        return pod_quota_charge(
+            pod,
             self._types,
             scheduler_name=self.manager.config.scheduler_name,
             requested_vendors=self._requested_vendors(pod),
@@ -412,6 +432,8 @@ class Scheduler:
                 used = namespace_usage(
                     self.store.list_pods(namespace=request.namespace),
                     self._types,
+                    scheduler_name=self.manager.config.scheduler_name,
+                    requested=self._requested_vendors,
                     exclude_uid=request.uid,
                 )
         fit_view = with_device_policy(pod, policies.device_chain)

@@ -44,7 +44,7 @@ from hami_core.protocol.handshake import HANDSHAKE_TIMEOUT_S, HandshakeState, de
 from hami_core.protocol.lock import decode_lock
 
 from .nodes import NodeDevicesReader, read_node
-from .quota import QuotaLimit, pod_quota_charge, quota_limits
+from .quota import QuotaLimit, quota_limits
 from .usage import PodHoldings, usage_from_holdings
 
 #: Fit results memoised per node generation (distinct pod shapes seen on that node).
@@ -129,6 +129,7 @@ class ClusterState:
         *,
         clock: Callable[[], dt.datetime],
         holdings: Callable[[Mapping[str, Any], NodeInfo], PodHoldings],
+        quota_charge: Callable[[Mapping[str, Any]], dict[tuple[str, str], int]],
         reader: NodeDevicesReader | None = None,
     ) -> None:
         """Args:
@@ -136,11 +137,14 @@ class ClusterState:
         clock: now, for handshake staleness of ``NodeInfo``.
         holdings: ``(pod, node) -> PodHoldings``: what a pod holds on a node, under the
             trust rule (``usage.pod_holdings``; the scheduler binds its own arguments).
+        quota_charge: ``pod -> {(vendor, measure): charge}`` under the same rule
+            (``quota.pod_quota_charge``, bound likewise).
         reader: the backends' own reading of a node (``read_node``'s ``reader``).
         """
         self._types = device_types
         self._clock = clock
         self._holdings = holdings
+        self._quota_charge = quota_charge
         self._reader = reader
         self._lock = threading.RLock()
         self._node_changed = threading.Condition(self._lock)
@@ -181,7 +185,7 @@ class ClusterState:
             namespace=str(meta.get("namespace") or ""),
             obj=new,
             nodes=_node_names(new),
-            quota=pod_quota_charge(new, self._types),
+            quota=self._quota_charge(new),
         )
         self._pods[key] = state
         used = self._ns_used.setdefault(state.namespace, {})

@@ -25,10 +25,12 @@ from prometheus_client.registry import Collector
 
 from hami_core.errors import AnnotationError
 from hami_core.model import DeviceInfo
+from hami_core.protocol import annotations as keys
+from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.handshake import decode_handshake
-from hami_core.scheduling.quota import namespace_usage, quota_limits
+from hami_core.scheduling.quota import namespace_usage, placed_by_us, quota_limits
 from hami_core.scheduling.scheduler import Scheduler
-from hami_core.scheduling.usage import is_live, pod_allocation
+from hami_core.scheduling.usage import is_live, requested_vendors
 
 MIB = 1024 * 1024
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -184,32 +186,53 @@ class AllocationCollector(Collector):
                 g.healthy.add_metric(labels, 1 if d.healthy else 0)
                 g.cordoned.add_metric(labels, 1 if u.cordoned else 0)
         for pod in store.list_pods():
-            if not is_live(pod):
-                continue
-            meta = pod.get("metadata") or {}
-            try:
-                allocation = pod_allocation(pod, types)
-            except AnnotationError:
-                continue
-            node_name = str(
-                (pod.get("spec") or {}).get("nodeName")
-                or (meta.get("annotations") or {}).get("hami.io/vgpu-node")
-                or ""
-            )
-            for per_pod in allocation.values():
-                for index, devices in enumerate(per_pod):
-                    for slice_ in devices:
-                        labels = [
-                            str(meta.get("namespace", "")),
-                            node_name or uuid_node.get(slice_.uuid, ""),
-                            str(meta.get("name", "")),
-                            str(index),
-                            slice_.uuid,
-                        ]
-                        g.pod_mem.add_metric(labels, slice_.memory_mib * MIB)
-                        g.pod_cores.add_metric(labels, slice_.cores_pct)
+            for labels, slice_ in self._pod_slices(pod, types, uuid_node):
+                g.pod_mem.add_metric(labels, slice_.memory_mib * MIB)
+                g.pod_cores.add_metric(labels, slice_.cores_pct)
         self._quotas(g, types)
         yield from g.all()
+
+    def _pod_slices(
+        self, pod: Any, types: tuple[Any, ...], uuid_node: dict[str, str]
+    ) -> Iterator[tuple[list[str], Any]]:
+        """(labels, device slice) of each per-container series of ``pod``, under the trust
+        rule of the usage gauges (PROTOCOL.md §6, ``usage.pod_holdings``): only a live pod
+        our scheduler placed, only the vendors its spec asks for, only devices of the node
+        it is placed on. A forged or unreadable ``-allocated`` makes no series (the device
+        gauges show an unreadable one as held whole)."""
+        if not is_live(pod):
+            return
+        meta = pod.get("metadata") or {}
+        ours = self.scheduler.manager.config.scheduler_name
+        if not placed_by_us(pod, scheduler_name=ours):
+            return
+        node_name = str(
+            (pod.get("spec") or {}).get("nodeName")
+            or (meta.get("annotations") or {}).get(keys.VGPU_NODE)
+            or ""
+        )
+        wanted = requested_vendors(pod, self.scheduler.manager)
+        ann = meta.get("annotations") or {}
+        for dtype in types:
+            value = ann.get(dtype.allocated_annotation)
+            if not isinstance(value, str) or (wanted is not None and dtype.vendor not in wanted):
+                continue
+            try:
+                per_pod = decode_pod_devices(value)
+            except AnnotationError:
+                continue
+            for index, devices in enumerate(per_pod):
+                for slice_ in devices:
+                    if uuid_node.get(slice_.uuid) != node_name:
+                        continue  # not a device of the pod's node: not a real allocation
+                    labels = [
+                        str(meta.get("namespace", "")),
+                        node_name,
+                        str(meta.get("name", "")),
+                        str(index),
+                        slice_.uuid,
+                    ]
+                    yield labels, slice_
 
     def _handshakes(
         self, g: _Families, node: Any, types: tuple[Any, ...], now: dt.datetime
@@ -241,7 +264,12 @@ class AllocationCollector(Collector):
             limits = quota_limits(store.list_quotas(ns), types)
             if not limits:
                 continue
-            used = namespace_usage(store.list_pods(namespace=ns), types)
+            used = namespace_usage(
+                store.list_pods(namespace=ns),
+                types,
+                scheduler_name=self.scheduler.manager.config.scheduler_name,
+                requested=lambda p: requested_vendors(p, self.scheduler.manager),
+            )
             for limit in limits:
                 resource = limit.key.removeprefix("limits.").removeprefix("requests.")
                 value = used.get((limit.vendor, limit.measure), 0)

@@ -23,6 +23,7 @@ from hami_core.protocol import annotations as keys
 from hami_core.protocol.pods import check_pod_shape, containers, pod_ref
 from hami_core.scheduling.policy import resolve_policies
 from hami_core.scheduling.quota import namespace_usage, quota_limits, quota_violation
+from hami_core.scheduling.usage import requested_vendors
 
 from .misplaced import misplaced_limits
 from .mutation import apply_mutation
@@ -257,7 +258,12 @@ class Admission:
             charge[(vendor, "memory")] = c.memory_mib
             charge[(vendor, "cores")] = c.cores_pct
             charge[(vendor, "count")] = c.count
-        used = namespace_usage(self.store.list_pods(namespace=request.namespace), types)
+        used = namespace_usage(
+            self.store.list_pods(namespace=request.namespace),
+            types,
+            scheduler_name=self.manager.config.scheduler_name,
+            requested=lambda p: requested_vendors(p, self.manager),
+        )
         message = quota_violation(limits, used, charge)
         if message:
             return _deny("ResourceQuotaNotFit", f"pod {ref}: exceeds {message}")

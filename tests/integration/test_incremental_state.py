@@ -165,7 +165,9 @@ def test_incremental_usage_equals_usage_recomputed_from_scratch(subscribe_first,
                 info, c.pods_on_node(name), types, scheduler_name=SCHEDULER, exclude_uid=uid
             )
     for ns in NAMESPACES:
-        assert sched.state.namespace_usage(ns) == namespace_usage(c.list_pods(namespace=ns), types)
+        assert sched.state.namespace_usage(ns) == namespace_usage(
+            c.list_pods(namespace=ns), types, scheduler_name=SCHEDULER
+        )
 
 
 requests = st.fixed_dictionaries(

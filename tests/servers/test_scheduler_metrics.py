@@ -236,3 +236,70 @@ def test_other_vendors_use_the_same_names_with_their_device_type():
         )
         == 100
     )
+
+
+def _forged(name, alloc, *containers, scheduler="default-scheduler", node_name="n1", **ann):
+    p = pod(name, *containers, namespace="team-a", annotations={ALLOC: alloc, **ann})
+    p["metadata"]["uid"] = f"uid-{name}"
+    p["spec"]["schedulerName"] = scheduler
+    if node_name:
+        p["spec"]["nodeName"] = node_name
+    p["status"] = {"phase": "Running"}
+    return p
+
+
+ALLOC = "hami.io/vgpu-devices-allocated"
+
+
+def test_per_pod_series_and_quota_used_follow_the_trust_rule():
+    """Issue #12 items 2-3: a forged ``-allocated`` (another scheduler's pod, a non-GPU
+    pod, a device of another node, a pod never placed) makes no per-container series and
+    no quota use; the real pod's series and quota are unchanged beside them."""
+    c, _, metrics = bound_cluster()
+    c.add_quota(
+        {
+            "metadata": {"name": "gpu-quota", "namespace": "team-a"},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "20000"}},
+        }
+    )
+    c.add_node(node("n2", [gpu("GPU-9")]))
+    for p in (
+        _forged("other", "GPU-1,NVIDIA,9000,50:;", container(gpu=1, gpumem=9000)),
+        _forged("nogpu", "GPU-1,NVIDIA,9000,50:;", container(), scheduler="hami-scheduler"),
+        # ours and on n1, but names n2's device: not an allocation of its node
+        _forged(
+            "elsewhere", "GPU-9,NVIDIA,9000,50:;", container(gpu=1), scheduler="hami-scheduler"
+        ),
+        _forged(
+            "unplaced",
+            "GPU-1,NVIDIA,9000,50:;",
+            container(gpu=1),
+            scheduler="hami-scheduler",
+            node_name="",
+        ),
+    ):
+        c.add_pod(p)
+    m = samples(metrics)
+    pods = {lab["pod"] for lab, _ in m["hami_vgpu_memory_allocated_bytes"]}
+    assert pods == {"trainer"}
+    assert {lab["pod"] for lab, _ in m["hami_vgpu_core_allocated_ratio"]} == {"trainer"}
+    used = one(
+        m,
+        "hami_resource_quota_used",
+        namespace="team-a",
+        quota_name="nvidia.com/gpumem",
+        limit="20000",
+    )
+    # "elsewhere" is a pod we placed: its odd list still charges its quota (never frees it)
+    assert used == 4000 + 9000
+    dev1 = {"node": "n1", "device_uuid": "GPU-1", "device_index": "0"}
+    assert (
+        one(
+            m,
+            "hami_gpu_memory_allocated_bytes",
+            **dev1,
+            device_cores="100",
+            device_type="NVIDIA A100-PCIE-16GB",
+        )
+        == 4000 * MiB
+    )

@@ -191,6 +191,7 @@ def test_quota_counts_existing_allocations():
     existing["metadata"]["annotations"] = {
         "hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,6000,0:;"
     }
+    existing["spec"].update(schedulerName="hami-scheduler", nodeName="n1")  # placed by us
     store.add_pod(existing)
     ok = review(pod("fits", container(gpu=1, gpumem=4000), namespace="team"), store=store)
     assert ok.allowed

@@ -184,6 +184,7 @@ def test_an_unreadable_allocation_keeps_its_namespaces_quota_closed():
     )
     broken = pod("old", container(gpu=1, gpumem=6000), namespace="team")
     broken["metadata"]["annotations"] = {ALLOC: "GPU-A,NVIDIA,garbage"}
+    broken["spec"].update(schedulerName=DEFAULT_SCHEDULER_NAME, nodeName="node-1")
     store.add_pod(broken)
     out = Admission(manager(), store).review(
         pod("new", container(gpu=1, gpumem=10), namespace="team")
