@@ -140,7 +140,7 @@ def main() -> None:
             vendor="NVIDIA",
             node=target,
             known_ids=lambda: ids,
-            release_after=lambda fn: threading.Thread(target=fn, daemon=True).start(),
+            after_answer=lambda fn: threading.Thread(target=fn, daemon=True).start(),
         )
         filter_calls: list[dict[str, int]] = []
         bind_calls: list[dict[str, int]] = []

@@ -14,7 +14,10 @@ and, in small steps (the NVIDIA k8s-device-plugin lesson):
    CDI mode, writes the CDI spec;
 5. records progress on the pod (answered entries emptied in ``*-devices-to-allocate``)
    and, when no container is left, sets ``hami.io/bind-phase: success`` and releases the
-   node lock.
+   node lock. In the device plugin these writes run after kubelet has its answer
+   (``after_answer``): ``Allocate`` itself reads only the watch caches and writes nothing;
+   until the pod watch brings the progress back, this process lays it over the cached pod
+   (``progress.ProgressOverlay``), so the pod's next container and a retried call see it.
 
 Any failure once the pod is known sets ``bind-phase: failed``, releases the lock and
 raises ``AllocateFailedError`` naming the pod, with the gRPC code of the cause; except an
@@ -54,6 +57,7 @@ from .allocate import finish_allocation
 from .cdi import CdiWriter
 from .devices import physical_uuid, preferred_allocation
 from .pending import Candidates, PendingPod, consumed, find_candidates, select_pod
+from .progress import ProgressOverlay
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,9 @@ log = logging.getLogger(__name__)
 #: device IDs are reused only after the container ends, far later than a retry.
 ANSWER_KEPT_S = 120.0
 ANSWERS_KEPT = 256
+#: Tries of a progress write made after the answer (a brief API-server outage); waits
+#: between them in seconds. The overlay keeps the progress in this process meanwhile.
+COMMIT_WAITS_S = (0.2, 1.0, 3.0)
 
 
 class NoPendingPodError(NotFoundError):
@@ -148,7 +155,7 @@ class Allocator:
         make_dir: Callable[[str], None] = make_shared_dir,
         resource_name: str | None = None,
         node_devices: Callable[[], Sequence[DeviceInfo]] = tuple,
-        release_after: Callable[[Callable[[], None]], None] | None = None,
+        after_answer: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         """Args:
         store: the cluster (pods and the node).
@@ -162,11 +169,14 @@ class Allocator:
             vendor's default count resource.
         node_devices: the devices discovered on this node, handed to ``hami_allocate``
             (runtimes that select devices by index need them).
-        release_after: runs the node lock's release; the device plugin hands it to a
-            background thread so kubelet's answer waits for one write only (the pod's
-            phase). Default: release before returning.
+        after_answer: runs the writes of an answered call (the node lock's release,
+            then the pod's progress and phase) after kubelet has its answer; it must run
+            them in the order given (the device plugin: one background thread). Default
+            None: the progress is written before returning (a failed write fails the
+            call and leaves the pod retryable), then the lock is released.
         """
-        self._release_after = release_after or (lambda fn: fn())
+        self._after_answer = after_answer
+        self._overlay = ProgressOverlay()
         self.store = store
         self.manager = manager
         self.vendor = vendor
@@ -230,7 +240,9 @@ class Allocator:
             pending = select_pod(cands.pods, counts, kubelet_uuids=uuids)
             live = getattr(self.store, "live", None)
             if pending is None and live is not None:  # the caches may lag kubelet
-                cands = find_candidates(live, node=self.node, dtype=self.dtype)
+                cands = find_candidates(
+                    live, node=self.node, dtype=self.dtype, adjust=self._overlay.apply
+                )
                 pending = select_pod(cands.pods, counts, kubelet_uuids=uuids)
             if pending is None:
                 again = self._previous(key)
@@ -259,6 +271,7 @@ class Allocator:
             node=self.node,
             dtype=self.dtype,
             expiry_s=self.manager.config.node_lock_expiry_s,
+            adjust=self._overlay.apply,
         )
 
     def _previous(self, key: tuple[tuple[str, ...], ...]) -> list[ContainerAllocation] | None:
@@ -334,18 +347,67 @@ class Allocator:
             self.dtype.to_allocate_annotation: encode_pod_devices(rest)
         }
         done = [c.name for c in pending.remaining[:n]]
-        if any(rest):
+        final = not any(rest)
+        if final:
+            # The last containers: progress and phase in one write, so a failure leaves
+            # the pod retryable (entries still there) rather than answered but
+            # "allocating".
+            progress[keys.BIND_PHASE] = keys.BIND_PHASE_SUCCESS
+        log.info(
+            "pod %s: answered containers %s; %s",
+            pending.ref,
+            done,
+            "bind-phase success" if final else "more to come",
+        )
+        if self._after_answer is None:
             self.store.patch_pod_metadata(pending.namespace, pending.name, annotations=progress)
-            log.info("pod %s: answered containers %s; more to come", pending.ref, done)
+            if final:
+                self._release(pending, lock_value)
             return answers
-        # The last containers: progress and phase in one write, so a failure leaves the
-        # pod retryable (entries still there) rather than answered but "allocating".
-        progress[keys.BIND_PHASE] = keys.BIND_PHASE_SUCCESS
-        self.store.patch_pod_metadata(pending.namespace, pending.name, annotations=progress)
-        # The lock goes after kubelet has its answer (``release_after``), in one call.
-        self._release_after(functools.partial(self._release, pending, lock_value))
-        log.info("pod %s: answered containers %s; bind-phase success", pending.ref, done)
+        # Kubelet gets its answer now; what it answered is this process's from here on
+        # (the overlay), and reaches the API server right after.
+        self._overlay.record(uid, progress)
+        self._after_answer(
+            functools.partial(self._commit, pending, progress, final=final, lock_value=lock_value)
+        )
         return answers
+
+    def _commit(
+        self,
+        pending: PendingPod,
+        progress: Mapping[str, str | None],
+        *,
+        final: bool,
+        lock_value: str | None,
+    ) -> None:
+        """The writes of an answered call, off kubelet's critical path: the lock first
+        (the node's next bind waits for it; only the pod a lock names is ever served, so
+        releasing it before the phase write serves no other pod), then the progress, tried
+        again over a brief outage. A pod gone meanwhile needs neither."""
+        if final:
+            self._release(pending, lock_value)
+        uid = str((pending.pod.get("metadata") or {}).get("uid") or "")
+        for attempt, wait_s in enumerate((*COMMIT_WAITS_S, None)):
+            try:
+                self.store.patch_pod_metadata(pending.namespace, pending.name, annotations=progress)
+                return
+            except NotFoundError:
+                self._overlay.forget(uid)
+                return
+            except HamiError as exc:
+                if wait_s is None:
+                    log.error(
+                        "pod %s: answered, but its progress could not be written after %d "
+                        "tries: %s",
+                        pending.ref,
+                        attempt + 1,
+                        exc,
+                    )
+                    return
+                log.warning(
+                    "pod %s: progress write failed, again in %.1fs: %s", pending.ref, wait_s, exc
+                )
+                time.sleep(wait_s)
 
     def _release(self, pending: PendingPod, lock_value: str | None) -> None:
         """Release the node lock if ``pending`` owns it: one conditional write when the

@@ -18,7 +18,7 @@ after container across kubelet's separate ``Allocate`` calls.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -125,6 +125,7 @@ def find_candidates(
     dtype: DeviceTypeInfo,
     now: dt.datetime | None = None,
     expiry_s: float = DEFAULT_LOCK_EXPIRY_S,
+    adjust: Callable[[KubeObject], KubeObject] | None = None,
 ) -> Candidates:
     """Read the node lock and the pods on ``node`` that wait for ``dtype`` devices.
 
@@ -133,6 +134,11 @@ def find_candidates(
     in ``hami.io/bind-phase: allocating``, and has a well-formed
     ``dtype.to_allocate_annotation`` with one entry per container and at least one
     non-empty entry left.
+
+    Args:
+        adjust: applied to every pod read (the device plugin lays over the cached pod
+            the progress it answered and has not seen come back yet,
+            ``progress.ProgressOverlay``).
 
     Raises:
         NotFoundError: the node does not exist.
@@ -149,6 +155,8 @@ def find_candidates(
     valid = lock is not None and not lock.expired(current, expiry_s=expiry_s)
     pods: dict[tuple[str, str], KubeObject] = {}
     for pod in store.pods_on_node(node):
+        if adjust is not None:
+            pod = adjust(pod)
         meta = pod.get("metadata") or {}
         pods[(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))] = pod
     lock_pod: KubeObject | None = None
@@ -158,6 +166,8 @@ def find_candidates(
         if lock_pod is None:
             try:
                 lock_pod = store.get_pod(lock.namespace, lock.pod)
+                if adjust is not None:
+                    lock_pod = adjust(lock_pod)
             except NotFoundError:
                 lock_pod = None
         if lock_pod is not None:

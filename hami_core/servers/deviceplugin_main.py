@@ -88,9 +88,10 @@ class DevicePluginProcess:
         async_release: bool = False,
     ) -> None:
         """Args:
-        async_release: release the node lock on a background thread after answering
-            kubelet (the real process), rather than before (tests that read the lock
-            right after ``Allocate``).
+        async_release: write an answered pod's progress and release the node lock on
+            one background thread after answering kubelet (the real process: nothing
+            but cache reads on kubelet's critical path), rather than before returning
+            (tests that read the pod or the lock right after ``Allocate``).
 
         Raises:
             ConfigError: unknown backend or vendor, bad per-node file.
@@ -109,7 +110,8 @@ class DevicePluginProcess:
         self.store = store
         overrides = load_node_overrides(opts.node_config, node=opts.node_name)
         self.state = DeviceState(numa_topology=overrides.numa_topology is not False)
-        self._releaser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lock-release")
+        # One thread: an answered pod's writes run in the order they were answered.
+        self._releaser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="after-allocate")
         self.agent = NodeAgent(
             store,
             manager,
@@ -133,7 +135,7 @@ class DevicePluginProcess:
             cdi=self.cdi,
             resource_name=self.resource_name,
             node_devices=lambda: self.state.devices,
-            release_after=self._release_later if async_release else None,
+            after_answer=self._release_later if async_release else None,
         )
         self.metrics = DevicePluginMetrics(
             node=opts.node_name, vendor=vendor, devices=lambda: self.state.devices

@@ -24,8 +24,9 @@ from hami_core.deviceplugin import (
     PreferredRequest,
     container_allocations,
 )
+from hami_core.deviceplugin import allocator as allocator_module
 from hami_core.deviceplugin.allocator import NotLockedError
-from hami_core.errors import BackendError, InvalidInputError
+from hami_core.errors import BackendError, HamiError, InvalidInputError
 from hami_core.model import (
     BackendInfo,
     ContainerAllocation,
@@ -133,27 +134,120 @@ class CountingStore(MemoryCluster):
         return super().patch_pod_metadata(namespace, name, **kw)
 
 
-def test_allocate_reads_nothing_live_and_releases_the_lock_in_one_call_after_answering(
-    nvidia, bound_pod: BindPod
-):
+def test_allocate_reads_the_caches_only_and_writes_after_answering(nvidia, bound_pod: BindPod):
+    """Issue #13 item 4: nothing but cache reads on kubelet's critical path; then the
+    lock's release in one conditional call and the progress with the phase in one."""
     store = CountingStore()
     store.add_node(gpu_node(NODE, UUIDS))
     bound_pod(store, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=3000)), NODE)
     held = lock(store)
     assert held is not None
     later: list[Any] = []
-    alloc = allocator(store, nvidia, release_after=later.append)
+    alloc = allocator(store, nvidia, after_answer=later.append)
     store.calls.clear()
 
     (answer,) = alloc.allocate([ids_on(assigned(store, "p")[0][0])])
 
     assert answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
-    assert store.calls == ["patch pod"]  # the one write kubelet waits for
-    assert store.cached_node(NODE)["metadata"]["annotations"][keys.NODE_LOCK] == held
-    (release,) = later  # not yet: kubelet has its answer first
-    release()
-    assert store.calls == ["patch pod", f"remove {keys.NODE_LOCK} if {held}"]
+    assert store.calls == []  # kubelet waits for no API call
+    assert ann(store, "p")[keys.BIND_PHASE] == "allocating"
+    (commit,) = later  # not yet: kubelet has its answer first
+    commit()
+    assert store.calls == [f"remove {keys.NODE_LOCK} if {held}", "patch pod"]
     assert keys.NODE_LOCK not in store.cached_node(NODE)["metadata"]["annotations"]
+    assert ann(store, "p")[keys.BIND_PHASE] == "success"
+    assert ann(store, "p")["hami.io/vgpu-devices-to-allocate"] == ";"
+
+
+def test_unwritten_progress_still_moves_kubelet_to_the_next_container(
+    cluster, nvidia, bound_pod: BindPod
+):
+    """The first container's progress is not written yet when kubelet asks for the
+    second: this process's answer counts, not the stale cache."""
+    bound_pod(
+        cluster,
+        nvidia,
+        gpu_pod("two", ctr("a", gpu=1, gpumem=2000), ctr("b", gpu=1, gpumem=4000)),
+        NODE,
+    )
+    (ua,), (ub,) = assigned(cluster, "two")
+    later: list[Any] = []
+    alloc = allocator(cluster, nvidia, after_answer=later.append)
+
+    (first,) = alloc.allocate([ids_on(ua)])
+    (second,) = alloc.allocate([ids_on(ub)])
+
+    assert first.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
+    assert second.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4000m"
+    assert ann(cluster, "two")[keys.BIND_PHASE] == "allocating" and lock(cluster) is not None
+    for commit in later:  # in the order answered, as the device plugin's one thread runs them
+        commit()
+    assert ann(cluster, "two")[keys.BIND_PHASE] == "success"
+    assert ann(cluster, "two")["hami.io/vgpu-devices-to-allocate"] == ";;"
+    assert lock(cluster) is None
+
+
+def test_a_retry_before_and_after_the_writes_gets_the_same_answer(
+    cluster, nvidia, bound_pod: BindPod
+):
+    """Issue #12 item 11 with the writes after the answer: kubelet's retry of the call
+    it gave up on is answered the same, whether or not the writes have run."""
+    bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=1234)), NODE)
+    (uuid,) = assigned(cluster, "p")[0]
+    later: list[Any] = []
+    alloc = allocator(cluster, nvidia, after_answer=later.append)
+    (first,) = alloc.allocate([ids_on(uuid)])
+    (before,) = alloc.allocate([ids_on(uuid)])
+    for commit in later:
+        commit()
+    (after,) = alloc.allocate([ids_on(uuid)])
+    assert first == before == after and first.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1234m"
+    assert ann(cluster, "p")[keys.BIND_PHASE] == "success"
+
+
+def test_an_answered_lock_owner_does_not_open_the_node_to_another_pod(
+    cluster, nvidia, bound_pod: BindPod
+):
+    """Until its lock is released, only the answered owner is served: a request that
+    fits a forged pod on the node is refused as before (PROTOCOL.md §6)."""
+    bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=1000)), NODE)
+    (uuid,) = assigned(cluster, "p")[0]
+    forged = gpu_pod("forged", ctr("main", gpu=2, gpumem=1000))
+    forged["spec"]["nodeName"] = NODE
+    forged["metadata"]["annotations"] = {
+        keys.VGPU_NODE: NODE,
+        keys.BIND_PHASE: "allocating",
+        "hami.io/vgpu-devices-to-allocate": f"{UUIDS[0]},NVIDIA,1000,0:{UUIDS[1]},NVIDIA,1000,0:;",
+    }
+    cluster.add_pod(forged)
+    later: list[Any] = []
+    alloc = allocator(cluster, nvidia, after_answer=later.append)
+    alloc.allocate([ids_on(uuid)])
+    with pytest.raises(HamiError, match="node lock"):
+        alloc.allocate([[f"{UUIDS[0]}-3", f"{UUIDS[1]}-3"]])
+
+
+def test_a_failed_progress_write_is_tried_again(nvidia, bound_pod: BindPod, monkeypatch):
+    monkeypatch.setattr(allocator_module, "COMMIT_WAITS_S", (0.0, 0.0, 0.0))
+    store = CountingStore()
+    store.add_node(gpu_node(NODE, UUIDS))
+    bound_pod(store, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=3000)), NODE)
+    real = store.patch_pod_metadata
+    fails = {"left": 2}
+
+    def flaky(namespace, name, **kw):  # type: ignore[no-untyped-def]
+        if fails["left"]:
+            fails["left"] -= 1
+            raise HamiError("API server unreachable")
+        return real(namespace, name, **kw)
+
+    monkeypatch.setattr(store, "patch_pod_metadata", flaky)
+    later: list[Any] = []
+    alloc = allocator(store, nvidia, after_answer=later.append)
+    alloc.allocate([ids_on(assigned(store, "p")[0][0])])
+    later[0]()
+    assert fails["left"] == 0 and ann(store, "p")[keys.BIND_PHASE] == "success"
+    assert lock(store) is None
 
 
 def test_the_one_call_release_leaves_a_lock_taken_by_another_pod_meanwhile(
@@ -161,7 +255,7 @@ def test_the_one_call_release_leaves_a_lock_taken_by_another_pod_meanwhile(
 ):
     bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=3000)), NODE)
     later: list[Any] = []
-    alloc = allocator(cluster, nvidia, release_after=later.append)
+    alloc = allocator(cluster, nvidia, after_answer=later.append)
     alloc.allocate([ids_on(assigned(cluster, "p")[0][0])])
     other = "2026-01-01T00:00:00Z,default,q"
     cluster.patch_node_annotations(NODE, {keys.NODE_LOCK: other})  # q took it over

@@ -167,12 +167,19 @@ def test_the_plugin_process_serves_kubelet_end_to_end(
     assert answer.envs["CUDA_DEVICE_SM_LIMIT"] == "30"
     assert answer.envs["NVIDIA_VISIBLE_DEVICES"] in (gpu_uuid(0), gpu_uuid(1))
     assert (tmp_path / "vgpu" / "containers" / f"{pod['metadata']['uid']}_main").is_dir()
-    assert cluster.get_pod("default", "p")["metadata"]["annotations"][keys.BIND_PHASE] == "success"
-    # The lock goes after kubelet has its answer, in one conditional write (test + remove).
+    # The lock and the phase go after kubelet has its answer: the lock in one conditional
+    # write (test + remove), the progress and phase in one patch.
     wait_for(
         lambda: keys.NODE_LOCK not in cluster.get_node(NODE)["metadata"]["annotations"],
         timeout=5,
         what="the node lock released after Allocate",
+    )
+    wait_for(
+        lambda: (
+            cluster.get_pod("default", "p")["metadata"]["annotations"][keys.BIND_PHASE] == "success"
+        ),
+        timeout=5,
+        what="bind-phase success after Allocate",
     )
 
     # An XID from NVML's event set: the whole list again, GPU 1 unhealthy (and kept so
