@@ -37,7 +37,16 @@ from hami_core.protocol.patches import pointer_token, set_resources
 from hami_core.protocol.quantity import INT32_MAX, parse_quantity_int
 
 from . import countshared, fit
-from .fit import GENERIC, DeviceFilters, fit_devices, load, node_score, rank_groups, type_matches
+from .fit import (
+    GENERIC,
+    DeviceFilters,
+    fit_devices,
+    load,
+    node_score,
+    rank_groups,
+    same_device_rule,
+    type_matches,
+)
 from .inventory import WHOLE_CORES_PCT, inventory_device, scaled
 from .requests import (
     annotations_of,
@@ -78,6 +87,7 @@ __all__ = [
     "hookimpl",
     "inventory_device",
     "load",
+    "same_device_rule",
     "node_score",
     "parse_quantity_int",
     "pointer_token",

@@ -71,6 +71,9 @@ class DeviceUsage:
         used_memory_mib: memory held, MiB.
         used_cores_pct: compute held, percent of the device.
         cordoned: True when the node lists the device in ``hami.io/device-cordon``.
+        holders: the annotations of each live pod that holds part of the device, one
+            entry per pod (HAMi's ``DeviceUsage.PodInfos``: MetaX's app-class rules read
+            what kind of pods share a device). Not part of equality.
     """
 
     device: DeviceInfo
@@ -78,6 +81,7 @@ class DeviceUsage:
     used_memory_mib: int = attrs.field(default=0, validator=_non_negative)
     used_cores_pct: int = attrs.field(default=0, validator=_non_negative)
     cordoned: bool = False
+    holders: tuple[Mapping[str, str], ...] = attrs.field(default=(), eq=False, repr=False)
 
     @property
     def free_memory_mib(self) -> int:

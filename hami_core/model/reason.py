@@ -21,6 +21,9 @@ class ReasonCode(enum.StrEnum):
     CARD_NOT_HEALTH = "CardNotHealth"
     CARD_CORDONED = "CardCordoned"
     NUMA_NOT_FIT = "NumaNotFit"
+    # A vendor's own per-device rule refused the device (HAMi's ``customFilterRule``:
+    # Moore Threads and whole MetaX GPUs keep all containers of a pod on one device).
+    CARD_NOT_FOUND_CUSTOM_FILTER_RULE = "CardNotFoundCustomFilterRule"
     EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
     NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"

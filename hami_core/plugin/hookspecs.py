@@ -210,6 +210,7 @@ def hami_fit(
     pod: Pod,
     policy: DevicePolicy,
     config: VendorConfig,
+    allocated: Sequence[ContainerDevices],
 ) -> FitResult | None:
     """Place one container's request on one node, or say per device why not.
 
@@ -223,11 +224,15 @@ def hami_fit(
         usage: the node's devices of ``request.vendor`` with current usage, index order.
         pod: the pod (for type/UUID filter and NUMA annotations).
         policy: the device policy in force for this pod.
+        allocated: what the pod's earlier containers of the same kind (init containers
+            for an init container, app containers for an app one) were given of this
+            vendor on this node, one entry per container (HAMi's ``allocated`` argument
+            of ``Fit``: Moore Threads and whole MetaX GPUs keep a pod on one device).
     Returns: ``FitResult`` with ``request.count`` distinct devices, or empty devices with
         a reason for every rejected device (never raises for "does not fit").
 
     The scheduler relies on two properties (the conformance kit checks both): the answer
-    depends on the pod only through its annotations (it is reused for another pod of the
+    depends on the pod only through its annotations and ``allocated`` (it is reused for another pod of the
     same requests, annotations and policy while the node's usage is unchanged), and a
     device that is unhealthy, cordoned, at its split count or short of the request's
     memory is never placed on (such nodes are rejected without calling this hook).
@@ -241,6 +246,7 @@ def hami_score(
     devices: ContainerDevices,
     policy: NodePolicy,
     config: VendorConfig,
+    pod: Pod,
 ) -> float | None:
     """Score placing ``devices`` on ``node`` under the node policy.
 
@@ -248,6 +254,8 @@ def hami_score(
     Args:
         usage: the node's devices of this vendor with usage before the placement.
         devices: the slices the pod would take on this node (all containers).
+        pod: the pod (for per-pod scoring annotations, e.g. MetaX's
+            ``metax-tech.com/sgpu-topology-aware``); ``{}`` when the caller has none.
         config: this backend's configuration section (e.g. MetaX ``sgpuTopologyAware``).
     Returns: 0..100, higher is better (binpack: fuller is better; spread: emptier).
         The core normalises the node total to 0..10 for kube-scheduler.

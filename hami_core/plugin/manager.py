@@ -315,8 +315,11 @@ class BackendManager:
         *,
         pod: Pod,
         policy: DevicePolicy,
+        allocated: Sequence[ContainerDevices] = (),
     ) -> FitResult:
-        """Ask the backend of ``request.vendor`` to place the request on ``node``.
+        """Ask the backend of ``request.vendor`` to place the request on ``node``
+        (``allocated``: the pod's earlier containers' devices of the vendor, see the
+        ``hami_fit`` spec).
 
         Raises:
             BackendError: the backend returned something other than a ``FitResult``,
@@ -334,6 +337,7 @@ class BackendManager:
             pod=pod,
             policy=policy,
             config=self.vendor_config(name),
+            allocated=tuple(allocated),
         )
         if result is None:
             raise BackendError(
@@ -362,6 +366,7 @@ class BackendManager:
         devices: ContainerDevices,
         *,
         policy: NodePolicy,
+        pod: Pod | None = None,
     ) -> float | None:
         """The vendor backend's 0..100 score of a placement, or None if it has none."""
         name = self.backend_of(vendor)
@@ -374,6 +379,7 @@ class BackendManager:
             devices=devices,
             policy=policy,
             config=self.vendor_config(name),
+            pod={} if pod is None else pod,
         )
         if value is not None and not 0 <= value <= 100:
             raise BackendError(name, f"hami_score returned {value}, outside 0..100")

@@ -95,7 +95,16 @@ def fit_pod(
         base = usage if container.init else working
         for req in container.devices:
             vendor_usage = tuple(u for u in base.values() if u.device.vendor == req.vendor)
-            result = manager.fit(req, node, vendor_usage, pod=pod, policy=policy)
+            # HAMi's ``allocated``: the earlier containers of the same kind (init
+            # containers run one after another, app containers together).
+            earlier = tuple(
+                devices
+                for prior, devices in zip(
+                    request.containers[:pos], placed[req.vendor], strict=False
+                )
+                if prior.init == container.init and devices
+            )
+            result = manager.fit(req, node, vendor_usage, pod=pod, policy=policy, allocated=earlier)
             if not result.fits:
                 summary = (
                     result.summary(len(vendor_usage))

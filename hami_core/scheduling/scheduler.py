@@ -367,7 +367,9 @@ class Scheduler:
         fit = fit_pod(pod, request, node.info, usage, self.manager, policy=policies.device)
         if fit.allocation is None:
             return fit, 0.0, {}
-        score = node_score(node.info, usage, fit.allocation, self.manager, policy=policies.node)
+        score = node_score(
+            node.info, usage, fit.allocation, self.manager, policy=policies.node, pod=pod
+        )
         charge = {
             (vendor, measure): value
             for vendor, devices in fit.allocation.devices.items()
@@ -475,7 +477,7 @@ class Scheduler:
                 if fit.allocation is not None:
                     feasible.append(info.name)
                     scores[info.name] = node_score(
-                        info, usage, fit.allocation, self.manager, policy=policies.node
+                        info, usage, fit.allocation, self.manager, policy=policies.node, pod=pod
                     )
                 else:
                     failed[info.name] = fit.reason

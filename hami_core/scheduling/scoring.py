@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hami_core.backend import fit
 from hami_core.model import Allocation, ContainerDevices, DeviceUsage, NodeInfo, NodePolicy
@@ -20,14 +21,17 @@ def node_score(
     manager: BackendManager,
     *,
     policy: NodePolicy,
+    pod: Mapping[str, Any] | None = None,
 ) -> float:
     """0..100: the mean over the pod's vendors of each vendor's ``vendor_score`` (the
-    pod's own request included)."""
+    pod's own request included; ``pod`` for per-pod scoring annotations)."""
     scores = []
     for vendor, per_container in allocation.devices.items():
         devices = tuple(d for c in per_container for d in c)
         vendor_usage = tuple(u for u in usage.values() if u.device.vendor == vendor)
-        scores.append(vendor_score(manager, vendor, node, vendor_usage, devices, policy=policy))
+        scores.append(
+            vendor_score(manager, vendor, node, vendor_usage, devices, policy=policy, pod=pod)
+        )
     return sum(scores) / len(scores) if scores else 0.0
 
 
@@ -39,6 +43,7 @@ def vendor_score(
     devices: ContainerDevices,
     *,
     policy: NodePolicy,
+    pod: Mapping[str, Any] | None = None,
 ) -> float:
     """0..100 for placing ``devices`` (one vendor's slices, all containers) on ``node``.
 
@@ -46,7 +51,7 @@ def vendor_score(
     (``hami_core.backend.fit.node_score``) read with the vendor key's ``fit_rules``, so
     a backend need not write a scorer to get the real node policy.
     """
-    value = manager.score(vendor, node, usage, devices, policy=policy)
+    value = manager.score(vendor, node, usage, devices, policy=policy, pod=pod)
     if value is not None:
         return value
     return fit.node_score(usage, devices, policy, manager.device_type(vendor).fit_rules)

@@ -49,11 +49,13 @@ class PodHoldings:
             because its allocation could not be read.
         problem: why (part of) the allocation could not be read, for the log; None when
             all was readable.
+        annotations: the pod's annotations (what ``DeviceUsage.holders`` lists).
     """
 
     charges: Mapping[str, Charge] = attrs.field(factory=dict)
     whole: frozenset[str] = frozenset()
     problem: str | None = None
+    annotations: Mapping[str, str] = attrs.field(factory=dict, eq=False, repr=False)
 
 
 NO_HOLDINGS = PodHoldings()
@@ -191,6 +193,7 @@ def pod_holdings(
         charges={u: c for u, c in charges.items() if u not in whole},
         whole=frozenset(whole),
         problem="; ".join(problems) or None,
+        annotations=ann,
     )
 
 
@@ -262,15 +265,20 @@ def usage_from_holdings(node: NodeInfo, holdings: Iterable[PodHoldings]) -> dict
     usage = {
         d.uuid: DeviceUsage(device=d, cordoned=d.uuid in node.cordoned_uuids) for d in node.devices
     }
+    holders: dict[str, list[Mapping[str, str]]] = {}
     for held in holdings:
         for uuid, charge in held.charges.items():
             u = usage.get(uuid)
             if u is not None:
                 usage[uuid] = add_charge(u, charge)
+                holders.setdefault(uuid, []).append(held.annotations)
         for uuid in held.whole:
             u = usage.get(uuid)
             if u is not None:
                 usage[uuid] = hold_whole(u)
+                holders.setdefault(uuid, []).append(held.annotations)
+    for uuid, pods in holders.items():
+        usage[uuid] = attrs.evolve(usage[uuid], holders=tuple(pods))
     return usage
 
 

@@ -4,19 +4,31 @@ Fit is the core's (``hami_core.backend.fit``) with MetaX's rules:
 
 - UUID filters ``metax-tech.com/use-gpuuuid`` / ``nouse-gpuuuid`` (HAMi applies them to
   sGPUs; we apply them to whole GPUs too);
+- whole GPUs: all containers of a pod on one GPU (``customFilterRule``);
+- sGPU app classes (``checkAppClass``): a GPU in use serves either pods with an app
+  class (``online`` / ``offline``) or pods without one, never both; an ``offline`` pod
+  does not join a GPU that runs an ``online`` one (it would be suspended there); others
+  get ``CardAppClassMismatch``. The kinds of sharers come from ``DeviceUsage.holders``;
 - an sGPU already shared runs its sharers' QoS policy (``qosPolicy`` of
   ``metax-tech.com/node-gpu-devices``): a pod with another policy gets
   ``CardQosPolicyMismatch`` there, unless it takes the whole GPU (vcore 100) or the GPU's
-  policy is empty (``checkDeviceQos``);
-- an ``online`` pod's compute is not accounted (cores not checked);
-- several exclusive sGPUs (vcore 100) come from one link zone when one can hold them
-  (``prioritizeExclusiveDevices``).
+  policy is empty (``checkDeviceQos``; not checked for ``online`` pods);
+- an ``online`` pod's compute is not accounted (cores not checked), and among the
+  feasible GPUs it takes those with the fewest online sharers, GPUs running only offline
+  pods last (``prioritizeOnlineDevices``);
+- several exclusive sGPUs (vcore 100) of a pod without app class come from one link
+  zone when one can hold them (``prioritizeExclusiveDevices``).
 
 Scores: whole GPUs from MetaX's topology annotations, ``2000 - losses[n]`` under binpack
 and ``2000 - scores[n]`` under spread for a pod of ``n`` GPUs (``ScoreNode``), scaled
-to 0..100 (/ 20); exclusive sGPUs, when ``sgpuTopologyAware`` is on, by
-``10 x allocated - loss`` link-zone pair scores (``scoreExclusiveDevices``), centred on
-50 and clamped to 0..100; otherwise the core's node score.
+to 0..100 (/ 20). sGPUs, policy-neutral as HAMi's (higher is better under both
+policies): an ``online`` pod by ``scoreOnlineDevices`` (0 for idle GPUs, -20 per online
+and -2 per offline sharer, -100 per sharer of a GPU running only offline pods) as
+``100 + score`` clamped to 0..100; exclusive sGPUs, when topology-aware scoring is on
+(option ``sgpuTopologyAware``, overridden per pod by ``metax-tech.com/sgpu-topology-aware``
+read as Go's ``strconv.ParseBool``), by ``10 x allocated - loss`` link-zone pair scores
+(``scoreExclusiveDevices``), centred on 50 and clamped to 0..100; otherwise the core's
+node score.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hami_core.backend import (
+    GENERIC,
     ContainerDevices,
     DeviceFilters,
     DevicePolicy,
@@ -42,6 +55,7 @@ from hami_core.backend import (
     annotations_of,
     fit_devices,
     node_score,
+    same_device_rule,
 )
 
 from . import GPU, SGPU
@@ -49,8 +63,11 @@ from .names import (
     ALLOCATED_SDEVICES,
     APP_CLASS,
     NOUSE_UUID,
+    OFFLINE,
+    ONLINE,
     PREDICATE_TIME,
     QOS_POLICY,
+    TOPOLOGY_AWARE,
     TOPOLOGY_LOSSES,
     TOPOLOGY_SCORES,
     USE_UUID,
@@ -60,18 +77,64 @@ from .names import (
 DIRECT_LINK_SCORE = 10
 
 
-def qos_check(pod_qos: str) -> Callable[[DeviceUsage, DeviceRequest], ReasonCode | None]:
-    """HAMi's ``checkDeviceQos`` for one pod's QoS policy."""
+def sharer_classes(usage: DeviceUsage) -> tuple[int, int]:
+    """``(online, offline)``: how many of the device's holders carry each app class."""
+    classes = [h.get(APP_CLASS) for h in usage.holders]
+    return classes.count(ONLINE), classes.count(OFFLINE)
+
+
+def app_class_fits(app_class: str, usage: DeviceUsage) -> bool:
+    """HAMi's ``checkAppClass``: may a pod of ``app_class`` (``""`` for none) share the
+    device with the pods already on it?"""
+    if usage.used_count == 0:
+        return True
+    online, offline = sharer_classes(usage)
+    classed_device = bool(online or offline)
+    classed_pod = app_class in (ONLINE, OFFLINE)
+    if classed_device != classed_pod:
+        return False
+    return not (online and app_class == OFFLINE)
+
+
+def qos_fits(pod_qos: str, usage: DeviceUsage, request: DeviceRequest) -> bool:
+    """HAMi's ``checkDeviceQos``: a used sGPU keeps its sharers' QoS policy unless the
+    request takes it whole (vcore 100) or its policy is empty."""
+    if usage.used_count == 0 or request.cores_pct == 100:
+        return True
+    return usage.device.info("qosPolicy") in ("", pod_qos)
+
+
+def sgpu_check(
+    app_class: str, pod_qos: str
+) -> Callable[[DeviceUsage, DeviceRequest], ReasonCode | None]:
+    """The app-class check, then (pods not ``online``) the QoS check, as a ``FitRules``
+    ``extra_check``."""
 
     def check(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode | None:
-        if usage.used_count == 0 or request.cores_pct == 100:
-            return None
-        current = usage.device.info("qosPolicy")
-        if current in ("", pod_qos):
-            return None
-        return ReasonCode.CARD_QOS_POLICY_MISMATCH
+        if not app_class_fits(app_class, usage):
+            return ReasonCode.CARD_APP_CLASS_MISMATCH
+        if app_class != ONLINE and not qos_fits(pod_qos, usage, request):
+            return ReasonCode.CARD_QOS_POLICY_MISMATCH
+        return None
 
     return check
+
+
+def online_rank(usage: DeviceUsage) -> tuple[int, int, int]:
+    """Sort key of ``prioritizeOnlineDevices``: GPUs running only offline pods last (fewest
+    offline first among them); the others by online sharers, then offline ones."""
+    online, offline = sharer_classes(usage)
+    if online == 0 and offline > 0:
+        return (1, 0, offline)
+    return (0, online, offline)
+
+
+def choose_online(
+    feasible: Sequence[DeviceUsage], count: int, policy: DevicePolicy
+) -> Sequence[DeviceUsage]:
+    """The ``count`` feasible GPUs an ``online`` pod takes (ties by index)."""
+    ranked = sorted(feasible, key=lambda u: (*online_rank(u), u.device.index, u.device.uuid))
+    return ranked[:count]
 
 
 def link_zone(usage: DeviceUsage) -> int:
@@ -86,17 +149,23 @@ def fit(
     usage: Sequence[DeviceUsage],
     pod: Mapping[str, Any],
     policy: DevicePolicy,
+    allocated: Sequence[ContainerDevices] = (),
 ) -> FitResult:
-    """Choose ``request.count`` distinct MetaX devices, or say per device why not."""
+    """Choose ``request.count`` distinct MetaX devices, or say per device why not
+    (``allocated``: the pod's earlier containers' devices of this vendor)."""
     ann = annotations_of(pod)
     filters = DeviceFilters.from_annotations(ann, use_uuid=(USE_UUID,), nouse_uuid=(NOUSE_UUID,))
     if request.vendor == GPU:
-        return fit_devices(request, node, usage, filters, policy)
-    online = ann.get(APP_CLASS) == "online"
+        same = same_device_rule(allocated)
+        whole = GENERIC if same is None else FitRules(extra_check=same)
+        return fit_devices(request, node, usage, filters, policy, whole)
+    app_class = ann.get(APP_CLASS, "")
+    online = app_class == ONLINE
     rules = FitRules(
         cores_capacity=(lambda u: None) if online else (lambda u: u.device.cores_pct),
-        extra_check=None if online else qos_check(ann.get(QOS_POLICY, "")),
-        link_group=link_zone if request.cores_pct == 100 else None,
+        extra_check=sgpu_check(app_class, ann.get(QOS_POLICY, "")),
+        link_group=link_zone if request.cores_pct == 100 and APP_CLASS not in ann else None,
+        choose=choose_online if online else None,
     )
     return fit_devices(request, node, usage, filters, policy, rules)
 
@@ -136,18 +205,52 @@ def exclusive_score(usage: Sequence[DeviceUsage], devices: ContainerDevices) -> 
     return max(0.0, min(100.0, 50.0 + result))
 
 
+def online_score(usage: Sequence[DeviceUsage], devices: ContainerDevices) -> int:
+    """HAMi's ``scoreOnlineDevices`` (an int, 0 or below) over the GPUs the pod takes."""
+    taken = {d.uuid for d in devices}
+    total = 0
+    for u in usage:
+        if u.device.uuid not in taken:
+            continue
+        online, offline = sharer_classes(u)
+        total += -100 * offline if online == 0 and offline > 0 else -20 * online - 2 * offline
+    return total
+
+
+#: Go's ``strconv.ParseBool`` spellings.
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def topology_aware(default: bool, pod: Mapping[str, Any], devices: ContainerDevices) -> bool:
+    """HAMi's ``topologyAwareEnable``: only a pod with an exclusive sGPU (vcore 100) is
+    scored by link zone; its ``metax-tech.com/sgpu-topology-aware`` (``ParseBool``
+    spellings; anything else is ignored) overrides the option ``sgpuTopologyAware``."""
+    if not any(d.cores_pct == 100 for d in devices):
+        return False
+    value = annotations_of(pod).get(TOPOLOGY_AWARE)
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    return default
+
+
 def score(
     vendor: str,
     usage: Sequence[DeviceUsage],
     devices: ContainerDevices,
     policy: NodePolicy,
     *,
-    topology_aware: bool,
+    pod: Mapping[str, Any],
+    topology_aware_default: bool,
 ) -> float:
     """0..100 for a placement of ``vendor`` devices (see the module docstring)."""
     if vendor == GPU:
         return gpu_score(usage, devices, policy)
-    if topology_aware and any(d.cores_pct == 100 for d in devices):
+    if annotations_of(pod).get(APP_CLASS) == ONLINE:
+        return max(0.0, min(100.0, 100.0 + online_score(usage, devices)))
+    if topology_aware(topology_aware_default, pod, devices):
         return exclusive_score(usage, devices)
     return node_score(usage, devices, policy)
 

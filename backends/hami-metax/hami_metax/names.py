@@ -59,7 +59,9 @@ APP_CLASS: Final = "metax-tech.com/sgpu-app-class"
 
 QOS_POLICIES: Final = ("best-effort", "fixed-share", "burst-share")
 DEFAULT_QOS: Final = "best-effort"
-APP_CLASSES: Final = ("online", "offline")
+ONLINE: Final = "online"
+OFFLINE: Final = "offline"
+APP_CLASSES: Final = (ONLINE, OFFLINE)
 
 #: Backend options (``BackendInfo.option_defaults``).
 OPTION_DEFAULTS: Final[dict[str, Any]] = {

@@ -62,8 +62,9 @@ def hami_fit(
     usage: Sequence[DeviceUsage],
     pod: Mapping[str, Any],
     policy: DevicePolicy,
+    allocated: Sequence[ContainerDevices],
 ) -> FitResult | None:
-    return fit.fit(request, node, usage, pod, policy)
+    return fit.fit(request, node, usage, pod, policy, allocated)
 
 
 @hookimpl
@@ -72,12 +73,13 @@ def hami_score(
     devices: ContainerDevices,
     policy: NodePolicy,
     config: VendorConfig,
+    pod: Mapping[str, Any],
 ) -> float | None:
     vendors = {u.device.vendor for u in usage}
     if len(vendors) != 1 or not vendors <= set(VENDORS):
         return None
     aware = bool(config.options.get("sgpuTopologyAware", False))
-    return fit.score(vendors.pop(), usage, devices, policy, topology_aware=aware)
+    return fit.score(vendors.pop(), usage, devices, policy, pod=pod, topology_aware_default=aware)
 
 
 @hookimpl

@@ -4,7 +4,9 @@ The checks are the core's (``hami_core.backend.fit``) in HAMi's order, with comp
 the GPU's 16 sGPU cores (so a request of 16 cores, a whole GPU, is refused on a GPU
 already shared by reason of cores, as HAMi's ``Totalcore - Usedcores < Coresreq``). UUID
 filters ``mthreads.ai/use-gpuuuid`` / ``nouse-gpuuuid``; HAMi has no type filter for this
-vendor. At bind the pod gets what Moore Threads' device plugin reads: the chosen GPUs'
+vendor. All containers of a pod share one GPU: once an earlier container holds a GPU, a
+later one takes only that GPU (HAMi's ``customFilterRule``, ``CardNotFoundCustomFilterRule``
+elsewhere). At bind the pod gets what Moore Threads' device plugin reads: the chosen GPUs'
 indices (``mthreads.com/gpu-index``), the node (``mthreads.com/predicate-node``) and the
 time in nanoseconds (``mthreads.com/predicate-time``).
 """
@@ -16,15 +18,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hami_core.backend import (
+    GENERIC,
+    ContainerDevices,
     DeviceFilters,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
+    FitRules,
     NodeInfo,
     PodDevices,
     annotations_of,
     fit_devices,
+    same_device_rule,
 )
 
 from .names import (
@@ -42,12 +48,16 @@ def fit(
     usage: Sequence[DeviceUsage],
     pod: Mapping[str, Any],
     policy: DevicePolicy,
+    allocated: Sequence[ContainerDevices] = (),
 ) -> FitResult:
-    """Choose ``request.count`` distinct GPUs, or say per GPU why not."""
+    """Choose ``request.count`` distinct GPUs, or say per GPU why not (``allocated``: the
+    pod's earlier containers' GPUs, which a later container must share)."""
     filters = DeviceFilters.from_annotations(
         annotations_of(pod), use_uuid=(USE_UUID,), nouse_uuid=(NOUSE_UUID,)
     )
-    return fit_devices(request, node, usage, filters, policy)
+    same = same_device_rule(allocated)
+    rules = GENERIC if same is None else FitRules(extra_check=same)
+    return fit_devices(request, node, usage, filters, policy, rules)
 
 
 def bind_annotations(

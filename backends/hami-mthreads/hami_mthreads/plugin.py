@@ -60,8 +60,9 @@ def hami_fit(
     usage: Sequence[DeviceUsage],
     pod: Mapping[str, Any],
     policy: DevicePolicy,
+    allocated: Sequence[ContainerDevices],
 ) -> FitResult | None:
-    return fit.fit(request, node, usage, pod, policy)
+    return fit.fit(request, node, usage, pod, policy, allocated)
 
 
 @hookimpl

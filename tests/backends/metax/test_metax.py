@@ -242,11 +242,11 @@ def test_topology_scores_of_whole_gpus():
         for d in devices[:4]
     )
     assert (
-        fit.score("Metax-GPU", usage, two, NodePolicy.BINPACK, topology_aware=False)
+        fit.score("Metax-GPU", usage, two, NodePolicy.BINPACK, pod={}, topology_aware_default=False)
         == (2000 - 110) / 20
     )
     assert (
-        fit.score("Metax-GPU", usage, four, NodePolicy.SPREAD, topology_aware=False)
+        fit.score("Metax-GPU", usage, four, NodePolicy.SPREAD, pod={}, topology_aware_default=False)
         == (2000 - 540) / 20
     )
 
@@ -360,3 +360,51 @@ def test_quota_in_gib_units():
     )
     over = p.submit(pod("b", {"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "1"}))
     assert "limits.metax-tech.com/vmemory" in over.denied
+
+
+def whole_pod(name, *, init=False):
+    ctr = {"image": "busybox", "resources": {"limits": {"metax-tech.com/gpu": "1"}}}
+    p = pod(name, containers=[{"name": "a", **ctr}, {"name": "b", **ctr}])
+    if init:
+        first = p["spec"]["containers"].pop(0)
+        p["spec"]["initContainers"] = [first]
+    return p
+
+
+def test_whole_gpus_keep_a_pod_on_one_gpu():
+    """HAMi's ``customFilterRule`` of ``Metax-GPU``: a later app container may only take
+    the earlier containers' GPU, which a whole GPU (one container at a time) refuses; an
+    init container is not an earlier app container."""
+    p = pipeline(node("mx-gpu", capacity={"metax-tech.com/gpu": "2"}), backends=("metax",))
+    out = p.submit(whole_pod("two-apps"))
+    assert out.node is None and out.denied == ""
+    assert out.filter is not None
+    reason = out.filter.failed["mx-gpu"]
+    assert "1/2 CardNotFoundCustomFilterRule" in reason
+    assert "1/2 CardTimeSlicingExhausted" in reason
+    assert p.submit(whole_pod("init-then-app", init=True)).node == "mx-gpu"
+
+
+@pytest.mark.parametrize(("held", "want"), [("test123", True), ("test456", False)])
+def test_custom_filter_rule_of_whole_gpus_as_hami(held, want):
+    """HAMi's ``device_test.go`` customFilterRule cases."""
+    d = DeviceInfo(
+        uuid="test123",
+        vendor="Metax-GPU",
+        model="Metax-GPU",
+        index=0,
+        split_count=4,
+        memory_mib=65536,
+        cores_pct=100,
+    )
+    request = DeviceRequest(vendor="Metax-GPU", count=1, memory_pct=10, cores_pct=0)
+    allocated = ((ContainerDevice(uuid=held, vendor="Metax-GPU", memory_mib=1, cores_pct=0),),)
+    out = fit.fit(
+        request,
+        NodeInfo(name="n", devices=(d,)),
+        [DeviceUsage(device=d)],
+        {},
+        DevicePolicy.SPREAD,
+        allocated,
+    )
+    assert out.fits is want

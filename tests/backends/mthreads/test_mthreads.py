@@ -235,3 +235,40 @@ def test_quota_in_512_mib_units():
     assert ok.node == "mt-1"
     over = p.submit(pod("b", {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "2"}))
     assert "limits.mthreads.com/sgpu-memory" in over.denied
+
+
+@pytest.mark.parametrize(("held", "want"), [("test123", True), ("test456", False)])
+def test_custom_filter_rule_as_hami(held, want):
+    """HAMi's ``Test_CustomFilterRule``: a device equal to the earlier containers' one."""
+    request = DeviceRequest(vendor="Mthreads", count=1, memory_mib=1024, cores_pct=1)
+    usage = [DeviceUsage(device=dev("test123"))]
+    allocated = ((ContainerDevice(uuid=held, vendor="Mthreads", memory_mib=1, cores_pct=1),),)
+    info = NodeInfo(name="n", devices=(usage[0].device,))
+    out = fit.fit(request, info, usage, {}, DevicePolicy.SPREAD, allocated)
+    assert out.fits is want
+    if not want:
+        assert out.device_reasons == {"test123": ReasonCode.CARD_NOT_FOUND_CUSTOM_FILTER_RULE}
+
+
+def two_container_pod(name, per_container_memory):
+    limits = {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": per_container_memory}
+    containers = [
+        {"name": c, "image": "busybox", "resources": {"limits": dict(limits)}} for c in ("a", "b")
+    ]
+    return pod(name, containers=containers)
+
+
+def test_pipeline_all_containers_of_a_pod_on_one_gpu():
+    p = pipeline(mt_node(cores="32", memory="192"), backends=("mthreads",))
+    out = p.submit(two_container_pod("together", "32"))
+    assert out.node == "mt-1"
+    ann = p.cluster.get_pod("default", "together")["metadata"]["annotations"]
+    a, b = decode_pod_devices(ann["hami.io/mthreads-vgpu-devices-allocated"])
+    assert len(a) == len(b) == 1 and a[0].uuid == b[0].uuid
+    # two halves of 64 units (32 GiB each) do not fit one 96-unit GPU: the second
+    # container may not go to the other, idle GPU
+    p2 = pipeline(mt_node(cores="32", memory="192"), backends=("mthreads",))
+    apart = p2.submit(two_container_pod("apart", "64"))
+    assert apart.node is None and apart.denied == ""
+    assert apart.filter is not None
+    assert "CardNotFoundCustomFilterRule" in apart.filter.failed["mt-1"]
