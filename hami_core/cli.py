@@ -16,12 +16,13 @@ import yaml
 from hami_core import __version__
 from hami_core.errors import HamiError
 from hami_core.extras import MissingExtraError, extra_of_module, require_extra
-from hami_core.model import DevicePolicy, NodePolicy
+from hami_core.model import DEVICE_POLICY_TOKENS
 from hami_core.plugin import BackendManager
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 COMMANDS_GROUP = "hami.commands"
+GPU_POLICY_TOKENS = "|".join(DEVICE_POLICY_TOKENS)
 
 
 class _Cli(click.Group):
@@ -221,17 +222,20 @@ def backends(output: str) -> None:
 )
 @click.option(
     "--node-policy",
-    type=click.Choice([p.value for p in NodePolicy]),
+    metavar="binpack|spread",
     default=None,
+    callback=lambda _ctx, _param, value: _policy(value, "node"),
     show_default="from config (binpack)",
     help="Default node policy; a pod's hami.io/node-scheduler-policy wins.",
 )
 @click.option(
     "--gpu-policy",
-    type=click.Choice([p.value for p in DevicePolicy]),
+    metavar="POLICY[,POLICY...]",
     default=None,
+    callback=lambda _ctx, _param, value: _policy(value, "gpu"),
     show_default="from config (spread)",
-    help="Default device policy; a pod's hami.io/gpu-scheduler-policy wins.",
+    help=f"Default device policy: {GPU_POLICY_TOKENS}, or an ordered comma list as in "
+    "hami.io/gpu-scheduler-policy (spread,numa; mutex,spread); a pod's annotation wins.",
 )
 @click.option(
     "--threads",
@@ -304,6 +308,21 @@ def scheduler(**opts: Any) -> None:
             node_label_selector=opts["node_label_selector"],
         )
     )
+
+
+def _policy(value: str | None, kind: str) -> str | None:
+    """Check a ``--node-policy`` / ``--gpu-policy`` value as the annotations are read
+    (``hami_core.scheduling.policy``): a usage error naming the bad token."""
+    if value is None:
+        return None
+    from hami_core.scheduling.policy import device_policy_option, node_policy_option
+
+    read = node_policy_option if kind == "node" else device_policy_option
+    try:
+        read(value, f"--{kind}-policy")
+    except HamiError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[1]) from None
+    return value
 
 
 def _label_pairs(value: str) -> dict[str, str]:
@@ -843,15 +862,18 @@ def device_plugin(**opts: Any) -> None:
 @config_option()
 @click.option(
     "--node-policy",
-    type=click.Choice([p.value for p in NodePolicy]),
+    metavar="binpack|spread",
+    callback=lambda _ctx, _param, value: _policy(value, "node"),
     help="Node policy for every pod without a hami.io/node-scheduler-policy annotation "
     "(overrides the configuration).",
 )
 @click.option(
     "--gpu-policy",
-    type=click.Choice([p.value for p in DevicePolicy]),
+    metavar="POLICY[,POLICY...]",
+    callback=lambda _ctx, _param, value: _policy(value, "gpu"),
     help="GPU policy for every pod without a hami.io/gpu-scheduler-policy annotation "
-    "(overrides the configuration).",
+    f"(overrides the configuration): {GPU_POLICY_TOKENS}, or an ordered comma list "
+    "(spread,numa; mutex,spread).",
 )
 @click.option(
     "--output",

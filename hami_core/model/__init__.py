@@ -15,7 +15,13 @@ from .device import DEVICE_MODES, DeviceInfo, DeviceUsage, NodeInfo
 from .fit import FitResult
 from .fitrules import Chooser, CoresCapacity, ExtraCheck, FitRules, LinkGroup, device_cores
 from .monitor import ContainerUsage, HostDevice, ProcessDeviceSample, ProcessSample, RegionDevice
-from .policy import GPU_POLICY_ANNOTATION, DevicePolicy, DevicePolicyChain, NodePolicy
+from .policy import (
+    DEVICE_POLICY_TOKENS,
+    GPU_POLICY_ANNOTATION,
+    DevicePolicy,
+    DevicePolicyChain,
+    NodePolicy,
+)
 from .reason import ReasonCode
 from .request import ContainerRequest, DeviceRequest, PodRequest
 
@@ -33,6 +39,7 @@ __all__ = [
     "DeviceNode",
     "DevicePolicy",
     "DevicePolicyChain",
+    "DEVICE_POLICY_TOKENS",
     "GPU_POLICY_ANNOTATION",
     "DeviceRequest",
     "DeviceTypeInfo",

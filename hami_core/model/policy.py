@@ -27,6 +27,8 @@ class DevicePolicy(enum.StrEnum):
 GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
 #: The device-policy token that is a filter, not an order: only devices nobody uses.
 MUTEX = "mutex"
+#: Every token a device policy (annotation, config, ``--gpu-policy``) may name.
+DEVICE_POLICY_TOKENS: tuple[str, ...] = (*(m.value for m in DevicePolicy), MUTEX)
 
 
 @attrs.frozen
@@ -70,7 +72,7 @@ class DevicePolicyChain:
             try:
                 policy = DevicePolicy(token)
             except ValueError:
-                allowed = ", ".join([*(m.value for m in DevicePolicy), MUTEX])
+                allowed = ", ".join(DEVICE_POLICY_TOKENS)
                 raise ValueError(
                     f"{token!r} is not one of {allowed} (a comma list may combine them)"
                 ) from None

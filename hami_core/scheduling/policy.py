@@ -27,22 +27,53 @@ class Policies:
         return DevicePolicyChain(primary=self.device)
 
 
+def device_policy_option(value: str, where: str) -> DevicePolicyChain:
+    """A device policy given as an option (``--gpu-policy``, a server's options), read as
+    the ``hami.io/gpu-scheduler-policy`` annotation is: one token or HAMi 2.10's ordered
+    comma list (``spread,numa``, ``mutex,spread``), the same tokens and message.
+
+    Raises:
+        InvalidInputError: an empty list or an unknown token; the message starts with
+            ``where`` (the option's name) and lists the allowed tokens.
+    """
+    try:
+        return DevicePolicyChain.parse(value)
+    except ValueError as exc:
+        raise InvalidInputError(f"{where}: {exc}") from None
+
+
+def node_policy_option(value: str, where: str) -> NodePolicy:
+    """A node policy given as an option, read as ``hami.io/node-scheduler-policy`` is: one
+    token, blanks around it ignored (HAMi 2.10's node policy is one name: ``pkg/scheduler/
+    policy/node_policy.go`` compares it with ``spread``, anything else ranks as binpack;
+    we refuse unknown names instead).
+
+    Raises:
+        InvalidInputError: not ``binpack`` or ``spread``; the message starts with ``where``.
+    """
+    policy: NodePolicy = _pick({where: value}, where, NodePolicy, None, label=where)
+    return policy
+
+
 def resolve_policies(
     pod: Mapping[str, Any],
     config: HamiConfig,
     *,
     node: NodePolicy | None = None,
-    device: DevicePolicy | None = None,
+    device: DevicePolicy | DevicePolicyChain | None = None,
 ) -> Policies:
     """The pod's policies: ``hami.io/node-scheduler-policy`` and
     ``hami.io/gpu-scheduler-policy`` annotations win over ``node`` / ``device``
-    overrides, which win over the configured defaults.
+    overrides (a single policy or a whole chain such as ``mutex,spread``), which win
+    over the configured defaults.
 
     Raises:
         InvalidInputError: an annotation names an unknown policy (never a silent default).
     """
     ann = (pod.get("metadata") or {}).get("annotations") or {}
-    if device is not None:
+    if isinstance(device, DevicePolicyChain):
+        default_chain = device
+    elif device is not None:
         default_chain = DevicePolicyChain(primary=device)
     else:
         default_chain = config.device_policy_chain or DevicePolicyChain(
@@ -74,11 +105,14 @@ def with_device_policy(pod: Mapping[str, Any], chain: DevicePolicyChain) -> Mapp
     return {**pod, "metadata": meta}
 
 
-def _pick(ann: Mapping[str, str], key: str, kind: Any, default: Any) -> Any:
+def _pick(
+    ann: Mapping[str, str], key: str, kind: Any, default: Any, *, label: str | None = None
+) -> Any:
     if key not in ann:
         return default
     try:
         return kind(ann[key].strip())
     except ValueError:
         allowed = ", ".join(m.value for m in kind)
-        raise InvalidInputError(f"annotation {key}: {ann[key]!r} is not one of {allowed}") from None
+        where = label or f"annotation {key}"
+        raise InvalidInputError(f"{where}: {ann[key]!r} is not one of {allowed}") from None

@@ -25,6 +25,7 @@ from hami_core.errors import ConflictError, HamiError, InvalidInputError
 from hami_core.model import (
     Allocation,
     DevicePolicy,
+    DevicePolicyChain,
     DeviceUsage,
     NodeInfo,
     NodePolicy,
@@ -94,7 +95,7 @@ class Scheduler:
         *,
         clock: Callable[[], dt.datetime] = utcnow,
         node_policy: NodePolicy | None = None,
-        device_policy: DevicePolicy | None = None,
+        device_policy: DevicePolicy | DevicePolicyChain | None = None,
         lock_wait_s: float = 0.0,
         node_selector: Mapping[str, str] | None = None,
         longest_bind_s: float = LONGEST_BIND_S,
@@ -103,7 +104,8 @@ class Scheduler:
     ) -> None:
         """Args:
         node_policy / device_policy: override the configured defaults (pod
-            annotations still win).
+            annotations still win); ``device_policy`` may be a whole chain
+            (``mutex,spread``, read by ``policy.device_policy_option``).
         lock_wait_s: at bind, how long to wait for another pod's node lock.
         node_selector: node labels a node must carry to be ours (HAMi's
             ``--node-label-selector``, e.g. ``{"gpu": "on"}``); other nodes fail the

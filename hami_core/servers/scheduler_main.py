@@ -21,17 +21,32 @@ from hami_core.cluster.backoff import Backoff
 from hami_core.cluster.events import EventRecorder
 from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.cluster.lease import LeaderElector
-from hami_core.errors import ConfigError
-from hami_core.model import DevicePolicy, NodePolicy
+from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
 from hami_core.scheduling.handshake import request_handshakes
+from hami_core.scheduling.policy import device_policy_option, node_policy_option
 from hami_core.scheduling.scheduler import Scheduler
 
 from .extender import create_extender_app
 from .metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
+
+
+def _policy_valid(option: str) -> Callable[[Any, Any, str | None], None]:
+    """An attrs validator refusing a bad policy when the options are built (the
+    process stops at start with the option named, before any API call)."""
+    read = node_policy_option if option == "--node-policy" else device_policy_option
+
+    def check(_obj: Any, _attr: Any, value: str | None) -> None:
+        if value is not None:
+            try:
+                read(value, option)
+            except InvalidInputError as exc:
+                raise ConfigError(str(exc)) from None
+
+    return check
 
 
 @attrs.frozen(kw_only=True)
@@ -55,8 +70,11 @@ class SchedulerOptions:
     lease_duration_s: float = 15.0
     renew_deadline_s: float = 10.0
     retry_period_s: float = 2.0
-    node_policy: str | None = None
-    gpu_policy: str | None = None
+    #: ``binpack`` or ``spread``, read as ``hami.io/node-scheduler-policy`` is.
+    node_policy: str | None = attrs.field(default=None, validator=_policy_valid("--node-policy"))
+    #: One device policy or HAMi 2.10's ordered comma list (``spread,numa``,
+    #: ``mutex,spread``), read as ``hami.io/gpu-scheduler-policy`` is.
+    gpu_policy: str | None = attrs.field(default=None, validator=_policy_valid("--gpu-policy"))
     threads: int = 32
     #: Well under kube-scheduler 1.20's extender timeout (``DefaultExtenderTimeout``,
     #: 5 s): the lock wait plus the bind's API calls must finish before the caller
@@ -96,8 +114,12 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         store,
         manager,
         events=events,
-        node_policy=NodePolicy(opts.node_policy) if opts.node_policy else None,
-        device_policy=DevicePolicy(opts.gpu_policy) if opts.gpu_policy else None,
+        node_policy=node_policy_option(opts.node_policy, "--node-policy")
+        if opts.node_policy
+        else None,
+        device_policy=device_policy_option(opts.gpu_policy, "--gpu-policy")
+        if opts.gpu_policy
+        else None,
         lock_wait_s=opts.bind_lock_wait_s,
         node_selector=opts.node_label_selector,
     )

@@ -20,7 +20,13 @@ import jsonpatch
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.deviceplugin.allocate import container_allocations, finish_allocation
 from hami_core.errors import HamiError
-from hami_core.model import Allocation, ContainerAllocation, DevicePolicy, NodePolicy
+from hami_core.model import (
+    Allocation,
+    ContainerAllocation,
+    DevicePolicy,
+    DevicePolicyChain,
+    NodePolicy,
+)
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.scheduler import FilterResult, Scheduler
 from hami_core.webhook.admission import Admission
@@ -79,7 +85,7 @@ class Pipeline:
         manager: BackendManager,
         *,
         node_policy: NodePolicy | None = None,
-        device_policy: DevicePolicy | None = None,
+        device_policy: DevicePolicy | DevicePolicyChain | None = None,
     ) -> None:
         self.cluster = cluster
         self.manager = manager

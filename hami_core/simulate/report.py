@@ -11,7 +11,7 @@ Report (``build_report``)::
                   "existingPods": int},          # pods of a snapshot holding devices
       "workloads": {"sources": [str], "pods": int},
       "policies": {"node": "binpack" | "spread",
-                   "gpu": "binpack" | "spread" | "topology-aware" | "numa"},
+                   "gpu": str},              # one policy, or a list: "mutex,spread"
       "pods": [                                  # in submission order
         {"namespace": str, "name": str, "source": str,
          "status": "placed" | "unschedulable" | "denied" | "error"
@@ -134,7 +134,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
             "existingPods": len(sim.cluster.pods),
         },
         "workloads": {"sources": list(sim.workloads.sources), "pods": len(sim.runs)},
-        "policies": {"node": sim.node_policy.value, "gpu": sim.device_policy.value},
+        "policies": {"node": sim.node_policy.value, "gpu": str(sim.device_policy)},
         "pods": pods,
         "gpus": gpus,
         "summary": _summary(pods, existing=len(sim.cluster.pods)),
@@ -505,7 +505,7 @@ def _policies(sim: Simulation, run: PodRun) -> dict[str, str] | None:
     return {
         "node": result.policies.node.value,
         "nodeFrom": origin(NODE_SCHEDULER_POLICY, sim.node_policy_overridden),
-        "gpu": result.policies.device.value,
+        "gpu": str(result.policies.device_chain),
         "gpuFrom": origin(GPU_SCHEDULER_POLICY, sim.device_policy_overridden),
     }
 

@@ -11,22 +11,29 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
 import hami_core
 from hami_core.errors import HamiError, InvalidInputError, NotFoundError
-from hami_core.model import DevicePolicy, DeviceUsage, NodeInfo, NodePolicy, PodRequest
+from hami_core.model import (
+    DevicePolicy,
+    DevicePolicyChain,
+    DeviceUsage,
+    NodeInfo,
+    NodePolicy,
+    PodRequest,
+)
 from hami_core.plugin import BackendManager
-from hami_core.protocol.config import load_config
+from hami_core.protocol.config import HamiConfig, load_config
+from hami_core.scheduling.policy import device_policy_option, node_policy_option
 
 from .loader import LoadedCluster, WorkloadPod, Workloads, load_cluster, load_workloads
 from .pipeline import Outcome, Pipeline
 
 log = logging.getLogger(__name__)
 
-P = TypeVar("P", NodePolicy, DevicePolicy)
 
 #: Above this many pods, progress is shown on stderr.
 PROGRESS_THRESHOLD = 200
@@ -77,7 +84,8 @@ class Simulation:
         workloads: what was read.
         runs: one entry per pod, in submission order.
         pipeline: the pipeline after the run (its cluster holds the final state).
-        node_policy / device_policy: the defaults in force (override, else config).
+        node_policy / device_policy: the defaults in force (override, else config);
+            ``device_policy`` as written, a single policy or a chain (``mutex,spread``).
         warnings: lines about skipped input.
     """
 
@@ -86,7 +94,7 @@ class Simulation:
     runs: tuple[PodRun, ...]
     pipeline: Pipeline
     node_policy: NodePolicy
-    device_policy: DevicePolicy
+    device_policy: DevicePolicyChain
     node_policy_overridden: bool = False
     device_policy_overridden: bool = False
     warnings: tuple[str, ...] = ()
@@ -166,7 +174,7 @@ def simulate(
     manager: BackendManager,
     *,
     node_policy: NodePolicy | None = None,
-    device_policy: DevicePolicy | None = None,
+    device_policy: DevicePolicy | DevicePolicyChain | None = None,
     explain: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Simulation:
@@ -205,7 +213,7 @@ def simulate(
         runs=tuple(runs),
         pipeline=pipeline,
         node_policy=node_policy or config.node_policy,
-        device_policy=device_policy or config.device_policy,
+        device_policy=_chain(device_policy, config),
         node_policy_overridden=node_policy is not None,
         device_policy_overridden=device_policy is not None,
         warnings=cluster.warnings + workloads.warnings,
@@ -276,7 +284,9 @@ def run_files(
             GPUs of vendors no installed backend serves are left out with a warning.
         workload_paths: files and directories; empty: the bundled ``examples/workloads``.
         config_path: a hami configuration file, or None for the defaults.
-        node_policy / device_policy: policy names overriding the configured defaults.
+        node_policy / device_policy: policy names overriding the configured defaults,
+            read as the pod annotations are (``device_policy`` may be an ordered comma
+            list: ``spread,numa``, ``mutex,spread``).
         explain: the pod to observe for ``--explain``.
         progress: given the number of pods, returns a context manager whose value has
             ``update(1)`` (``click.progressbar``); used only when there are more than
@@ -291,8 +301,8 @@ def run_files(
         examples = bundled_examples()
         cluster_path = cluster_path if cluster_path is not None else examples / "cluster.yaml"
         workload_paths = workload_paths or [examples / "workloads"]
-    node = _policy(NodePolicy, node_policy, "--node-policy")
-    device = _policy(DevicePolicy, device_policy, "--gpu-policy")
+    node = node_policy_option(node_policy, "--node-policy") if node_policy else None
+    device = device_policy_option(device_policy, "--gpu-policy") if device_policy else None
     # The bundled example runs with whatever backends are installed (hami-core alone:
     # no GPUs, with a warning saying which backend would bring them).
     cluster = load_cluster(cluster_path, manager, skip_unserved=bundled_cluster)
@@ -313,14 +323,14 @@ def run_files(
         )
 
 
-def _policy(kind: type[P], name: str | None, option: str) -> P | None:
-    if name is None:
-        return None
-    try:
-        return kind(name)
-    except ValueError:
-        allowed = ", ".join(m.value for m in kind)
-        raise InvalidInputError(f"{option}: {name!r} is not one of {allowed}") from None
+def _chain(
+    device_policy: DevicePolicy | DevicePolicyChain | None, config: HamiConfig
+) -> DevicePolicyChain:
+    if isinstance(device_policy, DevicePolicyChain):
+        return device_policy
+    if device_policy is not None:
+        return DevicePolicyChain(primary=device_policy)
+    return config.device_policy_chain or DevicePolicyChain(primary=config.device_policy)
 
 
 __all__ = [

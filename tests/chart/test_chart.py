@@ -52,6 +52,10 @@ def test_helm_lint_is_clean(example: Path, kube_version: str):
             "scheduler:\n  defaultSchedulerPolicy:\n    nodeSchedulerPolicy: packed\n",
             "/scheduler/defaultSchedulerPolicy/nodeSchedulerPolicy",
         ),
+        (
+            "scheduler:\n  defaultSchedulerPolicy:\n    gpuSchedulerPolicy: spread,fast\n",
+            "/scheduler/defaultSchedulerPolicy/gpuSchedulerPolicy",
+        ),
         ("scheduler:\n  replicaz: 2\n", "replicaz"),
         ("scheduler:\n  nodeLockExpire: soon\n", "/scheduler/nodeLockExpire"),
         ("webhook:\n  tls:\n    mode: selfsigned\n", "/webhook/tls/mode"),
@@ -198,9 +202,18 @@ def test_hami_values_keys_reach_the_configuration():
     assert config.vendor("nvidia").split_count == 4
     assert config.vendor("nvidia").memory_scaling == 1.5
     assert data["nvidia"]["hookPath"] == "/opt/hami/vgpu"
+
     ds = find(objs, "DaemonSet", "hami-device-plugin-nvidia")
     hook = next(v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == "hook")
     assert hook["hostPath"]["path"] == "/opt/hami/vgpu"
+
+
+def test_a_gpu_policy_list_reaches_the_configuration():
+    """HAMi 2.10's ordered lists (``mutex,spread``) pass the schema and keep their order."""
+    objs = render({"scheduler": {"defaultSchedulerPolicy": {"gpuSchedulerPolicy": "mutex,spread"}}})
+    data = yaml.safe_load(find(objs, "ConfigMap", "hami-config")["data"]["hami.yaml"])
+    config = parse_config(data, backends=BackendManager.from_entry_points().infos)
+    assert str(config.device_policy_chain) == "mutex,spread"
 
 
 def test_the_webhook_configuration():
