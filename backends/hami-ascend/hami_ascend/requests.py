@@ -13,7 +13,10 @@ Per model ``<x>`` the resources are ``huawei.com/<x>`` (chips), ``huawei.com/<x>
   mode (HAMi's soft slicing) the memory is used as stated;
 - memory unset (absent or 0): ``defaultMemory`` if configured (rounded likewise), else
   the whole chip;
-- cores unset: 100 (exclusive) for a whole chip, else ``defaultCores``;
+- cores unset: 100 (exclusive) for a whole chip, else ``defaultCores``; in ``template``
+  mode a stated ``-core`` above 0 is refused (the template fixes compute; HAMi 2.10
+  ``MutateAdmission``), except the value this webhook writes itself (100 on a whole
+  chip, else ``defaultCores``);
 - memory or cores without a count: ``defaultGPUNum`` chips;
 - a slice takes one chip: a count above 1 with a slice is refused (HAMi: "vNPU not
   supported for multiple devices"; Ascend Docker Runtime creates a dynamic vNPU on one
@@ -209,6 +212,18 @@ def resolve(
         raise InvalidInputError(
             f"container {cname!r}: a vNPU slice ({model.resource_memory}: {memory}) takes "
             f"one chip, but {model.resource_count} is {count}; ask 1 chip or whole chips"
+        )
+    written = 100 if whole else common.default_cores_pct
+    if mode != MODE_HAMI_CORE and raw.cores_pct and raw.cores_pct != written:
+        # A template vNPU's compute is fixed by its template: HAMi refuses a stated core
+        # in hard split mode (Test_MutateAdmission_HardSplitCoreRejected). The value this
+        # webhook itself writes (100 on a whole chip, else defaultCores) stays accepted,
+        # so a mutated pod is admitted again unchanged.
+        raise InvalidInputError(
+            f"container {cname!r}: {model.resource_cores}: {raw.cores_pct} is only supported "
+            f"in hami-core (soft split) mode; a template vNPU's compute is fixed by its "
+            f"template (remove it, or annotate the pod {VNPU_MODE_ANNOTATION}: "
+            f"{MODE_HAMI_CORE})"
         )
     if raw.cores_pct is not None:
         cores = raw.cores_pct

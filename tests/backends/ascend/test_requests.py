@@ -94,8 +94,44 @@ def test_910a_odd_template_sizes():
 def test_count_only_is_a_whole_exclusive_chip_and_memory_only_gets_a_count():
     assert req(ctr(count=2)) == whole("Ascend910B3", count=2)
     assert req(ctr(memory=4000)) == slice_("Ascend910B3", 16384)
-    assert req(ctr(memory=4000, cores=30)) == slice_("Ascend910B3", 16384, cores=30)
-    assert req(ctr(count=1, cores=40)) == whole("Ascend910B3", cores=40)
+    soft = {"huawei.com/vnpu-mode": "hami-core"}
+    assert req(ctr(memory=4000, cores=30), annotations=soft) == slice_(
+        "Ascend910B3", 4000, cores=30
+    )
+    assert req(ctr(count=1, cores=40), annotations=soft) == whole("Ascend910B3", cores=40)
+
+
+@pytest.mark.parametrize(
+    ("core", "refused"), [("10", True), ("25", True), ("0", False), (None, False)]
+)
+def test_hard_split_refuses_a_stated_core(core, refused):
+    """HAMi ``pkg/device/ascend/device_test.go::Test_MutateAdmission_HardSplitCoreRejected``
+    (1 x 8738 MiB, template mode): "hard split with core is rejected" (10), "... core over
+    physical is rejected" (25), "... core=0 is allowed", "... without core is allowed";
+    the message names hami-core."""
+    c = ctr(count=1, memory=8738, cores=core)
+    if refused:
+        with pytest.raises(
+            InvalidInputError, match=r"Ascend910B3-core: \d+ is only supported in hami-core"
+        ):
+            req(c)
+    else:
+        assert req(c) == slice_("Ascend910B3", 16384)
+    # "hami-core soft split with core is allowed"
+    soft = req(
+        ctr(count=1, memory=8738, cores=10), annotations={"huawei.com/vnpu-mode": "hami-core"}
+    )
+    assert soft == slice_("Ascend910B3", 8738, cores=10)
+
+
+def test_hard_split_accepts_the_cores_this_webhook_writes():
+    assert req(ctr(count=1, cores=100)) == whole("Ascend910B3")
+    config = section(plugin, default_cores_pct=10)
+    assert req(ctr(count=1, memory=8738, cores=10), config) == slice_(
+        "Ascend910B3", 16384, cores=10
+    )
+    with pytest.raises(InvalidInputError, match="only supported in hami-core"):
+        req(ctr(count=1, memory=8738, cores=20), config)
 
 
 def test_defaults_from_the_config():
@@ -234,7 +270,7 @@ def test_admission_of_a_whole_chip_and_a_910c_pair():
 
 
 def test_admission_keeps_quantities_that_already_mean_the_value():
-    p = mutated(pod(ctr(count="1", memory="16384", cores="30")))
+    p = mutated(pod(ctr(count="1", memory="16384", cores="0")))
     assert p["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend910B3-memory"] == (
         "16384"
     )
