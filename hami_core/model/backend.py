@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
 
 import attrs
 
+from .allocation import ContainerDevice
 from .fitrules import FitRules
+from .request import DeviceRequest
+
+#: Per device, what a request charges against the cores quota, in the resource's unit.
+RequestCores: TypeAlias = Callable[[DeviceRequest], int]
+#: What one allocated slice charges against the cores quota, in the resource's unit,
+#: given the container spec (a v1.Container) that holds it.
+SliceCores: TypeAlias = Callable[[ContainerDevice, Mapping[str, Any]], int]
 
 
 @attrs.frozen(kw_only=True)
@@ -55,6 +63,11 @@ class DeviceTypeInfo:
         fit_rules: the vendor's variations of the shared fit steps; the core scores a
             placement with them (``hami_core.backend.fit.node_score``) when the backend
             has no ``hami_score``.
+        quota_request_cores / quota_slice_cores: for a vendor whose requests or device
+            lists do not carry compute in the cores resource's own unit (AWS Neuron's
+            core masks, AMD's compute units), what a request charges per device at
+            admission and what an allocated slice charges, against the cores quota
+            (PROTOCOL.md §8); None: ``cores_pct`` as carried.
     """
 
     vendor: str
@@ -65,6 +78,8 @@ class DeviceTypeInfo:
     allocated_annotation: str
     link_score_annotation: str = ""
     fit_rules: FitRules = attrs.field(factory=FitRules)
+    quota_request_cores: RequestCores | None = None
+    quota_slice_cores: SliceCores | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -132,7 +132,7 @@ def fit_pod(
         charge = {
             (vendor, measure): value
             for vendor, devices in allocation.devices.items()
-            for measure, value in charge_of(pod, devices).items()
+            for measure, value in charge_of(pod, devices, manager.device_type(vendor)).items()
         }
         message = quota_violation(quota_limits, quota_used or {}, charge)
         if message:

@@ -77,10 +77,38 @@ def quota_limits(
     return out
 
 
-def charge_of(pod: Mapping[str, Any], devices: PodDevices) -> dict[str, int]:
-    """A pod's charge per measure for one vendor's device list (memory MiB, cores percent,
-    device count), by the init-container rule of ``hami_core.model.charge``."""
-    c = vendor_charge(pod, devices)
+def quota_units(
+    pod: Mapping[str, Any], devices: PodDevices, dtype: DeviceTypeInfo | None
+) -> PodDevices:
+    """``devices`` with each slice's ``cores_pct`` in the cores quota's unit, by the
+    vendor's ``quota_slice_cores`` (core masks -> cores, compute units -> percent); as
+    given for a vendor without one. Entry ``i`` of a device list is the pod's ``i``-th
+    container, init containers first (PROTOCOL.md §3)."""
+    convert = dtype.quota_slice_cores if dtype is not None else None
+    if convert is None:
+        return devices
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    return tuple(
+        tuple(
+            attrs.evolve(
+                d,
+                cores_pct=max(0, convert(d, containers[pos] if pos < len(containers) else {})),
+            )
+            for d in slices
+        )
+        for pos, slices in enumerate(devices)
+    )
+
+
+def charge_of(
+    pod: Mapping[str, Any], devices: PodDevices, dtype: DeviceTypeInfo | None = None
+) -> dict[str, int]:
+    """A pod's charge per measure for one vendor's device list (memory MiB, cores in the
+    cores resource's unit, device count), by the init-container rule of
+    ``hami_core.model.charge``; ``dtype`` (the vendor's ``DeviceTypeInfo``) converts the
+    cores (``quota_units``)."""
+    c = vendor_charge(pod, quota_units(pod, devices, dtype))
     return {MEMORY: c.memory_mib, CORES: c.cores_pct, COUNT: c.count}
 
 
@@ -141,7 +169,7 @@ def pod_quota_charge(
             for measure in (MEMORY, CORES, COUNT):
                 out[(dtype.vendor, measure)] = UNREADABLE_CHARGE
             continue
-        for measure, v in charge_of(pod, devices).items():
+        for measure, v in charge_of(pod, devices, dtype).items():
             if v:
                 out[(dtype.vendor, measure)] = out.get((dtype.vendor, measure), 0) + v
     return out

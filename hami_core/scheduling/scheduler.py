@@ -375,7 +375,7 @@ class Scheduler:
         charge = {
             (vendor, measure): value
             for vendor, devices in fit.allocation.devices.items()
-            for measure, value in charge_of(pod, devices).items()
+            for measure, value in charge_of(pod, devices, self.manager.device_type(vendor)).items()
         }
         return fit, score, charge
 

@@ -215,6 +215,12 @@ class Admission:
             patch.append({"op": "add", "path": "/spec/schedulerName", "value": ours})
         return AdmissionResult(patch=tuple(patch), mutated=True)
 
+    def _cores(self, request: DeviceRequest) -> int:
+        """Per device, what ``request`` charges against its vendor's cores quota
+        (``DeviceTypeInfo.quota_request_cores``; ``cores_pct`` when the vendor has none)."""
+        convert = self.manager.device_type(request.vendor).quota_request_cores
+        return request.cores_pct if convert is None else max(0, convert(request))
+
     def _shared_checks(self, pod: Mapping[str, Any], request: PodRequest) -> AdmissionResult | None:
         ref = pod_ref(pod)
         spec = pod.get("spec") or {}
@@ -247,7 +253,7 @@ class Admission:
             (
                 c.init,
                 {
-                    r.vendor: Charge(r.count * r.memory_mib, r.count * r.cores_pct, r.count)
+                    r.vendor: Charge(r.count * r.memory_mib, r.count * self._cores(r), r.count)
                     for r in c.devices
                 },
             )

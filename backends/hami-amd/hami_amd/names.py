@@ -3,15 +3,38 @@ chart ``device-configmap.yaml`` section ``amd``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames, VendorConfig, resource_names
+from hami_core.backend import (
+    ContainerDevice,
+    DeviceTypeInfo,
+    InvalidInputError,
+    ResourceNames,
+    VendorConfig,
+    read_quantity,
+    resource_names,
+)
 
 from . import VENDOR
 
 DEFAULT_RESOURCES: Final = ResourceNames(
     count="amd.com/gpu", memory="amd.com/gpumem", cores="amd.com/gpucores"
 )
+
+
+def slice_cores(device: ContainerDevice, container: Mapping[str, Any]) -> int:
+    """What an allocated GPU slice charges against an ``amd.com/gpucores`` quota: the
+    resource's unit is a percentage of the GPU (HAMi's ``MutateAdmission``: 1..100), while
+    the device list carries compute units, so the charge is the container's percentage
+    (unset: 100, HAMi's default), not the CU count. A value admission would refuse charges
+    100 (never less than the container may hold)."""
+    try:
+        pct = read_quantity(container, DEFAULT_RESOURCES.cores)
+    except InvalidInputError:
+        return 100
+    return 100 if pct is None or not 1 <= pct <= 100 else pct
+
 
 DEVICE_TYPE: Final = DeviceTypeInfo(
     vendor=VENDOR,
@@ -20,6 +43,7 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
     handshake_annotation="hami.io/node-handshake-amd",
     to_allocate_annotation="hami.io/amd-devices-to-allocate",
     allocated_annotation="hami.io/amd-devices-allocated",
+    quota_slice_cores=slice_cores,
 )
 
 USE_TYPE: Final = "amd.com/use-gputype"

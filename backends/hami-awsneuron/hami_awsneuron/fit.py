@@ -35,11 +35,6 @@ from .names import NODE_TYPE, NOUSE_UUID, USE_UUID, WHOLE
 RING_COUNTS = (1, 4, 8, 16)
 
 
-def cores_of(mask: int) -> int:
-    """Number of cores in a mask (HAMi ``countMaskAvailable``)."""
-    return bin(mask).count("1")
-
-
 def take(usage: DeviceUsage, request: DeviceRequest) -> int | None:
     """The mask a one-device request takes on ``usage``, or None when it does not fit."""
     total, used = usage.device.cores_pct, usage.used_cores_pct

@@ -214,3 +214,31 @@ def test_quota_in_mib():
         "limits.amd.com/gpumem"
         in p.submit(pod("b", {"amd.com/gpu": "1", "amd.com/gpumem": "4096"})).denied
     )
+
+
+def test_gpucores_quota_in_percent_not_compute_units():
+    """``amd.com/gpucores`` is a percentage (HAMi's ``MutateAdmission``: 1..100); the
+    device list carries 76 CUs for 25 % of a 304-CU MI300X. A quota of 60 takes two pods
+    at 25 % (50), not zero (76 CUs > 60)."""
+    devices = discover.discover(CFG, Fake())
+    p = pipeline(
+        node("amd-1", annotations={"hami.io/node-amd-register": encode_inventory(devices)}),
+        backends=("amd",),
+    )
+    p.cluster.add_quota(quota("q", {"limits.amd.com/gpucores": "60"}))
+    quarter = {"amd.com/gpu": "1", "amd.com/gpumem": "1024", "amd.com/gpucores": "25"}
+    assert p.submit(pod("a", quarter)).node == "amd-1"
+    ann = p.cluster.get_pod("default", "a")["metadata"]["annotations"]
+    assert decode_pod_devices(ann["hami.io/amd-devices-allocated"])[0][0].cores_pct == 76
+    assert p.submit(pod("b", quarter)).node == "amd-1"
+    over = p.submit(pod("c", quarter))
+    assert "limits.amd.com/gpucores" in over.denied
+    # no gpucores: the whole GPU's compute, 100 percent
+    p2 = pipeline(
+        node("amd-2", annotations={"hami.io/node-amd-register": encode_inventory(devices)}),
+        backends=("amd",),
+    )
+    p2.cluster.add_quota(quota("q", {"limits.amd.com/gpucores": "150"}))
+    whole = {"amd.com/gpu": "1", "amd.com/gpumem": "1024"}
+    assert p2.submit(pod("w1", whole)).node == "amd-2"
+    assert "limits.amd.com/gpucores" in p2.submit(pod("w2", whole)).denied

@@ -227,3 +227,46 @@ def test_quota_counts_devices():
     assert (
         "limits.aws.amazon.com/neuron" in p.submit(pod("b", {"aws.amazon.com/neuron": "1"})).denied
     )
+
+
+def inf_node(name="inf-1"):
+    return node(
+        name,
+        capacity={"aws.amazon.com/neuron": "4", "aws.amazon.com/neuroncore": "8"},
+        labels={"node.kubernetes.io/instance-type": "inf2.24xlarge"},
+    )
+
+
+def test_neuroncore_quota_counts_cores_not_masks():
+    """A slice of core 1 carries mask 2 and a whole device mask 3: the quota charges 1
+    and 2 cores (PROTOCOL.md §8: the resource's own unit), at fit and in usage."""
+    from ..support import quota
+
+    p = pipeline(inf_node(), backends=("awsneuron",))
+    p.cluster.add_quota(quota("q", {"limits.aws.amazon.com/neuroncore": "4"}))
+    one = {"aws.amazon.com/neuroncore": "1"}
+    assert p.submit(pod("a", one)).node == "inf-1"
+    # the second core of the same device: mask 2; as a mask sum this would charge 1 + 2
+    assert p.submit(pod("b", one)).node == "inf-1"
+    ann = p.cluster.get_pod("default", "b")["metadata"]["annotations"]
+    (slice_b,) = decode_pod_devices(ann["hami.io/aws-neuron-devices-allocated"])[0]
+    assert slice_b.cores_pct == 2
+    # 2 cores used of 4: a whole device (2 cores, mask 3) still fits
+    assert p.submit(pod("c", {"aws.amazon.com/neuron": "1"})).node == "inf-1"
+    # 4 of 4: one more core is over the quota, at admission already
+    over = p.submit(pod("d", one))
+    assert "limits.aws.amazon.com/neuroncore" in over.denied
+
+
+def test_neuroncore_quota_at_fit_time_counts_cores():
+    """Admission lets a request through that fits the quota; fit charges the core count
+    of each candidate slice (two whole devices are 4 cores, not masks 3 + 3 = 6)."""
+    from ..support import quota
+
+    p = pipeline(inf_node(), backends=("awsneuron",))
+    p.cluster.add_quota(quota("q", {"limits.aws.amazon.com/neuroncore": "4"}))
+    assert p.submit(pod("pair", {"aws.amazon.com/neuroncore": "4"})).node == "inf-1"
+    assert (
+        "limits.aws.amazon.com/neuroncore"
+        in p.submit(pod("more", {"aws.amazon.com/neuroncore": "1"})).denied
+    )
