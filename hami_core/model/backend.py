@@ -161,7 +161,7 @@ class MutateResult:
         env: environment variables added to the container when it does not set them.
         runtime_class_name: set as the pod's ``runtimeClassName`` when it names none.
         patch: RFC 6902 operations on the whole pod for what the fields above cannot
-            say (Ascend's ``postStart`` hook), applied after them.
+            say (e.g. a container ``lifecycle`` hook), applied after them.
         denial: when set, the pod is denied with this message (naming the container,
             the resource and the value); everything else is then ignored.
     """

@@ -71,6 +71,9 @@ FIXED_NAMES: Final[dict[str, dict[str, str]]] = {
     "nvidia": {"resourcePriorityName": "nvidia.com/priority"},
 }
 
+#: The chip whose ``superPod`` flag HAMi reads: modules of two chips when true.
+SUPER_POD_CHIP: Final = "Ascend910C"
+
 #: Keys of one ``vnpus.configs`` entry our Ascend backend reads.
 _VNPU_ENTRY_KEYS: Final = (
     "chipName",
@@ -232,9 +235,17 @@ def _vnpus(section: object, info: BackendInfo, warnings: list[str]) -> dict[str,
                 f"vnpus.configs: chip {word!r} is not known to hami-{info.name}; ignored"
             )
             continue
+        if word == SUPER_POD_CHIP:
+            # HAMi pairs 910C chips into whole modules only with ``superPod: true``
+            # (``pkg/device/ascend/device.go`` ``MutateAdmission``); without it a 910C
+            # chip is sliced and counted like any other (``device_test.go``
+            # ``Test_MutateAdmission910C_VNPUSplit``).
+            vnpus[word]["chipsPerModule"] = 2 if entry.get("superPod") is True else 1
         for k, v in entry.items():
             if k in _VNPU_ENTRY_KEYS:
                 vnpus[word][str(k)] = v
+            elif k == "superPod":
+                continue
             elif k == "runtimeClassName" and "runtimeClassName" in info.option_defaults:
                 if v:
                     out["runtimeClassName"] = v

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hami_core.errors import ConfigError
+from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
 from hami_core.protocol.hamiconfig import SECTIONS, is_hami_device_config, translate
@@ -110,3 +110,36 @@ def test_our_versioned_format_is_unchanged(infos, tmp_path):
     path.write_text("version: v1\nnvidia:\n  resourcePriorityName: x\n")
     with pytest.raises(ConfigError, match="nvidia.resourcePriorityName: unknown key"):
         load_config(path, backends=infos)
+
+
+@pytest.mark.parametrize(("super_pod", "modules"), [(True, 2), (False, 1), (None, 1)])
+def test_ascend_910c_super_pod_decides_module_pairing(infos, tmp_path, super_pod, modules):
+    """HAMi pairs 910C chips only with ``superPod: true`` (the chart's default file sets
+    it): ``pkg/device/ascend/device_test.go::Test_MutateAdmission910C`` (SuperPod: 1 -> 2,
+    3 refused, 4 kept) and ``Test_MutateAdmission910C_VNPUSplit`` (no SuperPod: 1 with a
+    16384 MiB slice stays 1 on the vir05_1c_16g template, 3 stays 3)."""
+    if "ascend" not in infos:
+        pytest.skip("hami-ascend not installed")
+    from hami_ascend.requests import parse_request
+
+    entry = {"chipName": "Ascend910", "commonWord": "Ascend910C"}
+    if super_pod is not None:
+        entry["superPod"] = super_pod
+    path = tmp_path / "device-config.yaml"
+    path.write_text(yaml.safe_dump({"vnpus": {"configs": [entry]}}))
+    m = BackendManager.from_entry_points(disabled=[])
+    cfg = m.with_config(load_config(path, backends=m.infos)).vendor_config("ascend")
+
+    def req(limits):
+        c = {"name": "c", "resources": {"limits": limits, "requests": dict(limits)}}
+        return parse_request({"metadata": {}}, c, cfg)
+
+    if modules == 2:
+        assert req({"huawei.com/Ascend910C": "1"}).count == 2
+        assert req({"huawei.com/Ascend910C": "4"}).count == 4
+        with pytest.raises(InvalidInputError, match="modules of 2"):
+            req({"huawei.com/Ascend910C": "3"})
+    else:
+        assert req({"huawei.com/Ascend910C": "3"}).count == 3
+        sliced = req({"huawei.com/Ascend910C": "1", "huawei.com/Ascend910C-memory": "16384"})
+        assert (sliced.count, sliced.memory_mib) == (1, 16384)

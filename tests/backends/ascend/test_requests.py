@@ -2,7 +2,7 @@
 
 import pytest
 from hami_ascend import plugin
-from hami_ascend.admission import LIMITER_COMMAND, mutate_container
+from hami_ascend.admission import mutate_container
 from hami_ascend.models import settings
 from hami_ascend.requests import parse_request, resolve
 
@@ -284,11 +284,21 @@ def test_admission_is_idempotent_and_sets_the_runtime_class():
     assert again is not None and again.patch == ()
 
 
-def test_admission_in_hami_core_mode_adds_the_limiter_hook():
-    p = mutated(pod(ctr(count=1, memory=5000), annotations={"huawei.com/vnpu-mode": "hami-core"}))
+def test_admission_in_hami_core_mode_keeps_the_memory_and_adds_no_hook():
+    """HAMi ``pkg/device/ascend/device_test.go::Test_MutateAdmission_VNPUCoreMode``
+    "vNPU-mode hami-core: keep raw memory without postStart" (15360 MiB, core 20 kept;
+    no postStart since v2.10.0, Project-HAMi/HAMi#2062) and "no vnpu-mode annotation: no
+    postStart, memory trimmed"."""
+    soft = {"huawei.com/vnpu-mode": "hami-core"}
+    p = mutated(pod(ctr(count=1, memory=15360, cores=20), annotations=soft))
     c = p["spec"]["containers"][0]
-    assert c["lifecycle"]["postStart"]["exec"]["command"] == list(LIMITER_COMMAND)
-    assert c["resources"]["limits"]["huawei.com/Ascend910B3-memory"] == "5000"
+    assert "lifecycle" not in c
+    limits = c["resources"]["limits"]
+    assert limits["huawei.com/Ascend910B3-memory"] == "15360"
+    assert limits["huawei.com/Ascend910B3-core"] == "20"
+    hard = mutated(pod(ctr(count=1, memory=15360)))["spec"]["containers"][0]
+    assert "lifecycle" not in hard
+    assert hard["resources"]["limits"]["huawei.com/Ascend910B3-memory"] == "16384"
 
 
 def test_admission_denies_with_the_cause():
