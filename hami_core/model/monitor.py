@@ -40,12 +40,15 @@ class ProcessDeviceSample:
             process (context, page rounding, pool caches; bytes).
         busy_ns: cumulative measured GPU time of the process's kernels (ns).
         launches: cumulative kernel launches seen.
+        oversubscribed_bytes: the part of ``buffer_bytes`` served from host memory
+            instead of the device's (memory oversubscription; bytes).
     """
 
     buffer_bytes: int = 0
     context_bytes: int = 0
     busy_ns: int = 0
     launches: int = 0
+    oversubscribed_bytes: int = 0
 
 
 @attrs.frozen(kw_only=True)

@@ -63,15 +63,17 @@ def open_directory(path: str, *, dir_fd: int | None = None, where: str = "") -> 
         raise _classify(shown, exc) from None
 
 
-def read_tenant_file(name: str, size: int, *, dir_fd: int, where: str = "") -> bytes:
-    """Read a whole tenant-written file of exactly ``size`` bytes.
+def read_tenant_file(
+    name: str, size: int | tuple[int, ...], *, dir_fd: int, where: str = ""
+) -> bytes:
+    """Read a whole tenant-written file of exactly ``size`` bytes (or of one of them).
 
     Args:
         name: file name inside ``dir_fd`` (no ``/``).
-        size: the exact size required, bytes.
+        size: the exact size required, bytes; a tuple: any one of these sizes.
         dir_fd: descriptor of the directory holding it (``open_directory``).
         where: the directory's path, for messages.
-    Returns: the ``size`` bytes.
+    Returns: the file's bytes (one of the accepted sizes).
     Raises:
         FileNotFoundError: there is no such file (not an error: not every container
             writes every file).
@@ -89,8 +91,13 @@ def read_tenant_file(name: str, size: int, *, dir_fd: int, where: str = "") -> b
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UntrustedFileError(f"{path}: not a regular file", "not-regular")
-        if st.st_size != size:
-            raise UntrustedFileError(f"{path}: {st.st_size} bytes, expected exactly {size}", "size")
+        sizes = size if isinstance(size, tuple) else (size,)
+        if st.st_size not in sizes:
+            wanted = " or ".join(str(n) for n in sizes)
+            raise UntrustedFileError(
+                f"{path}: {st.st_size} bytes, expected exactly {wanted}", "size"
+            )
+        size = st.st_size
         chunks = []
         done = 0
         while done < size:

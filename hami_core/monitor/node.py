@@ -58,7 +58,7 @@ class UsageBackends(Protocol):
     @property
     def backends(self) -> Sequence[Any]: ...
 
-    def usage_files(self, backend: str) -> dict[str, int]: ...
+    def usage_files(self, backend: str) -> dict[str, tuple[int, ...]]: ...
 
     def parse_usage(self, backend: str, name: str, data: bytes) -> ContainerUsage | None: ...
 
@@ -92,6 +92,7 @@ class _DeviceReading:
     context_bytes: int
     busy_ns: int
     launches: int
+    oversubscribed_bytes: int = 0
 
 
 class NodeMonitor:
@@ -129,7 +130,7 @@ class NodeMonitor:
         self.clock = clock
         self.stats = MonitorStats()
         self._lock = threading.Lock()
-        self._files: dict[str, dict[str, int]] | None = None
+        self._files: dict[str, dict[str, tuple[int, ...]]] | None = None
         self._missing_since: dict[str, float] = {}
         self._logged: dict[str, str] = {}
         self._busy: dict[tuple[str, str, str], tuple[float, int]] = {}
@@ -171,9 +172,9 @@ class NodeMonitor:
 
     # -- containers ------------------------------------------------------------------
 
-    def _usage_files(self) -> dict[str, dict[str, int]]:
+    def _usage_files(self) -> dict[str, dict[str, tuple[int, ...]]]:
         if self._files is None:
-            files: dict[str, dict[str, int]] = {}
+            files: dict[str, dict[str, tuple[int, ...]]] = {}
             for record in self.backends.backends:
                 for fname, size in self.backends.usage_files(record.name).items():
                     files.setdefault(record.name, {})[fname] = size
@@ -318,6 +319,7 @@ class NodeMonitor:
             f["hami_vgpu_memory_context_bytes"].add(labels, r.context_bytes)
             f["hami_vgpu_memory_module_bytes"].add(labels, 0)
             f["hami_vgpu_memory_buffer_bytes"].add(labels, r.buffer_bytes)
+            f["hami_vgpu_memory_oversubscribed_bytes"].add(labels, r.oversubscribed_bytes)
             f["hami_vgpu_memory_usage_bytes"].add(labels, used)
             f["hami_vgpu_utilization_percent"].add(labels, util)
             elapsed = self._last_kernel(key, r.launches, now)
@@ -412,6 +414,7 @@ def _readings(usage: ContainerUsage, live: frozenset[tuple[int, int]]) -> list[_
                 context_bytes=sum(s.context_bytes for s in samples),
                 busy_ns=sum(s.busy_ns for s in samples),
                 launches=sum(s.launches for s in samples),
+                oversubscribed_bytes=sum(s.oversubscribed_bytes for s in samples),
             )
         )
     return out
@@ -494,6 +497,15 @@ def _families() -> dict[str, Family]:
         (
             "hami_vgpu_memory_buffer_bytes",
             "Device memory of a container's allocations, bytes.",
+            CONTAINER_LABELS,
+            "gauge",
+        ),
+        (
+            # Ours (HAMi 2.10 has no such series): CUDA_OVERSUBSCRIBE's host-backed part
+            # of the buffer bytes above, charged to the limit but not on the device.
+            "hami_vgpu_memory_oversubscribed_bytes",
+            "Part of a container's allocations served from host memory "
+            "(memory oversubscription), bytes.",
             CONTAINER_LABELS,
             "gauge",
         ),

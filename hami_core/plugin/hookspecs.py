@@ -300,17 +300,18 @@ def hami_allocate(
 
 
 @_hookspec
-def hami_usage_files(config: VendorConfig) -> Mapping[str, int] | None:
+def hami_usage_files(config: VendorConfig) -> Mapping[str, int | tuple[int, ...]] | None:
     """Name the per-container usage files this backend's containers write.
 
     Called by: the node monitor (``hami monitor``), at start. In every container
     directory under the monitor's root (``<root>/<pod UID>_<container name>/``) it
     opens each named file with ``O_NOFOLLOW | O_NONBLOCK``, requires a regular file of
-    exactly the stated size, reads it whole and hands the bytes to
+    exactly a stated size, reads it whole and hands the bytes to
     ``hami_parse_usage``; any other file, or a file of another size, is skipped and
     counted (tenants write these files: PROTOCOL.md §6-7).
-    Returns: file name (no ``/``) -> exact size in bytes (NVIDIA: ``vgpu.cache``,
-        593920, shim/REGION.md); None when the backend writes no usage files.
+    Returns: file name (no ``/``) -> exact size in bytes, or a tuple of the sizes
+        accepted (NVIDIA: ``vgpu.cache``, 724992 for region version 2 and 593920 for
+        version 1, shim/REGION.md); None when the backend writes no usage files.
     """
 
 

@@ -560,31 +560,32 @@ class BackendManager:
             raise BackendError(name, f"hami_allocate returned None for its own vendor {vendor!r}")
         return cast(ContainerAllocation, res)
 
-    def usage_files(self, backend: str) -> dict[str, int]:
-        """The per-container usage files one backend names (``{file name: size in
-        bytes}``), empty when it has none.
+    def usage_files(self, backend: str) -> dict[str, tuple[int, ...]]:
+        """The per-container usage files one backend names (``{file name: accepted
+        sizes in bytes}``; a backend may answer one size or a tuple of them, e.g. two
+        layout versions), empty when it has none.
 
         Raises:
-            BackendError: a name holds a path separator or a size is not a positive int.
+            BackendError: a name holds a path separator, or a size is not a positive int.
         """
         files = self._call_one(
             backend, "hami_usage_files", Mapping, config=self.vendor_config(backend)
         )
         if files is None:
             return {}
-        out: dict[str, int] = {}
+        out: dict[str, tuple[int, ...]] = {}
         for name, size in files.items():
+            sizes = size if isinstance(size, tuple) else (size,)
             if (
                 not isinstance(name, str)
                 or not name
                 or "/" in name
                 or name in (".", "..")
-                or not isinstance(size, int)
-                or isinstance(size, bool)
-                or size <= 0
+                or not sizes
+                or not all(_positive_int(n) for n in sizes)
             ):
                 raise BackendError(backend, f"hami_usage_files: bad entry {name!r}: {size!r}")
-            out[name] = size
+            out[name] = tuple(sizes)
         return out
 
     def parse_usage(self, backend: str, name: str, data: bytes) -> ContainerUsage | None:
@@ -661,3 +662,7 @@ def _load(ep: EntryPoint) -> object:
         return ep.load()
     except Exception as exc:
         raise BackendError(ep.name, f"cannot load entry point {ep.value!r}: {exc}") from exc
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -16,6 +16,7 @@ typedef struct {
     uint64_t bytes; /* charged bytes (pools: unused) */
     int dev;        /* CUdevice charged; pools: location device, -1 host */
     CUcontext ctx;  /* context current at allocation (pointers and arrays) */
+    int host;       /* 1: oversubscribed, satisfied from host-backed managed memory */
 } alloc_rec;
 
 /* Inserts; if `key` was present (the driver reissued it), the old record is

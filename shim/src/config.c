@@ -165,6 +165,9 @@ void config_load(shim_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     load_limits_file();
     cfg->disabled = env_true("CUDA_DISABLE_CONTROL");
+    /* From the limits file when there is one: the device plugin sets it only where the
+     * node's memory scaling is above 1 (a tenant's own env cannot turn it on). */
+    cfg->oversubscribe = env_true("CUDA_OVERSUBSCRIBE");
 
     const char *path = shim_var("CUDA_DEVICE_MEMORY_SHARED_CACHE");
     if (path == NULL || *path == '\0')

@@ -26,6 +26,7 @@ typedef struct {
     int lock_timeout_ms;          /* HAMI_SHIM_LOCK_TIMEOUT_MS */
     int reconcile_ms;             /* HAMI_SHIM_RECONCILE_MS, -1 = never */
     int sm_configured;            /* some SM/core limit variable is present */
+    int oversubscribe;            /* CUDA_OVERSUBSCRIBE=true: host-backed memory past the GPU's */
     int n_visible;                /* NVIDIA_VISIBLE_DEVICES, when it is a UUID list */
     char visible[CFG_MAX_VISIBLE][CFG_UUID_LEN];
 } shim_config;

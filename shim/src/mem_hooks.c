@@ -48,8 +48,18 @@ static CUresult charge_begin(charge_ticket *t, uint64_t bytes, int dev)
     return CUDA_SUCCESS;
 }
 
-/* Keeps the charge and records the allocation under `key`, or rolls back. */
-static void charge_end(charge_ticket *t, CUresult rc, alloc_kind kind, uint64_t key)
+/* Returns the charge of a record (and its host-backed share, if it has one). */
+static void uncharge_rec(const alloc_rec *r)
+{
+    if (r->host)
+        shim_uncharge_host_dev(r->dev, r->bytes);
+    else
+        shim_uncharge_dev(r->dev, r->bytes);
+}
+
+/* Keeps the charge and records the allocation under `key`, or rolls back. `host`:
+ * satisfied from host-backed managed memory (oversubscription). */
+static void charge_end_host(charge_ticket *t, CUresult rc, alloc_kind kind, uint64_t key, int host)
 {
     if (!t->active)
         return;
@@ -57,10 +67,17 @@ static void charge_end(charge_ticket *t, CUresult rc, alloc_kind kind, uint64_t 
         shim_uncharge(t->d, t->bytes);
         return;
     }
-    alloc_rec rec = {key, t->bytes, t->dev, t->ctx}, old;
+    alloc_rec rec = {key, t->bytes, t->dev, t->ctx, host}, old;
+    if (host)
+        shim_mark_host(t->d, t->bytes);
     /* A reissued key means its earlier allocation was freed where no hook saw it. */
     if (atab_put(kind, &rec, &old))
-        shim_uncharge_dev(old.dev, old.bytes);
+        uncharge_rec(&old);
+}
+
+static void charge_end(charge_ticket *t, CUresult rc, alloc_kind kind, uint64_t key)
+{
+    charge_end_host(t, rc, kind, key, 0);
 }
 
 static void free_end(alloc_kind kind, int had, const alloc_rec *r, CUresult rc)
@@ -68,9 +85,50 @@ static void free_end(alloc_kind kind, int had, const alloc_rec *r, CUresult rc)
     if (!had)
         return;
     if (rc == CUDA_SUCCESS)
-        shim_uncharge_dev(r->dev, r->bytes);
+        uncharge_rec(r);
     else
         atab_put(kind, r, NULL); /* still allocated */
+}
+
+/* CUDA_OVERSUBSCRIBE: an allocation within the container's limit that the GPU cannot
+ * hold (the driver said out of memory) is served from managed memory that prefers the
+ * host, so the GPU reaches it over the bus instead of the application failing
+ * (SHIM.md "Oversubscription"). Returns the driver's answer; the advice is best-effort
+ * (a driver without it still pages the memory on demand). */
+#define CU_MEM_ATTACH_GLOBAL 0x1u
+#define CU_MEM_ADVISE_SET_PREFERRED_LOCATION 3
+#define CU_MEM_ADVISE_SET_ACCESSED_BY 5
+#define CU_DEVICE_CPU (-1)
+static CUresult alloc_host_backed(CUdeviceptr *dptr, size_t bytes, CUdevice dev)
+{
+    cuMemAllocManaged_pfn managed = REAL(cuMemAllocManaged);
+    if (managed == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = managed(dptr, bytes, CU_MEM_ATTACH_GLOBAL);
+    if (rc != CUDA_SUCCESS) {
+        LOG_INFO("oversubscription: cuMemAllocManaged(%zu) failed (%d)", bytes, rc);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* A CUmemLocation names a device by ordinal; the driver's CUdevice handles are
+     * the ordinals (cuDeviceGet(&d, i) gives d == i). */
+    const int ordinal = dev;
+    cuMemAdvise_v2_pfn adv2 = REAL(cuMemAdvise_v2);
+    cuMemAdvise_pfn adv1 = REAL(cuMemAdvise);
+    CUresult a = CUDA_ERROR_NOT_SUPPORTED, b = CUDA_ERROR_NOT_SUPPORTED;
+    if (adv2) {
+        CUmemLocation host = {CU_MEM_LOCATION_TYPE_HOST, 0}, gpu = {CU_MEM_LOCATION_TYPE_DEVICE, ordinal};
+        a = adv2(*dptr, bytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, host);
+        b = adv2(*dptr, bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, gpu);
+    }
+    if (a != CUDA_SUCCESS && adv1) {
+        a = adv1(*dptr, bytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, CU_DEVICE_CPU);
+        b = adv1(*dptr, bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, dev);
+    }
+    if (a != CUDA_SUCCESS || b != CUDA_SUCCESS)
+        LOG_INFO("oversubscription: cuMemAdvise not applied (%d, %d); pages migrate on demand", a, b);
+    LOG_INFO("oversubscription: %zu bytes on device %d served from host-backed managed memory",
+             bytes, dev);
+    return CUDA_SUCCESS;
 }
 
 static uint64_t mul_sat(uint64_t a, uint64_t b)
@@ -90,7 +148,12 @@ SHIM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if (rc != CUDA_SUCCESS)
         return rc;
     rc = real(dptr, bytesize);
-    charge_end(&t, rc, TBL_PTR, rc == CUDA_SUCCESS && dptr ? *dptr : 0);
+    int host = 0;
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && t.active && dptr && shim_cfg()->oversubscribe) {
+        rc = alloc_host_backed(dptr, bytesize, t.dev);
+        host = rc == CUDA_SUCCESS;
+    }
+    charge_end_host(&t, rc, TBL_PTR, rc == CUDA_SUCCESS && dptr ? *dptr : 0, host);
     return rc;
 }
 
@@ -238,7 +301,7 @@ SHIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolPropsPre
     CUresult rc = real(pool, poolProps);
     if (rc != CUDA_SUCCESS || pool == NULL || poolProps == NULL || shim_passthrough())
         return rc;
-    alloc_rec r = {(uint64_t)(uintptr_t)*pool, 0, -1, NULL};
+    alloc_rec r = {(uint64_t)(uintptr_t)*pool, 0, -1, NULL, 0};
     int type = poolProps->location.type;
     CUdevice dev;
     if (type == CU_MEM_LOCATION_TYPE_DEVICE && device_of_ordinal(poolProps->location.id, &dev) == 0) {
@@ -353,11 +416,6 @@ SHIM_EXPORT CUresult cuArrayDestroy(CUarray hArray)
 }
 
 /* ---- contexts: destroying one frees its allocations without cuMemFree -------- */
-
-static void uncharge_rec(const alloc_rec *r)
-{
-    shim_uncharge_dev(r->dev, r->bytes);
-}
 
 static void drop_context(CUcontext ctx)
 {

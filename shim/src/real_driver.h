@@ -27,6 +27,8 @@ enum { LIB_CUDA = 0, LIB_NVML = 1 };
     X(cuMemAlloc_v2, NULL, LIB_CUDA, (CUdeviceptr *, size_t))                                  \
     X(cuMemAllocPitch_v2, NULL, LIB_CUDA, (CUdeviceptr *, size_t *, size_t, size_t, unsigned)) \
     X(cuMemAllocManaged, NULL, LIB_CUDA, (CUdeviceptr *, size_t, unsigned int))                \
+    X(cuMemAdvise, NULL, LIB_CUDA, (CUdeviceptr, size_t, int, CUdevice))                       \
+    X(cuMemAdvise_v2, NULL, LIB_CUDA, (CUdeviceptr, size_t, int, CUmemLocation))               \
     X(cuMemFree_v2, NULL, LIB_CUDA, (CUdeviceptr))                                             \
     X(cuMemAllocAsync, NULL, LIB_CUDA, (CUdeviceptr *, size_t, CUstream))                      \
     X(cuMemAllocAsync_ptsz, NULL, LIB_CUDA, (CUdeviceptr *, size_t, CUstream))                 \

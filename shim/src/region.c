@@ -113,6 +113,18 @@ static struct region_slot *slot_at(unsigned i)
     return (struct region_slot *)(g_base + REGION_HEADER_SIZE + (size_t)i * sizeof(struct region_slot));
 }
 
+/* Host-backed part of slot i's used_bytes on device d (the version-2 table). */
+static uint64_t *oversub_at(unsigned i, unsigned d)
+{
+    return (uint64_t *)(void *)(g_base + REGION_OVERSUB_OFFSET) + (size_t)i * REGION_MAX_DEVICES + d;
+}
+
+static void zero_slot_usage(unsigned i)
+{
+    memset(slot_at(i)->dev, 0, sizeof slot_at(i)->dev);
+    memset(oversub_at(i, 0), 0, REGION_MAX_DEVICES * sizeof(uint64_t));
+}
+
 static uint64_t now_ns(clockid_t clk)
 {
     struct timespec ts;
@@ -244,30 +256,32 @@ static void init_header(struct region_file *f)
     memcpy(f->hdr.magic, REGION_MAGIC, 8);
 }
 
-/* Validates an existing header; 0 when usable. */
+/* Validates an existing header; 0 when usable, 1 when it is a valid version-1 file
+ * that this process upgrades in place (same layout, table appended). */
 static int check_header(const struct region_header *h, uint64_t size, char *err, size_t errlen)
 {
     if (memcmp(h->magic, REGION_MAGIC, 8) != 0) {
         snprintf(err, errlen, "not a hami-vgpu region (bad magic)");
         return -1;
     }
-    if (h->version != REGION_VERSION) {
+    if (h->version != REGION_VERSION && h->version != REGION_VERSION_V1) {
         snprintf(err, errlen, "unsupported region version %u (this library writes %u)",
                  h->version, REGION_VERSION);
         return -1;
     }
+    uint64_t want = h->version == REGION_VERSION ? REGION_FILE_SIZE : REGION_V1_FILE_SIZE;
     if (h->header_size != REGION_HEADER_SIZE || h->slot_size != sizeof(struct region_slot) ||
         h->max_slots != REGION_MAX_SLOTS || h->max_devices != REGION_MAX_DEVICES ||
-        h->device_entry_size != sizeof(struct region_device) || h->file_size != REGION_FILE_SIZE) {
-        snprintf(err, errlen, "region geometry differs from version %u", REGION_VERSION);
+        h->device_entry_size != sizeof(struct region_device) || h->file_size != want) {
+        snprintf(err, errlen, "region geometry differs from version %u", h->version);
         return -1;
     }
-    if (size < REGION_FILE_SIZE) {
+    if (size < want) {
         snprintf(err, errlen, "region truncated: %llu of %llu bytes",
-                 (unsigned long long)size, (unsigned long long)REGION_FILE_SIZE);
+                 (unsigned long long)size, (unsigned long long)want);
         return -1;
     }
-    return 0;
+    return h->version == REGION_VERSION_V1 ? 1 : 0;
 }
 
 /* Opens the region without following a symlink at its path (a tenant could point it
@@ -323,7 +337,7 @@ static int attach_locked(char *err, size_t errlen)
         snprintf(err, errlen, "fstat %s: %s", g_path, strerror(errno));
         goto fail_locked;
     }
-    int fresh = 0;
+    int fresh = 0, upgrade = 0;
     if ((uint64_t)st.st_size < sizeof(struct region_file)) {
         /* Empty, or a creator died before writing anything: ours to initialize. */
         unsigned char head[sizeof(struct region_file)];
@@ -341,8 +355,17 @@ static int attach_locked(char *err, size_t errlen)
         }
         if (all_zero(h.magic, sizeof h.magic))
             fresh = 1; /* sized but never stamped: the creator died mid-way */
-        else if (check_header(&h, (uint64_t)st.st_size, err, errlen) != 0)
+        else if ((upgrade = check_header(&h, (uint64_t)st.st_size, err, errlen)) < 0)
             goto fail_locked;
+    }
+    if (upgrade && (uint64_t)st.st_size < REGION_FILE_SIZE) {
+        /* Version 1, written by an older library whose processes may still run: extend
+         * (never shrink) the file; their mappings of the first part stay valid. */
+        if (ftruncate(fd, (off_t)REGION_FILE_SIZE) != 0) {
+            snprintf(err, errlen, "extending %s to version %u: %s", g_path, REGION_VERSION,
+                     strerror(errno));
+            goto fail_locked;
+        }
     }
     if (fresh) {
         if (ftruncate(fd, (off_t)REGION_FILE_SIZE) != 0) {
@@ -369,6 +392,15 @@ static int attach_locked(char *err, size_t errlen)
         init_header(g_map);
         LOG_INFO("created shared region %s (%llu bytes)", g_path,
                  (unsigned long long)REGION_FILE_SIZE);
+    } else if (upgrade) {
+        /* The appended table starts at zero: no older process oversubscribes. The size
+         * goes first, the version last, so a reader never sees version 2 with the
+         * version-1 size. */
+        memset(g_base + REGION_OVERSUB_OFFSET, 0, REGION_OVERSUB_SIZE);
+        __atomic_store_n(&g_map->hdr.file_size, REGION_FILE_SIZE, __ATOMIC_RELEASE);
+        __atomic_store_n(&g_map->hdr.version, REGION_VERSION, __ATOMIC_RELEASE);
+        LOG_INFO("upgraded shared region %s from version %u to %u", g_path, REGION_VERSION_V1,
+                 REGION_VERSION);
     }
     file_unlock();
     return 0;
@@ -410,7 +442,7 @@ static void reclaim_locked(void)
         if (proc_alive(pid, s->start_time))
             continue;
         LOG_INFO("reclaiming slot %u of dead process %d", i, (int)pid);
-        memset(s->dev, 0, sizeof s->dev);
+        zero_slot_usage(i);
         s->flags = 0;
         __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
     }
@@ -464,7 +496,7 @@ int region_register_self(int priority, int fenced)
     } else {
         struct region_slot *s = slot_at((unsigned)idx);
         __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
-        memset(s->dev, 0, sizeof s->dev);
+        zero_slot_usage((unsigned)idx);
         s->start_time = st;
         s->priority = priority;
         s->flags = fenced ? REGION_SLOT_FENCED : 0;
@@ -526,13 +558,17 @@ out:
 }
 
 /* The container's usage of one device, saturating at UINT64_MAX. A slot holding more
- * than the device's physical total cannot be real: it is corruption (or a hostile
- * write), and the whole usage reads as UINT64_MAX so that nothing more is granted. */
+ * than the device's physical total (or, oversubscribed, than its limit) cannot be
+ * real: it is corruption (or a hostile write), and the whole usage reads as
+ * UINT64_MAX so that nothing more is granted. */
 static uint64_t usage_of(int dev)
 {
     if (g_broken)
         return UINT64_MAX;
     uint64_t total = __atomic_load_n(&g_map->devices[dev].mem_total, __ATOMIC_RELAXED);
+    uint64_t limit = __atomic_load_n(&g_map->devices[dev].mem_limit, __ATOMIC_RELAXED);
+    if (total && limit > total)
+        total = limit;
     uint64_t sum = 0;
     uint32_t hwm = __atomic_load_n(&g_map->hdr.slot_hwm, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < hwm && i < REGION_MAX_SLOTS; i++) {
@@ -607,6 +643,34 @@ void region_release(int dev, uint64_t bytes)
     if (valid_dev(dev) && have_slot())
         sub_clamped(&slot_at((unsigned)g_slot)->dev[dev].used_bytes, bytes);
     pthread_mutex_unlock(&g_mu);
+}
+
+void region_add_oversub(int dev, uint64_t bytes)
+{
+    pthread_mutex_lock(&g_mu);
+    if (valid_dev(dev) && have_slot())
+        __atomic_add_fetch(oversub_at((unsigned)g_slot, (unsigned)dev), bytes, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&g_mu);
+}
+
+void region_sub_oversub(int dev, uint64_t bytes)
+{
+    pthread_mutex_lock(&g_mu);
+    if (valid_dev(dev) && have_slot())
+        sub_clamped(oversub_at((unsigned)g_slot, (unsigned)dev), bytes);
+    pthread_mutex_unlock(&g_mu);
+}
+
+uint64_t region_oversub(int dev)
+{
+    if (!valid_dev(dev) || g_broken)
+        return 0;
+    uint64_t sum = 0;
+    uint32_t hwm = __atomic_load_n(&g_map->hdr.slot_hwm, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < hwm && i < REGION_MAX_SLOTS; i++)
+        if (__atomic_load_n(&slot_at(i)->pid, __ATOMIC_ACQUIRE) != 0)
+            sum = sat_add(sum, __atomic_load_n(oversub_at(i, (unsigned)dev), __ATOMIC_RELAXED));
+    return sum;
 }
 
 uint64_t region_usage(int dev)
@@ -711,7 +775,7 @@ void region_on_exit(void)
     if (g_map == NULL || !have_slot())
         return;
     struct region_slot *s = slot_at((unsigned)g_slot);
-    memset(s->dev, 0, sizeof s->dev);
+    zero_slot_usage((unsigned)g_slot);
     __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
     g_slot = -1;
 }

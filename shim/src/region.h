@@ -43,6 +43,14 @@ reserve_result region_reserve(int dev, uint64_t bytes, uint64_t limit);
 /* Returns a charge (never below zero). Lock-free: only this process writes its slot. */
 void region_release(int dev, uint64_t bytes);
 
+/* The host-backed (oversubscribed) part of this process's used_bytes on `dev`: added
+ * after a charge was satisfied with managed memory, subtracted at its free. */
+void region_add_oversub(int dev, uint64_t bytes);
+void region_sub_oversub(int dev, uint64_t bytes);
+
+/* Container-wide host-backed bytes on device index `dev` (sum over live slots). */
+uint64_t region_oversub(int dev);
+
 /* Container-wide usage on device index `dev`, bytes (sum over live slots). */
 uint64_t region_usage(int dev);
 

@@ -1,5 +1,6 @@
 /*
- * On-disk layout of the shared region file, version 1. shim/REGION.md documents it
+ * On-disk layout of the shared region file, version 2 (version 1 plus a table
+ * appended after the slots). shim/REGION.md documents it
  * field by field; backends/hami-nvidia/hami_nvidia/shared_region.py reads it. A test
  * (tests/shim/test_region_layout.py) compares the offsets below with the reader's.
  * Change anything here only together with REGION_VERSION, REGION.md and the reader.
@@ -11,7 +12,8 @@
 #include <stdint.h>
 
 #define REGION_MAGIC "HAMIVGPU" /* 8 bytes, no terminating NUL in the file */
-#define REGION_VERSION 1u
+#define REGION_VERSION 2u
+#define REGION_VERSION_V1 1u /* same layout without the oversubscription table */
 #define REGION_MAX_DEVICES 16u
 #define REGION_MAX_SLOTS 1024u
 #define REGION_UUID_LEN 96u
@@ -80,7 +82,13 @@ struct region_file {
     struct region_device devices[REGION_MAX_DEVICES];
 };
 
-#define REGION_FILE_SIZE ((uint64_t)REGION_HEADER_SIZE + (uint64_t)REGION_MAX_SLOTS * sizeof(struct region_slot))
+/* Version 1 ended after the slots; version 2 appends, at that offset, the host-backed
+ * (oversubscribed) part of every slot's used_bytes: uint64_t [max_slots][max_devices].
+ * Nothing before it moved, so a version-1 file is upgraded in place by extending it. */
+#define REGION_V1_FILE_SIZE ((uint64_t)REGION_HEADER_SIZE + (uint64_t)REGION_MAX_SLOTS * sizeof(struct region_slot))
+#define REGION_OVERSUB_OFFSET REGION_V1_FILE_SIZE
+#define REGION_OVERSUB_SIZE ((uint64_t)REGION_MAX_SLOTS * REGION_MAX_DEVICES * sizeof(uint64_t))
+#define REGION_FILE_SIZE (REGION_V1_FILE_SIZE + REGION_OVERSUB_SIZE)
 
 _Static_assert(sizeof(struct region_header) == 256, "header layout");
 _Static_assert(sizeof(struct region_device) == 160, "device layout");
@@ -89,5 +97,7 @@ _Static_assert(sizeof(struct region_slot) == 64 + 32 * REGION_MAX_DEVICES, "slot
 _Static_assert(offsetof(struct region_file, devices) == 256, "device table offset");
 _Static_assert(sizeof(struct region_file) <= REGION_HEADER_SIZE, "header fits its page");
 _Static_assert(offsetof(struct region_device, tat_ns) % 8 == 0, "atomic alignment");
+_Static_assert(REGION_V1_FILE_SIZE == 593920, "version 1 size");
+_Static_assert(REGION_FILE_SIZE == 724992, "version 2 size");
 
 #endif

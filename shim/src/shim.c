@@ -301,6 +301,20 @@ void shim_uncharge_dev(CUdevice dev, uint64_t bytes)
     shim_uncharge(d, bytes);
 }
 
+void shim_mark_host(dev_state *d, uint64_t bytes)
+{
+    if (d && !d->fenced && bytes)
+        region_add_oversub(d->region_idx, bytes);
+}
+
+void shim_uncharge_host_dev(CUdevice dev, uint64_t bytes)
+{
+    dev_state *d = (dev >= 0 && dev < SHIM_MAX_DEVICES) ? __atomic_load_n(&g_by_cudev[dev], __ATOMIC_ACQUIRE) : NULL;
+    if (d && !d->fenced && bytes)
+        region_sub_oversub(d->region_idx, bytes);
+    shim_uncharge(d, bytes);
+}
+
 void shim_mem_view(dev_state *d, uint64_t phys_free, uint64_t *free_out, uint64_t *total_out,
                    uint64_t *used_out)
 {
@@ -326,11 +340,11 @@ void shim_mem_view(dev_state *d, uint64_t phys_free, uint64_t *free_out, uint64_
     if (region_has_slot())
         maybe_reconcile(d);
     uint64_t total = d->mem_limit;
-    if (d->mem_total && d->mem_total < total)
+    if (d->mem_total && d->mem_total < total && !g_cfg.oversubscribe)
         total = d->mem_total;
     uint64_t used = region_usage(d->region_idx);
     uint64_t free = used < total ? total - used : 0;
-    if (free > phys_free)
+    if (free > phys_free && !g_cfg.oversubscribe)
         free = phys_free; /* other tenants may hold the physical rest */
     *free_out = free;
     *total_out = total;

@@ -49,8 +49,16 @@ int shim_charge(dev_state *d, uint64_t bytes);
 void shim_uncharge(dev_state *d, uint64_t bytes);
 void shim_uncharge_dev(CUdevice dev, uint64_t bytes);
 
+/* Oversubscription: `bytes` already charged on `d` were satisfied from host-backed
+ * managed memory (reported apart in the region), or such an allocation was freed
+ * (returns the charge and the host-backed record). */
+void shim_mark_host(dev_state *d, uint64_t bytes);
+void shim_uncharge_host_dev(CUdevice dev, uint64_t bytes);
+
 /* The virtual device: total = min(limit, physical), used = container usage,
- * free = max(0, total - used), and never more than physically free. */
+ * free = max(0, total - used), and never more than physically free. With
+ * CUDA_OVERSUBSCRIBE the limit is the total (it may pass the physical size) and free
+ * is not capped by the physically free memory: what the GPU lacks comes from the host. */
 void shim_mem_view(dev_state *d, uint64_t phys_free, uint64_t *free_out, uint64_t *total_out,
                    uint64_t *used_out);
 

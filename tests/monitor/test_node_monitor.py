@@ -98,6 +98,31 @@ def test_region_of_the_real_shim_appears_with_exact_values_and_labels(
         stop(proc)
 
 
+def test_oversubscribed_memory_is_shown_apart(build, manager, root, tmp_path):
+    """CUDA_OVERSUBSCRIBE on a 1 GiB stand-in GPU with a 1536 MiB limit: 768 MiB fit on
+    the device, the next 512 MiB come from host memory. /metrics counts all 1280 MiB as
+    used (they are charged to the limit) and the 512 MiB host part in its own series."""
+    ctr = Container(build, root, UID_A, "main", tmp_path)
+    proc = ctr.hold(
+        *("init", "ctx", "0", "alloc", "768m", "alloc", "512m"),
+        STUB_GPU_MEM="1g",
+        CUDA_DEVICE_MEMORY_LIMIT_0="1536m",
+        CUDA_OVERSUBSCRIBE="true",
+    )
+    pods = [pod(UID_A, "trainer", "main")]
+    monitor = NodeMonitor(manager, root=str(root), node_name=NODE, pods=lambda: pods)
+    served = Served(create_monitor_app(monitor))
+    try:
+        m = scrape(served.url)
+        gpu0 = {"pod": "trainer", "container": "main", "vdevice_index": "0", "device_uuid": GPU0}
+        assert value(m, "hami_vgpu_memory_used_bytes", **gpu0) == 1280 * MiB
+        assert value(m, "hami_vgpu_memory_oversubscribed_bytes", **gpu0) == 512 * MiB
+        assert value(m, "hami_vgpu_memory_limit_bytes", **gpu0) == 1536 * MiB
+    finally:
+        served.close()
+        stop(proc)
+
+
 def test_two_processes_of_one_container_add_up_and_unknown_pods_are_not_served(
     build, manager, root, tmp_path
 ):
@@ -185,7 +210,7 @@ def test_hostile_and_corrupt_files_are_skipped_counted_and_logged_once(
     (root / f"{UID_B}_small" / "vgpu.cache").write_bytes(b"\0" * 4096)
     (root / f"{UID_B}_foreign" / "vgpu.cache").write_bytes(b"x" * size)
     future = bytearray(good.shim.region.read_bytes())
-    struct.pack_into("<I", future, region_reader.LAYOUT["region_header.version"][0], 2)
+    struct.pack_into("<I", future, region_reader.LAYOUT["region_header.version"][0], 3)
     (root / f"{UID_B}_future" / "vgpu.cache").write_bytes(bytes(future))
     outside = tmp_path / "elsewhere"
     outside.mkdir()
@@ -205,7 +230,7 @@ def test_hostile_and_corrupt_files_are_skipped_counted_and_logged_once(
             r.getMessage() for r in caplog.records if "skipped a usage file" in r.getMessage()
         ]
         assert len(warnings) == 6, warnings
-        assert any("version 2" in w for w in warnings)
+        assert any("version 3" in w for w in warnings)
         used = fams["hami_vgpu_memory_used_bytes"].samples
         assert used == [(("team-a", "trainer", "main", "0", GPU0), 64 * MiB)]
         assert secret.read_bytes() == b"s" * size

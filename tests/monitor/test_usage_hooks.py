@@ -19,7 +19,18 @@ def toy(**overrides):
 
 
 @pytest.mark.parametrize(
-    "bad", [{"a/b": 10}, {"..": 10}, {"f": 0}, {"f": True}, {"": 5}, {"f": "10"}]
+    "bad",
+    [
+        {"a/b": 10},
+        {"..": 10},
+        {"f": 0},
+        {"f": True},
+        {"": 5},
+        {"f": "10"},
+        {"f": ()},
+        {"f": (10, 0)},
+        {"f": (10, "20")},
+    ],
 )
 def test_hami_usage_files_must_name_plain_files_with_positive_sizes(bad):
     manager = BackendManager.from_plugins({"toy": toy(hami_usage_files=lambda: bad)})
@@ -61,7 +72,9 @@ def test_hami_parse_usage_errors_reach_the_monitor_as_invalid_input():
 
 def test_nvidia_names_its_region_and_decodes_it(build, shim, region_reader):
     manager = BackendManager.from_entry_points()
-    assert manager.usage_files("nvidia") == {"vgpu.cache": region_reader.FILE_SIZE}
+    assert manager.usage_files("nvidia") == {
+        "vgpu.cache": (region_reader.FILE_SIZE, region_reader.FILE_SIZE_V1)
+    }
     shim.probe("init", "ctx", "0", "alloc", "100m", "meminfo")
     usage = manager.parse_usage("nvidia", "vgpu.cache", shim.region.read_bytes())
     assert isinstance(usage, ContainerUsage)

@@ -48,7 +48,7 @@ def test_reader_decodes_what_the_library_wrote(shim, region_reader):
     try:
         assert [line["rc"] for line in read_until_ready(holder)] == [0] * 6
         region = region_reader.read_region(shim.region)
-        assert region.version == 1 and not region.fenced and region.fence_reason == ""
+        assert region.version == 2 and not region.fenced and region.fence_reason == ""
         assert [
             (d.uuid, d.mem_limit_bytes, d.mem_total_bytes, d.sm_limit_percent, d.fenced)
             for d in region.devices

@@ -20,26 +20,35 @@ from hami_core.backend import (
 
 from .discover import model_name
 from .nvml import NvmlMissingError, PynvmlLibrary
-from .shared_region import FILE_SIZE, RegionError, RegionNotReadyError, parse_region
+from .shared_region import (
+    FILE_SIZE,
+    FILE_SIZE_V1,
+    RegionError,
+    RegionNotReadyError,
+    parse_region,
+)
 
 #: The region's file name in a container's directory (allocate.py sets the env to it).
 REGION_FILE = "vgpu.cache"
 
 
-def usage_files() -> dict[str, int]:
-    """``{"vgpu.cache": 593920}``: the region file and its exact size (REGION.md v1)."""
-    return {REGION_FILE: FILE_SIZE}
+def usage_files() -> dict[str, tuple[int, ...]]:
+    """``{"vgpu.cache": (724992, 593920)}``: the region file and its exact sizes
+    (REGION.md version 2; version 1, which a container whose processes all predate the
+    upgrade may still have)."""
+    return {REGION_FILE: (FILE_SIZE, FILE_SIZE_V1)}
 
 
 def parse_usage(name: str, data: bytes) -> ContainerUsage | None:
     """Decode a region file into the container's devices and processes.
 
     Per process and device: ``buffer_bytes`` = the hooks' ``used_bytes`` (allocations),
-    ``context_bytes`` = NVML's ``untracked_bytes`` (context, rounding, caches).
+    ``context_bytes`` = NVML's ``untracked_bytes`` (context, rounding, caches),
+    ``oversubscribed_bytes`` = the host-backed part of ``buffer_bytes``.
     Returns: None for another file name; an empty ``ContainerUsage`` while the region
         is being created (header all zero).
     Raises:
-        InvalidInputError: not a version-1 region (magic, version, geometry, size).
+        InvalidInputError: not a version 1 or 2 region (magic, version, geometry, size).
     """
     if name != REGION_FILE:
         return None
@@ -68,6 +77,7 @@ def parse_usage(name: str, data: bytes) -> ContainerUsage | None:
                     context_bytes=u.untracked_bytes,
                     busy_ns=u.busy_ns,
                     launches=u.launches,
+                    oversubscribed_bytes=u.oversubscribed_bytes,
                 )
                 for uuid, u in p.devices.items()
             },

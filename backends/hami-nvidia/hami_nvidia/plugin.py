@@ -106,7 +106,7 @@ def hami_prepare_node(config: VendorConfig) -> list[str]:
 
 
 @hookimpl
-def hami_usage_files() -> dict[str, int]:
+def hami_usage_files() -> dict[str, tuple[int, ...]]:
     return monitor.usage_files()
 
 

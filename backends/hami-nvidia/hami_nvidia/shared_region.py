@@ -26,9 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = [
+    "FILE_SIZE",
+    "FILE_SIZE_V1",
     "LAYOUT",
     "MAGIC",
     "VERSION",
+    "VERSIONS",
     "DeviceEntry",
     "DeviceUsage",
     "ProcessSlot",
@@ -43,7 +46,8 @@ __all__ = [
 ]
 
 MAGIC = b"HAMIVGPU"
-VERSION = 1
+VERSION = 2  # what libvgpu.so writes now
+VERSIONS = (1, 2)  # what this reader decodes: version 2 is version 1 plus a table
 MAX_DEVICES = 16
 MAX_SLOTS = 1024
 UUID_LEN = 96
@@ -57,7 +61,13 @@ DEVICE_STRUCT = struct.Struct(f"<{UUID_LEN}sQQqII32s")
 SLOT_HEAD_STRUCT = struct.Struct("<iIQiIQ32s")
 SLOT_DEVICE_STRUCT = struct.Struct("<QQQQ")
 SLOT_SIZE = SLOT_HEAD_STRUCT.size + MAX_DEVICES * SLOT_DEVICE_STRUCT.size
-FILE_SIZE = HEADER_SIZE + MAX_SLOTS * SLOT_SIZE
+FILE_SIZE_V1 = HEADER_SIZE + MAX_SLOTS * SLOT_SIZE
+#: Version 2 appends, after the slots, the host-backed (oversubscribed) part of every
+#: slot's ``used_bytes``: u64 ``[MAX_SLOTS][MAX_DEVICES]``.
+OVERSUB_OFFSET = FILE_SIZE_V1
+OVERSUB_STRUCT = struct.Struct("<Q")
+FILE_SIZE = OVERSUB_OFFSET + MAX_SLOTS * MAX_DEVICES * OVERSUB_STRUCT.size
+_FILE_SIZES = {1: FILE_SIZE_V1, 2: FILE_SIZE}
 
 REGION_FLAG_FENCED = 0x1
 DEV_FENCED = 0x1
@@ -105,6 +115,8 @@ SIZES: dict[str, int] = {
     "region_slot_device": SLOT_DEVICE_STRUCT.size,
     "region_slot": SLOT_SIZE,
     "file": FILE_SIZE,
+    "file_v1": FILE_SIZE_V1,
+    "oversub_offset": OVERSUB_OFFSET,
 }
 
 
@@ -170,12 +182,15 @@ class DeviceUsage:
         busy_ns: measured GPU time of throttled launches (ns; only counted while the
             compute limit is active).
         launches: kernel launches seen while a compute limit was configured.
+        oversubscribed_bytes: the part of ``used_bytes`` served from host-backed
+            managed memory (``CUDA_OVERSUBSCRIBE``; bytes; 0 in version-1 files).
     """
 
     used_bytes: int
     untracked_bytes: int
     busy_ns: int
     launches: int
+    oversubscribed_bytes: int = 0
 
     @property
     def charged_bytes(self) -> int:
@@ -213,7 +228,7 @@ class Region:
 
     Attributes:
         path: where it was read from.
-        version: layout version (``VERSION``).
+        version: layout version (1 or 2, ``VERSIONS``).
         created_unix_ns: creation time (Unix time, ns).
         fenced: some process failed closed; ``fence_reason`` says why.
         fence_reason: the latest fail-closed cause, ``""`` if none.
@@ -247,6 +262,12 @@ class Region:
             p.devices[uuid].charged_bytes
             for p in self.processes
             if p.pid == pid and uuid in p.devices
+        )
+
+    def oversubscribed_bytes(self, uuid: str) -> int:
+        """Host-backed bytes of the container on ``uuid`` (all processes; bytes)."""
+        return sum(
+            p.devices[uuid].oversubscribed_bytes for p in self.processes if uuid in p.devices
         )
 
     def busy_ns(self, uuid: str) -> int:
@@ -284,18 +305,20 @@ def parse_region(data: bytes | bytearray | memoryview | mmap.mmap, path: str = "
         raise RegionNotReadyError(f"{path}: header not written yet")
     if magic != MAGIC:
         raise RegionFormatError(f"{path}: not a hami-vgpu region (magic {magic!r})")
-    if version != VERSION:
+    if version not in VERSIONS:
+        known = " and ".join(str(v) for v in VERSIONS)
         raise RegionVersionError(
-            f"{path}: region version {version}, this reader knows {VERSION}", version
+            f"{path}: region version {version}, this reader knows {known}", version
         )
-    expected = (HEADER_SIZE, DEVICE_STRUCT.size, MAX_DEVICES, SLOT_SIZE, MAX_SLOTS, FILE_SIZE)
+    want = _FILE_SIZES[version]
+    expected = (HEADER_SIZE, DEVICE_STRUCT.size, MAX_DEVICES, SLOT_SIZE, MAX_SLOTS, want)
     found = (header_size, device_entry_size, max_devices, slot_size, max_slots, file_size)
     if found != expected:
         raise RegionFormatError(
-            f"{path}: geometry {found} differs from version {VERSION}'s {expected}"
+            f"{path}: geometry {found} differs from version {version}'s {expected}"
         )
-    if size < FILE_SIZE:
-        raise RegionTruncatedError(f"{path}: {size} bytes of {FILE_SIZE}")
+    if size < want:
+        raise RegionTruncatedError(f"{path}: {size} bytes of {want}")
 
     devices = []
     for i in range(min(device_count, MAX_DEVICES)):
@@ -323,12 +346,16 @@ def parse_region(data: bytes | bytearray | memoryview | mmap.mmap, path: str = "
             continue
         usage = {}
         for dev in devices:
-            u = DeviceUsage(
-                *SLOT_DEVICE_STRUCT.unpack_from(
-                    data, base + SLOT_HEAD_STRUCT.size + dev.index * SLOT_DEVICE_STRUCT.size
+            oversub = 0
+            if version >= 2:
+                (oversub,) = OVERSUB_STRUCT.unpack_from(
+                    data, OVERSUB_OFFSET + (s * MAX_DEVICES + dev.index) * OVERSUB_STRUCT.size
                 )
+            used, untracked, busy, launches = SLOT_DEVICE_STRUCT.unpack_from(
+                data, base + SLOT_HEAD_STRUCT.size + dev.index * SLOT_DEVICE_STRUCT.size
             )
-            if u.used_bytes or u.untracked_bytes or u.busy_ns or u.launches:
+            u = DeviceUsage(used, untracked, busy, launches, oversub)
+            if u.used_bytes or u.untracked_bytes or u.busy_ns or u.launches or oversub:
                 usage[dev.uuid] = u
         processes.append(
             ProcessSlot(
@@ -359,7 +386,7 @@ def read_region(path: str | os.PathLike[str]) -> Region:
     Raises:
         FileNotFoundError / PermissionError: as :func:`open` does.
         RegionTruncatedError: the file is shorter than its layout.
-        RegionVersionError: unknown layout version (``.version`` holds it).
+        RegionVersionError: a layout version not in ``VERSIONS`` (``.version`` holds it).
         RegionFormatError: not a region, or inconsistent geometry.
         RegionNotReadyError: being created right now; retry shortly.
     """

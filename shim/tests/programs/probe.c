@@ -12,6 +12,8 @@
  *   alloc SIZE | pitch W H | managed SIZE | async SIZE | pool dev|host ORD | poolalloc SIZE
  *   vmm dev|host ORD SIZE | array W H | array3d W H D | free ID | freeall | fill SIZE
  *   meminfo | totalmem ORD | nvml IDX | launch N GRID
+ *   where ID      is item ID managed memory, and where does it prefer to live (stand-in)
+ *   physused ORD  device and managed bytes this process holds in the stand-in driver
  *   procaddr NAME VERSION FLAGS EXPECT | last | ready | wait | sleep MS
  *   exec OPS...   replaces the process image with a new probe running OPS (same pid)
  */
@@ -353,6 +355,20 @@ int main(int argc, char **argv)
             void *real = driver_sym(expect);
             printf("{\"op\":\"procaddr\",\"rc\":%d,\"status\":%d,\"is_global\":%d,\"is_driver\":%d,\"null\":%d}\n",
                    rc, st, p != NULL && p == hook, p != NULL && p == real, p == NULL);
+        } else if (!strcmp(op, "where")) {
+            int id = atoi(ARG());
+            int (*info)(CUdeviceptr, int *, int *) = (int (*)(CUdeviceptr, int *, int *))dlsym(RTLD_DEFAULT, "stubManagedInfo");
+            int pref = -3, by = -1, managed = 0;
+            if (info && id >= 0 && id < g_nitems)
+                managed = info(g_items[id].v, &pref, &by);
+            printf("{\"op\":\"where\",\"id\":%d,\"managed\":%d,\"preferred\":%d,\"accessed_by\":%d}\n", id, managed,
+                   pref, by);
+        } else if (!strcmp(op, "physused")) {
+            int ord = atoi(ARG());
+            uint64_t (*dev)(int) = (uint64_t (*)(int))dlsym(RTLD_DEFAULT, "stubProcessUsedBytes");
+            uint64_t (*man)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "stubManagedBytes");
+            printf("{\"op\":\"physused\",\"device\":%llu,\"managed\":%llu}\n",
+                   (unsigned long long)(dev ? dev(ord) : 0), (unsigned long long)(man ? man() : 0));
         } else if (!strcmp(op, "last")) {
             const char *(*last)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "stubLastCall");
             printf("{\"op\":\"last\",\"name\":\"%s\"}\n", last ? last() : "");

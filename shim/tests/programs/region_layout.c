@@ -11,10 +11,11 @@ int main(void)
 {
     int first = 1;
     printf("{\"sizes\":{\"region_header\":%zu,\"region_device\":%zu,\"region_slot_device\":%zu,\"region_slot\":%zu,"
-           "\"file\":%llu},\"constants\":{\"version\":%u,\"max_devices\":%u,\"max_slots\":%u,\"header_size\":%u,"
+           "\"file\":%llu,\"file_v1\":%llu,\"oversub_offset\":%llu},\"constants\":{\"version\":%u,\"max_devices\":%u,\"max_slots\":%u,\"header_size\":%u,"
            "\"uuid_len\":%u,\"reason_len\":%u,\"devices_offset\":%zu},\"fields\":{",
            sizeof(struct region_header), sizeof(struct region_device), sizeof(struct region_slot_device),
-           sizeof(struct region_slot), (unsigned long long)REGION_FILE_SIZE, REGION_VERSION, REGION_MAX_DEVICES,
+           sizeof(struct region_slot), (unsigned long long)REGION_FILE_SIZE,
+           (unsigned long long)REGION_V1_FILE_SIZE, (unsigned long long)REGION_OVERSUB_OFFSET, REGION_VERSION, REGION_MAX_DEVICES,
            REGION_MAX_SLOTS, REGION_HEADER_SIZE, REGION_UUID_LEN, REGION_REASON_LEN,
            offsetof(struct region_file, devices));
     F(region_header, magic); F(region_header, version); F(region_header, header_size);

@@ -309,18 +309,25 @@ API CUresult cuCtxGetDevice(CUdevice *dev)
 
 enum { K_PTR, K_VMM, K_ARRAY };
 
+/* Managed memory's advised preferred location: none yet, the host, or a device. */
+enum { PREF_NONE = -3, PREF_HOST = -1 };
+
 struct alloc {
     unsigned long long key;
     uint64_t bytes;
     int dev;      /* physical; -1: host memory */
     int kind;
     struct ctx *ctx;
+    int managed;  /* cuMemAllocManaged: host-backed until touched (never in g_used) */
+    int pref;     /* PREF_* or the physical device of CU_MEM_ADVISE_SET_PREFERRED_LOCATION */
+    int accessed_by; /* physical device of CU_MEM_ADVISE_SET_ACCESSED_BY, -1 none */
 };
 
 static struct alloc *g_allocs;
 static size_t g_nallocs, g_capallocs;
 static uint64_t g_next_key = 0x7f0000000000ull;
 static int64_t g_used[STUB_MAX_GPUS]; /* this process */
+static uint64_t g_managed_bytes;       /* this process's managed memory */
 
 static void account(int dev, int64_t delta)
 {
@@ -361,7 +368,7 @@ static CUresult do_alloc(unsigned long long *key, uint64_t bytes, int dev, int k
     }
     *key = g_next_key;
     g_next_key += (bytes + 0xfffff) & ~0xfffffull; /* 1 MiB apart, never 0 */
-    g_allocs[g_nallocs++] = (struct alloc){*key, bytes, dev, kind, c};
+    g_allocs[g_nallocs++] = (struct alloc){*key, bytes, dev, kind, c, 0, PREF_NONE, -1};
     account(dev, (int64_t)bytes);
     pthread_mutex_unlock(&g_mu);
     return CUDA_SUCCESS;
@@ -373,6 +380,8 @@ static CUresult do_free(uint64_t key, int kind)
     for (size_t i = 0; i < g_nallocs; i++) {
         if (g_allocs[i].key == key && g_allocs[i].kind == kind) {
             account(g_allocs[i].dev, -(int64_t)g_allocs[i].bytes);
+            if (g_allocs[i].managed)
+                g_managed_bytes -= g_allocs[i].bytes;
             g_allocs[i] = g_allocs[--g_nallocs];
             pthread_mutex_unlock(&g_mu);
             return CUDA_SUCCESS;
@@ -388,6 +397,8 @@ static void free_ctx_allocations(struct ctx *c)
     for (size_t i = 0; i < g_nallocs;) {
         if (g_allocs[i].ctx == c && g_allocs[i].kind != K_VMM) {
             account(g_allocs[i].dev, -(int64_t)g_allocs[i].bytes);
+            if (g_allocs[i].managed)
+                g_managed_bytes -= g_allocs[i].bytes;
             g_allocs[i] = g_allocs[--g_nallocs];
         } else {
             i++;
@@ -436,11 +447,107 @@ API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w, size
     return do_alloc(dptr, (uint64_t)*pitch * h, c->dev, K_PTR, c);
 }
 
+/* Managed memory, as a driver with concurrent managed access (Pascal and newer) gives
+ * it: pages are populated on first touch where they are preferred, so the allocation
+ * itself takes no device memory and may exceed it; the host's memory bounds it
+ * (STUB_HOST_MEM, default 1 TiB). STUB_MANAGED=0: a device without managed memory
+ * (CUDA_ERROR_NOT_SUPPORTED, as on some virtualized GPUs). */
 API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
-    (void)flags;
     NEED_CTX(c);
-    return do_alloc(dptr, bytesize, c->dev, K_PTR, c);
+    set_last("cuMemAllocManaged");
+    if (stub_env_i64("STUB_MANAGED", 1) == 0)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (bytesize == 0 || (flags != 1 && flags != 2))
+        return CUDA_ERROR_INVALID_VALUE; /* CU_MEM_ATTACH_GLOBAL or CU_MEM_ATTACH_HOST */
+    pthread_mutex_lock(&g_mu);
+    if (g_managed_bytes + bytesize > stub_env_u64("STUB_HOST_MEM", 1ull << 40)) {
+        pthread_mutex_unlock(&g_mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (g_nallocs == g_capallocs) {
+        g_capallocs = g_capallocs ? 2 * g_capallocs : 256;
+        g_allocs = realloc(g_allocs, g_capallocs * sizeof *g_allocs);
+    }
+    *dptr = g_next_key;
+    g_next_key += (bytesize + 0xfffff) & ~0xfffffull;
+    g_allocs[g_nallocs++] = (struct alloc){*dptr, bytesize, -1, K_PTR, c, 1, PREF_NONE, -1};
+    g_managed_bytes += bytesize;
+    pthread_mutex_unlock(&g_mu);
+    return CUDA_SUCCESS;
+}
+
+static struct alloc *find_managed(CUdeviceptr p, size_t count)
+{
+    for (size_t i = 0; i < g_nallocs; i++)
+        if (g_allocs[i].managed && p >= g_allocs[i].key && p + count <= g_allocs[i].key + g_allocs[i].bytes)
+            return &g_allocs[i];
+    return NULL;
+}
+
+/* cuMemAdvise (CUDA 8; device -1 = CU_DEVICE_CPU) and cuMemAdvise_v2 (CUDA 12.2,
+ * a CUmemLocation). Only the two pieces of advice the shim gives are kept. */
+static CUresult advise(CUdeviceptr p, size_t count, int advice, int where)
+{
+    pthread_mutex_lock(&g_mu);
+    struct alloc *a = find_managed(p, count);
+    if (a == NULL) {
+        pthread_mutex_unlock(&g_mu);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (advice == 3) /* CU_MEM_ADVISE_SET_PREFERRED_LOCATION */
+        a->pref = where;
+    else if (advice == 5) /* CU_MEM_ADVISE_SET_ACCESSED_BY */
+        a->accessed_by = where;
+    pthread_mutex_unlock(&g_mu);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemAdvise(CUdeviceptr p, size_t count, int advice, CUdevice device)
+{
+    NEED_INIT();
+    set_last("cuMemAdvise");
+    int where = device == -1 ? PREF_HOST : phys(device);
+    if (where == -1 && device != -1)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return advise(p, count, advice, where);
+}
+
+API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t count, int advice, CUmemLocation loc)
+{
+    NEED_INIT();
+    set_last("cuMemAdvise_v2");
+    if (stub_env_i64("STUB_ADVISE_V2", 1) == 0)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    int where;
+    if (loc.type == CU_MEM_LOCATION_TYPE_HOST)
+        where = PREF_HOST;
+    else if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE && (where = phys(loc.id)) >= 0)
+        ;
+    else
+        return CUDA_ERROR_INVALID_VALUE;
+    return advise(p, count, advice, where);
+}
+
+/* Test hook: whether `p` is managed memory, and its advice. Returns 1 for managed
+ * memory (pref: -1 host, -3 none, else the physical device; accessed_by: -1 none). */
+API int stubManagedInfo(CUdeviceptr p, int *pref, int *accessed_by)
+{
+    pthread_mutex_lock(&g_mu);
+    struct alloc *a = find_managed(p, 1);
+    int rc = a != NULL;
+    if (a) {
+        *pref = a->pref;
+        *accessed_by = a->accessed_by;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+/* Test hook: managed bytes this process holds. */
+API uint64_t stubManagedBytes(void)
+{
+    return g_managed_bytes;
 }
 
 API CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -908,6 +1015,8 @@ static const struct {
     ET("cuMemAlloc", 3020, cuMemAlloc_v2),
     E("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
     E("cuMemAllocManaged", 6000, cuMemAllocManaged),
+    E("cuMemAdvise", 8000, cuMemAdvise),
+    E("cuMemAdvise", 12020, cuMemAdvise_v2),
     E("cuMemFree", 3020, cuMemFree_v2),
     ET("cuMemAllocAsync", 11020, cuMemAllocAsync),
     PT("cuMemAllocAsync", 11020, cuMemAllocAsync_ptsz),

@@ -20,6 +20,10 @@
  *   STUB_NVML_RESERVED  reserved bytes nvmlDeviceGetMemoryInfo_v2 reports (default 0)
  *   STUB_NVML_UTIL, STUB_NVML_MEM_UTIL  percent nvmlDeviceGetUtilizationRates reports
  *                       for gpu / memory (default 0; the node monitor's host figures)
+ *   STUB_MANAGED=0      cuMemAllocManaged fails with CUDA_ERROR_NOT_SUPPORTED (default 1:
+ *                       managed memory is host-backed, never counted as device memory)
+ *   STUB_HOST_MEM       host memory managed allocations may take (default 1t)
+ *   STUB_ADVISE_V2=0    cuMemAdvise_v2 (CUDA 12.2) answers CUDA_ERROR_NOT_SUPPORTED
  *   STUB_PROCADDR_THUNKS=1  cuGetProcAddress returns internal entry points (not the
  *                       exported symbols) for a few functions, as a driver may
  */
