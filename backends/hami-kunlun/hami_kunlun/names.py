@@ -8,6 +8,10 @@ Sources:
       "hami.io/node-register-xpu"``, ``HandshakeAnnos = "hami.io/node-handshake-xpu"``,
       ``hami.io/xpu-devices-to-allocate`` / ``hami.io/xpu-devices-allocated``, the UUID
       filters ``hami.io/use-xpu-uuid`` / ``hami.io/no-use-xpu-uuid``.
+    - HAMi 2.10 ``pkg/device/kunlun/device.go``: ``KunlunUseUUID =
+      "baidu.com/use-gpuuuid"``, ``KunlunNoUseUUID = "baidu.com/nouse-gpuuuid"``, read by
+      both the whole-XPU and the vXPU fit (``device_test.go``
+      ``TestKunlunDevices_Fit_UseUUID``, ``TestKunlunVDevices_Fit_UUIDAnnotations``).
     - HAMi 2.10 ``pkg/device/kunlun/config.go``: the default names ``kunlunxin.com/xpu``,
       ``kunlunxin.com/vxpu``, ``kunlunxin.com/vxpu-memory``.
 """
@@ -37,8 +41,13 @@ DEVICE_TYPE = DeviceTypeInfo(
 
 # Pod annotations: HAMi's Kunlunxin names first, then the handbook's aliases (PROTOCOL.md §5).
 USE_TYPE = ("hami.io/gpu-type",)
-USE_UUID = ("hami.io/use-xpu-uuid", "hami.io/gpu-uuid-include", "hami.io/gpu-uuid-white-list")
-NOUSE_UUID = ("hami.io/no-use-xpu-uuid", "hami.io/gpu-uuid-exclude")
+USE_UUID = (
+    "hami.io/use-xpu-uuid",
+    "baidu.com/use-gpuuuid",
+    "hami.io/gpu-uuid-include",
+    "hami.io/gpu-uuid-white-list",
+)
+NOUSE_UUID = ("hami.io/no-use-xpu-uuid", "baidu.com/nouse-gpuuuid", "hami.io/gpu-uuid-exclude")
 
 #: Type-filter tokens that name the vendor rather than a model (``hami.io/gpu-type: kunlunxin``).
 VENDOR_TOKENS = frozenset({"kunlunxin", "kunlun", "xpu"})
