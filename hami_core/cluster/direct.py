@@ -73,6 +73,13 @@ class DirectKubeCluster(KubeCluster):
     def list_quotas(self, namespace: str) -> list[KubeObject]:
         return []
 
+    def namespace_labels(self, name: str) -> dict[str, str]:
+        """The labels of namespace ``name`` (an administrator's, never a pod author's:
+        the device plugin honours an opt-out only where one is set). Raises
+        ``NotFoundError``, ``ApiUnavailableError``."""
+        ns: KubeObject = call(f"get namespace {name}", self.core.read_namespace, name)
+        return dict((ns.get("metadata") or {}).get("labels") or {})
+
 
 class NodeKubeCluster(KubeCluster):
     """The device plugin's store: caches of its own Node and of the pods bound to it
@@ -113,3 +120,8 @@ class NodeKubeCluster(KubeCluster):
 
     def list_quotas(self, namespace: str) -> list[KubeObject]:
         return []
+
+    def namespace_labels(self, name: str) -> dict[str, str]:
+        """``DirectKubeCluster.namespace_labels`` (read live: asked only for a container
+        that sets ``CUDA_DISABLE_CONTROL``)."""
+        return self.live.namespace_labels(name)

@@ -45,6 +45,7 @@ class MemoryCluster:
         self._nodes: dict[str, KubeObject] = {}
         self._pods: dict[tuple[str, str], KubeObject] = {}
         self._quotas: dict[tuple[str, str], KubeObject] = {}
+        self._namespace_labels: dict[str, dict[str, str]] = {}
         # node name -> pods assigned to it (annotation or spec.nodeName): the scheduler
         # asks per node on every filter, so it must not scan every pod of the cluster.
         self._by_node: dict[str, set[tuple[str, str]]] = {}
@@ -232,6 +233,16 @@ class MemoryCluster:
             return [
                 copy.deepcopy(q) for (ns, _), q in sorted(self._quotas.items()) if ns == namespace
             ]
+
+    def label_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        """Set namespace ``name``'s labels (an administrator's; namespaces exist implicitly)."""
+        with self._lock:
+            self._namespace_labels[name] = dict(labels)
+
+    def namespace_labels(self, name: str) -> dict[str, str]:
+        """The labels ``label_namespace`` set (none for any other namespace)."""
+        with self._lock:
+            return dict(self._namespace_labels.get(name, {}))
 
     def record_event(self, obj: KubeObject, *, type: str, reason: str, message: str) -> None:
         self.record_event_series(obj, type=type, reason=reason, message=message, count=1)

@@ -56,6 +56,7 @@ from hami_core.scheduling.usage import is_live
 from .allocate import finish_allocation
 from .cdi import CdiWriter
 from .devices import physical_uuid, preferred_allocation
+from .optout import allowed_container
 from .pending import Candidates, PendingPod, consumed, find_candidates, select_pod
 from .progress import ProgressOverlay
 
@@ -327,10 +328,13 @@ class Allocator:
         uid = str(meta.get("uid") or "")
         answers = []
         for container in pending.remaining[:n]:
+            spec = allowed_container(
+                container.spec, pending.namespace, getattr(self.store, "namespace_labels", None)
+            )
             alloc = self.manager.allocate(
                 self.vendor,
                 pending.pod,
-                container.spec,
+                spec,
                 container.devices,
                 node_devices=self.node_devices(),
             )

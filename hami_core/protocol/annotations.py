@@ -35,3 +35,10 @@ WEBHOOK_IGNORE_VALUE = "ignore"
 #: admission is denied (PROTOCOL.md §6). Vendor device-list keys are added from each
 #: backend's ``DeviceTypeInfo``.
 SCHEDULER_OWNED = (VGPU_NODE, VGPU_TIME, BIND_PHASE, BIND_TIME, DEVICE_ALLOCATED_JSON)
+
+#: The shim's opt-out variable (PROTOCOL.md §7) and the namespace label, set by an
+#: administrator, that lets a container set it: the webhook admits it and the device
+#: plugin honours it only in such a namespace (so a webhook outage cannot turn it on).
+DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
+DISABLE_CONTROL_LABEL = "hami.io/disable-control"
+DISABLE_CONTROL_ALLOW = "allow"

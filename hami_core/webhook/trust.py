@@ -48,10 +48,10 @@ SHIM_ENV_PREFIXES: Final = (
     "CUDA_DEVICE_SM_LIMIT_",
     "CUDA_DEVICE_CORE_LIMIT_",
 )
-DISABLE_CONTROL: Final = "CUDA_DISABLE_CONTROL"
+DISABLE_CONTROL: Final = keys.DISABLE_CONTROL_ENV
 #: Namespace label (set by an administrator) that lets containers set CUDA_DISABLE_CONTROL.
-DISABLE_CONTROL_LABEL: Final = "hami.io/disable-control"
-DISABLE_CONTROL_ALLOW: Final = "allow"
+DISABLE_CONTROL_LABEL: Final = keys.DISABLE_CONTROL_LABEL
+DISABLE_CONTROL_ALLOW: Final = keys.DISABLE_CONTROL_ALLOW
 
 
 def is_shim_variable(name: str) -> bool:

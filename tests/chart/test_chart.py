@@ -411,3 +411,46 @@ def test_disabled_parts_render_nothing():
         and k != ("Service", "hami-scheduler-metrics")  # the scheduler's, which still runs
     ]
     assert ("Deployment", "hami-scheduler") in kinds and ("Deployment", "hami-webhook") not in kinds
+
+
+@pytest.mark.parametrize("policy", ["Ignore", "Fail"])
+def test_failure_policy_both_ways_keeps_the_release_namespace_exempt(policy: str):
+    """Issue #12 item 4: Fail is offered as a value; either way the release's own
+    namespace (its webhook, scheduler and device plugin pods) and the whitelist are out of
+    the webhook's reach, so with Fail the webhook can still start while it is down, and
+    nothing else about the review changes."""
+    values = {
+        "scheduler": {
+            "admissionWebhook": {"failurePolicy": policy, "whitelistNamespaces": ["kube-system"]}
+        }
+    }
+    objs = render(values)
+    (hook,) = find(objs, "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    assert hook["failurePolicy"] == policy
+    exempt = {"key": "kubernetes.io/metadata.name", "operator": "NotIn"}
+    (names,) = [
+        e for e in hook["namespaceSelector"]["matchExpressions"] if exempt.items() <= e.items()
+    ]
+    assert names["values"] == ["hami-system", "kube-system"]
+    ignore = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
+    assert ignore in hook["namespaceSelector"]["matchExpressions"]
+    (rule,) = hook["rules"]
+    assert rule["operations"] == ["CREATE", "UPDATE"] and rule["resources"] == [
+        "pods",
+        "pods/status",
+    ]
+    assert not (hook.get("objectSelector") or {}).get("matchExpressions")
+    notes = helm_python.Chart.load(CHART).render(values, name="hami", namespace="hami-system")
+    assert f"failurePolicy {policy}" in next(t for p, t in notes.items() if p.endswith("NOTES.txt"))
+
+
+def test_the_ha_example_fails_closed_with_kube_system_exempt():
+    objs = render(example_values(next(p for p in EXAMPLES if p.name == "ha.yaml")))
+    (hook,) = find(objs, "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    assert hook["failurePolicy"] == "Fail"
+    assert {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "NotIn",
+        "values": ["hami-system", "kube-system"],
+    } in hook["namespaceSelector"]["matchExpressions"]
+    assert find(objs, "Deployment", "hami-webhook")["spec"]["replicas"] == 2

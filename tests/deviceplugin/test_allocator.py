@@ -646,3 +646,46 @@ def test_the_limits_reach_the_container_as_a_read_only_file_env_cannot_override(
     assert stat.S_IMODE(host.stat().st_mode) == 0o644
     shared = {m.container_path: m for m in answer.mounts}["/usr/local/vgpu/shared"]
     assert not host.is_relative_to(shared.host_path)  # not inside the writable directory
+
+
+@pytest.mark.parametrize(
+    ("labels", "off"),
+    [
+        ({}, False),
+        ({keys.DISABLE_CONTROL_LABEL: "yes"}, False),
+        ({keys.DISABLE_CONTROL_LABEL: keys.DISABLE_CONTROL_ALLOW}, True),
+    ],
+    ids=["unlabelled", "other-value", "allowed"],
+)
+def test_the_limiter_opt_out_needs_the_namespace_label_even_past_the_webhook(
+    cluster, nvidia, bound_pod: BindPod, labels, off
+):
+    """Issue #12 items 1 and 4: a pod admitted unreviewed (webhook outage under
+    failurePolicy Ignore) with CUDA_DISABLE_CONTROL=true in its env keeps the preload and
+    its limits unless an administrator labelled the namespace."""
+    cluster.label_namespace("default", labels)
+    c = ctr("main", gpu=1, gpumem=3000)
+    c["env"] = [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}, {"name": "A", "value": "b"}]
+    bound_pod(cluster, nvidia, gpu_pod("p", c), NODE)
+    (uuid,) = assigned(cluster, "p")[0]
+    (answer,) = allocator(cluster, nvidia).allocate([ids_on(uuid)])
+    paths = {m.container_path: m for m in answer.mounts}
+    assert ("/etc/ld.so.preload" not in paths) is off
+    limits = Path(paths["/usr/local/vgpu/limits"].host_path).read_text().splitlines()
+    assert ("CUDA_DISABLE_CONTROL=true" in limits) is off
+    assert "CUDA_DEVICE_MEMORY_LIMIT_0=3000m" in limits
+
+
+def test_the_opt_out_fails_closed_when_the_namespace_cannot_be_read(cluster, nvidia, bound_pod):
+    from hami_core.errors import NotFoundError
+
+    def unreadable(name):
+        raise NotFoundError(f"namespace {name}: not found")
+
+    cluster.namespace_labels = unreadable  # type: ignore[method-assign]
+    c = ctr("main", gpu=1, gpumem=3000)
+    c["env"] = [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}]
+    bound_pod(cluster, nvidia, gpu_pod("p", c), NODE)
+    (uuid,) = assigned(cluster, "p")[0]
+    (answer,) = allocator(cluster, nvidia).allocate([ids_on(uuid)])
+    assert "/etc/ld.so.preload" in {m.container_path for m in answer.mounts}

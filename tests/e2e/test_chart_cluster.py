@@ -347,6 +347,9 @@ def test_least_privilege_rbac_as_the_api_server_authorizes_it(cluster: Cluster):
     assert _can(cluster, dp, "patch", "nodes", name="gpu-1", namespace="")
     assert _can(cluster, dp, "list", "pods", namespace="")
     assert _can(cluster, dp, "patch", "pods", namespace="default")
+    assert _can(cluster, dp, "get", "namespaces", name="default", namespace="")  # opt-out label
+    assert not _can(cluster, dp, "list", "namespaces", namespace="")
+    assert not _can(cluster, dp, "patch", "namespaces", name="default", namespace="")
     assert not _can(cluster, dp, "get", "secrets", name="hami-webhook-tls")
     assert not _can(cluster, dp, "delete", "pods", namespace="default")
     assert not _can(cluster, dp, "create", "pods/binding", namespace="default")

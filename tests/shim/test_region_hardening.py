@@ -137,8 +137,11 @@ def test_the_device_plugin_makes_the_container_directory_sticky(tmp_path):
 
 def test_the_limits_file_wins_over_the_containers_env(shim, tmp_path):
     limits = tmp_path / "limits"
+    # the region path too: without it the shim uses the machine-wide default under /tmp,
+    # which another build's region (another size) may hold
     limits.write_text(
         f"NVIDIA_VISIBLE_DEVICES={GPU0}\nCUDA_DEVICE_MEMORY_LIMIT_0=512m\nCUDA_DEVICE_SM_LIMIT=30\n"
+        f"CUDA_DEVICE_MEMORY_SHARED_CACHE={shim.region}\n"
     )
     r = shim.probe(
         "init",
@@ -159,7 +162,9 @@ def test_the_limits_file_wins_over_the_containers_env(shim, tmp_path):
 
 def test_a_limit_missing_from_the_file_is_not_taken_from_env(shim, tmp_path):
     limits = tmp_path / "limits"
-    limits.write_text(f"NVIDIA_VISIBLE_DEVICES={GPU0}\n")
+    limits.write_text(
+        f"NVIDIA_VISIBLE_DEVICES={GPU0}\nCUDA_DEVICE_MEMORY_SHARED_CACHE={shim.region}\n"
+    )
     r = shim.probe(
         "init",
         "ctx",
