@@ -329,7 +329,10 @@ class BackendConformance:
             ),
         )
         try:
-            res = manager.allocate(dtype.vendor, self._pod(container), container, slice_)
+            # as the device plugin calls it: with the node's discovered devices
+            res = manager.allocate(
+                dtype.vendor, self._pod(container), container, slice_, node_devices=devices
+            )
         except Exception as exc:  # a backend without hami_allocate is reported, not crashed on
             pytest.fail(f"hami_allocate failed: {exc}")
         assert isinstance(res, ContainerAllocation)

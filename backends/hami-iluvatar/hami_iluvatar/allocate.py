@@ -1,8 +1,10 @@
 """What our device plugin adds to an Iluvatar container.
 
-The CoreX driver exposes GPU ``<i>`` as ``/dev/iluvatar<i>``; the container gets the
-device nodes of its GPUs only, found by index from the discovered devices (or, where
-none were discovered, from the inventory's ``index``). vGPU memory and core limits are
+The CoreX driver exposes GPU ``<i>`` as ``/dev/iluvatar<i>`` (the device node public
+CoreX container examples pass with ``--device``; not from Iluvatar's device plugin); the
+container gets the device nodes of its GPUs only, by the index of ``node_devices`` (the
+inventory in ``hami simulate``). hami's device plugin does not serve Iluvatar GPUs
+(no discovery: see the README). vGPU memory and core limits are
 enforced by Iluvatar's own runtime (its device plugin and ``SOL_CONTINER_NAME``); hami's
 shim does not run on these GPUs.
 """
@@ -24,14 +26,14 @@ def allocate(devices: ContainerDevices, node_devices: Sequence[DeviceInfo]) -> C
     """Device nodes ``/dev/iluvatar<i>`` for one container's GPUs (none without GPUs).
 
     Raises:
-        InvalidInputError: a GPU is not among the node's discovered devices (when the
-            device plugin discovered any).
+        InvalidInputError: a GPU is not among ``node_devices`` (its index is unknown).
     """
     index = {d.uuid: d.index for d in node_devices}
     nodes = []
     for d in devices:
-        if node_devices and d.uuid not in index:
+        if d.uuid not in index:
+            # never a guess: GPU 0 for an unknown index would hand out another's GPU
             raise InvalidInputError(f"Iluvatar GPU {d.uuid} is not on this node")
-        path = f"/dev/iluvatar{index.get(d.uuid, 0)}"
+        path = f"/dev/iluvatar{index[d.uuid]}"
         nodes.append(DeviceNode(container_path=path, host_path=path, permissions="rw"))
     return ContainerAllocation(device_nodes=tuple(nodes))

@@ -187,3 +187,46 @@ def test_quota_in_256_mib_units():
     )
     over = p.submit(pod("b", {"iluvatar.ai/MR-V100-vgpu": "1", "iluvatar.ai/MR-V100.vMem": "1"}))
     assert "limits.iluvatar.ai/MR-V100.vMem" in over.denied
+
+
+def test_allocate_gives_the_device_nodes_of_the_containers_gpus_by_index():
+    from hami_iluvatar import allocate
+
+    from hami_core.model import ContainerDevice
+
+    gpus = [
+        DeviceInfo(
+            uuid=f"ILU-{i}",
+            vendor="MR-V100",
+            model="MR-V100",
+            index=i,
+            split_count=10,
+            memory_mib=32768,
+            cores_pct=100,
+        )
+        for i in range(3)
+    ]
+    slices = tuple(
+        ContainerDevice(uuid=u, vendor="MR-V100", memory_mib=1024, cores_pct=100)
+        for u in ("ILU-2", "ILU-1")
+    )
+    out = allocate.allocate(slices, gpus)
+    assert [n.host_path for n in out.device_nodes] == ["/dev/iluvatar2", "/dev/iluvatar1"]
+    # an index nobody knows is an error, never GPU 0
+    with pytest.raises(InvalidInputError, match="ILU-2 is not on this node"):
+        allocate.allocate(slices, [])
+    with pytest.raises(InvalidInputError, match="ILU-9"):
+        allocate.allocate(
+            (ContainerDevice(uuid="ILU-9", vendor="MR-V100", memory_mib=1, cores_pct=1),), gpus
+        )
+
+
+def test_pipeline_allocation_names_the_chosen_gpu_node():
+    p = pipeline(ilu_node(), backends=("iluvatar",))
+    out = p.submit(pod("one", {"iluvatar.ai/MR-V100-vgpu": "1", "iluvatar.ai/MR-V100.vMem": "4"}))
+    assert out.node == "ilu-1" and out.error == ""
+    ann = p.cluster.get_pod("default", "one")["metadata"]["annotations"]
+    (entry,) = decode_pod_devices(ann["hami.io/MR-V100-devices-allocated"])
+    index = int(entry[0].uuid.rsplit("-", 1)[-1])
+    (node_,) = out.allocations["main"].device_nodes
+    assert node_.host_path == f"/dev/iluvatar{index}"
