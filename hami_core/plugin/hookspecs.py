@@ -3,7 +3,7 @@
 Every hook a vendor backend can implement is specified here, and only here. The core
 calls hooks exclusively through ``hami_core.plugin.BackendManager``, which dispatches by
 vendor: ``hami_fit``, ``hami_score`` and ``hami_allocate`` go only to the backend that
-owns the vendor key; ``hami_discover``, ``hami_watch_health`` and ``hami_link_scores`` go
+owns the vendor key (so does the optional batch ``hami_fit_nodes``); ``hami_discover``, ``hami_watch_health`` and ``hami_link_scores`` go
 to the one backend a device plugin serves; ``hami_node_devices`` to the backend of the
 vendor key; ``hami_mutate`` to the backend whose request a container holds;
 ``hami_parse_request`` goes to every backend, and each answers ``None`` for a container
@@ -236,6 +236,31 @@ def hami_fit(
     same requests, annotations and policy while the node's usage is unchanged), and a
     device that is unhealthy, cordoned, at its split count or short of the request's
     memory is never placed on (such nodes are rejected without calling this hook).
+    """
+
+
+@_hookspec
+def hami_fit_nodes(
+    request: DeviceRequest,
+    nodes: Sequence[tuple[NodeInfo, Sequence[DeviceUsage], Sequence[ContainerDevices]]],
+    pod: Pod,
+    policy: DevicePolicy,
+    config: VendorConfig,
+) -> Sequence[FitResult] | None:
+    """Optional batch form of ``hami_fit``: one container's request on many nodes.
+
+    Called by: the scheduler's fit driver, once per container request and vendor for
+    every candidate node whose fit is not known already (a pod of a new shape, nodes
+    whose usage changed), instead of one ``hami_fit`` per node. Only the backend that
+    owns ``request.vendor`` is called. A backend without it gets ``hami_fit`` per node
+    (the core's default), so implementing it is only ever a speed-up.
+    Args:
+        nodes: ``(node, usage, allocated)`` triples, each as ``hami_fit`` receives
+            them for that node.
+        request, pod, policy, config: as ``hami_fit``.
+    Returns: one ``FitResult`` per node, in order, each exactly what ``hami_fit`` would
+        answer for that node (the conformance kit checks this); None to decline (the
+        core then calls ``hami_fit`` per node).
     """
 
 

@@ -327,36 +327,71 @@ class BackendManager:
                 node.
         """
         name = self.backend_of(request.vendor)
+        usage = tuple(usage)
         result = self._call_one(
             name,
             "hami_fit",
             FitResult,
             request=request,
             node=node,
-            usage=tuple(usage),
+            usage=usage,
             pod=pod,
             policy=policy,
             config=self.vendor_config(name),
             allocated=tuple(allocated),
         )
-        if result is None:
+        return _checked_fit(name, "hami_fit", request, usage, result)
+
+    def fit_nodes(
+        self,
+        request: DeviceRequest,
+        nodes: Sequence[tuple[NodeInfo, Sequence[DeviceUsage], Sequence[ContainerDevices]]],
+        *,
+        pod: Pod,
+        policy: DevicePolicy,
+    ) -> list[FitResult]:
+        """``fit`` on many nodes in one dispatch: the backend's ``hami_fit_nodes`` when
+        it implements that optional hook, else its ``hami_fit`` once per node (the
+        core's default, so a backend with only ``hami_fit`` works unchanged).
+
+        Args:
+            nodes: ``(node, usage of its devices of request.vendor, allocated)``
+                triples; ``allocated`` as ``fit``'s, for that node.
+
+        Returns:
+            One ``FitResult`` per node, in order.
+
+        Raises:
+            BackendError: as ``fit``, for any node; or a batch answer whose length is
+                not the number of nodes.
+        """
+        if not nodes:
+            return []
+        name = self.backend_of(request.vendor)
+        batch = [(node, tuple(usage), tuple(allocated)) for node, usage, allocated in nodes]
+        results = self._call_one(
+            name,
+            "hami_fit_nodes",
+            (list, tuple),
+            request=request,
+            nodes=batch,
+            pod=pod,
+            policy=policy,
+            config=self.vendor_config(name),
+        )
+        if results is None:
+            return [
+                self.fit(request, node, usage, pod=pod, policy=policy, allocated=allocated)
+                for node, usage, allocated in batch
+            ]
+        if len(results) != len(batch):
             raise BackendError(
-                name, f"hami_fit returned None for its own vendor {request.vendor!r}"
+                name, f"hami_fit_nodes answered {len(results)} results for {len(batch)} nodes"
             )
-        if result.fits:
-            uuids = [d.uuid for d in result.devices]
-            known = {u.device.uuid for u in usage}
-            if (
-                len(uuids) != request.count
-                or len(set(uuids)) != len(uuids)
-                or not set(uuids) <= known
-            ):
-                raise BackendError(
-                    name,
-                    f"hami_fit placed {uuids} for a request of {request.count} distinct devices "
-                    f"among {sorted(known)}",
-                )
-        return cast(FitResult, result)
+        return [
+            _checked_fit(name, "hami_fit_nodes", request, usage, result)
+            for (_, usage, _), result in zip(batch, results, strict=True)
+        ]
 
     def score(
         self,
@@ -655,6 +690,27 @@ class BackendManager:
             others = [p for n, p in self._pm.list_name_plugin() if n != name]
             self._callers[key] = self._pm.subset_hook_caller(hook, remove_plugins=others)
         return self._callers[key]  # type: ignore[no-any-return]
+
+
+def _checked_fit(
+    name: str, hook: str, request: DeviceRequest, usage: Sequence[DeviceUsage], result: Any
+) -> FitResult:
+    """``result`` when it is a ``FitResult`` placing ``request.count`` distinct devices
+    of ``usage`` (or none), else a ``BackendError`` naming the backend."""
+    if result is None:
+        raise BackendError(name, f"{hook} returned None for its own vendor {request.vendor!r}")
+    if not isinstance(result, FitResult):
+        raise BackendError(name, f"{hook} returned {type(result).__name__}, expected FitResult")
+    if result.fits:
+        uuids = [d.uuid for d in result.devices]
+        known = {u.device.uuid for u in usage}
+        if len(uuids) != request.count or len(set(uuids)) != len(uuids) or not set(uuids) <= known:
+            raise BackendError(
+                name,
+                f"{hook} placed {uuids} for a request of {request.count} distinct devices "
+                f"among {sorted(known)}",
+            )
+    return result
 
 
 def _load(ep: EntryPoint) -> object:

@@ -8,7 +8,7 @@ a pod being placed has not started, so its init containers always count).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -80,63 +80,132 @@ def fit_pod(
     Returns:
         A ``NodeFit``; never raises for "does not fit".
     """
-    for vendor in request.vendors:
-        if vendor in node.unregistered:
-            return NodeFit(
-                node=node.name,
-                reason=f"{ReasonCode.NODE_UNREGISTERED.value} ({node.unregistered[vendor]})",
-            )
-    n_containers = len(request.containers)
-    placed: dict[str, list[ContainerDevices]] = {
-        v: [() for _ in range(n_containers)] for v in request.vendors
+    (fit,) = fit_pod_nodes(pod, request, [(node, usage)], manager, policy=policy, batch=False)
+    if fit.allocation is None or not quota_limits:
+        return fit
+    charge = {
+        (vendor, measure): value
+        for vendor, devices in fit.allocation.devices.items()
+        for measure, value in charge_of(pod, devices, manager.device_type(vendor)).items()
     }
-    working = dict(usage)
+    message = quota_violation(quota_limits, quota_used or {}, charge)
+    if message:
+        return NodeFit(
+            node=node.name, reason=f"{ReasonCode.RESOURCE_QUOTA_NOT_FIT.value} ({message})"
+        )
+    return fit
+
+
+def fit_pod_nodes(
+    pod: Mapping[str, Any],
+    request: PodRequest,
+    nodes: Sequence[tuple[NodeInfo, Mapping[str, DeviceUsage]]],
+    manager: BackendManager,
+    *,
+    policy: DevicePolicy,
+    batch: bool = True,
+) -> list[NodeFit]:
+    """``fit_pod`` (without quota) on many nodes at once: container by container, each
+    request goes to its backend in one call for every node still in the running
+    (``BackendManager.fit_nodes``: the optional batch hook ``hami_fit_nodes``, else
+    ``hami_fit`` per node), so a pod of a new shape costs one dispatch per container
+    and vendor rather than one per node.
+
+    Args:
+        nodes: ``(node, usage)`` pairs; usage as ``fit_pod``'s, excluding this pod.
+        batch: False to call ``hami_fit`` per node (one node, or isolating a failure).
+
+    Returns:
+        One ``NodeFit`` per node, in order; never raises for "does not fit".
+    """
+    out: list[NodeFit | None] = [None] * len(nodes)
+    n_containers = len(request.containers)
+    placed: list[dict[str, list[ContainerDevices]]] = []
+    working: list[dict[str, DeviceUsage]] = []
+    alive: list[int] = []
+    for i, (node, usage) in enumerate(nodes):
+        broken = next((v for v in request.vendors if v in node.unregistered), None)
+        placed.append({v: [() for _ in range(n_containers)] for v in request.vendors})
+        if broken is not None:
+            out[i] = NodeFit(
+                node=node.name,
+                reason=f"{ReasonCode.NODE_UNREGISTERED.value} ({node.unregistered[broken]})",
+            )
+            working.append({})
+        else:
+            alive.append(i)
+            working.append(dict(usage))  # app containers are charged as they are placed
     for pos, container in enumerate(request.containers):
-        base = usage if container.init else working
         for req in container.devices:
-            vendor_usage = tuple(u for u in base.values() if u.device.vendor == req.vendor)
+            if not alive:
+                break
+            views = [
+                tuple(
+                    u
+                    for u in (nodes[i][1] if container.init else working[i]).values()
+                    if u.device.vendor == req.vendor
+                )
+                for i in alive
+            ]
             # HAMi's ``allocated``: the earlier containers of the same kind (init
             # containers run one after another, app containers together).
-            earlier = tuple(
-                devices
-                for prior, devices in zip(
-                    request.containers[:pos], placed[req.vendor], strict=False
+            kin = [
+                p
+                for p, prior in enumerate(request.containers[:pos])
+                if prior.init == container.init
+            ]
+            items = [
+                (
+                    nodes[i][0],
+                    v,
+                    tuple(placed[i][req.vendor][p] for p in kin if placed[i][req.vendor][p]),
                 )
-                if prior.init == container.init and devices
+                for i, v in zip(alive, views, strict=True)
+            ]
+            results = (
+                manager.fit_nodes(req, items, pod=pod, policy=policy)
+                if batch
+                else [
+                    manager.fit(req, n, u, pod=pod, policy=policy, allocated=a) for n, u, a in items
+                ]
             )
-            result = manager.fit(req, node, vendor_usage, pod=pod, policy=policy, allocated=earlier)
-            if not result.fits:
-                summary = (
-                    result.summary(len(vendor_usage))
-                    if vendor_usage
-                    else (ReasonCode.NODE_INSUFFICIENT_DEVICE.value)
-                )
-                return NodeFit(
-                    node=node.name,
-                    reason=summary,
-                    miss=ContainerMiss(
-                        container=container.name,
-                        vendor=req.vendor,
-                        result=result,
-                        devices_of_vendor=len(vendor_usage),
-                    ),
-                )
-            placed[req.vendor][pos] = result.devices
-            if not container.init:
-                for d in result.devices:
-                    working[d.uuid] = working[d.uuid].charged(
-                        memory_mib=d.memory_mib, cores_pct=d.cores_pct
+            still: list[int] = []
+            for i, vendor_usage, result in zip(alive, views, results, strict=True):
+                node = nodes[i][0]
+                if not result.fits:
+                    summary = (
+                        result.summary(len(vendor_usage))
+                        if vendor_usage
+                        else ReasonCode.NODE_INSUFFICIENT_DEVICE.value
                     )
-    allocation = Allocation(node=node.name, devices={v: tuple(c) for v, c in placed.items()})
-    if quota_limits:
-        charge = {
-            (vendor, measure): value
-            for vendor, devices in allocation.devices.items()
-            for measure, value in charge_of(pod, devices, manager.device_type(vendor)).items()
-        }
-        message = quota_violation(quota_limits, quota_used or {}, charge)
-        if message:
-            return NodeFit(
-                node=node.name, reason=f"{ReasonCode.RESOURCE_QUOTA_NOT_FIT.value} ({message})"
-            )
-    return NodeFit(node=node.name, allocation=allocation)
+                    out[i] = NodeFit(
+                        node=node.name,
+                        reason=summary,
+                        miss=ContainerMiss(
+                            container=container.name,
+                            vendor=req.vendor,
+                            result=result,
+                            devices_of_vendor=len(vendor_usage),
+                        ),
+                    )
+                    continue
+                placed[i][req.vendor][pos] = result.devices
+                if not container.init:
+                    w = working[i]
+                    for d in result.devices:
+                        w[d.uuid] = w[d.uuid].charged(
+                            memory_mib=d.memory_mib, cores_pct=d.cores_pct
+                        )
+                still.append(i)
+            alive = still
+    for i in alive:
+        node = nodes[i][0]
+        out[i] = NodeFit(
+            node=node.name,
+            allocation=Allocation(
+                node=node.name, devices={v: tuple(c) for v, c in placed[i].items()}
+            ),
+        )
+    done = [f for f in out if f is not None]
+    assert len(done) == len(nodes)  # every node ended placed or with its reason
+    return done

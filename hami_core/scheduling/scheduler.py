@@ -36,7 +36,7 @@ from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import encode_pod_devices
 
-from .fitting import ContainerMiss, NodeFit, fit_pod
+from .fitting import ContainerMiss, NodeFit, fit_pod, fit_pod_nodes
 from .nodelock import LONGEST_BIND_S, acquire_node_lock, holds_node_lock, release_node_lock
 from .nodes import read_node
 from .podspec import read_pod_request
@@ -267,6 +267,8 @@ class Scheduler:
                 else {}
             )
             now = self.clock()
+            entries: dict[str, tuple[NodeFit, float, dict[tuple[str, str], int]]] = {}
+            cold: list[NodeState] = []  # nodes whose fit for this shape is not known
             for name in names:
                 try:
                     node = self.state.node(name, now=now)
@@ -283,38 +285,37 @@ class Scheduler:
                             continue
                     if request.uid and request.uid in node.uids:  # re-fit: own share left out
                         usage = self.state.node_usage(name, exclude_uid=request.uid)
-                        entry = self._fit(fit_view, request, node, usage, policies, memo=False)
+                        entries[name] = self._fit(fit_view, request, node, usage, policies)
                     elif memo_key in node.memo:
-                        entry = node.memo[memo_key]
+                        entries[name] = node.memo[memo_key]
                     else:
-                        assert node.usage is not None
-                        entry = self._fit(fit_view, request, node, node.usage, policies)
-                        if len(node.memo) >= MEMO_PER_NODE:  # forget the oldest shape
-                            del node.memo[next(iter(node.memo))]
-                        node.memo[memo_key] = entry
-                    fit, score, charge = entry
-                    if fit.allocation is not None and limits:
-                        message = quota_violation(limits, used, charge)
-                        if message:
-                            fit = NodeFit(
-                                node=name,
-                                reason=f"{ReasonCode.RESOURCE_QUOTA_NOT_FIT.value} ({message})",
-                            )
-                    fits[name] = fit
-                    if fit.allocation is not None:
-                        feasible.append(name)
-                        scores[name] = score
-                    else:
-                        failed[name] = fit.reason
+                        missed = self._prefiltered(request, node) if self.use_prefilter else None
+                        if missed is None:
+                            cold.append(node)
+                        else:
+                            entries[name] = self._memo(node, memo_key, missed)
                 except Exception as exc:  # one node's garbage never fails the whole request
-                    log.warning("node %s is unusable: %s: %s", name, type(exc).__name__, exc)
-                    fits.pop(name, None)
-                    scores.pop(name, None)
-                    if name in feasible:
-                        feasible.remove(name)
-                    failed[name] = (
-                        f"{ReasonCode.NODE_UNREGISTERED.value} (cannot read node: {type(exc).__name__})"
-                    )
+                    failed[name] = self._unusable(name, exc)
+            if cold:
+                entries.update(self._fit_cold(fit_view, request, cold, policies, memo_key))
+            for name in names:
+                entry = entries.get(name)
+                if entry is None:
+                    continue
+                fit, score, charge = entry
+                if fit.allocation is not None and limits:
+                    message = quota_violation(limits, used, charge)
+                    if message:
+                        fit = NodeFit(
+                            node=name,
+                            reason=f"{ReasonCode.RESOURCE_QUOTA_NOT_FIT.value} ({message})",
+                        )
+                fits[name] = fit
+                if fit.allocation is not None:
+                    feasible.append(name)
+                    scores[name] = score
+                else:
+                    failed[name] = fit.reason
             self._log_problems()
         result = FilterResult(
             feasible=tuple(feasible), failed=failed, fits=fits, scores=scores, policies=policies
@@ -333,6 +334,91 @@ class Scheduler:
                 found = self._shapes[shape] = next(self._shape_ids)
             return found
 
+    @staticmethod
+    def _unusable(name: str, exc: Exception) -> str:
+        log.warning("node %s is unusable: %s: %s", name, type(exc).__name__, exc)
+        return f"{ReasonCode.NODE_UNREGISTERED.value} (cannot read node: {type(exc).__name__})"
+
+    @staticmethod
+    def _memo(
+        node: NodeState, key: int, entry: tuple[NodeFit, float, dict[tuple[str, str], int]]
+    ) -> tuple[NodeFit, float, dict[tuple[str, str], int]]:
+        if len(node.memo) >= MEMO_PER_NODE:  # forget the oldest shape
+            del node.memo[next(iter(node.memo))]
+        node.memo[key] = entry
+        return entry
+
+    def _fit_cold(
+        self,
+        pod: Mapping[str, Any],
+        request: PodRequest,
+        nodes: Sequence[NodeState],
+        policies: Policies,
+        memo_key: int,
+    ) -> dict[str, tuple[NodeFit, float, dict[tuple[str, str], int]]]:
+        """Fit the pod on every node of ``nodes`` at once (one backend dispatch per
+        container request, ``fitting.fit_pod_nodes``) and memoise each answer. When the
+        batch fails (a backend's garbage answer for one node), each node is fitted on its
+        own, so only the node at fault is marked unusable."""
+        out: dict[str, tuple[NodeFit, float, dict[tuple[str, str], int]]] = {}
+        try:
+            fits = fit_pod_nodes(
+                pod,
+                request,
+                [(n.info, n.usage or {}) for n in nodes],
+                self.manager,
+                policy=policies.device,
+            )
+        except Exception:
+            for node in nodes:
+                try:
+                    assert node.usage is not None
+                    out[node.name] = self._memo(
+                        node, memo_key, self._fit(pod, request, node, node.usage, policies)
+                    )
+                except Exception as exc:
+                    out[node.name] = (
+                        NodeFit(node=node.name, reason=self._unusable(node.name, exc)),
+                        0.0,
+                        {},
+                    )
+            return out
+        for node, fit in zip(nodes, fits, strict=True):
+            try:
+                assert node.usage is not None
+                out[node.name] = self._memo(
+                    node, memo_key, self._scored(pod, node, node.usage, fit, policies)
+                )
+            except Exception as exc:
+                out[node.name] = (
+                    NodeFit(node=node.name, reason=self._unusable(node.name, exc)),
+                    0.0,
+                    {},
+                )
+        return out
+
+    def _prefiltered(
+        self, request: PodRequest, node: NodeState
+    ) -> tuple[NodeFit, float, dict[tuple[str, str], int]] | None:
+        """The node's answer when the pre-filter rejects it in O(1), else None."""
+        miss = prefilter_miss(node, request)
+        if miss is None:
+            return None
+        container, vendor, result = miss
+        total = sum(1 for d in node.info.devices if d.vendor == vendor)
+        reason = result.summary(total) if total else ReasonCode.NODE_INSUFFICIENT_DEVICE.value
+        return (
+            NodeFit(
+                node=node.name,
+                reason=reason,
+                miss=ContainerMiss(
+                    container=container, vendor=vendor, result=result, devices_of_vendor=total
+                ),
+            ),
+            0.0,
+            {},
+        )
+
     def _fit(
         self,
         pod: Mapping[str, Any],
@@ -340,33 +426,20 @@ class Scheduler:
         node: NodeState,
         usage: Mapping[str, DeviceUsage],
         policies: Policies,
-        *,
-        memo: bool = True,
     ) -> tuple[NodeFit, float, dict[tuple[str, str], int]]:
         """One node's fit (without quota), its score and its quota charge."""
-        if self.use_prefilter and memo:
-            miss = prefilter_miss(node, request)
-            if miss is not None:
-                container, vendor, result = miss
-                total = sum(1 for d in node.info.devices if d.vendor == vendor)
-                reason = (
-                    result.summary(total) if total else ReasonCode.NODE_INSUFFICIENT_DEVICE.value
-                )
-                return (
-                    NodeFit(
-                        node=node.name,
-                        reason=reason,
-                        miss=ContainerMiss(
-                            container=container,
-                            vendor=vendor,
-                            result=result,
-                            devices_of_vendor=total,
-                        ),
-                    ),
-                    0.0,
-                    {},
-                )
         fit = fit_pod(pod, request, node.info, usage, self.manager, policy=policies.device)
+        return self._scored(pod, node, usage, fit, policies)
+
+    def _scored(
+        self,
+        pod: Mapping[str, Any],
+        node: NodeState,
+        usage: Mapping[str, DeviceUsage],
+        fit: NodeFit,
+        policies: Policies,
+    ) -> tuple[NodeFit, float, dict[tuple[str, str], int]]:
+        """A fit with its node score and the pod's quota charge there."""
         if fit.allocation is None:
             return fit, 0.0, {}
         score = node_score(

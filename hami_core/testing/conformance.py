@@ -280,6 +280,47 @@ class BackendConformance:
             )
             assert not result.fits, f"placed on devices with {what}: {result}"
 
+    @pytest.mark.parametrize("policy", list(DevicePolicy))
+    def test_batch_fit_answers_as_fit_per_node(
+        self, manager: BackendManager, policy: DevicePolicy
+    ) -> None:
+        """``hami_fit_nodes`` is optional (the core falls back to ``hami_fit`` per
+        node); whichever answers, ``BackendManager.fit_nodes`` must give for each node
+        exactly what ``hami_fit`` gives for it alone: here over an empty node, a half
+        used one, a full one and one with a device unhealthy."""
+        dtype = self.device_type(manager)
+        devices = self.sample_devices(dtype)
+        container = self.sample_container(dtype, count=1, memory_mib=self.device_memory_mib // 8)
+        req = self._request(manager, container)
+        pod = self._pod(container)
+        states = [
+            tuple(DeviceUsage(device=d) for d in devices),
+            tuple(
+                DeviceUsage(device=d, used_count=1, used_memory_mib=d.memory_mib // 2)
+                if i % 2 == 0
+                else DeviceUsage(device=d)
+                for i, d in enumerate(devices)
+            ),
+            tuple(DeviceUsage(device=d, used_count=d.split_count) for d in devices),
+            tuple(
+                DeviceUsage(device=attrs.evolve(d, healthy=False))
+                if i == 0
+                else DeviceUsage(device=d)
+                for i, d in enumerate(devices)
+            ),
+        ]
+        nodes = [
+            (
+                NodeInfo(name=f"conformance-node-{i}", devices=tuple(u.device for u in usage)),
+                usage,
+                (),
+            )
+            for i, usage in enumerate(states)
+        ]
+        batch = manager.fit_nodes(req, nodes, pod=pod, policy=policy)
+        one_by_one = [manager.fit(req, n, u, pod=pod, policy=policy) for n, u, _ in nodes]
+        assert batch == one_by_one
+
     @pytest.mark.parametrize("policy", list(NodePolicy))
     def test_score_follows_the_node_policy(
         self, manager: BackendManager, policy: NodePolicy

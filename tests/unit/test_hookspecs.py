@@ -38,6 +38,7 @@ KIT_HOOKS = {
     "hami_parse_request",
     "hami_mutate",
     "hami_fit",
+    "hami_fit_nodes",
     "hami_score",
     "hami_allocate",
 }

@@ -248,3 +248,53 @@ def test_hami_node_devices_is_asked_first_and_checked():
     )
     with pytest.raises(BackendError, match="not a DeviceInfo of 'TOY'"):
         wrong.node_devices("TOY", node)
+
+
+# -- the optional batch fit ------------------------------------------------------------
+
+BATCH = [
+    (NODE, (DeviceUsage(device=TOY_DEVICE),), ()),
+    (NODE, (DeviceUsage(device=TOY_DEVICE, used_count=TOY_DEVICE.split_count),), ()),
+]
+
+
+def test_a_backend_without_the_batch_hook_is_fitted_node_by_node():
+    calls = []
+    inner = ToyBackend()
+
+    def hami_fit(request, node, usage, pod, policy):
+        calls.append(node.name)
+        return inner.hami_fit(request=request, usage=usage)
+
+    manager = BackendManager.from_plugins({"toy": toy(hami_fit=hami_fit)})
+    results = manager.fit_nodes(REQ, BATCH, pod={}, policy=DevicePolicy.SPREAD)
+    assert [r.fits for r in results] == [True, False] and calls == ["n", "n"]
+
+
+def test_the_batch_hook_is_called_once_and_checked_like_fit():
+    calls = []
+    good = ToyBackend().hami_fit
+
+    def batch(request, nodes, pod, policy):
+        calls.append(len(nodes))
+        return [good(request=request, usage=u) for _, u, _ in nodes]
+
+    manager = BackendManager.from_plugins({"toy": toy(hami_fit_nodes=batch)})
+    results = manager.fit_nodes(REQ, BATCH, pod={}, policy=DevicePolicy.SPREAD)
+    assert [r.fits for r in results] == [True, False] and calls == [2]
+
+    short = BackendManager.from_plugins({"toy": toy(hami_fit_nodes=lambda nodes: [])})
+    with pytest.raises(BackendError, match="hami_fit_nodes answered 0 results for 2 nodes"):
+        short.fit_nodes(REQ, BATCH, pod={}, policy=DevicePolicy.SPREAD)
+    ghost = FitResult(
+        devices=(
+            __import__("hami_core.model", fromlist=["ContainerDevice"]).ContainerDevice(
+                uuid="GHOST", vendor="TOY", memory_mib=1, cores_pct=0
+            ),
+        )
+    )
+    liar = BackendManager.from_plugins(
+        {"toy": toy(hami_fit_nodes=lambda nodes: [ghost] * len(nodes))}
+    )
+    with pytest.raises(BackendError, match="backend 'toy': hami_fit_nodes placed"):
+        liar.fit_nodes(REQ, BATCH, pod={}, policy=DevicePolicy.SPREAD)

@@ -23,7 +23,7 @@ from hami_core.backend import (
 
 from .names import NOUSE_TYPE, NOUSE_UUID, NUMA_BIND, USE_TYPE, USE_UUID, VGPU_MODE
 
-__all__ = ["filters_of", "fit", "load", "type_matches"]
+__all__ = ["filters_of", "fit", "fit_nodes", "load", "type_matches"]
 
 
 def filters_of(pod: Mapping[str, Any]) -> DeviceFilters:
@@ -53,3 +53,16 @@ def fit(
     See ``hami_core.backend.fit.fit_devices`` for the checks, their order and the hints.
     """
     return fit_devices(request, node, usage, filters_of(pod), policy)
+
+
+def fit_nodes(
+    request: DeviceRequest,
+    nodes: Sequence[tuple[NodeInfo, Sequence[DeviceUsage], Sequence[Any]]],
+    pod: Mapping[str, Any],
+    policy: DevicePolicy,
+) -> list[FitResult]:
+    """``fit`` on every node of ``nodes`` (``(node, usage, allocated)``), the pod's
+    filter annotations read once rather than once per node; each answer is the one
+    ``fit`` gives for that node."""
+    filters = filters_of(pod)
+    return [fit_devices(request, node, usage, filters, policy) for node, usage, _ in nodes]

@@ -87,6 +87,16 @@ def hami_fit(
 
 
 @hookimpl
+def hami_fit_nodes(
+    request: DeviceRequest,
+    nodes: Sequence[tuple[NodeInfo, Sequence[DeviceUsage], Sequence[ContainerDevices]]],
+    pod: Mapping[str, Any],
+    policy: DevicePolicy,
+) -> list[FitResult] | None:
+    return fit.fit_nodes(request, nodes, pod, policy)
+
+
+@hookimpl
 def hami_allocate(
     pod: Mapping[str, Any],
     container: Mapping[str, Any],
