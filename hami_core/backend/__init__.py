@@ -44,7 +44,7 @@ from .fit import (
     load,
     node_score,
     rank_groups,
-    same_device_rule,
+    same_device_rules,
     type_matches,
 )
 from .inventory import WHOLE_CORES_PCT, inventory_device, scaled
@@ -87,7 +87,7 @@ __all__ = [
     "hookimpl",
     "inventory_device",
     "load",
-    "same_device_rule",
+    "same_device_rules",
     "node_score",
     "parse_quantity_int",
     "pointer_token",

@@ -163,24 +163,22 @@ class DeviceFilters:
         return uuid not in self.nouse_uuid
 
 
-def same_device_rule(
-    allocated: Sequence[ContainerDevices],
-) -> Callable[[DeviceUsage, DeviceRequest], ReasonCode | None] | None:
+def same_device_rules(allocated: Sequence[ContainerDevices]) -> FitRules:
     """HAMi's ``customFilterRule`` of Moore Threads and whole MetaX GPUs (HAMi 2.10
-    ``pkg/device/mthreads/device.go``, ``pkg/device/metax/device.go``): once an earlier
-    container of the pod holds devices of the vendor, a later one may only take a device
-    equal to every one of them (``CardNotFoundCustomFilterRule`` otherwise). A
-    ``FitRules.extra_check``, or None when nothing is allocated yet."""
+    ``pkg/device/mthreads/device.go``, ``pkg/device/metax/device.go``) as ``FitRules``:
+    once an earlier container of the pod holds devices of the vendor, a later one may
+    only take a device equal to every one of them (``CardNotFoundCustomFilterRule``
+    otherwise); ``GENERIC`` while nothing is allocated yet."""
     held = {d.uuid for c in allocated for d in c}
     if not held:
-        return None
+        return GENERIC
 
     def check(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode | None:
         if held == {usage.device.uuid}:
             return None
         return ReasonCode.CARD_NOT_FOUND_CUSTOM_FILTER_RULE
 
-    return check
+    return FitRules(extra_check=check)
 
 
 def device_reason(

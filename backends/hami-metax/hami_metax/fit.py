@@ -40,7 +40,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hami_core.backend import (
-    GENERIC,
     ContainerDevices,
     DeviceFilters,
     DevicePolicy,
@@ -55,7 +54,7 @@ from hami_core.backend import (
     annotations_of,
     fit_devices,
     node_score,
-    same_device_rule,
+    same_device_rules,
 )
 
 from . import GPU, SGPU
@@ -156,9 +155,7 @@ def fit(
     ann = annotations_of(pod)
     filters = DeviceFilters.from_annotations(ann, use_uuid=(USE_UUID,), nouse_uuid=(NOUSE_UUID,))
     if request.vendor == GPU:
-        same = same_device_rule(allocated)
-        whole = GENERIC if same is None else FitRules(extra_check=same)
-        return fit_devices(request, node, usage, filters, policy, whole)
+        return fit_devices(request, node, usage, filters, policy, same_device_rules(allocated))
     app_class = ann.get(APP_CLASS, "")
     online = app_class == ONLINE
     rules = FitRules(

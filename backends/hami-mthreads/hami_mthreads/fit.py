@@ -18,19 +18,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hami_core.backend import (
-    GENERIC,
     ContainerDevices,
     DeviceFilters,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
-    FitRules,
     NodeInfo,
     PodDevices,
     annotations_of,
     fit_devices,
-    same_device_rule,
+    same_device_rules,
 )
 
 from .names import (
@@ -55,9 +53,7 @@ def fit(
     filters = DeviceFilters.from_annotations(
         annotations_of(pod), use_uuid=(USE_UUID,), nouse_uuid=(NOUSE_UUID,)
     )
-    same = same_device_rule(allocated)
-    rules = GENERIC if same is None else FitRules(extra_check=same)
-    return fit_devices(request, node, usage, filters, policy, rules)
+    return fit_devices(request, node, usage, filters, policy, same_device_rules(allocated))
 
 
 def bind_annotations(
