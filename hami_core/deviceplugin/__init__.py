@@ -6,13 +6,13 @@
 - ``pending``: which pod kubelet is allocating.
 - ``allocator``: the ``Allocate`` / ``GetPreferredAllocation`` use cases.
 - ``cdi``: CDI mode.
-- ``allocate``: building every container's answer from a pod (also used by simulate).
+- ``allocate``: the end of an allocation (phase and lock).
 
 The gRPC edge is ``hami_core.servers.deviceplugin``.
 """
 
 from .agent import NodeAgent, NodeOverrides, load_node_overrides
-from .allocate import container_allocations, finish_allocation
+from .allocate import finish_allocation
 from .allocator import (
     AllocateFailedError,
     Allocator,
@@ -35,7 +35,6 @@ __all__ = [
     "NodeAgent",
     "NodeOverrides",
     "PreferredRequest",
-    "container_allocations",
     "fake_ids",
     "finish_allocation",
     "kubelet_devices",

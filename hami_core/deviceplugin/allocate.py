@@ -1,55 +1,13 @@
-"""From a bound pod's allocation annotations to what kubelet adds to each container."""
+"""The end of a pod's allocation: its ``hami.io/bind-phase`` and the node lock."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from hami_core.cluster.base import ClusterStore
-from hami_core.errors import AnnotationError
-from hami_core.model import ContainerAllocation, DeviceInfo
-from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
-from hami_core.protocol.devicelist import decode_pod_devices
-from hami_core.protocol.pods import containers
 from hami_core.scheduling.nodelock import release_node_lock
-
-
-def container_allocations(
-    pod: Mapping[str, Any],
-    manager: BackendManager,
-    vendor: str,
-    *,
-    node_devices: Sequence[DeviceInfo] = (),
-) -> list[tuple[str, ContainerAllocation]]:
-    """``(container name, allocation)`` for every container of ``pod``, in wire order
-    (init containers first), from its ``<vendor>`` ``*-devices-to-allocate`` annotation.
-
-    Args:
-        node_devices: the node's devices as ``hami_allocate`` receives them (the device
-            plugin: discovered; ``hami simulate``: the inventory, without node-local facts).
-
-    Raises:
-        AnnotationError: the annotation is missing, malformed, or has another number of
-            entries than the pod has containers.
-    """
-    dtype = manager.device_type(vendor)
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(dtype.to_allocate_annotation)
-    if value is None:
-        raise AnnotationError(f"pod has no {dtype.to_allocate_annotation} annotation")
-    per_container = decode_pod_devices(value)
-    specs = list(containers(pod))
-    if len(per_container) != len(specs):
-        raise AnnotationError(
-            f"{dtype.to_allocate_annotation} has {len(per_container)} entries for {len(specs)} containers"
-        )
-    return [
-        (
-            str(spec.get("name", "")),
-            manager.allocate(vendor, pod, spec, devices, node_devices=node_devices),
-        )
-        for (spec, _, _), devices in zip(specs, per_container, strict=True)
-    ]
 
 
 def finish_allocation(

@@ -154,6 +154,7 @@ class Allocator:
         known_ids: Callable[[], frozenset[str]],
         cdi: CdiWriter | None = None,
         make_dir: Callable[[str], None] = make_shared_dir,
+        write_file: Callable[[str, str], None] = write_host_file,
         resource_name: str | None = None,
         node_devices: Callable[[], Sequence[DeviceInfo]] = tuple,
         after_answer: Callable[[Callable[[], None]], None] | None = None,
@@ -166,6 +167,8 @@ class Allocator:
         known_ids: the device IDs currently advertised to kubelet.
         cdi: the CDI writer in CDI mode, else None (env, mounts, device nodes).
         make_dir: creates the host directory of a writable mount.
+        write_file: writes a file of ``ContainerAllocation.files`` on the host
+            (``hami simulate`` writes none).
         resource_name: the extended resource served (for messages); default the
             vendor's default count resource.
         node_devices: the devices discovered on this node, handed to ``hami_allocate``
@@ -186,6 +189,7 @@ class Allocator:
         self.known_ids = known_ids
         self.cdi = cdi
         self.make_dir = make_dir
+        self.write_file = write_file
         self.resource_name = resource_name or self.dtype.resources.count
         self.node_devices = node_devices
         self._lock = threading.Lock()
@@ -342,7 +346,7 @@ class Allocator:
                 if not mount.read_only:
                     self.make_dir(mount.host_path)
             for host_path, content in alloc.files.items():
-                write_host_file(host_path, content)
+                self.write_file(host_path, content)
             if self.cdi is not None:
                 alloc = self.cdi.write(pod_uid=uid, container=container.name, allocation=alloc)
             answers.append(alloc)

@@ -1,5 +1,6 @@
 """The whole path of a pod on the embedded cluster: webhook -> filter -> prioritize ->
-bind -> allocate, with the same functions the servers use.
+bind -> allocate, with the same functions the servers use (allocate: the device
+plugin's ``Allocator``, called as kubelet calls it, ``kubelet``).
 
 As in a real cluster: a pod for another scheduler is left to it (given nothing); a pod
 asking a device resource no installed backend manages is not placed (reported
@@ -18,7 +19,8 @@ import attrs
 import jsonpatch
 
 from hami_core.cluster.memory import MemoryCluster
-from hami_core.deviceplugin.allocate import container_allocations, finish_allocation
+from hami_core.deviceplugin.allocate import finish_allocation
+from hami_core.deviceplugin.allocator import AllocateFailedError
 from hami_core.errors import HamiError
 from hami_core.model import (
     Allocation,
@@ -32,6 +34,7 @@ from hami_core.scheduling.scheduler import FilterResult, Scheduler
 from hami_core.webhook.admission import Admission
 
 from .kubechecks import kube_reason
+from .kubelet import allocate_pod
 
 #: Pods of kube-scheduler itself (the webhook keeps them only when they ask no device).
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -179,15 +182,21 @@ class Pipeline:
             bound = self.cluster.get_pod(namespace, name)
             inventory = self.scheduler.node_info(self.cluster.get_node(node)).devices
             try:
-                for vendor in allocation.devices:
-                    on_node = tuple(d for d in inventory if d.vendor == vendor)
-                    for cname, alloc in container_allocations(
-                        bound, self.manager, vendor, node_devices=on_node
-                    ):
-                        envs.setdefault(cname, {}).update(_env(alloc))
-                        answers[cname] = _merge(answers.get(cname), alloc)
+                for cname, _, alloc in allocate_pod(
+                    self.cluster,
+                    self.manager,
+                    bound,
+                    node=node,
+                    vendors=tuple(allocation.devices),
+                    inventory=inventory,
+                ):
+                    envs.setdefault(cname, {}).update(alloc.envs)
+                    answers[cname] = _merge(answers.get(cname), alloc)
             except HamiError as exc:
-                finish_allocation(self.cluster, bound, node=node, success=False)
+                if not isinstance(exc, AllocateFailedError):
+                    # Failed before the Allocator knew the pod: kubelet's pod fails and
+                    # the lock goes, as the device plugin's failure path does.
+                    finish_allocation(self.cluster, bound, node=node, success=False)
                 return Outcome(
                     namespace=namespace,
                     name=name,
@@ -198,7 +207,6 @@ class Pipeline:
                     wants_devices=wants,
                     admission_patch=patch,
                 )
-            finish_allocation(self.cluster, bound, node=node, success=True)
             self.cluster.set_pod_phase(namespace, name, "Running")
         return Outcome(
             namespace=namespace,
@@ -211,10 +219,6 @@ class Pipeline:
             admission_patch=patch,
             allocations=answers,
         )
-
-
-def _env(alloc: ContainerAllocation) -> dict[str, str]:
-    return dict(alloc.envs)
 
 
 def _merge(a: ContainerAllocation | None, b: ContainerAllocation) -> ContainerAllocation:

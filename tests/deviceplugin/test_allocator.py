@@ -22,7 +22,6 @@ from hami_core.deviceplugin import (
     DeviceCountMismatchError,
     NoPendingPodError,
     PreferredRequest,
-    container_allocations,
 )
 from hami_core.deviceplugin import allocator as allocator_module
 from hami_core.deviceplugin.allocator import NotLockedError
@@ -423,24 +422,6 @@ def test_one_call_may_carry_several_containers(cluster, nvidia, bound_pod: BindP
     assert first.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
     assert second.envs["CUDA_DEVICE_MEMORY_LIMIT_1"] == "4000m"
     assert ann(cluster, "two")[keys.BIND_PHASE] == "success"
-
-
-def test_a_container_without_devices_is_told_none():
-    # What `container_allocations` (the whole pod, as simulate uses it) answers for a
-    # container the scheduler gave nothing: no GPU may leak into it.
-    from .conftest import nvidia_manager
-
-    manager = nvidia_manager(Path("/nonexistent"))
-    pod = gpu_pod("p", ctr("gpu", gpu=1), ctr("plain"))
-    pod["metadata"]["uid"] = "u1"
-    pod["metadata"]["annotations"] = {
-        "hami.io/vgpu-devices-to-allocate": f"{UUIDS[0]},NVIDIA,1000,0:;;"
-    }
-
-    answers = dict(container_allocations(pod, manager, "NVIDIA"))
-
-    assert answers["plain"].envs == {"NVIDIA_VISIBLE_DEVICES": "none"}
-    assert answers["gpu"].envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[0]
 
 
 # -- GetPreferredAllocation ------------------------------------------------------------
