@@ -18,6 +18,14 @@ from hami_core.errors import HamiError
 from hami_core.extras import MissingExtraError, extra_of_module, require_extra
 from hami_core.model import DEVICE_POLICY_TOKENS
 from hami_core.plugin import BackendManager
+from hami_core.servers.options import (
+    DevicePluginOptions,
+    MonitorOptions,
+    SchedulerOptions,
+    WebhookOptions,
+    policy_text,
+)
+from hami_core.settings import click_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -135,321 +143,41 @@ def backends(output: str) -> None:
         click.echo(f"  hooks: {', '.join(row['hooks'])}")
 
 
+def _start_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
 @cli.command()
-@click.option(
-    "--bind-address",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address of the extender. Loopback by default: the extender has no "
-    "authentication of its own (it runs beside kube-scheduler, e.g. as a sidecar); to "
-    "listen elsewhere, use --tls-cert-file with --tls-client-ca-file.",
-)
-@click.option(
-    "--metrics-bind-address",
-    default="0.0.0.0",
-    show_default=True,
-    help="Address of the Prometheus metrics server (read-only).",
-)
-@click.option(
-    "--port",
-    default=8888,
-    show_default=True,
-    type=click.IntRange(1, 65535),
-    help="Extender port (/filter, /prioritize, /score, /bind, /healthz, /readyz, /-/backends).",
-)
-@click.option(
-    "--metrics-port",
-    default=9395,
-    show_default=True,
-    type=click.IntRange(1, 65535),
-    help="Prometheus metrics port.",
-)
-@kubeconfig_option()
-@config_option()
-@click.option(
-    "--tls-cert-file",
-    default=None,
-    help="Serve the extender over HTTPS with this certificate (PEM).",
-)
-@click.option("--tls-private-key-file", default=None, help="Private key (PEM) of --tls-cert-file.")
-@click.option(
-    "--tls-client-ca-file",
-    default=None,
-    help="With --tls-cert-file: only clients presenting a certificate signed by this CA "
-    "(PEM) are served (mutual TLS; give kube-scheduler the client certificate).",
-)
-@click.option(
-    "--leader-elect/--no-leader-elect",
-    default=True,
-    show_default=True,
-    help="Elect a leader on a coordination.k8s.io/v1 Lease; only the leader binds.",
-)
-@click.option(
-    "--lease-name", default="hami-scheduler", show_default=True, help="Name of the Lease."
-)
-@click.option(
-    "--lease-namespace",
-    default=lambda: os.environ.get("POD_NAMESPACE", "kube-system"),
-    show_default="$POD_NAMESPACE or kube-system",
-    help="Namespace of the Lease.",
-)
-@click.option(
-    "--identity",
-    default="",
-    show_default="<hostname>_<pid>",
-    help="This replica's identity in the Lease.",
-)
-@click.option(
-    "--lease-duration",
-    default=15.0,
-    show_default=True,
-    type=float,
-    help="Seconds a follower waits on an unrenewed Lease before taking over.",
-)
-@click.option(
-    "--renew-deadline",
-    default=10.0,
-    show_default=True,
-    type=float,
-    help="Seconds a leader keeps acting without a successful renewal.",
-)
-@click.option(
-    "--retry-period",
-    default=2.0,
-    show_default=True,
-    type=float,
-    help="Seconds between election rounds.",
-)
-@click.option(
-    "--node-policy",
-    metavar="binpack|spread",
-    default=None,
-    callback=lambda _ctx, _param, value: _policy(value, "node"),
-    show_default="from config (binpack)",
-    help="Default node policy; a pod's hami.io/node-scheduler-policy wins.",
-)
-@click.option(
-    "--gpu-policy",
-    metavar="POLICY[,POLICY...]",
-    default=None,
-    callback=lambda _ctx, _param, value: _policy(value, "gpu"),
-    show_default="from config (spread)",
-    help=f"Default device policy: {GPU_POLICY_TOKENS}, or an ordered comma list as in "
-    "hami.io/gpu-scheduler-policy (spread,numa; mutex,spread); a pod's annotation wins.",
-)
-@click.option(
-    "--threads",
-    default=32,
-    show_default=True,
-    type=click.IntRange(1, 1024),
-    help="Worker threads of the HTTP server (a bind waiting for a node lock holds one "
-    "while it sleeps; /filter must not queue behind those).",
-)
-@click.option(
-    "--handshake-period",
-    default=30.0,
-    show_default=True,
-    type=float,
-    help="Seconds between the leader's Requesting_ handshakes to each node's device plugin.",
-)
-@click.option(
-    "--bind-lock-wait",
-    default=2.0,
-    show_default=True,
-    type=click.FloatRange(0),
-    help="Seconds /bind waits for another pod's node lock before failing. Keep it well "
-    "under kube-scheduler's extender timeout (the extender's httpTimeout, 5 s by default "
-    "in 1.20): a bind cut by the caller is retried while the first still runs.",
-)
-@click.option(
-    "--node-label-selector",
-    default="",
-    callback=lambda _ctx, _param, value: _label_pairs(value),
-    help="key=value[,key=value]: only nodes with these labels are ours (HAMi's flag; the "
-    "chart's convention is gpu=on). Others fail the filter with NodeUnregistered.",
-)
+@click_options(SchedulerOptions)
 @LOG_LEVEL_OPTION
-def scheduler(**opts: Any) -> None:
+def scheduler(log_level: str, **opts: Any) -> None:
     """Run the kube-scheduler extender (filter, prioritize, bind) against the API server.
 
     Environment: HAMI_DISABLED_BACKENDS (comma list of backends to skip),
     POD_NAMESPACE (default Lease namespace), KUBECONFIG.
     """
     require_extra("server", "hami scheduler")
-    from hami_core.servers.scheduler_main import SchedulerOptions, run_scheduler
+    from hami_core.servers.scheduler_main import run_scheduler
 
-    logging.basicConfig(
-        level=opts.pop("log_level").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    run_scheduler(
-        SchedulerOptions(
-            bind_address=opts["bind_address"],
-            metrics_bind_address=opts["metrics_bind_address"],
-            port=opts["port"],
-            metrics_port=opts["metrics_port"],
-            kubeconfig=opts["kubeconfig"],
-            config=opts["config_file"],
-            tls_cert_file=opts["tls_cert_file"],
-            tls_private_key_file=opts["tls_private_key_file"],
-            tls_client_ca_file=opts["tls_client_ca_file"],
-            leader_elect=opts["leader_elect"],
-            lease_name=opts["lease_name"],
-            lease_namespace=opts["lease_namespace"],
-            identity=opts["identity"],
-            lease_duration_s=opts["lease_duration"],
-            renew_deadline_s=opts["renew_deadline"],
-            retry_period_s=opts["retry_period"],
-            node_policy=opts["node_policy"],
-            gpu_policy=opts["gpu_policy"],
-            threads=opts["threads"],
-            bind_lock_wait_s=opts["bind_lock_wait"],
-            handshake_period_s=opts["handshake_period"],
-            node_label_selector=opts["node_label_selector"],
-        )
-    )
+    _start_logging(log_level)
+    run_scheduler(SchedulerOptions(**opts))
 
 
 def _policy(value: str | None, kind: str) -> str | None:
     """Check a ``--node-policy`` / ``--gpu-policy`` value as the annotations are read
-    (``hami_core.scheduling.policy``): a usage error naming the bad token."""
-    if value is None:
-        return None
-    from hami_core.scheduling.policy import device_policy_option, node_policy_option
-
-    read = node_policy_option if kind == "node" else device_policy_option
+    (``hami_core.servers.options.policy_text``): a usage error naming the bad token."""
     try:
-        read(value, f"--{kind}-policy")
+        return policy_text(f"--{kind}-policy")(value)
     except HamiError as exc:
         raise click.BadParameter(str(exc).split(": ", 1)[1]) from None
-    return value
-
-
-def _label_pairs(value: str) -> dict[str, str]:
-    """``"gpu=on,zone=a"`` -> ``{"gpu": "on", "zone": "a"}`` (HAMi's StringToString form).
-
-    Raises:
-        click.BadParameter: an item without ``=`` or with an empty key.
-    """
-    out: dict[str, str] = {}
-    for item in (i.strip() for i in value.split(",")):
-        if not item:
-            continue
-        key, sep, val = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(
-                f"{item!r} is not key=value", param_hint="--node-label-selector"
-            )
-        out[key.strip()] = val.strip()
-    return out
 
 
 @cli.command()
-@click.option(
-    "--bind-address",
-    default="0.0.0.0",
-    show_default=True,
-    help="Address the HTTPS server listens on.",
-)
-@click.option(
-    "--port",
-    default=9443,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="HTTPS port (/webhook, /healthz, /readyz).",
-)
-@click.option(
-    "--cert-mode",
-    type=click.Choice(["files", "auto"]),
-    default="files",
-    show_default=True,
-    help="files: serve --tls-cert-file / --tls-private-key-file. auto: make a CA and a "
-    "serving certificate, keep them in --secret-name (reused by every replica) and write "
-    "the CA into the caBundle of --webhook-config-name.",
-)
-@click.option(
-    "--tls-cert-file",
-    default=None,
-    show_default="none; auto mode: a temporary file",
-    help="Serving certificate (PEM). In auto mode, where the generated one is written.",
-)
-@click.option(
-    "--tls-private-key-file",
-    default=None,
-    show_default="none; auto mode: a temporary file",
-    help="Private key (PEM) of --tls-cert-file. In auto mode, where the generated one is written.",
-)
-@click.option(
-    "--service-name",
-    default="hami-webhook",
-    show_default=True,
-    help="Service in front of the webhook (auto mode: the certificate names "
-    "<svc>, <svc>.<ns>, <svc>.<ns>.svc and <svc>.<ns>.svc.cluster.local).",
-)
-@click.option(
-    "--service-namespace",
-    default=None,
-    show_default="$POD_NAMESPACE, else the service-account namespace, else kube-system",
-    help="Namespace of the Service and of --secret-name.",
-)
-@click.option(
-    "--webhook-config-name",
-    default="hami-webhook",
-    show_default=True,
-    help="MutatingWebhookConfiguration whose webhooks get the CA bundle (auto mode).",
-)
-@click.option(
-    "--secret-name",
-    default="hami-webhook-tls",
-    show_default=True,
-    help="Secret (type kubernetes.io/tls, plus ca.crt and ca.key) holding the auto-mode "
-    "certificates.",
-)
-@click.option(
-    "--cert-ip-address",
-    "cert_ip_addresses",
-    multiple=True,
-    default=(),
-    show_default="none",
-    help="Extra IP SAN of the auto-mode certificate (repeatable), e.g. 127.0.0.1 when the "
-    "API server calls a url on loopback.",
-)
-@click.option(
-    "--cert-dns-name",
-    "cert_dns_names",
-    multiple=True,
-    default=(),
-    show_default="none",
-    help="Extra DNS SAN of the auto-mode certificate (repeatable).",
-)
-@kubeconfig_option("(quotas, namespaces, Secret, caBundle)")
-@config_option()
-@click.option(
-    "--threads",
-    default=8,
-    show_default=True,
-    type=click.IntRange(1, 1024),
-    help="Worker threads of the HTTPS server.",
-)
-@click.option(
-    "--namespace-cache-seconds",
-    default=30.0,
-    show_default=True,
-    type=click.FloatRange(0),
-    help="How long a namespace's labels (hami.io/webhook: ignore) are reused.",
-)
-@click.option(
-    "--trusted-user",
-    "trusted_users",
-    multiple=True,
-    default=(),
-    show_default="system:serviceaccount:<ns>:hami-scheduler and "
-    "system:serviceaccount:<ns>:hami-device-plugin, <ns> as --service-namespace",
-    help="userInfo.username allowed to write scheduler-owned pod annotations (repeatable): "
-    "the scheduler's and the device plugin's service accounts. Everyone else is denied.",
-)
+@click_options(WebhookOptions)
 @LOG_LEVEL_OPTION
-def webhook(**opts: Any) -> None:
+def webhook(log_level: str, **opts: Any) -> None:
     """Run the mutating admission webhook (AdmissionReview v1 and v1beta1 at /webhook,
     HTTPS only).
 
@@ -459,81 +187,19 @@ def webhook(**opts: Any) -> None:
     KUBECONFIG.
     """
     require_extra("server", "hami webhook")
-    from hami_core.servers.webhook_main import WebhookOptions, run_webhook
+    from hami_core.servers.webhook_main import run_webhook
 
-    logging.basicConfig(
-        level=opts.pop("log_level").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    options = WebhookOptions(
-        bind_address=opts["bind_address"],
-        port=opts["port"],
-        cert_mode=opts["cert_mode"],
-        tls_cert_file=opts["tls_cert_file"],
-        tls_private_key_file=opts["tls_private_key_file"],
-        service_name=opts["service_name"],
-        service_namespace=opts["service_namespace"],
-        webhook_config_name=opts["webhook_config_name"],
-        secret_name=opts["secret_name"],
-        cert_ip_addresses=tuple(opts["cert_ip_addresses"]),
-        cert_dns_names=tuple(opts["cert_dns_names"]),
-        kubeconfig=opts["kubeconfig"],
-        config=opts["config_file"],
-        threads=opts["threads"],
-        namespace_cache_s=opts["namespace_cache_seconds"],
-        trusted_users=tuple(opts["trusted_users"]),
-    )
+    _start_logging(log_level)
     try:
-        run_webhook(options)
+        run_webhook(WebhookOptions(**opts))
     except OSError as exc:  # port taken, unreadable or mismatched certificate files
         raise click.ClickException(f"cannot serve HTTPS: {exc}") from exc
 
 
 @cli.command()
-@click.option(
-    "--node-name",
-    envvar="NODE_NAME",
-    required=True,
-    show_envvar=True,
-    help="This node's name (in a DaemonSet: the downward API's spec.nodeName).",
-)
-@click.option(
-    "--bind-address", default="0.0.0.0", show_default=True, help="Address to serve /metrics on."
-)
-@click.option(
-    "--port",
-    "--metrics-port",
-    "port",
-    type=click.IntRange(1, 65535),
-    default=9394,
-    show_default=True,
-    help="Port of /metrics and /healthz.",
-)
-@kubeconfig_option("(this node's pods)")
-@config_option()
-@click.option(
-    "--containers-dir",
-    envvar="HAMI_CONTAINERS_DIR",
-    default="/usr/local/vgpu/containers",
-    show_default=True,
-    show_envvar=True,
-    help="Host directory holding one <pod UID>_<container> directory per container.",
-)
-@click.option(
-    "--gc-grace",
-    type=click.FloatRange(min=0),
-    default=300.0,
-    show_default=True,
-    help="Seconds the directory of a pod that no longer exists is kept before removal.",
-)
-@click.option(
-    "--proc-root",
-    default="/proc",
-    show_default=True,
-    help="procfs of the host's PID namespace (the DaemonSet runs with hostPID).",
-)
+@click_options(MonitorOptions)
 @LOG_LEVEL_OPTION
-def monitor(**opts: Any) -> None:
+def monitor(log_level: str, **opts: Any) -> None:
     """Run the node monitor: per-container device usage from the usage files under
     --containers-dir (NVIDIA: the shim's shared regions), host figures from the
     driver (NVML), served as Prometheus metrics under HAMi's names on :9394/metrics.
@@ -543,25 +209,11 @@ def monitor(**opts: Any) -> None:
     hami-nvidia loads libnvidia-ml.so.1 through the dynamic loader (LD_LIBRARY_PATH).
     """
     require_extra("server", "hami monitor")
-    from hami_core.servers.monitor import MonitorOptions, run_monitor
+    from hami_core.servers.monitor import run_monitor
 
-    logging.basicConfig(
-        level=opts.pop("log_level").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    _start_logging(log_level)
     try:
-        run_monitor(
-            MonitorOptions(
-                node_name=opts["node_name"],
-                bind_address=opts["bind_address"],
-                port=opts["port"],
-                kubeconfig=opts["kubeconfig"],
-                config=opts["config_file"],
-                containers_dir=opts["containers_dir"],
-                gc_grace_s=opts["gc_grace"],
-                proc_root=opts["proc_root"],
-            )
-        )
+        run_monitor(MonitorOptions(**opts))
     except OSError as exc:  # port in use
         raise click.ClickException(f"cannot serve the monitor: {exc}") from exc
 
@@ -654,154 +306,9 @@ def top(**opts: Any) -> None:
 
 
 @cli.command("device-plugin")
-@click.option(
-    "--node-name",
-    envvar="NODE_NAME",
-    required=True,
-    show_envvar=True,
-    help="This node's name: where the inventory is published and whose pods are "
-    "allocated (in a DaemonSet: the downward API's spec.nodeName).",
-)
-@click.option(
-    "--backend",
-    envvar="HAMI_BACKEND",
-    default="nvidia",
-    show_default=True,
-    show_envvar=True,
-    help="Backend (entry point of hami.backends) whose devices this process serves.",
-)
-@click.option(
-    "--vendor",
-    envvar="HAMI_VENDOR",
-    default=None,
-    show_default="the backend's first vendor key",
-    show_envvar=True,
-    help="Vendor key served, for backends with several (one resource per process).",
-)
-@kubeconfig_option()
-@config_option(
-    "split count, scaling, resource names and backend options (hami-nvidia: hookPath, "
-    "libraryPath, corePolicy, unifiedMemoryMiB, ignoredXids, healthRecoverySeconds)"
-)
-@click.option(
-    "--node-config",
-    envvar="HAMI_NODE_CONFIG",
-    default=None,
-    show_default="none",
-    show_envvar=True,
-    help="Per-node overrides in HAMi's device-plugin config.json shape (JSON or YAML): "
-    '{"nodeconfig": [{"name": NODE, "devicesplitcount": N, "devicememoryscaling": F, '
-    '"devicecorescaling": F, "filterdevices": {"uuid": [...], "index": [...]}}]}.',
-)
-@click.option(
-    "--device-plugin-path",
-    envvar="HAMI_DEVICE_PLUGIN_PATH",
-    default="/var/lib/kubelet/device-plugins",
-    show_default=True,
-    show_envvar=True,
-    help="kubelet's device-plugin directory, holding kubelet.sock and our socket.",
-)
-@click.option(
-    "--socket-name",
-    envvar="HAMI_SOCKET_NAME",
-    default=None,
-    show_default="<backend>-<resource suffix>.sock, e.g. nvidia-gpu.sock",
-    show_envvar=True,
-    help="File name of the plugin's socket in --device-plugin-path.",
-)
-@click.option(
-    "--register-interval",
-    envvar="HAMI_REGISTER_INTERVAL",
-    default=30.0,
-    show_default=True,
-    type=click.FloatRange(min=1),
-    show_envvar=True,
-    help="Seconds between checks of the inventory and handshake annotations (written "
-    "only when they change or the scheduler asks; health changes publish at once).",
-)
-@click.option(
-    "--health-interval",
-    envvar="HAMI_HEALTH_INTERVAL",
-    default=5.0,
-    show_default=True,
-    type=click.FloatRange(min=0.1),
-    show_envvar=True,
-    help="Longest wait, seconds, for a device health event before discovering again "
-    "(recovered devices are noticed at this pace).",
-)
-@click.option(
-    "--cdi/--no-cdi",
-    envvar="HAMI_CDI",
-    default=False,
-    show_default=True,
-    show_envvar=True,
-    help="Answer Allocate with CDI device names (and a CDI spec per container) instead "
-    "of env, mounts and device nodes.",
-)
-@click.option(
-    "--cdi-spec-dir",
-    envvar="HAMI_CDI_SPEC_DIR",
-    default="/var/run/cdi",
-    show_default=True,
-    show_envvar=True,
-    help="Directory the container runtime reads CDI specs from (--cdi).",
-)
-@click.option(
-    "--link-scores/--no-link-scores",
-    envvar="HAMI_LINK_SCORES",
-    default=False,
-    show_default=True,
-    show_envvar=True,
-    help="Publish device link scores (hami.io/node-<backend>-score) for the topology-aware policy.",
-)
-@click.option(
-    "--fail-on-init-error/--no-fail-on-init-error",
-    envvar="HAMI_FAIL_ON_INIT_ERROR",
-    default=True,
-    show_default=True,
-    show_envvar=True,
-    help="Exit when discovery fails at start (no driver, NVML error); with --no-..., "
-    "log it and idle without registering (DaemonSets on nodes without devices).",
-)
-@click.option(
-    "--api-timeout",
-    envvar="HAMI_API_TIMEOUT",
-    show_envvar=True,
-    default=5.0,
-    show_default=True,
-    type=click.FloatRange(min=0.1),
-    help="Seconds one API server request may take (connect and read).",
-)
-@click.option(
-    "--allocate-timeout",
-    envvar="HAMI_ALLOCATE_TIMEOUT",
-    show_envvar=True,
-    default=10.0,
-    show_default=True,
-    type=click.FloatRange(min=0.1),
-    help="Seconds an Allocate answer may take; past it kubelet gets UNAVAILABLE and its "
-    "retry with the same device IDs gets the answer once it is ready.",
-)
-@click.option(
-    "--metrics-port",
-    envvar="HAMI_METRICS_PORT",
-    show_envvar=True,
-    type=click.IntRange(0, 65535),
-    default=0,
-    show_default=True,
-    help="Serve the device plugin's metrics (Allocate durations, devices, health) on "
-    "this port; 0: off.",
-)
-@click.option(
-    "--metrics-bind-address",
-    envvar="HAMI_METRICS_BIND_ADDRESS",
-    show_envvar=True,
-    default="0.0.0.0",
-    show_default=True,
-    help="Address of --metrics-port.",
-)
+@click_options(DevicePluginOptions)
 @LOG_LEVEL_OPTION
-def device_plugin(**opts: Any) -> None:
+def device_plugin(log_level: str, **opts: Any) -> None:
     """Run the device plugin: discover this node's devices, publish them on the Node
     (inventory, handshake), and serve kubelet's device plugin API v1beta1.
 
@@ -817,34 +324,11 @@ def device_plugin(**opts: Any) -> None:
     (default /sys).
     """
     require_extra("server", "hami device-plugin")
-    from hami_core.servers.deviceplugin_main import DevicePluginOptions, run_device_plugin
+    from hami_core.servers.deviceplugin_main import run_device_plugin
 
-    logging.basicConfig(
-        level=opts.pop("log_level").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    options = DevicePluginOptions(
-        node_name=opts["node_name"],
-        backend=opts["backend"],
-        vendor=opts["vendor"],
-        kubeconfig=opts["kubeconfig"],
-        config=opts["config_file"],
-        node_config=opts["node_config"],
-        plugin_dir=opts["device_plugin_path"],
-        socket_name=opts["socket_name"],
-        register_interval_s=opts["register_interval"],
-        health_interval_s=opts["health_interval"],
-        cdi=opts["cdi"],
-        cdi_spec_dir=opts["cdi_spec_dir"],
-        link_scores=opts["link_scores"],
-        fail_on_init_error=opts["fail_on_init_error"],
-        api_timeout_s=opts["api_timeout"],
-        allocate_timeout_s=opts["allocate_timeout"],
-        metrics_port=opts["metrics_port"],
-        metrics_bind_address=opts["metrics_bind_address"],
-    )
+    _start_logging(log_level)
     try:
-        run_device_plugin(options)
+        run_device_plugin(DevicePluginOptions(**opts))
     except OSError as exc:  # socket directory missing, path too long
         raise click.ClickException(f"cannot serve the device plugin: {exc}") from exc
 

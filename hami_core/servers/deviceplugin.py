@@ -40,7 +40,6 @@ from .kubelet import api_pb2_grpc as rpc
 log = logging.getLogger(__name__)
 
 API_VERSION = "v1beta1"
-DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 KUBELET_SOCKET = "kubelet.sock"
 #: Longest a ListAndWatch stream sleeps before checking that kubelet is still there.
 STREAM_POLL_S = 1.0

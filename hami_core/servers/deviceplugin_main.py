@@ -11,8 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from hami_core.cluster.base import ClusterStore
 from hami_core.deviceplugin.agent import NodeAgent
 from hami_core.deviceplugin.allocator import Allocator
@@ -24,55 +22,11 @@ from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
 from hami_core.protocol.nodeconfig import load_node_overrides
 
-from .deviceplugin import DEFAULT_PLUGIN_DIR, DevicePluginServicer, PluginServer
+from .deviceplugin import DevicePluginServicer, PluginServer
 from .deviceplugin_metrics import DevicePluginMetrics
+from .options import DevicePluginOptions
 
 log = logging.getLogger(__name__)
-
-
-@attrs.frozen(kw_only=True)
-class DevicePluginOptions:
-    """Everything ``hami device-plugin`` takes (see its ``--help``).
-
-    Attributes:
-        node_name: this node's name (the Node object the inventory goes on).
-        backend: the backend serving the devices (entry-point name, e.g. ``nvidia``).
-        vendor: the vendor key served; None = the backend's first.
-        kubeconfig, config, node_config: file paths (None: defaults).
-        plugin_dir: kubelet's device-plugin directory.
-        socket_name: our socket file; None = ``<backend>-<resource suffix>.sock``.
-        register_interval_s: longest time between two inventory / handshake checks.
-        health_interval_s: longest wait for a health event before re-discovering.
-        cdi: answer with CDI device names instead of env / mounts / device nodes.
-        cdi_spec_dir: where CDI specs are written.
-        link_scores: publish ``hami.io/node-<backend>-score``.
-        fail_on_init_error: exit when discovery fails at start; else idle, unregistered.
-        workers: gRPC worker threads.
-        api_timeout_s: longest one API request may take (connect and read).
-        allocate_timeout_s: longest an Allocate answer may take before UNAVAILABLE.
-        metrics_port: serve the handbook's device-plugin metrics on this port (0: off).
-        metrics_bind_address: the address of that port.
-    """
-
-    node_name: str
-    backend: str = "nvidia"
-    vendor: str | None = None
-    kubeconfig: str | None = None
-    config: str | None = None
-    node_config: str | None = None
-    plugin_dir: str = DEFAULT_PLUGIN_DIR
-    socket_name: str | None = None
-    register_interval_s: float = 30.0
-    health_interval_s: float = 5.0
-    cdi: bool = False
-    cdi_spec_dir: str = "/var/run/cdi"
-    link_scores: bool = False
-    fail_on_init_error: bool = True
-    workers: int = 8
-    api_timeout_s: float = 5.0
-    allocate_timeout_s: float = 10.0
-    metrics_port: int = 0
-    metrics_bind_address: str = "0.0.0.0"
 
 
 class DevicePluginProcess:

@@ -14,7 +14,6 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import attrs
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -25,6 +24,8 @@ from hami_core.errors import ConfigError
 from hami_core.monitor import Family, NodeMonitor
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
+
+from .options import MonitorOptions
 
 log = logging.getLogger(__name__)
 
@@ -72,19 +73,6 @@ def create_monitor_app(monitor: NodeMonitor, *, is_ready: Callable[[], bool] = l
         return [b"not found\n"]
 
     return app
-
-
-@attrs.frozen(kw_only=True)
-class MonitorOptions:
-    node_name: str
-    bind_address: str = "0.0.0.0"
-    port: int = 9394
-    kubeconfig: str | None = None
-    config: str | None = None
-    containers_dir: str = "/usr/local/vgpu/containers"
-    gc_grace_s: float = 300.0
-    proc_root: str = "/proc"
-    threads: int = 4
 
 
 def run_monitor(opts: MonitorOptions, *, stop: threading.Event | None = None) -> None:

@@ -10,10 +10,9 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-import attrs
 from prometheus_client import start_http_server
 from waitress.server import create_server
 
@@ -21,7 +20,7 @@ from hami_core.cluster.backoff import Backoff
 from hami_core.cluster.events import EventRecorder
 from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.cluster.lease import LeaderElector
-from hami_core.errors import ConfigError, InvalidInputError
+from hami_core.errors import ConfigError
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
 from hami_core.scheduling.handshake import request_handshakes
@@ -30,59 +29,9 @@ from hami_core.scheduling.scheduler import Scheduler
 
 from .extender import create_extender_app
 from .metrics import SchedulerMetrics
+from .options import SchedulerOptions
 
 log = logging.getLogger(__name__)
-
-
-def _policy_valid(option: str) -> Callable[[Any, Any, str | None], None]:
-    """An attrs validator refusing a bad policy when the options are built (the
-    process stops at start with the option named, before any API call)."""
-    read = node_policy_option if option == "--node-policy" else device_policy_option
-
-    def check(_obj: Any, _attr: Any, value: str | None) -> None:
-        if value is not None:
-            try:
-                read(value, option)
-            except InvalidInputError as exc:
-                raise ConfigError(str(exc)) from None
-
-    return check
-
-
-@attrs.frozen(kw_only=True)
-class SchedulerOptions:
-    """The flags of ``hami scheduler`` (see its ``--help``)."""
-
-    #: Loopback: the extender authenticates nobody itself (issue #12 item 3).
-    bind_address: str = "127.0.0.1"
-    metrics_bind_address: str = "0.0.0.0"
-    port: int = 8888
-    metrics_port: int = 9395
-    kubeconfig: str | None = None
-    config: str | None = None
-    tls_cert_file: str | None = None
-    tls_private_key_file: str | None = None
-    tls_client_ca_file: str | None = None
-    leader_elect: bool = True
-    lease_name: str = "hami-scheduler"
-    lease_namespace: str = "kube-system"
-    identity: str = ""
-    lease_duration_s: float = 15.0
-    renew_deadline_s: float = 10.0
-    retry_period_s: float = 2.0
-    #: ``binpack`` or ``spread``, read as ``hami.io/node-scheduler-policy`` is.
-    node_policy: str | None = attrs.field(default=None, validator=_policy_valid("--node-policy"))
-    #: One device policy or HAMi 2.10's ordered comma list (``spread,numa``,
-    #: ``mutex,spread``), read as ``hami.io/gpu-scheduler-policy`` is.
-    gpu_policy: str | None = attrs.field(default=None, validator=_policy_valid("--gpu-policy"))
-    threads: int = 32
-    #: Well under kube-scheduler 1.20's extender timeout (``DefaultExtenderTimeout``,
-    #: 5 s): the lock wait plus the bind's API calls must finish before the caller
-    #: gives up and retries (issue #12 item 9).
-    bind_lock_wait_s: float = 2.0
-    handshake_period_s: float = 30.0
-    #: HAMi's ``--node-label-selector``: labels a node must carry to be ours.
-    node_label_selector: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def settle_gc() -> None:

@@ -11,9 +11,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
-
-import attrs
+from typing import Any
 
 from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.errors import ConfigError
@@ -23,33 +21,12 @@ from hami_core.webhook import Admission
 
 from . import certs
 from .https import serve_https
+from .options import WebhookOptions
 from .webhook import NamespaceLabels, create_webhook_app, kube_namespace_fetch
 
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-@attrs.frozen(kw_only=True)
-class WebhookOptions:
-    """The flags of ``hami webhook`` (see its ``--help``)."""
-
-    bind_address: str = "0.0.0.0"
-    port: int = 9443
-    cert_mode: Literal["files", "auto"] = "files"
-    tls_cert_file: str | None = None
-    tls_private_key_file: str | None = None
-    service_name: str = "hami-webhook"
-    service_namespace: str | None = None
-    webhook_config_name: str = "hami-webhook"
-    secret_name: str = "hami-webhook-tls"
-    cert_ip_addresses: tuple[str, ...] = ()
-    cert_dns_names: tuple[str, ...] = ()
-    kubeconfig: str | None = None
-    config: str | None = None
-    threads: int = 8
-    namespace_cache_s: float = 30.0
-    trusted_users: tuple[str, ...] = ()
 
 
 #: Service accounts (in the webhook's namespace) that write scheduler-owned annotations.

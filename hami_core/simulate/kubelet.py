@@ -4,7 +4,8 @@
 For every container of a bound pod, init containers first (kubelet admits them in that
 order), and every vendor the scheduler gave it devices of, kubelet asks the device
 plugin of that vendor ``GetPreferredAllocation`` over the IDs it advertises
-(``<UUID>-<i>``, PROTOCOL.md §2) and then ``Allocate`` with the IDs it took. The
+(``<UUID>-<i>``, PROTOCOL.md §2) and then ``Allocate`` with the IDs it took; the IDs
+of an init container are taken again by the containers after it, as kubelet does. The
 answers, the pod's progress annotation, ``hami.io/bind-phase`` and the node lock are all
 the ``Allocator``'s own; only the host is left alone (no directory created, no file
 written: the simulator owns no node).
@@ -85,18 +86,34 @@ def allocate_pod(
         value = annotations.get(manager.device_type(vendor).to_allocate_annotation)
         per_vendor[vendor] = decode_pod_devices(value) if value else ()
         free[vendor] = ids
+    # kubelet hands the devices of an init container on to the containers after it
+    # (its device manager's ``devicesToReuse``): first to take, never counted twice.
+    reuse: dict[str, list[str]] = {vendor: [] for vendor in vendors}
     out: list[tuple[str, str, ContainerAllocation]] = []
-    for position, (spec, _, _) in enumerate(containers(pod)):
+    for position, (spec, init, _) in enumerate(containers(pod)):
         for vendor in vendors:
             entries = per_vendor[vendor]
             assigned = entries[position] if position < len(entries) else ()
             if not assigned:
                 continue  # kubelet asks no device plugin for a resource not requested
             allocator = allocators[vendor]
-            [ids] = allocator.preferred(
-                [PreferredRequest(available=tuple(free[vendor]), size=len(assigned))]
-            )
+            must = reuse[vendor][: len(assigned)]
+            if len(must) == len(assigned):
+                ids = must
+            else:
+                [ids] = allocator.preferred(
+                    [
+                        PreferredRequest(
+                            available=tuple(free[vendor] + must),
+                            must_include=tuple(must),
+                            size=len(assigned),
+                        )
+                    ]
+                )
             free[vendor] = [i for i in free[vendor] if i not in ids]
+            reuse[vendor] = [i for i in reuse[vendor] if i not in ids]
             [answer] = allocator.allocate([ids])
+            if init:
+                reuse[vendor].extend(ids)
             out.append((str(spec.get("name", "")), vendor, answer))
     return out

@@ -107,9 +107,9 @@ def test_a_slice_is_admitted_placed_annotated_and_allocated(npu_smi):
     assert limits["huawei.com/Ascend910B3-memory"] == "16384"  # rounded up to vir05_1c_16g
     assert stored["spec"]["schedulerName"] == "hami-scheduler"
     ann = stored["metadata"]["annotations"]
-    to_allocate = ann["hami.io/Ascend910B3-devices-to-allocate"]
-    assert ann["hami.io/Ascend910B3-devices-allocated"] == to_allocate
-    [[chosen]] = decode_pod_devices(to_allocate)
+    # The device plugin's Allocator has answered the container: its entry is emptied.
+    assert decode_pod_devices(ann["hami.io/Ascend910B3-devices-to-allocate"]) == ((),)
+    [[chosen]] = decode_pod_devices(ann["hami.io/Ascend910B3-devices-allocated"])
     assert chosen == ContainerDevice(
         uuid=chosen.uuid, vendor="Ascend910B3", memory_mib=16384, cores_pct=0
     )

@@ -108,7 +108,7 @@ def test_pipeline():
     out = p.submit(pod("b", {"birentech.com/gpu": "2"}))
     assert out.denied == "" and out.error == "" and out.node == "br-1"
     ann = p.cluster.get_pod("default", "b")["metadata"]["annotations"]
-    (entry,) = decode_pod_devices(ann["hami.io/Biren-devices-to-allocate"])
+    (entry,) = decode_pod_devices(ann["hami.io/Biren-devices-allocated"])
     assert sorted(d.uuid for d in entry) == ["BR-0", "BR-1"]
     assert p.submit(pod("c", {"birentech.com/gpu": "2"})).node == "br-1"
     assert p.submit(pod("d", {"birentech.com/gpu": "1"})).node is None

@@ -8,6 +8,7 @@ import pytest
 from hami_cambricon import discover
 
 from hami_core.model import ContainerDevice
+from hami_core.protocol.devicelist import decode_pod_devices
 from tests.builders import container as gpu_container
 from tests.builders import gpu, pipeline
 from tests.builders import node as gpu_node
@@ -52,7 +53,7 @@ def test_a_slice_is_admitted_placed_annotated_and_allocated():
     (slice_,) = out.allocation.devices["MLU"][0]
     assert slice_ == ContainerDevice(uuid=slice_.uuid, vendor="MLU", memory_mib=5120, cores_pct=30)
     assert ann["hami.io/cambricon-mlu-devices-allocated"] == f"{slice_.uuid},MLU,5120,30:;"
-    assert ann["hami.io/cambricon-mlu-devices-to-allocate"] == f"{slice_.uuid},MLU,5120,30:;"
+    assert decode_pod_devices(ann["hami.io/cambricon-mlu-devices-to-allocate"]) == ((),)
     assert ann["hami.io/bind-phase"] == "success"
     index = X8_UUIDS.index(slice_.uuid)
     assert out.envs["main"] == {"CAMBRICON_VISIBLE_DEVICES": str(index)}

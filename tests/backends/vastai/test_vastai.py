@@ -146,7 +146,7 @@ def test_pipeline_die_mode():
     assert out.denied == "" and out.error == "" and out.node == "va-1"
     (entry,) = decode_pod_devices(
         p.cluster.get_pod("default", "v")["metadata"]["annotations"][
-            "hami.io/Vastai-devices-to-allocate"
+            "hami.io/Vastai-devices-allocated"
         ]
     )
     assert sorted(d.uuid for d in entry) in (["die-1-0", "die-1-1"], ["die-2-0", "die-2-1"])

@@ -1,0 +1,453 @@
+"""The settings of the four server processes, each stated once: default, flag, help,
+unit, environment variable and why that default (``hami_core.settings``). ``hami
+scheduler|webhook|monitor|device-plugin`` generate their options from these classes,
+and the processes take an instance. Imports nothing of the server extras, so ``--help``
+works without them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import attrs
+
+from hami_core.errors import ConfigError, InvalidInputError
+from hami_core.model import DEVICE_POLICY_TOKENS
+from hami_core.scheduling.policy import device_policy_option, node_policy_option
+from hami_core.settings import setting
+
+#: kubelet's device-plugin directory (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1
+#: ``DevicePluginPath``).
+DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+
+#: kube-scheduler 1.20's extender timeout (``DefaultExtenderTimeout``), seconds.
+EXTENDER_TIMEOUT_S = 5.0
+
+
+def label_pairs(value: str) -> dict[str, str]:
+    """``"gpu=on,zone=a"`` -> ``{"gpu": "on", "zone": "a"}`` (HAMi's StringToString form).
+
+    Raises:
+        InvalidInputError: an item without ``=`` or with an empty key.
+    """
+    out: dict[str, str] = {}
+    for item in (i.strip() for i in (value or "").split(",")):
+        if not item:
+            continue
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInputError(f"{item!r} is not key=value")
+        out[key.strip()] = val.strip()
+    return out
+
+
+def policy_text(option: str) -> Callable[[str | None], str | None]:
+    """A ``--node-policy`` / ``--gpu-policy`` value checked as its annotation is read
+    (``hami_core.scheduling.policy``), kept as given.
+
+    Raises:
+        InvalidInputError: a bad token; the message starts with ``option``.
+    """
+    read = node_policy_option if option == "--node-policy" else device_policy_option
+
+    def check(value: str | None) -> str | None:
+        if value is not None:
+            read(value, option)
+        return value
+
+    return check
+
+
+def _policy_valid(option: str) -> Callable[[Any, Any, str | None], None]:
+    """The attrs validator of a policy setting: options built by code are refused at
+    start too, with the option named."""
+    check = policy_text(option)
+
+    def validate(_obj: Any, _attr: Any, value: str | None) -> None:
+        try:
+            check(value)
+        except InvalidInputError as exc:
+            raise ConfigError(str(exc)) from None
+
+    return validate
+
+
+def _kubeconfig_setting(uses: str = "") -> str | None:
+    return setting(  # type: ignore[no-any-return]
+        None,
+        env="KUBECONFIG",
+        show_default="in-cluster config, else ~/.kube/config",
+        help=f"kubeconfig file for the API server{' ' + uses if uses else ''}.",
+    )
+
+
+def _config_file_setting(details: str = "") -> str | None:
+    return setting(  # type: ignore[no-any-return]
+        None,
+        env="HAMI_CONFIG",
+        show_default="built-in defaults",
+        help=f"hami configuration file (YAML, version v1){': ' + details if details else ''}.",
+    )
+
+
+@attrs.frozen(kw_only=True)
+class SchedulerOptions:
+    """The settings of ``hami scheduler`` (``hami scheduler --help``)."""
+
+    bind_address: str = setting(
+        "127.0.0.1",
+        help="Address of the extender. Loopback by default: the extender has no "
+        "authentication of its own (it runs beside kube-scheduler, e.g. as a sidecar); to "
+        "listen elsewhere, use --tls-cert-file with --tls-client-ca-file.",
+        why="an open address would let anyone bind pods (issue #12 item 3).",
+    )
+    metrics_bind_address: str = setting(
+        "0.0.0.0", help="Address of the Prometheus metrics server (read-only)."
+    )
+    port: int = setting(
+        8888,
+        min=1,
+        max=65535,
+        help="Extender port (/filter, /prioritize, /score, /bind, /healthz, /readyz, /-/backends).",
+    )
+    metrics_port: int = setting(9395, min=1, max=65535, help="Prometheus metrics port.")
+    kubeconfig: str | None = _kubeconfig_setting()
+    config: str | None = _config_file_setting()
+    tls_cert_file: str | None = setting(
+        None, help="Serve the extender over HTTPS with this certificate (PEM)."
+    )
+    tls_private_key_file: str | None = setting(None, help="Private key (PEM) of --tls-cert-file.")
+    tls_client_ca_file: str | None = setting(
+        None,
+        help="With --tls-cert-file: only clients presenting a certificate signed by this CA "
+        "(PEM) are served (mutual TLS; give kube-scheduler the client certificate).",
+    )
+    leader_elect: bool = setting(
+        True,
+        help="Elect a leader on a coordination.k8s.io/v1 Lease; only the leader binds.",
+        why="two replicas binding at once would double-book devices.",
+    )
+    lease_name: str = setting("hami-scheduler", help="Name of the Lease.")
+    lease_namespace: str = setting(
+        "kube-system",
+        env="POD_NAMESPACE",
+        help="Namespace of the Lease.",
+        why="the release's own namespace when the chart sets POD_NAMESPACE.",
+    )
+    identity: str = setting(
+        "", show_default="<hostname>_<pid>", help="This replica's identity in the Lease."
+    )
+    lease_duration_s: float = setting(
+        15.0,
+        flag="--lease-duration",
+        unit="seconds",
+        help="How long a follower waits on an unrenewed Lease before taking over.",
+        why="client-go's and kube-scheduler's leader-election default.",
+    )
+    renew_deadline_s: float = setting(
+        10.0,
+        flag="--renew-deadline",
+        unit="seconds",
+        help="How long a leader keeps acting without a successful renewal.",
+        why="client-go's default; under --lease-duration so a leader stops before another starts.",
+    )
+    retry_period_s: float = setting(
+        2.0,
+        flag="--retry-period",
+        unit="seconds",
+        help="Time between election rounds.",
+        why="client-go's default.",
+    )
+    node_policy: str | None = setting(
+        None,
+        metavar="binpack|spread",
+        convert=policy_text("--node-policy"),
+        validator=_policy_valid("--node-policy"),
+        show_default="from config (binpack)",
+        help="Default node policy, read as hami.io/node-scheduler-policy is; a pod's "
+        "annotation wins.",
+    )
+    gpu_policy: str | None = setting(
+        None,
+        metavar="POLICY[,POLICY...]",
+        convert=policy_text("--gpu-policy"),
+        validator=_policy_valid("--gpu-policy"),
+        show_default="from config (spread)",
+        help=f"Default device policy: {'|'.join(DEVICE_POLICY_TOKENS)}, or an ordered comma "
+        "list as in hami.io/gpu-scheduler-policy (spread,numa; mutex,spread); a pod's "
+        "annotation wins.",
+    )
+    threads: int = setting(
+        32,
+        min=1,
+        max=1024,
+        help="Worker threads of the HTTP server.",
+        why="a bind waiting for a node lock holds one while it sleeps; /filter must not "
+        "queue behind those.",
+    )
+    bind_lock_wait_s: float = setting(
+        2.0,
+        flag="--bind-lock-wait",
+        unit="seconds",
+        min=0,
+        help="How long /bind waits for another pod's node lock before failing.",
+        why="well under kube-scheduler's extender timeout (the extender's httpTimeout, "
+        f"{EXTENDER_TIMEOUT_S:g} s by default in 1.20): a bind cut by the caller is retried "
+        "while the first still runs (issue #12 item 9).",
+    )
+    handshake_period_s: float = setting(
+        30.0,
+        flag="--handshake-period",
+        unit="seconds",
+        help="Time between the leader's Requesting_ handshakes to each node's device plugin.",
+    )
+    node_label_selector: Mapping[str, str] = setting(
+        factory=dict,
+        convert=label_pairs,
+        metavar="KEY=VALUE[,...]",
+        help="key=value[,key=value]: only nodes with these labels are ours (HAMi's flag; the "
+        "chart's convention is gpu=on). Others fail the filter with NodeUnregistered.",
+    )
+
+
+@attrs.frozen(kw_only=True)
+class WebhookOptions:
+    """The settings of ``hami webhook`` (``hami webhook --help``)."""
+
+    bind_address: str = setting("0.0.0.0", help="Address the HTTPS server listens on.")
+    port: int = setting(9443, min=0, max=65535, help="HTTPS port (/webhook, /healthz, /readyz).")
+    cert_mode: Literal["files", "auto"] = setting(
+        "files",
+        choices=["files", "auto"],
+        help="files: serve --tls-cert-file / --tls-private-key-file. auto: make a CA and a "
+        "serving certificate, keep them in --secret-name (reused by every replica) and write "
+        "the CA into the caBundle of --webhook-config-name.",
+    )
+    tls_cert_file: str | None = setting(
+        None,
+        show_default="none; auto mode: a temporary file",
+        help="Serving certificate (PEM). In auto mode, where the generated one is written.",
+    )
+    tls_private_key_file: str | None = setting(
+        None,
+        show_default="none; auto mode: a temporary file",
+        help="Private key (PEM) of --tls-cert-file. In auto mode, where the generated one is "
+        "written.",
+    )
+    service_name: str = setting(
+        "hami-webhook",
+        help="Service in front of the webhook (auto mode: the certificate names "
+        "<svc>, <svc>.<ns>, <svc>.<ns>.svc and <svc>.<ns>.svc.cluster.local).",
+    )
+    service_namespace: str | None = setting(
+        None,
+        show_default="$POD_NAMESPACE, else the service-account namespace, else kube-system",
+        help="Namespace of the Service and of --secret-name.",
+    )
+    webhook_config_name: str = setting(
+        "hami-webhook",
+        help="MutatingWebhookConfiguration whose webhooks get the CA bundle (auto mode).",
+    )
+    secret_name: str = setting(
+        "hami-webhook-tls",
+        help="Secret (type kubernetes.io/tls, plus ca.crt and ca.key) holding the auto-mode "
+        "certificates.",
+    )
+    cert_ip_addresses: tuple[str, ...] = setting(
+        (),
+        flag="--cert-ip-address",
+        multiple=True,
+        show_default="none",
+        help="Extra IP SAN of the auto-mode certificate (repeatable), e.g. 127.0.0.1 when the "
+        "API server calls a url on loopback.",
+    )
+    cert_dns_names: tuple[str, ...] = setting(
+        (),
+        flag="--cert-dns-name",
+        multiple=True,
+        show_default="none",
+        help="Extra DNS SAN of the auto-mode certificate (repeatable).",
+    )
+    kubeconfig: str | None = _kubeconfig_setting("(quotas, namespaces, Secret, caBundle)")
+    config: str | None = _config_file_setting()
+    threads: int = setting(8, min=1, max=1024, help="Worker threads of the HTTPS server.")
+    namespace_cache_s: float = setting(
+        30.0,
+        flag="--namespace-cache-seconds",
+        unit="seconds",
+        min=0,
+        help="How long a namespace's labels (hami.io/webhook: ignore) are reused.",
+        why="one namespace read per half minute per namespace, not one per pod.",
+    )
+    trusted_users: tuple[str, ...] = setting(
+        (),
+        flag="--trusted-user",
+        multiple=True,
+        show_default="system:serviceaccount:<ns>:hami-scheduler and "
+        "system:serviceaccount:<ns>:hami-device-plugin, <ns> as --service-namespace",
+        help="userInfo.username allowed to write scheduler-owned pod annotations (repeatable): "
+        "the scheduler's and the device plugin's service accounts. Everyone else is denied.",
+    )
+
+
+@attrs.frozen(kw_only=True)
+class MonitorOptions:
+    """The settings of ``hami monitor`` (``hami monitor --help``)."""
+
+    node_name: str = setting(
+        env="NODE_NAME",
+        help="This node's name (in a DaemonSet: the downward API's spec.nodeName).",
+    )
+    bind_address: str = setting("0.0.0.0", help="Address to serve /metrics on.")
+    port: int = setting(
+        9394,
+        flag=("--port", "--metrics-port"),
+        min=1,
+        max=65535,
+        help="Port of /metrics and /healthz.",
+        why="HAMi's vGPU monitor port, which HAMi's dashboards scrape.",
+    )
+    kubeconfig: str | None = _kubeconfig_setting("(this node's pods)")
+    config: str | None = _config_file_setting()
+    containers_dir: str = setting(
+        "/usr/local/vgpu/containers",
+        env="HAMI_CONTAINERS_DIR",
+        help="Host directory holding one <pod UID>_<container> directory per container.",
+        why="where HAMi's device plugin puts each container's shared region.",
+    )
+    gc_grace_s: float = setting(
+        300.0,
+        flag="--gc-grace",
+        unit="seconds",
+        min=0,
+        help="How long the directory of a pod that no longer exists is kept before removal.",
+        why="a pod read from a lagging cache is not mistaken for a gone one.",
+    )
+    proc_root: str = setting(
+        "/proc",
+        help="procfs of the host's PID namespace (the DaemonSet runs with hostPID).",
+    )
+    threads: int = 4
+
+
+@attrs.frozen(kw_only=True)
+class DevicePluginOptions:
+    """The settings of ``hami device-plugin`` (``hami device-plugin --help``)."""
+
+    node_name: str = setting(
+        env="NODE_NAME",
+        help="This node's name: where the inventory is published and whose pods are "
+        "allocated (in a DaemonSet: the downward API's spec.nodeName).",
+    )
+    backend: str = setting(
+        "nvidia",
+        env="HAMI_BACKEND",
+        help="Backend (entry point of hami.backends) whose devices this process serves.",
+    )
+    vendor: str | None = setting(
+        None,
+        env="HAMI_VENDOR",
+        show_default="the backend's first vendor key",
+        help="Vendor key served, for backends with several (one resource per process).",
+    )
+    kubeconfig: str | None = _kubeconfig_setting()
+    config: str | None = _config_file_setting(
+        "split count, scaling, resource names and backend options (hami-nvidia: hookPath, "
+        "libraryPath, corePolicy, unifiedMemoryMiB, ignoredXids, healthRecoverySeconds)"
+    )
+    node_config: str | None = setting(
+        None,
+        env="HAMI_NODE_CONFIG",
+        show_default="none",
+        help="Per-node overrides in HAMi's device-plugin config.json shape (JSON or YAML): "
+        '{"nodeconfig": [{"name": NODE, "devicesplitcount": N, "devicememoryscaling": F, '
+        '"devicecorescaling": F, "filterdevices": {"uuid": [...], "index": [...]}}]}.',
+    )
+    plugin_dir: str = setting(
+        DEFAULT_PLUGIN_DIR,
+        flag="--device-plugin-path",
+        env="HAMI_DEVICE_PLUGIN_PATH",
+        help="kubelet's device-plugin directory, holding kubelet.sock and our socket.",
+        why="kubelet's DevicePluginPath (device plugin API v1beta1).",
+    )
+    socket_name: str | None = setting(
+        None,
+        env="HAMI_SOCKET_NAME",
+        show_default="<backend>-<resource suffix>.sock, e.g. nvidia-gpu.sock",
+        help="File name of the plugin's socket in --device-plugin-path.",
+    )
+    register_interval_s: float = setting(
+        30.0,
+        flag="--register-interval",
+        env="HAMI_REGISTER_INTERVAL",
+        unit="seconds",
+        min=1,
+        help="Time between checks of the inventory and handshake annotations (written "
+        "only when they change or the scheduler asks; health changes publish at once).",
+        why="HAMi's device plugin re-registers its node every 30 s.",
+    )
+    health_interval_s: float = setting(
+        5.0,
+        flag="--health-interval",
+        env="HAMI_HEALTH_INTERVAL",
+        unit="seconds",
+        min=0.1,
+        help="Longest wait for a device health event before discovering again "
+        "(recovered devices are noticed at this pace).",
+        why="NVIDIA's k8s-device-plugin waits 5 s per NVML event round.",
+    )
+    cdi: bool = setting(
+        False,
+        env="HAMI_CDI",
+        help="Answer Allocate with CDI device names (and a CDI spec per container) instead "
+        "of env, mounts and device nodes.",
+    )
+    cdi_spec_dir: str = setting(
+        "/var/run/cdi",
+        env="HAMI_CDI_SPEC_DIR",
+        help="Directory the container runtime reads CDI specs from (--cdi).",
+        why="the CDI specification's dynamic spec directory.",
+    )
+    link_scores: bool = setting(
+        False,
+        env="HAMI_LINK_SCORES",
+        help="Publish device link scores (hami.io/node-<backend>-score) for the "
+        "topology-aware policy.",
+    )
+    fail_on_init_error: bool = setting(
+        True,
+        env="HAMI_FAIL_ON_INIT_ERROR",
+        help="Exit when discovery fails at start (no driver, NVML error); with --no-..., "
+        "log it and idle without registering (DaemonSets on nodes without devices).",
+        why="NVIDIA's k8s-device-plugin default (failOnInitError).",
+    )
+    workers: int = 8
+    api_timeout_s: float = setting(
+        5.0,
+        flag="--api-timeout",
+        env="HAMI_API_TIMEOUT",
+        unit="seconds",
+        min=0.1,
+        help="Longest one API server request may take (connect and read).",
+    )
+    allocate_timeout_s: float = setting(
+        10.0,
+        flag="--allocate-timeout",
+        env="HAMI_ALLOCATE_TIMEOUT",
+        unit="seconds",
+        min=0.1,
+        help="Longest an Allocate answer may take; past it kubelet gets UNAVAILABLE and its "
+        "retry with the same device IDs gets the answer once it is ready.",
+    )
+    metrics_port: int = setting(
+        0,
+        env="HAMI_METRICS_PORT",
+        min=0,
+        max=65535,
+        help="Serve the device plugin's metrics (Allocate durations, devices, health) on "
+        "this port; 0: off.",
+    )
+    metrics_bind_address: str = setting(
+        "0.0.0.0", env="HAMI_METRICS_BIND_ADDRESS", help="Address of --metrics-port."
+    )

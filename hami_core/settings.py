@@ -1,0 +1,226 @@
+"""One statement per setting: the ``*Options`` attrs classes of the servers declare each
+setting once (default, flag, help, unit, environment variable, range, why this
+default), and the ``hami <command>`` click options are generated from them.
+
+kopf's per-setting documentation is the model: a setting says what it does, in which
+unit, and why its default is what it is. A field declared with ``setting(...)`` is a
+command-line option; a plain attrs field is not (set only by code)::
+
+    @attrs.frozen(kw_only=True)
+    class ServerOptions:
+        port: int = setting(8888, help="Extender port.", min=1, max=65535)
+        lease_duration_s: float = setting(
+            15.0, flag="--lease-duration", unit="seconds", help="...", why="..."
+        )
+
+    @cli.command()
+    @click_options(ServerOptions)
+    def serve(**opts): run(ServerOptions(**opts))
+
+Bad values stop the command at start with the flag named (click's usage error, exit
+status 2), before anything is contacted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+import click
+
+from hami_core.errors import HamiError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The attrs metadata key under which a field's ``Setting`` is kept.
+KEY = "hami.setting"
+
+
+@attrs.frozen(kw_only=True)
+class Setting:
+    """What the command line shows and checks of one field.
+
+    Attributes:
+        help: what the setting does (one or two sentences).
+        flags: the option names, e.g. ``("--port", "--metrics-port")``; the first is the
+            flag that names the setting in messages.
+        unit: the unit of the value (``seconds``), shown in ``--help``; "" for none.
+        env: the environment variable read when the flag is absent, or "".
+        why: why the default is what it is (a source, a limit it must respect).
+        show_default: text shown instead of the default (a computed default), or "".
+        min, max: the range of a number (inclusive), None for open.
+        choices: the allowed values of a string, or ().
+        multiple: the flag may repeat; the value is a tuple.
+        required: the flag (or ``env``) must be given.
+        convert: turns the flag's text into the field's value; raises ``ValueError``
+            or ``HamiError`` with the reason (shown with the flag named).
+        metavar: the placeholder shown in ``--help``, or "".
+    """
+
+    help: str
+    flags: tuple[str, ...]
+    unit: str = ""
+    env: str = ""
+    why: str = ""
+    show_default: str = ""
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] = ()
+    multiple: bool = False
+    required: bool = False
+    convert: Callable[[Any], Any] | None = None
+    metavar: str = ""
+
+
+def setting(
+    default: Any = attrs.NOTHING,
+    *,
+    help: str,
+    flag: str | Sequence[str] = "",
+    unit: str = "",
+    env: str = "",
+    why: str = "",
+    show_default: str = "",
+    min: float | None = None,
+    max: float | None = None,
+    choices: Sequence[str] = (),
+    multiple: bool = False,
+    convert: Callable[[Any], Any] | None = None,
+    metavar: str = "",
+    factory: Callable[[], Any] | None = None,
+    validator: Callable[[Any, Any, Any], None] | None = None,
+) -> Any:
+    """An attrs field that is also a command-line option (see the module docstring).
+
+    Args:
+        default: the default value; omitted (with no ``factory``) for a required
+            setting.
+        flag: the option name(s); default ``--<field name with dashes>``.
+        factory: a default built per instance (for mutable defaults).
+        validator: an attrs validator, run when the class is built (by code too).
+        The rest: as the attributes of ``Setting``.
+    """
+    flags = (flag,) if isinstance(flag, str) else tuple(flag)
+    meta = Setting(
+        help=help,
+        flags=flags if flags != ("",) else (),
+        unit=unit,
+        env=env,
+        why=why,
+        show_default=show_default,
+        min=min,
+        max=max,
+        choices=tuple(choices),
+        multiple=multiple,
+        required=default is attrs.NOTHING and factory is None,
+        convert=convert,
+        metavar=metavar,
+    )
+    if factory is not None:
+        return attrs.field(factory=factory, validator=validator, metadata={KEY: meta})
+    return attrs.field(default=default, validator=validator, metadata={KEY: meta})
+
+
+def settings_of(cls: type) -> list[tuple[attrs.Attribute[Any], Setting]]:
+    """The fields of an attrs class declared with ``setting``, in declaration order,
+    with their flags filled in (``--<name>`` by default)."""
+    out = []
+    for field in attrs.fields(cls):
+        meta = field.metadata.get(KEY)
+        if meta is None:
+            continue
+        if not meta.flags:
+            meta = attrs.evolve(meta, flags=("--" + field.name.replace("_", "-"),))
+        out.append((field, meta))
+    return out
+
+
+def _click_type(field: attrs.Attribute[Any], meta: Setting) -> Any:
+    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
+    if meta.choices:
+        return click.Choice(list(meta.choices))
+    if kind.startswith("int"):
+        return click.IntRange(meta.min, meta.max) if (meta.min, meta.max) != (None, None) else int  # type: ignore[arg-type]
+    if kind.startswith("float"):
+        if (meta.min, meta.max) != (None, None):
+            return click.FloatRange(meta.min, meta.max)
+        return float
+    return None
+
+
+def _help(meta: Setting) -> str:
+    text = meta.help
+    if meta.unit:
+        text += f" [unit: {meta.unit}]"
+    if meta.why:
+        text += f" Why this default: {meta.why}"
+    return text
+
+
+def _default(field: attrs.Attribute[Any]) -> Any:
+    default = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        return default.factory()  # type: ignore[union-attr]
+    return default
+
+
+def _converter(
+    field: attrs.Attribute[Any], meta: Setting
+) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    convert = meta.convert
+    assert convert is not None
+    flag = meta.flags[0]
+
+    def callback(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if value is None:  # not given: the field's own default, not converted
+            return _default(field)
+        try:
+            return convert(value)
+        except (ValueError, HamiError) as exc:
+            message = str(exc).removeprefix(f"{flag}: ")
+            raise click.BadParameter(message, param_hint=flag) from None
+
+    return callback
+
+
+def click_option(field: attrs.Attribute[Any], meta: Setting) -> Callable[[F], F]:
+    """The click option of one setting; its destination is the field's name."""
+    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
+    flags = list(meta.flags)
+    if kind == "bool":
+        flags = [f"{flags[0]}/--no-{flags[0][2:]}", *flags[1:]]
+    kwargs: dict[str, Any] = {
+        "help": _help(meta),
+        "multiple": meta.multiple,
+        "required": meta.required,
+    }
+    if meta.convert is not None:
+        kwargs["callback"] = _converter(field, meta)
+        if meta.show_default:
+            kwargs["show_default"] = meta.show_default
+    elif not meta.required:
+        default = _default(field)
+        kwargs["default"] = default
+        kwargs["show_default"] = meta.show_default or default not in (None, "", ())
+    click_type = _click_type(field, meta)
+    if click_type is not None:
+        kwargs["type"] = click_type
+    if meta.env:
+        kwargs["envvar"] = meta.env
+        kwargs["show_envvar"] = True
+    if meta.metavar:
+        kwargs["metavar"] = meta.metavar
+    return click.option(*flags, field.name, **kwargs)
+
+
+def click_options(cls: type) -> Callable[[F], F]:
+    """Decorate a click command with one option per setting of ``cls``, in the order
+    the class declares them (``--help`` lists them so)."""
+
+    def decorate(fn: F) -> F:
+        for field, meta in reversed(settings_of(cls)):
+            fn = click_option(field, meta)(fn)
+        return fn
+
+    return decorate
