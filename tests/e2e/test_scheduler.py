@@ -209,6 +209,16 @@ REPLAY = [
         "percentage-100",
         [("a", {"gpu": 1, "gpumem_percentage": 100}), ("b", {"gpu": 1, "gpumem": 1000})],
     ),
+    # HAMi 2.10's ordered lists (gpu_policy_test.go "Chain mutex,spread"): the mutex of a
+    # list still refuses the used GPU; a list without mutex shares it
+    (
+        "policy-lists",
+        [
+            ("a", {"gpu": 1, "gpumem": 1000}),
+            ("b", {"gpu": 1, "gpumem": 1000}, {"hami.io/gpu-scheduler-policy": "mutex,binpack"}),
+            ("c", {"gpu": 1, "gpumem": 1000}, {"hami.io/gpu-scheduler-policy": "binpack,numa"}),
+        ],
+    ),
 ]
 
 
