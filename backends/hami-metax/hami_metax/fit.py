@@ -95,24 +95,28 @@ def app_class_fits(app_class: str, usage: DeviceUsage) -> bool:
     return not (online and app_class == OFFLINE)
 
 
-def qos_fits(pod_qos: str, usage: DeviceUsage, request: DeviceRequest) -> bool:
+def qos_fits(
+    pod_qos: str, usage: DeviceUsage, request: DeviceRequest, own: frozenset[str] = frozenset()
+) -> bool:
     """HAMi's ``checkDeviceQos``: a used sGPU keeps its sharers' QoS policy unless the
-    request takes it whole (vcore 100) or its policy is empty."""
-    if usage.used_count == 0 or request.cores_pct == 100:
+    request takes it whole (vcore 100) or its policy is empty. On a GPU an earlier
+    container of the same pod took (``own``) the policy is the pod's own already (HAMi's
+    ``AddResourceUsage`` switches it, to "" for an exclusive slice), so it fits."""
+    if usage.used_count == 0 or request.cores_pct == 100 or usage.device.uuid in own:
         return True
     return usage.device.info("qosPolicy") in ("", pod_qos)
 
 
 def sgpu_check(
-    app_class: str, pod_qos: str
+    app_class: str, pod_qos: str, own: frozenset[str] = frozenset()
 ) -> Callable[[DeviceUsage, DeviceRequest], ReasonCode | None]:
     """The app-class check, then (pods not ``online``) the QoS check, as a ``FitRules``
-    ``extra_check``."""
+    ``extra_check``; ``own``: the GPUs the pod's earlier containers took."""
 
     def check(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode | None:
         if not app_class_fits(app_class, usage):
             return ReasonCode.CARD_APP_CLASS_MISMATCH
-        if app_class != ONLINE and not qos_fits(pod_qos, usage, request):
+        if app_class != ONLINE and not qos_fits(pod_qos, usage, request, own):
             return ReasonCode.CARD_QOS_POLICY_MISMATCH
         return None
 
@@ -160,7 +164,9 @@ def fit(
     online = app_class == ONLINE
     rules = FitRules(
         cores_capacity=(lambda u: None) if online else (lambda u: u.device.cores_pct),
-        extra_check=sgpu_check(app_class, ann.get(QOS_POLICY, "")),
+        extra_check=sgpu_check(
+            app_class, ann.get(QOS_POLICY, ""), frozenset(d.uuid for c in allocated for d in c)
+        ),
         link_group=link_zone if request.cores_pct == 100 and APP_CLASS not in ann else None,
         choose=choose_online if online else None,
     )

@@ -263,3 +263,62 @@ def test_fit_reason_is_app_class_mismatch():
     info = NodeInfo(name="n", devices=(usage[0].device,))
     out = fit.fit(request, info, usage, {"metadata": {"annotations": {}}}, DevicePolicy.BINPACK)
     assert out.device_reasons == {"g0": ReasonCode.CARD_APP_CLASS_MISMATCH}
+
+
+def test_a_pods_later_container_shares_its_gpu_whatever_the_gpus_old_policy():
+    """HAMi's ``AddResourceUsage``: once a container of a ``best-effort`` pod is on a GPU
+    whose node annotation still says ``fixed-share``, the pod's next container may join
+    it (the GPU runs the pod's policy now); another pod's container may not."""
+    d = DeviceInfo(
+        uuid="g0",
+        vendor="Metax-SGPU",
+        model="m",
+        index=0,
+        split_count=16,
+        memory_mib=65536,
+        cores_pct=100,
+        custom=(("qosPolicy", "fixed-share"),),
+    )
+    usage = [DeviceUsage(device=d, used_count=1, used_memory_mib=1024, used_cores_pct=10)]
+    request = DeviceRequest(vendor="Metax-SGPU", count=1, memory_mib=1024, cores_pct=10)
+    ann = {"metadata": {"annotations": {"metax-tech.com/sgpu-qos-policy": "best-effort"}}}
+    info = NodeInfo(name="n", devices=(d,))
+    mine = ((ContainerDevice(uuid="g0", vendor="Metax-SGPU", memory_mib=1024, cores_pct=10),),)
+    assert fit.fit(request, info, usage, ann, DevicePolicy.BINPACK, mine).fits
+    other = fit.fit(request, info, usage, ann, DevicePolicy.BINPACK)
+    assert other.device_reasons == {"g0": ReasonCode.CARD_QOS_POLICY_MISMATCH}
+
+
+def test_pipeline_two_containers_of_a_pod_on_a_gpu_of_another_policy():
+    sdevices = [
+        {
+            "uuid": "mx-sgpu-0",
+            "model": "MXC500",
+            "totalDevCount": 16,
+            "totalCompute": 100,
+            "totalVRam": 65536,
+            "healthy": True,
+            "qosPolicy": "fixed-share",
+        }
+    ]
+    p = pipeline(
+        node("mx", annotations={"metax-tech.com/node-gpu-devices": json.dumps(sdevices)}),
+        backends=("metax",),
+    )
+    limits = {
+        "metax-tech.com/sgpu": "1",
+        "metax-tech.com/vmemory": "4",
+        "metax-tech.com/vcore": "10",
+    }
+    containers = [
+        {"name": n, "image": "busybox", "resources": {"limits": dict(limits)}} for n in ("a", "b")
+    ]
+    out = p.submit(pod("two", containers=containers))  # best-effort by the webhook's default
+    assert out.node == "mx", out.filter
+    ann = p.cluster.get_pod("default", "two")["metadata"]["annotations"]
+    assert ann["metax-tech.com/sgpu-qos-policy"] == "best-effort"
+    a, b = json.loads(ann["metax-tech.com/gpu-devices-allocated"])
+    assert a[0]["uuid"] == b[0]["uuid"] == "mx-sgpu-0"
+    # a second pod of that policy meets the GPU's (annotated) fixed-share policy
+    late = p.submit(pod("late", limits))
+    assert late.node is None and "CardQosPolicyMismatch" in late.filter.failed["mx"]
