@@ -47,6 +47,9 @@ SHIM_ENV_PREFIXES: Final = (
     "CUDA_DEVICE_MEMORY_LIMIT_",
     "CUDA_DEVICE_SM_LIMIT_",
     "CUDA_DEVICE_CORE_LIMIT_",
+    # the shim's tuning knobs (HAMI_SHIM_RECONCILE_MS=-1 stops charging what NVML sees
+    # beyond the hooks); the shim reads them from the limits file when there is one
+    "HAMI_SHIM_",
 )
 DISABLE_CONTROL: Final = keys.DISABLE_CONTROL_ENV
 #: Namespace label (set by an administrator) that lets containers set CUDA_DISABLE_CONTROL.

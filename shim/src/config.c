@@ -199,8 +199,11 @@ void config_load(shim_config *cfg)
             LOG_ERROR("CUDA_TASK_PRIORITY=\"%s\" is not a small non-negative integer; ignored", prio);
     }
 
+    /* The tuning knobs below weaken enforcement when a tenant picks them (reconcile -1
+     * stops charging what NVML sees beyond the hooks): like the limits, they come from
+     * the limits file when there is one (the device plugin writes none: defaults). */
     cfg->lock_timeout_ms = CFG_DEFAULT_LOCK_TIMEOUT_MS;
-    const char *lt = getenv("HAMI_SHIM_LOCK_TIMEOUT_MS");
+    const char *lt = shim_var("HAMI_SHIM_LOCK_TIMEOUT_MS");
     if (lt && *lt) {
         char *end = NULL;
         long v = strtol(lt, &end, 10);
@@ -211,7 +214,7 @@ void config_load(shim_config *cfg)
                       CFG_DEFAULT_LOCK_TIMEOUT_MS);
     }
     cfg->reconcile_ms = CFG_DEFAULT_RECONCILE_MS;
-    const char *rc = getenv("HAMI_SHIM_RECONCILE_MS");
+    const char *rc = shim_var("HAMI_SHIM_RECONCILE_MS");
     if (rc && *rc) {
         char *end = NULL;
         long v = strtol(rc, &end, 10);

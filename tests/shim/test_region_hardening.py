@@ -176,3 +176,32 @@ def test_a_limit_missing_from_the_file_is_not_taken_from_env(shim, tmp_path):
         CUDA_DEVICE_MEMORY_LIMIT="16384m",
     )
     assert r.rcs("alloc") == [OOM]  # fail closed: no limit stated by the device plugin
+
+
+def test_tuning_knobs_in_env_do_not_weaken_a_limits_file(shim, tmp_path):
+    """Issue #12 item 1, its whole kind: HAMI_SHIM_RECONCILE_MS=-1 in a tenant's env
+    would stop charging the memory NVML sees beyond the hooks (a context of 128 MiB
+    here); with a limits file the knob is read from the file only (defaults)."""
+    limits = tmp_path / "limits"
+    limits.write_text(
+        f"NVIDIA_VISIBLE_DEVICES={GPU0}\nCUDA_DEVICE_MEMORY_LIMIT_0=1024m\n"
+        f"CUDA_DEVICE_MEMORY_SHARED_CACHE={shim.region}\n"
+    )
+    env = dict(STUB_CTX_BYTES="128m", HAMI_SHIM_LIMITS_FILE=str(limits))
+    r = shim.probe(
+        "init", "ctx", "0", "alloc", "512m", "meminfo", HAMI_SHIM_RECONCILE_MS="-1", **env
+    )
+    assert r.op("meminfo")["free"] == (1024 - 512 - 128) * MiB
+    # without a limits file (a process started by hand, outside the device plugin) the
+    # environment still tunes it, as the shim's own tests use it
+    r = shim.probe(
+        "init",
+        "ctx",
+        "0",
+        "alloc",
+        "512m",
+        "meminfo",
+        STUB_CTX_BYTES="128m",
+        HAMI_SHIM_RECONCILE_MS="-1",
+    )
+    assert r.op("meminfo")["free"] == (1024 - 512) * MiB

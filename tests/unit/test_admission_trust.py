@@ -42,6 +42,10 @@ def with_env(*env, envfrom=None, **res):
         ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "100"),
         ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=81920M"),
         ("CUDA_MPS_PIPE_DIRECTORY", "/tmp/my-own-daemon"),
+        # the shim's tuning knobs (reconcile -1: NVML's extra memory not charged)
+        ("HAMI_SHIM_RECONCILE_MS", "-1"),
+        ("HAMI_SHIM_LOCK_TIMEOUT_MS", "1"),
+        ("HAMI_SHIM_LIMITS_FILE", "/tmp/mine"),
     ],
 )
 def test_a_gpu_container_may_not_set_the_shims_variables(name, value):
@@ -86,6 +90,8 @@ def test_disable_control_is_an_administrators_opt_out():
         ({"configMapRef": {"name": "cfg"}, "prefix": "CUDA_DEVICE_SM_LIMIT_9"}, False),
         ({"configMapRef": {"name": "cfg"}, "prefix": "CUDA_MPS_"}, False),
         ({"configMapRef": {"name": "cfg"}, "prefix": "N"}, False),
+        ({"configMapRef": {"name": "cfg"}, "prefix": "HAMI_"}, False),
+        ({"configMapRef": {"name": "cfg"}, "prefix": "HAMI_SHIM_X"}, False),
         ({"configMapRef": {"name": "cfg"}, "prefix": "APP_"}, True),
         ({"configMapRef": {"name": "cfg"}, "prefix": "CUDA_X_"}, True),
     ],
