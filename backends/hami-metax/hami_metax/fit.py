@@ -23,18 +23,20 @@ Scores: whole GPUs from MetaX's topology annotations, ``2000 - losses[n]`` under
 and ``2000 - scores[n]`` under spread for a pod of ``n`` GPUs (``ScoreNode``), scaled
 to 0..100 (/ 20). sGPUs, policy-neutral as HAMi's (higher is better under both
 policies): an ``online`` pod by ``scoreOnlineDevices`` (0 for idle GPUs, -20 per online
-and -2 per offline sharer, -100 per sharer of a GPU running only offline pods) as
-``100 + score`` clamped to 0..100; exclusive sGPUs, when topology-aware scoring is on
+and -2 per offline sharer, -100 per sharer of a GPU running only offline pods) mapped
+onto 0..100 in the same order (0 -> 100); exclusive sGPUs, when topology-aware scoring is on
 (option ``sgpuTopologyAware``, overridden per pod by ``metax-tech.com/sgpu-topology-aware``
 read as Go's ``strconv.ParseBool``), by ``10 x allocated - loss`` link-zone pair scores
-(``scoreExclusiveDevices``), centred on 50 and clamped to 0..100; otherwise the core's
-node score.
+(``scoreExclusiveDevices``), mapped onto 0..100 in the same order (0 -> 50); otherwise
+the core's node score. (HAMi adds these scores, weighted 10000, to its node score; a
+logistic keeps their order within the extender's 0..100.)
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -195,17 +197,26 @@ def _pairs(zones: Sequence[int]) -> int:
     return sum(DIRECT_LINK_SCORE for a, b in itertools.combinations(zones, 2) if a > 0 and a == b)
 
 
-def exclusive_score(usage: Sequence[DeviceUsage], devices: ContainerDevices) -> float:
-    """HAMi's ``scoreExclusiveDevices``: ``10 x allocated - (available - allocated -
-    rest)`` over link-zone pairs of free GPUs, centred on 50 and clamped to 0..100."""
+def exclusive_raw(usage: Sequence[DeviceUsage], devices: ContainerDevices) -> int:
+    """HAMi's ``scoreExclusiveDevices`` (an int): ``10 x allocated - (available -
+    allocated - rest)`` over link-zone pairs of free GPUs."""
     zone = {u.device.uuid: int(u.device.info("linkZone", "0") or 0) for u in usage}
     taken = [d.uuid for d in devices if d.cores_pct == 100]
     free = [u.device.uuid for u in usage if u.used_count == 0]
     available = _pairs([zone[u] for u in free])
     allocated = _pairs([zone.get(u, 0) for u in taken])
     rest = _pairs([zone[u] for u in free if u not in taken])
-    result = 10 * allocated - (available - allocated - rest)
-    return max(0.0, min(100.0, 50.0 + result))
+    return 10 * allocated - (available - allocated - rest)
+
+
+def _squash(raw: float, scale: float) -> float:
+    """A HAMi score of any size as 0..100, keeping its order (logistic; 0 -> 50)."""
+    return 100.0 / (1.0 + math.exp(max(-700.0, min(700.0, -raw / scale))))
+
+
+def exclusive_score(usage: Sequence[DeviceUsage], devices: ContainerDevices) -> float:
+    """``exclusive_raw`` as 0..100 (0 -> 50), in HAMi's order."""
+    return _squash(exclusive_raw(usage, devices), 100.0)
 
 
 def online_score(usage: Sequence[DeviceUsage], devices: ContainerDevices) -> int:
@@ -252,7 +263,8 @@ def score(
     if vendor == GPU:
         return gpu_score(usage, devices, policy)
     if annotations_of(pod).get(APP_CLASS) == ONLINE:
-        return max(0.0, min(100.0, 100.0 + online_score(usage, devices)))
+        # HAMi's score is 0 or below: twice the logistic keeps 0 at 100
+        return min(100.0, 2 * _squash(online_score(usage, devices), 50.0))
     if topology_aware(topology_aware_default, pod, devices):
         return exclusive_score(usage, devices)
     return node_score(usage, devices, policy)

@@ -6,6 +6,7 @@ Expected values from HAMi 2.10 ``pkg/device/metax/sdevice_test.go``: ``TestCheck
 ``DeviceUsage.holders``, which the core fills from live pods our scheduler bound."""
 
 import json
+import math
 
 import pytest
 from hami_metax import fit
@@ -102,7 +103,7 @@ def test_score_online_devices_as_hami(holders, want):
     usage = [used("GPU-123", holders)]
     taken = (ContainerDevice(uuid="GPU-123", vendor="Metax-SGPU", memory_mib=1, cores_pct=0),)
     assert fit.online_score(usage, taken) == want
-    # as 0..100: 100 + HAMi's score, clamped
+    # as 0..100, in HAMi's order: idle 100, then -40, -44, -200
     got = fit.score(
         "Metax-SGPU",
         usage,
@@ -111,7 +112,8 @@ def test_score_online_devices_as_hami(holders, want):
         pod={"metadata": {"annotations": ON}},
         topology_aware_default=False,
     )
-    assert got == max(0, 100 + want)
+    assert got == pytest.approx(200 / (1 + math.exp(-want / 50)))
+    assert (got == 100) is (want == 0)
 
 
 def slice_(cores):
@@ -322,3 +324,88 @@ def test_pipeline_two_containers_of_a_pod_on_a_gpu_of_another_policy():
     # a second pod of that policy meets the GPU's (annotated) fixed-share policy
     late = p.submit(pod("late", limits))
     assert late.node is None and "CardQosPolicyMismatch" in late.filter.failed["mx"]
+
+
+def _zoned(specs):
+    return [
+        DeviceUsage(
+            device=DeviceInfo(
+                uuid=u,
+                vendor="Metax-SGPU",
+                model="m",
+                index=i,
+                split_count=16,
+                memory_mib=65536,
+                cores_pct=100,
+                custom=(("linkZone", str(z)),),
+            ),
+            used_count=used,
+        )
+        for i, (u, z, used) in enumerate(specs)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "previous", "taken", "want"),
+    [
+        (
+            "allocate one device, rest zero device",
+            [("GPU-1", 1, 1), ("GPU-2", 1, 1), ("GPU-3", 1, 1), ("GPU-4", 1, 0)],
+            ["GPU-4"],
+            0,
+        ),
+        (
+            "allocate one device, rest three device",
+            [("GPU-1", 1, 0), ("GPU-2", 1, 0), ("GPU-3", 1, 0), ("GPU-4", 1, 0)],
+            ["GPU-4"],
+            -30,
+        ),
+        (
+            "allocate two device, best result",
+            [("GPU-1", 1, 0), ("GPU-2", 1, 0), ("GPU-3", 1, 0), ("GPU-4", 1, 0)],
+            ["GPU-3", "GPU-4"],
+            60,
+        ),
+        (
+            "allocate two device, bad result",
+            [
+                ("GPU-1", 1, 1),
+                ("GPU-2", 1, 1),
+                ("GPU-3", 1, 1),
+                ("GPU-4", 1, 0),
+                ("GPU-5", 2, 0),
+                ("GPU-6", 2, 1),
+                ("GPU-7", 2, 1),
+                ("GPU-8", 2, 1),
+            ],
+            ["GPU-4", "GPU-5"],
+            0,
+        ),
+        (
+            "allocate four device, best result",
+            [("GPU-1", 1, 0), ("GPU-2", 1, 0), ("GPU-3", 1, 0), ("GPU-4", 1, 0), ("GPU-5", 2, 0)],
+            ["GPU-1", "GPU-2", "GPU-3", "GPU-4"],
+            600,
+        ),
+        (
+            "allocate four device, bad result",
+            [("GPU-2", 1, 0), ("GPU-3", 1, 0), ("GPU-4", 1, 0), ("GPU-5", 2, 0), ("GPU-6", 2, 0)],
+            ["GPU-3", "GPU-4", "GPU-5", "GPU-6"],
+            180,
+        ),
+        (
+            "allocate eight device",
+            [(f"GPU-{i}", 1 if i <= 4 else 2, 0) for i in range(1, 9)],
+            [f"GPU-{i}" for i in range(1, 9)],
+            1200,
+        ),
+    ],
+)
+def test_score_exclusive_devices_as_hami(name, previous, taken, want):
+    usage = _zoned(previous)
+    devices = tuple(
+        ContainerDevice(uuid=u, vendor="Metax-SGPU", memory_mib=65536, cores_pct=100) for u in taken
+    )
+    assert fit.exclusive_raw(usage, devices) == want
+    # the 0..100 form keeps the order: 0 -> 50, more is better
+    assert (fit.exclusive_score(usage, devices) > 50) is (want > 0)
