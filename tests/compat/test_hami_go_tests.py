@@ -235,6 +235,16 @@ def test_mutate_admission_priority_env():
     assert env["CUDA_TASK_PRIORITY"] == "1"
 
 
+def test_mutate_admission_core_policy_from_the_config():
+    """``TestMutateAdmission_CorePolicy``: a configured core policy ``force`` (HAMi's
+    ``gpuCorePolicy``) puts ``GPU_CORE_UTILIZATION_POLICY=force`` (HAMi's
+    ``CoreLimitSwitch``) in the env of a count-only container. HAMi's webhook writes it;
+    here the device plugin's Allocate answer carries it (the container sees the same)."""
+    p = pipeline(node("n", [gpu("GPU-0")]), config={"nvidia": {"corePolicy": "force"}})
+    out = p.submit(pod("p", container(gpu=1)))
+    assert out.envs["main"]["GPU_CORE_UTILIZATION_POLICY"] == "force"
+
+
 def test_check_type_allocate_mode():
     """``TestCheckType_AllocateMode``: a device whose mode ``nvidia.com/vgpu-mode`` does
     not list is not a match (``CardTypeMismatch``)."""
