@@ -498,8 +498,10 @@ def _denied(call: Any) -> str:
         {"CUDA_DEVICE_MEMORY_LIMIT_0": "16384m"},
         {"CUDA_DEVICE_SM_LIMIT": "100"},
         {"CUDA_DISABLE_CONTROL": "true"},
+        {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100"},
+        {"HAMI_SHIM_RECONCILE_MS": "-1"},
     ],
-    ids=["memory", "cores", "disable-control"],
+    ids=["memory", "cores", "disable-control", "mps-share", "shim-knob"],
 )
 def test_a_tenant_cannot_set_the_shims_variables(stack: Stack, tenant, env):
     (name,) = env
@@ -544,6 +546,89 @@ def test_a_tenant_cannot_rewrite_or_delete_its_allocation(stack: Stack, tenant):
         == (pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"])
     )
     assert after["labels"]["team"] == "a"
+
+
+def test_env_from_a_config_map_carrying_the_shims_variables_is_denied(stack: Stack, tenant):
+    """The ConfigMap's keys cannot be read at admission (and may change later)."""
+    ns = stack.namespace
+    stack.core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "raise"}, "data": {"CUDA_DEVICE_MEMORY_LIMIT_0": "16384m"}}
+    )
+    pod = _tenant_pod("env-from")
+    pod["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "raise"}}]
+    body = _denied(lambda: tenant.create_namespaced_pod(ns, pod))
+    assert "envFrom[0]" in body and "configMapRef" in body
+    pod["spec"]["containers"][0]["envFrom"] = [{"secretRef": {"name": "x"}, "prefix": "CUDA_"}]
+    assert "envFrom[0]" in _denied(lambda: tenant.create_namespaced_pod(ns, pod))
+
+
+def test_forged_annotations_are_denied_on_any_pod_on_create_and_update(stack: Stack, tenant):
+    """A non-GPU pod's forged -allocated (it would make a GPU look full), the same added by
+    an UPDATE, a preset nodeName, and the object label that exempts only non-GPU pods."""
+    ns = stack.namespace
+    forged = {"hami.io/vgpu-devices-allocated": f"{GPUS[1]},NVIDIA,16384,100:;"}
+    idle: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "idle", "annotations": forged},
+        # no scheduler runs by that name: the pod stays Pending, never on the node
+        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
+    }
+    assert "SchedulerOwnedAnnotation" in _denied(lambda: tenant.create_namespaced_pod(ns, idle))
+    idle["metadata"]["annotations"] = {}
+    idle["metadata"]["labels"] = {"hami.io/webhook": "ignore"}
+    tenant.create_namespaced_pod(ns, idle)  # a non-GPU pod may be left alone
+    for patch in (
+        {"metadata": {"annotations": forged}},
+        {"metadata": {"annotations": {"hami.io/bind-phase": "allocating"}}},
+        {"metadata": {"annotations": {"hami.io/vgpu-node": NODE}}},
+    ):
+        _denied(lambda p=patch: tenant.patch_namespaced_pod("idle", ns, p))
+        _denied(lambda p=patch: tenant.patch_namespaced_pod_status("idle", ns, p))
+    assert not stack.pod("idle")["metadata"].get("annotations")
+    preset = _tenant_pod("preset", nodeName=NODE)
+    assert "NodeNamePreset" in _denied(lambda: tenant.create_namespaced_pod(ns, preset))
+    labelled = _tenant_pod("labelled", schedulerName="default-scheduler")
+    labelled["metadata"]["labels"] = {"hami.io/webhook": "ignore"}
+    labelled["spec"]["containers"][0]["env"] = [
+        {"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "16384m"}
+    ]
+    assert "ProtectedEnv" in _denied(lambda: tenant.create_namespaced_pod(ns, labelled))
+
+
+def test_a_forged_pod_past_the_webhook_gets_no_device_from_the_real_kubelet(stack: Stack):
+    """As if the webhook were down (failurePolicy Ignore) or the namespace exempt: a pod
+    with a preset nodeName and a forged allocation for a whole GPU reaches kubelet, which
+    calls our Allocate; no valid node lock names it, so it gets nothing and fails."""
+    ns = f"outside-{stack.suffix}"  # not selected by the webhook configuration
+    stack.core.create_namespace({"metadata": {"name": ns}})
+    stack.node.namespaces.add(ns)
+    forged = _tenant_pod(
+        "squatter",
+        annotations={
+            "hami.io/vgpu-devices-to-allocate": f"{GPUS[0]},NVIDIA,16384,100:;",
+            "hami.io/vgpu-devices-allocated": f"{GPUS[0]},NVIDIA,16384,100:;",
+            "hami.io/bind-phase": "allocating",
+            "hami.io/vgpu-node": NODE,
+            "hami.io/bind-time": str(int(time.time())),
+        },
+        schedulerName="hami-scheduler",
+        nodeName=NODE,
+    )
+    forged["spec"]["containers"][0]["env"] = [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}]
+    stack.core.create_namespaced_pod(ns, forged)
+
+    def failed() -> dict[str, Any] | None:
+        resp = stack.core.read_namespaced_pod("squatter", ns, _preload_content=False)
+        pod = json.loads(resp.data)
+        return pod if (pod.get("status") or {}).get("phase") == "Failed" else None
+
+    pod = stack.cp.wait_for(failed, timeout=90, interval=0.5, message="squatter Failed")
+    assert pod["status"]["reason"] == "UnexpectedAdmissionError", pod["status"]
+    assert "squatter" in stack.plugin_log() or "lock" in pod["status"].get("message", "")
+    assert stack.node_lock() is None
+    with contextlib.suppress(ApiException):
+        stack.core.delete_namespaced_pod("squatter", ns, grace_period_seconds=0)
 
 
 # -- MPS mode (issue #17 item 3): last, it restarts the device plugin in MPS mode ------
