@@ -70,3 +70,23 @@ def test_the_simulator_writes_nothing_on_the_host():
     dirs = [m.host_path for a in out.allocations.values() for m in a.mounts if not m.read_only]
     assert files and dirs  # the answers name the limits file and the shared-region dir
     assert not any(os.path.exists(p) for p in files + dirs)
+
+
+def test_kubelet_hands_an_init_containers_device_ids_to_the_containers_after_it():
+    # One GPU advertised once (split count 1): the init container and the app container
+    # both run on it, so kubelet must pass the init container's ID on (devicesToReuse);
+    # the Allocator refuses an ID it does not advertise and any pod but the lock's.
+    mgr = manager()
+    one = {"model": "NVIDIA A100-SXM4-80GB", "memoryMiB": 81920, "count": 1, "splitCount": 1}
+    memory = parse_cluster([simple_cluster(("n1", [one]))], source="t", manager=mgr).to_memory()
+    pod = pod_with_init()
+    pod["spec"]["containers"] = [ctr("train", gpu=1, gpumem=3000)]
+    out = Pipeline(memory, mgr).submit(pod)
+    assert out.node == "n1" and not out.error, out
+    assert set(out.allocations) == {"warm", "train"}
+    assert (
+        out.allocations["warm"].envs["NVIDIA_VISIBLE_DEVICES"]
+        == (out.allocations["train"].envs["NVIDIA_VISIBLE_DEVICES"])
+    )
+    ann = memory.get_pod("default", "p")["metadata"]["annotations"]
+    assert ann[keys.BIND_PHASE] == keys.BIND_PHASE_SUCCESS

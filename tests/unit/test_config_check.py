@@ -122,4 +122,10 @@ def test_a_config_stating_every_default_loads():
     manager = BackendManager.from_entry_points()
     doc = {"version": "v1", **{r.name: dict(r.info.option_defaults) for r in manager.backends}}
     loaded = manager.with_config(parse_config(doc, backends=manager.infos))
-    assert loaded.vendor_config("ascend").settings is not None
+    for record in manager.backends:
+        stated, default = loaded.vendor_config(record.name), manager.vendor_config(record.name)
+        # Stating every default changes nothing: the same options and the same checked
+        # settings as a configuration that states none.
+        assert dict(stated.options) == dict(record.info.option_defaults), record.name
+        assert stated.settings == default.settings, record.name
+    assert loaded.vendor_config("ascend").settings is not None  # Ascend parses its section
