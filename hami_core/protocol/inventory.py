@@ -4,16 +4,25 @@ JSON form (HAMi >= 2.5): an array, one object per device, keys ``id index count 
 devcore type numa mode health``; HAMi omits zero values, so a reader takes a missing key
 as the zero value (``health`` missing = unhealthy). Legacy form: per device
 ``id,count,devmem,devcore,type,numa,health[,index,mode]`` followed by ``:``.
+
+Read as HAMi 2.10 reads it (Go ``encoding/json`` into ``device.DeviceInfo``): a key
+matches its field exactly or, failing that, case-insensitively (``"ID"``, ``"Devmem"``:
+``pkg/device/ascend/device_test.go::Test_GetNodeDevices``); a ``mode`` other than ours is
+kept as written (``pkg/device/hygon/device_test.go::Test_GetNodeDevices`` reads mode
+``test``): such a device is matched by no ``nvidia.com/vgpu-mode`` filter.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from hami_core.errors import AnnotationError
 from hami_core.model import DEVICE_MODES, DeviceInfo
 
+#: A vendor's own mode token: what a device list or a label value can carry.
+_MODE_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _JSON_FIELDS = ("id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "health")
 
 
@@ -109,7 +118,10 @@ def _decode_json(text: str, *, node: str, vendor: str) -> tuple[DeviceInfo, ...]
 
 
 def _get(item: dict[str, Any], key: str, kind: type, where: str) -> Any:
-    value = item.get(key)
+    if key in item:
+        value = item[key]
+    else:  # Go's encoding/json: an exact match first, else a case-insensitive one
+        value = next((v for k, v in item.items() if k.lower() == key), None)
     if value is None:
         return kind()
     # bool is an int in Python; a JSON true where a number belongs is still wrong.
@@ -167,9 +179,13 @@ def _device(where: str, **fields: Any) -> DeviceInfo:
             f"{where}: device id {fields['uuid']!r} contains ',', ':' or ';', "
             "which a pod's device list cannot carry"
         )
-    if fields["mode"] not in DEVICE_MODES:
+    mode = fields["mode"]
+    if mode not in DEVICE_MODES and not _MODE_TOKEN.fullmatch(mode):
+        # Other vendors' plugins may write their own mode (kept, as HAMi keeps it); it is
+        # written back into device lists and metrics, so it must stay a plain token.
         raise AnnotationError(
-            f"{where}: mode must be one of {', '.join(DEVICE_MODES)}, got {fields['mode']!r}"
+            f"{where}: mode {mode!r} is not one of {', '.join(DEVICE_MODES)} nor a plain "
+            "token (letters, digits, '-', '_', '.'; at most 63)"
         )
     try:
         return DeviceInfo(**fields)

@@ -100,7 +100,8 @@ def test_legacy_seven_and_nine_fields():
         ('[{"id":"GPU-a","count":true}]', "count must be int"),
         ('[{"count":1}]', "missing device id"),
         ('[{"id":"GPU-a","devmem":-5}]', "memory_mib must be >= 0"),
-        ('[{"id":"GPU-a","mode":"vfio"}]', "mode must be one of"),
+        ('[{"id":"GPU-a","mode":"vf io"}]', "nor a plain token"),
+        ('[{"id":"GPU-a","mode":"a;b"}]', "nor a plain token"),
         ("[1]", "expected an object"),
         ("GPU-a,10,32768:", "has 3 fields"),
         ("GPU-a,ten,32768,100,T,0,true:", "count must be an integer"),
@@ -156,3 +157,12 @@ def test_a_device_id_that_a_device_list_cannot_carry_is_refused():
         AnnotationError, match=r"node n1: inventory device #0: device id '0000:53:00.0' contains"
     ):
         decode_inventory('[{"id":"0000:53:00.0","count":1,"devmem":1}]', node="n1", vendor="XPU")
+
+
+def test_json_keys_match_case_insensitively_like_go():
+    """Go's ``encoding/json`` (HAMi's reader) takes ``"ID"`` / ``"Devmem"`` for ``id`` /
+    ``devmem``; an exact key wins over another spelling of it."""
+    (d,) = decode_inventory(
+        '[{"ID":"GPU-a","Devmem":100,"devmem":200,"Health":true}]', node="n", vendor="X"
+    )
+    assert (d.uuid, d.memory_mib, d.healthy) == ("GPU-a", 200, True)

@@ -1,0 +1,113 @@
+"""``Test_GetNodeDevices`` of HAMi 2.10's vendors whose test states the register
+annotation literally (``pkg/device/<vendor>/device_test.go``), decoded as the scheduler
+decodes a node, with HAMi's expected devices (issue #15 item 11). HAMi's "no device" /
+"failed to unmarshal" errors are a node with no devices of the vendor; a malformed
+value marks that vendor unregistered on that node only."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from hami_core.plugin import BackendManager
+from hami_core.scheduling.nodes import read_node
+
+MANAGER = BackendManager.from_entry_points(disabled=[])
+
+
+def _read(annotations):
+    node = {"metadata": {"name": "node-01", "annotations": annotations}}
+    info = read_node(
+        node, MANAGER.device_types(), now=dt.datetime.now(dt.UTC), reader=MANAGER.node_devices
+    )
+    devices = [
+        (
+            d.uuid,
+            d.vendor,
+            d.model,
+            d.index,
+            d.split_count,
+            d.memory_mib,
+            d.cores_pct,
+            d.numa,
+            d.healthy,
+            d.mode,
+        )
+        for d in info.devices
+    ]
+    return devices, dict(info.unregistered)
+
+
+@pytest.mark.parametrize(
+    ("source", "annotations", "devices"),
+    [
+        (
+            "amd: registerJSON",
+            {
+                "hami.io/node-amd-register": '[{"id":"GPU-0","index":0,"count":1,"devmem":8192,"devcore":100,"type":"amd","numa":0,"health":true}]'
+            },
+            [("GPU-0", "AMD", "amd", 0, 1, 8192, 100, 0, True, "hami-core")],
+        ),
+        (
+            "hygon: exist dcu device (9 legacy fields, mode 'test' kept)",
+            {"hami.io/node-dcu-register": "test-0,1,1024,100,DCU,0,true,0,test:"},
+            [("test-0", "DCU", "DCU", 0, 1, 1024, 100, 0, True, "test")],
+        ),
+        (
+            "ascend: exist device (Go field names, matched case-insensitively)",
+            {
+                "hami.io/node-register-Ascend910B3": '[{"ID":"GPU-0","Count":4,"Devmem":8738,"Devcore":8,"Type":"huawei.com/Ascend910","Numa":0,"Health":true}]'
+            },
+            [("GPU-0", "Ascend910B3", "huawei.com/Ascend910", 0, 4, 8738, 8, 0, True, "hami-core")],
+        ),
+        (
+            "iluvatar: exist device",
+            {
+                "hami.io/node-MR-V100-register": "GPU-bad51c5a-ed4c-591d-91bf-c04a12e19eae,10,8192,100,MR-V100,0,true:"
+            },
+            [
+                (
+                    "GPU-bad51c5a-ed4c-591d-91bf-c04a12e19eae",
+                    "MR-V100",
+                    "MR-V100",
+                    0,
+                    10,
+                    8192,
+                    100,
+                    0,
+                    True,
+                    "hami-core",
+                )
+            ],
+        ),
+    ],
+)
+def test_get_node_devices(source, annotations, devices):
+    """``Test_GetNodeDevices`` / ``TestGetNodeDevices`` of the vendor named (AMD:
+    ``Test_GetNodeDevices`` with its ``registerJSON``)."""
+    assert _read(annotations) == (devices, {}), source
+
+
+@pytest.mark.parametrize(
+    ("source", "annotations"),
+    [
+        ("ascend: no device", {"hami.io/node-register-Ascend910B3": "[]"}),
+        (
+            "ascend: failed to unmarshal node devices (empty)",
+            {"hami.io/node-register-Ascend910B3": ""},
+        ),
+        ("ascend / iluvatar / hygon: no annotation", {}),
+        ("iluvatar: no device", {"hami.io/node-MR-V100-register": "[]"}),
+    ],
+)
+def test_no_devices(source, annotations):
+    """HAMi answers these with an error and no devices: no devices here either."""
+    assert _read(annotations) == ([], {}), source
+
+
+def test_hygon_entry_with_fewer_than_seven_fields_marks_only_the_vendor():
+    """``pkg/device/hygon/device_test.go::Test_GetNodeDevices`` "dcu device length less
+    than 7": HAMi fails decoding; the node's DCUs are unregistered, with the reason."""
+    devices, unregistered = _read({"hami.io/node-dcu-register": "test-0,1,1024,100,DCU:"})
+    assert devices == [] and "5 fields" in unregistered["DCU"]
