@@ -224,3 +224,55 @@ def click_options(cls: type) -> Callable[[F], F]:
         return fn
 
     return decorate
+
+
+def _shown_default(field: attrs.Attribute[Any], meta: Setting) -> str:
+    if meta.show_default:
+        return meta.show_default
+    if meta.required:
+        return "required"
+    default = _default(field)
+    if default in (None, "", (), {}):
+        return "none"
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return f"`{default}`"
+
+
+def settings_markdown(commands: Sequence[tuple[str, type]]) -> str:
+    """The settings reference (``docs/settings.md``): per command, per setting its flag,
+    environment variable, unit, default, what it does and why that default.
+
+    Args:
+        commands: ``(command line, Options class)`` pairs, e.g. ``("hami scheduler",
+            SchedulerOptions)``.
+    """
+    lines = [
+        "# Settings of the hami processes",
+        "",
+        "Generated from the `*Options` classes of `hami_core/servers/options.py` by",
+        "`scripts/gen-settings-doc.py` (each setting is stated once, there; `--help` shows",
+        "the same text). Ranges are checked at start: a bad value stops the process with",
+        "the flag named.",
+    ]
+    for title, cls in commands:
+        lines += ["", f"## `{title}`", ""]
+        for field, meta in settings_of(cls):
+            flags = ", ".join(f"`{f}`" for f in meta.flags)
+            facts = [f"default {_shown_default(field, meta)}"]
+            if meta.unit:
+                facts.append(meta.unit)
+            if meta.min is not None or meta.max is not None:
+                lo = "" if meta.min is None else f"{meta.min:g} ≤ "
+                hi = "" if meta.max is None else f" ≤ {meta.max:g}"
+                facts.append(f"{lo}value{hi}")
+            if meta.choices:
+                facts.append(" | ".join(meta.choices))
+            if meta.env:
+                facts.append(f"env `{meta.env}`")
+            if meta.multiple:
+                facts.append("repeatable")
+            lines.append(f"- {flags} ({'; '.join(facts)}): {meta.help}")
+            if meta.why:
+                lines.append(f"  *Why this default:* {meta.why}")
+    return "\n".join(lines) + "\n"

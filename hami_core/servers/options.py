@@ -451,3 +451,12 @@ class DevicePluginOptions:
     metrics_bind_address: str = setting(
         "0.0.0.0", env="HAMI_METRICS_BIND_ADDRESS", help="Address of --metrics-port."
     )
+
+
+#: Each server command and its settings, in ``hami --help`` order (docs/settings.md).
+COMMANDS: tuple[tuple[str, type], ...] = (
+    ("hami scheduler", SchedulerOptions),
+    ("hami webhook", WebhookOptions),
+    ("hami device-plugin", DevicePluginOptions),
+    ("hami monitor", MonitorOptions),
+)

@@ -119,3 +119,22 @@ def test_a_setting_declared_once_makes_its_option():
     assert "env var: TOY_WAIT" in text and "default: 1.5" in text
     assert "--internal" not in text
     assert CliRunner().invoke(toy, ["--wait", "-1"]).exit_code == 2
+
+
+def test_the_settings_reference_is_generated_from_the_classes():
+    from pathlib import Path
+
+    from hami_core.servers.options import COMMANDS
+    from hami_core.settings import settings_markdown
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
+    assert doc.read_text(encoding="utf-8") == settings_markdown(COMMANDS), (
+        "docs/settings.md is stale: run scripts/gen-settings-doc.py"
+    )
+    text = settings_markdown(COMMANDS)
+    for title, cls in COMMANDS:
+        assert f"## `{title}`" in text
+        for _, meta in settings_of(cls):
+            assert f"- `{meta.flags[0]}`" in text
+            if meta.why:
+                assert f"*Why this default:* {meta.why}" in text
