@@ -11,8 +11,8 @@ Sources:
     - Memory and compute isolation of an sMLU slice is done by Cambricon's device plugin in
       dynamic-sMLU mode, which creates the sMLU instance from the pod's
       ``CAMBRICON_DSMLU_PROFILE`` annotation (``<index>_<cores>_<memory units>``, written
-      by HAMi's scheduler at bind). Nothing in a container's env limits an sMLU, so this
-      backend adds no limit variables.
+      at bind as HAMi's scheduler writes it: ``bind.py``). Nothing in a container's
+      env limits an sMLU, so this backend adds no limit variables.
 """
 
 from __future__ import annotations

@@ -16,11 +16,12 @@ from hami_core.backend import (
     FitResult,
     MutateResult,
     NodeInfo,
+    PodDevices,
     VendorConfig,
     hookimpl,
 )
 
-from . import admission, allocate, capacity, discover, fit, requests
+from . import admission, allocate, bind, capacity, discover, fit, requests
 from .names import DEVICE_TYPE
 from .options import OPTION_DEFAULTS
 
@@ -69,6 +70,11 @@ def hami_fit(
     config: VendorConfig,
 ) -> FitResult | None:
     return fit.fit(request, node, usage, pod, policy, config)
+
+
+@hookimpl
+def hami_bind_annotations(node: NodeInfo, devices: PodDevices) -> dict[str, str] | None:
+    return bind.pod_annotations(node, devices)
 
 
 @hookimpl
