@@ -33,6 +33,12 @@ from hami_core.errors import (
 from hami_core.model import *  # noqa: F403 (every model class crosses the hooks)
 from hami_core.plugin import hookimpl
 from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.migallocations import (
+    MigAllocation,
+    decode_mig_allocations,
+    encode_mig_allocations,
+    mig_allocations_of,
+)
 from hami_core.protocol.patches import pointer_token, set_resources
 from hami_core.protocol.quantity import INT32_MAX, parse_quantity_int
 
@@ -74,6 +80,7 @@ __all__ = [
     "DeviceFilters",
     "HamiError",
     "InvalidInputError",
+    "MigAllocation",
     "QuantityError",
     "SubprocessRunner",
     "ToolRunner",
@@ -82,6 +89,9 @@ __all__ = [
     "configured_tool_output",
     "first_annotation",
     "countshared",
+    "decode_mig_allocations",
+    "encode_mig_allocations",
+    "mig_allocations_of",
     "fit",
     "fit_devices",
     "hookimpl",

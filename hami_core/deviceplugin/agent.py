@@ -147,9 +147,12 @@ class NodeAgent:
     def _preconfigured(self, device: DeviceInfo) -> DeviceInfo:
         """The node's ``operatingmode`` as the device's inventory ``mode``, and HAMi's
         ``preconfigureddevicememory`` for a device reporting no memory (some drivers
-        cannot report it), scaled like discovered memory."""
-        if self.overrides.mode is not None and device.mode != self.overrides.mode:
-            device = attrs.evolve(device, mode=self.overrides.mode)
+        cannot report it), scaled like discovered memory. A device the backend reports
+        in ``mig`` mode stays so (a GPU in MIG mode is never shared any other way), and
+        on a ``mig`` node the backend's mode stands (it advertises only MIG GPUs)."""
+        mode = self.overrides.mode
+        if mode is not None and device.mode != mode and "mig" not in (device.mode, mode):
+            device = attrs.evolve(device, mode=mode)
         pre = self.overrides.preconfigured_memory_mib
         if device.memory_mib or not pre:
             return device

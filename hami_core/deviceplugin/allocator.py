@@ -331,17 +331,26 @@ class Allocator:
         meta = pending.pod.get("metadata") or {}
         uid = str(meta.get("uid") or "")
         answers = []
+        pod = pending.pod
+        written: dict[str, str] = {}
         for container in pending.remaining[:n]:
             spec = allowed_container(
                 container.spec, pending.namespace, getattr(self.store, "namespace_labels", None)
             )
             alloc = self.manager.allocate(
                 self.vendor,
-                pending.pod,
+                pod,
                 spec,
                 container.devices,
                 node_devices=self.node_devices(),
             )
+            own = {k: v for k, v in alloc.pod_annotations.items() if k == self.dtype.mig_annotation}
+            if own:
+                # The next container of this call reads what this one wrote.
+                written.update(own)
+                pmeta = dict(pod.get("metadata") or {})
+                pmeta["annotations"] = {**(pmeta.get("annotations") or {}), **own}
+                pod = {**pod, "metadata": pmeta}
             for mount in alloc.mounts:
                 if not mount.read_only:
                     self.make_dir(mount.host_path)
@@ -352,7 +361,8 @@ class Allocator:
             answers.append(alloc)
         rest = consumed(pending.entries, [c.position for c in pending.remaining[:n]])
         progress: dict[str, str | None] = {
-            self.dtype.to_allocate_annotation: encode_pod_devices(rest)
+            self.dtype.to_allocate_annotation: encode_pod_devices(rest),
+            **written,
         }
         done = [c.name for c in pending.remaining[:n]]
         final = not any(rest)

@@ -78,6 +78,18 @@ class HealthLoop:
         self._next_publish = self._publish(devices)
         return devices
 
+    def release(self, devices: tuple[DeviceInfo, ...]) -> None:
+        """Let the backend free what no pod on the node holds (``hami_release``); an
+        unreadable pod list or a driver error frees nothing this round."""
+        try:
+            pods = self.store.pods_on_node(self.node)
+            freed = self.agent.manager.release(self.agent.backend, pods, devices)
+        except HamiError as exc:
+            log.warning("cannot release what pods no longer hold: %s", exc)
+            return
+        for line in freed:
+            log.info("released %s", line)
+
     def start(self) -> None:
         """Run the loop on a daemon thread (after ``first_round``)."""
         self._thread = threading.Thread(
@@ -147,6 +159,7 @@ class HealthLoop:
         except HamiError as exc:
             log.error("cannot publish the inventory of %s: %s", self.node, exc)
             return time.monotonic() + min(5.0, self.register_interval_s)
+        self.release(devices)
         if self.cdi is not None:
             try:
                 live = [

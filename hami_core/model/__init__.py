@@ -14,6 +14,7 @@ from .charge import Charge, collapse, device_charges, init_containers_finished, 
 from .device import DEVICE_MODES, DeviceInfo, DeviceUsage, NodeInfo
 from .fit import FitResult
 from .fitrules import Chooser, CoresCapacity, ExtraCheck, FitRules, LinkGroup, device_cores
+from .mig import MigPlacement, MigProfile, MigSlot
 from .monitor import ContainerUsage, HostDevice, ProcessDeviceSample, ProcessSample, RegionDevice
 from .policy import (
     DEVICE_POLICY_TOKENS,
@@ -51,6 +52,9 @@ __all__ = [
     "FitRules",
     "LinkGroup",
     "HostDevice",
+    "MigPlacement",
+    "MigProfile",
+    "MigSlot",
     "Mount",
     "MutateResult",
     "NodeInfo",

@@ -6,18 +6,23 @@ from collections.abc import Mapping
 
 import attrs
 
+from .mig import MigSlot
+
 
 @attrs.frozen(kw_only=True)
 class ContainerDevice:
     """One slice of one physical device, held by one container.
 
-    Wire form (PROTOCOL.md §3): ``<uuid>,<vendor>,<memory_mib>,<cores_pct>``.
+    Wire form (PROTOCOL.md §3): ``<uuid>,<vendor>,<memory_mib>,<cores_pct>``. ``mig``
+    (the MIG instance chosen on a ``mig`` mode GPU) is not in that form: it travels in
+    ``hami.io/vgpu-mig-allocations`` (``hami_core.protocol.migallocations``).
     """
 
     uuid: str = attrs.field(validator=attrs.validators.min_len(1))
     vendor: str = attrs.field(validator=attrs.validators.min_len(1))
     memory_mib: int = attrs.field(validator=attrs.validators.ge(0))
     cores_pct: int = attrs.field(validator=attrs.validators.ge(0))
+    mig: MigSlot | None = None
 
 
 #: Devices of one container (possibly empty).

@@ -60,6 +60,9 @@ class DeviceTypeInfo:
             devices (PROTOCOL.md §2), e.g. ``hami.io/node-nvidia-score``; "" when the
             vendor publishes none. The device plugin writes it from ``hami_link_scores``
             and the scheduler reads it for topology-aware placement.
+        mig_annotation: pod key of the MIG instances chosen at bind (HAMi 2.10
+            ``hami.io/vgpu-mig-allocations``), owned by the scheduler and the device plugin
+            like the device lists; "" for a vendor without MIG.
         fit_rules: the vendor's variations of the shared fit steps; the core scores a
             placement with them (``hami_core.backend.fit.node_score``) when the backend
             has no ``hami_score``.
@@ -77,6 +80,7 @@ class DeviceTypeInfo:
     to_allocate_annotation: str
     allocated_annotation: str
     link_score_annotation: str = ""
+    mig_annotation: str = ""
     fit_rules: FitRules = attrs.field(factory=FitRules)
     quota_request_cores: RequestCores | None = None
     quota_slice_cores: SliceCores | None = None
@@ -137,6 +141,9 @@ class ContainerAllocation:
         files: host path -> content of files the device plugin writes before it
             answers (each one reaches the container through a read-only mount), e.g.
             the shim's limits file, which a container's own env cannot override.
+        pod_annotations: pod annotations the device plugin writes with its progress
+            (e.g. the runtime identity of NVIDIA MIG instances it created); only keys the
+            backend's ``DeviceTypeInfo`` owns (``mig_annotation``) are written.
     """
 
     envs: Mapping[str, str] = attrs.field(factory=dict)
@@ -145,6 +152,7 @@ class ContainerAllocation:
     cdi_devices: tuple[str, ...] = ()
     annotations: Mapping[str, str] = attrs.field(factory=dict)
     files: Mapping[str, str] = attrs.field(factory=dict)
+    pod_annotations: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 
 import attrs
 
+from .mig import MigProfile, MigSlot
+
 DEVICE_MODES = ("hami-core", "mig", "mps")
 
 
@@ -34,6 +36,8 @@ class DeviceInfo:
             value)`` pairs (HAMi's ``CustomInfo``: MetaX's QoS policy and link zone, an
             AWS instance type, a Vastai die's card). Filled by a backend's
             ``hami_node_devices``; not part of the inventory's wire form.
+        mig_profiles: for a GPU in ``mig`` mode, the MIG profiles it offers and where
+            (inventory ``migProfiles``, HAMi 2.10); empty otherwise.
         node_local: facts only the node needs at ``Allocate``, filled by discovery and
             never encoded into the inventory (so absent from what the scheduler
             decodes, and left out of equality): e.g. Ascend's physical id, Hygon's PCI
@@ -51,6 +55,7 @@ class DeviceInfo:
     mode: str = "hami-core"
     healthy: bool = True
     custom: tuple[tuple[str, str], ...] = ()
+    mig_profiles: tuple[MigProfile, ...] = ()
     node_local: Mapping[str, str] = attrs.field(factory=dict, eq=False, repr=False)
 
     def info(self, key: str, default: str = "") -> str:
@@ -74,6 +79,7 @@ class DeviceUsage:
         holders: the annotations of each live pod that holds part of the device, one
             entry per pod (HAMi's ``DeviceUsage.PodInfos``: MetaX's app-class rules read
             what kind of pods share a device). Not part of equality.
+        mig_in_use: the MIG instances live pods hold on the device (a ``mig`` mode GPU).
     """
 
     device: DeviceInfo
@@ -82,6 +88,7 @@ class DeviceUsage:
     used_cores_pct: int = attrs.field(default=0, validator=_non_negative)
     cordoned: bool = False
     holders: tuple[Mapping[str, str], ...] = attrs.field(default=(), eq=False, repr=False)
+    mig_in_use: tuple[MigSlot, ...] = ()
 
     @property
     def free_memory_mib(self) -> int:
@@ -93,13 +100,17 @@ class DeviceUsage:
         """Compute still free, percent of the device; never negative."""
         return max(0, self.device.cores_pct - self.used_cores_pct)
 
-    def charged(self, *, memory_mib: int, cores_pct: int) -> DeviceUsage:
-        """Return the usage after one more container takes ``memory_mib`` / ``cores_pct``."""
+    def charged(
+        self, *, memory_mib: int, cores_pct: int, mig: MigSlot | None = None
+    ) -> DeviceUsage:
+        """Return the usage after one more container takes ``memory_mib`` / ``cores_pct``
+        (and, on a MIG GPU, the instance ``mig``)."""
         return attrs.evolve(
             self,
             used_count=self.used_count + 1,
             used_memory_mib=self.used_memory_mib + memory_mib,
             used_cores_pct=self.used_cores_pct + cores_pct,
+            mig_in_use=self.mig_in_use + ((mig,) if mig is not None else ()),
         )
 
 

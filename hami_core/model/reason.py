@@ -33,3 +33,6 @@ class ReasonCode(enum.StrEnum):
     # current QoS policy or app class differs from the pod's.
     CARD_QOS_POLICY_MISMATCH = "CardQosPolicyMismatch"
     CARD_APP_CLASS_MISMATCH = "CardAppClassMismatch"
+    # HAMi 2.10 ``pkg/device/nvidia/device.go`` Fit: no allowed MIG profile with a free
+    # placement holds the request on a GPU in mig mode.
+    CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"

@@ -367,3 +367,24 @@ def hami_host_devices(config: VendorConfig) -> list[HostDevice] | None:
     Raises: ``HamiError`` when the driver fails; the monitor logs it and serves the
         container metrics without host figures.
     """
+
+
+@_hookspec
+def hami_release(
+    pods: Sequence[Pod], devices: Sequence[DeviceInfo], config: VendorConfig
+) -> Sequence[str] | None:
+    """Free on this node what no live pod holds any more.
+
+    Called by: the device plugin, once before it serves kubelet (so what a crashed
+    plugin left behind is freed at start) and after every inventory publication, for
+    the backend it serves (NVIDIA: destroys dynamic MIG instances no live pod's
+    ``hami.io/vgpu-mig-allocations`` names).
+    Args:
+        pods: every pod bound to this node, as the API server lists them (finished ones
+            included; the backend decides what still holds).
+        devices: what ``hami_discover`` returned.
+    Returns: what was freed, one line each, for the log; None when the backend holds
+        nothing outside the pods' containers.
+    Raises: ``HamiError`` when the driver fails (the plugin logs it and tries again on
+        the next round; a backend must then free nothing rather than guess).
+    """

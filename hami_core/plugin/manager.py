@@ -494,6 +494,28 @@ class BackendManager:
             raise BackendError(backend, f"hami_watch_health returned {changed!r}, not UUIDs")
         return tuple(changed)
 
+    def release(
+        self, backend: str, pods: Sequence[Mapping[str, Any]], devices: Sequence[DeviceInfo]
+    ) -> tuple[str, ...]:
+        """What one backend freed on this node (``hami_release``); () when nothing.
+
+        Raises:
+            BackendError: the backend raised or answered something other than lines.
+        """
+        freed = self._call_one(
+            backend,
+            "hami_release",
+            (list, tuple),
+            pods=tuple(pods),
+            devices=tuple(devices),
+            config=self.vendor_config(backend),
+        )
+        if freed is None:
+            return ()
+        if not all(isinstance(x, str) for x in freed):
+            raise BackendError(backend, f"hami_release returned {freed!r}, not lines")
+        return tuple(freed)
+
     def link_scores(
         self, backend: str, devices: Sequence[DeviceInfo]
     ) -> dict[str, dict[str, int]] | None:

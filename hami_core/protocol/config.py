@@ -59,6 +59,8 @@ class VendorConfig:
         default_memory_mib: memory per device when a request names none; 0 = whole device.
         default_cores_pct: cores per device when a request names none.
         default_count: devices for a request that names memory or cores but no count.
+        operating_mode: the node's ``operatingmode`` on a device plugin (``hami-core``,
+            ``mig``, ``mps``; "" where no per-node file says), so discovery knows it.
         options: backend-specific keys, always complete: the backend's
             ``option_defaults`` overlaid with what the file states.
         settings: the backend's own parsed form of the section, as its
@@ -76,6 +78,7 @@ class VendorConfig:
     default_memory_mib: int = 0
     default_cores_pct: int = 0
     default_count: int = 1
+    operating_mode: str = ""
     options: Mapping[str, Any] = attrs.field(factory=dict)
     settings: object = attrs.field(default=None, eq=False, repr=False)
 

@@ -1,7 +1,9 @@
 """Node inventory annotation codec (PROTOCOL.md §2).
 
 JSON form (HAMi >= 2.5): an array, one object per device, keys ``id index count devmem
-devcore type numa mode health``; HAMi omits zero values, so a reader takes a missing key
+devcore type numa mode health`` and, for a GPU in ``mig`` mode, ``migProfiles`` (HAMi
+2.10: ``[{"name", "memoryMB", "core", "sliceCount", "placements": [{"start",
+"size"}]}]``); HAMi omits zero values, so a reader takes a missing key
 as the zero value (``health`` missing = unhealthy). Legacy form: per device
 ``id,count,devmem,devcore,type,numa,health[,index,mode]`` followed by ``:``.
 
@@ -19,7 +21,7 @@ import re
 from typing import Any
 
 from hami_core.errors import AnnotationError
-from hami_core.model import DEVICE_MODES, DeviceInfo
+from hami_core.model import DEVICE_MODES, DeviceInfo, MigPlacement, MigProfile
 
 #: A vendor's own mode token: what a device list or a label value can carry.
 _MODE_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -48,8 +50,62 @@ def encode_inventory(devices: tuple[DeviceInfo, ...] | list[DeviceInfo]) -> str:
             "mode": d.mode,
             "health": d.healthy,
         }
-        out.append({k: v for k, v in item.items() if v not in (0, "", False)})
+        kept = {k: v for k, v in item.items() if v not in (0, "", False)}
+        if d.mig_profiles:
+            kept["migProfiles"] = [_encode_profile(p) for p in d.mig_profiles]
+        out.append(kept)
     return json.dumps(out, separators=(",", ":"))
+
+
+def _encode_profile(p: MigProfile) -> dict[str, Any]:
+    return {
+        "name": p.name,
+        "memoryMB": p.memory_mib,
+        "core": p.cores_pct,
+        "sliceCount": p.slice_count,
+        "placements": [{"start": x.start, "size": x.size} for x in p.placements],
+    }
+
+
+def _decode_profiles(item: dict[str, Any], where: str) -> tuple[MigProfile, ...]:
+    raw = item.get("migProfiles")
+    if raw is None:
+        return ()
+    return decode_mig_profiles(raw, where)
+
+
+def decode_mig_profiles(raw: object, where: str) -> tuple[MigProfile, ...]:
+    """HAMi's ``migProfiles`` array (already parsed JSON/YAML) as ``MigProfile`` values.
+
+    Raises:
+        AnnotationError: not an array of objects of the shape above; names ``where``.
+    """
+    if not isinstance(raw, list):
+        raise AnnotationError(f"{where}: migProfiles must be an array")
+    out = []
+    for i, p in enumerate(raw):
+        at = f"{where}: migProfiles[{i}]"
+        if not isinstance(p, dict):
+            raise AnnotationError(f"{at}: expected an object")
+        places = p.get("placements") or []
+        if not isinstance(places, list) or not all(isinstance(x, dict) for x in places):
+            raise AnnotationError(f"{at}: placements must be an array of objects")
+        try:
+            out.append(
+                MigProfile(
+                    name=_get(p, "name", str, at),
+                    memory_mib=_get(p, "memoryMB", int, at),
+                    cores_pct=_get(p, "core", int, at),
+                    slice_count=_get(p, "sliceCount", int, at),
+                    placements=tuple(
+                        MigPlacement(start=_get(x, "start", int, at), size=_get(x, "size", int, at))
+                        for x in places
+                    ),
+                )
+            )
+        except ValueError as exc:
+            raise AnnotationError(f"{at}: {exc}") from None
+    return tuple(out)
 
 
 def encode_inventory_legacy(devices: tuple[DeviceInfo, ...] | list[DeviceInfo]) -> str:
@@ -112,6 +168,7 @@ def _decode_json(text: str, *, node: str, vendor: str) -> tuple[DeviceInfo, ...]
                 numa=_get(item, "numa", int, where),
                 mode=_get(item, "mode", str, where) or "hami-core",
                 healthy=_get(item, "health", bool, where),
+                mig_profiles=_decode_profiles(item, where),
             )
         )
     return tuple(devices)

@@ -11,9 +11,11 @@ YAML with the same keys is accepted. Every key of HAMi 2.10's entry
 (``pkg/device/nvidia/device.go`` ``DevicePluginConfigs`` / ``NodeDefaultConfig``, the
 chart's default ``nodeconfig``) is accepted: ``preconfigureddevicememory`` (MiB for a
 device whose memory the driver does not report), ``enablenumatopology`` (NUMA nodes sent
-to kubelet), ``operatingmode`` (``hami-core`` or ``mps``: published as every device's
-inventory ``mode``, PROTOCOL.md §2; ``mig`` is refused until MIG is implemented),
-``migstrategy`` (only ``none``);
+to kubelet), ``operatingmode`` (``hami-core``, ``mps`` or ``mig``: published as every device's
+inventory ``mode``, PROTOCOL.md §2; ``mig`` is HAMi's dynamic MIG, and a GPU already in
+MIG mode is inventoried as ``mig`` whatever the node's mode: docs/sharing-modes.md),
+``migstrategy`` (``none``, ``single``, ``mixed``: read and logged; the scheduler accepts
+the NVIDIA device plugin's ``nvidia.com/mig-<profile>`` names on every node);
 ``enablegetpreferredallocation: false`` and ``libcudaloglevel`` are read and logged as
 not applied (we always offer ``GetPreferredAllocation``: it keeps kubelet's IDs on the
 GPUs the scheduler chose).
@@ -51,8 +53,10 @@ _NODE_KEYS = frozenset(
     }
 )
 
-#: ``operatingmode`` values accepted (HAMi 2.10 also has ``mig``: not implemented here).
-OPERATING_MODES = ("hami-core", "mps")
+#: ``operatingmode`` values accepted (HAMi 2.10's).
+OPERATING_MODES = ("hami-core", "mps", "mig")
+#: ``migstrategy`` values (the NVIDIA device plugin's).
+MIG_STRATEGIES = ("none", "single", "mixed")
 
 
 @attrs.frozen(kw_only=True)
@@ -68,8 +72,8 @@ class NodeOverrides:
         preconfigured_memory_mib: ``preconfigureddevicememory``: MiB of a device whose
             discovery reports no memory (0 or None: such a device keeps 0).
         numa_topology: ``enablenumatopology``; None: our default (sent).
-        mode: ``operatingmode`` (``hami-core`` or ``mps``), the inventory ``mode`` of
-            every device of the node; None: the backend's own (``hami-core``).
+        mode: ``operatingmode`` (``hami-core``, ``mps`` or ``mig``), the inventory
+            ``mode`` of every device of the node; None: the backend's own.
     """
 
     split_count: int | None = None
@@ -90,6 +94,8 @@ class NodeOverrides:
             changes["memory_scaling"] = self.memory_scaling
         if self.core_scaling is not None:
             changes["core_scaling"] = self.core_scaling
+        if self.mode is not None:
+            changes["operating_mode"] = self.mode
         return attrs.evolve(config, **changes)
 
     def keeps(self, device: DeviceInfo) -> bool:
@@ -160,11 +166,11 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
     if mode not in (*OPERATING_MODES, "", None):
         raise ConfigError(
             f"{where}.operatingmode: {mode!r} is not supported "
-            f"(one of {', '.join(OPERATING_MODES)}; mig is not implemented yet)"
+            f"(one of {', '.join(OPERATING_MODES)})"
         )
     mig = entry.get("migstrategy", "none")
-    if mig not in ("none", "", None):
-        raise ConfigError(f"{where}.migstrategy: {mig!r} is not supported (only none)")
+    if mig not in (*MIG_STRATEGIES, "", None):
+        raise ConfigError(f"{where}.migstrategy: {mig!r} is not one of {', '.join(MIG_STRATEGIES)}")
     split = _number(entry, "devicesplitcount", int, where)
     if split is not None and split < 1:
         raise ConfigError(f"{where}.devicesplitcount: must be >= 1, got {split}")

@@ -194,7 +194,7 @@ def fit_pod_nodes(
                     w = working[i]
                     for d in result.devices:
                         w[d.uuid] = w[d.uuid].charged(
-                            memory_mib=d.memory_mib, cores_pct=d.cores_pct
+                            memory_mib=d.memory_mib, cores_pct=d.cores_pct, mig=d.mig
                         )
                 still.append(i)
             alive = still

@@ -35,6 +35,7 @@ from hami_core.model import (
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import encode_pod_devices
+from hami_core.protocol.migallocations import encode_mig_allocations, mig_allocations_of
 
 from .fitting import ContainerMiss, NodeFit, fit_pod, fit_pod_nodes
 from .nodelock import LONGEST_BIND_S, acquire_node_lock, holds_node_lock, release_node_lock
@@ -773,6 +774,10 @@ class Scheduler:
             encoded = encode_pod_devices(devices)
             out[dtype.to_allocate_annotation] = encoded
             out[dtype.allocated_annotation] = encoded
+            instances = mig_allocations_of(devices)
+            if dtype.mig_annotation and instances:
+                # HAMi's PatchAnnotations: the MIG instances chosen, for the device plugin
+                out[dtype.mig_annotation] = encode_mig_allocations(instances)
         # The handbook's JSON form, for people reading `kubectl describe`.
         out[keys.DEVICE_ALLOCATED_JSON] = json.dumps(
             [

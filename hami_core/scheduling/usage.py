@@ -4,7 +4,10 @@ A pod's charge per device follows the init-container rule of ``hami_core.model.c
 
 Trust rule (PROTOCOL.md §6): a pod's allocation annotations count only when the pod was
 bound to the node by our scheduler and its spec asks for that vendor; an unreadable
-allocation on such a pod holds the devices it may use whole (fail closed).
+allocation on such a pod holds the devices it may use whole (fail closed). The same holds
+for the MIG instances of ``hami.io/vgpu-mig-allocations``: they count only on the GPUs of
+the pod's own device list, and a GPU in mig mode that the pod's list names without a
+readable instance for every entry is held whole.
 ``pod_holdings`` is that rule for one pod; every usage reader goes through it.
 """
 
@@ -20,6 +23,7 @@ from hami_core.model import (
     Charge,
     DeviceTypeInfo,
     DeviceUsage,
+    MigSlot,
     NodeInfo,
     PodDevices,
     device_charges,
@@ -27,6 +31,7 @@ from hami_core.model import (
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
+from hami_core.protocol.migallocations import decode_mig_allocations
 
 from .podspec import read_pod_request
 
@@ -50,9 +55,11 @@ class PodHoldings:
         problem: why (part of) the allocation could not be read, for the log; None when
             all was readable.
         annotations: the pod's annotations (what ``DeviceUsage.holders`` lists).
+        mig: device uuid -> the MIG instances the pod holds there.
     """
 
     charges: Mapping[str, Charge] = attrs.field(factory=dict)
+    mig: Mapping[str, tuple[MigSlot, ...]] = attrs.field(factory=dict)
     whole: frozenset[str] = frozenset()
     problem: str | None = None
     annotations: Mapping[str, str] = attrs.field(factory=dict, eq=False, repr=False)
@@ -167,6 +174,7 @@ def pod_holdings(
         wanted = set(requested_vendors)
     charges: dict[str, Charge] = {}
     whole: set[str] = set()
+    mig: dict[str, tuple[MigSlot, ...]] = {}
     problems: list[str] = []
     for dtype in types:
         if dtype.vendor not in wanted:
@@ -189,12 +197,59 @@ def pod_holdings(
             continue
         for uuid, charge in device_charges(pod, devices).items():
             charges[uuid] = charges.get(uuid, Charge()).plus(charge)
+        if dtype.mig_annotation:
+            slots, unread = _mig_holdings(pod, node, dtype.vendor, dtype.mig_annotation, devices)
+            mig.update(slots)
+            if unread:
+                whole.update(unread)
+                problems.append(
+                    f"pod {pod_ref(pod)}: {dtype.mig_annotation}: no readable MIG instance "
+                    f"for every device on {', '.join(sorted(unread))}; holding them whole"
+                )
     return PodHoldings(
         charges={u: c for u, c in charges.items() if u not in whole},
         whole=frozenset(whole),
         problem="; ".join(problems) or None,
         annotations=ann,
+        mig={u: m for u, m in mig.items() if u not in whole},
     )
+
+
+def _mig_holdings(
+    pod: Mapping[str, Any],
+    node: NodeInfo,
+    vendor: str,
+    key: str,
+    devices: PodDevices,
+) -> tuple[dict[str, tuple[MigSlot, ...]], set[str]]:
+    """The MIG instances ``pod`` holds per GPU, and the mig-mode GPUs its device list names
+    without a readable instance for each entry (to be held whole). Instances are taken
+    only at the positions of the device list that name that GPU (a forged entry for
+    another GPU counts nothing)."""
+    mig_gpus = {d.uuid for d in node.devices_of(vendor) if d.mode == "mig"}
+    listed = [
+        (c, i, dev.uuid)
+        for c, ctr in enumerate(devices)
+        for i, dev in enumerate(ctr)
+        if dev.uuid in mig_gpus
+    ]
+    if not listed:
+        return {}, set()
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        allocations = decode_mig_allocations(str(ann.get(key) or ""))
+    except AnnotationError:
+        return {}, {u for _, _, u in listed}
+    at = {(a.container_index, a.device_index): a for a in allocations}
+    slots: dict[str, tuple[MigSlot, ...]] = {}
+    unread: set[str] = set()
+    for c, i, uuid in listed:
+        a = at.get((c, i))
+        if a is None or a.gpu_uuid != uuid:
+            unread.add(uuid)
+            continue
+        slots[uuid] = (*slots.get(uuid, ()), a.slot)
+    return slots, unread
 
 
 def pod_allocation(
@@ -272,6 +327,10 @@ def usage_from_holdings(node: NodeInfo, holdings: Iterable[PodHoldings]) -> dict
             if u is not None:
                 usage[uuid] = add_charge(u, charge)
                 holders.setdefault(uuid, []).append(held.annotations)
+        for uuid, slots in held.mig.items():
+            u = usage.get(uuid)
+            if u is not None:
+                usage[uuid] = attrs.evolve(u, mig_in_use=u.mig_in_use + slots)
         for uuid in held.whole:
             u = usage.get(uuid)
             if u is not None:

@@ -19,6 +19,9 @@ A **cluster file** has one of two forms, told apart automatically:
            healthy: true                   # default true
            vendor: NVIDIA                  # default NVIDIA
            mode: hami-core                 # hami-core | mig | mps
+           # mode mig: the GPU's MIG profiles, in the inventory's migProfiles shape
+           # (PROTOCOL.md §2): [{name, memoryMB, core, sliceCount, placements:
+           # [{start, size}]}]; memoryMiB is then the physical memory (no scaling)
          links:                            # optional link scores (topology-aware policy)
          - {gpus: [0, 1], score: 200}      # device indexes; 100 per NVLink (PROTOCOL.md §2)
        quotas:                             # optional, per namespace
@@ -60,11 +63,11 @@ import attrs
 import yaml
 
 from hami_core.cluster.memory import MemoryCluster
-from hami_core.errors import InvalidInputError
-from hami_core.model import DEVICE_MODES, DeviceInfo
+from hami_core.errors import AnnotationError, InvalidInputError
+from hami_core.model import DEVICE_MODES, DeviceInfo, MigProfile
 from hami_core.plugin import BackendManager
 from hami_core.protocol.annotations import VGPU_NODE
-from hami_core.protocol.inventory import encode_inventory
+from hami_core.protocol.inventory import decode_mig_profiles, encode_inventory
 from hami_core.protocol.topology import decode_link_scores, encode_link_scores
 from hami_core.scheduling.nodes import read_node
 from hami_core.scheduling.usage import is_live, pod_allocation
@@ -83,7 +86,7 @@ SNAPSHOT = "snapshot"
 _NODE_KEYS = frozenset({"name", "labels", "annotations", "gpus", "links"})
 _GPU_KEYS = frozenset(
     {"model", "memoryMiB", "count", "numa", "splitCount", "cores", "uuid", "healthy", "vendor"}
-    | {"mode"}
+    | {"mode", "migProfiles"}
 )
 _QUOTA_KEYS = frozenset({"name", "namespace", "hard"})
 _SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation")
@@ -500,6 +503,7 @@ def _gpu_group(
     mode = group.get("mode", "hami-core")
     if mode not in DEVICE_MODES:
         raise InvalidInputError(f"{where}: mode must be one of {', '.join(DEVICE_MODES)}")
+    mig_profiles = _mig_profiles(group, where, mode)
     prefix = group.get("uuid", f"GPU-{node}")
     if not isinstance(prefix, str) or not prefix:
         raise InvalidInputError(f"{where}: uuid must be a non-empty prefix")
@@ -509,15 +513,37 @@ def _gpu_group(
             vendor=vendor,
             model=model,
             index=first_index + i,
-            split_count=split,
-            memory_mib=int(memory * config.memory_scaling),
-            cores_pct=int(cores * config.core_scaling),
+            split_count=split
+            if not mig_profiles or "splitCount" in group
+            else max(len(p.placements) for p in mig_profiles),
+            memory_mib=memory if mig_profiles else int(memory * config.memory_scaling),
+            cores_pct=100 if mig_profiles else int(cores * config.core_scaling),
             numa=numa,
             mode=mode,
             healthy=healthy,
+            mig_profiles=mig_profiles,
         )
         for i in range(count)
     ]
+
+
+def _mig_profiles(group: Mapping[str, Any], where: str, mode: str) -> tuple[MigProfile, ...]:
+    """A ``mode: mig`` group's ``migProfiles`` (the inventory's shape), decoded by the
+    inventory codec; required for mig, refused for other modes."""
+    raw = group.get("migProfiles")
+    if mode != "mig":
+        if raw is not None:
+            raise InvalidInputError(f"{where}: migProfiles is only for mode mig")
+        return ()
+    if not raw:
+        raise InvalidInputError(
+            f"{where}: mode mig needs migProfiles (e.g. [{{name: 1g.10gb, memoryMB: 9856, "
+            "core: 15, sliceCount: 1, placements: [{start: 0, size: 1}]}])"
+        )
+    try:
+        return decode_mig_profiles(raw, where)
+    except AnnotationError as exc:
+        raise InvalidInputError(str(exc)) from None
 
 
 def _links(

@@ -33,6 +33,8 @@ Report (``build_report``)::
          "devices": [                            # what it got, containers in wire order
            {"container": str, "init": bool, "vendor": str, "uuid": str, "index": int,
             "model": str, "mode": str,           # the device's mode: hami-core | mig | mps
+            "migProfile": str | null,            # on a mig GPU: the instance's profile
+            "migPlacement": {"start": int, "size": int} | null,   # and its slices
             "memoryMiB": int, "coresPct": int}],
          "wholeCardGpus": int,                   # GPUs it would hold without sharing
          "explanation": null | [                 # unschedulable pods only: one per node
@@ -222,6 +224,12 @@ def device_entries(
                         "index": info.index if info is not None else -1,
                         "model": info.model if info is not None else "",
                         "mode": info.mode if info is not None else "",
+                        "migProfile": s.mig.profile if s.mig is not None else None,
+                        "migPlacement": (
+                            {"start": s.mig.placement.start, "size": s.mig.placement.size}
+                            if s.mig is not None
+                            else None
+                        ),
                         "memoryMiB": s.memory_mib,
                         "coresPct": s.cores_pct,
                     }
@@ -636,7 +644,7 @@ def render_text(report: Mapping[str, Any], *, warnings: bool = True) -> str:
                 [
                     *(first if i == 0 else ["", ""]),
                     f"#{d['index']} {d['uuid']}",
-                    _with_mode(d["model"], d["mode"]),
+                    _with_mode(d["model"], d["mode"], d.get("migProfile")),
                     f"{d['memoryMiB']} MiB",
                     f"{d['coresPct']}%",
                     d["container"] if several else "",
@@ -717,8 +725,11 @@ def _explanation_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def _with_mode(model: str, mode: str) -> str:
-    """The model, with the device's mode when it is not the shim's (``... (mps)``)."""
+def _with_mode(model: str, mode: str, mig_profile: str | None = None) -> str:
+    """The model, with the device's mode when it is not the shim's (``... (mps)``), and
+    the MIG instance's profile on a MIG GPU (``... (mig 3g.40gb)``)."""
+    if mig_profile:
+        return f"{model} ({mode} {mig_profile})"
     return f"{model} ({mode})" if mode and mode != "hami-core" else model
 
 

@@ -74,10 +74,12 @@ def prefix_may_form_shim_variable(prefix: str) -> bool:
 
 def owned_annotation_keys(manager: BackendManager) -> frozenset[str]:
     """Every pod annotation only the scheduler (and the device plugin) may write:
-    PROTOCOL.md §3's keys and every backend's device-list keys."""
+    PROTOCOL.md §3's keys and every backend's device-list and MIG-instance keys."""
     owned = set(keys.SCHEDULER_OWNED)
     for t in manager.device_types():
         owned |= {t.to_allocate_annotation, t.allocated_annotation}
+        if t.mig_annotation:
+            owned.add(t.mig_annotation)
     return frozenset(owned)
 
 

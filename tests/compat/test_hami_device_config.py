@@ -43,10 +43,14 @@ def test_hami_chart_default_file_loads_with_one_warning_per_unimplemented_key(in
         "nvidia.overwriteEnv",
         "nvidia.preConfiguredDeviceMemory",
         "nvidia.libCudaLogLevel",
-        "nvidia.migProfileAllowlist",
         "vnpus.hamiVnpuCore",
     ):
         assert key in keys, key
+    # HAMi's MIG allowlist is read (dynamic MIG, docs/sharing-modes.md), not ignored
+    assert "nvidia.migProfileAllowlist" not in keys
+    assert cfg.vendor("nvidia").options["migProfileAllowlist"] == [
+        {"models": ["A30"], "profiles": ["1g.6gb", "2g.12gb", "4g.24gb"]}
+    ]
     # names HAMi writes that are ours already are read, not warned about
     assert not any(
         k.startswith(("nvidia.resource", "hygon.resource", "metax.resource")) for k in keys

@@ -113,7 +113,7 @@ def test_config_rejects_unknown_policy_tokens():
 
 
 def _mixed_modes():
-    from hami_core.model import DeviceInfo
+    from hami_core.model import DeviceInfo, MigPlacement, MigProfile
     from hami_core.protocol import encode_inventory
 
     devs = [
@@ -136,6 +136,16 @@ def _mixed_modes():
             memory_mib=40000,
             cores_pct=100,
             mode="mig",
+            # a MIG GPU offers instances (HAMi 2.10 migProfiles); 10 x 1g.4gb here
+            mig_profiles=(
+                MigProfile(
+                    name="1g.4gb",
+                    memory_mib=4000,
+                    cores_pct=10,
+                    slice_count=1,
+                    placements=tuple(MigPlacement(start=i, size=1) for i in range(10)),
+                ),
+            ),
         ),
     ]
     n = node("node-1", [])

@@ -175,7 +175,14 @@ def test_a_node_without_an_entry_keeps_the_cluster_values(tmp_path):
             {"nodeconfig": [{"name": NODE, "devicememoryscaling": "2"}]},
             "devicememoryscaling: expected a number, got '2'",
         ),
-        ({"nodeconfig": [{"name": NODE, "operatingmode": "mig"}]}, "'mig' is not supported"),
+        (
+            {"nodeconfig": [{"name": NODE, "operatingmode": "timeslice"}]},
+            "'timeslice' is not supported",
+        ),
+        (
+            {"nodeconfig": [{"name": NODE, "migstrategy": "all"}]},
+            "migstrategy: 'all' is not one of",
+        ),
         ({"nodeconfig": [{"name": NODE}, {"name": NODE}]}, f"node {NODE!r} is listed twice"),
         (
             {"nodeconfig": [{"name": NODE, "filterdevices": {"index": ["0"]}}]},

@@ -61,13 +61,20 @@ def test_discovery_reads_every_field_through_pynvml(fake_gpus: FakeGpus, fake_nv
         fake_gpus,
         fake_nvml_dir,
         """
-        out["devices"] = show(NvidiaNode().discover(section(plugin, memory_scaling=2.0)))
+        node = NvidiaNode()
+        config = section(plugin, memory_scaling=2.0)
+        out["before"] = show(node.discover(config))
+        node.nvml.create_mig_instance(1, 0, 3, 1)  # a 1g instance on the MIG GPU, as an admin would
+        out["devices"] = show(node.discover(config))
         """,
     )
 
+    # A GPU in MIG mode is never shared by the shim: without instances it is not
+    # advertised; with one it is a MIG GPU of its physical memory (no scaling).
+    assert out["before"] == [[gpu_uuid(0), "NVIDIA A100-PCIE-16GB", 0, 32768, 1, "hami-core", True]]
     assert out["devices"] == [
         [gpu_uuid(0), "NVIDIA A100-PCIE-16GB", 0, 32768, 1, "hami-core", True],
-        [gpu_uuid(1), "NVIDIA-Tesla T4", 1, 30720, 0, "mig", True],
+        [gpu_uuid(1), "NVIDIA-Tesla T4", 1, 15360, 0, "mig", True],
     ]
 
 

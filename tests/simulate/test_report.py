@@ -271,6 +271,8 @@ def test_json_schema_keys_are_stable():
                 "index",
                 "model",
                 "mode",
+                "migProfile",
+                "migPlacement",
                 "memoryMiB",
                 "coresPct",
             }

@@ -16,6 +16,8 @@ from hami_core.backend import (
     resource_value,
 )
 
+from .mig import MIG_MODE
+from .migdevices import DYNAMIC, check_allowlist, mig_allocation
 from .names import CORE_POLICY, PRIORITY_RESOURCE, first_annotation
 
 #: Where the shim, its preload file and the per-container regions live inside containers.
@@ -58,6 +60,7 @@ def check_config(config: VendorConfig) -> None:
     for key in ("healthRecoverySeconds", "unifiedMemoryMiB"):
         if opts[key] < 0:
             raise ConfigError(f"nvidia.{key}: must be >= 0, got {opts[key]!r}")
+    check_allowlist(opts.get("migProfileAllowlist", []))
     for key, required in (("mpsPipeDirectory", True), ("mpsShmDirectory", False)):
         value = opts[key]
         if not isinstance(value, str) or ((value or required) and not value.startswith("/")):
@@ -145,7 +148,9 @@ def allocate(
     """Env, mounts for one container given its slices (empty: no devices).
 
     Devices in MPS mode (``node_devices`` says their ``mode``; the node's
-    ``operatingmode: mps``) get ``mps_allocation``; the rest get the shim's, below.
+    ``operatingmode: mps``) get ``mps_allocation``; MIG GPUs get their instances
+    (``migdevices.mig_allocation``: the MIG UUIDs, no shim); the rest get the shim's,
+    below.
 
     Raises:
         HamiError: the container's devices are in different modes (one container is
@@ -166,10 +171,21 @@ def allocate(
     if len(modes) > 1:
         raise HamiError(
             f"container {container.get('name', '')!r}: its devices are in different modes "
-            f"({', '.join(sorted(modes))}); one container is served by MPS or by the shim"
+            f"({', '.join(sorted(modes))}); one container is served in one mode"
         )
     if modes == {MPS_MODE}:
         return mps_allocation(devices, config)
+    if modes == {MIG_MODE}:
+        from . import node
+
+        return mig_allocation(
+            pod,
+            container,
+            devices,
+            node_devices,
+            node.current().mig,
+            dynamic=config.operating_mode == DYNAMIC,
+        )
     opts = config.options
     hook = str(opts["hookPath"]).rstrip("/")
     meta = pod.get("metadata") or {}

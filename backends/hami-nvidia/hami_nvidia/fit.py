@@ -21,7 +21,8 @@ from hami_core.backend import (
     type_matches,
 )
 
-from .names import NOUSE_TYPE, NOUSE_UUID, NUMA_BIND, USE_TYPE, USE_UUID, VGPU_MODE
+from . import mig
+from .names import DEVICE_TYPE, NOUSE_TYPE, NOUSE_UUID, NUMA_BIND, USE_TYPE, USE_UUID, VGPU_MODE
 
 __all__ = ["filters_of", "fit", "fit_nodes", "load", "type_matches"]
 
@@ -50,9 +51,11 @@ def fit(
 ) -> FitResult:
     """Choose ``request.count`` distinct GPUs on ``node``, or explain why not.
 
-    See ``hami_core.backend.fit.fit_devices`` for the checks, their order and the hints.
+    See ``hami_core.backend.fit.fit_devices`` for the checks, their order and the hints;
+    a GPU in mig mode takes an instance of one of its MIG profiles (``mig``).
     """
-    return fit_devices(request, node, usage, filters_of(pod), policy)
+    result = fit_devices(request, node, usage, filters_of(pod), policy, DEVICE_TYPE.fit_rules)
+    return mig.with_instances(result, usage, request)
 
 
 def fit_nodes(
@@ -65,4 +68,10 @@ def fit_nodes(
     filter annotations read once rather than once per node; each answer is the one
     ``fit`` gives for that node."""
     filters = filters_of(pod)
-    return [fit_devices(request, node, usage, filters, policy) for node, usage, _ in nodes]
+    rules = DEVICE_TYPE.fit_rules
+    return [
+        mig.with_instances(
+            fit_devices(request, node, usage, filters, policy, rules), usage, request
+        )
+        for node, usage, _ in nodes
+    ]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames
+from hami_core.backend import DeviceTypeInfo, FitRules, ResourceNames
 
-from . import VENDOR
+from . import VENDOR, mig
 
 DEFAULT_RESOURCES = ResourceNames(
     count="nvidia.com/gpu",
@@ -25,6 +25,9 @@ DEVICE_TYPE = DeviceTypeInfo(
     allocated_annotation="hami.io/vgpu-devices-allocated",
     # HAMi's NVIDIA device plugin publishes pair scores here (pkg/device/nvidia)
     link_score_annotation="hami.io/node-nvidia-score",
+    # HAMi 2.10 pkg/device/nvidia/mig_allocations.go: the MIG instances chosen at bind
+    mig_annotation="hami.io/vgpu-mig-allocations",
+    fit_rules=FitRules(extra_check=mig.check),
 )
 
 # Pod annotations (PROTOCOL.md §5): HAMi's names first, then the handbook's aliases.

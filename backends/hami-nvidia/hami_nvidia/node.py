@@ -22,6 +22,7 @@ from hami_core.backend import DeviceInfo, VendorConfig
 
 from .discover import DEFAULT_SYSFS_ROOT, device_infos, numa_node
 from .health import DEFAULT_IGNORED_XIDS, DEFAULT_RECOVERY_S, HealthTracker
+from .migdevices import ALLOWLIST_KEY, DYNAMIC, MigManager, mig_device
 from .nvml import Nvml, NvmlError, NvmlGpu, NvmlMissingError, PynvmlLibrary
 from .topology import link_scores
 
@@ -36,6 +37,9 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "ignoredXids": list(DEFAULT_IGNORED_XIDS),
     # Seconds without a new fault before a GPU that answers NVML is healthy again; 0 = never.
     "healthRecoverySeconds": DEFAULT_RECOVERY_S,
+    # HAMi's migProfileAllowlist: [{models: [...], profiles: ["1g.10gb", ...]}]; a model no
+    # entry names offers every profile NVML reports (dynamic MIG, operatingmode: mig).
+    ALLOWLIST_KEY: [],
 }
 
 
@@ -61,6 +65,7 @@ class NvidiaNode:
         self._lock = threading.Lock()
         self._known: dict[int, NvmlGpu] = {}
         self._watching = False
+        self.mig = MigManager(self.nvml, clock=clock)
 
     # -- hami_discover -----------------------------------------------------------------
 
@@ -78,12 +83,44 @@ class NvidiaNode:
             return None
         gpus = self._with_last_good(reported)
         self.health.forget(g.uuid for g in gpus)
-        return device_infos(
+        infos = device_infos(
             gpus,
             config,
             healthy=self.health.healthy,
             numa=lambda bus_id: numa_node(bus_id, sysfs_root=self.sysfs_root),
         )
+        by_index = {g.index: g for g in gpus}
+        out = []
+        for info in infos:
+            gpu = by_index[info.index]
+            if not gpu.mig_enabled:
+                if config.operating_mode == DYNAMIC:
+                    log.error(
+                        "GPU %d %s: the node's operatingmode is mig but MIG mode is off "
+                        "(nvidia-smi -i %d -mig 1, then reset the GPU): not advertised",
+                        info.index,
+                        info.uuid,
+                        info.index,
+                    )
+                    continue
+                out.append(info)
+                continue
+            mig = mig_device(info, self.nvml, config, total_mib=gpu.memory_mib or 0)
+            if mig is not None:
+                out.append(mig)
+        return out
+
+    # -- hami_release ------------------------------------------------------------------
+
+    def release(
+        self, pods: Sequence[Any], devices: Sequence[DeviceInfo], config: VendorConfig
+    ) -> list[str] | None:
+        """Destroy dynamic MIG instances no live pod holds (``MigManager.release``);
+        None on a node that is not in dynamic MIG mode (static instances are the
+        administrator's)."""
+        if config.operating_mode != DYNAMIC:
+            return None
+        return self.mig.release(pods, devices)
 
     def _with_last_good(self, reported: Sequence[NvmlGpu]) -> list[NvmlGpu]:
         now = self.clock()

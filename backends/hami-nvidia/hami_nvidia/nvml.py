@@ -23,6 +23,8 @@ import attrs
 
 from hami_core.backend import HamiError
 
+from .nvml_mig import NvmlMigInstance, NvmlMigProfile, PynvmlMig
+
 log = logging.getLogger(__name__)
 
 #: NVML event masks (nvml.h ``nvmlEventType*``).
@@ -139,6 +141,24 @@ class Nvml(Protocol):
         """Active NVLinks of a GPU: normalised peer bus id -> number of links."""
         ...
 
+    def mig_profiles(self, index: int) -> list[NvmlMigProfile]:
+        """The GPU instance profiles of a GPU in MIG mode, with their placements."""
+        ...
+
+    def mig_instances(self, index: int) -> list[NvmlMigInstance]:
+        """The GPU instances of a GPU in MIG mode (with compute instance and MIG UUID)."""
+        ...
+
+    def create_mig_instance(
+        self, index: int, profile_id: int, start: int, size: int
+    ) -> NvmlMigInstance:
+        """Create a GPU instance at a placement and a compute instance covering it."""
+        ...
+
+    def destroy_mig_instance(self, index: int, gpu_instance_id: int) -> None:
+        """Destroy a GPU instance and its compute instances (gone already: no error)."""
+        ...
+
 
 def normalise_bus_id(bus_id: str) -> str:
     """``00000000:3B:00.0`` -> ``0000:3b:00.0``: the form of ``/sys/bus/pci/devices``
@@ -150,7 +170,7 @@ def normalise_bus_id(bus_id: str) -> str:
     return f"{domain}{sep}{rest}"
 
 
-class PynvmlLibrary:
+class PynvmlLibrary(PynvmlMig):
     """``Nvml`` through ``pynvml``; initialises NVML once, on first use. Thread-safe."""
 
     def __init__(self) -> None:

@@ -128,3 +128,10 @@ def hami_parse_usage(file_name: str, data: bytes) -> ContainerUsage | None:
 @hookimpl
 def hami_host_devices() -> list[HostDevice] | None:
     return monitor.host_devices()
+
+
+@hookimpl
+def hami_release(
+    pods: Sequence[Mapping[str, Any]], devices: Sequence[DeviceInfo], config: VendorConfig
+) -> list[str] | None:
+    return node.current().release(pods, devices, config)

@@ -23,6 +23,15 @@
  *                {"device": 1, "type": "double_bit_ecc"}]   // not attributable (NULL handle)
  *   }
  *
+ * MIG (a device with "mig": true): its GPU instance profiles are "mig_profiles"
+ *   [{"id": 0, "slices": 1, "memory_mib": 9856, "sm": 14, "instances": 7,
+ *     "placements": [[0, 1], [1, 1], ...]}]   // [start, size] in memory slices
+ * or, when absent, an A100-SXM4-80GB's (1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb,
+ * 7g.80gb; NVIDIA's MIG user guide, "Supported MIG Profiles"). The GPU and compute
+ * instances live in a state file ($FAKE_NVML_MIG_STATE, default "$FAKE_NVML_CONFIG.mig"),
+ * shared by every process under flock, so instances outlive the process that made them
+ * as on a real GPU. One compute instance per GPU instance, covering it whole.
+ *
  * Only what hami-nvidia calls is implemented; structures and return codes follow nvml.h.
  */
 #include <ctype.h>
@@ -72,7 +81,16 @@ struct fail {
     int code;
 };
 
+#define MAX_MIG_PROFILES 16
+#define MAX_PLACEMENTS 16
+struct mig_profile {
+    unsigned id, slices, memory_mib, sm, instances, nplacements;
+    unsigned start[MAX_PLACEMENTS], size[MAX_PLACEMENTS];
+};
+
 struct fake_device {
+    struct mig_profile mig_profiles[MAX_MIG_PROFILES];
+    int nmig_profiles;
     int index;
     char uuid[96];
     char name[96];
@@ -279,6 +297,45 @@ static int jfails(const struct jval *obj, struct fail *out) {
 
 /* ---- the configuration ------------------------------------------------------------ */
 
+/* An A100-SXM4-80GB's GPU instance profiles: id (nvmlGpuInstanceProfile), compute
+ * slices, MiB, SMs, max instances, placements (start/size in memory slices). */
+static const struct mig_profile default_profiles[] = {
+    {0, 1, 9856, 14, 7, 7, {0, 1, 2, 3, 4, 5, 6}, {1, 1, 1, 1, 1, 1, 1}},
+    {9, 1, 19968, 14, 4, 4, {0, 2, 4, 6}, {2, 2, 2, 2}},
+    {1, 2, 19968, 28, 3, 3, {0, 2, 4}, {2, 2, 2}},
+    {2, 3, 40192, 42, 2, 2, {0, 4}, {4, 4}},
+    {3, 4, 40192, 56, 1, 1, {0}, {4}},
+    {4, 7, 81152, 98, 1, 1, {0}, {8}},
+};
+
+static void load_mig_profiles(struct fake_device *fd, const struct jval *list) {
+    fd->nmig_profiles = 0;
+    if (!list || list->t != J_ARR) {
+        int n = (int)(sizeof default_profiles / sizeof default_profiles[0]);
+        for (int i = 0; i < n; i++) fd->mig_profiles[i] = default_profiles[i];
+        fd->nmig_profiles = n;
+        return;
+    }
+    for (int i = 0; i < list->n && fd->nmig_profiles < MAX_MIG_PROFILES; i++) {
+        const struct jval *p = list->items[i];
+        struct mig_profile *m = &fd->mig_profiles[fd->nmig_profiles++];
+        memset(m, 0, sizeof *m);
+        m->id = (unsigned)jint(p, "id", 0);
+        m->slices = (unsigned)jint(p, "slices", 1);
+        m->memory_mib = (unsigned)jint(p, "memory_mib", 0);
+        m->sm = (unsigned)jint(p, "sm", 0);
+        m->instances = (unsigned)jint(p, "instances", 1);
+        const struct jval *pl = jget(p, "placements");
+        for (int k = 0; pl && pl->t == J_ARR && k < pl->n && k < MAX_PLACEMENTS; k++) {
+            const struct jval *pair = pl->items[k];
+            if (pair->t != J_ARR || pair->n != 2) continue;
+            m->start[m->nplacements] = (unsigned)pair->items[0]->num;
+            m->size[m->nplacements] = (unsigned)pair->items[1]->num;
+            m->nplacements++;
+        }
+    }
+}
+
 /* Re-read $FAKE_NVML_CONFIG when it changed. Returns 0, or an NVML error. Caller holds mu. */
 static int reload(void) {
     const char *path = getenv("FAKE_NVML_CONFIG");
@@ -332,6 +389,7 @@ static int reload(void) {
         fd->unified = jbool(d, "unified", 0);
         fd->mig = jbool(d, "mig", 0);
         fd->events = jbool(d, "events", 1);
+        load_mig_profiles(fd, jget(d, "mig_profiles"));
         fd->nfails = jfails(d, fd->fails);
         for (int l = 0; l < MAX_LINKS; l++) fd->link_peer[l] = -1;
         const struct jval *links = jget(d, "nvlinks");
@@ -438,6 +496,8 @@ const char *nvmlErrorString(nvmlReturn_t rc) {
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_TIMEOUT: return "Timeout";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case 19: return "In use by another client";
+    case 23: return "Insufficient Resources";
     default: return "Unknown Error";
     }
 }
@@ -479,7 +539,11 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     LEAVE(NVML_ERROR_NOT_FOUND);
 }
 
+static int mig_uuid_of(nvmlDevice_t handle, char *uuid, unsigned int length);
+
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    int mig_rc = mig_uuid_of(device, uuid, length);
+    if (mig_rc >= 0) return mig_rc;
     ENTER_DEV(device, "nvmlDeviceGetUUID");
     LEAVE(copy_out(uuid, length, device->uuid));
 }
@@ -623,4 +687,486 @@ nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigne
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     free(set);
     return NVML_SUCCESS;
+}
+
+/* ---- MIG -------------------------------------------------------------------------- */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+
+enum {
+    NVML_ERROR_NO_PERMISSION = 4,
+    NVML_ERROR_IN_USE = 19,
+    NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
+};
+#define MAX_GIS 256
+#define MAX_HANDLES 1024
+
+typedef struct {
+    unsigned int start, size;
+} nvmlGpuInstancePlacement_t;
+typedef nvmlGpuInstancePlacement_t nvmlComputeInstancePlacement_t;
+
+typedef struct {
+    unsigned int id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount,
+        copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+typedef struct {
+    unsigned int version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount,
+        copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+    char name[96];
+} nvmlGpuInstanceProfileInfo_v2_t;
+typedef struct {
+    unsigned int id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount,
+        sharedDecoderCount, sharedEncoderCount, sharedJpegCount, sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+typedef struct {
+    unsigned int version, id, sliceCount, instanceCount, multiprocessorCount,
+        sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount, sharedJpegCount,
+        sharedOfaCount;
+    char name[96];
+} nvmlComputeInstanceProfileInfo_v2_t;
+
+/* One GPU instance of the state file (its compute instance: ci_id >= 0). */
+struct gi_state {
+    int dev;
+    unsigned id, profile, start, size;
+    int ci_id;
+    unsigned ci_profile, serial;
+};
+static struct gi_state gis[MAX_GIS];
+static int ngis;
+static unsigned next_serial = 1;
+
+/* Handles stay valid across state reloads: a handle is an index into one of these. */
+struct inst_handle {
+    int used, dev;
+    unsigned gi, ci;
+};
+static struct inst_handle gi_handles[MAX_HANDLES], ci_handles[MAX_HANDLES], mig_handles[MAX_HANDLES];
+typedef struct inst_handle *nvmlGpuInstance_t;
+typedef struct inst_handle *nvmlComputeInstance_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned int id, profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+typedef struct {
+    nvmlDevice_t device;
+    nvmlGpuInstance_t gpuInstance;
+    unsigned int id, profileId;
+    nvmlComputeInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
+static struct inst_handle *handle_for(struct inst_handle *table, int dev, unsigned gi, unsigned ci) {
+    for (int i = 0; i < MAX_HANDLES; i++)
+        if (table[i].used && table[i].dev == dev && table[i].gi == gi && table[i].ci == ci)
+            return &table[i];
+    for (int i = 0; i < MAX_HANDLES; i++)
+        if (!table[i].used) {
+            table[i] = (struct inst_handle){1, dev, gi, ci};
+            return &table[i];
+        }
+    return NULL;
+}
+
+static int in_table(const struct inst_handle *table, const void *h) {
+    return h && (const struct inst_handle *)h >= table &&
+           (const struct inst_handle *)h < table + MAX_HANDLES &&
+           ((const struct inst_handle *)h)->used;
+}
+
+static void state_path(char *out, size_t cap) {
+    const char *p = getenv("FAKE_NVML_MIG_STATE");
+    if (p && *p) snprintf(out, cap, "%s", p);
+    else snprintf(out, cap, "%s.mig", getenv("FAKE_NVML_CONFIG") ? getenv("FAKE_NVML_CONFIG") : "/tmp/fake-nvml");
+}
+
+/* Lock the state (flock on "<state>.lock") and read it. Returns the lock fd or -1. */
+static int state_open(void) {
+    char path[600], lock[640];
+    state_path(path, sizeof path);
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    int fd = open(lock, O_CREAT | O_RDWR, 0644);
+    if (fd < 0) return -1;
+    flock(fd, LOCK_EX);
+    ngis = 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f)) {
+            struct gi_state g;
+            if (sscanf(line, "next %u", &next_serial) == 1) continue;
+            if (ngis < MAX_GIS && sscanf(line, "gi %d %u %u %u %u %d %u %u", &g.dev, &g.id,
+                                         &g.profile, &g.start, &g.size, &g.ci_id,
+                                         &g.ci_profile, &g.serial) == 8)
+                gis[ngis++] = g;
+        }
+        fclose(f);
+    }
+    return fd;
+}
+
+static void state_close(int fd, int write) {
+    if (write) {
+        char path[600], tmp[640];
+        state_path(path, sizeof path);
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "w");
+        if (f) {
+            fprintf(f, "next %u\n", next_serial);
+            for (int i = 0; i < ngis; i++)
+                fprintf(f, "gi %d %u %u %u %u %d %u %u\n", gis[i].dev, gis[i].id, gis[i].profile,
+                        gis[i].start, gis[i].size, gis[i].ci_id, gis[i].ci_profile, gis[i].serial);
+            fclose(f);
+            rename(tmp, path);
+        }
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+}
+
+static struct gi_state *find_gi(int dev, unsigned id) {
+    for (int i = 0; i < ngis; i++)
+        if (gis[i].dev == dev && gis[i].id == id) return &gis[i];
+    return NULL;
+}
+
+static const struct mig_profile *find_profile(const struct fake_device *d, unsigned id) {
+    for (int i = 0; i < d->nmig_profiles; i++)
+        if (d->mig_profiles[i].id == id) return &d->mig_profiles[i];
+    return NULL;
+}
+
+/* The compute instance profile id covering `slices` (nvmlComputeInstanceProfile). */
+static unsigned ci_profile_for(unsigned slices) {
+    switch (slices) {
+    case 1: return 0;
+    case 2: return 1;
+    case 3: return 2;
+    case 4: return 3;
+    case 7: return 4;
+    case 8: return 5;
+    case 6: return 6;
+    default: return 0;
+    }
+}
+
+static void mig_uuid_text(const struct gi_state *g, char *out, size_t cap) {
+    snprintf(out, cap, "MIG-%08x-%04x-%04x-%04x-%012x", 0x5a5a0000u + (unsigned)g->dev,
+             g->id & 0xffff, (unsigned)g->ci_id & 0xffff, g->profile & 0xffff, g->serial);
+}
+
+/* Prologue of MIG calls on a device: ENTER, MIG mode on, state locked (sfd). */
+#define ENTER_MIG(dev, fn)                                                     \
+    ENTER_DEV(dev, fn)                                                         \
+    if (!(dev)->mig) { LEAVE(NVML_ERROR_NOT_SUPPORTED); }                      \
+    int sfd = state_open();                                                    \
+    if (sfd < 0) { LEAVE(NVML_ERROR_UNKNOWN); }
+
+#define LEAVE_MIG(rc, write)     \
+    state_close(sfd, (write));   \
+    LEAVE(rc)
+
+static void fill_profile(const struct mig_profile *m, nvmlGpuInstanceProfileInfo_t *out) {
+    memset(out, 0, sizeof *out);
+    out->id = m->id;
+    out->sliceCount = m->slices;
+    out->instanceCount = m->instances;
+    out->multiprocessorCount = m->sm;
+    out->memorySizeMB = m->memory_mib;
+}
+
+static int profile_info(nvmlDevice_t device, unsigned profile, nvmlGpuInstanceProfileInfo_t *out,
+                        char *name, size_t cap) {
+    const struct mig_profile *m = find_profile(device, profile);
+    if (!m) return NVML_ERROR_NOT_SUPPORTED;
+    fill_profile(m, out);
+    if (name) snprintf(name, cap, "MIG %ug.%ugb", m->slices, (m->memory_mib + 1023) / 1024);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
+                                                 nvmlGpuInstanceProfileInfo_t *info) {
+    ENTER_DEV(device, "nvmlDeviceGetGpuInstanceProfileInfo");
+    if (!device->mig) { LEAVE(NVML_ERROR_NOT_SUPPORTED); }
+    LEAVE(profile_info(device, profile, info, NULL, 0));
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile,
+                                                  nvmlGpuInstanceProfileInfo_v2_t *info) {
+    ENTER_DEV(device, "nvmlDeviceGetGpuInstanceProfileInfo");
+    if (!device->mig) { LEAVE(NVML_ERROR_NOT_SUPPORTED); }
+    nvmlGpuInstanceProfileInfo_t v1;
+    char name[96];
+    int rc = profile_info(device, profile, &v1, name, sizeof name);
+    if (rc == NVML_SUCCESS) {
+        unsigned version = info->version;
+        memset(info, 0, sizeof *info);
+        info->version = version;
+        info->id = v1.id;
+        info->sliceCount = v1.sliceCount;
+        info->instanceCount = v1.instanceCount;
+        info->multiprocessorCount = v1.multiprocessorCount;
+        info->memorySizeMB = v1.memorySizeMB;
+        snprintf(info->name, sizeof info->name, "%s", name);
+    }
+    LEAVE(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, unsigned int profile,
+                                                           nvmlGpuInstancePlacement_t *placements,
+                                                           unsigned int *count) {
+    ENTER_DEV(device, "nvmlDeviceGetGpuInstancePossiblePlacements");
+    if (!device->mig) { LEAVE(NVML_ERROR_NOT_SUPPORTED); }
+    const struct mig_profile *m = find_profile(device, profile);
+    if (!m) { LEAVE(NVML_ERROR_NOT_SUPPORTED); }
+    if (!placements) {
+        *count = m->nplacements;
+        LEAVE(NVML_SUCCESS);
+    }
+    if (*count < m->nplacements) {
+        *count = m->nplacements;
+        LEAVE(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    for (unsigned i = 0; i < m->nplacements; i++) {
+        placements[i].start = m->start[i];
+        placements[i].size = m->size[i];
+    }
+    *count = m->nplacements;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profile,
+                                                      const nvmlGpuInstancePlacement_t *placement,
+                                                      nvmlGpuInstance_t *out) {
+    ENTER_MIG(device, "nvmlDeviceCreateGpuInstanceWithPlacement");
+    const struct mig_profile *m = find_profile(device, profile);
+    int ok = 0;
+    for (unsigned i = 0; m && i < m->nplacements; i++)
+        if (m->start[i] == placement->start && m->size[i] == placement->size) ok = 1;
+    if (!m || !ok) { LEAVE_MIG(NVML_ERROR_INVALID_ARGUMENT, 0); }
+    unsigned same = 0;
+    for (int i = 0; i < ngis; i++) {
+        if (gis[i].dev != device->index) continue;
+        if (gis[i].profile == profile) same++;
+        if (placement->start < gis[i].start + gis[i].size && gis[i].start < placement->start + placement->size) {
+            LEAVE_MIG(NVML_ERROR_INSUFFICIENT_RESOURCES, 0);
+        }
+    }
+    if (same >= m->instances || ngis >= MAX_GIS) { LEAVE_MIG(NVML_ERROR_INSUFFICIENT_RESOURCES, 0); }
+    unsigned id = 1;
+    while (find_gi(device->index, id)) id++;
+    gis[ngis++] = (struct gi_state){device->index, id, profile, placement->start, placement->size, -1, 0, 0};
+    *out = handle_for(gi_handles, device->index, id, 0);
+    LEAVE_MIG(NVML_SUCCESS, 1);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profile,
+                                       nvmlGpuInstance_t *instances, unsigned int *count) {
+    ENTER_MIG(device, "nvmlDeviceGetGpuInstances");
+    unsigned n = 0;
+    for (int i = 0; i < ngis; i++)
+        if (gis[i].dev == device->index && gis[i].profile == profile) {
+            if (instances) instances[n] = handle_for(gi_handles, device->index, gis[i].id, 0);
+            n++;
+        }
+    *count = n;
+    LEAVE_MIG(NVML_SUCCESS, 0);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *out) {
+    ENTER_MIG(device, "nvmlDeviceGetGpuInstanceById");
+    if (!find_gi(device->index, id)) { LEAVE_MIG(NVML_ERROR_NOT_FOUND, 0); }
+    *out = handle_for(gi_handles, device->index, id, 0);
+    LEAVE_MIG(NVML_SUCCESS, 0);
+}
+
+/* Prologue of calls on a GPU instance handle: the GI must still exist (gstate). */
+#define ENTER_GI(h, fn)                                                              \
+    if (!in_table(gi_handles, (h))) return NVML_ERROR_INVALID_ARGUMENT;              \
+    struct fake_device *gdev_ = &devices[(h)->dev];                                  \
+    ENTER_MIG(gdev_, fn)                                                             \
+    struct gi_state *gstate = find_gi((h)->dev, (h)->gi);                            \
+    if (!gstate) { LEAVE_MIG(NVML_ERROR_NOT_FOUND, 0); }
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gi, nvmlGpuInstanceInfo_t *info) {
+    ENTER_GI(gi, "nvmlGpuInstanceGetInfo");
+    info->device = gdev_;
+    info->id = gstate->id;
+    info->profileId = gstate->profile;
+    info->placement.start = gstate->start;
+    info->placement.size = gstate->size;
+    LEAVE_MIG(NVML_SUCCESS, 0);
+}
+
+nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gi) {
+    ENTER_GI(gi, "nvmlGpuInstanceDestroy");
+    if (gstate->ci_id >= 0) { LEAVE_MIG(NVML_ERROR_IN_USE, 0); }
+    *gstate = gis[--ngis];
+    LEAVE_MIG(NVML_SUCCESS, 1);
+}
+
+static int ci_profile_info(const struct gi_state *g, const struct fake_device *d, unsigned profile,
+                           nvmlComputeInstanceProfileInfo_t *out) {
+    const struct mig_profile *m = find_profile(d, g->profile);
+    if (!m || profile != ci_profile_for(m->slices)) return NVML_ERROR_NOT_SUPPORTED;
+    memset(out, 0, sizeof *out);
+    out->id = profile;
+    out->sliceCount = m->slices;
+    out->instanceCount = 1;
+    out->multiprocessorCount = m->sm;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gi, unsigned int profile,
+                                                          unsigned int eng,
+                                                          nvmlComputeInstanceProfileInfo_t *info) {
+    (void)eng;
+    ENTER_GI(gi, "nvmlGpuInstanceGetComputeInstanceProfileInfo");
+    LEAVE_MIG(ci_profile_info(gstate, gdev_, profile, info), 0);
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gi, unsigned int profile,
+                                                           unsigned int eng,
+                                                           nvmlComputeInstanceProfileInfo_v2_t *info) {
+    (void)eng;
+    ENTER_GI(gi, "nvmlGpuInstanceGetComputeInstanceProfileInfo");
+    nvmlComputeInstanceProfileInfo_t v1;
+    int rc = ci_profile_info(gstate, gdev_, profile, &v1);
+    if (rc == NVML_SUCCESS) {
+        unsigned version = info->version;
+        memset(info, 0, sizeof *info);
+        info->version = version;
+        info->id = v1.id;
+        info->sliceCount = v1.sliceCount;
+        info->instanceCount = v1.instanceCount;
+        info->multiprocessorCount = v1.multiprocessorCount;
+    }
+    LEAVE_MIG(rc, 0);
+}
+
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gi, unsigned int profile,
+                                                  nvmlComputeInstance_t *out) {
+    ENTER_GI(gi, "nvmlGpuInstanceCreateComputeInstance");
+    nvmlComputeInstanceProfileInfo_t info;
+    int rc = ci_profile_info(gstate, gdev_, profile, &info);
+    if (rc != NVML_SUCCESS) { LEAVE_MIG(rc, 0); }
+    if (gstate->ci_id >= 0) { LEAVE_MIG(NVML_ERROR_INSUFFICIENT_RESOURCES, 0); }
+    gstate->ci_id = 0;
+    gstate->ci_profile = profile;
+    gstate->serial = next_serial++;
+    *out = handle_for(ci_handles, gi->dev, gi->gi, 0);
+    LEAVE_MIG(NVML_SUCCESS, 1);
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gi, unsigned int profile,
+                                                nvmlComputeInstance_t *out, unsigned int *count) {
+    ENTER_GI(gi, "nvmlGpuInstanceGetComputeInstances");
+    unsigned n = 0;
+    if (gstate->ci_id >= 0 && gstate->ci_profile == profile) {
+        if (out) out[0] = handle_for(ci_handles, gi->dev, gi->gi, (unsigned)gstate->ci_id);
+        n = 1;
+    }
+    *count = n;
+    LEAVE_MIG(NVML_SUCCESS, 0);
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gi, unsigned int id,
+                                                   nvmlComputeInstance_t *out) {
+    ENTER_GI(gi, "nvmlGpuInstanceGetComputeInstanceById");
+    if (gstate->ci_id < 0 || (unsigned)gstate->ci_id != id) { LEAVE_MIG(NVML_ERROR_NOT_FOUND, 0); }
+    *out = handle_for(ci_handles, gi->dev, gi->gi, id);
+    LEAVE_MIG(NVML_SUCCESS, 0);
+}
+
+#define ENTER_CI(h, fn)                                                              \
+    if (!in_table(ci_handles, (h))) return NVML_ERROR_INVALID_ARGUMENT;              \
+    struct fake_device *gdev_ = &devices[(h)->dev];                                  \
+    ENTER_MIG(gdev_, fn)                                                             \
+    struct gi_state *gstate = find_gi((h)->dev, (h)->gi);                            \
+    if (!gstate || gstate->ci_id < 0 || (unsigned)gstate->ci_id != (h)->ci) {        \
+        LEAVE_MIG(NVML_ERROR_NOT_FOUND, 0);                                          \
+    }
+
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t ci, nvmlComputeInstanceInfo_t *info) {
+    ENTER_CI(ci, "nvmlComputeInstanceGetInfo");
+    info->device = gdev_;
+    info->gpuInstance = handle_for(gi_handles, ci->dev, ci->gi, 0);
+    info->id = (unsigned)gstate->ci_id;
+    info->profileId = gstate->ci_profile;
+    info->placement.start = 0;
+    info->placement.size = find_profile(gdev_, gstate->profile)->slices;
+    LEAVE_MIG(NVML_SUCCESS, 0);
+}
+nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t ci, nvmlComputeInstanceInfo_t *info) {
+    return nvmlComputeInstanceGetInfo_v2(ci, info);
+}
+
+nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t ci) {
+    ENTER_CI(ci, "nvmlComputeInstanceDestroy");
+    gstate->ci_id = -1;
+    LEAVE_MIG(NVML_SUCCESS, 1);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    ENTER_DEV(device, "nvmlDeviceGetMaxMigDeviceCount");
+    *count = device->mig ? 7 : 0;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* MIG device index i: the i-th compute instance of the GPU, by GPU instance id. */
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                 nvmlDevice_t *out) {
+    ENTER_MIG(device, "nvmlDeviceGetMigDeviceHandleByIndex");
+    struct gi_state *order[MAX_GIS];
+    int n = 0;
+    for (int i = 0; i < ngis; i++)
+        if (gis[i].dev == device->index && gis[i].ci_id >= 0) order[n++] = &gis[i];
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+            if (order[b]->id < order[a]->id) {
+                struct gi_state *t = order[a];
+                order[a] = order[b];
+                order[b] = t;
+            }
+    if ((int)index >= n) { LEAVE_MIG(NVML_ERROR_NOT_FOUND, 0); }
+    *out = (nvmlDevice_t)handle_for(mig_handles, device->index, order[index]->id,
+                                    (unsigned)order[index]->ci_id);
+    LEAVE_MIG(NVML_SUCCESS, 0);
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *is_mig) {
+    *is_mig = (unsigned)in_table(mig_handles, device);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    if (!in_table(mig_handles, device)) return NVML_ERROR_INVALID_ARGUMENT;
+    *id = ((struct inst_handle *)device)->gi;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
+    if (!in_table(mig_handles, device)) return NVML_ERROR_INVALID_ARGUMENT;
+    *id = ((struct inst_handle *)device)->ci;
+    return NVML_SUCCESS;
+}
+
+/* The UUID of a MIG device handle (NOT_FOUND once its instance is gone); -1 when
+ * `handle` is not a MIG device handle. */
+static int mig_uuid_of(nvmlDevice_t handle, char *uuid, unsigned int length) {
+    if (!in_table(mig_handles, handle)) return -1;
+    struct inst_handle *h = (struct inst_handle *)handle;
+    struct fake_device *d = &devices[h->dev];
+    ENTER_MIG(d, "nvmlDeviceGetUUID");
+    struct gi_state *g = find_gi(h->dev, h->gi);
+    if (!g || g->ci_id < 0 || (unsigned)g->ci_id != h->ci) { LEAVE_MIG(NVML_ERROR_NOT_FOUND, 0); }
+    char text[96];
+    mig_uuid_text(g, text, sizeof text);
+    LEAVE_MIG(copy_out(uuid, length, text), 0);
 }

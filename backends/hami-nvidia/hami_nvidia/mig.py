@@ -1,0 +1,136 @@
+"""MIG on the scheduler side: which profile and placement a request gets on a GPU in
+``mig`` mode (HAMi 2.10 ``pkg/device/nvidia/device.go`` ``selectMigCandidate`` and
+``mig_topology.go``).
+
+A GPU in ``mig`` mode offers ``migProfiles`` (inventory, PROTOCOL.md §2), each with the
+placements an instance of it may take; live pods hold instances (``mig_in_use``, from
+``hami.io/vgpu-mig-allocations``). A request takes the profile with the least memory
+that still holds the request's memory (then the fewest slices), on the first placement
+that overlaps no held instance; placements of ``1g`` and ``3g`` profiles are tried from
+the highest start down, the others from the lowest up (HAMi's order: the small and the
+half profiles fill from the top, so ``2g``/``4g``/``7g`` keep their low starts free).
+No such profile and placement: ``CardMigTopologyInfeasible``. A request that names a
+profile (the NVIDIA device plugin's ``nvidia.com/mig-<profile>`` resources) takes
+exactly that profile.
+
+A GPU in ``mig`` mode never gets a shim share: a holder without an instance (a share
+from before the GPU's mode changed) makes it infeasible until that pod ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from hami_core.backend import (
+    ContainerDevice,
+    DeviceInfo,
+    DeviceRequest,
+    DeviceUsage,
+    FitResult,
+    MigPlacement,
+    MigProfile,
+    MigSlot,
+    ReasonCode,
+)
+
+MIG_MODE = "mig"
+#: ``DeviceRequest.custom`` key of a profile the request names (``nvidia.com/mig-1g.10gb``).
+PROFILE_KEY = "migProfile"
+#: HAMi ``preferHighMigPlacement``: profiles placed from the highest start down.
+_HIGH_FIRST = ("1g.", "3g.")
+
+
+def ordered_placements(profile: MigProfile) -> list[MigPlacement]:
+    """The profile's placements in the order they are tried."""
+    high = profile.name.startswith(_HIGH_FIRST)
+    return sorted(profile.placements, key=lambda p: -p.start if high else p.start)
+
+
+def free_placement(profile: MigProfile, occupied: Sequence[MigPlacement]) -> MigPlacement | None:
+    """The first placement of ``profile`` that overlaps none of ``occupied``, or None."""
+    for candidate in ordered_placements(profile):
+        if not any(candidate.overlaps(o) for o in occupied):
+            return candidate
+    return None
+
+
+def choose_instance(
+    device: DeviceInfo,
+    in_use: Sequence[MigSlot],
+    memory_mib: int,
+    *,
+    profile: str = "",
+) -> tuple[MigProfile, MigSlot] | None:
+    """The profile and instance a request of ``memory_mib`` MiB gets on ``device``.
+
+    Args:
+        device: a GPU in ``mig`` mode (its ``mig_profiles``).
+        in_use: the instances held on it.
+        memory_mib: the request's memory per device, MiB.
+        profile: the profile the request names, or "" for any.
+
+    Returns:
+        ``(profile, slot)``, or None when no profile with a free placement holds it.
+    """
+    occupied = [s.placement for s in in_use]
+    candidates = sorted(
+        (p for p in device.mig_profiles if not profile or p.name == profile),
+        key=lambda p: (p.memory_mib, p.slice_count, p.name),
+    )
+    for p in candidates:
+        if p.memory_mib < memory_mib:
+            continue
+        placement = free_placement(p, occupied)
+        if placement is not None:
+            return p, MigSlot(profile=p.name, placement=placement)
+    return None
+
+
+def check(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode | None:
+    """The NVIDIA fit's last per-device step (``FitRules.extra_check``): a request that
+    names a profile fits only GPUs in mig mode; on a GPU in mig mode the request needs an
+    instance (``choose_instance``) and the GPU no share outside its instances."""
+    dev = usage.device
+    named = request.info(PROFILE_KEY)
+    if dev.mode != MIG_MODE:
+        return ReasonCode.CARD_TYPE_MISMATCH if named else None
+    if usage.used_count > len(usage.mig_in_use):
+        return ReasonCode.CARD_MIG_TOPOLOGY_INFEASIBLE
+    memory = 0 if named else request.memory_on(dev)
+    if choose_instance(dev, usage.mig_in_use, memory, profile=named) is None:
+        return ReasonCode.CARD_MIG_TOPOLOGY_INFEASIBLE
+    return None
+
+
+def with_instances(
+    result: FitResult, usage: Sequence[DeviceUsage], request: DeviceRequest
+) -> FitResult:
+    """``result`` with each slice on a GPU in mig mode given its instance: the profile's
+    memory and cores (what the instance is, as HAMi books it) and the ``mig`` slot."""
+    if not result.fits:
+        return result
+    by_uuid = {u.device.uuid: u for u in usage}
+    named = request.info(PROFILE_KEY)
+    out = []
+    for d in result.devices:
+        u = by_uuid.get(d.uuid)
+        if u is None or u.device.mode != MIG_MODE:
+            out.append(d)
+            continue
+        memory = 0 if named else request.memory_on(u.device)
+        chosen = choose_instance(u.device, u.mig_in_use, memory, profile=named)
+        if chosen is None:  # check() said it fits: cannot happen
+            return FitResult(device_reasons={d.uuid: ReasonCode.CARD_MIG_TOPOLOGY_INFEASIBLE})
+        profile, slot = chosen
+        out.append(
+            ContainerDevice(
+                uuid=d.uuid,
+                vendor=d.vendor,
+                memory_mib=profile.memory_mib,
+                cores_pct=profile.cores_pct,
+                mig=slot,
+            )
+        )
+    return attrs.evolve(result, devices=tuple(out))

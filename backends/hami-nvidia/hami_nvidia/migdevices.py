@@ -1,0 +1,363 @@
+"""MIG on the node side: what a GPU in MIG mode offers, the instance a container gets at
+``Allocate``, and freeing the instances no pod holds (HAMi 2.10's device plugin
+``pkg/device-plugin/nvidiadevice/nvinternal/plugin``: ``register.go``
+``discoverMigProfiles``, ``migmgr.go``, ``server.go`` reconcile).
+
+Two ways a GPU is in ``mig`` mode (docs/sharing-modes.md):
+
+- **dynamic** (the node's ``operatingmode: mig``): the GPU offers every GPU instance
+  profile NVML reports (or those ``migProfileAllowlist`` allows for its model) at every
+  possible placement; the instance a container was given at bind is created at
+  ``Allocate`` (GPU instance, then one compute instance covering it) and destroyed once
+  no live pod names it (``release``: at start and after every publication).
+- **static** (a GPU an administrator put in MIG mode, on a node of another mode): the GPU
+  offers only its existing instances (each a profile with the one placement it has);
+  ``Allocate`` hands out the existing instance and nothing is created or destroyed.
+
+Either way the container sees the instance only: ``NVIDIA_VISIBLE_DEVICES`` is its MIG
+UUID and it gets none of the shim (MIG isolates memory and SMs in hardware).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from hami_core.backend import (
+    ConfigError,
+    ContainerAllocation,
+    ContainerDevices,
+    DeviceInfo,
+    HamiError,
+    MigAllocation,
+    MigPlacement,
+    MigProfile,
+    MigSlot,
+    VendorConfig,
+    decode_mig_allocations,
+    encode_mig_allocations,
+    type_matches,
+)
+
+from .mig import MIG_MODE
+from .nvml import Nvml, NvmlError
+from .nvml_mig import NvmlMigInstance, NvmlMigProfile
+
+log = logging.getLogger(__name__)
+
+#: The node's operatingmode that makes MIG dynamic.
+DYNAMIC = "mig"
+#: Key of the nvidia section: HAMi's ``migProfileAllowlist`` (``[{models, profiles}]``).
+ALLOWLIST_KEY = "migProfileAllowlist"
+#: An instance created less than this long ago is never released: the pod list the
+#: release reads may not show the pod it was made for yet.
+CREATE_GRACE_S = 120.0
+MIG_KEY = "hami.io/vgpu-mig-allocations"
+#: ``DeviceInfo.node_local`` key of a MIG GPU this device plugin discovered (absent from
+#: an inventory read back, as ``hami simulate`` passes it: no instance exists there).
+ON_NODE = "migDiscovered"
+
+
+def check_allowlist(value: object) -> None:
+    """Validate ``migProfileAllowlist`` (HAMi's ``ValidateMigProfileAllowlist``): a
+    list of ``{models: [...], profiles: [...]}``, both non-empty, profiles named
+    ``<n>g.<memory>`` (``1g.10gb``).
+
+    Raises:
+        ConfigError: naming ``nvidia.migProfileAllowlist`` and the bad entry.
+    """
+    where = f"nvidia.{ALLOWLIST_KEY}"
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: must be a list of {{models, profiles}}")
+    for i, entry in enumerate(value):
+        if not isinstance(entry, Mapping) or set(entry) - {"models", "profiles"}:
+            raise ConfigError(f"{where}[{i}]: must be a mapping of 'models' and 'profiles'")
+        for key in ("models", "profiles"):
+            items = entry.get(key)
+            if (
+                not isinstance(items, list)
+                or not items
+                or not all(isinstance(x, str) for x in items)
+            ):
+                raise ConfigError(f"{where}[{i}].{key}: must be a non-empty list of names")
+        for name in entry["profiles"]:
+            head, dot, _ = name.partition(".")
+            if not dot or len(head) < 2 or not head.endswith("g") or not head[:-1].isdigit():
+                raise ConfigError(f"{where}[{i}].profiles: {name!r} is not a MIG profile name")
+
+
+def allowed_profiles(config: VendorConfig, model: str) -> frozenset[str] | None:
+    """The profiles the allowlist allows for ``model`` (its first matching entry), or
+    None when no entry names the model (every profile is offered)."""
+    for entry in config.options.get(ALLOWLIST_KEY) or []:
+        if any(type_matches(model, m) or m == model for m in entry["models"]):
+            return frozenset(entry["profiles"])
+    return None
+
+
+def _profile(p: NvmlMigProfile, full_sm: int, placements: tuple[MigPlacement, ...]) -> MigProfile:
+    cores = -(-p.multiprocessors * 100 // full_sm) if full_sm else 0  # rounded up, as HAMi
+    return MigProfile(
+        name=p.name,
+        memory_mib=p.memory_mib,
+        cores_pct=min(cores, 100),
+        slice_count=p.slice_count,
+        placements=placements,
+    )
+
+
+def mig_device(
+    base: DeviceInfo, nvml: Nvml, config: VendorConfig, *, total_mib: int
+) -> DeviceInfo | None:
+    """The inventory entry of a GPU in MIG mode, or None when it offers nothing (logged).
+
+    ``devmem`` is the GPU's physical memory and ``devcore`` 100 (HAMi registers MIG GPUs
+    unscaled); ``count`` is the most instances it can hold (dynamic) or has (static).
+
+    Raises:
+        NvmlError: NVML fails.
+    """
+    profiles = nvml.mig_profiles(base.index)
+    full_sm = max((p.multiprocessors for p in profiles), default=0)
+    if config.operating_mode == DYNAMIC:
+        allowed = allowed_profiles(config, base.model)
+        offered = tuple(
+            _profile(p, full_sm, tuple(MigPlacement(start=s, size=n) for s, n in p.placements))
+            for p in profiles
+            if allowed is None or p.name in allowed
+        )
+        count = max(
+            (p.instance_count for p in profiles if allowed is None or p.name in allowed), default=0
+        )
+    else:
+        by_id = {p.profile_id: p for p in profiles}
+        grouped: dict[int, list[MigPlacement]] = {}
+        instances = [m for m in nvml.mig_instances(base.index) if m.mig_uuid]
+        for m in instances:
+            grouped.setdefault(m.profile_id, []).append(MigPlacement(start=m.start, size=m.size))
+        offered = tuple(
+            _profile(by_id[pid], full_sm, tuple(sorted(places, key=lambda x: x.start)))
+            for pid, places in sorted(grouped.items())
+            if pid in by_id
+        )
+        count = len(instances)
+    if not offered:
+        log.error(
+            "GPU %d %s is in MIG mode but offers no MIG instance (%s): not advertised",
+            base.index,
+            base.uuid,
+            "no allowed profile"
+            if config.operating_mode == DYNAMIC
+            else "create instances with nvidia-smi mig",
+        )
+        return None
+    return attrs.evolve(
+        base,
+        mode=MIG_MODE,
+        memory_mib=total_mib,
+        cores_pct=100,
+        split_count=count,
+        mig_profiles=offered,
+        node_local={**base.node_local, ON_NODE: "1"},
+    )
+
+
+def container_position(pod: Mapping[str, Any], container: Mapping[str, Any]) -> int:
+    """The container's entry in the pod's device list (init containers first).
+
+    Raises:
+        HamiError: the container is not in the pod's spec.
+    """
+    spec = pod.get("spec") or {}
+    names = [
+        str(c.get("name", ""))
+        for key in ("initContainers", "containers")
+        for c in spec.get(key) or []
+    ]
+    name = str(container.get("name", ""))
+    if name not in names:
+        raise HamiError(f"container {name!r} is not in the pod's spec")
+    return names.index(name)
+
+
+@attrs.define
+class MigManager:
+    """Creates, finds and frees this node's MIG instances over one NVML. Thread-safe
+    through NVML's own lock; ``created`` remembers recent creations (``CREATE_GRACE_S``)."""
+
+    nvml: Nvml
+    clock: Callable[[], float] = time.monotonic
+    created: dict[tuple[int, int], float] = attrs.field(factory=dict)
+
+    def realise(self, device: DeviceInfo, slot: MigSlot, *, dynamic: bool) -> NvmlMigInstance:
+        """The instance of ``slot`` on ``device``: the existing one at exactly that
+        profile and placement (a static instance, or a retried Allocate), else, in
+        dynamic mode, a new one.
+
+        Raises:
+            HamiError: the GPU does not offer the slot, a static instance is missing,
+                or NVML refuses.
+        """
+        profile = next((p for p in device.mig_profiles if p.name == slot.profile), None)
+        if profile is None or slot.placement not in profile.placements:
+            raise HamiError(
+                f"GPU {device.uuid} offers no MIG instance {slot.profile} at slices "
+                f"{slot.placement.start}+{slot.placement.size}"
+            )
+        try:
+            ids = {p.name: p.profile_id for p in self.nvml.mig_profiles(device.index)}
+            for m in self.nvml.mig_instances(device.index):
+                if (
+                    m.profile_id == ids.get(slot.profile)
+                    and (m.start, m.size) == (slot.placement.start, slot.placement.size)
+                    and m.mig_uuid
+                ):
+                    return m
+            if not dynamic:
+                raise HamiError(
+                    f"GPU {device.uuid}: the MIG instance {slot.profile} at slice "
+                    f"{slot.placement.start} is gone (static MIG: recreate it)"
+                )
+            made = self.nvml.create_mig_instance(
+                device.index, ids[slot.profile], slot.placement.start, slot.placement.size
+            )
+        except NvmlError as exc:
+            raise HamiError(f"GPU {device.uuid}: MIG instance {slot.profile}: {exc}") from exc
+        self.created[(device.index, made.gpu_instance_id)] = self.clock()
+        log.info(
+            "created MIG instance %s (%s at slice %d, GI %d CI %s) on GPU %s",
+            made.mig_uuid,
+            slot.profile,
+            made.start,
+            made.gpu_instance_id,
+            made.compute_instance_id,
+            device.uuid,
+        )
+        return made
+
+    def release(
+        self, pods: Sequence[Mapping[str, Any]], devices: Sequence[DeviceInfo]
+    ) -> list[str]:
+        """Destroy the dynamic instances no live pod names (HAMi's reconcile): a pod
+        holds the instances of its ``hami.io/vgpu-mig-allocations`` until it has
+        finished or is gone. An unreadable annotation on a live pod frees nothing
+        this round (fail closed). Instances made in the last ``CREATE_GRACE_S``
+        seconds are kept.
+
+        Raises:
+            NvmlError: NVML fails (nothing more is destroyed this round).
+        """
+        held: set[tuple[str, int, int]] = set()
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            ann = (pod.get("metadata") or {}).get("annotations") or {}
+            try:
+                allocations = decode_mig_allocations(str(ann.get(MIG_KEY) or ""))
+            except HamiError as exc:
+                meta = pod.get("metadata") or {}
+                log.error(
+                    "pod %s/%s: %s: %s; no MIG instance is released this round",
+                    meta.get("namespace"),
+                    meta.get("name"),
+                    MIG_KEY,
+                    exc,
+                )
+                return []
+            held |= {
+                (a.gpu_uuid, a.slot.placement.start, a.slot.placement.size) for a in allocations
+            }
+        now = self.clock()
+        self.created = {k: t for k, t in self.created.items() if now - t < CREATE_GRACE_S}
+        freed = []
+        for device in devices:
+            if device.mode != MIG_MODE:
+                continue
+            for m in self.nvml.mig_instances(device.index):
+                if (device.uuid, m.start, m.size) in held:
+                    continue
+                if (device.index, m.gpu_instance_id) in self.created:
+                    continue
+                self.nvml.destroy_mig_instance(device.index, m.gpu_instance_id)
+                freed.append(
+                    f"MIG instance {m.mig_uuid or '(no compute instance)'} (GI {m.gpu_instance_id}, "
+                    f"slice {m.start}+{m.size}) on GPU {device.uuid}: no live pod holds it"
+                )
+        return freed
+
+
+def mig_allocation(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    devices: ContainerDevices,
+    node_devices: Sequence[DeviceInfo],
+    manager: MigManager,
+    *,
+    dynamic: bool,
+) -> ContainerAllocation:
+    """What a container whose devices are MIG GPUs gets: for each device the instance
+    the scheduler reserved for this container and position (``containerIndex``,
+    ``deviceIndex`` of ``hami.io/vgpu-mig-allocations``, cross-checked against the GPU
+    of the device list), realised (``MigManager.realise``); ``NVIDIA_VISIBLE_DEVICES``
+    names the MIG UUIDs and the pod annotation gets their runtime triple.
+
+    Raises:
+        HamiError: no readable reservation for a device, one for another GPU, or the
+            instance cannot be had.
+    """
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        allocations = list(decode_mig_allocations(str(ann.get(MIG_KEY) or "")))
+    except HamiError as exc:
+        raise HamiError(f"{MIG_KEY}: {exc}") from None
+    position = container_position(pod, container)
+    by_uuid = {d.uuid: d for d in node_devices}
+    uuids = []
+    for i, dev in enumerate(devices):
+        at = next(
+            (
+                n
+                for n, a in enumerate(allocations)
+                if (a.container_index, a.device_index) == (position, i)
+            ),
+            None,
+        )
+        if at is None or allocations[at].gpu_uuid != dev.uuid:
+            raise HamiError(
+                f"container {container.get('name', '')!r}: no MIG reservation of GPU {dev.uuid} "
+                f"for its device {i} in {MIG_KEY}"
+            )
+        node_device = by_uuid.get(dev.uuid)
+        if node_device is None:
+            raise HamiError(f"GPU {dev.uuid} is not a GPU of this node")
+        slot = allocations[at].slot
+        if ON_NODE not in node_device.node_local:
+            # hami simulate: the inventory, no GPU; the UUID exists only once created
+            uuids.append(f"MIG-of-{dev.uuid}:{slot.profile}@{slot.placement.start}")
+            continue
+        made = manager.realise(node_device, slot, dynamic=dynamic)
+        allocations[at] = attrs.evolve(
+            allocations[at],
+            mig_uuid=made.mig_uuid,
+            gpu_instance_id=made.gpu_instance_id,
+            compute_instance_id=made.compute_instance_id,
+        )
+        uuids.append(made.mig_uuid)
+    realised = any(a.realised for a in allocations)
+    return ContainerAllocation(
+        envs={"NVIDIA_VISIBLE_DEVICES": ",".join(uuids)},
+        pod_annotations={MIG_KEY: encode_mig_allocations(allocations)} if realised else {},
+    )
+
+
+__all__ = [
+    "MigAllocation",
+    "MigManager",
+    "check_allowlist",
+    "mig_allocation",
+    "mig_device",
+]

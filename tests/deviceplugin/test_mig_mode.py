@@ -1,0 +1,301 @@
+"""MIG on the node (issue #17 items 1-2): the device plugin against the real pynvml and
+the stand-in libnvidia-ml.so.1 with its MIG calls (fakenvml/fake_nvml.c), in child
+processes (the loader reads LD_LIBRARY_PATH only when a process starts). GPU and compute
+instances live in the stand-in's state file, so they outlive a device plugin that
+crashes, as on a real GPU.
+
+Dynamic MIG (``operatingmode: mig``): the inventory offers the GPU's profiles and
+placements, bind reserves one, Allocate creates it and gives the container its MIG UUID
+and nothing of the shim, the pod annotation gets the runtime triple, and an instance no
+live pod holds is destroyed (after the pod ends, and at the start of a restarted
+plugin). Static MIG: existing instances are offered and handed out, never created or
+destroyed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import FakeGpus
+
+REPO = Path(__file__).resolve().parents[2]
+GPU = "GPU-00000000-1111-2222-3333-444455556666"
+
+PRELUDE = """
+import json, os, time
+from pathlib import Path
+from hami_core.cluster import MemoryCluster
+from hami_core.deviceplugin import Allocator, NodeAgent
+from hami_core.deviceplugin.loop import HealthLoop
+from hami_core.deviceplugin.state import DeviceState
+from hami_core.errors import HamiError
+from hami_core.protocol.inventory import decode_inventory
+from hami_core.protocol.nodeconfig import parse_node_overrides
+from hami_core.scheduling.scheduler import Scheduler
+from hami_nvidia import node as nvnode
+from tests.deviceplugin.conftest import ctr, gpu_pod, nvidia_manager
+
+NODE = "node-a"
+PODS = Path(os.environ["PODS_FILE"])
+out = {}
+
+def start(mode=None):
+    cluster = MemoryCluster()
+    cluster.add_node({"metadata": {"name": NODE}})
+    if PODS.exists():
+        for p in json.loads(PODS.read_text()):
+            cluster.add_pod(p)
+    entry = {"name": NODE}
+    if mode:
+        entry["operatingmode"] = mode
+    agent = NodeAgent(cluster, nvidia_manager(Path(os.environ["HOOK_DIR"])), backend="nvidia",
+                      vendor="NVIDIA", node=NODE,
+                      overrides=parse_node_overrides({"nodeconfig": [entry]}, node=NODE))
+    state = DeviceState()
+    loop = HealthLoop(agent, state, cluster, health_interval_s=1, register_interval_s=30)
+    loop.first_round()
+    allocator = Allocator(cluster, agent.manager, vendor="NVIDIA", node=NODE,
+                          known_ids=state.known_ids, node_devices=lambda: state.devices)
+    return cluster, agent, loop, allocator, state
+
+def inventory(cluster):
+    ann = cluster.get_node(NODE)["metadata"]["annotations"]["hami.io/node-nvidia-register"]
+    return json.loads(ann)
+
+def place(cluster, agent, allocator, state, name, annotations=None, **limits):
+    p = gpu_pod(name, ctr("main", **limits))
+    if annotations:
+        p["metadata"]["annotations"] = annotations
+    created = cluster.add_pod(p)
+    meta = created["metadata"]
+    try:
+        Scheduler(cluster, agent.manager).bind("default", name, uid=meta["uid"], node=NODE)
+    except HamiError as exc:
+        cluster.delete_pod("default", name)
+        return {"refused": str(exc)}
+    pod = cluster.get_pod("default", name)
+    uuid = pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"].split(",")[0]
+    ids = sorted(i for i in state.known_ids() if i.startswith(uuid))
+    try:
+        (answer,) = allocator.allocate([[ids[0]]])
+    except HamiError as exc:
+        return {"failed": str(exc), "pod": cluster.get_pod("default", name)}
+    cluster.set_pod_phase("default", name, "Running")
+    return {"envs": dict(answer.envs), "mounts": [m.container_path for m in answer.mounts],
+            "files": sorted(answer.files), "pod": cluster.get_pod("default", name)}
+
+def instances():
+    return [[m.gpu_instance_id, m.profile_id, m.start, m.size, m.mig_uuid]
+            for m in nvnode.current().nvml.mig_instances(0)]
+
+def save(cluster):
+    PODS.write_text(json.dumps(cluster.list_pods()))
+"""
+
+
+@pytest.fixture
+def mig_gpus(tmp_path: Path) -> FakeGpus:
+    """One A100-SXM4-80GB in MIG mode (the stand-in's default MIG profiles), no instance."""
+    return FakeGpus(
+        tmp_path / "fake-nvml.json",
+        tmp_path / "sys",
+        [{"uuid": GPU, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920, "mig": True}],
+    )
+
+
+def run(gpus: FakeGpus, lib: Path, tmp_path: Path, body: str) -> dict[str, Any]:
+    script = PRELUDE + textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
+    env = {
+        **os.environ,
+        **gpus.env(lib),
+        "HOOK_DIR": str(tmp_path / "vgpu"),
+        "PODS_FILE": str(tmp_path / "pods.json"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def mig_ann(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return json.loads(pod["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"])
+
+
+def test_dynamic_mig_creates_the_reserved_instance_at_allocate_and_frees_it_after_the_pod(
+    mig_gpus, fake_nvml_dir, tmp_path
+):
+    out = run(
+        mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        """
+        cluster, agent, loop, allocator, state = start("mig")
+        out["inventory"] = inventory(cluster)
+        out["a"] = place(cluster, agent, allocator, state, "a", gpu=1, gpumem=30000)
+        out["b"] = place(cluster, agent, allocator, state, "b", gpu=1, gpumem=5000)
+        out["after_create"] = instances()
+        loop.release(state.devices)           # both pods live: nothing goes
+        out["kept"] = instances()
+        cluster.set_pod_phase("default", "a", "Succeeded")
+        loop.release(state.devices)           # just made: kept for the grace period
+        out["grace"] = instances()
+        nvnode.current().mig.clock = lambda: time.monotonic() + 3600
+        loop.release(state.devices)
+        out["after_release"] = instances()
+        """,
+    )
+    inv = out["inventory"][0]
+    assert inv["mode"] == "mig" and inv["devmem"] == 81920 and inv["count"] == 7
+    assert [p["name"] for p in inv["migProfiles"]] == [
+        "1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.20gb",
+    ]  # fmt: skip
+    a, b = out["a"], out["b"]
+    # The container sees its instance only: its MIG UUID, and nothing of the shim.
+    (ia,) = mig_ann(a["pod"])
+    (ib,) = mig_ann(b["pod"])
+    assert (ia["profile"], ia["placement"]) == ("3g.40gb", {"start": 4, "size": 4})
+    assert (ib["profile"], ib["placement"]) == ("1g.10gb", {"start": 3, "size": 1})
+    assert a["envs"] == {"NVIDIA_VISIBLE_DEVICES": ia["migUUID"]}
+    assert ia["migUUID"].startswith("MIG-") and ia["migUUID"] != ib["migUUID"]
+    assert a["mounts"] == [] and a["files"] == []
+    assert {k for k in ia} >= {"migUUID", "gpuInstanceID", "computeInstanceID"}
+    assert a["pod"]["metadata"]["annotations"]["hami.io/bind-phase"] == "success"
+    # NVML holds exactly the two instances, where the annotations say.
+    assert sorted((s, n, u) for _, _, s, n, u in out["after_create"]) == [
+        (3, 1, ib["migUUID"]),
+        (4, 4, ia["migUUID"]),
+    ]
+    assert out["kept"] == out["after_create"] and out["grace"] == out["after_create"]
+    assert [u for *_, u in out["after_release"]] == [ib["migUUID"]]
+
+
+def test_a_restarted_device_plugin_frees_what_a_crashed_one_left_and_keeps_what_pods_hold(
+    mig_gpus, fake_nvml_dir, tmp_path
+):
+    first = run(
+        mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        """
+        cluster, agent, loop, allocator, state = start("mig")
+        out["a"] = place(cluster, agent, allocator, state, "a", gpu=1, gpumem=5000)
+        out["b"] = place(cluster, agent, allocator, state, "b", gpu=1, gpumem=15000)
+        save(cluster)
+        out["instances"] = instances()
+        os._exit(0)  # a crash: no cleanup of any kind
+        """.replace("os._exit(0)", "print(json.dumps(out)); os._exit(0)"),
+    )
+    assert len(first["instances"]) == 2
+    pods = json.loads((tmp_path / "pods.json").read_text())
+    pods = [p for p in pods if p["metadata"]["name"] != "a"]  # pod a was deleted meanwhile
+    (tmp_path / "pods.json").write_text(json.dumps(pods))
+
+    second = run(
+        mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        """
+        out["before"] = instances()
+        cluster, agent, loop, allocator, state = start("mig")   # first round releases
+        out["after"] = instances()
+        """,
+    )
+    (kept,) = mig_ann(first["b"]["pod"])
+    assert len(second["before"]) == 2
+    assert [u for *_, u in second["after"]] == [kept["migUUID"]]
+
+
+def test_static_mig_hands_out_the_existing_instances_and_creates_nothing(
+    mig_gpus, fake_nvml_dir, tmp_path
+):
+    out = run(
+        mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        """
+        nvml = nvnode.current().nvml
+        nvml.create_mig_instance(0, 0, 0, 1)   # what an admin made: 1g.10gb at 0, 3g.40gb at 4
+        nvml.create_mig_instance(0, 2, 4, 4)
+        made = instances()
+        cluster, agent, loop, allocator, state = start()   # a hami-core node
+        out["inventory"] = inventory(cluster)
+        out["big"] = place(cluster, agent, allocator, state, "big", gpu=1, gpumem=30000)
+        out["small"] = place(cluster, agent, allocator, state, "small", gpu=1, gpumem=2000)
+        out["third"] = place(cluster, agent, allocator, state, "third", gpu=1, gpumem=2000)
+        cluster.delete_pod("default", "big")
+        nvnode.current().mig.clock = lambda: time.monotonic() + 3600
+        loop.release(state.devices)
+        out["made"], out["after"] = made, instances()
+        """,
+    )
+    inv = out["inventory"][0]
+    assert inv["mode"] == "mig" and inv["count"] == 2
+    assert [(p["name"], p["placements"]) for p in inv["migProfiles"]] == [
+        ("1g.10gb", [{"start": 0, "size": 1}]),
+        ("3g.40gb", [{"start": 4, "size": 4}]),
+    ]
+    uuid_of = {(s, n): u for _, _, s, n, u in out["made"]}
+    assert out["big"]["envs"] == {"NVIDIA_VISIBLE_DEVICES": uuid_of[(4, 4)]}
+    assert out["small"]["envs"] == {"NVIDIA_VISIBLE_DEVICES": uuid_of[(0, 1)]}
+    assert "CardMigTopologyInfeasible" in out["third"]["refused"] or (
+        "CardTimeSlicingExhausted" in out["third"]["refused"]
+    )
+    assert out["after"] == out["made"]  # static instances are the administrator's
+
+
+def test_a_tampered_reservation_is_refused_at_allocate_and_nothing_is_created(
+    mig_gpus, fake_nvml_dir, tmp_path
+):
+    out = run(
+        mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        """
+        cluster, agent, loop, allocator, state = start("mig")
+        p = gpu_pod("evil", ctr("main", gpu=1, gpumem=5000))
+        created = cluster.add_pod(p)
+        Scheduler(cluster, agent.manager).bind("default", "evil", uid=created["metadata"]["uid"], node=NODE)
+        ann = cluster.get_pod("default", "evil")["metadata"]["annotations"]
+        # Past the webhook somehow: the reservation asks for the whole GPU instead.
+        forged = json.loads(ann["hami.io/vgpu-mig-allocations"])
+        forged[0]["profile"], forged[0]["placement"] = "7g.80gb", {"start": 0, "size": 3}
+        cluster.patch_pod_metadata("default", "evil",
+                                   annotations={"hami.io/vgpu-mig-allocations": json.dumps(forged)})
+        ids = sorted(state.known_ids())
+        try:
+            allocator.allocate([[ids[0]]])
+        except HamiError as exc:
+            out["error"] = str(exc)
+        out["phase"] = cluster.get_pod("default", "evil")["metadata"]["annotations"]["hami.io/bind-phase"]
+        out["instances"] = instances()
+        """,
+    )
+    assert "offers no MIG instance 7g.80gb at slices 0+3" in out["error"]
+    assert out["phase"] == "failed"
+    assert out["instances"] == []
+
+
+def test_a_gpu_with_mig_off_on_a_mig_node_is_not_advertised(fake_gpus, fake_nvml_dir, tmp_path):
+    out = run(
+        fake_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        """
+        cluster, agent, loop, allocator, state = start("mig")
+        out["inventory"] = inventory(cluster)
+        """,
+    )
+    assert out["inventory"] == []
