@@ -102,6 +102,22 @@ CASES = {
     ),
 }
 
+#: vendor file -> HAMi's (use, no-use) UUID annotation keys (``pkg/device/<vendor>/device.go``).
+UUID_KEYS = {
+    "ascend": ("hami.io/use-Ascend910B3-uuid", "hami.io/no-use-Ascend910B3-uuid"),
+    "cambricon": ("cambricon.com/use-gpuuuid", "cambricon.com/nouse-gpuuuid"),
+    "hygon": ("hygon.com/use-gpuuuid", "hygon.com/nouse-gpuuuid"),
+    "mthreads": ("mthreads.ai/use-gpuuuid", "mthreads.ai/nouse-gpuuuid"),
+    "biren": ("birentech.com/use-gpuuuid", "birentech.com/nouse-gpuuuid"),
+    "vastai": ("vastaitech.com/use-gpuuuid", "vastaitech.com/nouse-gpuuuid"),
+    "awsneuron": ("aws.amazon.com/use-neuron-uuid", "aws.amazon.com/nouse-neuron-uuid"),
+}
+
+CASES["fit fail: card overused"] = (
+    *CASES["fit fail: card overused"][:4],
+    ("ascend", "cambricon", "hygon", "mthreads", "metax", "biren", "vastai", "awsneuron"),
+)
+
 PARAMS = [
     pytest.param(case, vendor_file, id=f"{vendor_file}: {case}")
     for case, (*_, files) in CASES.items()
@@ -131,3 +147,31 @@ def test_shared_fit_table(case, vendor_file):
         assert [(d.uuid, d.memory_mib, d.cores_pct) for d in result.devices] == [("dev-0", 128, 20)]
     else:
         assert not result.fits and result.summary(1) == reason, (case, result)
+
+
+@pytest.mark.parametrize(
+    ("case", "uuid", "which"),
+    [
+        ("fit fail: user assign use uuid mismatch", "dev-1", 0),
+        ("fit fail: user assign no use uuid match", "dev-0", 1),
+    ],
+)
+@pytest.mark.parametrize("vendor_file", sorted(UUID_KEYS))
+def test_shared_fit_table_uuid_filters(case, uuid, which, vendor_file):
+    """``pkg/device/<vendor_file>/device_test.go::TestDevices_Fit``, the case named: the
+    device ``uuid`` under HAMi's use (``dev-0`` only) or no-use (``dev-0``) annotation of
+    that vendor is ``1/1 CardUuidMismatch``; without the annotation it fits. (HAMi's
+    case asks 2 devices of one; one is asked here, the count has its own check.)"""
+    vendor = VENDORS[vendor_file]
+    m = BackendManager.from_entry_points(disabled=[])
+    dev = _dev(vendor, uuid)
+    usage = (DeviceUsage(device=dev),)
+    if vendor_file == "awsneuron":  # one NeuronCore of a device without memory
+        req = DeviceRequest(vendor=vendor, count=1, memory_pct=100, cores_pct=1)
+    else:
+        req = DeviceRequest(vendor=vendor, count=1, memory_mib=512, cores_pct=50)
+    node = NodeInfo(name="n", devices=(dev,))
+    pod = {"metadata": {"annotations": {UUID_KEYS[vendor_file][which]: "dev-0"}}}
+    refused = m.fit(req, node, usage, pod=pod, policy=DevicePolicy.SPREAD)
+    assert not refused.fits and refused.summary(1) == "1/1 CardUuidMismatch", (case, refused)
+    assert m.fit(req, node, usage, pod={"metadata": {}}, policy=DevicePolicy.SPREAD).fits
