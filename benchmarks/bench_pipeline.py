@@ -6,8 +6,9 @@ Everything is real but the kubelets: etcd + kube-apiserver (``tests/e2e/controlp
 ``hami scheduler`` (its own process, leader-elected, informer caches), kube-scheduler
 with ``nodeCacheCapable: true`` and filter / prioritize / bind verbs. The device plugin's
 part is played by an allocator that watches pods and, for each pod our scheduler bound,
-does what ``Allocate`` writes: ``bind-phase: success``, then releases the node lock in
-one conditional patch; so each node lock is held until "Allocate", as in production.
+does what ``Allocate`` writes after answering kubelet: releases the node lock in one
+conditional patch, then ``bind-phase: success``; so each node lock is held until
+"Allocate", as in production.
 
 Per size: the pods are created first (kube-scheduler stopped), then kube-scheduler
 starts and the clock runs until every pod is bound. The alone run schedules pods asking
@@ -107,18 +108,20 @@ class Allocator:
                 busy.discard(pod["metadata"].get("uid", ""))
 
     def _allocate_one(self, pod: dict[str, Any]) -> None:
+        # The device plugin's writes after it answered kubelet, in its order
+        # (``Allocator._commit``): the lock first, then the pod's phase.
         meta, node = pod["metadata"], pod["spec"]["nodeName"]
         with contextlib.suppress(Exception):  # a stale event: its pod is done already
-            self.store.patch_pod_metadata(
-                meta["namespace"],
-                meta["name"],
-                annotations={keys.BIND_PHASE: keys.BIND_PHASE_SUCCESS},
-            )
             lock = (
                 (self.store.cached_node(node).get("metadata") or {}).get("annotations") or {}
             ).get(keys.NODE_LOCK)
             if lock and lock.endswith(f",{meta['namespace']},{meta['name']}"):
                 self.store.remove_node_annotation(node, keys.NODE_LOCK, value=lock)
+            self.store.patch_pod_metadata(
+                meta["namespace"],
+                meta["name"],
+                annotations={keys.BIND_PHASE: keys.BIND_PHASE_SUCCESS},
+            )
 
     def stop(self) -> None:
         with self._cond:

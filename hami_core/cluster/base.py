@@ -86,8 +86,20 @@ class ClusterStore(Protocol):
         """Set or remove pod annotations and labels. Returns the new pod."""
         ...
 
-    def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        """Create the pod's ``Binding`` to ``node`` (sets ``spec.nodeName``)."""
+    def bind_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create the pod's ``Binding`` to ``node`` (sets ``spec.nodeName``); its
+        ``annotations`` land on the pod in the same write (the API server copies a
+        Binding's annotations onto the pod: ``BindingREST`` ``setPodHostAndAnnotations``,
+        kubernetes ``pkg/registry/core/pod/storage``), so the pod is never seen
+        annotated but unbound."""
         ...
 
     def list_quotas(self, namespace: str) -> list[KubeObject]:

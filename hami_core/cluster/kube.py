@@ -567,19 +567,44 @@ class KubeCluster:
         if self.cache_writes:
             informer.put(obj)
 
-    def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        body = {
+    def bind_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
+        if annotations:
+            body["metadata"]["annotations"] = dict(annotations)
         call(
             f"bind pod {namespace}/{name} to {node}",
             self.core.create_namespaced_binding,
             namespace,
             body,
         )
+        # A Binding answers a Status, not the pod: put what the API server now holds
+        # into the cache (at the cached resourceVersion, so the watch's event replaces
+        # it), so this process's next filter counts the pod on ``node`` at once.
+        cached = self.pods.peek(f"{namespace}/{name}") if self.cache_writes else None
+        if cached is not None and (cached.get("metadata") or {}).get("uid") == uid:
+            meta = cached.get("metadata") or {}
+            bound = {
+                **cached,
+                "metadata": {
+                    **meta,
+                    "annotations": {**(meta.get("annotations") or {}), **(annotations or {})},
+                },
+                "spec": {**(cached.get("spec") or {}), "nodeName": node},
+            }
+            self._remember(self.pods, bound)
 
     def record_event(self, obj: KubeObject, *, type: str, reason: str, message: str) -> None:
         """Write an ``events.k8s.io/v1`` Event about ``obj`` (shown by ``kubectl describe``)."""

@@ -213,7 +213,15 @@ class MemoryCluster:
             self._emit("Pod", old, pod)
             return copy.deepcopy(pod)
 
-    def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+    def bind_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
         with self._lock:
             old = self._pod(namespace, name)
             pod = copy.deepcopy(old)
@@ -223,6 +231,8 @@ class MemoryCluster:
                 raise ConflictError(f"pod {namespace}/{name} is already bound")
             self._node(node)
             pod["spec"]["nodeName"] = node
+            if annotations:
+                pod["metadata"].setdefault("annotations", {}).update(annotations)
             self._bump(pod)
             self._pods[(namespace, name)] = pod
             self._index((namespace, name), pod)

@@ -702,8 +702,6 @@ class Scheduler:
             self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
             raise
         self._observe_lock(started, acquired=True)
-        written: dict[str, str | None] = {}
-        written_rv: str | None = None
         try:
             result = self.filter(pod, [node])
             fit = result.fits.get(node)
@@ -724,22 +722,17 @@ class Scheduler:
                 info = cached.info if cached is not None else self.node_info(node_obj)
             for vendor, devices in allocation.devices.items():
                 annotations.update(self.manager.bind_annotations(vendor, pod, info, devices))
-            after = self.store.patch_pod_metadata(
-                namespace,
-                name,
-                annotations=annotations,
-                labels={keys.VGPU_NODE: node},
-            )
-            written = dict(annotations)
-            written_rv = (after.get("metadata") or {}).get("resourceVersion")
+            wire = {k: v for k, v in annotations.items() if v is not None}
             try:
-                self.store.bind_pod(namespace, name, uid=uid, node=node)
+                # The allocation rides on the Binding: one write, and the pod is never
+                # seen annotated but unbound (an update of a pod kube-scheduler has
+                # assumed but not yet seen bound sends it back to its queue).
+                self.store.bind_pod(namespace, name, uid=uid, node=node, annotations=wire)
             except ConflictError:
                 live = self._live_pod(namespace, name)
                 bound_to = (live.get("spec") or {}).get("nodeName")
                 if not bound_to:
                     raise
-                written = {}  # bound by someone else: what it carries is theirs now
                 if bound_to == node and _carries(live, annotations):
                     log.info("pod %s/%s was bound to %s meanwhile", namespace, name, node)
                     return allocation
@@ -747,9 +740,18 @@ class Scheduler:
                     f"pod {namespace}/{name} was bound to {bound_to} by someone else"
                 ) from None
         except Exception as exc:
-            self._undo(pod, node, written=written, resource_version=written_rv)
+            self._undo(pod, node)
             self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
             raise
+        try:
+            # HAMi also labels the pod with its node (PROTOCOL.md §3); a Binding carries
+            # no labels. The pod is bound and annotated already: a failure here is only
+            # logged.
+            self.store.patch_pod_metadata(namespace, name, labels={keys.VGPU_NODE: node})
+        except HamiError as exc:
+            log.warning(
+                "pod %s/%s: cannot set the %s label: %s", namespace, name, keys.VGPU_NODE, exc
+            )
         self._event(pod, "Normal", "BindingSucceed", f"bound to {node}: {describe(allocation)}")
         return allocation
 
@@ -788,47 +790,12 @@ class Scheduler:
         )
         return out
 
-    def _undo(
-        self,
-        pod: KubeObject,
-        node: str,
-        *,
-        written: Mapping[str, str | None],
-        resource_version: str | None,
-    ) -> None:
-        """Remove the annotations this bind wrote, only while the pod still carries them
-        (a resourceVersion precondition; on a conflict, re-read: a pod bound since, or
-        whose keys another writer changed, is left alone), then release our lock."""
+    def _undo(self, pod: KubeObject, node: str) -> None:
+        """Release our lock after a failed bind. Nothing else to undo: the pod is
+        written only by the Binding itself, which is all or nothing."""
         meta = pod["metadata"]
-        ns, name = meta["namespace"], meta["name"]
-        rv = resource_version
-        for _ in range(3):
-            if not written:
-                break
-            try:
-                self.store.patch_pod_metadata(
-                    ns,
-                    name,
-                    annotations=dict.fromkeys(written),
-                    labels={keys.VGPU_NODE: None},
-                    resource_version=rv,
-                )
-                break
-            except ConflictError:
-                try:
-                    live = self._live_pod(ns, name)
-                except HamiError as exc:
-                    log.error("bind rollback: cannot re-read %s/%s: %s", ns, name, exc)
-                    break
-                if (live.get("spec") or {}).get("nodeName") or not _carries(live, written):
-                    log.info("bind rollback: %s/%s changed by another writer; left alone", ns, name)
-                    break
-                rv = (live.get("metadata") or {}).get("resourceVersion")
-            except HamiError as exc:
-                log.error("bind rollback: cannot clear annotations of %s/%s: %s", ns, name, exc)
-                break
         try:
-            release_node_lock(self.store, node, namespace=ns, pod=name)
+            release_node_lock(self.store, node, namespace=meta["namespace"], pod=meta["name"])
         except HamiError as exc:
             log.error("bind rollback: cannot release the lock of %s: %s", node, exc)
 

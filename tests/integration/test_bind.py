@@ -122,17 +122,32 @@ def test_binding_failure_rolls_back_annotations_and_lock(env, monkeypatch):
     assert "apiserver said no" in c.events[-1].message
 
 
-def test_annotation_write_failure_releases_the_lock(env, monkeypatch):
+def test_the_allocation_rides_on_the_binding_and_a_label_failure_only_logs(env, monkeypatch):
+    """One write puts the pod on the node with its allocation (no pod PATCH first: an
+    update of an assumed, unbound pod sends it back to kube-scheduler's queue); the
+    label comes after, and its failure leaves a good placement alone."""
     c, sched, _ = env
     p = add(c, "p", gpu=1, gpumem=1000)
+    seen = []
+    c.subscribe(lambda kind, old, new: seen.append(new) if kind == "Pod" and new else None)
 
     def refuse(*a, **k):
         raise ConflictError("pod changed")
 
     monkeypatch.setattr(c, "patch_pod_metadata", refuse)
-    with pytest.raises(ConflictError):
-        sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
-    assert lock_of(c) is None
+    allocation = sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert allocation is not None
+    bound = c.get_pod("default", "p")
+    assert bound["spec"]["nodeName"] == "n1" and not clean(c, "p")
+    assert bound["metadata"]["annotations"]["hami.io/bind-phase"] == "allocating"
+    # The pod was never seen annotated but unbound.
+    assert seen
+    assert all(
+        e["spec"].get("nodeName")
+        or "hami.io/bind-phase" not in (e["metadata"].get("annotations") or {})
+        for e in seen
+    )
+    assert lock_of(c) == "2026-11-29T09:00:00Z,default,p"  # held for the device plugin
 
 
 def test_rollback_survives_failing_cleanup(env, monkeypatch):

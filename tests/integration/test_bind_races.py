@@ -85,8 +85,8 @@ def test_binding_conflict_with_a_pod_bound_here_meanwhile_is_success(env, monkey
     p = add(c, "p")
     real_bind = c.bind_pod
 
-    def raced(ns, name, *, uid, node):
-        real_bind(ns, name, uid=uid, node=node)  # another replica's Binding won
+    def raced(ns, name, *, uid, node, annotations=None):
+        real_bind(ns, name, uid=uid, node=node, annotations=annotations)  # another replica won
         raise ConflictError("pod is already bound")
 
     monkeypatch.setattr(c, "bind_pod", raced)
@@ -100,8 +100,8 @@ def test_a_pod_bound_elsewhere_by_someone_else_is_left_alone(env, monkeypatch):
     p = add(c, "p")
     real_bind = c.bind_pod
 
-    def raced(ns, name, *, uid, node):
-        real_bind(ns, name, uid=uid, node="n2")
+    def raced(ns, name, *, uid, node, annotations=None):
+        real_bind(ns, name, uid=uid, node="n2", annotations=annotations)
         raise ConflictError("pod is already bound")
 
     monkeypatch.setattr(c, "bind_pod", raced)
@@ -117,7 +117,7 @@ def test_rollback_never_erases_another_writers_keys(env, monkeypatch):
     p = add(c, "p")
     winner = {ALLOC: "GPU-1,NVIDIA,500,0:;", TO_ALLOCATE: "GPU-1,NVIDIA,500,0:;"}
 
-    def lost(ns, name, *, uid, node):
+    def lost(ns, name, *, uid, node, annotations=None):
         c.patch_pod_metadata(ns, name, annotations=winner)  # the winning bind's write
         raise ConflictError("transient")
 
@@ -131,7 +131,7 @@ def test_rollback_retries_when_only_unrelated_fields_changed(env, monkeypatch):
     c, sched, _ = env
     p = add(c, "p")
 
-    def lost(ns, name, *, uid, node):
+    def lost(ns, name, *, uid, node, annotations=None):
         c.patch_pod_metadata(ns, name, annotations={"team": "x"})  # bumps resourceVersion
         raise ConflictError("transient")
 
