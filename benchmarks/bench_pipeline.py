@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kubernetes import client as k8s  # noqa: E402
 from workload import node_object, pod_shape  # noqa: E402
 
-from hami_core.cluster.kube import KubeCluster  # noqa: E402
+from hami_core.cluster.kube import CONNECTION_POOL_SIZE, KubeCluster  # noqa: E402
 from hami_core.protocol import annotations as keys  # noqa: E402
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, find_kube_binaries, free_port  # noqa: E402
 
@@ -63,11 +63,14 @@ class Allocator:
     """The device plugin's writes for every pod our scheduler bound (see the docstring)."""
 
     def __init__(self, cp: ControlPlane) -> None:
-        self.store = KubeCluster(cp.api_client(new=True), component="bench-allocator")
+        cfg = cp.client_configuration()
+        cfg.connection_pool_maxsize = CONNECTION_POOL_SIZE  # as the device plugin's client
+        self.store = KubeCluster(k8s.ApiClient(cfg), component="bench-allocator")
         self.store.start()
         self._todo: list[dict[str, Any]] = []
         self._cond = threading.Condition()
         self._stop = False
+        self._done: set[str] = set()
         self.store.subscribe(self._on_event)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -95,9 +98,10 @@ class Allocator:
                     return
                 pod = self._todo.pop(0)
                 uid = pod["metadata"].get("uid", "")
-                if uid in busy:
-                    continue
+                if uid in busy or uid in self._done:
+                    continue  # kubelet calls Allocate once per pod: later events are not calls
                 busy.add(uid)
+                self._done.add(uid)
             pool.submit(self._allocate, pod, busy)
 
     def _allocate(self, pod: dict[str, Any], busy: set[str]) -> None:

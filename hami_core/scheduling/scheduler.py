@@ -616,6 +616,7 @@ class Scheduler:
             best = max(free, key=lambda sn: (sn[0], result.scores[sn[1]], sn[1]))[1]
             with self._expected_lock:
                 self._expected[uid] = (best, time.monotonic())
+            out = _unique_top(out, best)
         return out
 
     #: How long a node answered best for a pod counts as taken by that pod's bind.
@@ -808,6 +809,18 @@ class Scheduler:
             self.events.record_event(pod, type=type_, reason=reason, message=message)
         except Exception as exc:  # events are best effort; never fail a bind for one
             log.warning("cannot record event %s: %s", reason, exc)
+
+
+def _unique_top(scores: list[tuple[str, int]], best: str) -> list[tuple[str, int]]:
+    """``scores`` with ``best`` alone at the top: the 0..10 scale ties many nodes, and
+    kube-scheduler picks at random among equal totals, so a tie would send the pod to
+    another node than the one reserved for its bind (``_expected``), and the burst's
+    next pod to the same node, to wait for its lock. Others tied at the top go one
+    below (best 1 when all are 0)."""
+    top = max(score for _, score in scores)
+    if top == 0:
+        return [(n, 1 if n == best else score) for n, score in scores]
+    return [(n, top - 1 if n != best and score == top else score) for n, score in scores]
 
 
 def _carries(pod: Mapping[str, Any], annotations: Mapping[str, str | None]) -> bool:

@@ -192,6 +192,25 @@ def test_prioritize_steers_a_burst_away_from_nodes_being_bound():
     assert scores(r)["empty"] > 0 and scores(r)["busy"] == 0
 
 
+def test_prioritize_gives_the_node_it_reserves_the_top_score_alone():
+    """Four empty nodes score alike on the 0..10 scale; kube-scheduler picks at random
+    among equal totals, so the node reserved for the pod's bind must be the only one at
+    the top, or the burst's next pod may land on the same node (and wait for its lock)."""
+    c = cluster(*(node(f"n{i}", [gpu(f"GPU-{i}")]) for i in range(4)))
+    sched = Scheduler(c, manager())
+    client = create_extender_app(sched).test_client()
+    names = [f"n{i}" for i in range(4)]
+    chosen = []
+    for name in ("a", "b", "c"):
+        p = admitted(c, pod(name, container(gpu=1, gpumem=1000)))
+        body = client.post("/prioritize", json={"Pod": p, "NodeNames": names}).get_json()
+        top = max(h["Score"] for h in body)
+        best = [h["Host"] for h in body if h["Score"] == top]
+        assert len(best) == 1 and top > 0
+        chosen.append(best[0])
+    assert len(set(chosen)) == 3  # a burst of three spreads over three nodes' locks
+
+
 def test_bind_writes_the_allocation_and_counts(env):
     c, _, client, _, metrics = env
     p = admitted(c, pod("p", container(gpu=1, gpumem=3000, gpucores=30)))
