@@ -387,6 +387,30 @@ def test_a_retried_allocate_with_the_same_ids_gets_the_same_answer(
         alloc.allocate([ids_on(uuid)])
 
 
+@pytest.mark.parametrize("gone", ["recreated", "finished", "deleting"])
+def test_a_retry_is_not_answered_for_a_pod_that_is_no_longer_the_one_answered(
+    cluster, nvidia, bound_pod: BindPod, gone
+):
+    """The remembered answer goes only to the very pod it was given to, still live: a
+    pod of the same name with another uid, or one finished or being deleted, does not
+    get another pod's limits from the cache."""
+    bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=1234)), NODE)
+    (uuid,) = assigned(cluster, "p")[0]
+    alloc = allocator(cluster, nvidia)
+    alloc.allocate([ids_on(uuid)])
+    if gone == "recreated":
+        cluster.delete_pod("default", "p")
+        cluster.add_pod(gpu_pod("p", ctr("main", gpu=1, gpumem=1234)))
+    elif gone == "finished":
+        cluster.set_pod_phase("default", "p", "Succeeded")
+    else:
+        pod = cluster.get_pod("default", "p")
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        cluster.add_pod(pod)
+    with pytest.raises(NoPendingPodError):
+        alloc.allocate([ids_on(uuid)])
+
+
 def test_containers_are_answered_one_call_at_a_time_init_first(cluster, nvidia, bound_pod: BindPod):
     pod = gpu_pod(
         "multi",
@@ -515,6 +539,19 @@ def test_unknown_device_ids_are_refused_before_anything_changes(
 
     with pytest.raises(InvalidInputError, match=r"unknown device IDs \['GPU-nope-0'\]"):
         allocator(cluster, nvidia).allocate([["GPU-nope-0"]])
+
+    assert ann(cluster, "p")[keys.BIND_PHASE] == "allocating"
+    assert lock(cluster) is not None
+
+
+def test_a_device_id_repeated_in_one_request_is_refused_before_anything_changes(
+    cluster, nvidia, bound_pod: BindPod
+):
+    bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=2)), NODE)
+    (uuid, _) = assigned(cluster, "p")[0]
+
+    with pytest.raises(InvalidInputError, match="repeats a device ID"):
+        allocator(cluster, nvidia).allocate([[f"{uuid}-0", f"{uuid}-0"]])
 
     assert ann(cluster, "p")[keys.BIND_PHASE] == "allocating"
     assert lock(cluster) is not None
