@@ -660,3 +660,82 @@ def test_kunlun_vxpu_mutex():
     mutex = {"metadata": {"annotations": {"hami.io/gpu-scheduler-policy": "mutex"}}}
     refused = m.fit(req, node_info, usage, pod=mutex, policy=DevicePolicy.SPREAD)
     assert refused.summary(8) == "8/8 ExclusiveDeviceAllocateConflict"
+
+
+def _nv(limits=None, requests=None, config=None):
+    res = {}
+    if limits is not None:
+        res["limits"] = dict(limits)
+    if requests is not None:
+        res["requests"] = dict(requests)
+    r = parse_request({"name": "c", "resources": res}, config or VendorConfig())
+    return None if r is None else (r.count, r.memory_mib, r.memory_pct, r.cores_pct)
+
+
+G, M, P, C = (
+    "nvidia.com/gpu",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/gpucores",
+)
+
+
+@pytest.mark.parametrize(
+    ("case", "limits", "requests", "want"),
+    [
+        ("gpu count only — defaults to 100% memory", {G: "1"}, None, (1, 0, 100, 100)),
+        ("gpu count + explicit memory", {G: "2", M: "4096"}, None, (2, 4096, 0, 0)),
+        ("gpu count + memory percentage", {G: "1", P: "50"}, None, (1, 0, 50, 0)),
+        ("gpu count + explicit cores", {G: "1", C: "50"}, None, (1, 0, 100, 50)),
+        ("no gpu resource — returns empty request", {}, None, None),
+        ("gpu in Requests (not Limits) — falls back to Requests", None, {G: "1"}, (1, 0, 100, 100)),
+        (
+            "gpu count + memory percentage of 0 — treated as unset",
+            {G: "1", P: "0"},
+            None,
+            (1, 0, 100, 0),
+        ),
+        (
+            "memory percentage of 0 in Requests — treated as unset",
+            {G: "1"},
+            {P: "0"},
+            (1, 0, 100, 0),
+        ),
+        (
+            "memory percentage of 0 + explicit memory — explicit memory wins",
+            {G: "1", P: "0", M: "2000"},
+            None,
+            (1, 2000, 0, 0),
+        ),
+    ],
+)
+def test_generate_resource_requests(case, limits, requests, want):
+    """``pkg/device/nvidia/device_test.go::TestGenerateResourceRequests``, the case named:
+    (count, memory MiB, memory %, cores). HAMi's ``MemPercentagereq: 101`` beside a
+    stated memory is its "no percentage" sentinel, memory % 0 here. A count-only container
+    books cores 100: HAMi's webhook writes them before this function runs
+    (``defaultExclusiveCoreIfNeeded``; ``TestMutateAdmissionDefaultsExclusiveCore``), a
+    stated percentage of 0 does not."""
+    assert _nv(limits, requests) == want, case
+
+
+@pytest.mark.parametrize(
+    ("case", "limits"),
+    [
+        ("byte-scale memory quantity that overflows int32 is rejected", {G: "1", M: "16Gi"}),
+        ("decimal-form memory request is rejected, not treated as zero", {G: "1", M: "16.0Gi"}),
+    ],
+)
+def test_generate_resource_requests_refusals(case, limits):
+    """``TestGenerateResourceRequests``, the case named: HAMi returns an empty request, we
+    refuse the container naming ``nvidia.com/gpumem``."""
+    from hami_core.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=r"nvidia\.com/gpumem"):
+        _nv(limits)
+
+
+def test_generate_resource_requests_default_memory():
+    """``TestGenerateResourceRequests_DefaultMemory``: with ``defaultMemory: 512`` a
+    count-only container asks 512 MiB."""
+    assert _nv({G: "1"}, config=VendorConfig(default_memory_mib=512))[:3] == (1, 512, 0)

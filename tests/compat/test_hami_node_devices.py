@@ -111,3 +111,13 @@ def test_hygon_entry_with_fewer_than_seven_fields_marks_only_the_vendor():
     than 7": HAMi fails decoding; the node's DCUs are unregistered, with the reason."""
     devices, unregistered = _read({"hami.io/node-dcu-register": "test-0,1,1024,100,DCU:"})
     assert devices == [] and "5 fields" in unregistered["DCU"]
+
+
+def test_enflame_drs_capacity():
+    """``pkg/device/enflame/device_test.go::TestGetNodeDevices_DRSAnnotation``: one GCU of
+    capacity 6 with profiles up to ``6g.40gb`` is a device of 40960 MiB, count 6."""
+    value = '{"devices":[{"index":"0","minor":"0","capacity":6}],"profiles":{"1g.6gb":"0","3g.20gb":"1","6g.40gb":"2"}}'
+    devices, unregistered = _read({"enflame.com/gcu-drs-capacity": value})
+    assert unregistered == {}
+    ((_, vendor, _, index, count, memory, _, _, healthy, _),) = devices
+    assert (vendor, index, count, memory, healthy) == ("Enflame", 0, 6, 40960, True)

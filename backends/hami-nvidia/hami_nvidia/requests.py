@@ -63,9 +63,10 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
 
     Defaults (PROTOCOL.md §1): memory unset (``gpumem`` absent or 0 and
     ``gpumem-percentage`` absent or 0) -> ``defaultMemory`` MiB if configured, else 100
-    percent of each device; cores unset -> 100 (exclusive) for a request that takes
-    the whole memory of its devices (count only, or ``gpumem-percentage: 100``), else
-    ``defaultCores``; memory or cores without a count ->
+    percent of each device; cores unset -> 100 (exclusive) when neither memory
+    resource is stated or ``gpumem-percentage`` is 100, else ``defaultCores`` (HAMi
+    ``defaultExclusiveCoreIfNeeded``: a stated ``gpumem-percentage: 0`` or ``gpumem``
+    is shareable); memory or cores without a count ->
     ``defaultGPUNum`` devices.
 
     Raises:
@@ -97,9 +98,11 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
             memory_pct = 100
     if raw.cores_pct is not None:
         cores = raw.cores_pct
-    elif memory_pct == 100:
-        # the whole memory of each device, stated (gpumem-percentage: 100, in limits or in
-        # requests only) or defaulted (count only): the device alone, as HAMi books it
+    elif raw.memory_pct == 100 or (raw.memory_pct is None and raw.memory_mib is None):
+        # HAMi's webhook (defaultExclusiveCoreIfNeeded) writes cores 100 when no cores are
+        # stated and the memory is the whole device: gpumem-percentage: 100 (limits or
+        # requests), or neither memory resource stated. A stated 0 (whole memory by
+        # default) or a gpumem is shareable: defaultCores.
         cores = 100
     else:
         cores = config.default_cores_pct
