@@ -68,8 +68,8 @@ def _encode_profile(p: MigProfile) -> dict[str, Any]:
 
 
 def _decode_profiles(item: dict[str, Any], where: str) -> tuple[MigProfile, ...]:
-    raw = item.get("migProfiles")
-    if raw is None:
+    raw = _get(item, "migProfiles", list, where)
+    if not raw:
         return ()
     return decode_mig_profiles(raw, where)
 
@@ -87,7 +87,9 @@ def decode_mig_profiles(raw: object, where: str) -> tuple[MigProfile, ...]:
         at = f"{where}: migProfiles[{i}]"
         if not isinstance(p, dict):
             raise AnnotationError(f"{at}: expected an object")
-        places = p.get("placements") or []
+        places = p.get("placements") or next(
+            (v for k, v in p.items() if k.lower() == "placements"), []
+        )
         if not isinstance(places, list) or not all(isinstance(x, dict) for x in places):
             raise AnnotationError(f"{at}: placements must be an array of objects")
         try:
@@ -178,7 +180,7 @@ def _get(item: dict[str, Any], key: str, kind: type, where: str) -> Any:
     if key in item:
         value = item[key]
     else:  # Go's encoding/json: an exact match first, else a case-insensitive one
-        value = next((v for k, v in item.items() if k.lower() == key), None)
+        value = next((v for k, v in item.items() if k.lower() == key.lower()), None)
     if value is None:
         return kind()
     # bool is an int in Python; a JSON true where a number belongs is still wrong.

@@ -373,3 +373,20 @@ def test_seven_small_pods_fill_the_seven_1g_placements_and_the_eighth_is_refused
     again = submit(sched, c, "p8", 5000)
     (a,) = decode_mig_allocations(again["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"])
     assert a.slot.placement.start == 3  # the freed slice is reused
+
+
+def test_mig_profiles_keys_are_read_case_insensitively_as_go_does():
+    value = (
+        '[{"id":"GPU-m","mode":"mig","MIGProfiles":[{"Name":"1g.10gb","MemoryMB":9856,'
+        '"Core":15,"SliceCount":1,"Placements":[{"Start":2,"Size":1}]}]}]'
+    )
+    (d,) = decode_inventory(value, node="n", vendor="NVIDIA")
+    assert d.mig_profiles == (
+        MigProfile(
+            name="1g.10gb",
+            memory_mib=9856,
+            cores_pct=15,
+            slice_count=1,
+            placements=(MigPlacement(start=2, size=1),),
+        ),
+    )
