@@ -87,7 +87,7 @@ def decode_mig_profiles(raw: object, where: str) -> tuple[MigProfile, ...]:
         at = f"{where}: migProfiles[{i}]"
         if not isinstance(p, dict):
             raise AnnotationError(f"{at}: expected an object")
-        places = p.get("placements") or next(
+        places: Any = p.get("placements") or next(
             (v for k, v in p.items() if k.lower() == "placements"), []
         )
         if not isinstance(places, list) or not all(isinstance(x, dict) for x in places):

@@ -39,9 +39,10 @@ def test_each_pod_lands_in_the_mode_it_asked_for_with_its_mig_profile():
     assert got == {
         "mig-small": ("placed", "mig-node", [("mig", "1g.10gb", {"start": 6, "size": 1})]),
         "mig-large": ("placed", "mig-node", [("mig", "3g.40gb", {"start": 0, "size": 4})]),
+        "mig-mixed-strategy": ("placed", "mig-node", [("mig", "2g.20gb", {"start": 4, "size": 2})]),
         "mps-client": ("placed", "mps-node", [("mps", None, None)]),
         "shim-slice": ("placed", "shim-node", [("hami-core", None, None)]),
-        "mig-too-big": ("unschedulable", None, []),
+        "mig-no-placement": ("unschedulable", None, []),
     }
     # what each container would get: the instance only / MPS's variables / the shim's
     envs = {name: p["containers"][0]["env"] for name, p in pods.items() if p["containers"]}
@@ -50,7 +51,7 @@ def test_each_pod_lands_in_the_mode_it_asked_for_with_its_mig_profile():
     assert envs["shim-slice"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8000m"
     # the instance books its profile's memory and cores
     assert [(d["memoryMiB"], d["coresPct"]) for d in pods["mig-large"]["devices"]] == [(40192, 43)]
-    (miss,) = [e for e in pods["mig-too-big"]["explanation"] if e["node"] == "mig-node"]
+    (miss,) = [e for e in pods["mig-no-placement"]["explanation"] if e["node"] == "mig-node"]
     assert miss["reason"] == "1/1 CardMigTopologyInfeasible"
 
 

@@ -11,12 +11,14 @@ from hami_core.backend import (
     InvalidInputError,
     MutateResult,
     VendorConfig,
+    pointer_token,
     resource_names,
     resource_value,
 )
 
+from .mig import PROFILE_KEY
 from .names import CORE_POLICY, DEFAULT_RESOURCES, PRIORITY_RESOURCE, VGPU_MODE, first_annotation
-from .requests import parse_request
+from .requests import MIG_PROFILE_ENV, mig_resources, parse_request
 
 CORE_POLICIES = ("default", "force", "disable", "none")
 #: Backend options read by admission (HAMi's nvidia ``runtimeClassName``: set on pods that
@@ -29,6 +31,7 @@ def mutate_container(
     container: Mapping[str, Any],
     config: VendorConfig,
     request: DeviceRequest | None = None,
+    container_path: str = "",
 ) -> MutateResult | None:
     """What one container's spec must state: limits and requests both carry the
     defaulted request, exactly as the scheduler will read it, so what ``kubectl get pod
@@ -47,6 +50,9 @@ def mutate_container(
     if req is None:
         return None
     names = resource_names(DEFAULT_RESOURCES, config)
+    profile = req.info(PROFILE_KEY)
+    if profile:
+        return _profile_result(pod, container, config, req, profile, container_path)
     values: dict[str, int | str] = {names.count: str(req.count)}
     if req.memory_mib:
         values[names.memory] = str(req.memory_mib)
@@ -86,3 +92,34 @@ def _env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]
             )
         out["GPU_CORE_UTILIZATION_POLICY"] = "disable" if policy == "none" else policy
     return out
+
+
+def _profile_result(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    config: VendorConfig,
+    req: DeviceRequest,
+    profile: str,
+    container_path: str,
+) -> MutateResult:
+    """A container naming a MIG profile: ``nvidia.com/mig-<profile>: N`` becomes
+    ``nvidia.com/gpu: N`` (the resource this device plugin advertises, so kubelet admits
+    the pod) with cores 0 and ``HAMI_MIG_PROFILE=<profile>`` in its env (what the
+    scheduler reads from then on); the ``nvidia.com/mig-*`` quantities are removed."""
+    names = resource_names(DEFAULT_RESOURCES, config)
+    env = _env(pod, container)
+    if isinstance(env, str):
+        return MutateResult(denial=env)
+    env[MIG_PROFILE_ENV] = profile
+    res = container.get("resources") or {}
+    patch = tuple(
+        {"op": "remove", "path": f"{container_path}/resources/{part}/{pointer_token(name)}"}
+        for part in ("limits", "requests")
+        for name in mig_resources({"resources": {part: res.get(part) or {}}})
+    )
+    return MutateResult(
+        resources={names.count: str(req.count), names.cores: "0"},
+        env=env,
+        runtime_class_name=str(config.options["runtimeClassName"] or ""),
+        patch=patch,
+    )

@@ -71,8 +71,9 @@ def hami_mutate(
     container: Mapping[str, Any],
     config: VendorConfig,
     request: DeviceRequest,
+    container_path: str,
 ) -> MutateResult | None:
-    return admission.mutate_container(pod, container, config, request)
+    return admission.mutate_container(pod, container, config, request, container_path)
 
 
 @hookimpl

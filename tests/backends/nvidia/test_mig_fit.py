@@ -390,3 +390,57 @@ def test_mig_profiles_keys_are_read_case_insensitively_as_go_does():
             placements=(MigPlacement(start=2, size=1),),
         ),
     )
+
+
+# -- the NVIDIA device plugin's mixed-strategy names (nvidia.com/mig-<profile>) ----------
+
+
+def mixed(name: str, *resources: tuple[str, str], env: list[dict[str, str]] | None = None):
+    c: dict[str, Any] = {"name": "main", "image": "x", "resources": {"limits": dict(resources)}}
+    if env:
+        c["env"] = env
+    return pod(name, c)
+
+
+def test_a_pod_written_for_the_mixed_strategy_gets_an_instance_of_its_profile():
+    from tests.builders import pipeline
+
+    p = pipeline(mig_node())
+    out = p.submit(mixed("m", ("nvidia.com/mig-2g.20gb", "1")))
+    assert out.node == "node-m", out
+    (slices,) = out.allocation.devices["NVIDIA"]
+    assert [(d.mig.profile, d.memory_mib) for d in slices] == [("2g.20gb", 19968)]
+    admitted = p.cluster.get_pod("default", "m")["spec"]["containers"][0]
+    # kubelet sees only what this device plugin advertises; the profile lives in the env
+    assert admitted["resources"]["limits"] == {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "0"}
+    assert {"name": "HAMI_MIG_PROFILE", "value": "2g.20gb"} in admitted["env"]
+    # a profile no GPU offers fits nowhere, with the reason
+    none = p.submit(mixed("n", ("nvidia.com/mig-2g.10gb", "1")))
+    assert none.node is None
+    assert none.filter.failed == {"node-m": "1/1 CardMigTopologyInfeasible"}
+
+
+@pytest.mark.parametrize(
+    "resources, env, message",
+    [
+        (
+            (("nvidia.com/mig-1g.10gb", "1"), ("nvidia.com/mig-3g.40gb", "1")),
+            None,
+            "several MIG profiles",
+        ),
+        ((("nvidia.com/mig-1g.10gb", "1"), ("nvidia.com/gpumem", "4000")), None, "not both"),
+        (
+            (("nvidia.com/mig-1g.10gb", "1"),),
+            [{"name": "HAMI_MIG_PROFILE", "value": "7g.80gb"}],
+            "contradicts nvidia.com/mig-1g.10gb",
+        ),
+        (
+            (("nvidia.com/gpu", "1"),),
+            [{"name": "HAMI_MIG_PROFILE", "value": "all"}],
+            "not a MIG profile name",
+        ),
+    ],
+)
+def test_bad_mig_profile_requests_are_denied_naming_the_problem(resources, env, message):
+    out = Admission(manager()).review(mixed("bad", *resources, env=env))
+    assert not out.allowed and message in out.message
