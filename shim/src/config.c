@@ -199,6 +199,15 @@ void config_load(shim_config *cfg)
             LOG_ERROR("CUDA_TASK_PRIORITY=\"%s\" is not a small non-negative integer; ignored", prio);
     }
 
+    /* Through shim_var: with a limits file the device plugin's fixed paths apply, and a
+     * tenant's env cannot point them elsewhere. */
+    const char *board = shim_var("HAMI_SHIM_PRIORITY_DIR");
+    snprintf(cfg->priority_board_dir, sizeof cfg->priority_board_dir, "%s",
+             board && *board ? board : CFG_DEFAULT_PRIORITY_BOARD);
+    const char *beat = shim_var("HAMI_SHIM_PRIORITY_BEAT_DIR");
+    snprintf(cfg->priority_beat_dir, sizeof cfg->priority_beat_dir, "%s",
+             beat && *beat ? beat : CFG_DEFAULT_PRIORITY_BEAT);
+
     /* The tuning knobs below weaken enforcement when a tenant picks them (reconcile -1
      * stops charging what NVML sees beyond the hooks): like the limits, they come from
      * the limits file when there is one (the device plugin writes none: defaults). */

@@ -13,6 +13,9 @@
 #define CFG_DEFAULT_REGION_PATH "/tmp/hami-vgpu.region"
 #define CFG_DEFAULT_LOCK_TIMEOUT_MS 5000
 #define CFG_DEFAULT_RECONCILE_MS 1000
+/* Task priority signalling (priority.h), as the device plugin mounts it. */
+#define CFG_DEFAULT_PRIORITY_BOARD "/usr/local/vgpu/priority"
+#define CFG_DEFAULT_PRIORITY_BEAT "/usr/local/vgpu/priority-beat"
 
 typedef enum { POLICY_DEFAULT = 0, POLICY_FORCE = 1, POLICY_DISABLE = 2 } core_policy;
 
@@ -23,6 +26,8 @@ typedef struct {
     char region_path[4096];       /* CUDA_DEVICE_MEMORY_SHARED_CACHE */
     core_policy policy;           /* GPU_CORE_UTILIZATION_POLICY */
     int priority;                 /* CUDA_TASK_PRIORITY, -1 when unset or malformed */
+    char priority_board_dir[2048]; /* HAMI_SHIM_PRIORITY_DIR: every container's view, read-only */
+    char priority_beat_dir[2048];  /* HAMI_SHIM_PRIORITY_BEAT_DIR: a high container's own entries */
     int lock_timeout_ms;          /* HAMI_SHIM_LOCK_TIMEOUT_MS */
     int reconcile_ms;             /* HAMI_SHIM_RECONCILE_MS, -1 = never */
     int sm_configured;            /* some SM/core limit variable is present */

@@ -153,6 +153,7 @@ static dev_state *resolve_locked(const char *uuid, uint64_t phys_total, int fall
     snprintf(d->uuid, sizeof d->uuid, "%s", uuid);
     d->mem_total = phys_total;
     d->container_index = container_index(uuid, fallback_index);
+    d->prio_fd = -1;
 
     device_limits lim;
     config_device_limits(d->container_index, &lim);

@@ -25,6 +25,12 @@ typedef struct dev_state {
     uint64_t mem_total;  /* physical bytes */
     int sm_limit;        /* percent; 0 = unlimited */
     uint64_t reconciled_ns; /* last NVML reconciliation, CLOCK_MONOTONIC */
+    /* task priority (priority.c) */
+    int prio_fd;             /* high: own beat file, -1 not open */
+    int prio_tried;          /* high: opening it was attempted */
+    uint64_t prio_beat_ns;   /* high: last beat written */
+    uint64_t prio_checked_ns; /* low: last look at the board */
+    int prio_yielding;       /* low: a high-priority container was active then */
 } dev_state;
 
 /* Configuration (loaded on first use, registers the fork handlers). */

@@ -5,6 +5,7 @@
 
 #include "log.h"
 #include "nvml_util.h"
+#include "priority.h"
 #include "real_driver.h"
 #include "region.h"
 #include "shim.h"
@@ -185,14 +186,22 @@ void throttle_begin(throttle_ticket *t, CUstream stream, int per_thread, uintptr
     t->active = 0;
     pthread_once(&g_atfork_once, register_atfork);
     const shim_config *cfg = shim_cfg();
-    if (!cfg->sm_configured || cfg->policy == POLICY_DISABLE || shim_passthrough())
+    if ((!cfg->sm_configured && cfg->priority < 0) || cfg->policy == POLICY_DISABLE || shim_passthrough())
         return;
     CUdevice dev;
     if (shim_current_device(&dev, NULL) != 0)
         return; /* the driver will report the missing context */
     dev_state *d = shim_device(dev);
     struct tdev *td = tdev_for(dev);
-    if (d == NULL || td == NULL || d->sm_limit <= 0 || d->sm_limit >= 100)
+    if (d == NULL || td == NULL)
+        return;
+    /* Task priority: a low-priority container yields while a high one is active on
+     * the GPU (priority.h); the lower of that share and the compute limit applies. */
+    const int yield = priority_before_launch(d);
+    int limit = d->sm_limit > 0 && d->sm_limit < 100 ? d->sm_limit : 100;
+    if (yield > 0 && yield < limit)
+        limit = yield;
+    if (limit >= 100)
         return;
     if (shim_ensure_registered() == 0)
         region_add_busy(d->region_idx, 0, 1); /* marks the device as used by us */
@@ -202,10 +211,9 @@ void throttle_begin(throttle_ticket *t, CUstream stream, int per_thread, uintptr
     if (capturing && (capturing(s, &cap) != CUDA_SUCCESS || cap != CU_STREAM_CAPTURE_STATUS_NONE))
         return; /* captured into a graph: nothing runs now, and events would join the graph */
 
-    const int limit = d->sm_limit;
     const uint64_t deadline = shim_now_ns() + MAX_WAIT_NS;
     pthread_mutex_lock(&td->mu);
-    if (cfg->policy == POLICY_DEFAULT && !device_shared(td, d)) {
+    if (cfg->policy == POLICY_DEFAULT && !yield && !device_shared(td, d)) {
         pthread_mutex_unlock(&td->mu);
         return;
     }

@@ -78,6 +78,44 @@ def limits_file(hook_path: str, pod_uid: str, container: str) -> str:
     return f"{container_dir(hook_path, pod_uid, container)}.limits"
 
 
+#: Task priority (``CUDA_TASK_PRIORITY``; shim/src/priority.h): every shim container sees
+#: its GPUs' boards read-only here (``<dir>/<GPU UUID>/``), and a high-priority one also
+#: its own entry of each board, writable, at ``CONTAINER_PRIORITY_BEAT/<GPU UUID>/``.
+CONTAINER_PRIORITY_BOARD = f"{CONTAINER_HOOK_DIR}/priority"
+CONTAINER_PRIORITY_BEAT = f"{CONTAINER_HOOK_DIR}/priority-beat"
+#: ``nvidia.com/priority`` value of a high-priority task (HAMi: 0 high, 1 low).
+HIGH_PRIORITY = 0
+
+
+def priority_board(hook_path: str, uuid: str) -> str:
+    """Host directory of one GPU's priority board: ``<hook>/priority/<GPU UUID>``."""
+    return f"{hook_path.rstrip('/')}/priority/{uuid}"
+
+
+def priority_mounts(
+    hook_path: str, pod_uid: str, container: str, uuids: Sequence[str], priority: object
+) -> tuple[list[Mount], dict[str, str]]:
+    """The priority board of each GPU (read-only), and for a high-priority container its
+    own writable entry in each; plus a small file that makes each board exist on the host
+    before kubelet mounts it (a read-only hostPath must exist)."""
+    mounts: list[Mount] = []
+    files: dict[str, str] = {}
+    for uuid in uuids:
+        board = priority_board(hook_path, uuid)
+        files[f"{board}/.gpu"] = f"{uuid}\n"
+        mounts.append(Mount(container_path=f"{CONTAINER_PRIORITY_BOARD}/{uuid}", host_path=board))
+        # As the shim reads CUDA_TASK_PRIORITY (written from the same value): "0" is high.
+        if priority is not None and str(priority).strip() == str(HIGH_PRIORITY):
+            mounts.append(
+                Mount(
+                    container_path=f"{CONTAINER_PRIORITY_BEAT}/{uuid}",
+                    host_path=f"{board}/{pod_uid}_{container}",
+                    read_only=False,
+                )
+            )
+    return mounts, files
+
+
 def container_dir(hook_path: str, pod_uid: str, container: str) -> str:
     """Host directory of one container's shared region: ``<hook>/containers/<uid>_<name>``."""
     return f"{hook_path.rstrip('/')}/containers/{pod_uid}_{container}"
@@ -161,7 +199,9 @@ def allocate(
     ``CUDA_DEVICE_MEMORY_SHARED_CACHE``, ``CUDA_OVERSUBSCRIBE`` (memory scaling > 1),
     ``GPU_CORE_UTILIZATION_POLICY``, ``CUDA_TASK_PRIORITY``. Mounts: the shim (read-only),
     ``/etc/ld.so.preload`` unless the container sets ``CUDA_DISABLE_CONTROL=true``, the
-    writable per-container directory the monitor reads, and the same variables as a
+    writable per-container directory the monitor reads, each GPU's priority board
+    (``priority_mounts``: read-only, plus the container's own entry writable when its
+    ``nvidia.com/priority`` is 0), and the same variables as a
     read-only limits file (``/usr/local/vgpu/limits``) that the shim prefers to the
     environment, so a container's own env cannot raise its share (PROTOCOL.md §7).
     """
@@ -219,10 +259,16 @@ def allocate(
     )
     if not disabled:
         mounts.append(Mount(container_path="/etc/ld.so.preload", host_path=f"{hook}/ld.so.preload"))
+    board_mounts, board_files = priority_mounts(
+        hook, str(meta.get("uid", "")), name, [d.uuid for d in devices], priority
+    )
+    mounts.extend(board_mounts)
     file_values = dict(envs)
     if disabled:  # admitted only where an administrator allowed it (the webhook)
         file_values["CUDA_DISABLE_CONTROL"] = "true"
     host_limits = limits_file(hook, str(meta.get("uid", "")), name)
     mounts.append(Mount(container_path=CONTAINER_LIMITS_FILE, host_path=host_limits))
     content = "".join(f"{k}={v}\n" for k, v in sorted(file_values.items()))
-    return ContainerAllocation(envs=envs, mounts=tuple(mounts), files={host_limits: content})
+    return ContainerAllocation(
+        envs=envs, mounts=tuple(mounts), files={host_limits: content, **board_files}
+    )
