@@ -634,6 +634,43 @@ def test_a_forged_pod_past_the_webhook_gets_no_device_from_the_real_kubelet(stac
 # -- MPS mode (issue #17 item 3): last, it restarts the device plugin in MPS mode ------
 
 
+def test_priority_boards_reach_containers_read_only_and_only_high_gets_its_entry(stack: Stack):
+    """Task priority through a real kubelet (issue #17 item 5): on one GPU, the
+    priority-0 container writes its beat into its own entry; the priority-1 container
+    sees that beat on the GPU's board but cannot write there, and has no entry."""
+    board = "/usr/local/vgpu/priority/$NVIDIA_VISIBLE_DEVICES"
+    high_script = (
+        "echo 12345678 > /usr/local/vgpu/priority-beat/$NVIDIA_VISIBLE_DEVICES/beat "
+        "&& echo HIGH_WROTE=yes || echo HIGH_WROTE=no; env; exec sleep 3600"
+    )
+    low_script = (
+        f"sleep 2; echo LOW_SEES=$(cat {board}/*/beat); "
+        f"(touch {board}/forged && echo LOW_WROTE=yes) || echo LOW_WROTE=no; "
+        "echo LOW_ENTRY=$(ls /usr/local/vgpu/priority-beat 2>/dev/null || echo none); "
+        "env; exec sleep 3600"
+    )
+    uuid = ""
+    for name, prio, script in (("prio-high", "0", high_script), ("prio-low", "1", low_script)):
+        # the low one on the high one's GPU, wherever earlier tests left room
+        body = _tenant_pod(name, annotations={"nvidia.com/use-gpuuuid": uuid} if uuid else {})
+        main = body["spec"]["containers"][0]
+        main["command"] = ["/bin/sh", "-c", script]
+        main["resources"]["limits"]["nvidia.com/priority"] = prio
+        main["resources"]["limits"]["nvidia.com/gpumem"] = "1000"
+        stack.core.create_namespaced_pod(stack.namespace, body)
+        uuid = stack.assigned_uuid(stack.wait_running(name))
+    high = stack.env_of(stack.pod("prio-high"))
+    low = stack.env_of(stack.pod("prio-low"))
+    assert high["HIGH_WROTE"] == "yes"
+    assert low["LOW_SEES"] == "12345678"
+    assert low["LOW_WROTE"] == "no", "the board is read-only for everyone"
+    assert low["LOW_ENTRY"] == "none"
+    uid = stack.pod("prio-high")["metadata"]["uid"]
+    assert (stack.hook / "priority" / uuid / f"{uid}_main" / "beat").read_text() == "12345678\n"
+    for name in ("prio-high", "prio-low"):
+        stack.core.delete_namespaced_pod(name, stack.namespace, grace_period_seconds=0)
+
+
 def test_an_mps_node_gives_the_mps_env_and_pipe_mount_through_a_real_kubelet(stack: Stack):
     pipe = stack.work / "mps-pipe"
     pipe.mkdir(exist_ok=True)

@@ -57,7 +57,9 @@ def probe(shim_env: dict, build, seconds: float, report_ms: int = 0):
     args += ["--grid", "264"]
     if report_ms:
         args += ["--report-ms", str(report_ms)]
-    return subprocess.Popen(args, env=shim_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        args, env=shim_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def finish(proc) -> tuple[list[dict], dict]:

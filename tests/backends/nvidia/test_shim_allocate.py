@@ -18,7 +18,10 @@ POD: dict[str, Any] = {"metadata": {"name": "p", "namespace": "default", "uid": 
 
 def config(scaling: float = 1.0, **section: Any):  # type: ignore[no-untyped-def]
     base = BackendManager.from_plugins({"nvidia": plugin})
-    raw = {"version": "v1", "nvidia": {"hookPath": "/hook", "deviceMemoryScaling": scaling, **section}}
+    raw = {
+        "version": "v1",
+        "nvidia": {"hookPath": "/hook", "deviceMemoryScaling": scaling, **section},
+    }
     return base.with_config(parse_config(raw, backends=base.infos)).vendor_config("nvidia")
 
 
@@ -54,7 +57,9 @@ def test_every_container_sees_its_gpus_priority_boards_read_only():
     for uuid in UUIDS:
         board = mounts[f"/usr/local/vgpu/priority/{uuid}"]
         assert (board.host_path, board.read_only) == (f"/hook/priority/{uuid}", True)
-        assert f"/hook/priority/{uuid}/.gpu" in out.files, "the board exists before kubelet mounts it"
+        assert f"/hook/priority/{uuid}/.gpu" in out.files, (
+            "the board exists before kubelet mounts it"
+        )
     assert not any(p.startswith("/usr/local/vgpu/priority-beat") for p in mounts)
     assert limits_of(out)["CUDA_TASK_PRIORITY"] == "1"
     assert CONTAINER_LIMITS_FILE in mounts
