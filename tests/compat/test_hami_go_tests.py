@@ -739,3 +739,88 @@ def test_generate_resource_requests_default_memory():
     """``TestGenerateResourceRequests_DefaultMemory``: with ``defaultMemory: 512`` a
     count-only container asks 512 MiB."""
     assert _nv({G: "1"}, config=VendorConfig(default_memory_mib=512))[:3] == (1, 512, 0)
+
+
+def _nv_devices(*specs):
+    return [
+        _usage(uuid, index=i, count=10, totalmem=8192, numa=numa)
+        for i, (uuid, numa) in enumerate(specs)
+    ]
+
+
+def test_numa_bind_keeps_a_container_on_one_numa_node():
+    """``pkg/scheduler/numa_sort_test.go::TestNumaBindSortPreservesAffinity``: with
+    ``nvidia.com/numa-bind: "true"``, 2 x 100 MiB from A (NUMA 0), B (NUMA 0), C (NUMA 1)
+    are A and B; without it two GPUs of different NUMA nodes are allowed."""
+    from hami_core.plugin import BackendManager
+
+    m = BackendManager.from_entry_points(disabled=[])
+    usage = tuple(_nv_devices(("A_n0", 0), ("C_n1", 1), ("B_n0", 0)))
+    node_info = NodeInfo(name="n", devices=tuple(u.device for u in usage))
+    req = _req(nums=2, mem=100, cores=10)
+    bound = {"metadata": {"annotations": {"nvidia.com/numa-bind": "true"}}}
+    got = m.fit(req, node_info, usage, pod=bound, policy=DevicePolicy.SPREAD)
+    assert sorted(d.uuid for d in got.devices) == ["A_n0", "B_n0"]
+    free = m.fit(req, node_info, usage, pod={"metadata": {}}, policy=DevicePolicy.SPREAD)
+    assert sorted(d.uuid for d in free.devices) == ["A_n0", "C_n1"]
+
+
+def test_spread_takes_across_numa_without_numa_bind():
+    """``numa_sort_test.go::TestScorePrimarySelectsAcrossNuma``: three idle GPUs, no
+    NUMA binding, 1 x 100 MiB: P (NUMA 0) is taken (HAMi by its score order; here idle
+    GPUs tie and the lowest index wins)."""
+    usage = _nv_devices(("P_n0", 0), ("Q_n1", 1), ("R_n1", 1))
+    result = _fit(usage, _req(nums=1, mem=100, cores=10))
+    assert [d.uuid for d in result.devices] == ["P_n0"]
+
+
+@pytest.mark.parametrize(
+    ("case", "containers", "inits", "allowed"),
+    [
+        ("quota passed", [dict(gpu=1, gpumem=100)], [], True),
+        ("quota exceeded", [dict(gpu=1, gpumem=1024)], [], False),
+        ("request multiple gpus", [dict(gpu=2, gpumem=1024)], [], False),
+        ("request multiple gpus within quota", [dict(gpu=2, gpumem=400)], [], True),
+        (
+            "InitContainers run sequentially: max init fits quota, but simple sum would exceed",
+            [dict(gpu=1, gpumem=500)],
+            [dict(gpu=1, gpumem=800), dict(gpu=1, gpumem=800)],
+            True,
+        ),
+        (
+            "InitContainer request exceeds quota directly",
+            [dict(gpu=1, gpumem=100)],
+            [dict(gpu=1, gpumem=1500)],
+            False,
+        ),
+    ],
+)
+def test_webhook_fit_resource_quota(case, containers, inits, allowed):
+    """``pkg/scheduler/webhook_test.go::TestFitResourceQuota``, the case named: the
+    namespace may use 2000 MiB and 400 % cores and already uses 1000 MiB and 200 % (here a
+    running pod holding them, through a real ``ResourceQuota``)."""
+    p = pipeline(
+        node("node-1", [gpu("GPU-A", memory_mib=81920), gpu("GPU-B", index=1, memory_mib=81920)])
+    )
+    p.cluster.add_quota(
+        {
+            "metadata": {"name": "q", "namespace": "team"},
+            "spec": {
+                "hard": {"limits.nvidia.com/gpumem": "2000", "limits.nvidia.com/gpucores": "400"}
+            },
+        }
+    )
+    held = pod("held", container("c", gpu=2, gpumem=500, gpucores=100), namespace="team")
+    assert p.submit(held).scheduled
+    candidate = pod(
+        "new",
+        *[container(f"c{i}", **c) for i, c in enumerate(containers)],
+        init=[container(f"i{i}", **c) for i, c in enumerate(inits)],
+        namespace="team",
+    )
+    out = review(candidate, store=p.cluster)
+    assert out.allowed is allowed, case
+    if not allowed:
+        assert "limits.nvidia.com/gpumem" in out.message or "nvidia.com/gpumem" in out.message, (
+            out.message
+        )
