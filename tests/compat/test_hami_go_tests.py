@@ -824,3 +824,19 @@ def test_webhook_fit_resource_quota(case, containers, inits, allowed):
         assert "limits.nvidia.com/gpumem" in out.message or "nvidia.com/gpumem" in out.message, (
             out.message
         )
+
+
+def test_a_terminating_pod_keeps_its_devices_until_it_ends():
+    """``pkg/scheduler/scheduler_test.go::Test_SchedulerTerminatingPodRetainsCache``
+    (HAMi #1368): a running pod with a deletionTimestamp still holds its GPU; once in a
+    terminal phase (Succeeded) it holds nothing."""
+    p = pipeline(node("node-1", [gpu("GPU-A")]))
+    assert p.submit(pod("old", container(gpu=1))).scheduled
+    obj = p.cluster.get_pod("default", "old")
+    obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    obj.setdefault("status", {})["phase"] = "Running"
+    p.cluster.delete_pod("default", "old")
+    p.cluster.add_pod(obj)
+    assert not p.submit(pod("new", container(gpu=1))).scheduled
+    p.cluster.set_pod_phase("default", "old", "Succeeded")
+    assert p.submit(pod("newer", container(gpu=1))).scheduled
