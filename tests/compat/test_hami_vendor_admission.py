@@ -43,6 +43,51 @@ def _pod(limits=None, requests=None):
         ("awsneuron: set request-only neuron number", None, {"aws.amazon.com/neuron": "1"}, True),
         ("awsneuron: set neuron cores", {"aws.amazon.com/neuroncore": "2"}, None, True),
         (
+            "mthreads: set to resources limit",
+            {
+                "mthreads.com/vgpu": "2",
+                "mthreads.com/sgpu-memory": "2",
+                "mthreads.com/sgpu-core": "1",
+            },
+            None,
+            True,
+        ),
+        (
+            "mthreads: count over one without pod annotations",
+            {"mthreads.com/vgpu": "2"},
+            None,
+            True,
+        ),
+        (
+            "mthreads: count over one requested without limits",
+            None,
+            {"mthreads.com/vgpu": "2"},
+            True,
+        ),
+        ("mthreads: count one requested without limits", None, {"mthreads.com/vgpu": "1"}, True),
+        (
+            "mthreads: don't set to count limit",
+            {"mthreads.com/sgpu-memory": "2", "mthreads.com/sgpu-core": "1"},
+            None,
+            False,
+        ),
+        (
+            "mthreads: don't set to memory limit",
+            {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-core": "1"},
+            None,
+            True,
+        ),
+        (
+            "mthreads: count less than one",
+            {
+                "mthreads.com/vgpu": "1",
+                "mthreads.com/sgpu-memory": "2",
+                "mthreads.com/sgpu-core": "1",
+            },
+            None,
+            True,
+        ),
+        (
             "iluvatar: IluvatarResourceCount and IluvatarResourceCores set to limits",
             {"iluvatar.ai/MR-V100-vgpu": "1", "iluvatar.ai/MR-V100.vCore": "50"},
             None,
@@ -97,6 +142,46 @@ def test_mutate_admission_taken_or_left(source, limits, requests, taken):
             {"aws.amazon.com/neuroncore": "0"},
             None,
             "aws.amazon.com/neuroncore must be greater than 0",
+        ),
+        (
+            "mthreads: memory no exist legalMemoryslices",
+            {
+                "mthreads.com/vgpu": "1",
+                "mthreads.com/sgpu-memory": "3",
+                "mthreads.com/sgpu-core": "1",
+            },
+            None,
+            "mthreads.com/sgpu-memory",
+        ),
+        (
+            "mthreads: count set to zero is rejected",
+            {
+                "mthreads.com/vgpu": "0",
+                "mthreads.com/sgpu-memory": "2",
+                "mthreads.com/sgpu-core": "1",
+            },
+            None,
+            "mthreads.com/vgpu",
+        ),
+        (
+            "mthreads: count set to negative is rejected",
+            {
+                "mthreads.com/vgpu": "-1",
+                "mthreads.com/sgpu-memory": "2",
+                "mthreads.com/sgpu-core": "1",
+            },
+            None,
+            "mthreads.com/vgpu",
+        ),
+        (
+            "mthreads: request-only count set to zero is rejected",
+            None,
+            {
+                "mthreads.com/vgpu": "0",
+                "mthreads.com/sgpu-memory": "2",
+                "mthreads.com/sgpu-core": "1",
+            },
+            "mthreads.com/vgpu",
         ),
         (
             "awsneuron: reject negative neuron core count",
