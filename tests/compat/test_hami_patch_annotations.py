@@ -84,3 +84,26 @@ def test_iluvatar_device_list():
         (ContainerDevice(uuid="k8s-gpu-iluvatar-0", vendor="MR-V100", memory_mib=0, cores_pct=0),),
     )
     assert encode_pod_devices(devices) == "k8s-gpu-iluvatar-0,MR-V100,0,0:;"
+
+
+def test_mthreads_patch_annotations():
+    """``pkg/device/mthreads/device_test.go::Test_PatchAnnotations`` "exist device": the
+    device list ``test1,Mthreads,1000,1:;`` and ``mthreads.com/gpu-index: "0"``;
+    ``mthreads.com/predicate-node`` names the node bound to (HAMi's test pod has none, so
+    its value there is empty)."""
+    dev = DeviceInfo(
+        uuid="test1",
+        vendor="Mthreads",
+        model="MTT S4000",
+        index=0,
+        split_count=10,
+        memory_mib=49152,
+        cores_pct=16,
+    )
+    devices = ((ContainerDevice(uuid="test1", vendor="Mthreads", memory_mib=1000, cores_pct=1),),)
+    extra = MANAGER.bind_annotations(
+        "Mthreads", POD, NodeInfo(name="node-1", devices=(dev,)), devices
+    )
+    assert encode_pod_devices(devices) == "test1,Mthreads,1000,1:;"
+    assert extra["mthreads.com/gpu-index"] == "0"
+    assert extra["mthreads.com/predicate-node"] == "node-1"
