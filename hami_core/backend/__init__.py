@@ -13,7 +13,8 @@ Everything a backend needs from the core is here, so a backend's imports say
   ``FitRules``; module ``hami_core.backend.fit``), which the core also uses to score a
   placement when a backend has no ``hami_score``;
 - helpers every vendor would otherwise write again: ``read_quantity`` (limits, else
-  requests; the message names container, resource and value), ``resource_names`` (the
+  requests; the message names container, resource and value), ``read_stated`` (a
+  container's count / memory / percentages as ``StatedRequest``), ``resource_names`` (the
   section's name overrides), ``annotations_of``, ``run_tool`` / ``ToolRunner`` (a
   management tool with a timeout, behind a protocol tests fake), ``scaled`` /
   ``inventory_device`` (the one scaling, rounded down), ``set_resources`` (the admission
@@ -55,9 +56,11 @@ from .fit import (
 )
 from .inventory import WHOLE_CORES_PCT, inventory_device, scaled
 from .requests import (
+    StatedRequest,
     annotations_of,
     first_annotation,
     read_quantity,
+    read_stated,
     resource_names,
     resource_value,
 )
@@ -82,6 +85,7 @@ __all__ = [
     "InvalidInputError",
     "MigAllocation",
     "QuantityError",
+    "StatedRequest",
     "SubprocessRunner",
     "ToolRunner",
     "VendorConfig",
@@ -103,6 +107,7 @@ __all__ = [
     "pointer_token",
     "rank_groups",
     "read_quantity",
+    "read_stated",
     "resource_names",
     "resource_value",
     "run_tool",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from hami_core.errors import InvalidInputError
 from hami_core.model import ResourceNames
 from hami_core.protocol.config import VendorConfig
@@ -64,6 +66,55 @@ def resource_names(defaults: ResourceNames, config: VendorConfig) -> ResourceNam
         cores=(config.resource_cores_name or defaults.cores) if defaults.cores else "",
         memory_unit_mib=defaults.memory_unit_mib,
         cores_alias=defaults.cores_alias,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class StatedRequest:
+    """The quantities a container states of one vendor's resources, before any default
+    (None: not stated).
+
+    Attributes:
+        count: devices (``ResourceNames.count``).
+        memory_mib: memory per device, in the memory resource's unit (MiB for most).
+        memory_pct: memory per device, percent.
+        cores_pct: compute per device, percent.
+    """
+
+    count: int | None
+    memory_mib: int | None = None
+    memory_pct: int | None = None
+    cores_pct: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        """The container states none of them (the vendor's parse answers None)."""
+        return all(
+            v is None for v in (self.count, self.memory_mib, self.memory_pct, self.cores_pct)
+        )
+
+
+def read_stated(container: Container, names: ResourceNames) -> StatedRequest:
+    """What ``container`` states under ``names`` (limits, else requests, each read by
+    ``read_quantity``): the count, the memory, the memory and core percentages (at most
+    100); the cores also under ``names.cores_alias`` when the main name is absent.
+
+    Raises:
+        InvalidInputError: a malformed, fractional, negative or too large quantity, or a
+            percentage above 100; the message names the container, resource and value.
+    """
+
+    def pct(name: str) -> int | None:
+        return read_quantity(container, name, maximum=100, unit="%") if name else None
+
+    cores = pct(names.cores)
+    if cores is None and names.cores_alias and names.cores_alias != names.cores:
+        cores = pct(names.cores_alias)
+    return StatedRequest(
+        count=read_quantity(container, names.count),
+        memory_mib=read_quantity(container, names.memory, unit="MiB") if names.memory else None,
+        memory_pct=pct(names.memory_pct),
+        cores_pct=cores,
     )
 
 

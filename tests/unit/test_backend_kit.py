@@ -119,3 +119,33 @@ def test_configured_tool_output_splits_the_command_and_takes_its_timeout():
         options={"cmd": f"{sys.executable} -c 'import time; time.sleep(30)'", "timeout": 0.5}
     )
     assert configured_tool_output(slow, command_key="cmd", timeout_key="timeout") is None
+
+
+def test_read_stated_reads_every_quantity_under_its_name_and_the_cores_alias():
+    from hami_core.backend import ResourceNames, StatedRequest, read_stated
+
+    names = ResourceNames(
+        count="v.com/n",
+        memory="v.com/mem",
+        memory_pct="v.com/mem-pct",
+        cores="v.com/cores",
+        cores_alias="v.com/c",
+    )
+
+    def ctr(limits=None, requests=None):
+        return {"name": "main", "resources": {"limits": limits or {}, "requests": requests or {}}}
+
+    assert read_stated(ctr(), names) == StatedRequest(count=None)
+    assert read_stated(ctr(), names).empty
+    got = read_stated(ctr({"v.com/n": "2", "v.com/mem": "300"}, {"v.com/c": "40"}), names)
+    assert got == StatedRequest(count=2, memory_mib=300, cores_pct=40)
+    both = read_stated(ctr({"v.com/cores": "10", "v.com/c": "90"}), names)
+    assert both.cores_pct == 10  # the main name wins over the alias
+    assert read_stated(ctr({"v.com/mem-pct": "50"}), names).memory_pct == 50
+    with pytest.raises(InvalidInputError, match=r"container 'main'.*v\.com/mem-pct"):
+        read_stated(ctr({"v.com/mem-pct": "101"}), names)
+    # A vendor without a name for a quantity never reads it.
+    only_count = ResourceNames(count="v.com/n")
+    assert read_stated(ctr({"v.com/n": "1", "v.com/mem": "5"}), only_count) == StatedRequest(
+        count=1
+    )

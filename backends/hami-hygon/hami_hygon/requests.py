@@ -22,14 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
 from hami_core.backend import (
     DeviceRequest,
     InvalidInputError,
-    ResourceNames,
     VendorConfig,
-    read_quantity,
+    read_stated,
     resource_names,
 )
 
@@ -37,45 +34,16 @@ from . import VENDOR
 from .names import DEFAULT_RESOURCES, HAMI_DEFAULT_CORES
 
 
-@attrs.frozen(kw_only=True)
-class RawRequest:
-    """The DCU quantities a container states, before defaults (None = not stated)."""
-
-    count: int | None
-    memory_mib: int | None
-    cores_pct: int | None
-
-    @property
-    def empty(self) -> bool:
-        return self.count is None and self.memory_mib is None and self.cores_pct is None
-
-
-def read_raw(container: Mapping[str, Any], names: ResourceNames) -> RawRequest:
-    """Read the stated quantities of one container.
-
-    Raises:
-        InvalidInputError: a quantity is malformed, fractional, negative or too large,
-            or a core percentage is above 100; the message names the container, the
-            resource and the value.
-    """
-
-    return RawRequest(
-        count=read_quantity(container, names.count),
-        memory_mib=read_quantity(container, names.memory),
-        cores_pct=read_quantity(container, names.cores, maximum=100),
-    )
-
-
 def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
     """The container's DCU request with HAMi's defaults, or None when it asks none.
 
     Raises:
-        InvalidInputError: malformed quantities (see ``read_raw``), a count of 0 with
+        InvalidInputError: malformed quantities (see ``read_stated``), a count of 0 with
             memory or cores, a memory above int32 after ``memoryFactor``, or several DCUs
             with a slice.
     """
     names = resource_names(DEFAULT_RESOURCES, config)
-    raw = read_raw(container, names)
+    raw = read_stated(container, names)
     if raw.empty:
         return None
     cname = container.get("name", "?")

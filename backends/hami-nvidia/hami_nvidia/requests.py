@@ -6,20 +6,20 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
 from hami_core.backend import (
     DeviceRequest,
     InvalidInputError,
     ResourceNames,
+    StatedRequest,
     VendorConfig,
     read_quantity,
+    read_stated,
     resource_names,
 )
 
 from . import VENDOR
 from .mig import PROFILE_KEY
-from .names import CORES_ALIAS, DEFAULT_RESOURCES
+from .names import DEFAULT_RESOURCES
 
 #: The NVIDIA device plugin's MIG resources under its ``mixed`` strategy
 #: (``nvidia.com/mig-<slices>g.<GB>gb``, with ``+me`` media-extension variants; NVIDIA's
@@ -52,7 +52,7 @@ def _env_profile(container: Mapping[str, Any]) -> str | None:
 
 
 def _profile_request(
-    container: Mapping[str, Any], raw: RawRequest, names: ResourceNames, config: VendorConfig
+    container: Mapping[str, Any], raw: StatedRequest, names: ResourceNames, config: VendorConfig
 ) -> DeviceRequest | None:
     """The request of a container that names a MIG profile (a ``nvidia.com/mig-*``
     resource, or ``MIG_PROFILE_ENV`` after the webhook), else None (not one)."""
@@ -94,44 +94,6 @@ def _profile_request(
     )
 
 
-@attrs.frozen(kw_only=True)
-class RawRequest:
-    """The NVIDIA quantities a container states, before defaults (None = not stated)."""
-
-    count: int | None
-    memory_mib: int | None
-    memory_pct: int | None
-    cores_pct: int | None
-
-    @property
-    def empty(self) -> bool:
-        return all(
-            v is None for v in (self.count, self.memory_mib, self.memory_pct, self.cores_pct)
-        )
-
-
-def read_raw(container: Mapping[str, Any], names: ResourceNames) -> RawRequest:
-    """Read the stated quantities of one container.
-
-    Raises:
-        InvalidInputError: a quantity is malformed, fractional, negative or too large,
-            or a percentage is above 100; the message names the container, the
-            resource and the value.
-    """
-
-    cores = read_quantity(container, names.cores, maximum=100, unit="%")
-    if cores is None and names.cores != CORES_ALIAS:
-        cores = read_quantity(container, CORES_ALIAS, maximum=100, unit="%")
-    return RawRequest(
-        count=read_quantity(container, names.count),
-        memory_mib=read_quantity(container, names.memory, unit="MiB"),
-        memory_pct=read_quantity(container, names.memory_pct, maximum=100, unit="%")
-        if names.memory_pct
-        else None,
-        cores_pct=cores,
-    )
-
-
 def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
     """The container's NVIDIA request with HAMi's defaults, or None when it asks none.
 
@@ -149,12 +111,12 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
     memory is 1 MiB (the profile decides), cores 0.
 
     Raises:
-        InvalidInputError: malformed quantities (see ``read_raw``), both ``gpumem`` and
+        InvalidInputError: malformed quantities (see ``read_stated``), both ``gpumem`` and
             ``gpumem-percentage`` set, or a count of 0 with memory or cores; several
             MIG profiles in one container, or one with ``nvidia.com/gpu`` quantities.
     """
     names = resource_names(DEFAULT_RESOURCES, config)
-    raw = read_raw(container, names)
+    raw = read_stated(container, names)
     named = _profile_request(container, raw, names, config)
     if named is not None or mig_resources(container):
         return named
