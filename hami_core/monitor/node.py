@@ -30,8 +30,10 @@ import attrs
 
 from hami_core.errors import AnnotationError, HamiError, InvalidInputError
 from hami_core.model import ContainerUsage, DeviceTypeInfo, HostDevice
+from hami_core.protocol.devicelist import decode_pod_devices
+from hami_core.protocol.migallocations import decode_mig_allocations
 from hami_core.scheduling.podspec import containers
-from hami_core.scheduling.usage import pod_allocation
+from hami_core.scheduling.usage import is_live, pod_allocation
 
 from .families import Family
 from .files import UntrustedFileError, open_directory, read_tenant_file
@@ -190,6 +192,7 @@ class NodeMonitor:
                 uid = (pod.get("metadata") or {}).get("uid")
                 if uid:
                     by_uid[str(uid)] = pod
+                self._mig_info(f, pod)
         try:
             root_fd = open_directory(self.root)
         except FileNotFoundError:
@@ -276,6 +279,46 @@ class NodeMonitor:
         finally:
             os.close(dir_fd)
         return readings
+
+    def _mig_info(self, f: dict[str, Family], pod: Pod) -> None:
+        """``hami_mig_device_info`` of a live pod's realised MIG devices: those of its
+        ``hami.io/vgpu-mig-allocations`` (scheduler- and device-plugin-owned, PROTOCOL.md
+        §6) that carry the runtime triple and whose GPU its own device list names at
+        the same position. An unreadable value makes no series."""
+        if not is_live(pod):
+            return
+        meta = pod.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        names = [str(c.get("name", "")) for c, _, _ in containers(pod)]
+        for dtype in self.backends.device_types():
+            raw = ann.get(dtype.mig_annotation) if dtype.mig_annotation else None
+            if not raw:
+                continue
+            try:
+                instances = decode_mig_allocations(str(raw))
+                listed = decode_pod_devices(str(ann.get(dtype.allocated_annotation) or ""))
+            except AnnotationError:
+                continue
+            for a in instances:
+                if not a.realised or a.container_index >= min(len(names), len(listed)):
+                    continue
+                entry = listed[a.container_index]
+                if a.device_index >= len(entry) or entry[a.device_index].uuid != a.gpu_uuid:
+                    continue
+                f["hami_mig_device_info"].add(
+                    (
+                        str(meta.get("namespace", "")),
+                        str(meta.get("name", "")),
+                        names[a.container_index],
+                        str(a.device_index),
+                        a.gpu_uuid,
+                        a.mig_uuid,
+                        a.slot.profile,
+                        str(a.gpu_instance_id),
+                        str(a.compute_instance_id),
+                    ),
+                    1,
+                )
 
     def _allocated_bytes(self, pod: Pod, container: str) -> dict[str, int]:
         """Device UUID -> bytes the scheduler allocated to ``container`` (its
@@ -507,6 +550,14 @@ def _families() -> dict[str, Family]:
             "Part of a container's allocations served from host memory "
             "(memory oversubscription), bytes.",
             CONTAINER_LABELS,
+            "gauge",
+        ),
+        (
+            # HAMi 2.10 cmd/vGPUmonitor/metrics.go: one series per realised MIG device of
+            # a container (hami.io/vgpu-mig-allocations with its runtime triple).
+            "hami_mig_device_info",
+            "MIG runtime identity for a container allocation.",
+            (*CONTAINER_LABELS, "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id"),
             "gauge",
         ),
         (

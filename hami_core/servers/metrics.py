@@ -28,6 +28,7 @@ from hami_core.model import DeviceInfo
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.handshake import decode_handshake
+from hami_core.protocol.migallocations import decode_mig_allocations
 from hami_core.scheduling.quota import namespace_usage, placed_by_us, quota_limits
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.scheduling.usage import is_live, requested_vendors
@@ -153,6 +154,7 @@ class AllocationCollector(Collector):
         g = _Families()
         now = dt.datetime.now(dt.UTC)
         uuid_node: dict[str, str] = {}
+        uuid_index: dict[str, int] = {}
         for node in store.list_nodes():
             info = self.scheduler.node_info(node)
             for vendor in sorted(info.unregistered):
@@ -161,6 +163,7 @@ class AllocationCollector(Collector):
             for uuid, u in sorted(self.scheduler.node_usage(info).items()):
                 d = u.device
                 uuid_node[uuid] = info.name
+                uuid_index[uuid] = d.index
                 labels = [info.name, uuid, str(d.index), device_type(d)]
                 g.mem_limit.add_metric(labels, d.memory_mib * MIB)
                 g.core_limit.add_metric(labels, d.cores_pct)
@@ -186,15 +189,61 @@ class AllocationCollector(Collector):
                 g.healthy.add_metric(labels, 1 if d.healthy else 0)
                 g.cordoned.add_metric(labels, 1 if u.cordoned else 0)
         for pod in store.list_pods():
-            for labels, slice_ in self._pod_slices(pod, types, uuid_node):
+            mig_positions: dict[tuple[int, int], str] = {}
+            for labels, slice_, pos in self._pod_slices(pod, types, uuid_node):
                 g.pod_mem.add_metric(labels, slice_.memory_mib * MIB)
                 g.pod_cores.add_metric(labels, slice_.cores_pct)
+                mig_positions[pos] = slice_.uuid
+            self._mig_instances(g, pod, types, mig_positions, uuid_node, uuid_index)
         self._quotas(g, types)
         yield from g.all()
 
+    def _mig_instances(
+        self,
+        g: _Families,
+        pod: Any,
+        types: tuple[Any, ...],
+        positions: dict[tuple[int, int], str],
+        uuid_node: dict[str, str],
+        uuid_index: dict[str, int],
+    ) -> None:
+        """``hami_node_gpu_mig_instance_info`` (HAMi 2.10 ``cmd/scheduler/metrics.go``):
+        the pod's realised MIG instances, only at positions of its trusted device list
+        (``positions``: what ``_pod_slices`` yielded) naming the same GPU."""
+        if not positions:
+            return
+        ann = (pod.get("metadata") or {}).get("annotations") or {}
+        for dtype in types:
+            if not dtype.mig_annotation or not ann.get(dtype.mig_annotation):
+                continue
+            try:
+                instances = decode_mig_allocations(str(ann[dtype.mig_annotation]))
+            except AnnotationError:
+                continue
+            for a in instances:
+                if (
+                    not a.realised
+                    or positions.get((a.container_index, a.device_index)) != a.gpu_uuid
+                ):
+                    continue
+                g.mig_instance.add_metric(
+                    [
+                        uuid_node[a.gpu_uuid],
+                        a.gpu_uuid,
+                        str(uuid_index[a.gpu_uuid]),
+                        a.mig_uuid,
+                        a.slot.profile,
+                        str(a.gpu_instance_id),
+                        str(a.compute_instance_id),
+                        str(a.slot.placement.start),
+                        str(a.slot.placement.size),
+                    ],
+                    1,
+                )
+
     def _pod_slices(
         self, pod: Any, types: tuple[Any, ...], uuid_node: dict[str, str]
-    ) -> Iterator[tuple[list[str], Any]]:
+    ) -> Iterator[tuple[list[str], Any, tuple[int, int]]]:
         """(labels, device slice) of each per-container series of ``pod``, under the trust
         rule of the usage gauges (PROTOCOL.md §6, ``usage.pod_holdings``): only a live pod
         our scheduler placed, only the vendors its spec asks for, only devices of the node
@@ -222,7 +271,7 @@ class AllocationCollector(Collector):
             except AnnotationError:
                 continue
             for index, devices in enumerate(per_pod):
-                for slice_ in devices:
+                for position, slice_ in enumerate(devices):
                     if uuid_node.get(slice_.uuid) != node_name:
                         continue  # not a device of the pod's node: not a real allocation
                     labels = [
@@ -232,7 +281,7 @@ class AllocationCollector(Collector):
                         str(index),
                         slice_.uuid,
                     ]
-                    yield labels, slice_
+                    yield labels, slice_, (index, position)
 
     def _handshakes(
         self, g: _Families, node: Any, types: tuple[Any, ...], now: dt.datetime
@@ -348,6 +397,21 @@ class _Families:
             "hami_vgpu_core_allocated_ratio",
             "Compute allocated to a container on a device, percent.",
             labels=CONTAINER_LABELS,
+        )
+        self.mig_instance = GaugeMetricFamily(
+            "hami_node_gpu_mig_instance_info",
+            "Realized MIG instance identity and scheduler placement.",
+            labels=[
+                "node",
+                "device_uuid",
+                "device_index",
+                "mig_uuid",
+                "profile",
+                "gpu_instance_id",
+                "compute_instance_id",
+                "placement_start",
+                "placement_size",
+            ],
         )
         self.quota_used = GaugeMetricFamily(
             "hami_resource_quota_used",
