@@ -201,8 +201,14 @@ void throttle_begin(throttle_ticket *t, CUstream stream, int per_thread, uintptr
     int limit = d->sm_limit > 0 && d->sm_limit < 100 ? d->sm_limit : 100;
     if (yield > 0 && yield < limit)
         limit = yield;
-    if (limit >= 100)
+    if (limit >= 100) {
+        if (td->marked && cfg->priority > 0) {
+            /* No longer yielding, and no compute limit of its own: the monitor's flag goes. */
+            td->marked = 0;
+            region_set_throttled(d->region_idx, 0);
+        }
         return;
+    }
     if (shim_ensure_registered() == 0)
         region_add_busy(d->region_idx, 0, 1); /* marks the device as used by us */
     CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
