@@ -68,6 +68,12 @@ def read_node(
                 unregistered[dtype.vendor] = _reason(exc)
                 continue
             if own is not None:
+                # The handshake liveness rule holds whoever decoded the devices (HAMi's
+                # CheckHealth runs for every vendor: vastai/device_test.go Test_CheckHealth).
+                stale = _stale_handshake(ann.get(dtype.handshake_annotation), now)
+                if own and stale and _allocatable_zero(allocatable, dtype.resources.count):
+                    unregistered[dtype.vendor] = f"{dtype.handshake_annotation}: {stale}"
+                    continue
                 devices.extend(own)
                 continue
         value = ann.get(dtype.register_annotation)

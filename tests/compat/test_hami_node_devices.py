@@ -121,3 +121,104 @@ def test_enflame_drs_capacity():
     assert unregistered == {}
     ((_, vendor, _, index, count, memory, _, _, healthy, _),) = devices
     assert (vendor, index, count, memory, healthy) == ("Enflame", 0, 6, 40960, True)
+
+
+@pytest.mark.parametrize(
+    ("case", "handshake", "allocatable", "healthy"),
+    [
+        ("Requesting state", "Requesting_2128-12-02 00:00:00", "0", True),
+        ("Requesting state without timestamp", "Requesting", "0", True),
+        ("Requesting state with unparsable timestamp", "Requesting_not-a-timestamp", "0", True),
+        ("Unknown state", "Unknown", "0", True),
+        ("Requesting state expired, no allocatable", "Requesting_2024-01-02 00:00:00", "0", False),
+        (
+            "Requesting state expired, allocatable present",
+            "Requesting_2024-01-02 00:00:00",
+            "10",
+            True,
+        ),
+    ],
+)
+def test_check_health_from_the_handshake(case, handshake, allocatable, healthy):
+    """``pkg/device/devices_test.go::Test_CheckHealth``, the case named (with NVIDIA's
+    ``hami.io/node-handshake``): only a ``Requesting_`` stamp older than 60 s on a node
+    whose allocatable count is 0 makes the vendor's devices unusable there."""
+    from hami_core.model import DeviceInfo
+    from hami_core.protocol import encode_inventory
+
+    inv = encode_inventory(
+        [
+            DeviceInfo(
+                uuid="GPU-0",
+                vendor="NVIDIA",
+                model="NVIDIA A10",
+                index=0,
+                split_count=10,
+                memory_mib=1000,
+                cores_pct=100,
+            )
+        ]
+    )
+    node = {
+        "metadata": {
+            "name": "n",
+            "annotations": {
+                "hami.io/node-nvidia-register": inv,
+                "hami.io/node-handshake": handshake,
+            },
+        },
+        "status": {"allocatable": {"nvidia.com/gpu": allocatable}},
+    }
+    info = read_node(
+        node, MANAGER.device_types(), now=dt.datetime.now(dt.UTC), reader=MANAGER.node_devices
+    )
+    assert (len(info.devices) == 1 and not info.unregistered) is healthy, case
+    if not healthy:
+        assert "hami.io/node-handshake" in info.unregistered["NVIDIA"]
+
+
+@pytest.mark.parametrize(
+    ("source", "vendor"),
+    [("hygon", "DCU"), ("biren", "Biren"), ("vastai", "Vastai"), ("ascend", "Ascend910B3")],
+)
+def test_vendor_check_health(source, vendor):
+    """``pkg/device/<source>/device_test.go::Test_CheckHealth``: an expired ``Requesting_``
+    stamp (allocatable 0) makes the vendor's devices unusable on the node; ``Unknown``
+    leaves them usable. The vendor's own handshake and register annotations; Vastai's
+    inventory is read by its backend (die facts), which skipped this rule before."""
+    from hami_core.model import DeviceInfo
+    from hami_core.protocol import encode_inventory
+
+    dtype = MANAGER.device_type(vendor)
+    inv = encode_inventory(
+        [
+            DeviceInfo(
+                uuid="dev-0",
+                vendor=vendor,
+                model=vendor,
+                index=0,
+                split_count=10,
+                memory_mib=1000,
+                cores_pct=100,
+            )
+        ]
+    )
+
+    def read(handshake):
+        node = {
+            "metadata": {
+                "name": "n",
+                "annotations": {
+                    dtype.register_annotation: inv,
+                    dtype.handshake_annotation: handshake,
+                },
+            },
+            "status": {"allocatable": {dtype.resources.count: "0"}},
+        }
+        return read_node(
+            node, MANAGER.device_types(), now=dt.datetime.now(dt.UTC), reader=MANAGER.node_devices
+        )
+
+    expired = read("Requesting_2025-01-07 00:00:00")
+    assert expired.devices_of(vendor) == () and vendor in expired.unregistered, source
+    assert len(read("Unknown").devices_of(vendor)) == 1
