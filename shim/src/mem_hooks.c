@@ -211,7 +211,21 @@ SHIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 
 /* ---- stream-ordered allocations and pools ------------------------------- */
 
-static CUresult alloc_async(cuMemAllocAsync_pfn real, CUdeviceptr *dptr, size_t bytesize, CUstream s)
+/* Stream 0 of a _ptsz entry point is the calling thread's default stream. */
+static CUstream stream_of(CUstream s, int per_thread)
+{
+    return per_thread && s == NULL ? CU_STREAM_PER_THREAD : s;
+}
+
+static int capturing(CUstream s)
+{
+    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuStreamIsCapturing_pfn f = REAL(cuStreamIsCapturing);
+    return f && (f(s, &cap) != CUDA_SUCCESS || cap != CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
+static CUresult alloc_async(cuMemAllocAsync_pfn real, int per_thread, CUdeviceptr *dptr, size_t bytesize,
+                            CUstream s)
 {
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -220,39 +234,58 @@ static CUresult alloc_async(cuMemAllocAsync_pfn real, CUdeviceptr *dptr, size_t 
     if (rc != CUDA_SUCCESS)
         return rc;
     rc = real(dptr, bytesize, s);
-    charge_end(&t, rc, TBL_PTR, rc == CUDA_SUCCESS && dptr ? *dptr : 0);
+    int host = 0;
+    /* Managed memory is usable at once, which a stream-ordered allocation allows; inside
+     * a graph capture the allocation is a graph node and cannot be replaced. */
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && t.active && dptr && shim_cfg()->oversubscribe &&
+        !capturing(stream_of(s, per_thread))) {
+        rc = alloc_host_backed(dptr, bytesize, t.dev);
+        host = rc == CUDA_SUCCESS;
+    }
+    charge_end_host(&t, rc, TBL_PTR, rc == CUDA_SUCCESS && dptr ? *dptr : 0, host);
     return rc;
 }
 
 SHIM_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    return alloc_async(REAL(cuMemAllocAsync), dptr, bytesize, hStream);
+    return alloc_async(REAL(cuMemAllocAsync), 0, dptr, bytesize, hStream);
 }
 
 SHIM_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    return alloc_async(REAL(cuMemAllocAsync_ptsz), dptr, bytesize, hStream);
+    return alloc_async(REAL(cuMemAllocAsync_ptsz), 1, dptr, bytesize, hStream);
 }
 
-static CUresult free_async(cuMemFreeAsync_pfn real, CUdeviceptr dptr, CUstream s)
+static CUresult free_async(cuMemFreeAsync_pfn real, int per_thread, CUdeviceptr dptr, CUstream s)
 {
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     alloc_rec r;
     int had = atab_take(TBL_PTR, dptr, &r);
-    CUresult rc = real(dptr, s);
+    CUresult rc;
+    if (had && r.host) {
+        /* Oversubscribed: managed memory, which only cuMemFree releases. Freed once the
+         * stream's earlier work is done, as the stream-ordered free would have. */
+        cuStreamSynchronize_pfn sync = REAL(cuStreamSynchronize);
+        cuMemFree_v2_pfn fr = REAL(cuMemFree_v2);
+        rc = sync ? sync(stream_of(s, per_thread)) : CUDA_SUCCESS;
+        if (rc == CUDA_SUCCESS)
+            rc = fr ? fr(dptr) : CUDA_ERROR_NOT_INITIALIZED;
+    } else {
+        rc = real(dptr, s);
+    }
     free_end(TBL_PTR, had, &r, rc);
     return rc;
 }
 
 SHIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-    return free_async(REAL(cuMemFreeAsync), dptr, hStream);
+    return free_async(REAL(cuMemFreeAsync), 0, dptr, hStream);
 }
 
 SHIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-    return free_async(REAL(cuMemFreeAsync_ptsz), dptr, hStream);
+    return free_async(REAL(cuMemFreeAsync_ptsz), 1, dptr, hStream);
 }
 
 static CUresult alloc_from_pool(cuMemAllocFromPoolAsync_pfn real, CUdeviceptr *dptr, size_t bytesize,

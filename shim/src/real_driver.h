@@ -71,6 +71,7 @@ enum { LIB_CUDA = 0, LIB_NVML = 1 };
     X(cuEventQuery, NULL, LIB_CUDA, (CUevent))                                                 \
     X(cuEventElapsedTime, "cuEventElapsedTime_v2", LIB_CUDA, (float *, CUevent, CUevent))      \
     X(cuStreamIsCapturing, NULL, LIB_CUDA, (CUstream, CUstreamCaptureStatus *))                \
+    X(cuStreamSynchronize, NULL, LIB_CUDA, (CUstream))                                         \
     X(nvmlInit_v2, NULL, LIB_NVML, (void))                                                     \
     X(nvmlDeviceGetMemoryInfo, NULL, LIB_NVML, (nvmlDevice_t, nvmlMemory_t *))                 \
     X(nvmlDeviceGetMemoryInfo_v2, NULL, LIB_NVML, (nvmlDevice_t, nvmlMemory_v2_t *))           \

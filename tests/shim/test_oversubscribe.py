@@ -58,6 +58,33 @@ def test_past_the_gpu_but_within_the_limit_comes_from_host_memory(shim, region_r
         stop(holder)
 
 
+@pytest.mark.parametrize("via", ["direct", "procaddr-ptds"])
+def test_stream_ordered_allocations_too_and_their_free_takes_cuMemFree(shim, region_reader, via):
+    """cuMemAllocAsync (PyTorch's cudaMallocAsync backend): past the GPU it gets managed
+    memory too; its cuMemFreeAsync (which the stand-in driver refuses for managed memory)
+    is carried out as cuMemFree after the stream's work (the per-thread stream for _ptsz)."""
+    holder = shim.popen(
+        "probe",
+        *("--via", via, "init", "ctx", "0", "async", "768m", "async", "512m", "where", "1"),
+        *("ready", "wait", "free", "1", "free", "0", "physused", "0", "ready", "wait"),
+        env=shim.env(**SMALL, CUDA_OVERSUBSCRIBE="true"),
+    )
+    try:
+        lines = read_until_ready(holder)
+        assert [line["rc"] for line in lines if line["op"] == "async"] == [0, 0]
+        assert lines[-1]["managed"] == 1
+        assert region_reader.read_region(shim.region).oversubscribed_bytes(GPU0) == 512 * MiB
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        lines = read_until_ready(holder)
+        assert [line["rc"] for line in lines if line["op"] == "free"] == [0, 0]
+        assert (lines[-1]["device"], lines[-1]["managed"]) == (0, 0), "both really freed"
+        region = region_reader.read_region(shim.region)
+        assert (region.used_bytes(GPU0), region.oversubscribed_bytes(GPU0)) == (0, 0)
+    finally:
+        stop(holder)
+
+
 def test_without_the_variable_the_gpu_is_the_limit(shim):
     r = shim.probe(
         *("init", "ctx", "0", "meminfo", "alloc", "768m", "alloc", "512m", "physused", "0"),

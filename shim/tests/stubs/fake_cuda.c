@@ -586,6 +586,13 @@ API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
     (void)s;
     NEED_INIT();
+    set_last("cuMemFreeAsync");
+    /* As the driver: stream-ordered frees are for stream-ordered (pool) memory only. */
+    pthread_mutex_lock(&g_mu);
+    int managed = find_managed(dptr, 1) != NULL;
+    pthread_mutex_unlock(&g_mu);
+    if (managed)
+        return CUDA_ERROR_INVALID_VALUE;
     return do_free(dptr, K_PTR);
 }
 
