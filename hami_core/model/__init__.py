@@ -11,6 +11,16 @@ from .backend import (
     ResourceNames,
 )
 from .charge import Charge, collapse, device_charges, init_containers_finished, vendor_charge
+from .cores import (
+    COMPUTE_UNITS,
+    CORES_UNITS,
+    NEURON_CORE_MASK,
+    NEURON_CORES,
+    NOT_ACCOUNTED,
+    PERCENT,
+    SGPU_CORES,
+    CoresUnit,
+)
 from .device import DEVICE_MODES, DeviceInfo, DeviceUsage, NodeInfo
 from .fit import FitResult
 from .fitrules import Chooser, CoresCapacity, ExtraCheck, FitRules, LinkGroup, device_cores
@@ -27,6 +37,14 @@ from .reason import ReasonCode
 from .request import ContainerRequest, DeviceRequest, PodRequest
 
 __all__ = [
+    "COMPUTE_UNITS",
+    "CORES_UNITS",
+    "NEURON_CORES",
+    "NEURON_CORE_MASK",
+    "NOT_ACCOUNTED",
+    "PERCENT",
+    "SGPU_CORES",
+    "CoresUnit",
     "DEVICE_MODES",
     "Allocation",
     "BackendInfo",

@@ -8,6 +8,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from .allocation import ContainerDevice
+from .cores import PERCENT, CoresUnit
 from .fitrules import FitRules
 from .request import DeviceRequest
 
@@ -71,6 +72,13 @@ class DeviceTypeInfo:
             core masks, AMD's compute units), what a request charges per device at
             admission and what an allocated slice charges, against the cores quota
             (PROTOCOL.md §8); None: ``cores_pct`` as carried.
+        cores_unit: what the devices' and their slices' ``cores_pct`` count
+            (``hami_core.model.cores``): percent of a device (the default), AMD's compute
+            units, AWS Neuron's core masks, Moore Threads' sGPU cores, or nothing
+            (count-only vendors). Every human-facing output writes compute with it.
+        request_cores_unit: what the cores resource (a request's ``cores_pct`` through
+            ``quota_request_cores``, and the cores quota) counts, when it differs from
+            ``cores_unit`` (AMD: percent; AWS Neuron: NeuronCores); None: the same.
     """
 
     vendor: str
@@ -84,6 +92,19 @@ class DeviceTypeInfo:
     fit_rules: FitRules = attrs.field(factory=FitRules)
     quota_request_cores: RequestCores | None = None
     quota_slice_cores: SliceCores | None = None
+    cores_unit: CoresUnit = PERCENT
+    request_cores_unit: CoresUnit | None = None
+
+    @property
+    def resource_cores_unit(self) -> CoresUnit:
+        """The unit of the cores resource and of requests (see ``request_cores_unit``)."""
+        return self.request_cores_unit or self.cores_unit
+
+    def requested_cores(self, request: DeviceRequest) -> int:
+        """Per device, the compute ``request`` asks, in ``resource_cores_unit``
+        (``quota_request_cores`` when the vendor has one, else ``cores_pct``)."""
+        convert = self.quota_request_cores
+        return request.cores_pct if convert is None else max(0, convert(request))
 
 
 @attrs.frozen(kw_only=True)

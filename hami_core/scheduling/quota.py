@@ -35,12 +35,13 @@ MEMORY, CORES, COUNT = "memory", "cores", "count"
 @attrs.frozen
 class QuotaLimit:
     """One enforced quota: the quota's key, what it measures, its hard limit (in MiB for
-    memory, whatever the resource's unit; percent for cores; devices for counts)."""
+    memory, whatever the resource's unit; the cores resource's unit for cores
+    (``DeviceTypeInfo.resource_cores_unit``: percent for most vendors); devices for counts)."""
 
     quota: str
     key: str
     vendor: str
-    measure: str  # MEMORY (MiB), CORES (percent) or COUNT (devices)
+    measure: str  # MEMORY (MiB), CORES (the resource's unit) or COUNT (devices)
     hard: int
 
 

@@ -23,7 +23,9 @@ import attrs
 from hami_core.cluster.base import ClusterStore, KubeObject
 from hami_core.errors import ConflictError, HamiError, InvalidInputError
 from hami_core.model import (
+    PERCENT,
     Allocation,
+    CoresUnit,
     DevicePolicy,
     DevicePolicyChain,
     DeviceUsage,
@@ -753,8 +755,17 @@ class Scheduler:
             log.warning(
                 "pod %s/%s: cannot set the %s label: %s", namespace, name, keys.VGPU_NODE, exc
             )
-        self._event(pod, "Normal", "BindingSucceed", f"bound to {node}: {describe(allocation)}")
+        self._event(
+            pod,
+            "Normal",
+            "BindingSucceed",
+            f"bound to {node}: {describe(allocation, self._cores_units())}",
+        )
         return allocation
+
+    def _cores_units(self) -> dict[str, CoresUnit]:
+        """Vendor key -> the unit its compute is written in (``describe``)."""
+        return {t.vendor: t.cores_unit for t in self.manager.device_types()}
 
     def _live_pod(self, namespace: str, name: str) -> KubeObject:
         """The pod as the API server has it now (not a cache that may lag our writes)."""
@@ -900,9 +911,16 @@ class FilterCache:
             return entry[1]
 
 
-def describe(allocation: Allocation) -> str:
-    """``GPU-a 4000MiB 30%, GPU-b 4000MiB 30%`` (all containers)."""
-    parts = [f"{d.uuid} {d.memory_mib}MiB {d.cores_pct}%" for d in allocation.all_devices()]
+def describe(allocation: Allocation, units: Mapping[str, CoresUnit] | None = None) -> str:
+    """``GPU-a 4000MiB 30%, GPU-b 4000MiB 30%`` (all containers), compute in each
+    vendor's unit from ``units`` (vendor key -> ``DeviceTypeInfo.cores_unit``; percent
+    for a vendor not there): ``GPU-x 16384MiB 76 CU``; left out for a vendor that does
+    not account compute."""
+    parts = []
+    for d in allocation.all_devices():
+        unit = (units or {}).get(d.vendor, PERCENT)
+        cores = f" {unit.show(unit.amount(d.cores_pct))}" if unit.accounted else ""
+        parts.append(f"{d.uuid} {d.memory_mib}MiB{cores}")
     return ", ".join(parts) or "no devices"
 
 

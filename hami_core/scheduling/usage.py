@@ -352,11 +352,13 @@ def add_charge(u: DeviceUsage, charge: Charge) -> DeviceUsage:
 
 
 def hold_whole(u: DeviceUsage) -> DeviceUsage:
-    """``u`` with one pod holding the device whole: every slot, all MiB and percent."""
+    """``u`` with one pod holding the device whole: every slot, all MiB and all compute
+    (the device's own ``cores_pct`` in its vendor's unit, e.g. 304 CUs or 16 sGPU cores;
+    100 for a device that states none)."""
     d = u.device
     return attrs.evolve(
         u,
         used_count=u.used_count + max(d.split_count, 1),
         used_memory_mib=u.used_memory_mib + d.memory_mib,
-        used_cores_pct=u.used_cores_pct + max(d.cores_pct, 100),
+        used_cores_pct=u.used_cores_pct + (d.cores_pct or 100),
     )

@@ -8,7 +8,10 @@ pods. Durations, outcomes and lock waits are recorded as they happen. Our own ad
 filter/bind outcomes, node-lock waits, informer freshness, device health and node
 registration (for the alert rules in ``charts/hami/rules``).
 
-Units as HAMi writes them: bytes; core ratios in percent of a device (0..100);
+Units as HAMi writes them: bytes; core ratios in percent of a device (0..100), except
+for vendors whose ``DeviceTypeInfo.cores_unit`` is not percent, whose core gauges carry
+the device list's value as HAMi does (AMD compute units, AWS Neuron core masks, Moore
+Threads sGPU cores; PROTOCOL.md §9);
 ``hami_node_gpu_memory_allocated_ratio`` as a fraction (0..1, allocated / total).
 """
 
@@ -326,6 +329,14 @@ class AllocationCollector(Collector):
                 g.quota_limit.add_metric([ns, resource], limit.hard)
 
 
+#: What the core gauges' HELP says of their unit (PROTOCOL.md §9).
+_CORES_UNIT_HELP = (
+    " percent for most vendors; the device list's own unit for AMD (compute units),"
+    " AWS Neuron (NeuronCore bit mask) and Moore Threads (sGPU cores, 16 per GPU),"
+    " as HAMi writes them."
+)
+
+
 class _Families:
     def __init__(self) -> None:
         self.mem_limit = GaugeMetricFamily(
@@ -333,7 +344,7 @@ class _Families:
         )
         self.core_limit = GaugeMetricFamily(
             "hami_gpu_core_limit_ratio",
-            "Schedulable compute of a device, percent.",
+            "Schedulable compute of a device:" + _CORES_UNIT_HELP,
             labels=DEVICE_LABELS,
         )
         self.mem_alloc = GaugeMetricFamily(
@@ -346,7 +357,7 @@ class _Families:
         )
         self.core_alloc = GaugeMetricFamily(
             "hami_gpu_core_allocated_ratio",
-            "Compute allocated on a device, percent.",
+            "Compute allocated on a device:" + _CORES_UNIT_HELP,
             labels=DEVICE_LABELS,
         )
         self.overview = GaugeMetricFamily(
@@ -395,7 +406,7 @@ class _Families:
         )
         self.pod_cores = GaugeMetricFamily(
             "hami_vgpu_core_allocated_ratio",
-            "Compute allocated to a container on a device, percent.",
+            "Compute allocated to a container on a device:" + _CORES_UNIT_HELP,
             labels=CONTAINER_LABELS,
         )
         self.mig_instance = GaugeMetricFamily(

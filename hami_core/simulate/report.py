@@ -1,7 +1,12 @@
 """What ``hami simulate`` prints: the report (text or JSON) and one pod's explanation.
 
 The JSON form is the data the text is rendered from, so both always say the same.
-Keys are stable; memory is in MiB, cores in percent of one device, scores 0..100.
+Keys are stable; memory is in MiB, scores 0..100. Compute is in the vendor's unit
+(``DeviceTypeInfo.cores_unit``, ``hami_core.model.cores``), named by the ``coresUnit``
+beside it: ``percent`` of one device for most vendors, ``compute-units`` (AMD),
+``neuroncores`` (AWS Neuron: core masks are given as their core counts), ``sgpu-cores``
+(Moore Threads, 16 to a GPU), ``none`` (count-only vendors); the keys keep their
+historical ``Pct`` names so readers of earlier reports keep working.
 
 Report (``build_report``)::
 
@@ -29,13 +34,14 @@ Report (``build_report``)::
             "cdiDevices": [str]}],
          "request": [                            # one entry per container and vendor
            {"container": str, "init": bool, "vendor": str, "count": int,
-            "memoryMiB": int, "memoryPct": int, "coresPct": int}],   # memory: one of the two
+            "memoryMiB": int, "memoryPct": int, "coresPct": int,   # memory: one of the two
+            "coresUnit": str}],                  # the cores resource's unit (AMD: percent)
          "devices": [                            # what it got, containers in wire order
            {"container": str, "init": bool, "vendor": str, "uuid": str, "index": int,
             "model": str, "mode": str,           # the device's mode: hami-core | mig | mps
             "migProfile": str | null,            # on a mig GPU: the instance's profile
             "migPlacement": {"start": int, "size": int} | null,   # and its slices
-            "memoryMiB": int, "coresPct": int}],
+            "memoryMiB": int, "coresPct": int, "coresUnit": str}],
          "wholeCardGpus": int,                   # GPUs it would hold without sharing
          "explanation": null | [                 # unschedulable pods only: one per node
            {"node": str, "reason": str,          # "2/4 CardInsufficientMemory, ..."
@@ -43,11 +49,12 @@ Report (``build_report``)::
             "largestMemoryMiB": int | null,      # when memory is short (the reason says so
             "largestCoresPct": int | null,       # or the request asks more): the most per
                                                  # device a request of that count would get
+            "coresUnit": str | null,             # largestCoresPct's unit (the request's)
             "devices": [{"uuid": str, "index": int, "model": str, "reason": str}]}]}],
       "gpus": [                                  # every device, by node then index
         {"node": str, "uuid": str, "index": int, "vendor": str, "model": str, "mode": str,
          "memoryMiB": int, "usedMemoryMiB": int, "coresPct": int, "usedCoresPct": int,
-         "splitCount": int, "sharers": int,      # containers sharing it
+         "coresUnit": str, "splitCount": int, "sharers": int,      # containers sharing it
          "pods": [str],                          # "namespace/name" of the pods on it
          "healthy": bool, "cordoned": bool}],
       "summary": {"pods": int, "placed": int, "placedWithDevices": int,
@@ -74,12 +81,15 @@ Explanation (``build_explanation``, ``--explain POD``)::
          "extenderScore": int | null,            # 0..10, what kube-scheduler receives
          "container": str | null, "vendor": str | null,
          "largestMemoryMiB": int | null, "largestCoresPct": int | null,
+         "coresUnit": str | null,                # largestCoresPct's unit
          "devices": [
            {"uuid": str, "index": int, "vendor": str, "model": str,
             "memoryMiB": int, "usedMemoryMiB": int | null, "coresPct": int,
-            "usedCoresPct": int | null, "splitCount": int, "sharers": int | null,
+            "usedCoresPct": int | null, "coresUnit": str,
+            "splitCount": int, "sharers": int | null,
             "reason": str | null,                # why it was rejected, null if usable
             "takes": null | {"memoryMiB": int, "coresPct": int}}]}],   # on a fitting node
+                                                 # (coresPct in the device's coresUnit)
       "chosen": null | {"node": str, "devices": [...as the report's devices...]}
     }
 """
@@ -91,10 +101,14 @@ from typing import Any
 
 from hami_core.errors import AnnotationError
 from hami_core.model import (
+    CORES_UNITS,
+    PERCENT,
     Allocation,
     Charge,
+    CoresUnit,
     DeviceInfo,
     DeviceRequest,
+    DeviceTypeInfo,
     DeviceUsage,
     NodeInfo,
     PodRequest,
@@ -116,6 +130,25 @@ BAR_WIDTH = 10
 PLACED, UNSCHEDULABLE, DENIED, ERROR = "placed", "unschedulable", "denied", "error"
 OTHER_SCHEDULER, UNMANAGED = "other-scheduler", "unmanaged"
 
+#: Vendor key -> its ``DeviceTypeInfo`` (what names each vendor's compute unit).
+DeviceTypes = Mapping[str, DeviceTypeInfo]
+
+
+def device_types(sim: Simulation) -> dict[str, DeviceTypeInfo]:
+    """The simulation's device types by vendor key."""
+    return {t.vendor: t for t in sim.manager.device_types()}
+
+
+def _cores_unit(types: DeviceTypes, vendor: str) -> CoresUnit:
+    """What ``vendor``'s devices and slices count compute in (percent when unknown)."""
+    t = types.get(vendor)
+    return t.cores_unit if t is not None else PERCENT
+
+
+def unit_named(name: str | None) -> CoresUnit:
+    """The ``CoresUnit`` of a report's ``coresUnit`` (percent for reports without one)."""
+    return CORES_UNITS.get(name or "", PERCENT)
+
 
 # -- data ----------------------------------------------------------------------------
 
@@ -123,9 +156,10 @@ OTHER_SCHEDULER, UNMANAGED = "other-scheduler", "unmanaged"
 def build_report(sim: Simulation) -> dict[str, Any]:
     """The whole report as JSON-ready data (the shape is in the module docstring)."""
     infos = _node_infos(sim)
+    types = device_types(sim)
     devices = {d.uuid: d for info in infos.values() for d in info.devices}
-    pods = [_pod_entry(run, devices) for run in sim.runs]
-    gpus = _gpu_entries(sim, infos)
+    pods = [_pod_entry(run, devices, types) for run in sim.runs]
+    gpus = _gpu_entries(sim, infos, types)
     return {
         "schema": SCHEMA,
         "cluster": {
@@ -166,24 +200,32 @@ def status_of(run: PodRun) -> str:
     return PLACED if out.scheduled else UNSCHEDULABLE
 
 
-def request_entries(request: PodRequest | None) -> list[dict[str, Any]]:
+def request_entries(
+    request: PodRequest | None, types: DeviceTypes | None = None
+) -> list[dict[str, Any]]:
     """One entry per container and vendor asked for (containers without devices left
-    out), init containers first."""
+    out), init containers first; compute per device in the vendor's cores resource unit
+    (``DeviceTypeInfo.requested_cores``; percent for a vendor not in ``types``)."""
     if request is None:
         return []
-    return [
-        {
-            "container": c.name,
-            "init": c.init,
-            "vendor": r.vendor,
-            "count": r.count,
-            "memoryMiB": r.memory_mib,
-            "memoryPct": r.memory_pct,
-            "coresPct": r.cores_pct,
-        }
-        for c in request.containers
-        for r in c.devices
-    ]
+    types = types or {}
+    out = []
+    for c in request.containers:
+        for r in c.devices:
+            t = types.get(r.vendor)
+            out.append(
+                {
+                    "container": c.name,
+                    "init": c.init,
+                    "vendor": r.vendor,
+                    "count": r.count,
+                    "memoryMiB": r.memory_mib,
+                    "memoryPct": r.memory_pct,
+                    "coresPct": t.requested_cores(r) if t is not None else r.cores_pct,
+                    "coresUnit": (t.resource_cores_unit if t is not None else PERCENT).name,
+                }
+            )
+    return out
 
 
 def whole_card_gpus(request: PodRequest | None) -> int:
@@ -203,14 +245,18 @@ def device_entries(
     allocation: Allocation | None,
     request: PodRequest | None,
     devices: Mapping[str, DeviceInfo],
+    types: DeviceTypes | None = None,
 ) -> list[dict[str, Any]]:
     """The slices of an allocation with their device's index and model, containers in
-    wire order (init containers first)."""
+    wire order (init containers first); compute in the vendor's ``cores_unit`` (percent
+    for a vendor not in ``types``)."""
     if allocation is None:
         return []
+    types = types or {}
     containers = request.containers if request is not None else ()
     out = []
     for vendor, per_container in allocation.devices.items():
+        unit = _cores_unit(types, vendor)
         for pos, slices in enumerate(per_container):
             c = containers[pos] if pos < len(containers) else None
             for s in slices:
@@ -231,13 +277,16 @@ def device_entries(
                             else None
                         ),
                         "memoryMiB": s.memory_mib,
-                        "coresPct": s.cores_pct,
+                        "coresPct": unit.amount(s.cores_pct),
+                        "coresUnit": unit.name,
                     }
                 )
     return out
 
 
-def _pod_entry(run: PodRun, devices: Mapping[str, DeviceInfo]) -> dict[str, Any]:
+def _pod_entry(
+    run: PodRun, devices: Mapping[str, DeviceInfo], types: DeviceTypes
+) -> dict[str, Any]:
     out = run.outcome
     status = status_of(run)
     return {
@@ -250,10 +299,10 @@ def _pod_entry(run: PodRun, devices: Mapping[str, DeviceInfo]) -> dict[str, Any]
         "schedulerName": _scheduler_name(run),
         "admission": [dict(op) for op in out.admission_patch],
         "containers": _container_answers(run),
-        "request": request_entries(run.request),
-        "devices": device_entries(out.allocation, run.request, devices),
+        "request": request_entries(run.request, types),
+        "devices": device_entries(out.allocation, run.request, devices, types),
         "wholeCardGpus": whole_card_gpus(run.request) if status == PLACED else 0,
-        "explanation": _explanation(run, devices) if status == UNSCHEDULABLE else None,
+        "explanation": _explanation(run, devices, types) if status == UNSCHEDULABLE else None,
     }
 
 
@@ -312,14 +361,18 @@ def unmanaged_warnings(sim: Simulation) -> list[str]:
     ]
 
 
-def _explanation(run: PodRun, devices: Mapping[str, DeviceInfo]) -> list[dict[str, Any]]:
+def _explanation(
+    run: PodRun, devices: Mapping[str, DeviceInfo], types: DeviceTypes
+) -> list[dict[str, Any]]:
     result = run.outcome.filter
     if result is None:
         return []
     out = []
     for node, reason in result.failed.items():
         fit = result.fits.get(node)
-        out.append({"node": node, "reason": reason, **_miss(fit, reason, devices, run.request)})
+        out.append(
+            {"node": node, "reason": reason, **_miss(fit, reason, devices, run.request, types)}
+        )
     return out
 
 
@@ -336,10 +389,11 @@ def _miss(
     reason: str,
     devices: Mapping[str, DeviceInfo],
     request: PodRequest | None = None,
+    types: DeviceTypes | None = None,
 ) -> dict[str, Any]:
     """The failing container, the largest memory / cores per device that would fit
-    (given when the node reports that shortfall, or the request asks more than it), and
-    the rejected devices with their reason codes."""
+    (given when the node reports that shortfall, or the request asks more than it, cores
+    in the request's unit), and the rejected devices with their reason codes."""
     miss = fit.miss if fit is not None else None
     if miss is None:
         return {
@@ -347,8 +401,10 @@ def _miss(
             "vendor": None,
             "largestMemoryMiB": None,
             "largestCoresPct": None,
+            "coresUnit": None,
             "devices": [],
         }
+    t = (types or {}).get(miss.vendor)
     res = miss.result
     wanted = _wanted(request, miss.container, miss.vendor)
     memory_short = ReasonCode.CARD_INSUFFICIENT_MEMORY.value in reason or (
@@ -378,20 +434,22 @@ def _miss(
         "vendor": miss.vendor,
         "largestMemoryMiB": res.largest_memory_mib if memory_short else None,
         "largestCoresPct": res.largest_cores_pct if cores_short else None,
+        "coresUnit": (t.resource_cores_unit if t is not None else PERCENT).name,
         "devices": rejected,
     }
 
 
-def _gpu_entries(sim: Simulation, infos: Mapping[str, NodeInfo]) -> list[dict[str, Any]]:
+def _gpu_entries(
+    sim: Simulation, infos: Mapping[str, NodeInfo], types: DeviceTypes
+) -> list[dict[str, Any]]:
     sched = sim.pipeline.scheduler
-    types = sim.manager.device_types()
     holders: dict[str, list[str]] = {}
     for pod in sim.pipeline.cluster.list_pods():
         if not is_live(pod):
             continue
         meta = pod["metadata"]
         try:
-            allocation = pod_allocation(pod, types)
+            allocation = pod_allocation(pod, tuple(types.values()))
         except AnnotationError:
             continue
         uuids = {d.uuid for per_pod in allocation.values() for c in per_pod for d in c}
@@ -402,6 +460,7 @@ def _gpu_entries(sim: Simulation, infos: Mapping[str, NodeInfo]) -> list[dict[st
         usage = sched.node_usage(info)
         for d in sorted(info.devices, key=lambda d: (d.vendor, d.index, d.uuid)):
             u = usage.get(d.uuid) or DeviceUsage(device=d)
+            unit = _cores_unit(types, d.vendor)
             out.append(
                 {
                     "node": name,
@@ -412,8 +471,9 @@ def _gpu_entries(sim: Simulation, infos: Mapping[str, NodeInfo]) -> list[dict[st
                     "mode": d.mode,
                     "memoryMiB": d.memory_mib,
                     "usedMemoryMiB": u.used_memory_mib,
-                    "coresPct": d.cores_pct,
-                    "usedCoresPct": u.used_cores_pct,
+                    "coresPct": unit.amount(d.cores_pct),
+                    "usedCoresPct": unit.amount(u.used_cores_pct),
+                    "coresUnit": unit.name,
                     "splitCount": d.split_count,
                     "sharers": u.used_count,
                     "pods": holders.get(d.uuid, []),
@@ -468,6 +528,7 @@ def build_explanation(sim: Simulation, pod: str) -> dict[str, Any]:
     infos = run.observed.nodes if run.observed is not None else _node_infos(sim)
     usage = run.observed.usage if run.observed is not None else {}
     devices = {d.uuid: d for info in infos.values() for d in info.devices}
+    types = device_types(sim)
     result = out.filter
     nodes = []
     if result is not None:
@@ -476,13 +537,13 @@ def build_explanation(sim: Simulation, pod: str) -> dict[str, Any]:
             if fit is None and name not in result.failed and name not in result.feasible:
                 continue
             nodes.append(
-                _explain_node(info, fit, result, usage.get(name, {}), devices, run.request)
+                _explain_node(info, fit, result, usage.get(name, {}), devices, run.request, types)
             )
     chosen = None
     if out.node is not None:
         chosen = {
             "node": out.node,
-            "devices": device_entries(out.allocation, run.request, devices),
+            "devices": device_entries(out.allocation, run.request, devices, types),
         }
     return {
         "schema": EXPLAIN_SCHEMA,
@@ -492,7 +553,7 @@ def build_explanation(sim: Simulation, pod: str) -> dict[str, Any]:
         "status": status_of(run),
         "message": out.denied or out.error,
         "admission": {"allowed": not out.denied, "message": out.denied},
-        "request": request_entries(run.request),
+        "request": request_entries(run.request, types),
         "policies": _policies(sim, run),
         "nodes": nodes,
         "chosen": chosen,
@@ -525,21 +586,23 @@ def _explain_node(
     usage: Mapping[str, DeviceUsage],
     devices: Mapping[str, DeviceInfo],
     request: PodRequest | None,
+    types: DeviceTypes,
 ) -> dict[str, Any]:
     fits = info.name in result.feasible
     reason = "" if fits else str(result.failed.get(info.name, ""))
-    miss = _miss(fit if not fits else None, reason, devices, request)
+    miss = _miss(fit if not fits else None, reason, devices, request, types)
     codes = {d["uuid"]: d["reason"] for d in miss["devices"]}
     takes: dict[str, dict[str, int]] = {}
     if fits and fit is not None and fit.allocation is not None:
         for s in fit.allocation.all_devices():
             t = takes.setdefault(s.uuid, {"memoryMiB": 0, "coresPct": 0})
             t["memoryMiB"] += s.memory_mib
-            t["coresPct"] += s.cores_pct
+            t["coresPct"] += _cores_unit(types, s.vendor).amount(s.cores_pct)
     score = result.scores.get(info.name) if fits else None
     rows = []
     for d in sorted(info.devices, key=lambda d: (d.vendor, d.index, d.uuid)):
         u = usage.get(d.uuid)
+        unit = _cores_unit(types, d.vendor)
         rows.append(
             {
                 "uuid": d.uuid,
@@ -548,8 +611,9 @@ def _explain_node(
                 "model": d.model,
                 "memoryMiB": d.memory_mib,
                 "usedMemoryMiB": u.used_memory_mib if u is not None else None,
-                "coresPct": d.cores_pct,
-                "usedCoresPct": u.used_cores_pct if u is not None else None,
+                "coresPct": unit.amount(d.cores_pct),
+                "usedCoresPct": unit.amount(u.used_cores_pct) if u is not None else None,
+                "coresUnit": unit.name,
                 "splitCount": d.split_count,
                 "sharers": u.used_count if u is not None else None,
                 "reason": codes.get(d.uuid),
@@ -566,6 +630,7 @@ def _explain_node(
         "vendor": miss["vendor"],
         "largestMemoryMiB": miss["largestMemoryMiB"],
         "largestCoresPct": miss["largestCoresPct"],
+        "coresUnit": miss["coresUnit"],
         "devices": rows,
     }
 
@@ -587,14 +652,41 @@ def _memory(entry: Mapping[str, Any]) -> str:
     return f"{entry['memoryMiB']} MiB"
 
 
+def _cores(entry: Mapping[str, Any], key: str = "coresPct") -> str:
+    """An entry's compute with its unit: ``30%``, ``76 CU``, ``-``."""
+    return unit_named(entry.get("coresUnit")).show(entry[key])
+
+
+def _cores_ratio(entry: Mapping[str, Any], *, lead: bool = False) -> str:
+    """A device's compute held of its total: ``30/100% cores`` (``lead``: ``cores
+    30/100%``), ``76/304 CU``, ``1/2 NeuronCores``; ``no compute`` (``lead``: ``cores -``)
+    for a vendor that does not account it."""
+    unit = unit_named(entry.get("coresUnit"))
+    ratio = unit.show_ratio(entry["usedCoresPct"], entry["coresPct"])
+    if unit.is_percent or not unit.accounted:
+        if lead:
+            return f"cores {ratio}"
+        return f"{ratio} cores" if unit.accounted else "no compute"
+    return ratio
+
+
+def _cores_asked(entry: Mapping[str, Any], key: str = "coresPct") -> str:
+    """A request's compute: ``30% cores``, ``76 CU``, ``1 NeuronCore``, ``no compute``."""
+    unit = unit_named(entry.get("coresUnit"))
+    if not unit.accounted:
+        return "no compute"
+    return unit.show(entry[key]) + (" cores" if unit.is_percent else "")
+
+
 def describe_request(entries: Sequence[Mapping[str, Any]]) -> str:
-    """``2 GPUs x 32000 MiB, 30% cores`` per container (joined with ``; ``), or
+    """``2 GPUs x 32000 MiB, 30% cores`` per container (joined with ``; ``), compute in
+    the vendor's unit (``1 AWSNeuron x 100% of memory, 1 NeuronCore``), or
     ``no devices``."""
     parts = []
     several = len({e["container"] for e in entries}) > 1
     for e in entries:
         what = "GPU" if e["vendor"] == "NVIDIA" else e["vendor"]
-        text = f"{_plural(e['count'], what)} x {_memory(e)}, {e['coresPct']}% cores"
+        text = f"{_plural(e['count'], what)} x {_memory(e)}, {_cores_asked(e)}"
         if several or e["init"]:
             text = f"{e['container']}{' (init)' if e['init'] else ''}: {text}"
         parts.append(text)
@@ -646,7 +738,7 @@ def render_text(report: Mapping[str, Any], *, warnings: bool = True) -> str:
                     f"#{d['index']} {d['uuid']}",
                     _with_mode(d["model"], d["mode"], d.get("migProfile")),
                     f"{d['memoryMiB']} MiB",
-                    f"{d['coresPct']}%",
+                    _cores(d),
                     d["container"] if several else "",
                 ]
             )
@@ -719,7 +811,7 @@ def _explanation_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
         if e["largestMemoryMiB"] is not None:
             hint.append(f"{e['largestMemoryMiB']} MiB")
         if e["largestCoresPct"] is not None:
-            hint.append(f"{e['largestCoresPct']}% cores")
+            hint.append(_cores_asked(e, "largestCoresPct"))
         extra = f"; largest that fits: {', '.join(hint)} per GPU" if hint else ""
         out.append(f"    {(e['node'] + ':').ljust(width)} {e['reason']}{extra}")
     return out
@@ -744,7 +836,7 @@ def _gpu_lines(gpus: Sequence[Mapping[str, Any]]) -> list[str]:
                 _with_mode(g["model"], g["mode"]),
                 bar(g["usedMemoryMiB"], g["memoryMiB"]),
                 f"{g['usedMemoryMiB']}/{g['memoryMiB']} MiB",
-                f"cores {g['usedCoresPct']}/{g['coresPct']}%",
+                _cores_ratio(g, lead=True),
                 _plural(len(g["pods"]), "pod") + flags,
             ]
         )
@@ -789,15 +881,16 @@ def render_explanation(data: Mapping[str, Any]) -> str:
         rows = []
         for d in n["devices"]:
             if d["usedMemoryMiB"] is None:
-                used = [f"{d['memoryMiB']} MiB", f"{d['coresPct']}% cores", ""]
+                used = [f"{d['memoryMiB']} MiB", _cores_asked(d), ""]
             else:
                 used = [
                     f"used {d['usedMemoryMiB']}/{d['memoryMiB']} MiB",
-                    f"{d['usedCoresPct']}/{d['coresPct']}% cores",
+                    _cores_ratio(d),
                     f"{d['sharers']}/{d['splitCount']} sharers",
                 ]
             if d["takes"] is not None:
-                verdict = f"takes {d['takes']['memoryMiB']} MiB, {d['takes']['coresPct']}%"
+                took = {**d["takes"], "coresUnit": d.get("coresUnit")}
+                verdict = f"takes {d['takes']['memoryMiB']} MiB, {_cores(took)}"
             elif d["reason"] is not None:
                 verdict = d["reason"]
             elif d["vendor"] not in wanted:
@@ -811,7 +904,7 @@ def render_explanation(data: Mapping[str, Any]) -> str:
         if n["largestMemoryMiB"] is not None:
             hint.append(f"{n['largestMemoryMiB']} MiB")
         if n["largestCoresPct"] is not None:
-            hint.append(f"{n['largestCoresPct']}% cores")
+            hint.append(_cores_asked(n, "largestCoresPct"))
         if hint:
             lines.append(f"      largest that fits: {', '.join(hint)} per GPU")
     chosen = data["chosen"]
@@ -825,7 +918,7 @@ def render_explanation(data: Mapping[str, Any]) -> str:
         for d in chosen["devices"]:
             lines.append(
                 f"    {d['container']}: #{d['index']} {d['uuid']} {d['model']}, "
-                f"{d['memoryMiB']} MiB, {d['coresPct']}% cores"
+                f"{d['memoryMiB']} MiB, {_cores_asked(d)}"
             )
     return "\n".join(lines) + "\n"
 
@@ -838,9 +931,11 @@ __all__ = [
     "build_report",
     "describe_request",
     "device_entries",
+    "device_types",
     "render_explanation",
     "render_text",
     "request_entries",
     "status_of",
+    "unit_named",
     "whole_card_gpus",
 ]

@@ -10,6 +10,7 @@ import jsonpatch
 import pytest
 
 from hami_core.model import (
+    CORES_UNITS,
     BackendInfo,
     ContainerAllocation,
     ContainerDevice,
@@ -139,6 +140,12 @@ class BackendConformance:
             ):
                 assert key.startswith("hami.io/"), f"annotation key {key!r} outside hami.io/"
             assert t.resources.memory_unit_mib >= 1
+            for unit in (t.cores_unit, t.resource_cores_unit):
+                assert CORES_UNITS.get(unit.name) == unit, (
+                    f"{t.vendor}: cores unit {unit.name!r} is not one of hami_core.model's "
+                    f"CORES_UNITS ({', '.join(CORES_UNITS)}); declare one of them, or add "
+                    "the vendor's unit there"
+                )
 
     def test_ignores_other_vendors(self, manager: BackendManager) -> None:
         """The broadcast hook (parse) answers None for another vendor's container. Mutate,

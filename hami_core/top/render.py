@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+
+from hami_core.model import CORES_UNITS, PERCENT
 
 from .view import TopView
 
 
 def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+def _cores(by_unit: Mapping[str, Mapping[str, int]]) -> str:
+    """Compute allocated of total per unit: ``30/200%``, ``30/200%, 76/608 CU``, ``-``."""
+    parts = [
+        CORES_UNITS.get(name, PERCENT).show_ratio(s["allocated"], s["total"])
+        for name, s in by_unit.items()
+    ]
+    return ", ".join(parts) or "-"
 
 
 def _used(value: float | None) -> str:
@@ -19,7 +31,9 @@ def render_table(view: TopView, *, wide: bool = False) -> str:
     """A fixed-width table: one row per device, then one per node, then the totals.
 
     Columns: memory as ``allocated/total MiB (percent)``, used memory (MiB, ``-`` when no
-    monitor figures were given), compute allocated of total, utilization, sharers of
+    monitor figures were given), compute allocated of total in the vendor's unit
+    (``30/100%``, ``76/304 CU``, ``1/2 NeuronCores``; per unit on node rows), utilization,
+    sharers of
     the split count, health, and the pods holding the device (``wide``: all of them;
     else the first two and a count).
     """
@@ -49,7 +63,7 @@ def render_table(view: TopView, *, wide: bool = False) -> str:
                 health,
                 f"{d.memory_allocated_mib}/{d.memory_total_mib} MiB ({_pct(d.memory_allocated_mib, d.memory_total_mib)})",
                 _used(d.memory_used_mib),
-                f"{d.cores_allocated_pct}/{d.cores_total_pct}%",
+                d.unit.show_ratio(d.cores_allocated_pct, d.cores_total_pct),
                 "-" if d.utilization_pct is None else f"{d.utilization_pct:.0f}%",
                 f"{d.sharers}/{d.split_count}",
                 ",".join(pods) or "-",
@@ -78,7 +92,7 @@ def render_table(view: TopView, *, wide: bool = False) -> str:
                 f"{n.memory_free_mib} MiB",
                 f"{n.memory_allocated_mib}/{n.memory_total_mib} MiB ({_pct(n.memory_allocated_mib, n.memory_total_mib)})",
                 _used(n.memory_used_mib),
-                f"{n.cores_allocated_pct}/{n.cores_total_pct}%",
+                _cores(n.cores_by_unit),
                 inventory,
             ]
         )
@@ -87,14 +101,16 @@ def render_table(view: TopView, *, wide: bool = False) -> str:
         f"{t['devices']} devices ({t['unhealthy']} unhealthy): "
         f"{t['memory_free_mib']} MiB free of {t['memory_total_mib']} MiB, "
         f"{t['memory_allocated_mib']} MiB allocated ({_pct(t['memory_allocated_mib'], t['memory_total_mib'])}), "
-        f"compute {t['cores_allocated_pct']}/{t['cores_total_pct']}% allocated"
+        f"compute {_cores(t['cores_by_unit'])} allocated"
     )
     return "\n".join([*lines, "", *_columns(node_rows), "", summary]) + "\n"
 
 
 def render_json(view: TopView) -> str:
     """``{"devices": [...], "nodes": [...], "totals": {...}}``, keys in snake_case with
-    units in their names (MiB, pct)."""
+    units in their names (MiB, pct); a device's ``cores_*_pct`` are in its
+    ``cores_unit`` (percent for most vendors), node and total ``cores_*_pct`` sum the
+    percent devices and ``cores_by_unit`` every unit."""
     return json.dumps(view.as_json(), indent=2) + "\n"
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from hami_core.cluster.base import ClusterStore
+from hami_core.model import CORES_UNITS, PERCENT, CoresUnit
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.scheduling.usage import pod_holdings, pod_ref, requested_vendors
@@ -34,7 +35,10 @@ class DeviceRow:
 
     Attributes:
         memory_total_mib / memory_allocated_mib: schedulable and allocated memory, MiB.
-        cores_total_pct / cores_allocated_pct: schedulable and allocated compute, percent.
+        cores_total_pct / cores_allocated_pct: schedulable and allocated compute in
+            ``cores_unit`` (percent for most vendors; the names are historical).
+        cores_unit: the vendor's compute unit (``DeviceTypeInfo.cores_unit`` name:
+            ``percent``, ``compute-units``, ``neuroncores``, ``sgpu-cores``, ``none``).
         sharers / split_count: containers sharing it now / at most.
         pods: ``namespace/name`` of the pods holding it, sorted.
         memory_used_mib, utilization_pct: from the monitor, None when not known.
@@ -56,6 +60,18 @@ class DeviceRow:
     pods: tuple[str, ...]
     memory_used_mib: float | None = None
     utilization_pct: float | None = None
+    cores_unit: str = PERCENT.name
+
+    @property
+    def unit(self) -> CoresUnit:
+        """The ``CoresUnit`` of ``cores_unit``."""
+        return CORES_UNITS.get(self.cores_unit, PERCENT)
+
+    @property
+    def cores_allocated_share_pct(self) -> int:
+        """Compute allocated as a percentage of the device, whatever its unit (what
+        ``--sort-by cores`` compares)."""
+        return self.unit.share_pct(self.cores_allocated_pct, self.cores_total_pct)
 
     @property
     def memory_free_mib(self) -> int:
@@ -74,7 +90,11 @@ class DeviceRow:
 
 @attrs.frozen(kw_only=True)
 class NodeRow:
-    """One node: its devices summed, and why its inventory is unusable, if it is."""
+    """One node: its devices summed, and why its inventory is unusable, if it is.
+
+    ``cores_total_pct`` / ``cores_allocated_pct`` sum the devices counted in percent;
+    ``cores_by_unit`` sums every unit: unit name -> ``{"allocated": n, "total": n}``.
+    """
 
     node: str
     devices: int
@@ -86,11 +106,30 @@ class NodeRow:
     cores_allocated_pct: int
     memory_used_mib: float | None
     unregistered: Mapping[str, str]
+    cores_by_unit: Mapping[str, Mapping[str, int]] = attrs.field(factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         out = attrs.asdict(self)
         out["unregistered"] = dict(self.unregistered)
+        out["cores_by_unit"] = {k: dict(v) for k, v in self.cores_by_unit.items()}
         return out
+
+
+def cores_by_unit(rows: Iterable[DeviceRow]) -> dict[str, dict[str, int]]:
+    """Compute allocated and total per unit over ``rows`` (units that are not
+    accounted left out), units in the order ``CORES_UNITS`` names them."""
+    sums: dict[str, dict[str, int]] = {}
+    for r in rows:
+        if r.unit.accounted:
+            s = sums.setdefault(r.cores_unit, {"allocated": 0, "total": 0})
+            s["allocated"] += r.cores_allocated_pct
+            s["total"] += r.cores_total_pct
+    order = list(CORES_UNITS)
+    return dict(sorted(sums.items(), key=lambda kv: order.index(kv[0])))
+
+
+def _percent_rows(rows: Iterable[DeviceRow]) -> list[DeviceRow]:
+    return [r for r in rows if r.unit.is_percent]
 
 
 @attrs.frozen(kw_only=True)
@@ -108,8 +147,9 @@ class TopView:
             "memory_total_mib": sum(d.memory_total_mib for d in self.devices),
             "memory_allocated_mib": sum(d.memory_allocated_mib for d in self.devices),
             "memory_free_mib": sum(d.memory_free_mib for d in self.devices),
-            "cores_total_pct": sum(d.cores_total_pct for d in self.devices),
-            "cores_allocated_pct": sum(d.cores_allocated_pct for d in self.devices),
+            "cores_total_pct": sum(d.cores_total_pct for d in _percent_rows(self.devices)),
+            "cores_allocated_pct": sum(d.cores_allocated_pct for d in _percent_rows(self.devices)),
+            "cores_by_unit": cores_by_unit(self.devices),
         }
 
     def as_json(self) -> dict[str, Any]:
@@ -147,6 +187,7 @@ def build_view(
         raise ValueError(f"--sort-by must be one of {', '.join(SORT_KEYS)}, not {sort_by!r}")
     scheduler = Scheduler(store, manager)
     types = manager.device_types()
+    units = {t.vendor: t.cores_unit for t in types}
     usage = usage or {}
     wanted = set(nodes)
     device_rows: list[DeviceRow] = []
@@ -177,6 +218,7 @@ def build_view(
             if vendor and d.vendor != vendor:
                 continue
             use = usage.get(uuid)
+            unit = units.get(d.vendor, PERCENT)
             rows.append(
                 DeviceRow(
                     node=name,
@@ -188,8 +230,9 @@ def build_view(
                     cordoned=u.cordoned,
                     memory_total_mib=d.memory_mib,
                     memory_allocated_mib=u.used_memory_mib,
-                    cores_total_pct=d.cores_pct,
-                    cores_allocated_pct=u.used_cores_pct,
+                    cores_total_pct=unit.amount(d.cores_pct),
+                    cores_allocated_pct=unit.amount(u.used_cores_pct),
+                    cores_unit=unit.name,
                     sharers=u.used_count,
                     split_count=d.split_count,
                     pods=tuple(sorted(holders.get(uuid, []))),
@@ -217,10 +260,11 @@ def _node_row(name: str, rows: Iterable[DeviceRow], unregistered: Mapping[str, s
         memory_total_mib=sum(r.memory_total_mib for r in rows),
         memory_allocated_mib=sum(r.memory_allocated_mib for r in rows),
         memory_free_mib=sum(r.memory_free_mib for r in rows),
-        cores_total_pct=sum(r.cores_total_pct for r in rows),
-        cores_allocated_pct=sum(r.cores_allocated_pct for r in rows),
+        cores_total_pct=sum(r.cores_total_pct for r in _percent_rows(rows)),
+        cores_allocated_pct=sum(r.cores_allocated_pct for r in _percent_rows(rows)),
         memory_used_mib=sum(used) if used else None,
         unregistered=dict(unregistered),
+        cores_by_unit=cores_by_unit(rows),
     )
 
 
@@ -231,7 +275,7 @@ def _sorted(rows: list[DeviceRow], key: str) -> list[DeviceRow]:
     value = {
         "memory": lambda r: r.memory_allocated_mib,
         "free": lambda r: r.memory_free_mib,
-        "cores": lambda r: r.cores_allocated_pct,
+        "cores": lambda r: r.cores_allocated_share_pct,
         "used": lambda r: r.memory_used_mib or 0.0,
         "sharers": lambda r: r.sharers,
     }[key]

@@ -90,6 +90,7 @@ def test_placements_with_gpus_memory_and_cores():
             "memoryMiB": 30000,
             "memoryPct": 0,
             "coresPct": 0,
+            "coresUnit": "percent",
         }
     ]
 
@@ -275,6 +276,7 @@ def test_json_schema_keys_are_stable():
                 "migPlacement",
                 "memoryMiB",
                 "coresPct",
+                "coresUnit",
             }
         for e in p["explanation"] or []:
             assert set(e) == {
@@ -284,6 +286,7 @@ def test_json_schema_keys_are_stable():
                 "vendor",
                 "largestMemoryMiB",
                 "largestCoresPct",
+                "coresUnit",
                 "devices",
             }
     for g in data["gpus"]:
@@ -298,6 +301,7 @@ def test_json_schema_keys_are_stable():
             "usedMemoryMiB",
             "coresPct",
             "usedCoresPct",
+            "coresUnit",
             "splitCount",
             "sharers",
             "pods",

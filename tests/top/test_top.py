@@ -35,6 +35,7 @@ def test_the_bundled_example_as_json():
         "memory_free_mib": 4 * 81920 * 2 + 2 * 15360 - 28000,
         "cores_total_pct": 1000,
         "cores_allocated_pct": 80,
+        "cores_by_unit": {"percent": {"allocated": 80, "total": 1000}},
     }
     first = data["devices"][0]
     assert first["node"] == "gpu-a100-01" and first["uuid"] == A100_0

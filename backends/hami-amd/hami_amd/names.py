@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from hami_core.backend import (
+    COMPUTE_UNITS,
+    PERCENT,
     ContainerDevice,
     DeviceTypeInfo,
     InvalidInputError,
@@ -44,6 +46,9 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
     to_allocate_annotation="hami.io/amd-devices-to-allocate",
     allocated_annotation="hami.io/amd-devices-allocated",
     quota_slice_cores=slice_cores,
+    # device lists carry compute units; amd.com/gpucores asks percent
+    cores_unit=COMPUTE_UNITS,
+    request_cores_unit=PERCENT,
 )
 
 USE_TYPE: Final = "amd.com/use-gputype"

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from hami_core.backend import (
+    NEURON_CORE_MASK,
+    NEURON_CORES,
     ContainerDevice,
     DeviceRequest,
     DeviceTypeInfo,
@@ -50,6 +52,9 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
     # quota counts NeuronCores, not masks
     quota_request_cores=request_cores,
     quota_slice_cores=slice_cores,
+    # devices and slices carry core masks; aws.amazon.com/neuroncore counts cores
+    cores_unit=NEURON_CORE_MASK,
+    request_cores_unit=NEURON_CORES,
 )
 
 USE_UUID: Final = "aws.amazon.com/use-neuron-uuid"

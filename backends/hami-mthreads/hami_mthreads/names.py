@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Final
 
 from hami_core.backend import (
+    SGPU_CORES,
     DeviceTypeInfo,
     ResourceNames,
     VendorConfig,
@@ -49,6 +50,7 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
     handshake_annotation="hami.io/node-handshake-mthreads",
     to_allocate_annotation="hami.io/mthreads-vgpu-devices-to-allocate",
     allocated_annotation="hami.io/mthreads-vgpu-devices-allocated",
+    cores_unit=SGPU_CORES,  # 16 to a GPU, not percent
 )
 
 USE_UUID: Final = "mthreads.ai/use-gpuuuid"

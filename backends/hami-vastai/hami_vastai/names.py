@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames
+from hami_core.backend import NOT_ACCOUNTED, DeviceTypeInfo, ResourceNames
 
 from . import VENDOR
 
@@ -19,6 +19,7 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
     handshake_annotation="hami.io/node-handshake-va",
     to_allocate_annotation=f"hami.io/{VENDOR}-devices-to-allocate",
     allocated_annotation=f"hami.io/{VENDOR}-devices-allocated",
+    cores_unit=NOT_ACCOUNTED,  # shared by count: no compute figure (HAMi devcore is for score only)
 )
 
 USE_UUID: Final = "vastaitech.com/use-gpuuuid"
