@@ -6,9 +6,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 import yaml
@@ -16,21 +15,17 @@ import yaml
 from hami_core import __version__
 from hami_core.errors import HamiError
 from hami_core.extras import MissingExtraError, extra_of_module, require_extra
-from hami_core.model import DEVICE_POLICY_TOKENS
+from hami_core.options import SimulateOptions, TopOptions
 from hami_core.plugin import BackendManager
 from hami_core.servers.options import (
     DevicePluginOptions,
     MonitorOptions,
     SchedulerOptions,
     WebhookOptions,
-    policy_text,
 )
 from hami_core.settings import click_options
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 COMMANDS_GROUP = "hami.commands"
-GPU_POLICY_TOKENS = "|".join(DEVICE_POLICY_TOKENS)
 
 
 class _Cli(click.Group):
@@ -70,31 +65,6 @@ LOG_LEVEL_OPTION = click.option(
     type=click.Choice(LOG_LEVELS),
     help="Logging threshold.",
 )
-
-
-def kubeconfig_option(uses: str = "") -> Callable[[F], F]:
-    """``--kubeconfig`` for the servers; ``uses`` says what they read, e.g. "(quotas)"."""
-    return click.option(
-        "--kubeconfig",
-        envvar="KUBECONFIG",
-        default=None,
-        show_default="in-cluster config, else ~/.kube/config",
-        show_envvar=True,
-        help=f"kubeconfig file for the API server{' ' + uses if uses else ''}.",
-    )
-
-
-def config_option(details: str = "") -> Callable[[F], F]:
-    """``--config``: the hami configuration file (``hami_core.protocol.config``)."""
-    return click.option(
-        "--config",
-        "config_file",
-        envvar="HAMI_CONFIG",
-        default=None,
-        show_default="built-in defaults",
-        show_envvar=True,
-        help=f"hami configuration file (YAML, version v1){': ' + details if details else ''}.",
-    )
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
@@ -165,15 +135,6 @@ def scheduler(log_level: str, **opts: Any) -> None:
     run_scheduler(SchedulerOptions(**opts))
 
 
-def _policy(value: str | None, kind: str) -> str | None:
-    """Check a ``--node-policy`` / ``--gpu-policy`` value as the annotations are read
-    (``hami_core.servers.options.policy_text``): a usage error naming the bad token."""
-    try:
-        return policy_text(f"--{kind}-policy")(value)
-    except HamiError as exc:
-        raise click.BadParameter(str(exc).split(": ", 1)[1]) from None
-
-
 @cli.command()
 @click_options(WebhookOptions)
 @LOG_LEVEL_OPTION
@@ -220,49 +181,8 @@ def monitor(log_level: str, **opts: Any) -> None:
 
 @cli.command()
 @click.argument("nodes", nargs=-1)
-@kubeconfig_option("(nodes and pods, listed once)")
-@config_option("the scheduler name and backend sections")
-@click.option(
-    "--snapshot",
-    "snapshot",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Read nodes and pods from this file instead of the API server: a "
-    "`kubectl get nodes,pods -A -o yaml` snapshot, or a cluster file of hami simulate.",
-)
-@click.option(
-    "--example", is_flag=True, help="Show the bundled example snapshot (examples/snapshot.yaml)."
-)
-@click.option(
-    "--prometheus",
-    default=None,
-    metavar="URL",
-    help="Prometheus that scrapes `hami monitor`: adds memory in use and utilization "
-    "per device (NVML).",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["table", "wide", "json"]),
-    default="table",
-    show_default=True,
-    help="wide: every pod of a device; json: machine-readable.",
-)
-@click.option(
-    "--sort-by",
-    type=click.Choice(["node", "memory", "free", "cores", "used", "sharers"]),
-    default="node",
-    show_default=True,
-    help="Order of devices and nodes; all but node largest first.",
-)
-@click.option(
-    "-l",
-    "--selector",
-    default=None,
-    help="Only nodes with these labels, e.g. -l gpu=on,zone=a.",
-)
-@click.option("--vendor", default=None, help="Only devices of this vendor key, e.g. NVIDIA.")
-def top(**opts: Any) -> None:
+@click_options(TopOptions)
+def top(nodes: tuple[str, ...], **opts: Any) -> None:
     """Show the cluster's accelerators: per node and device the memory and compute
     allocated of what is schedulable, memory in use and utilization (with
     --prometheus), sharers, the pods holding each device, health, and what is free.
@@ -273,36 +193,31 @@ def top(**opts: Any) -> None:
     from hami_core import top as view_
     from hami_core.simulate.runner import bundled_examples, make_manager
 
-    selector: dict[str, str] = {}
-    for part in filter(None, (opts["selector"] or "").split(",")):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{part!r} is not key=value", param_hint="--selector")
-        selector[key.strip()] = value.strip()
+    o = TopOptions(**opts)
     try:
-        manager = make_manager(opts["config_file"])
-        if opts["example"]:
+        manager = make_manager(o.config)
+        if o.example:
             store = view_.cluster_from_file(bundled_examples() / "snapshot.yaml", manager)
-        elif opts["snapshot"]:
-            store = view_.cluster_from_file(opts["snapshot"], manager)
+        elif o.snapshot:
+            store = view_.cluster_from_file(o.snapshot, manager)
         else:
-            store = view_.cluster_from_api(opts["kubeconfig"])
-        usage = view_.usage_from_prometheus(opts["prometheus"]) if opts["prometheus"] else None
+            store = view_.cluster_from_api(o.kubeconfig)
+        usage = view_.usage_from_prometheus(o.prometheus) if o.prometheus else None
         result = view_.build_view(
             store,
             manager,
             usage=usage,
-            nodes=opts["nodes"],
-            selector=selector,
-            vendor=opts["vendor"],
-            sort_by=opts["sort_by"],
+            nodes=nodes,
+            selector=o.selector,
+            vendor=o.vendor,
+            sort_by=o.sort_by,
         )
     except HamiError as exc:
         raise click.ClickException(str(exc)) from exc
-    if opts["output"] == "json":
+    if o.output == "json":
         click.echo(view_.render_json(result), nl=False)
     else:
-        click.echo(view_.render_table(result, wide=opts["output"] == "wide"), nl=False)
+        click.echo(view_.render_table(result, wide=o.output == "wide"), nl=False)
 
 
 @cli.command("device-plugin")
@@ -335,56 +250,8 @@ def device_plugin(log_level: str, **opts: Any) -> None:
 
 @cli.command()
 @click.argument("workloads", nargs=-1, type=click.Path(exists=True))
-@click.option(
-    "--cluster",
-    "cluster_file",
-    type=click.Path(exists=True, dir_okay=False),
-    help="The cluster: a simple YAML of nodes and their GPUs, or a "
-    "'kubectl get nodes,pods -A -o yaml' snapshot whose existing allocations count. "
-    "Default: the bundled examples/cluster.yaml.",
-)
-@config_option()
-@click.option(
-    "--node-policy",
-    metavar="binpack|spread",
-    callback=lambda _ctx, _param, value: _policy(value, "node"),
-    help="Node policy for every pod without a hami.io/node-scheduler-policy annotation "
-    "(overrides the configuration).",
-)
-@click.option(
-    "--gpu-policy",
-    metavar="POLICY[,POLICY...]",
-    callback=lambda _ctx, _param, value: _policy(value, "gpu"),
-    help="GPU policy for every pod without a hami.io/gpu-scheduler-policy annotation "
-    f"(overrides the configuration): {GPU_POLICY_TOKENS}, or an ordered comma list "
-    "(spread,numa; mutex,spread).",
-)
-@click.option(
-    "--output",
-    "-o",
-    type=click.Choice(["text", "json", "yaml"]),
-    default="text",
-    show_default=True,
-    help="text for people (warnings on stderr); json or yaml for the same report as data "
-    "(keys documented in hami_core/simulate/report.py), with what the webhook changed and "
-    "what the device plugin gives each container.",
-)
-@click.option(
-    "--explain",
-    metavar="POD",
-    help="Print only the reasoning for one pod (NAMESPACE/NAME, or NAME when unique): "
-    "its request, policies, per node the outcome and per GPU the reason, the node scores "
-    "and the chosen GPUs.",
-)
-def simulate(
-    workloads: tuple[str, ...],
-    cluster_file: str | None,
-    config_file: str | None,
-    node_policy: str | None,
-    gpu_policy: str | None,
-    output: str,
-    explain: str | None,
-) -> None:
+@click_options(SimulateOptions)
+def simulate(workloads: tuple[str, ...], **opts: Any) -> None:
     """Place workloads on a cluster, as the scheduler would, without a cluster.
 
     Every pod of WORKLOADS (files or directories of Pod, Deployment, StatefulSet,
@@ -401,30 +268,32 @@ def simulate(
     """
     from hami_core.simulate import report, runner
 
+    o = SimulateOptions(**opts)
+
     def progress(n: int) -> Any:
         return click.progressbar(length=n, label=f"simulating {n} pods", file=sys.stderr)
 
     try:
         sim = runner.run_files(
-            cluster_path=cluster_file,
+            cluster_path=o.cluster,
             workload_paths=list(workloads),
-            config_path=config_file,
-            node_policy=node_policy,
-            device_policy=gpu_policy,
-            explain=explain,
+            config_path=o.config,
+            node_policy=o.node_policy,
+            device_policy=o.gpu_policy,
+            explain=o.explain,
             progress=progress,
         )
-        if explain is not None:
-            data = report.build_explanation(sim, explain)
+        if o.explain is not None:
+            data = report.build_explanation(sim, o.explain)
             text = report.render_explanation(data)
         else:
             data = report.build_report(sim)
             text = report.render_text(data, warnings=False)
     except HamiError as exc:
         raise click.ClickException(str(exc)) from None
-    if output == "json":
+    if o.output == "json":
         click.echo(json.dumps(data, indent=2))
-    elif output == "yaml":
+    elif o.output == "yaml":
         click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
         for warning in data.get("warnings") or ():

@@ -56,6 +56,8 @@ class Setting:
         convert: turns the flag's text into the field's value; raises ``ValueError``
             or ``HamiError`` with the reason (shown with the flag named).
         metavar: the placeholder shown in ``--help``, or "".
+        kind: a click type for the flag (e.g. ``click.Path(exists=True)``), or None to
+            derive it from the field's type, ``min`` / ``max`` and ``choices``.
     """
 
     help: str
@@ -71,6 +73,7 @@ class Setting:
     required: bool = False
     convert: Callable[[Any], Any] | None = None
     metavar: str = ""
+    kind: Any = None
 
 
 def setting(
@@ -88,6 +91,7 @@ def setting(
     multiple: bool = False,
     convert: Callable[[Any], Any] | None = None,
     metavar: str = "",
+    kind: Any = None,
     factory: Callable[[], Any] | None = None,
     validator: Callable[[Any, Any, Any], None] | None = None,
 ) -> Any:
@@ -116,6 +120,7 @@ def setting(
         required=default is attrs.NOTHING and factory is None,
         convert=convert,
         metavar=metavar,
+        kind=kind,
     )
     if factory is not None:
         return attrs.field(factory=factory, validator=validator, metadata={KEY: meta})
@@ -137,6 +142,8 @@ def settings_of(cls: type) -> list[tuple[attrs.Attribute[Any], Setting]]:
 
 
 def _click_type(field: attrs.Attribute[Any], meta: Setting) -> Any:
+    if meta.kind is not None:
+        return meta.kind
     kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
     if meta.choices:
         return click.Choice(list(meta.choices))
@@ -250,10 +257,10 @@ def settings_markdown(commands: Sequence[tuple[str, type]]) -> str:
     lines = [
         "# Settings of the hami processes",
         "",
-        "Generated from the `*Options` classes of `hami_core/servers/options.py` by",
-        "`scripts/gen-settings-doc.py` (each setting is stated once, there; `--help` shows",
-        "the same text). Ranges are checked at start: a bad value stops the process with",
-        "the flag named.",
+        "Generated from the `*Options` classes of `hami_core/servers/options.py` and",
+        "`hami_core/options.py` by `scripts/gen-settings-doc.py` (each setting is stated",
+        "once, there; `--help` shows the same text). Ranges are checked at start: a bad",
+        "value stops the command with the flag named.",
     ]
     for title, cls in commands:
         lines += ["", f"## `{title}`", ""]

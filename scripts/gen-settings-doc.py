@@ -4,10 +4,10 @@ each setting is stated); tests/unit/test_settings.py checks the file is current.
 
 from pathlib import Path
 
-from hami_core.servers.options import COMMANDS
+from hami_core.options import all_commands
 from hami_core.settings import settings_markdown
 
 if __name__ == "__main__":
     out = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
-    out.write_text(settings_markdown(COMMANDS), encoding="utf-8")
+    out.write_text(settings_markdown(all_commands()), encoding="utf-8")
     print(f"wrote {out}")

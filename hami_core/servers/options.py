@@ -73,7 +73,8 @@ def _policy_valid(option: str) -> Callable[[Any, Any, str | None], None]:
     return validate
 
 
-def _kubeconfig_setting(uses: str = "") -> str | None:
+def kubeconfig_setting(uses: str = "") -> str | None:
+    """``--kubeconfig`` (env ``KUBECONFIG``); ``uses`` says what is read, e.g. "(quotas)"."""
     return setting(  # type: ignore[no-any-return]
         None,
         env="KUBECONFIG",
@@ -82,7 +83,8 @@ def _kubeconfig_setting(uses: str = "") -> str | None:
     )
 
 
-def _config_file_setting(details: str = "") -> str | None:
+def config_file_setting(details: str = "") -> str | None:
+    """``--config`` (env ``HAMI_CONFIG``): the hami configuration file."""
     return setting(  # type: ignore[no-any-return]
         None,
         env="HAMI_CONFIG",
@@ -112,8 +114,8 @@ class SchedulerOptions:
         help="Extender port (/filter, /prioritize, /score, /bind, /healthz, /readyz, /-/backends).",
     )
     metrics_port: int = setting(9395, min=1, max=65535, help="Prometheus metrics port.")
-    kubeconfig: str | None = _kubeconfig_setting()
-    config: str | None = _config_file_setting()
+    kubeconfig: str | None = kubeconfig_setting()
+    config: str | None = config_file_setting()
     tls_cert_file: str | None = setting(
         None, help="Serve the extender over HTTPS with this certificate (PEM)."
     )
@@ -269,8 +271,8 @@ class WebhookOptions:
         show_default="none",
         help="Extra DNS SAN of the auto-mode certificate (repeatable).",
     )
-    kubeconfig: str | None = _kubeconfig_setting("(quotas, namespaces, Secret, caBundle)")
-    config: str | None = _config_file_setting()
+    kubeconfig: str | None = kubeconfig_setting("(quotas, namespaces, Secret, caBundle)")
+    config: str | None = config_file_setting()
     threads: int = setting(8, min=1, max=1024, help="Worker threads of the HTTPS server.")
     namespace_cache_s: float = setting(
         30.0,
@@ -308,8 +310,8 @@ class MonitorOptions:
         help="Port of /metrics and /healthz.",
         why="HAMi's vGPU monitor port, which HAMi's dashboards scrape.",
     )
-    kubeconfig: str | None = _kubeconfig_setting("(this node's pods)")
-    config: str | None = _config_file_setting()
+    kubeconfig: str | None = kubeconfig_setting("(this node's pods)")
+    config: str | None = config_file_setting()
     containers_dir: str = setting(
         "/usr/local/vgpu/containers",
         env="HAMI_CONTAINERS_DIR",
@@ -351,8 +353,8 @@ class DevicePluginOptions:
         show_default="the backend's first vendor key",
         help="Vendor key served, for backends with several (one resource per process).",
     )
-    kubeconfig: str | None = _kubeconfig_setting()
-    config: str | None = _config_file_setting(
+    kubeconfig: str | None = kubeconfig_setting()
+    config: str | None = config_file_setting(
         "split count, scaling, resource names and backend options (hami-nvidia: hookPath, "
         "libraryPath, corePolicy, unifiedMemoryMiB, ignoredXids, healthRecoverySeconds)"
     )

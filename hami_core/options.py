@@ -1,0 +1,114 @@
+"""The settings of ``hami top`` and ``hami simulate``, each stated once
+(``hami_core.settings``; the server processes' are in ``hami_core.servers.options``).
+Their positional arguments (NODES, WORKLOADS) stay with the commands."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+import click
+
+from hami_core.model import DEVICE_POLICY_TOKENS
+from hami_core.servers.options import (
+    config_file_setting,
+    kubeconfig_setting,
+    label_pairs,
+    policy_text,
+)
+from hami_core.settings import setting
+
+
+@attrs.frozen(kw_only=True)
+class TopOptions:
+    """The settings of ``hami top`` (``hami top --help``)."""
+
+    kubeconfig: str | None = kubeconfig_setting("(nodes and pods, listed once)")
+    config: str | None = config_file_setting("the scheduler name and backend sections")
+    snapshot: str | None = setting(
+        None,
+        kind=click.Path(dir_okay=False),
+        help="Read nodes and pods from this file instead of the API server: a "
+        "`kubectl get nodes,pods -A -o yaml` snapshot, or a cluster file of hami simulate.",
+    )
+    example: bool = setting(
+        False, help="Show the bundled example snapshot (examples/snapshot.yaml)."
+    )
+    prometheus: str | None = setting(
+        None,
+        metavar="URL",
+        help="Prometheus that scrapes `hami monitor`: adds memory in use and utilization "
+        "per device (NVML).",
+    )
+    output: str = setting(
+        "table",
+        flag=("--output", "-o"),
+        choices=("table", "wide", "json"),
+        help="wide: every pod of a device; json: machine-readable.",
+    )
+    sort_by: str = setting(
+        "node",
+        choices=("node", "memory", "free", "cores", "used", "sharers"),
+        help="Order of devices and nodes; all but node largest first.",
+    )
+    selector: Mapping[str, str] = setting(
+        factory=dict,
+        flag=("--selector", "-l"),
+        convert=label_pairs,
+        metavar="KEY=VALUE[,...]",
+        help="Only nodes with these labels, e.g. -l gpu=on,zone=a.",
+    )
+    vendor: str | None = setting(None, help="Only devices of this vendor key, e.g. NVIDIA.")
+
+
+@attrs.frozen(kw_only=True)
+class SimulateOptions:
+    """The settings of ``hami simulate`` (``hami simulate --help``)."""
+
+    cluster: str | None = setting(
+        None,
+        kind=click.Path(exists=True, dir_okay=False),
+        show_default="the bundled examples/cluster.yaml",
+        help="The cluster: a simple YAML of nodes and their GPUs, or a "
+        "'kubectl get nodes,pods -A -o yaml' snapshot whose existing allocations count.",
+    )
+    config: str | None = config_file_setting()
+    node_policy: str | None = setting(
+        None,
+        metavar="binpack|spread",
+        convert=policy_text("--node-policy"),
+        show_default="from config (binpack)",
+        help="Node policy for every pod without a hami.io/node-scheduler-policy annotation "
+        "(overrides the configuration).",
+    )
+    gpu_policy: str | None = setting(
+        None,
+        metavar="POLICY[,POLICY...]",
+        convert=policy_text("--gpu-policy"),
+        show_default="from config (spread)",
+        help="GPU policy for every pod without a hami.io/gpu-scheduler-policy annotation "
+        f"(overrides the configuration): {'|'.join(DEVICE_POLICY_TOKENS)}, or an ordered "
+        "comma list (spread,numa; mutex,spread).",
+    )
+    output: str = setting(
+        "text",
+        flag=("--output", "-o"),
+        choices=("text", "json", "yaml"),
+        help="text for people (warnings on stderr); json or yaml for the same report as data "
+        "(keys documented in hami_core/simulate/report.py), with what the webhook changed "
+        "and what the device plugin gives each container.",
+    )
+    explain: str | None = setting(
+        None,
+        metavar="POD",
+        help="Print only the reasoning for one pod (NAMESPACE/NAME, or NAME when unique): "
+        "its request, policies, per node the outcome and per GPU the reason, the node "
+        "scores and the chosen GPUs.",
+    )
+
+
+def all_commands() -> tuple[tuple[str, type], ...]:
+    """Every command with generated options and its class, for docs/settings.md."""
+    from hami_core.servers.options import COMMANDS
+
+    return (*COMMANDS, ("hami top", TopOptions), ("hami simulate", SimulateOptions))
