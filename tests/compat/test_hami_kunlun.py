@@ -121,3 +121,53 @@ def test_uuid_annotations(source, c, split):
     for key in ("baidu.com/nouse-gpuuuid", "hami.io/no-use-xpu-uuid"):
         result = _fit(c, devices, {key: ALL})
         assert not result.fits and "CardUuidMismatch" in result.summary(8), (source, key)
+
+
+def _read(limits, requests=None):
+    from hami_core.plugin import BackendManager
+
+    m = BackendManager.from_entry_points(disabled=[])
+    res = {"limits": dict(limits), **({"requests": dict(requests)} if requests else {})}
+    c = {"name": "c", "resources": res}
+    pod_ = {"metadata": {"name": "p"}, "spec": {"containers": [c]}}
+    return [
+        (r.count, r.memory_mib, r.memory_pct, r.cores_pct)
+        for r in m.parse_requests(pod_, c, init=False)
+    ]
+
+
+def test_vxpu_generate_resource_requests():
+    """``pkg/device/kunlun/vdevice_test.go::Test_KunlunVDevices_GenerateResourceRequests``:
+    "no vcount requested" asks nothing; "vcount without memory defaults to full device"
+    (HAMi: 98304 MiB and 100 %, the whole P800; here 100 % of it) with cores 100;
+    "vcount with memory from requests fallback": 2 x 24576 MiB, cores 25."""
+    assert _read({}) == []
+    assert _read({"kunlunxin.com/vxpu": "1"}) == [(1, 0, 100, 100)]
+    assert _read({"kunlunxin.com/vxpu": "2"}, {"kunlunxin.com/vxpu-memory": "24576"}) == [
+        (2, 24576, 0, 25)
+    ]
+
+
+def test_vxpu_mutate_admission_trims_memory():
+    """``vdevice_test.go::Test_MutateAdmission``: "no vcount limit" is not taken; "vcount
+    with vmemory gets trimmed": 30000 MiB is written as 49152 in limits and requests
+    (also when the container had no requests block)."""
+    from tests.unit.test_admission import patched, review
+
+    def p(limits):
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]},
+        }
+
+    none = p({})
+    assert patched(none, review(none))["spec"].get("schedulerName") != "hami-scheduler"
+    pod_ = p({"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "30000"})
+    res = patched(pod_, review(pod_))["spec"]["containers"][0]["resources"]
+    assert (
+        res["limits"]["kunlunxin.com/vxpu-memory"]
+        == res["requests"]["kunlunxin.com/vxpu-memory"]
+        == "49152"
+    )
