@@ -10,6 +10,10 @@ definitions, alternating rounds, and reports medians. Two configurations:
   + compute limit 50%    every launch goes through the throttle's bookkeeping
                          (two CUDA events, estimate, clock update; the stand-in
                          kernels take no GPU time so the throttle never sleeps)
+  + CUDA_OVERSUBSCRIBE   allocations the GPU can hold: the path must cost the same
+  priority 0 / 1         task priority (docs/sharing-modes.md): a high container
+                         writing its beat, a low one reading a board with one idle
+                         entry (no limit of its own, so it never sleeps)
 
 The stand-in driver's calls cost tens of nanoseconds, so the ratios are an upper
 bound; the added nanoseconds are what a real driver call (microseconds) pays.
@@ -66,12 +70,29 @@ def main() -> int:
     args = ap.parse_args()
 
     subprocess.run(["make", "-s", "-C", str(SHIM), "test-bins"], check=True)
+    board_tmp = tempfile.TemporaryDirectory()
+    uuid = "GPU-00000000-1111-2222-3333-000000000000"  # the stand-in's first device
+    boards = {}
+    for who in ("high", "low"):  # apart: the high run's beats must not make the low one yield
+        board = Path(board_tmp.name) / who / "board"
+        (board / uuid / "entry").mkdir(parents=True)
+        (board / uuid / "entry" / "beat").write_bytes(bytes(8))  # written long ago
+        beat = Path(board_tmp.name) / who / "beat"
+        beat.mkdir()
+        (beat / uuid).symlink_to(board / uuid / "entry")
+        boards[who] = {
+            "HAMI_SHIM_PRIORITY_DIR": str(board),
+            "HAMI_SHIM_PRIORITY_BEAT_DIR": str(beat),
+        }
     configs = {
         "memory limit only": {},
         "memory + compute limit 50%": {
             "CUDA_DEVICE_SM_LIMIT": "50",
             "GPU_CORE_UTILIZATION_POLICY": "force",
         },
+        "+ CUDA_OVERSUBSCRIBE": {"CUDA_OVERSUBSCRIBE": "true"},
+        "priority 0 (high)": {**boards["high"], "CUDA_TASK_PRIORITY": "0"},
+        "priority 1 (low, idle)": {**boards["low"], "CUDA_TASK_PRIORITY": "1"},
     }
     results = {}
     for name, env in configs.items():
@@ -96,6 +117,7 @@ def main() -> int:
                 "added_ns": r["launch_hooked_ns"] - r["launch_unhooked_ns"],
             },
         }
+    board_tmp.cleanup()
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
