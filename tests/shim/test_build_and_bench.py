@@ -57,8 +57,11 @@ def test_overhead_benchmark_reports_ratios(build):
     )
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in proc.stdout.splitlines() if re.search(r"\d+\.\d+x", line)]
+    # five configurations (memory only, + compute limit, + CUDA_OVERSUBSCRIBE, priority
+    # 0 and 1) x two calls
     assert (
-        len(rows) == 4
-        and any("cuMemAlloc_v2" in r for r in rows)
-        and any("cuLaunchKernel" in r for r in rows)
+        len(rows) == 10
+        and sum("cuMemAlloc_v2" in r for r in rows) == 5
+        and sum("cuLaunchKernel" in r for r in rows) == 5
+        and any(r.startswith("priority 1") for r in rows)
     )
