@@ -204,6 +204,11 @@ def test_reregisters_when_kubelet_restarts(kubelet: FakeKubelet, plugin: DeviceP
     assert request.resource_name == "nvidia.com/gpu"
     kubelet.wait_list(lambda s: len(kubelet.lists) > lists_before and len(s) == 20)
     assert plugin.server.socket_path.is_socket()
+    # The fake kubelet records a Register before answering it; the plugin counts it only
+    # once the answer is back, so under load the count can trail the kubelet by a moment.
+    deadline = time.monotonic() + 10
+    while plugin.server.registrations < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert plugin.server.registrations == 2
 
 
