@@ -195,3 +195,24 @@ def test_mutate_admission_denials(source, limits, requests, words):
     """``Test_MutateAdmission``, the case named: HAMi's webhook returns an error."""
     out = review(_pod(limits, requests))
     assert not out.allowed and words in out.message, (source, out.message)
+
+
+@pytest.mark.parametrize(
+    ("source", "limits", "config"),
+    [
+        ("hygon: set to resource limits", {"hygon.com/dcunum": "1"}, None),
+        # HAMi's test device uses its flag default count name cambricon.com/mlu
+        (
+            "cambricon: set to resources limits",
+            {"cambricon.com/mlu": "1"},
+            {"cambricon": {"resourceCountName": "cambricon.com/mlu"}},
+        ),
+    ],
+)
+def test_mutate_admission_of_the_older_vendors(source, limits, config):
+    """``pkg/device/<vendor>/device_test.go::Test_MutateAdmission``, the case named: the
+    pod is taken."""
+    p = _pod(limits)
+    out = review(p, config=config)
+    assert out.allowed, out.message
+    assert patched(p, out)["spec"]["schedulerName"] == "hami-scheduler", source
