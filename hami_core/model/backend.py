@@ -9,6 +9,7 @@ import attrs
 
 from .allocation import ContainerDevice
 from .cores import PERCENT, CoresUnit
+from .device import DeviceUsage
 from .fitrules import FitRules
 from .request import DeviceRequest
 
@@ -99,6 +100,17 @@ class DeviceTypeInfo:
     def resource_cores_unit(self) -> CoresUnit:
         """The unit of the cores resource and of requests (see ``request_cores_unit``)."""
         return self.request_cores_unit or self.cores_unit
+
+    def cores_capacity(self, usage: DeviceUsage) -> int:
+        """A device's compute as a person reads it, in ``cores_unit``: for percent, what
+        fit reads (``fit_rules.cores_capacity``: an Ascend chip registered by HAMi's
+        device plugin with its AI Core count as ``devcore`` is 100 %), else the
+        device's ``cores_pct`` as carried."""
+        if self.cores_unit.is_percent:
+            fit = self.fit_rules.cores_capacity(usage)
+            if fit is not None:
+                return fit
+        return usage.device.cores_pct
 
     def requested_cores(self, request: DeviceRequest) -> int:
         """Per device, the compute ``request`` asks, in ``resource_cores_unit``

@@ -145,6 +145,12 @@ def _cores_unit(types: DeviceTypes, vendor: str) -> CoresUnit:
     return t.cores_unit if t is not None else PERCENT
 
 
+def _capacity(types: DeviceTypes, usage: DeviceUsage) -> int:
+    """A device's compute, as stored, as its vendor reads it (``DeviceTypeInfo.cores_capacity``)."""
+    t = types.get(usage.device.vendor)
+    return t.cores_capacity(usage) if t is not None else usage.device.cores_pct
+
+
 def unit_named(name: str | None) -> CoresUnit:
     """The ``CoresUnit`` of a report's ``coresUnit`` (percent for reports without one)."""
     return CORES_UNITS.get(name or "", PERCENT)
@@ -471,7 +477,7 @@ def _gpu_entries(
                     "mode": d.mode,
                     "memoryMiB": d.memory_mib,
                     "usedMemoryMiB": u.used_memory_mib,
-                    "coresPct": unit.amount(d.cores_pct),
+                    "coresPct": unit.amount(_capacity(types, u)),
                     "usedCoresPct": unit.amount(u.used_cores_pct),
                     "coresUnit": unit.name,
                     "splitCount": d.split_count,
@@ -611,7 +617,7 @@ def _explain_node(
                 "model": d.model,
                 "memoryMiB": d.memory_mib,
                 "usedMemoryMiB": u.used_memory_mib if u is not None else None,
-                "coresPct": unit.amount(d.cores_pct),
+                "coresPct": unit.amount(_capacity(types, u or DeviceUsage(device=d))),
                 "usedCoresPct": unit.amount(u.used_cores_pct) if u is not None else None,
                 "coresUnit": unit.name,
                 "splitCount": d.split_count,

@@ -187,7 +187,7 @@ def build_view(
         raise ValueError(f"--sort-by must be one of {', '.join(SORT_KEYS)}, not {sort_by!r}")
     scheduler = Scheduler(store, manager)
     types = manager.device_types()
-    units = {t.vendor: t.cores_unit for t in types}
+    by_vendor = {t.vendor: t for t in types}
     usage = usage or {}
     wanted = set(nodes)
     device_rows: list[DeviceRow] = []
@@ -218,7 +218,9 @@ def build_view(
             if vendor and d.vendor != vendor:
                 continue
             use = usage.get(uuid)
-            unit = units.get(d.vendor, PERCENT)
+            dtype = by_vendor.get(d.vendor)
+            unit = dtype.cores_unit if dtype is not None else PERCENT
+            capacity = dtype.cores_capacity(u) if dtype is not None else d.cores_pct
             rows.append(
                 DeviceRow(
                     node=name,
@@ -230,7 +232,7 @@ def build_view(
                     cordoned=u.cordoned,
                     memory_total_mib=d.memory_mib,
                     memory_allocated_mib=u.used_memory_mib,
-                    cores_total_pct=unit.amount(d.cores_pct),
+                    cores_total_pct=unit.amount(capacity),
                     cores_allocated_pct=unit.amount(u.used_cores_pct),
                     cores_unit=unit.name,
                     sharers=u.used_count,

@@ -183,3 +183,64 @@ def test_hami_top_writes_each_vendors_unit() -> None:
         "neuroncore-mask": {"allocated": 0, "total": 8},
         "sgpu-cores": {"allocated": 0, "total": 32},
     }
+
+
+def test_an_ascend_chip_registered_with_its_ai_core_count_reads_as_100_percent(
+    tmp_path: Path,
+) -> None:
+    """HAMi's ascend-device-plugin registers ``devcore`` = the chip's AI Core count (20
+    for a 910B3) in template mode; fit reads that as the whole chip, and so do the
+    outputs: ``0/100%``, not ``0/20%``."""
+    chips = [
+        {
+            "id": f"HAMI-B3-{i}",
+            "index": i,
+            "count": 4,
+            "devmem": 65536,
+            "devcore": 20,
+            "type": "Ascend910B3",
+            "health": True,
+        }
+        for i in range(2)
+    ]
+    cluster = write(
+        tmp_path / "cluster.yaml",
+        {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": "npu-1",
+                        "annotations": {"hami.io/node-register-Ascend910B3": json.dumps(chips)},
+                    },
+                    "status": {"allocatable": {"huawei.com/Ascend910B3": "8"}},
+                }
+            ],
+        },
+    )
+    pods = write(
+        tmp_path / "pods.yaml",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "whole", "namespace": "default"},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "x",
+                        "resources": {"limits": {"huawei.com/Ascend910B3": 1}},
+                    }
+                ]
+            },
+        },
+    )
+    out = invoke("simulate", "--cluster", str(cluster), str(pods))
+    assert "cores 100/100%" in out and "/20%" not in out, out
+    data = json.loads(invoke("simulate", "--cluster", str(cluster), str(pods), "-o", "json"))
+    assert {(g["usedCoresPct"], g["coresPct"]) for g in data["gpus"]} == {(100, 100), (0, 100)}
+    top = invoke("top", "--snapshot", str(cluster))
+    assert "0/100%" in top and "/20%" not in top, top
