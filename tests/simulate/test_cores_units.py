@@ -244,3 +244,46 @@ def test_an_ascend_chip_registered_with_its_ai_core_count_reads_as_100_percent(
     assert {(g["usedCoresPct"], g["coresPct"]) for g in data["gpus"]} == {(100, 100), (0, 100)}
     top = invoke("top", "--snapshot", str(cluster))
     assert "0/100%" in top and "/20%" not in top, top
+
+
+def test_top_sorts_compute_by_share_of_the_device_across_units() -> None:
+    """After the all-vendors workloads ``--sort-by cores`` compares shares of the device:
+    AMD's 76 of 304 CUs (25 %) sorts below NVIDIA's 30 %, never by the raw 76."""
+    import yaml
+
+    from hami_core.simulate.loader import WorkloadPod, Workloads, parse_cluster
+    from hami_core.simulate.runner import simulate as run_simulation
+    from hami_core.top import build_view
+
+    from .helpers import manager
+
+    mgr = manager()
+    cluster = parse_cluster(
+        list(yaml.safe_load_all(CLUSTER.read_text())), source="all", manager=mgr
+    )
+    pods = [
+        WorkloadPod(pod=doc, source="all")
+        for doc in yaml.safe_load_all((WORKLOADS / "pods.yaml").read_text())
+        if doc
+    ]
+    sim = run_simulation(cluster, Workloads(pods=tuple(pods)), mgr)
+    view = build_view(sim.pipeline.cluster, mgr, sort_by="cores")
+    held = [(d.vendor, d.cores_allocated_share_pct) for d in view.devices]
+    assert [h for h in held if h[1]] == [
+        ("DCU", 60),
+        ("Enflame", 50),
+        ("BI-V150", 50),
+        ("AWSNeuron", 50),  # 1 of 2 NeuronCores (mask 1 of mask 3)
+        ("NVIDIA", 30),
+        ("MLU", 30),
+        ("AMD", 25),  # 76 of 304 CUs, not 76
+        ("Mthreads", 25),  # 4 of 16 sGPU cores
+        ("Metax-SGPU", 25),
+        ("XPU", 25),
+    ]  # ties in node order
+    amd = next(d for d in view.devices if d.vendor == "AMD" and d.cores_allocated_pct)
+    assert (amd.cores_allocated_pct, amd.cores_total_pct, amd.cores_allocated_share_pct) == (
+        76,
+        304,
+        25,
+    )
