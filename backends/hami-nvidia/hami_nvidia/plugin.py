@@ -22,7 +22,7 @@ from hami_core.backend import (
     hookimpl,
 )
 
-from . import admission, allocate, fit, monitor, node, requests, shim
+from . import admission, allocate, fit, monitor, node, priority_board, requests, shim
 from .names import DEVICE_TYPE
 
 
@@ -135,4 +135,6 @@ def hami_host_devices() -> list[HostDevice] | None:
 def hami_release(
     pods: Sequence[Mapping[str, Any]], devices: Sequence[DeviceInfo], config: VendorConfig
 ) -> list[str] | None:
-    return node.current().release(pods, devices, config)
+    freed = list(node.current().release(pods, devices, config) or [])
+    freed += priority_board.release(pods, devices, config)
+    return freed or None
