@@ -30,6 +30,10 @@ MANAGED = [
     "nvidia.com/gpucores",
     "nvidia.com/cores",
     "nvidia.com/priority",
+    # kube-scheduler calls the extender only for pods asking a managed resource
+    "cambricon.com/vmlu",
+    "cambricon.com/mlu.smlu.vmemory",
+    "cambricon.com/mlu.smlu.vcore",
 ]
 HAMI = str(Path(sys.executable).parent / "hami")
 

@@ -296,3 +296,53 @@ def test_metrics_endpoint_reports_binds_and_allocations(control_plane, core, sta
     ]
     assert lines and float(lines[0].split()[-1]) == 2000 * 2**20, lines
     assert f'hami_vgpu_memory_allocated_bytes{{container_index="0",device_uuid="GPU-{n}"' in text
+
+
+def test_cambricon_cases_match_simulate(control_plane, core):
+    """The Cambricon decisions of this session through the real kube-scheduler and
+    extender, against ``hami simulate``: an sMLU with memory but no vcore books the card's
+    compute (cores 100, as HAMi's ``pkg/device/cambricon`` does), so it does not join a
+    shared card; a slice stating its vcore still does; the bound pods carry
+    ``CAMBRICON_DSMLU_PROFILE`` / ``CAMBRICON_DSMLU_ASSIGNED`` as in simulate."""
+    from tests.backends.cambricon.helpers import container as mlu_container
+    from tests.backends.cambricon.helpers import mlu
+    from tests.backends.cambricon.helpers import node as mlu_node
+
+    n = unique("mlu")
+    card = mlu("MLU-e2e-0", index=2)
+    obj = mlu_node(n, [card])
+    control_plane.add_fake_node(
+        n,
+        annotations=obj["metadata"]["annotations"],
+        capacity={"cambricon.com/vmlu": "10"},
+    )
+    sim = pipeline(obj)
+    cases = [
+        ("a", mlu_container(vmlu=1, vmemory=20, vcore=30)),
+        ("b", mlu_container(vmlu=1, vmemory=20)),
+        ("c", mlu_container(vmlu=1, vmemory=20, vcore=30)),
+    ]
+    expected = {}
+    for name, c in cases:
+        expected[name] = sim.submit(pod(name, c)).node
+        create(core, pod(name, c))
+        if expected[name] is not None:
+            wait_bound(control_plane, core, [name])
+        else:
+            control_plane.wait_for(
+                lambda name=name: any(r == "FilteringFailed" for r, _ in events(core, name)),
+                message=f"{name} unschedulable",
+            )
+    assert expected == {"a": n, "b": None, "c": n}
+    got = {name: raw_pod(core, name)["spec"].get("nodeName") for name, _ in cases}
+    assert got == expected
+    for name in ("a", "c"):
+        real = raw_pod(core, name)["metadata"]["annotations"]
+        simulated = sim.cluster.get_pod("default", name)["metadata"]["annotations"]
+        for key in (
+            "hami.io/cambricon-mlu-devices-allocated",
+            "CAMBRICON_DSMLU_PROFILE",
+            "CAMBRICON_DSMLU_ASSIGNED",
+        ):
+            assert real[key] == simulated[key], (name, key)
+        assert real["CAMBRICON_DSMLU_PROFILE"] == "2_30_20"
