@@ -26,12 +26,13 @@ mps (NVIDIA MPS as the device plugin configures its clients): starts a control d
     and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M`` and one with 100; ``ok`` when the
     limited client's allocation past 2 GiB fails, one under it succeeds, and its matmul
     throughput is at most 60 % of the unlimited client's. Stops the daemon (``quit``).
-mig (dynamic MIG the way the device plugin does it, through pynvml): with MIG mode on
-    (``--enable-mig`` turns it on with ``nvidia-smi -mig 1`` and off again at the end;
-    that needs an idle GPU and may need a reset), creates a GPU instance of the smallest
-    profile at its first possible placement and a compute instance in it, runs a child
-    on the instance's ``MIG-...`` UUID; ``ok`` when the child sees about the profile's
-    memory, cannot allocate more, and both instances are destroyed afterwards.
+mig (dynamic MIG through the device plugin's own code, hami_nvidia.nvml.PynvmlLibrary
+    over pynvml): with MIG mode on (``--enable-mig`` turns it on with ``nvidia-smi -mig 1``
+    and off again at the end; that needs an idle GPU and may need a reset), lists the
+    profiles, creates a GPU instance of the smallest at its first placement with its
+    compute instance, runs a child on the instance's ``MIG-...`` UUID, destroys it; ``ok``
+    when the instance is listed, the child sees about the profile's memory and cannot
+    allocate more, and nothing is left after the destroy.
 """
 
 from __future__ import annotations
@@ -290,14 +291,22 @@ def check_mps(gpu: int) -> dict[str, Any]:
 
 
 def check_mig(gpu: int, enable: bool) -> dict[str, Any]:
+    """Through hami-nvidia's own NVML MIG code (``hami_nvidia.nvml.PynvmlLibrary``: what the
+    device plugin calls at Allocate and when the pod is gone)."""
     try:
         import pynvml  # nvidia-ml-py
     except ImportError:
         return {"skipped": "pynvml not installed (pip install nvidia-ml-py)"}
+    sys.path.insert(0, str(SHIM.parent / "backends" / "hami-nvidia"))
+    try:
+        from hami_nvidia.nvml import PynvmlLibrary
+    except ImportError as exc:
+        return {"skipped": f"hami_nvidia not importable ({exc}); pip install -e the repo"}
     pynvml.nvmlInit()
     report: dict[str, Any] = {}
     enabled_here = False
-    gi = ci = None
+    lib = PynvmlLibrary()
+    made = None
     try:
         h = pynvml.nvmlDeviceGetHandleByIndex(gpu)
         try:
@@ -312,64 +321,52 @@ def check_mig(gpu: int, enable: bool) -> dict[str, Any]:
             current, _pending = pynvml.nvmlDeviceGetMigMode(h)
             if current != pynvml.NVML_DEVICE_MIG_ENABLE:
                 return {"skipped": "MIG mode pending: the GPU needs a reset (nvidia-smi -r)"}
-        # the smallest GPU-instance profile this GPU has, as the scheduler would pick it
-        for pid in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, pid)
-            except pynvml.NVMLError:
-                continue
-            if info.instanceCount > 0:
-                break
-        else:
-            return {"ok": False, "error": "no GPU instance profile"}
-        placements = pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(h, info.id)
-        report["profile"] = {
-            "id": info.id,
-            "memory_mib": info.memorySizeMB,
-            "slices": info.sliceCount,
-            "placement": [placements[0].start, placements[0].size],
+        profiles = lib.mig_profiles(gpu)
+        report["profiles"] = [p.name for p in profiles]
+        if not profiles:
+            return {"ok": False, "error": "NVML lists no GPU instance profile"}
+        # the smallest profile at its first placement, as the scheduler's fit prefers
+        small = min(profiles, key=lambda p: (p.memory_mib, p.slice_count))
+        start, size = small.placements[0]
+        before = {i.gpu_instance_id for i in lib.mig_instances(gpu)}
+        made = lib.create_mig_instance(gpu, small.profile_id, start, size)
+        report["instance"] = {
+            "profile": small.name,
+            "memory_mib": small.memory_mib,
+            "placement": [start, size],
+            "gpu_instance_id": made.gpu_instance_id,
+            "compute_instance_id": made.compute_instance_id,
+            "mig_uuid": made.mig_uuid,
         }
-        gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(h, info.id, placements[0])
-        cinfo = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-            gi,
-            pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
-            pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
-        )
-        ci = pynvml.nvmlGpuInstanceCreateComputeInstance(gi, cinfo.id)
-        mig = None
-        for i in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
-            try:
-                m = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
-            except pynvml.NVMLError:
-                continue
-            if pynvml.nvmlDeviceGetGpuInstanceId(m) == pynvml.nvmlGpuInstanceGetInfo(gi).id:
-                raw = pynvml.nvmlDeviceGetUUID(m)
-                mig = raw.decode() if isinstance(raw, bytes) else str(raw)
-                break
-        report["mig_uuid"] = mig
-        cap = int(info.memorySizeMB)
+        listed = {i.gpu_instance_id: i for i in lib.mig_instances(gpu)}
+        report["listed_after_create"] = made.gpu_instance_id in listed
+        cap = small.memory_mib
         out = child(
             MEMORY_CHILD,
             [str(cap)],
-            dict(clean_env(), CUDA_VISIBLE_DEVICES=str(mig), NVIDIA_VISIBLE_DEVICES=str(mig)),
+            dict(
+                clean_env(),
+                CUDA_VISIBLE_DEVICES=made.mig_uuid,
+                NVIDIA_VISIBLE_DEVICES=made.mig_uuid,
+            ),
         )
         report["child"] = out
         seen_total = (out.get("mem_get_info_mib") or [0, 0])[1]
+        lib.destroy_mig_instance(gpu, made.gpu_instance_id)
+        made = None
+        after = {i.gpu_instance_id for i in lib.mig_instances(gpu)}
+        report["left_after_destroy"] = sorted(after - before)
         report["ok"] = bool(
-            mig
+            report["instance"]["mig_uuid"].startswith("MIG-")
+            and report["listed_after_create"]
             and 0.85 * cap <= seen_total <= 1.02 * cap
             and out.get("under_cap") == "allocated"
             and out.get("over_cap") == "OutOfMemoryError"
+            and not report["left_after_destroy"]
         )
     finally:
-        if ci is not None:
-            pynvml.nvmlComputeInstanceDestroy(ci)
-        if gi is not None:
-            pynvml.nvmlGpuInstanceDestroy(gi)
-            h = pynvml.nvmlDeviceGetHandleByIndex(gpu)
-            left = pynvml.nvmlDeviceGetGpuInstances(h, report.get("profile", {}).get("id", 0))
-            report["instances_left"] = len(left)
-            report["ok"] = bool(report.get("ok")) and not left
+        if made is not None:  # a failure above: leave nothing behind
+            lib.destroy_mig_instance(gpu, made.gpu_instance_id)
         if enabled_here:
             smi("-i", str(gpu), "-mig", "0")
         pynvml.nvmlShutdown()
