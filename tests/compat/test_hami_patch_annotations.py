@@ -68,13 +68,27 @@ def test_a_bound_mlu_pod_carries_the_dsmlu_profile():
 
 
 @pytest.mark.parametrize(
-    ("source", "vendor"), [("biren", "Biren"), ("vastai", "Vastai"), ("hygon", "DCU")]
+    ("source", "vendor"),
+    [("biren", "Biren"), ("vastai", "Vastai"), ("hygon", "DCU"), ("amd", "AMD")],
 )
 def test_device_lists_of_a_one_device_pod(source, vendor):
-    """``pkg/device/<source>/device_test.go::Test_PatchAnnotations`` "exist device":
-    both annotations carry ``test1,<vendor>,2048,1:;``."""
+    """``pkg/device/<source>/device_test.go::Test_PatchAnnotations`` "exist device" (AMD:
+    its one case, ``EncodePodSingleDevice``): both annotations carry
+    ``test1,<vendor>,2048,1:;``."""
     devices = ((ContainerDevice(uuid="test1", vendor=vendor, memory_mib=2048, cores_pct=1),),)
     assert encode_pod_devices(devices) == f"test1,{vendor},2048,1:;"
+    dev = DeviceInfo(
+        uuid="test1",
+        vendor=vendor,
+        model=vendor,
+        index=0,
+        split_count=10,
+        memory_mib=4096,
+        cores_pct=100,
+    )
+    extra = MANAGER.bind_annotations(vendor, POD, NodeInfo(name="n", devices=(dev,)), devices)
+    if source != "amd":  # HAMi's DeepEqual: nothing but the two device lists
+        assert extra == {}
 
 
 def test_iluvatar_device_list():
