@@ -840,3 +840,24 @@ def test_a_terminating_pod_keeps_its_devices_until_it_ends():
     assert not p.submit(pod("new", container(gpu=1))).scheduled
     p.cluster.set_pod_phase("default", "old", "Succeeded")
     assert p.submit(pod("newer", container(gpu=1))).scheduled
+
+
+def test_add_resource_usage_sums_count_memory_and_cores():
+    """``pkg/device/hygon/device_test.go::TestDevices_AddResourceUsage`` (the same in
+    Biren, Vastai, Cambricon, Ascend, Moore Threads, MetaX): a device using 2000 MiB and 15 %
+    that takes a container of 1024 MiB and 50 % uses one more sharer, 3024 MiB and 65 %."""
+    from tests.backends.hygon.test_pipeline import HAMI_LEGACY, dcu_node, dcu_pod
+
+    p = pipeline(dcu_node("dcu-1", HAMI_LEGACY.split(":")[0] + ":"))
+    assert p.submit(dcu_pod("first", count=1, mem=2000, cores=15)).scheduled
+
+    def used():
+        sched = p.scheduler
+        info = sched.node_info(p.cluster.get_node("dcu-1"))
+        u = sched.node_usage(info)["DCU-SN0"]
+        return (u.used_count, u.used_memory_mib, u.used_cores_pct)
+
+    before = used()
+    assert before == (1, 2000, 15)
+    assert p.submit(dcu_pod("second", count=1, mem=1024, cores=50)).scheduled
+    assert used() == (before[0] + 1, 3024, 65)
