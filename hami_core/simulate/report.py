@@ -3,8 +3,9 @@
 The JSON form is the data the text is rendered from, so both always say the same.
 Keys are stable; memory is in MiB, scores 0..100. Compute is in the vendor's unit
 (``DeviceTypeInfo.cores_unit``, ``hami_core.model.cores``), named by the ``coresUnit``
-beside it: ``percent`` of one device for most vendors, ``compute-units`` (AMD),
-``neuroncores`` (AWS Neuron: core masks are given as their core counts), ``sgpu-cores``
+beside it: ``percent`` of one device for most vendors, ``compute-units`` (AMD devices;
+AMD requests are ``percent``), ``neuroncore-mask`` (AWS Neuron devices: their core masks
+are given as core counts) and ``neuroncores`` (AWS Neuron requests), ``sgpu-cores``
 (Moore Threads, 16 to a GPU), ``none`` (count-only vendors); the keys keep their
 historical ``Pct`` names so readers of earlier reports keep working.
 
