@@ -32,8 +32,8 @@ def pod_with_init() -> dict:
     }
 
 
-def submit(pod: dict):
-    mgr = manager()
+def submit(pod: dict, hook_path: str = ""):
+    mgr = manager({"nvidia": {"hookPath": hook_path}} if hook_path else None)
     memory = parse_cluster([simple_cluster(("n1", [A100]))], source="t", manager=mgr).to_memory()
     pipeline = Pipeline(memory, mgr)
     return pipeline.submit(pod), memory
@@ -64,12 +64,15 @@ def test_every_device_container_is_answered_by_the_allocator_in_kubelets_order()
     assert train.envs["NVIDIA_VISIBLE_DEVICES"] == ",".join(placed)
 
 
-def test_the_simulator_writes_nothing_on_the_host():
-    out, _ = submit(pod_with_init())
+def test_the_simulator_writes_nothing_on_the_host(tmp_path):
+    # The node's host directory is a fresh one: whatever the answers name must stay absent.
+    hook = tmp_path / "vgpu"
+    out, _ = submit(pod_with_init(), hook_path=str(hook))
     files = [path for a in out.allocations.values() for path in a.files]
     dirs = [m.host_path for a in out.allocations.values() for m in a.mounts if not m.read_only]
     assert files and dirs  # the answers name the limits file and the shared-region dir
-    assert not any(os.path.exists(p) for p in files + dirs)
+    assert all(p.startswith(str(hook)) for p in files + dirs)
+    assert not hook.exists() and not any(os.path.exists(p) for p in files + dirs)
 
 
 def test_kubelet_hands_an_init_containers_device_ids_to_the_containers_after_it():
