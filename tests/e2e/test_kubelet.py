@@ -248,14 +248,17 @@ def _start_webhook(stack: Stack) -> None:
     cp.wait_for(has_ca, timeout=90, message="the webhook's CA in its configuration")
 
 
-def _start_device_plugin(stack: Stack, *, node_config: Path | None = None, extra: str = "") -> None:
+def _start_device_plugin(
+    stack: Stack, *, node_config: Path | None = None, extra: str = "", mig: bool = False
+) -> None:
     lib = fakenvml.build(stack.work / "fakenvml")
     nvml = stack.work / "fake-nvml.json"
     nvml.write_text(
         json.dumps(
             {
                 "devices": [
-                    {"uuid": u, "name": "NVIDIA A100-PCIE-16GB", "memory_mib": 16384} for u in GPUS
+                    {"uuid": u, "name": "NVIDIA A100-PCIE-16GB", "memory_mib": 16384, "mig": mig}
+                    for u in GPUS
                 ]
             }
         )
@@ -712,3 +715,62 @@ def test_an_mps_node_gives_the_mps_env_and_pipe_mount_through_a_real_kubelet(sta
     assert env["PRELOAD"] == "none"  # and the shim is not preloaded
     assert not any(k.startswith("CUDA_DEVICE_") for k in env)
     assert not (stack.hook / "containers" / f"{pod['metadata']['uid']}_main.limits").exists()
+
+
+# -- MIG (issue #17 items 1-2): last, it restarts the device plugin in dynamic MIG mode ---
+
+
+def test_a_dynamic_mig_node_gives_the_instance_only_and_frees_it_after_the_pod(stack: Stack):
+    node_config = stack.work / "node-config.json"
+    node_config.write_text(json.dumps({"nodeconfig": [{"name": NODE, "operatingmode": "mig"}]}))
+    state = stack.work / "fake-nvml.json.mig"  # the stand-in's GPU and compute instances
+    state.unlink(missing_ok=True)
+    # The earlier tests' pods hold shim/MPS shares of these GPUs: a GPU turned to MIG takes
+    # no instance while they live (modes never mix on one GPU), so they go first.
+    stack.core.delete_collection_namespaced_pod(stack.namespace, grace_period_seconds=0)
+    stack.cp.wait_for(
+        lambda: not stack.core.list_namespaced_pod(stack.namespace).items,
+        timeout=90,
+        message="the earlier tests' pods gone",
+    )
+    stack.cp.stop_process("device-plugin")
+    _start_device_plugin(
+        stack, node_config=node_config, extra="  migReleaseGraceSeconds: 0\n", mig=True
+    )
+
+    def inventory_in_mig() -> bool:
+        ann = stack.node.node()["metadata"].get("annotations") or {}
+        devices = json.loads(ann.get("hami.io/node-nvidia-register") or "[]")
+        return bool(devices) and all(
+            d.get("mode") == "mig" and d.get("migProfiles") for d in devices
+        )
+
+    stack.cp.wait_for(inventory_in_mig, timeout=60, message="the inventory in mig mode")
+    stack.cp.wait_for(
+        lambda: stack.node.allocatable("nvidia.com/gpu") == "14",  # 7 instances per GPU
+        timeout=90,
+        message="the plugin registered again",
+    )
+    script = "env; echo PRELOAD=$(cat /etc/ld.so.preload 2>/dev/null || echo none); exec sleep 3600"
+    body = _tenant_pod("mig-a", annotations={"nvidia.com/vgpu-mode": "mig"})
+    main = body["spec"]["containers"][0]
+    main["command"] = ["/bin/sh", "-c", script]
+    stack.core.create_namespaced_pod(stack.namespace, body)
+    pod = stack.wait_running("mig-a")
+
+    ann = pod["metadata"]["annotations"]
+    assert ann[keys.BIND_PHASE] == "success"
+    (instance,) = json.loads(ann["hami.io/vgpu-mig-allocations"])
+    assert instance["profile"] == "1g.10gb" and instance["migUUID"].startswith("MIG-")
+    env = stack.env_of(pod)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == instance["migUUID"]
+    assert env["PRELOAD"] == "none"  # no shim: the hardware isolates the instance
+    assert not any(k.startswith("CUDA_") for k in env)
+    assert "gi " in state.read_text()
+
+    stack.core.delete_namespaced_pod("mig-a", stack.namespace, grace_period_seconds=0)
+    stack.cp.wait_for(
+        lambda: "gi " not in state.read_text(),
+        timeout=60,
+        message="the instance destroyed once the pod is gone",
+    )

@@ -49,7 +49,8 @@ def check_config(config: VendorConfig) -> None:
 
     Raises:
         ConfigError: ``corePolicy`` is not one of ``CORE_POLICIES``,
-            ``healthRecoverySeconds`` / ``unifiedMemoryMiB`` is negative, or
+            ``healthRecoverySeconds`` / ``unifiedMemoryMiB`` / ``migReleaseGraceSeconds``
+            is negative, ``migProfileAllowlist`` is malformed, or
             ``mpsPipeDirectory`` / ``mpsShmDirectory`` is not an absolute path.
     """
     opts = config.options
@@ -57,7 +58,7 @@ def check_config(config: VendorConfig) -> None:
         raise ConfigError(
             f"nvidia.corePolicy: {opts['corePolicy']!r} is not one of {', '.join(CORE_POLICIES)}"
         )
-    for key in ("healthRecoverySeconds", "unifiedMemoryMiB"):
+    for key in ("healthRecoverySeconds", "unifiedMemoryMiB", "migReleaseGraceSeconds"):
         if opts[key] < 0:
             raise ConfigError(f"nvidia.{key}: must be >= 0, got {opts[key]!r}")
     check_allowlist(opts.get("migProfileAllowlist", []))

@@ -54,8 +54,10 @@ DYNAMIC = "mig"
 #: Key of the nvidia section: HAMi's ``migProfileAllowlist`` (``[{models, profiles}]``).
 ALLOWLIST_KEY = "migProfileAllowlist"
 #: An instance created less than this long ago is never released: the pod list the
-#: release reads may not show the pod it was made for yet.
+#: release reads may not show the pod it was made for yet (option
+#: ``migReleaseGraceSeconds``).
 CREATE_GRACE_S = 120.0
+GRACE_KEY = "migReleaseGraceSeconds"
 MIG_KEY = "hami.io/vgpu-mig-allocations"
 #: ``DeviceInfo.node_local`` key of a MIG GPU this device plugin discovered (absent from
 #: an inventory read back, as ``hami simulate`` passes it: no instance exists there).
@@ -240,13 +242,17 @@ class MigManager:
         return made
 
     def release(
-        self, pods: Sequence[Mapping[str, Any]], devices: Sequence[DeviceInfo]
+        self,
+        pods: Sequence[Mapping[str, Any]],
+        devices: Sequence[DeviceInfo],
+        *,
+        grace_s: float = CREATE_GRACE_S,
     ) -> list[str]:
         """Destroy the dynamic instances no live pod names (HAMi's reconcile): a pod
         holds the instances of its ``hami.io/vgpu-mig-allocations`` until it has
         finished or is gone. An unreadable annotation on a live pod frees nothing
-        this round (fail closed). Instances made in the last ``CREATE_GRACE_S``
-        seconds are kept.
+        this round (fail closed). Instances made in the last ``grace_s`` seconds are
+        kept.
 
         Raises:
             NvmlError: NVML fails (nothing more is destroyed this round).
@@ -272,7 +278,7 @@ class MigManager:
                 (a.gpu_uuid, a.slot.placement.start, a.slot.placement.size) for a in allocations
             }
         now = self.clock()
-        self.created = {k: t for k, t in self.created.items() if now - t < CREATE_GRACE_S}
+        self.created = {k: t for k, t in self.created.items() if now - t < grace_s}
         freed = []
         for device in devices:
             if device.mode != MIG_MODE:

@@ -22,7 +22,7 @@ from hami_core.backend import DeviceInfo, VendorConfig
 
 from .discover import DEFAULT_SYSFS_ROOT, device_infos, numa_node
 from .health import DEFAULT_IGNORED_XIDS, DEFAULT_RECOVERY_S, HealthTracker
-from .migdevices import ALLOWLIST_KEY, DYNAMIC, MigManager, mig_device
+from .migdevices import ALLOWLIST_KEY, CREATE_GRACE_S, DYNAMIC, GRACE_KEY, MigManager, mig_device
 from .nvml import Nvml, NvmlError, NvmlGpu, NvmlMissingError, PynvmlLibrary
 from .topology import link_scores
 
@@ -40,6 +40,9 @@ OPTION_DEFAULTS: dict[str, Any] = {
     # HAMi's migProfileAllowlist: [{models: [...], profiles: ["1g.10gb", ...]}]; a model no
     # entry names offers every profile NVML reports (dynamic MIG, operatingmode: mig).
     ALLOWLIST_KEY: [],
+    # Seconds a dynamic MIG instance is kept after its creation even when no pod in the
+    # (possibly lagging) pod list names it.
+    GRACE_KEY: CREATE_GRACE_S,
 }
 
 
@@ -120,7 +123,7 @@ class NvidiaNode:
         administrator's)."""
         if config.operating_mode != DYNAMIC:
             return None
-        return self.mig.release(pods, devices)
+        return self.mig.release(pods, devices, grace_s=float(config.options[GRACE_KEY]))
 
     def _with_last_good(self, reported: Sequence[NvmlGpu]) -> list[NvmlGpu]:
         now = self.clock()

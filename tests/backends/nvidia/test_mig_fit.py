@@ -444,3 +444,26 @@ def test_a_pod_written_for_the_mixed_strategy_gets_an_instance_of_its_profile():
 def test_bad_mig_profile_requests_are_denied_naming_the_problem(resources, env, message):
     out = Admission(manager()).review(mixed("bad", *resources, env=env))
     assert not out.allowed and message in out.message
+
+
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        (
+            {"migProfileAllowlist": [{"models": ["A100"], "profiles": ["big"]}]},
+            "'big' is not a MIG profile name",
+        ),
+        (
+            {"migProfileAllowlist": [{"models": [], "profiles": ["1g.10gb"]}]},
+            "migProfileAllowlist[0].models",
+        ),
+        ({"migProfileAllowlist": {"A100": "1g.10gb"}}, "nvidia.migProfileAllowlist: expected list"),
+        ({"migReleaseGraceSeconds": -1}, "nvidia.migReleaseGraceSeconds: must be >= 0"),
+    ],
+)
+def test_a_bad_mig_setting_stops_the_start_naming_the_key(section, message):
+    from hami_core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        manager({"nvidia": section})
+    assert message in str(err.value)
