@@ -16,6 +16,7 @@ from hami_core.backend import (
     DeviceUsage,
     FitResult,
     NodeInfo,
+    ReasonCode,
     fit_devices,
     load,
     type_matches,
@@ -42,6 +43,10 @@ def filters_of(pod: Mapping[str, Any]) -> DeviceFilters:
     )
 
 
+#: The order modes are tried in for a container of several GPUs on a node of mixed modes.
+MODE_ORDER = ("hami-core", "mps", "mig")
+
+
 def fit(
     request: DeviceRequest,
     node: NodeInfo,
@@ -54,8 +59,33 @@ def fit(
     See ``hami_core.backend.fit.fit_devices`` for the checks, their order and the hints;
     a GPU in mig mode takes an instance of one of its MIG profiles (``mig``).
     """
-    result = fit_devices(request, node, usage, filters_of(pod), policy, DEVICE_TYPE.fit_rules)
-    return mig.with_instances(result, usage, request)
+    return _fit(request, node, usage, filters_of(pod), policy)
+
+
+def _fit(
+    request: DeviceRequest,
+    node: NodeInfo,
+    usage: Sequence[DeviceUsage],
+    filters: DeviceFilters,
+    policy: DevicePolicy,
+) -> FitResult:
+    """``fit`` with the filters read. A container's GPUs are all in one mode (the device
+    plugin serves a container in one mode): on a node whose GPUs are in several modes
+    (static MIG GPUs beside shared ones) a request of several GPUs takes them from the
+    first mode of ``MODE_ORDER`` that holds it whole."""
+    rules = DEVICE_TYPE.fit_rules
+    whole = fit_devices(request, node, usage, filters, policy, rules)
+    modes = {u.device.mode for u in usage}
+    if request.count > 1 and len(modes) > 1 and whole.fits:
+        for mode in sorted(modes, key=lambda m: (MODE_ORDER.index(m) if m in MODE_ORDER else 9, m)):
+            group = [u for u in usage if u.device.mode == mode]
+            if len(group) < request.count:
+                continue
+            result = fit_devices(request, node, group, filters, policy, rules)
+            if result.fits:
+                return mig.with_instances(result, group, request)
+        return FitResult(node_reason=ReasonCode.ALLOCATED_CARDS_INSUFFICIENT_REQUEST)
+    return mig.with_instances(whole, usage, request)
 
 
 def fit_nodes(
@@ -68,10 +98,4 @@ def fit_nodes(
     filter annotations read once rather than once per node; each answer is the one
     ``fit`` gives for that node."""
     filters = filters_of(pod)
-    rules = DEVICE_TYPE.fit_rules
-    return [
-        mig.with_instances(
-            fit_devices(request, node, usage, filters, policy, rules), usage, request
-        )
-        for node, usage, _ in nodes
-    ]
+    return [_fit(request, node, usage, filters, policy) for node, usage, _ in nodes]

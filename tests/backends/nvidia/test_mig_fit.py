@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+from attrs import evolve as attrs_evolve
 from hami_nvidia import fit as nvfit
 from hami_nvidia import mig
 from hypothesis import HealthCheck, given, settings
@@ -467,3 +468,30 @@ def test_a_bad_mig_setting_stops_the_start_naming_the_key(section, message):
     with pytest.raises(ConfigError) as err:
         manager({"nvidia": section})
     assert message in str(err.value)
+
+
+def test_a_container_of_several_gpus_never_mixes_modes():
+    # A hami-core node with one static MIG GPU beside two shared ones: a 2-GPU request
+    # takes the two shared GPUs, never one of each; with only one shared GPU it does not fit.
+    shared = [
+        DeviceInfo(
+            uuid=f"GPU-s{i}",
+            vendor="NVIDIA",
+            index=i,
+            split_count=10,
+            memory_mib=81920,
+            cores_pct=100,
+        )
+        for i in range(2)
+    ]
+    static = attrs_evolve(mig_gpu("GPU-m"), index=2)
+    request = DeviceRequest(vendor="NVIDIA", count=2, memory_mib=5000)
+    node = NodeInfo(name="n", devices=(*shared, static))
+    usage = [DeviceUsage(device=d) for d in (*shared, static)]
+    got = nvfit.fit(request, node, usage, {}, DevicePolicy.SPREAD)
+    assert sorted(d.uuid for d in got.devices) == ["GPU-s0", "GPU-s1"]
+    busy = [DeviceUsage(device=shared[0], used_count=10), *usage[1:]]
+    miss = nvfit.fit(request, node, busy, {}, DevicePolicy.SPREAD)
+    assert not miss.fits and miss.node_reason is ReasonCode.ALLOCATED_CARDS_INSUFFICIENT_REQUEST
+    # the batch hook answers the same
+    assert nvfit.fit_nodes(request, [(node, busy, ())], {}, DevicePolicy.SPREAD) == [miss]
