@@ -167,12 +167,21 @@ def test_vgpu_mode_selects_devices_by_inventory_mode():
     )
     assert not none.scheduled
     assert none.filter.failed == {"node-1": "2/2 CardTypeMismatch"}
-    both = p2.submit(
+    either = p2.submit(
         pod(
-            "y", container(gpu=2, gpumem=100), annotations={"nvidia.com/vgpu-mode": "hami-core,mig"}
+            "y", container(gpu=1, gpumem=100), annotations={"nvidia.com/vgpu-mode": "hami-core,mig"}
         )
     )
-    assert both.scheduled
+    assert either.scheduled
+    # ... but one container's GPUs are all in one mode (the device plugin serves a
+    # container in one mode: docs/sharing-modes.md), so two GPUs of two modes do not fit.
+    both = p2.submit(
+        pod(
+            "z", container(gpu=2, gpumem=100), annotations={"nvidia.com/vgpu-mode": "hami-core,mig"}
+        )
+    )
+    assert not both.scheduled
+    assert both.filter.failed == {"node-1": "AllocatedCardsInsufficientRequest"}
 
 
 def test_vgpu_mode_unknown_token_is_denied():
