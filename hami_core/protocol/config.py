@@ -27,6 +27,8 @@ keys and bad values are errors that name the key (``nvidia.deviceSplitCount``).
 from __future__ import annotations
 
 import logging
+import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -121,6 +123,19 @@ _VENDOR_KEYS: Final[dict[str, tuple[str, type]]] = {
     "defaultCores": ("default_cores_pct", int),
     "defaultGPUNum": ("default_count", int),
 }
+_RESOURCE_NAME_KEYS: Final = (
+    "resourceCountName",
+    "resourceMemoryName",
+    "resourceMemoryPercentageName",
+    "resourceCoreName",
+)
+# A qualified name (apimachinery validation.IsQualifiedName): a DNS-1123 subdomain prefix
+# of at most 253 characters, "/", a name of at most 63 alphanumerics, '-', '_', '.'
+# starting and ending alphanumeric.
+_QUALIFIED_NAME: Final = re.compile(
+    r"(?=.{1,253}/)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
 _TOP_KEYS: Final = (
     "version",
     "schedulerName",
@@ -195,7 +210,7 @@ def parse_config(data: object, *, backends: Mapping[str, BackendInfo]) -> HamiCo
             raise ConfigError(f"defaultSchedulerPolicy.gpuSchedulerPolicy: {exc}") from None
     device_policy = device_chain.primary if device_chain else DevicePolicy.SPREAD
     expiry = _typed(data, "nodeLockExpirySeconds", float, 300.0)
-    if expiry <= 0:
+    if not expiry > 0:
         raise ConfigError(f"nodeLockExpirySeconds: must be > 0, got {expiry}")
 
     vendors = {
@@ -222,9 +237,13 @@ def _vendor(name: str, section: object, info: BackendInfo) -> VendorConfig:
         if key in _VENDOR_KEYS:
             attr, kind = _VENDOR_KEYS[key]
             fields[attr] = _typed(section, key, kind, None, prefix=f"{name}.")
+            if key in _RESOURCE_NAME_KEYS and fields[attr]:
+                _check_resource_name(fields[attr], f"{name}.{key}")
         elif key in info.option_defaults:
             default = info.option_defaults[key]
             options[key] = _typed(section, key, type(default), default, prefix=f"{name}.")
+            if isinstance(default, list):
+                _check_items(options[key], default, f"{name}.{key}")
         else:
             allowed = ", ".join([*_VENDOR_KEYS, *sorted(info.option_defaults)])
             raise ConfigError(f"{name}.{key}: unknown key (allowed: {allowed})")
@@ -243,6 +262,40 @@ def _vendor(name: str, section: object, info: BackendInfo) -> VendorConfig:
     return cfg
 
 
+def is_extended_resource_name(name: str) -> bool:
+    """Whether ``name`` is one kube-apiserver accepts as an extended resource in a pod's
+    limits and a node's capacity (apimachinery ``helper.IsExtendedResourceName``): a
+    qualified ``domain/name`` outside the ``kubernetes.io`` domain, not starting with
+    ``requests.``, and still a qualified name with ``requests.`` prepended (quota keys)."""
+    return (
+        "kubernetes.io/" not in name
+        and not name.startswith("requests.")
+        and _QUALIFIED_NAME.fullmatch(name) is not None
+        and _QUALIFIED_NAME.fullmatch("requests." + name) is not None
+    )
+
+
+def _check_resource_name(name: str, where: str) -> None:
+    if not is_extended_resource_name(name):
+        raise ConfigError(
+            f"{where}: {name!r} is not a Kubernetes extended resource name "
+            "(domain/name outside kubernetes.io, e.g. example.com/gpu)"
+        )
+
+
+def _check_items(items: list[Any], default: list[Any], where: str) -> None:
+    # A non-empty default list says its items' type (ignoredXids: ints); an empty one
+    # says nothing, and the backend's hami_check_config checks it.
+    kinds = {type(item) for item in default}
+    if len(kinds) != 1 or (kind := kinds.pop()) not in (int, float, str):
+        return
+    for pos, item in enumerate(items):
+        try:
+            _typed({"v": item}, "v", kind, None)
+        except ConfigError:
+            raise ConfigError(f"{where}[{pos}]: expected {kind.__name__}, got {item!r}") from None
+
+
 def yaml_problem(exc: yaml.YAMLError) -> str:
     """One line for a YAML syntax error: ``line 5, column 3: expected ',' or ']'``."""
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
@@ -254,11 +307,14 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any, *, prefix: str = "") -> Any:
     if key not in data:
         return default
-    value = data[key]
+    value: Any = data[key]
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ConfigError(f"{prefix}{key}: expected {kind.__name__}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        # YAML's .nan / .inf are floats, but no scaling factor or duration can be one
+        raise ConfigError(f"{prefix}{key}: must be a finite number, got {value!r}")
     return value
 
 

@@ -24,6 +24,7 @@ GPUs the scheduler chose).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -229,4 +230,6 @@ def _number(entry: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
         if isinstance(value, float) and not value.is_integer():
             raise ConfigError(f"{where}.{key}: expected an integer, got {value!r}")
         return int(value)
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}.{key}: must be a finite number, got {value!r}")
     return float(value)
