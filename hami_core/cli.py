@@ -132,7 +132,10 @@ def scheduler(log_level: str, **opts: Any) -> None:
     from hami_core.servers.scheduler_main import run_scheduler
 
     _start_logging(log_level)
-    run_scheduler(SchedulerOptions(**opts))
+    try:
+        run_scheduler(SchedulerOptions(**opts))
+    except OSError as exc:  # port taken, unreadable or mismatched certificate files
+        raise click.ClickException(f"cannot serve the scheduler extender: {exc}") from exc
 
 
 @cli.command()

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cheroot.server import HTTPConnection
@@ -143,6 +144,27 @@ class _GuardedConnection(HTTPConnection):
             self.guard.leave(client)
 
 
+@contextlib.contextmanager
+def _naming_the_files(*paths: str) -> Iterator[None]:
+    """Re-raise a failure to load PEM files as an ``OSError`` that names them: ``ssl``
+    says only ``[Errno 2] No such file or directory`` or ``[SSL] PEM lib``."""
+    try:
+        yield
+    except OSError as exc:
+        for path in paths:
+            if not os.path.isfile(path):
+                raise OSError(f"{path}: no such file") from exc
+            if not os.access(path, os.R_OK):
+                raise OSError(f"{path}: not readable") from exc
+        what = " and ".join(paths)
+        reason = exc.reason if isinstance(exc, ssl.SSLError) and exc.reason else exc
+        raise OSError(
+            f"{what}: not a PEM certificate and its private key, or they do not match ({reason})"
+            if len(paths) == 2
+            else f"{what}: not a PEM CA bundle ({reason})"
+        ) from exc
+
+
 class HttpsServer:
     """A bound, not yet serving, thread-pooled HTTPS server around a WSGI app.
 
@@ -185,10 +207,12 @@ class HttpsServer:
         """
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
-        adapter = _DeferredHandshakeAdapter(cert_file, key_file)
+        with _naming_the_files(cert_file, key_file):
+            adapter = _DeferredHandshakeAdapter(cert_file, key_file)
         adapter.context.minimum_version = ssl.TLSVersion.TLSv1_2
         if client_ca_file:
-            adapter.context.load_verify_locations(cafile=client_ca_file)
+            with _naming_the_files(client_ca_file):
+                adapter.context.load_verify_locations(cafile=client_ca_file)
             adapter.context.verify_mode = ssl.CERT_REQUIRED
         self._guard = _Guard(
             max_per_client=max_per_client or max(2, threads // 2),

@@ -50,6 +50,8 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
 
     Raises:
         HamiError: bad configuration, or the API server cannot be listed at start.
+        OSError: the extender's or the metrics' port cannot be bound, or the TLS files
+            cannot be loaded; the message names the address and the file.
     """
     check_exposure(opts)
     manager = BackendManager.from_entry_points()
@@ -88,7 +90,14 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         scheduler,
         informers={"nodes": store.nodes, "pods": store.pods, "resourcequotas": store.quotas},
     )
-    start_http_server(opts.metrics_port, addr=opts.metrics_bind_address, registry=metrics.registry)
+    try:
+        start_http_server(
+            opts.metrics_port, addr=opts.metrics_bind_address, registry=metrics.registry
+        )
+    except OSError as exc:
+        raise OSError(
+            f"metrics on {opts.metrics_bind_address}:{opts.metrics_port}: {exc.strerror or exc}"
+        ) from exc
     app = create_extender_app(
         scheduler,
         is_leader=elector.is_leader if elector else (lambda: True),
@@ -96,7 +105,12 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         is_ready=lambda: all(inf.wait_synced(0) for inf in (store.nodes, store.pods, store.quotas)),
         metrics=metrics,
     )
-    server = _server(app, opts)
+    try:
+        server = _server(app, opts)
+    except OSError as exc:  # port taken, certificate files missing or not PEM
+        raise OSError(
+            f"extender on {opts.bind_address}:{opts.port}: {exc.strerror or exc}"
+        ) from exc
     done = stop or threading.Event()
 
     def shutdown(*_: Any) -> None:
