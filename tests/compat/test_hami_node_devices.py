@@ -222,3 +222,47 @@ def test_vendor_check_health(source, vendor):
     expired = read("Requesting_2025-01-07 00:00:00")
     assert expired.devices_of(vendor) == () and vendor in expired.unregistered, source
     assert len(read("Unknown").devices_of(vendor)) == 1
+
+
+def _read_node(node):
+    info = read_node(
+        node, MANAGER.device_types(), now=dt.datetime.now(dt.UTC), reader=MANAGER.node_devices
+    )
+    return [
+        (
+            d.uuid,
+            d.vendor,
+            d.index,
+            d.split_count,
+            d.memory_mib,
+            d.cores_pct,
+            d.numa,
+            d.healthy,
+            d.custom,
+        )
+        for d in info.devices
+    ]
+
+
+def test_mthreads_devices_from_capacity():
+    """``pkg/device/mthreads/device_test.go::Test_GetNodeDevices`` "get node device": a
+    node advertising ``mthreads.com/sgpu-memory: 1`` and ``sgpu-core: 1`` has one GPU
+    ``test-mthreads-0``, count 100, 8192 MiB, 16 cores, healthy."""
+    node = {
+        "metadata": {"name": "test"},
+        "status": {"capacity": {"mthreads.com/sgpu-memory": "1", "mthreads.com/sgpu-core": "1"}},
+    }
+    assert _read_node(node) == [("test-mthreads-0", "Mthreads", 0, 100, 8192, 16, 0, True, ())]
+
+
+def test_aws_neuron_devices_from_capacity():
+    """``pkg/device/awsneuron/device_test.go::Test_GetNodeDevices`` "get node device": an
+    ``inf2`` node with one device and two NeuronCores: ``test-AWSNeuron-0``, count 2,
+    devcore 3, ``AWSNodeType: inf2``."""
+    node = {
+        "metadata": {"name": "test", "labels": {"node.kubernetes.io/instance-type": "inf2"}},
+        "status": {"capacity": {"aws.amazon.com/neuron": "1", "aws.amazon.com/neuroncore": "2"}},
+    }
+    assert _read_node(node) == [
+        ("test-AWSNeuron-0", "AWSNeuron", 0, 2, 0, 3, 0, True, (("AWSNodeType", "inf2"),))
+    ]
