@@ -266,3 +266,20 @@ def test_aws_neuron_devices_from_capacity():
     assert _read_node(node) == [
         ("test-AWSNeuron-0", "AWSNeuron", 0, 2, 0, 3, 0, True, (("AWSNodeType", "inf2"),))
     ]
+
+
+def test_metax_whole_gpus_from_capacity():
+    """``pkg/device/metax/device_test.go::TestGetNodeDevices`` "Test with valid node": a
+    node advertising ``metax-tech.com/gpu: 1`` has ``test-metax-0`` at index 0 with
+    65536 MiB and devcore 100 (the fields HAMi's test compares; its Count 100 is not
+    compared there, and a whole MetaX GPU takes one pod here)."""
+    node = {"metadata": {"name": "test"}, "status": {"capacity": {"metax-tech.com/gpu": "1"}}}
+    ((uuid, vendor, index, _, memory, cores, _, healthy, _),) = _read_node(node)
+    assert (uuid, vendor, index, memory, cores, healthy) == (
+        "test-metax-0",
+        "Metax-GPU",
+        0,
+        65536,
+        100,
+        True,
+    )
