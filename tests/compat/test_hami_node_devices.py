@@ -283,3 +283,25 @@ def test_metax_whole_gpus_from_capacity():
         100,
         True,
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "vendor", "key"),
+    [
+        ("biren", "Biren", "hami.io/node-biren-register"),
+        ("vastai", "Vastai", "hami.io/node-va-register"),
+    ],
+)
+def test_biren_and_vastai_inventories(source, vendor, key):
+    """``pkg/device/<source>/device_test.go::Test_GetNodeDevices``: "exist ... device"
+    (HAMi's JSON with ``devicepairscore``) is ``7-0``, count 1, 32768 MiB, healthy; "no
+    ... device" (``:``) and "node annotations not decode successfully" (empty) give no
+    device. HAMi also sets devcore 100 on these ("only for calscore use"); the inventory
+    keeps 0 here, which these whole-device requests (cores 0) never read."""
+    value = f'[{{"id":"7-0","count":1,"devmem":32768,"type":"{vendor}","health":true,"devicepairscore":{{}}}}]'
+    devices, unregistered = _read({key: value})
+    assert unregistered == {}
+    ((uuid, vendor_, _, index, count, memory, _, _, healthy, _),) = devices
+    assert (uuid, vendor_, index, count, memory, healthy) == ("7-0", vendor, 0, 1, 32768, True)
+    for empty in (":", ""):
+        assert _read({key: empty})[0] == []
