@@ -861,3 +861,32 @@ def test_add_resource_usage_sums_count_memory_and_cores():
     assert before == (1, 2000, 15)
     assert p.submit(dcu_pod("second", count=1, mem=1024, cores=50)).scheduled
     assert used() == (before[0] + 1, 3024, 65)
+
+
+@pytest.mark.parametrize(
+    ("case", "annotations", "bound"),
+    [
+        ("NumaBind=true enforces numa", {"nvidia.com/numa-bind": "true"}, True),
+        ("NumaBind=false does not enforce", {"nvidia.com/numa-bind": "false"}, False),
+        ("NumaBind invalid value", {"nvidia.com/numa-bind": "notabool"}, False),
+        ("NumaBind key absent", {}, False),
+    ],
+)
+def test_assert_numa(case, annotations, bound):
+    """``pkg/device/nvidia/device_test.go::TestAssertNuma``, the case named: only
+    ``"true"`` binds a container's GPUs to one NUMA node (an invalid value is ignored, not
+    refused); seen as the pair the fit takes for 2 GPUs on A (NUMA 0), C (NUMA 1), B (NUMA 0)."""
+    from hami_core.plugin import BackendManager
+
+    m = BackendManager.from_entry_points(disabled=[])
+    usage = tuple(_nv_devices(("A_n0", 0), ("C_n1", 1), ("B_n0", 0)))
+    node_info = NodeInfo(name="n", devices=tuple(u.device for u in usage))
+    got = m.fit(
+        _req(nums=2, mem=100, cores=10),
+        node_info,
+        usage,
+        pod={"metadata": {"annotations": annotations}},
+        policy=DevicePolicy.SPREAD,
+    )
+    want = ["A_n0", "B_n0"] if bound else ["A_n0", "C_n1"]
+    assert sorted(d.uuid for d in got.devices) == want, case
