@@ -179,10 +179,17 @@ def test_check_health_from_the_handshake(case, handshake, allocatable, healthy):
 
 @pytest.mark.parametrize(
     ("source", "vendor"),
-    [("hygon", "DCU"), ("biren", "Biren"), ("vastai", "Vastai"), ("ascend", "Ascend910B3")],
+    [
+        ("hygon", "DCU"),
+        ("biren", "Biren"),
+        ("vastai", "Vastai"),
+        ("ascend", "Ascend910B3"),
+        ("kunlun", "XPU"),
+    ],
 )
 def test_vendor_check_health(source, vendor):
-    """``pkg/device/<source>/device_test.go::Test_CheckHealth``: an expired ``Requesting_``
+    """``pkg/device/<source>/device_test.go::Test_CheckHealth`` (Kunlunxin:
+    ``vdevice_test.go::Test_KunlunVDevices_CheckHealth``): an expired ``Requesting_``
     stamp (allocatable 0) makes the vendor's devices unusable on the node; ``Unknown``
     leaves them usable. The vendor's own handshake and register annotations; Vastai's
     inventory is read by its backend (die facts), which skipped this rule before."""
