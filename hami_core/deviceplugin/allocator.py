@@ -45,7 +45,7 @@ import attrs
 
 from hami_core.cluster.base import ClusterStore, KubeObject
 from hami_core.errors import AnnotationError, HamiError, InvalidInputError, NotFoundError
-from hami_core.model import ContainerAllocation, DeviceInfo
+from hami_core.model import ContainerAllocation, DeviceInfo, MemoryNodeState, NodeState
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices, encode_pod_devices
@@ -158,6 +158,7 @@ class Allocator:
         resource_name: str | None = None,
         node_devices: Callable[[], Sequence[DeviceInfo]] = tuple,
         after_answer: Callable[[Callable[[], None]], None] | None = None,
+        state: NodeState | None = None,
     ) -> None:
         """Args:
         store: the cluster (pods and the node).
@@ -178,6 +179,9 @@ class Allocator:
             them in the order given (the device plugin: one background thread). Default
             None: the progress is written before returning (a failed write fails the
             call and leaves the pod retryable), then the lock is released.
+        state: the node-local records handed to ``hami_allocate`` (the device
+            plugin: ``FileNodeState`` under ``--state-dir``); default one in memory
+            (``hami simulate``, tests: nothing written on the host).
         """
         self._after_answer = after_answer
         self._overlay = ProgressOverlay()
@@ -192,6 +196,7 @@ class Allocator:
         self.write_file = write_file
         self.resource_name = resource_name or self.dtype.resources.count
         self.node_devices = node_devices
+        self.state: NodeState = state if state is not None else MemoryNodeState()
         self._lock = threading.Lock()
         #: Recent answers by kubelet's device IDs, for a retried Allocate:
         #: ids -> (monotonic time, (namespace, name, uid), answers).
@@ -343,6 +348,7 @@ class Allocator:
                 spec,
                 container.devices,
                 node_devices=self.node_devices(),
+                state=self.state,
             )
             own = {k: v for k, v in alloc.pod_annotations.items() if k == self.dtype.mig_annotation}
             if own:

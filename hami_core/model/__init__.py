@@ -26,6 +26,7 @@ from .fit import FitResult
 from .fitrules import Chooser, CoresCapacity, ExtraCheck, FitRules, LinkGroup, device_cores
 from .mig import MigPlacement, MigProfile, MigSlot
 from .monitor import ContainerUsage, HostDevice, ProcessDeviceSample, ProcessSample, RegionDevice
+from .nodestate import MemoryNodeState, NodeState, ScopedNodeState
 from .policy import (
     DEVICE_POLICY_TOKENS,
     GPU_POLICY_ANNOTATION,
@@ -81,7 +82,10 @@ __all__ = [
     "PodRequest",
     "ProcessDeviceSample",
     "ProcessSample",
+    "MemoryNodeState",
+    "NodeState",
     "ReasonCode",
+    "ScopedNodeState",
     "RegionDevice",
     "ResourceNames",
     "collapse",

@@ -38,6 +38,7 @@ from hami_core.model import (
     MutateResult,
     NodeInfo,
     NodePolicy,
+    NodeState,
     PodDevices,
 )
 from hami_core.protocol.config import VendorConfig
@@ -311,6 +312,7 @@ def hami_allocate(
     devices: ContainerDevices,
     config: VendorConfig,
     node_devices: Sequence[DeviceInfo],
+    state: NodeState,
 ) -> ContainerAllocation | None:
     """Build what kubelet adds to one container: env, mounts, device nodes, CDI names.
 
@@ -320,6 +322,12 @@ def hami_allocate(
         node_devices: this node's devices of the backend's vendors as the device plugin
             discovered them (index, model, NUMA), for runtimes that select devices by
             index rather than by UUID; empty where unknown (``hami simulate``).
+        state: this backend's node-local records (``NodeState``: ``read(name)`` /
+            ``write(name, data)``, JSON), for choices that must stay disjoint across the
+            node's containers (AMD's CU ranges). The only place a backend keeps state
+            between calls: it never opens host files itself. The device plugin keeps the
+            records under ``--state-dir``; ``hami simulate`` keeps them in memory.
+            Files a container mounts go in ``ContainerAllocation.files``.
     Returns: ``ContainerAllocation`` (PROTOCOL.md §7 for NVIDIA).
     """
 

@@ -31,10 +31,13 @@ from hami_core.model import (
     DeviceUsage,
     FitResult,
     HostDevice,
+    MemoryNodeState,
     MutateResult,
     NodeInfo,
     NodePolicy,
+    NodeState,
     PodDevices,
+    ScopedNodeState,
 )
 from hami_core.protocol.config import HamiConfig, VendorConfig
 
@@ -595,14 +598,19 @@ class BackendManager:
         devices: ContainerDevices,
         *,
         node_devices: Sequence[DeviceInfo] = (),
+        state: NodeState | None = None,
     ) -> ContainerAllocation:
         """What kubelet adds to one container for its ``vendor`` devices.
 
         Args:
             node_devices: the node's discovered devices, for backends that map UUIDs
                 to indices (empty when not known, e.g. in ``hami simulate``).
+            state: the node's records (the device plugin: files under
+                ``--state-dir``); the backend sees only its own (``ScopedNodeState``).
+                Default: a fresh ``MemoryNodeState``, nothing kept between calls.
         """
         name = self.backend_of(vendor)
+        scoped = ScopedNodeState(state if state is not None else MemoryNodeState(), name)
         res = self._call_one(
             name,
             "hami_allocate",
@@ -612,6 +620,7 @@ class BackendManager:
             devices=devices,
             config=self.vendor_config(name),
             node_devices=tuple(node_devices),
+            state=scoped,
         )
         if res is None:
             raise BackendError(name, f"hami_allocate returned None for its own vendor {vendor!r}")

@@ -16,6 +16,7 @@ from hami_core.deviceplugin.agent import NodeAgent
 from hami_core.deviceplugin.allocator import Allocator
 from hami_core.deviceplugin.cdi import CdiWriter
 from hami_core.deviceplugin.loop import HealthLoop
+from hami_core.deviceplugin.nodestate import FileNodeState
 from hami_core.deviceplugin.state import DeviceState
 from hami_core.errors import ConfigError, HamiError
 from hami_core.plugin import BackendManager
@@ -90,6 +91,7 @@ class DevicePluginProcess:
             resource_name=self.resource_name,
             node_devices=lambda: self.state.devices,
             after_answer=self._release_later if async_release else None,
+            state=FileNodeState(opts.state_dir),
         )
         self.metrics = DevicePluginMetrics(
             node=opts.node_name, vendor=vendor, devices=lambda: self.state.devices

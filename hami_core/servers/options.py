@@ -411,6 +411,13 @@ class DevicePluginOptions:
         help="Directory the container runtime reads CDI specs from (--cdi).",
         why="the CDI specification's dynamic spec directory.",
     )
+    state_dir: str = setting(
+        "/usr/local/vgpu/state",
+        env="HAMI_STATE_DIR",
+        help="Host directory of the node-local records backends keep between Allocate "
+        "calls (hami-amd: the CU ranges handed out), one JSON file per record.",
+        why="beside the shim's /usr/local/vgpu, on the host so a restart keeps them.",
+    )
     link_scores: bool = setting(
         False,
         env="HAMI_LINK_SCORES",

@@ -8,7 +8,8 @@ plugin of that vendor ``GetPreferredAllocation`` over the IDs it advertises
 of an init container are taken again by the containers after it, as kubelet does. The
 answers, the pod's progress annotation, ``hami.io/bind-phase`` and the node lock are all
 the ``Allocator``'s own; only the host is left alone (no directory created, no file
-written: the simulator owns no node).
+written: the simulator owns no node; the backends' node-local records live in the
+``NodeState`` handed in, in memory).
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from typing import Any, TypeVar
 from hami_core.cluster.base import ClusterStore
 from hami_core.deviceplugin.allocator import Allocator, PreferredRequest
 from hami_core.deviceplugin.devices import fake_ids
-from hami_core.model import ContainerAllocation, DeviceInfo, PodDevices
+from hami_core.model import (
+    ContainerAllocation,
+    DeviceInfo,
+    MemoryNodeState,
+    NodeState,
+    PodDevices,
+)
 from hami_core.plugin import BackendManager
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.pods import containers
@@ -47,6 +54,7 @@ def allocate_pod(
     node: str,
     vendors: Sequence[str],
     inventory: Sequence[DeviceInfo],
+    state: NodeState | None = None,
 ) -> list[tuple[str, str, ContainerAllocation]]:
     """Every ``Allocate`` kubelet makes for ``pod`` bound to ``node``.
 
@@ -57,6 +65,8 @@ def allocate_pod(
         inventory: the node's devices as the scheduler reads them (the device plugin
             advertises ``split_count`` IDs per device, and hands them to
             ``hami_allocate`` as ``node_devices``).
+        state: the node's backend records (``NodeState``) to keep across pods;
+            default a fresh one in memory.
 
     Returns:
         ``(container name, vendor, answer)`` per call, in kubelet's order.
@@ -66,6 +76,7 @@ def allocate_pod(
             is known: the pod is then marked ``bind-phase: failed`` and the lock freed).
     """
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    state = state if state is not None else MemoryNodeState()
     allocators: dict[str, Allocator] = {}
     per_vendor: dict[str, PodDevices] = {}
     free: dict[str, list[str]] = {}
@@ -82,6 +93,7 @@ def allocate_pod(
             make_dir=_no_host_dir,
             write_file=_no_host_file,
             node_devices=_returns(devices),
+            state=state,
         )
         value = annotations.get(manager.device_type(vendor).to_allocate_annotation)
         per_vendor[vendor] = decode_pod_devices(value) if value else ()

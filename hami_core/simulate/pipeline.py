@@ -27,6 +27,7 @@ from hami_core.model import (
     ContainerAllocation,
     DevicePolicy,
     DevicePolicyChain,
+    MemoryNodeState,
     NodePolicy,
 )
 from hami_core.plugin import BackendManager
@@ -92,6 +93,9 @@ class Pipeline:
     ) -> None:
         self.cluster = cluster
         self.manager = manager
+        #: Each node's device-plugin records (``NodeState``), kept in memory across the
+        #: pods of a run so e.g. AMD's CU ranges stay disjoint: never on the host.
+        self.node_states: dict[str, MemoryNodeState] = {}
         self.admission = Admission(manager, cluster)
         # Every node explained in full (the pre-filter's reasons name sharing checks only).
         self.scheduler = Scheduler(
@@ -189,6 +193,7 @@ class Pipeline:
                     node=node,
                     vendors=tuple(allocation.devices),
                     inventory=inventory,
+                    state=self.node_states.setdefault(node, MemoryNodeState()),
                 ):
                     envs.setdefault(cname, {}).update(alloc.envs)
                     answers[cname] = _merge(answers.get(cname), alloc)

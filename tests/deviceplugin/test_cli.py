@@ -21,6 +21,7 @@ FLAGS_AND_ENV = {
     "--health-interval": "HAMI_HEALTH_INTERVAL",
     "--cdi": "HAMI_CDI",
     "--cdi-spec-dir": "HAMI_CDI_SPEC_DIR",
+    "--state-dir": "HAMI_STATE_DIR",
     "--link-scores": "HAMI_LINK_SCORES",
     "--fail-on-init-error": "HAMI_FAIL_ON_INIT_ERROR",
     "--api-timeout": "HAMI_API_TIMEOUT",

@@ -10,44 +10,43 @@ ROCm "GPU isolation techniques").
   limit applies to every GPU of the container), where a slice is below the whole GPU
   (or the GPU was not discovered on this node).
 
-The ranges handed out are kept in a node-local JSON file (option ``cuMaskStatePath``),
-``{"<podUID>/<container>": {"<uuid>": [first, last]}}``; Allocate is idempotent per
-container, and ``CuMasks.prune`` removes the entries of pods that are gone.
+The ranges handed out are kept in the record ``cu-masks`` of the ``NodeState`` the core
+hands ``hami_allocate`` (the device plugin keeps it under ``--state-dir``; ``hami
+simulate`` in memory), ``{"<podUID>/<container>": {"<uuid>": [first, last]}}``; Allocate
+is idempotent per container, and ``CuMasks.prune`` removes the entries of pods that are
+gone.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from hami_core.backend import ContainerAllocation, ContainerDevices, DeviceInfo, InvalidInputError
+from hami_core.backend import (
+    ContainerAllocation,
+    ContainerDevices,
+    DeviceInfo,
+    InvalidInputError,
+    NodeState,
+)
+
+#: The ``NodeState`` record of the CU ranges handed out.
+RECORD: Final = "cu-masks"
 
 Range = tuple[int, int]
 
 
 class CuMasks:
-    """The CU ranges handed out on this node, in a JSON file."""
+    """The CU ranges handed out on this node, in the core's ``NodeState``."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, state: NodeState) -> None:
+        self.state = state
 
     def load(self) -> dict[str, dict[str, list[int]]]:
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        return self.state.read(RECORD)
 
     def save(self, data: Mapping[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cu-masks")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, sort_keys=True)
-        os.replace(tmp, self.path)
+        self.state.write(RECORD, data)
 
     def take(self, key: str, uuid: str, units: int, total: int) -> Range:
         """The lowest free range of ``units`` CUs of ``total`` on ``uuid`` for ``key``
@@ -91,7 +90,7 @@ def allocate(
     container: Mapping[str, Any],
     devices: ContainerDevices,
     node_devices: Sequence[DeviceInfo],
-    state_path: Path,
+    state: NodeState,
 ) -> ContainerAllocation:
     """The env of one container (empty without GPUs)."""
     if not devices:
@@ -108,7 +107,7 @@ def allocate(
             limits.append(d.memory_mib)
             continue
         if 0 < d.cores_pct < info.cores_pct:
-            first, last = CuMasks(state_path).take(key, d.uuid, d.cores_pct, info.cores_pct)
+            first, last = CuMasks(state).take(key, d.uuid, d.cores_pct, info.cores_pct)
             masks.append(f"{i}:{first}-{last}")
         if 0 < d.memory_mib < info.memory_mib:
             limits.append(d.memory_mib)

@@ -57,8 +57,6 @@ USE_UUID: Final = "amd.com/use-gpu-uuid"
 NOUSE_UUID: Final = "amd.com/nouse-gpu-uuid"
 
 OPTION_DEFAULTS: Final[dict[str, Any]] = {
-    # Node-local file where the device plugin keeps the CU ranges it handed out.
-    "cuMaskStatePath": "/usr/local/vgpu/amd/cu-masks.json",
     # The ROCm tools discovery runs.
     "rocmSmiPath": "rocm-smi",
     "rocminfoPath": "rocminfo",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -19,6 +18,7 @@ from hami_core.backend import (
     FitResult,
     MutateResult,
     NodeInfo,
+    NodeState,
     VendorConfig,
     hookimpl,
 )
@@ -72,8 +72,7 @@ def hami_allocate(
     pod: Mapping[str, Any],
     container: Mapping[str, Any],
     devices: ContainerDevices,
-    config: VendorConfig,
     node_devices: Sequence[DeviceInfo],
+    state: NodeState,
 ) -> ContainerAllocation | None:
-    state = Path(str(config.options.get("cuMaskStatePath", OPTION_DEFAULTS["cuMaskStatePath"])))
     return allocate.allocate(pod, container, devices, node_devices, state)

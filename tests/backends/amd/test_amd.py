@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hami_amd import allocate, discover, fit, requests
 
+from hami_core.deviceplugin.nodestate import FileNodeState
 from hami_core.errors import InvalidInputError
 from hami_core.model import (
     ContainerDevice,
@@ -15,6 +16,7 @@ from hami_core.model import (
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
+    MemoryNodeState,
     NodeInfo,
     ReasonCode,
 )
@@ -154,9 +156,11 @@ def test_discovery_from_rocm_smi_and_rocminfo():
     assert discover.discover(CFG, Fake(smi=False)) is None
 
 
-def test_allocate_disjoint_cu_masks_and_memory_limit(tmp_path):
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_allocate_disjoint_cu_masks_and_memory_limit(tmp_path, kind):
     devices = discover.discover(CFG, Fake())
-    state = tmp_path / "cu.json"
+    # the device plugin's records (a file per record, kept across restarts) or simulate's
+    state = FileNodeState(tmp_path) if kind == "file" else MemoryNodeState()
     slice_ = (
         ContainerDevice(uuid="GPU-18f68e602b8a790f", vendor="AMD", memory_mib=16384, cores_pct=76),
     )
@@ -168,6 +172,9 @@ def test_allocate_disjoint_cu_masks_and_memory_limit(tmp_path):
         "HIP_DEVICE_MEMORY_LIMIT": "16384m",
     }
     assert b.envs["HSA_CU_MASK"] == "0:76-151"
+    if kind == "file":  # a restarted device plugin reads the ranges handed out
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["cu-masks.json"]
+        state = FileNodeState(tmp_path)
     again = allocate.allocate({"metadata": {"uid": "p1"}}, {"name": "c"}, slice_, devices, state)
     assert again.envs == a.envs
     assert allocate.CuMasks(state).prune(["p2"]) == ["p1/c"]
