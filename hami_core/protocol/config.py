@@ -40,10 +40,16 @@ from hami_core.errors import ConfigError
 from hami_core.model import BackendInfo, DevicePolicy, DevicePolicyChain, NodePolicy
 
 from . import hamiconfig
+from .quantity import INT32_MAX
 
 log = logging.getLogger(__name__)
 
 CONFIG_VERSION: Final = "v1"
+#: Most containers one device may be shared by (``deviceSplitCount``). Each share is one
+#: device ID the device plugin lists to kubelet (ListAndWatch) per device, so the count
+#: multiplies what kubelet tracks; HAMi's default is 10, and a CUDA context alone takes
+#: hundreds of MiB, so no GPU holds anywhere near this many sharers.
+MAX_SPLIT_COUNT: Final = 1000
 DEFAULT_SCHEDULER_NAME: Final = "hami-scheduler"
 
 
@@ -249,16 +255,18 @@ def _vendor(name: str, section: object, info: BackendInfo) -> VendorConfig:
             raise ConfigError(f"{name}.{key}: unknown key (allowed: {allowed})")
     cfg = VendorConfig(**fields, options=options)
     checks = (
-        ("deviceSplitCount", cfg.split_count >= 1),
-        ("deviceMemoryScaling", cfg.memory_scaling > 0),
-        ("deviceCoreScaling", cfg.core_scaling > 0),
-        ("defaultMemory", cfg.default_memory_mib >= 0),
-        ("defaultCores", 0 <= cfg.default_cores_pct <= 100),
-        ("defaultGPUNum", cfg.default_count >= 1),
+        ("deviceSplitCount", 1 <= cfg.split_count <= MAX_SPLIT_COUNT, f"1..{MAX_SPLIT_COUNT}"),
+        ("deviceMemoryScaling", cfg.memory_scaling > 0, "> 0"),
+        ("deviceCoreScaling", cfg.core_scaling > 0, "> 0"),
+        ("defaultMemory", 0 <= cfg.default_memory_mib <= INT32_MAX, f"0..{INT32_MAX} MiB"),
+        ("defaultCores", 0 <= cfg.default_cores_pct <= 100, "0..100"),
+        ("defaultGPUNum", 1 <= cfg.default_count <= INT32_MAX, f"1..{INT32_MAX}"),
     )
-    for key, ok in checks:
+    for key, ok, allowed in checks:
         if not ok:
-            raise ConfigError(f"{name}.{key}: value {section.get(key)!r} is out of range")
+            raise ConfigError(
+                f"{name}.{key}: value {section.get(key)!r} is out of range ({allowed})"
+            )
     return cfg
 
 

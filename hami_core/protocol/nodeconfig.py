@@ -34,7 +34,7 @@ import yaml
 
 from hami_core.errors import ConfigError
 from hami_core.model import DeviceInfo
-from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.config import MAX_SPLIT_COUNT, VendorConfig
 
 log = logging.getLogger(__name__)
 
@@ -173,8 +173,10 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
     if mig not in (*MIG_STRATEGIES, "", None):
         raise ConfigError(f"{where}.migstrategy: {mig!r} is not one of {', '.join(MIG_STRATEGIES)}")
     split = _number(entry, "devicesplitcount", int, where)
-    if split is not None and split < 1:
-        raise ConfigError(f"{where}.devicesplitcount: must be >= 1, got {split}")
+    if split is not None and not 1 <= split <= MAX_SPLIT_COUNT:
+        raise ConfigError(
+            f"{where}.devicesplitcount: must be between 1 and {MAX_SPLIT_COUNT}, got {split}"
+        )
     memory = _number(entry, "devicememoryscaling", float, where)
     core = _number(entry, "devicecorescaling", float, where)
     for key, value in (("devicememoryscaling", memory), ("devicecorescaling", core)):

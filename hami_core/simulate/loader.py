@@ -57,7 +57,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import yaml
@@ -67,10 +67,20 @@ from hami_core.errors import AnnotationError, InvalidInputError
 from hami_core.model import DEVICE_MODES, DeviceInfo, MigProfile
 from hami_core.plugin import BackendManager
 from hami_core.protocol.annotations import VGPU_NODE
+from hami_core.protocol.config import MAX_SPLIT_COUNT
 from hami_core.protocol.inventory import decode_mig_profiles, encode_inventory
+from hami_core.protocol.quantity import INT32_MAX
 from hami_core.protocol.topology import decode_link_scores, encode_link_scores
 from hami_core.scheduling.nodes import read_node
 from hami_core.scheduling.usage import is_live, pod_allocation
+
+#: Most pods one run places: Kubernetes' limit for one cluster ("Considerations for
+#: large clusters", kubernetes.io: no more than 150,000 pods). A replica count past it
+#: is a typo, and expanding it would only exhaust memory.
+MAX_PODS: Final = 150_000
+#: Most devices of one ``gpus`` group of the simple form (a group is one node's
+#: identical devices; no server holds this many).
+MAX_DEVICES_PER_GROUP: Final = 1024
 
 #: Kinds expanded into pods, and where their pod count lives in ``spec``.
 REPLICATED_KINDS: Mapping[str, str] = {
@@ -400,13 +410,21 @@ def _list(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
 
 
 def _int_field(
-    entry: Mapping[str, Any], key: str, where: str, *, default: int | None = None, minimum: int = 0
+    entry: Mapping[str, Any],
+    key: str,
+    where: str,
+    *,
+    default: int | None = None,
+    minimum: int = 0,
+    maximum: int = INT32_MAX,
 ) -> int:
     value = entry.get(key, default)
     if value is None:
         raise InvalidInputError(f"{where}: {key} is required")
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise InvalidInputError(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
+    if value > maximum:
+        raise InvalidInputError(f"{where}: {key} must be at most {maximum}, got {value!r}")
     return value
 
 
@@ -493,8 +511,10 @@ def _gpu_group(
     if not isinstance(model, str) or not model:
         raise InvalidInputError(f"{where}: model is required (e.g. NVIDIA A100-SXM4-80GB)")
     memory = _int_field(group, "memoryMiB", where, minimum=1)
-    count = _int_field(group, "count", where, default=1, minimum=1)
-    split = _int_field(group, "splitCount", where, default=config.split_count, minimum=1)
+    count = _int_field(group, "count", where, default=1, minimum=1, maximum=MAX_DEVICES_PER_GROUP)
+    split = _int_field(
+        group, "splitCount", where, default=config.split_count, minimum=1, maximum=MAX_SPLIT_COUNT
+    )
     cores = _int_field(group, "cores", where, default=100)
     numa = _int_field(group, "numa", where, default=0)
     healthy = group.get("healthy", True)
@@ -746,6 +766,11 @@ def load_workloads(paths: Sequence[str | Path]) -> Workloads:
                 name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
                 what = f"{kind} {name}".strip() if kind else "an object without kind"
                 warnings.append(f"{where}: skipped {what} (not a workload)")
+            if len(pods) > MAX_PODS:
+                raise InvalidInputError(
+                    f"{where}: the workloads come to more than {MAX_PODS} pods, "
+                    "Kubernetes' limit for one cluster"
+                )
     if not files:
         warnings.append(f"no workload files in {', '.join(str(p) for p in paths)}")
     return Workloads(
@@ -807,7 +832,7 @@ def _expand(obj: Mapping[str, Any], where: str, shown: str, count_key: str) -> l
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         raise InvalidInputError(f"{where}: spec must be a mapping")
-    count = _int_field(spec, count_key, where, default=1)
+    count = _int_field(spec, count_key, where, default=1, maximum=MAX_PODS)
     if kind == "Job" and isinstance(spec.get("completions"), int):
         count = min(count, spec["completions"])
     template = spec.get("template")

@@ -105,3 +105,25 @@ def test_good_resource_names_load():
 def test_node_overrides_refuse_non_finite_scaling(key, value):
     with pytest.raises(ConfigError, match=rf"nodeconfig\[n1\]\.{key}: .*finite"):
         parse_node_overrides({"nodeconfig": [{"name": "n1", key: value}]}, node="n1")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("deviceSplitCount", 5000, "1..1000"),
+        ("defaultMemory", 2**31, "0..2147483647 MiB"),
+        ("defaultGPUNum", 2**31, "1..2147483647"),
+    ],
+)
+def test_counts_past_what_a_node_can_list_are_refused_with_the_range(key, value, allowed):
+    with pytest.raises(
+        ConfigError, match=rf"nvidia\.{key}: value {value} is out of range \({allowed}\)"
+    ):
+        parse_config({"version": "v1", "nvidia": {key: value}}, backends=BACKENDS)
+
+
+def test_node_overrides_refuse_a_split_count_past_the_limit():
+    with pytest.raises(
+        ConfigError, match=r"nodeconfig\[n1\]\.devicesplitcount: must be between 1 and 1000"
+    ):
+        parse_node_overrides({"nodeconfig": [{"name": "n1", "devicesplitcount": 1001}]}, node="n1")
