@@ -17,6 +17,7 @@ import datetime as dt
 import functools
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -25,12 +26,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import urllib3
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from hami_core.errors import ConflictError, HamiError, InvalidInputError, NotFoundError
 from hami_core.protocol.annotations import VGPU_NODE
+from hami_core.protocol.config import yaml_problem
 
 from .backoff import Backoff
 from .base import KubeObject, Listener
@@ -74,6 +77,14 @@ def make_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
                 kconfig.load_kube_config(client_configuration=configuration)
     except (kconfig.ConfigException, OSError) as exc:
         raise HamiError(f"no Kubernetes configuration: {exc}") from exc
+    except (TypeError, AttributeError, KeyError, ValueError, yaml.YAMLError) as exc:
+        # the client indexes the file's YAML as it goes: a file that parses to a list or
+        # a string, or is not YAML, fails inside it with no name of the file
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        why = (
+            yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else f"{type(exc).__name__}: {exc}"
+        )
+        raise HamiError(f"{where}: not a kubeconfig file ({why})") from exc
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
     if not configuration.verify_ssl:
         # The kubeconfig asks for it (insecure-skip-tls-verify): say so once, not in a

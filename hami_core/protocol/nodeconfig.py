@@ -34,7 +34,7 @@ import yaml
 
 from hami_core.errors import ConfigError
 from hami_core.model import DeviceInfo
-from hami_core.protocol.config import MAX_SPLIT_COUNT, VendorConfig
+from hami_core.protocol.config import MAX_SPLIT_COUNT, VendorConfig, yaml_problem
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +115,10 @@ def load_node_overrides(path: str | Path | None, *, node: str) -> NodeOverrides:
         return NodeOverrides()
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:  # one line with the position, as for the main file
+        raise ConfigError(f"{path}: {yaml_problem(exc)}") from exc
     try:
         return parse_node_overrides(data, node=node)
     except ConfigError as exc:

@@ -169,7 +169,7 @@ def test_a_node_without_an_entry_keeps_the_cluster_values(tmp_path):
         ),
         (
             {"nodeconfig": [{"name": NODE, "devicesplitcount": 0}]},
-            "devicesplitcount: must be >= 1, got 0",
+            "devicesplitcount: must be between 1 and 1000, got 0",
         ),
         (
             {"nodeconfig": [{"name": NODE, "devicememoryscaling": "2"}]},

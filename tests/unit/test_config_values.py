@@ -127,3 +127,16 @@ def test_node_overrides_refuse_a_split_count_past_the_limit():
         ConfigError, match=r"nodeconfig\[n1\]\.devicesplitcount: must be between 1 and 1000"
     ):
         parse_node_overrides({"nodeconfig": [{"name": "n1", "devicesplitcount": 1001}]}, node="n1")
+
+
+def test_node_overrides_file_errors_are_one_line_naming_the_file(tmp_path):
+    from hami_core.protocol.nodeconfig import load_node_overrides
+
+    bad = tmp_path / "node.yaml"
+    bad.write_text("{bad")
+    with pytest.raises(ConfigError) as exc:
+        load_node_overrides(bad, node="n1")
+    assert "\n" not in str(exc.value)
+    assert str(exc.value).startswith(f"{bad}: line 1, column 5:")
+    with pytest.raises(ConfigError, match=r"missing\.yaml: No such file or directory$"):
+        load_node_overrides(tmp_path / "missing.yaml", node="n1")
