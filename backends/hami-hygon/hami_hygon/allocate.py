@@ -36,12 +36,14 @@ from hami_core.backend import (
     DeviceInfo,
     DeviceNode,
     InvalidInputError,
+    MemoryNodeState,
     Mount,
+    NodeState,
     VendorConfig,
 )
 
 from .discover import Dcu
-from .vdev import VdevAllocator
+from .vdev import VdevAllocator, render
 
 VDEV_CONTAINER_DIR: Final = "/etc/vdev/docker"
 DTK_CONTAINER_DIR: Final = "/opt/hygondriver"
@@ -72,8 +74,10 @@ def allocate(
     devices: ContainerDevices,
     config: VendorConfig,
     node_devices: Sequence[DeviceInfo] = (),
+    state: NodeState | None = None,
 ) -> ContainerAllocation:
-    """Device nodes, mounts and env for one container given its slices (empty: none).
+    """Device nodes, mounts, env and the vDCU file for one container given its slices
+    (empty: none); ``state`` keeps the node's vDCUs (default: a fresh one in memory).
 
     Raises:
         InvalidInputError: a DCU is not on this node, or a virtual DCU cannot be made
@@ -98,12 +102,17 @@ def allocate(
         mounts.append(Mount(container_path=DTK_CONTAINER_DIR, host_path=dtk))
     envs = {"HIP_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(devices)))}
 
+    files: dict[str, str] = {}
     first, dcu = devices[0], dcus[0]
     if len(devices) == 1 and dcu is not None:
         partial_memory = dcu.memory_mib and first.memory_mib < dcu.memory_mib
         if partial_memory or first.cores_pct < 100:
             meta = pod.get("metadata") or {}
-            directory = VdevAllocator(Path(str(config.options["vdevPath"]))).allocate(
+            vdevs = VdevAllocator(
+                Path(str(config.options["vdevPath"])),
+                state if state is not None else MemoryNodeState(),
+            )
+            directory, conf = vdevs.allocate(
                 pod_uid=str(meta.get("uid", "")),
                 container=str(container.get("name", "")),
                 device_id=dcu.index,
@@ -113,4 +122,7 @@ def allocate(
                 cores_pct=first.cores_pct,
             )
             mounts.append(Mount(container_path=VDEV_CONTAINER_DIR, host_path=str(directory)))
-    return ContainerAllocation(envs=envs, mounts=tuple(mounts), device_nodes=tuple(nodes))
+            files[str(directory / f"vdev{conf.vdev_id}.conf")] = render(conf)
+    return ContainerAllocation(
+        envs=envs, mounts=tuple(mounts), device_nodes=tuple(nodes), files=files
+    )

@@ -44,7 +44,7 @@ OPTION_DEFAULTS: Final[dict[str, Any]] = {
     "hyhalPath": "/opt/hyhal",
     # Host directory of the DTK, mounted at /opt/hygondriver (HAMi's HYGONPATH); "" = none.
     "dtkPath": "/opt/dtk",
-    # Host directory where per-container vDCU configuration files are written.
+    # Host directory of the per-container vDCU files (the device plugin writes them).
     "vdevPath": "/usr/local/vgpu/dcu",
     # sysfs root used to find a DCU's /dev/dri nodes from its PCI address.
     "sysfsPath": "/sys",

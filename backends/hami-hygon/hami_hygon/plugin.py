@@ -16,6 +16,7 @@ from hami_core.backend import (
     FitResult,
     MutateResult,
     NodeInfo,
+    NodeState,
     VendorConfig,
     hookimpl,
 )
@@ -72,5 +73,6 @@ def hami_allocate(
     devices: ContainerDevices,
     config: VendorConfig,
     node_devices: Sequence[DeviceInfo],
+    state: NodeState,
 ) -> ContainerAllocation | None:
-    return allocate.allocate(pod, container, devices, config, node_devices)
+    return allocate.allocate(pod, container, devices, config, node_devices, state)

@@ -22,9 +22,12 @@ masks' Hamming weight); ``vdev_id`` must be the ``<N>`` of the file name. Contai
 one DCU get disjoint CU masks, node-wide distinct ``vdev_id`` and per-DCU distinct
 ``pipe_id`` (HAMi allows 200 vDCUs per node and 20 pipes per DCU).
 
-The allocator keeps its state in the files themselves: one directory per container,
-``<root>/<podUID>_<container>_<index>``, mounted at ``/etc/vdev/docker``. Directories of
-pods that are gone must be removed with ``prune`` (HAMi's plugin does it by listing pods).
+The vDCUs handed out are kept in the record ``vdevs`` of the core's ``NodeState``
+(``{"<podUID>_<container>_<index>": fields}``); each container's file lies in its own
+directory, ``<root>/<podUID>_<container>_<index>``, mounted at ``/etc/vdev/docker``, and
+is written by the device plugin from ``ContainerAllocation.files`` (``hami simulate``
+writes none). ``prune`` drops the records of pods that are gone (HAMi's plugin does it by
+listing pods).
 """
 
 from __future__ import annotations
@@ -32,15 +35,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
-from hami_core.backend import InvalidInputError
+from hami_core.backend import InvalidInputError, NodeState
 
 MAX_VDEVS: Final = 200
 MAX_PIPES: Final = 20
 MASK_BITS: Final = 64
+#: The ``NodeState`` record of the vDCUs handed out.
+RECORD: Final = "vdevs"
 
 _FIELD = re.compile(r"^\s*([A-Za-z_]+)\s*:\s*(.*?)\s*$")
 
@@ -123,25 +128,42 @@ def cu_count_of(cores_pct: int, compute_units: int) -> int:
     return max(1, cores_pct * compute_units // 100)
 
 
+def _fields(conf: VdevConfig) -> dict[str, Any]:
+    return {**attrs.asdict(conf), "cu_masks": list(conf.cu_masks)}
+
+
+def _of_fields(fields: Any) -> VdevConfig | None:
+    try:
+        masks = fields["cu_masks"]
+        return VdevConfig(
+            pci_bus_id=str(fields["pci_bus_id"]),
+            cu_masks=(int(masks[0]), int(masks[1])),
+            memory_mib=int(fields["memory_mib"]),
+            device_id=int(fields["device_id"]),
+            vdev_id=int(fields["vdev_id"]),
+            pipe_id=int(fields["pipe_id"]),
+        )
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
 class VdevAllocator:
-    """Writes one vDCU configuration per container under ``root``.
+    """Chooses one vDCU per container, kept in the core's ``NodeState``.
 
     ``allocate`` is idempotent per container: kubelet may call Allocate again for the
-    same container, and gets the same directory back.
+    same container, and gets the same vDCU back.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, state: NodeState) -> None:
         self.root = root
+        self.state = state
 
-    def _existing(self) -> list[tuple[Path, VdevConfig]]:
-        out: list[tuple[Path, VdevConfig]] = []
-        if not self.root.is_dir():
-            return out
-        for conf in sorted(self.root.glob("*/vdev*.conf")):
-            try:
-                out.append((conf.parent, parse(conf.read_text())))
-            except (OSError, ValueError):
-                continue
+    def _existing(self) -> dict[str, VdevConfig]:
+        out = {}
+        for key, fields in self.state.read(RECORD).items():
+            conf = _of_fields(fields)
+            if conf is not None:
+                out[key] = conf
         return out
 
     def allocate(
@@ -154,18 +176,18 @@ class VdevAllocator:
         compute_units: int,
         memory_mib: int,
         cores_pct: int,
-    ) -> Path:
-        """Write (or find) the container's configuration; returns its directory.
+    ) -> tuple[Path, VdevConfig]:
+        """Choose (or find) the container's vDCU; returns its directory and configuration.
 
         Raises:
             InvalidInputError: the DCU's compute units are unknown, or too few CUs,
                 vDCU ids or pipes are free.
         """
-        directory = self.root / f"{pod_uid}_{container}_{device_id}"
+        key = f"{pod_uid}_{container}_{device_id}"
+        directory = self.root / key
         existing = self._existing()
-        for path, _ in existing:
-            if path == directory:
-                return directory
+        if key in existing:
+            return directory, existing[key]
         if compute_units <= 0:
             raise InvalidInputError(
                 f"DCU {device_id}: its compute units are unknown (hy-smi virtual "
@@ -174,7 +196,7 @@ class VdevAllocator:
         wanted = cu_count_of(cores_pct, compute_units)
         used_bits = 0
         used_vdevs, used_pipes = set(), set()
-        for _, conf in existing:
+        for conf in existing.values():
             used_vdevs.add(conf.vdev_id)
             if conf.device_id == device_id:
                 used_bits |= conf.cu_bits
@@ -199,18 +221,17 @@ class VdevAllocator:
             vdev_id=vdev_id,
             pipe_id=pipe_id,
         )
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / f"vdev{vdev_id}.conf").write_text(render(conf))
-        return directory
+        self.state.write(
+            RECORD, {**{k: _fields(c) for k, c in existing.items()}, key: _fields(conf)}
+        )
+        return directory, conf
 
-    def prune(self, live_pod_uids: Iterable[str]) -> list[Path]:
-        """Remove the directories of pods not in ``live_pod_uids``; returns them."""
+    def prune(self, live_pod_uids: Iterable[str]) -> list[str]:
+        """Drop the vDCUs of pods not in ``live_pod_uids``; returns their keys."""
         live = set(live_pod_uids)
-        removed = []
-        for path in sorted({p for p, _ in self._existing()}):
-            if path.name.split("_", 1)[0] not in live:
-                for f in path.iterdir():
-                    f.unlink()
-                path.rmdir()
-                removed.append(path)
-        return removed
+        existing = self._existing()
+        gone = sorted(k for k in existing if k.split("_", 1)[0] not in live)
+        if gone:
+            kept = {k: _fields(c) for k, c in existing.items() if k not in gone}
+            self.state.write(RECORD, kept)
+        return gone

@@ -6,7 +6,7 @@ from hami_hygon.allocate import allocate
 from hami_hygon.vdev import VdevAllocator, VdevConfig, cu_count_of, parse, render
 
 from hami_core.errors import InvalidInputError
-from hami_core.model import ContainerDevice, DeviceInfo, DeviceNode
+from hami_core.model import ContainerDevice, DeviceInfo, DeviceNode, MemoryNodeState
 from hami_core.testing import section
 
 from .support import make_sysfs
@@ -18,12 +18,13 @@ SN0, SN1 = "DCU-3E3D2A0D0A1B", "DCU-3E3D2A0D0A1C"
 
 @pytest.fixture
 def node(tmp_path, hy_smi):
-    """(section, the node's DCUs as hami_discover finds them) for ``allocate(..., *node)``."""
+    """(section, the node's DCUs as hami_discover finds them, the node's records) for
+    ``allocate(..., *node)``."""
     sysfs = make_sysfs(tmp_path / "sys", {"0000:9f:00.0": (1, 0), "0000:56:00.0": (2, 0)})
     config = section(plugin, options={"sysfsPath": str(sysfs), "vdevPath": str(tmp_path / "vdev")})
     devices = discover.discover(config, hy_smi, sysfs=sysfs)
     assert devices
-    return config, devices
+    return config, devices, MemoryNodeState()
 
 
 def dev(uuid, mib, cores):
@@ -50,10 +51,12 @@ def test_whole_dcus_get_their_nodes_and_the_runtime_mounts(node):
 def test_a_virtual_dcu_gets_its_configuration_file(node, tmp_path):
     res = allocate(POD, MAIN, (dev(SN1, 2000, 60),), *node)
     vdev = next(m for m in res.mounts if m.container_path == "/etc/vdev/docker")
-    assert vdev.read_only
-    files = list((tmp_path / "vdev" / "uid-1_main_1").iterdir())
-    assert [f.name for f in files] == ["vdev0.conf"]
-    conf = parse(files[0].read_text())
+    assert vdev.read_only and vdev.host_path == str(tmp_path / "vdev" / "uid-1_main_1")
+    # the device plugin writes the file from the answer; Allocate itself writes nothing
+    assert list(res.files) == [f"{vdev.host_path}/vdev0.conf"]
+    assert not (tmp_path / "vdev").exists()
+    text = res.files[f"{vdev.host_path}/vdev0.conf"]
+    conf = parse(text)
     # 60 % of the K100_AI's 120 compute units
     assert (conf.cu_count, conf.memory_mib, conf.device_id, conf.pci_bus_id) == (
         72,
@@ -61,18 +64,18 @@ def test_a_virtual_dcu_gets_its_configuration_file(node, tmp_path):
         1,
         "0000:56:00.0",
     )
-    assert files[0].read_text().splitlines()[1:4] == [
+    assert text.splitlines()[1:4] == [
         "cu_mask: 0xffffffffffffffff",
         "cu_mask: 0x00000000000000ff",
         "cu_count: 72",
     ]
     # Allocate again for the same container: the same file (kubelet may retry).
     again = allocate(POD, MAIN, (dev(SN1, 2000, 60),), *node)
-    assert again.mounts == res.mounts
+    assert again.mounts == res.mounts and again.files == res.files
     # A second container on the DCU gets disjoint compute units, its own vdev and pipe.
     other = {"metadata": {"uid": "uid-2"}}
-    allocate(other, MAIN, (dev(SN1, 2000, 40),), *node)
-    conf2 = parse(next((tmp_path / "vdev" / "uid-2_main_1").iterdir()).read_text())
+    [text2] = allocate(other, MAIN, (dev(SN1, 2000, 40),), *node).files.values()
+    conf2 = parse(text2)
     assert conf2.cu_count == 48 and conf2.cu_bits & conf.cu_bits == 0
     assert (conf2.vdev_id, conf2.pipe_id) == (1, 1)
     # The DCU has no compute units left for a third slice.
@@ -83,8 +86,9 @@ def test_a_virtual_dcu_gets_its_configuration_file(node, tmp_path):
 def test_pruning_frees_the_slices_of_gone_pods(node, tmp_path):
     allocate(POD, MAIN, (dev(SN0, 2000, 50),), *node)
     allocate({"metadata": {"uid": "uid-2"}}, MAIN, (dev(SN0, 2000, 50),), *node)
-    removed = VdevAllocator(tmp_path / "vdev").prune(["uid-2"])
-    assert [p.name for p in removed] == ["uid-1_main_0"]
+    with pytest.raises(InvalidInputError, match="compute units wanted"):
+        allocate({"metadata": {"uid": "uid-3"}}, MAIN, (dev(SN0, 2000, 50),), *node)
+    assert VdevAllocator(tmp_path / "vdev", node[2]).prune(["uid-2"]) == ["uid-1_main_0"]
     allocate({"metadata": {"uid": "uid-3"}}, MAIN, (dev(SN0, 2000, 50),), *node)
 
 

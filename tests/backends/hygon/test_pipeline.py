@@ -85,8 +85,9 @@ def test_the_handbook_pod_is_admitted_placed_annotated_and_allocated(real_node, 
     assert decode_pod_devices(ann["hami.io/dcu-devices-to-allocate"]) == ((),)  # answered
     assert (chosen.vendor, chosen.memory_mib, chosen.cores_pct) == ("DCU", 2000, 60)
     assert out.envs["main"] == {"HIP_VISIBLE_DEVICES": "0"}
-    # On the node, Allocate gets the discovered DCUs and writes the vDCU file for the one
-    # the scheduler chose (simulate knows only the inventory, so it writes none).
+    # On the node, Allocate gets the discovered DCUs and names the vDCU file for the one
+    # the scheduler chose, which the device plugin writes (simulate knows only the
+    # inventory, so it names none).
     assert not (tmp_path / "vdev").exists()
     discovered = discover.discover(
         p.manager.vendor_config("hygon"),
@@ -94,9 +95,10 @@ def test_the_handbook_pod_is_admitted_placed_annotated_and_allocated(real_node, 
         sysfs=Path(config["hygon"]["sysfsPath"]),
     )
     spec = stored["spec"]["containers"][0]
-    p.manager.allocate("DCU", stored, spec, (chosen,), node_devices=discovered)
+    res = p.manager.allocate("DCU", stored, spec, (chosen,), node_devices=discovered)
     index = next(d.index for d in discovered if d.uuid == chosen.uuid)
-    conf = next((tmp_path / "vdev").glob(f"*_main_{index}/vdev*.conf")).read_text()
+    [(path, conf)] = res.files.items()
+    assert Path(path).parent.name.endswith(f"_main_{index}") and path.startswith(str(tmp_path))
     assert "mem: 2000 MiB" in conf and "cu_count: 72" in conf
 
 
