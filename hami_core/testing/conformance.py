@@ -28,6 +28,8 @@ from hami_core.plugin import BackendManager
 from hami_core.scheduling.scoring import vendor_score
 from hami_core.webhook.mutation import apply_mutation
 
+from .hostwrites import host_writes
+
 FOREIGN_VENDOR = "ConformanceForeignVendor"
 FOREIGN_RESOURCE = "conformance.example.com/foreign-device"
 
@@ -377,12 +379,18 @@ class BackendConformance:
             ),
         )
         try:
-            # as the device plugin calls it: with the node's discovered devices
-            res = manager.allocate(
-                dtype.vendor, self._pod(container), container, slice_, node_devices=devices
-            )
+            # as the device plugin calls it: with the node's discovered devices; node-local
+            # state goes through the ``state`` the core hands in, never a host file
+            with host_writes() as written:
+                res = manager.allocate(
+                    dtype.vendor, self._pod(container), container, slice_, node_devices=devices
+                )
         except Exception as exc:  # a backend without hami_allocate is reported, not crashed on
             pytest.fail(f"hami_allocate failed: {exc}")
+        assert written == [], (
+            f"hami_allocate wrote on the host: {written} (keep records in its `state` "
+            "argument, files a container mounts in ContainerAllocation.files)"
+        )
         assert isinstance(res, ContainerAllocation)
         for key, value in res.envs.items():
             assert isinstance(key, str) and isinstance(value, str), (key, value)

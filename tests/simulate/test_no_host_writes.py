@@ -2,16 +2,11 @@
 vendor: what a backend keeps between Allocate calls goes to the core's ``NodeState``
 (in memory here), what a container mounts to ``ContainerAllocation.files`` (never
 written by the simulator). Every file-system write of the process is seen through
-Python's audit events (PEP 578), whoever makes it."""
+Python's audit events (``hami_core.testing.hostwrites``), whoever makes it."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -20,6 +15,7 @@ from click.testing import CliRunner
 from hami_core.cli import cli
 from hami_core.plugin import BackendManager
 from hami_core.simulate.pipeline import Pipeline
+from hami_core.testing.hostwrites import host_writes, outside
 
 from .helpers import EXAMPLES
 
@@ -33,68 +29,10 @@ RUNS = [
     ("cluster-modes.yaml", "workloads-modes"),
 ]
 
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_PATH_EVENTS = {
-    "os.mkdir",
-    "os.rename",
-    "os.remove",
-    "os.rmdir",
-    "os.chmod",
-    "os.chown",
-    "os.symlink",
-    "os.link",
-    "os.truncate",
-    "os.utime",
-}
-#: Paths written while recording (None: not recording). One audit hook per process:
-#: hooks cannot be removed, so it stays installed and idle between tests.
-_written: list[str] | None = None
 
-
-def _paths(args: tuple[Any, ...]) -> list[str]:
-    return [os.fsdecode(a) for a in args if isinstance(a, str | bytes | os.PathLike)]
-
-
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if _written is None:
-        return
-    if event == "open":
-        path, mode, flags = args
-        writes = (mode is not None and any(c in str(mode) for c in "wax+")) or (
-            mode is None and isinstance(flags, int) and flags & _WRITE_FLAGS
-        )
-        if writes and isinstance(path, str | bytes | os.PathLike):
-            _written.append(os.fsdecode(path))
-    elif event in _PATH_EVENTS:
-        _written.extend(
-            _paths(args[:2] if event in ("os.rename", "os.link", "os.symlink") else args[:1])
-        )
-
-
-sys.addaudithook(_audit)
-
-
-@contextlib.contextmanager
-def host_writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The paths written inside the block (absolute)."""
-    global _written
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # imports may cache bytecode
-    seen: list[str] = []
-    _written = seen
-    try:
-        yield seen
-    finally:
-        _written = None
-
-
-def outside(paths: list[str], root: Path) -> list[str]:
-    base = str(root.resolve())
-    return [p for p in paths if not os.path.abspath(p).startswith(base + os.sep)]
-
-
-def test_the_recorder_sees_a_write(tmp_path, monkeypatch):
+def test_the_recorder_sees_a_write(tmp_path):
     # The check below cannot pass by seeing nothing: both kinds of write are caught.
-    with host_writes(monkeypatch) as seen:
+    with host_writes() as seen:
         (tmp_path / "a").write_text("x")
         os.close(os.open(tmp_path / "b", os.O_WRONLY | os.O_CREAT, 0o600))
         (tmp_path / "d").mkdir()
@@ -107,7 +45,7 @@ def test_the_recorder_sees_a_write(tmp_path, monkeypatch):
 @pytest.mark.parametrize(("cluster", "workloads"), RUNS)
 def test_simulate_writes_nothing_on_the_host(cluster, workloads, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with host_writes(monkeypatch) as seen:
+    with host_writes() as seen:
         result = CliRunner().invoke(
             cli, ["simulate", "--cluster", str(EXAMPLES / cluster), str(EXAMPLES / workloads)]
         )
@@ -115,7 +53,7 @@ def test_simulate_writes_nothing_on_the_host(cluster, workloads, tmp_path, monke
     assert outside(seen, tmp_path) == []
 
 
-def test_every_vendor_is_allocated_without_a_host_write(tmp_path, monkeypatch):
+def test_every_vendor_is_allocated_without_a_host_write(tmp_path):
     """The all-vendors example through the real Allocator: each vendor's answer is built
     (AMD's disjoint CU ranges included), and nothing lands on the host."""
     from hami_core.cluster import MemoryCluster
@@ -131,7 +69,7 @@ def test_every_vendor_is_allocated_without_a_host_write(tmp_path, monkeypatch):
     second["metadata"]["name"] = "rocm-inference-2"
     # on the same GPU as the first (the default policy spreads)
     second["metadata"]["annotations"] = {"amd.com/use-gpu-uuid": "GPU-18f68e602b8a7900"}
-    with host_writes(monkeypatch) as seen:
+    with host_writes() as seen:
         outs = {d["metadata"]["name"]: pipeline.submit(d) for d in [*docs, second]}
     assert outside(seen, tmp_path) == []
     for name, out in outs.items():
