@@ -63,13 +63,13 @@ import attrs
 import yaml
 
 from hami_core.cluster.memory import MemoryCluster
-from hami_core.errors import AnnotationError, InvalidInputError
+from hami_core.errors import AnnotationError, InvalidInputError, QuantityError
 from hami_core.model import DEVICE_MODES, DeviceInfo, MigProfile
 from hami_core.plugin import BackendManager
 from hami_core.protocol.annotations import VGPU_NODE
 from hami_core.protocol.config import MAX_SPLIT_COUNT
 from hami_core.protocol.inventory import decode_mig_profiles, encode_inventory
-from hami_core.protocol.quantity import INT32_MAX
+from hami_core.protocol.quantity import INT32_MAX, parse_quantity_exact
 from hami_core.protocol.topology import decode_link_scores, encode_link_scores
 from hami_core.scheduling.nodes import read_node
 from hami_core.scheduling.usage import is_live, pod_allocation
@@ -822,6 +822,36 @@ def _check_spec(spec: Any, where: str) -> None:
                         raise InvalidInputError(
                             f"{cwhere}: resources.{part}.{rname} must be a quantity, got {qty!r}"
                         )
+            _check_extended_requests(resources, cwhere)
+
+
+def _check_extended_requests(resources: Mapping[str, Any], where: str) -> None:
+    """kube-apiserver's rule for resources that cannot be overcommitted (extended
+    resources such as ``nvidia.com/gpu``): a request needs a limit, and equals it
+    (Kubernetes ``pkg/apis/core/validation`` ``ValidateResourceRequirements``: "Limit must
+    be set for non overcommitable resources", "must be equal to ... limit"). A pod
+    breaking it never reaches a scheduler, so it must not be placed here either.
+    Quantities that do not parse are left to the webhook, which denies them."""
+    limits = resources.get("limits") or {}
+    for rname, qty in (resources.get("requests") or {}).items():
+        name = str(rname)
+        if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+            continue
+        if rname not in limits:
+            raise InvalidInputError(
+                f"{where}: resources.requests.{name} has no limit; Kubernetes requires "
+                "limits for extended resources (they cannot be overcommitted)"
+            )
+        try:
+            request = parse_quantity_exact(qty, resource=name)
+            limit = parse_quantity_exact(limits[rname], resource=name)
+        except QuantityError:
+            continue
+        if request != limit:
+            raise InvalidInputError(
+                f"{where}: resources.requests.{name} ({qty}) must equal its limit "
+                f"({limits[rname]}), as Kubernetes requires for extended resources"
+            )
 
 
 def _expand(obj: Mapping[str, Any], where: str, shown: str, count_key: str) -> list[WorkloadPod]:

@@ -69,3 +69,43 @@ def test_workloads_adding_up_past_the_cluster_limit_are_refused(tmp_path):
     write(tmp_path / "w" / "b.yaml", deployment("b", 1))
     with pytest.raises(InvalidInputError, match=r"b\.yaml: document 1: .*more than 150000 pods"):
         load_workloads([tmp_path / "w"])
+
+
+def gpu_pod_with(resources):
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": resources}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("resources", "says"),
+    [
+        ({"requests": {"nvidia.com/gpu": 1}}, r"requests\.nvidia\.com/gpu has no limit"),
+        (
+            {"limits": {"nvidia.com/gpu": 1}, "requests": {"nvidia.com/gpu": 2}},
+            r"requests\.nvidia\.com/gpu \(2\) must equal its limit \(1\)",
+        ),
+    ],
+)
+def test_extended_requests_kube_apiserver_refuses_are_refused(tmp_path, resources, says):
+    """A pod kube-apiserver would reject (extended resources cannot be overcommitted)
+    was placed, with the limit's GPUs."""
+    path = write(tmp_path / "p.yaml", gpu_pod_with(resources))
+    with pytest.raises(InvalidInputError, match=r"spec\.containers\[0\]: resources\." + says):
+        load_workloads([path])
+
+
+def test_extended_requests_equal_to_limits_and_cpu_requests_alone_load(tmp_path):
+    path = write(
+        tmp_path / "p.yaml",
+        gpu_pod_with(
+            {
+                "limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": "1k"},
+                "requests": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": 1000, "cpu": "2"},
+            }
+        ),
+    )
+    assert len(load_workloads([path]).pods) == 1
