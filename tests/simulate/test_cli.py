@@ -319,3 +319,17 @@ def test_simulate_shows_the_mode_and_serves_mps_gpus_through_mps(tmp_path):
     text = invoke("--cluster", cluster, wl).output
     assert "NVIDIA A10 (mps)" in text
     assert "NVIDIA A10 (hami-core)" not in text  # the shim's mode is the default, not shown
+
+
+def test_the_readme_shows_what_make_demo_prints():
+    """README.md's "What `make demo` shows" is real output: every line of its sample
+    (but the "..." elisions) is a line `hami simulate` prints on the bundled example
+    (the sample had gone stale: 27152 MiB where the run prints 81920)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    sample = text.split("```\nPlaced (", 1)[1].split("```", 1)[0]
+    lines = [f"Placed ({line}" if i == 0 else line for i, line in enumerate(sample.splitlines())]
+    printed = invoke().output.splitlines()
+    shown = [line for line in lines if line.strip() and line.strip() != "..."]
+    assert len(shown) >= 8
+    stale = [line for line in shown if line not in printed]
+    assert stale == [], "README.md sample is stale: copy these lines from `hami simulate` again"
