@@ -50,9 +50,10 @@ def read_node(
     vendor HAMi reads from the node's capacity or from its own device plugin's
     annotation answers there; ``None`` means the register annotation is decoded.
 
-    A malformed inventory, or a handshake left ``Requesting_`` for over 60 s while the
-    node's allocatable count is 0, marks that vendor unregistered on that node with
-    the reason (``NodeInfo.unregistered``); the scheduler keeps serving other nodes.
+    A malformed inventory (anything a backend's ``reader`` raises included), or a
+    handshake left ``Requesting_`` for over 60 s while the node's allocatable count is 0,
+    marks that vendor unregistered on that node with the reason
+    (``NodeInfo.unregistered``); the scheduler keeps serving other nodes.
     """
     meta = node.get("metadata") or {}
     name = str(meta.get("name", ""))
@@ -64,7 +65,8 @@ def read_node(
         if reader is not None:
             try:
                 own = reader(dtype.vendor, node)
-            except DECODE_ERRORS as exc:
+            except Exception as exc:  # a backend's reading (BackendError wraps what it
+                # raised on this node's garbage) marks that vendor here, never the caller
                 unregistered[dtype.vendor] = _reason(exc)
                 continue
             if own is not None:

@@ -81,3 +81,44 @@ def test_an_exception_anywhere_in_one_node_marks_only_that_node(monkeypatch):
     result = sched.filter(p, ["good", "bad"])
     assert result.feasible == ("good",)
     assert result.failed == {"bad": "NodeUnregistered (cannot read node: RecursionError)"}
+
+
+# Vendors whose backend reads its own node annotation (hami_node_devices): what the
+# backend raises on garbage reaches the core wrapped in BackendError, which read_node
+# did not catch: the metrics scrape of every node failed (found by the attack run).
+BACKEND_KEYS = {
+    "Enflame": "enflame.com/gcu-drs-capacity",
+    "Vastai": "hami.io/node-va-register",
+    "Metax-SGPU": "metax-tech.com/node-gpu-devices",
+}
+SHAPES = {
+    "huge-int": '[{"id":"X","count":' + "9" * 5000 + "}]",
+    "deep": "[" * 5000 + "]" * 5000,
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("vendor", sorted(BACKEND_KEYS))
+def test_a_backends_own_node_annotation_garbage_marks_only_that_node(vendor, shape):
+    from prometheus_client import generate_latest
+
+    from hami_core.servers.metrics import SchedulerMetrics
+
+    m = manager()
+    if vendor not in m.vendors:
+        pytest.skip(f"the backend of {vendor} is not installed")
+    bad = garbage_node(BACKEND_KEYS[vendor], SHAPES[shape])
+    info = read_node(bad, m.device_types(), now=utcnow(), reader=m.node_devices)
+    assert vendor in info.unregistered and "unreadable" in info.unregistered[vendor]
+    c = cluster(node("good", [gpu("GPU-G")]), bad)
+    sched = Scheduler(c, m)
+    text = generate_latest(SchedulerMetrics(sched).registry).decode()
+    assert 'hami_gpu_memory_limit_bytes{device_index="0",device_type' in text
+    assert f'hami_node_unregistered{{node="bad",vendor="{vendor}"}} 1.0' in text
+    client = create_extender_app(sched, is_leader=lambda: True).test_client()
+    p = admitted(c, pod("p", container(gpu=1, gpumem=1000)))
+    args = real_filter_args(p, ["good", "bad"])
+    args["Nodes"], args["NodeNames"] = {"items": [c.get_node("good"), bad]}, None
+    body = client.post("/filter", json=args).get_json()
+    # the NVIDIA pod still fits both: only the garbage vendor is unusable on "bad"
+    assert body["NodeNames"] == ["good", "bad"] and body["Error"] == ""
