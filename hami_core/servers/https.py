@@ -21,15 +21,25 @@ must present a certificate signed by that CA (mutual TLS, for the extender).
 
 Slow clients (issue #12 item 10): cheroot does the TLS handshake on its one accept thread,
 so one idle TCP connection delays every other client by the socket timeout. Here the
-handshake is deferred to the worker that serves the connection, each request gets a
-deadline (``handshake_timeout_s`` for the handshake, ``request_timeout_s`` in all; a
-watchdog shuts the socket of a connection past it), and one client address may keep at
-most ``max_per_client`` workers busy at once; its further connections are closed.
+handshake is deferred to the worker that serves the connection, each request gets
+deadlines (``handshake_timeout_s`` for the handshake, ``read_timeout_s`` to receive the
+request line, headers and body, ``request_timeout_s`` in all; a watchdog shuts the socket
+of a connection past one), and one client address may keep at most ``max_per_client``
+workers busy at once; its further connections are closed.
+
+The read deadline is what keeps many slow clients (a tenant's pods, each its own address,
+trickling headers or a body: slowloris) from holding every worker: the API server sends
+a review at once, so a request still arriving after a few seconds is cut, the worker
+goes to the next connection in the queue, and a real review waits at most about that
+long (the attack run found 16 such clients from 16 addresses stopping every review while
+the only deadline was the 30 s one). The body is read whole, under the read deadline,
+before the application runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import socket
@@ -50,9 +60,18 @@ log = logging.getLogger(__name__)
 LISTEN_BACKLOG = 128
 #: Seconds a client has to finish its TLS handshake (the API server needs milliseconds).
 HANDSHAKE_TIMEOUT_S = 5.0
+#: Seconds a client has, after its handshake, to send the whole request (line, headers,
+#: body). The API server and kube-scheduler send a request in one go; well under the
+#: chart's webhook ``timeoutSeconds`` (10) and kube-scheduler's extender timeout (5 s).
+READ_TIMEOUT_S = 3.0
 #: Seconds one request may take in all, handshake and reading included. The API server
 #: gives a webhook at most 30 s (``timeoutSeconds``), kube-scheduler an extender 5 s.
 REQUEST_TIMEOUT_S = 30.0
+#: Seconds a connection may take to send its request (handshake included) while others
+#: wait for a worker: the API server needs milliseconds; a slow client yields its worker.
+PRESSURE_READ_S = 0.5
+#: The socket of the connection a worker thread serves (for the body reader below).
+_serving = threading.local()
 
 
 class _DeferredHandshakeAdapter(BuiltinSSLAdapter):
@@ -64,15 +83,33 @@ class _DeferredHandshakeAdapter(BuiltinSSLAdapter):
 
 
 class _Guard:
-    """Per-connection deadlines (a watchdog thread) and busy workers per client address."""
+    """Per-connection deadlines (a watchdog thread) and busy workers per client address.
 
-    def __init__(self, *, max_per_client: int, handshake_s: float, request_s: float) -> None:
+    A connection is *receiving* during its handshake and until its body is in, then
+    *serving*. While connections wait for a worker (``queued()`` > 0), one that has been
+    receiving for more than ``pressure_s`` is cut at once: a real client has sent its
+    request by then, and its worker is owed to the connections behind it.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_per_client: int,
+        handshake_s: float,
+        read_s: float,
+        request_s: float,
+        pressure_s: float = PRESSURE_READ_S,
+    ) -> None:
         self.max_per_client = max_per_client
         self.handshake_s = handshake_s
+        self.read_s = read_s
         self.request_s = request_s
+        self.pressure_s = pressure_s
+        self.queued: Callable[[], int] = lambda: 0
         self._lock = threading.Lock()
         self._busy: dict[str, int] = {}
-        self._deadlines: dict[int, tuple[float, socket.socket]] = {}
+        # id(sock) -> (deadline, sock, receiving since (monotonic) or None when serving)
+        self._deadlines: dict[int, tuple[float, socket.socket, float | None]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="https-deadlines", daemon=True)
         self._thread.start()
@@ -92,9 +129,14 @@ class _Guard:
             else:
                 self._busy.pop(client, None)
 
-    def arm(self, sock: socket.socket, seconds: float) -> None:
+    def arm(self, sock: socket.socket, seconds: float, *, receiving: bool = False) -> None:
+        now = time.monotonic()
         with self._lock:
-            self._deadlines[id(sock)] = (time.monotonic() + seconds, sock)
+            since = None
+            if receiving:
+                prev = self._deadlines.get(id(sock))
+                since = prev[2] if prev is not None and prev[2] is not None else now
+            self._deadlines[id(sock)] = (now + seconds, sock, since)
 
     def disarm(self, sock: socket.socket) -> None:
         with self._lock:
@@ -104,10 +146,19 @@ class _Guard:
         self._stop.set()
 
     def _watch(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._stop.wait(0.1):
             now = time.monotonic()
+            try:
+                pressed = self.queued() > 0
+            except Exception:  # the pool's size is advisory
+                pressed = False
             with self._lock:
-                late = [k for k, (at, _) in self._deadlines.items() if at <= now]
+                late = [
+                    k
+                    for k, (at, _, since) in self._deadlines.items()
+                    if at <= now
+                    or (pressed and since is not None and now - since > self.pressure_s)
+                ]
                 socks = [self._deadlines.pop(k)[1] for k in late]
             for sock in socks:
                 # The plain socket's shutdown: unblocks the worker's read at once.
@@ -130,16 +181,19 @@ class _GuardedConnection(HTTPConnection):
         sock = self.socket
         try:
             if isinstance(sock, ssl.SSLSocket) and not getattr(self, "_handshaken", False):
-                self.guard.arm(sock, self.guard.handshake_s)
+                self.guard.arm(sock, self.guard.handshake_s, receiving=True)
                 try:
                     sock.do_handshake()
                 except (OSError, ValueError) as exc:
                     log.debug("TLS handshake with %s failed: %s", client, exc)
                     return False
                 self._handshaken = True
-            self.guard.arm(sock, self.guard.request_s)
+            # until the body is in (``_read_body_first``), then the rest of request_s
+            self.guard.arm(sock, min(self.guard.read_s, self.guard.request_s), receiving=True)
+            _serving.sock, _serving.guard, _serving.start = sock, self.guard, time.monotonic()
             return bool(super().communicate())
         finally:
+            _serving.sock = None
             self.guard.disarm(sock)
             self.guard.leave(client)
 
@@ -165,6 +219,31 @@ def _naming_the_files(*paths: str) -> Iterator[None]:
         ) from exc
 
 
+def _read_body_first(app: Callable[..., Any]) -> Callable[..., Any]:
+    """WSGI middleware: read the whole body under the read deadline (the connection's
+    socket is cut when it passes), then give the application the rest of the request
+    deadline. A body that does not arrive in time ends the connection before ``app`` runs."""
+
+    def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        stream = environ.get("wsgi.input")
+        if stream is not None:
+            try:
+                length = int(environ.get("CONTENT_LENGTH") or -1)
+            except ValueError:
+                length = -1
+            body = stream.read(length) if length >= 0 else stream.read()
+            environ["wsgi.input"] = io.BytesIO(body)
+            environ["CONTENT_LENGTH"] = str(len(body))
+        sock = getattr(_serving, "sock", None)
+        if sock is not None:
+            guard: _Guard = _serving.guard
+            left = guard.request_s - (time.monotonic() - _serving.start)
+            guard.arm(sock, max(left, 0.0))
+        return app(environ, start_response)
+
+    return wrapped
+
+
 class HttpsServer:
     """A bound, not yet serving, thread-pooled HTTPS server around a WSGI app.
 
@@ -185,6 +264,7 @@ class HttpsServer:
         max_per_client: int | None = None,
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
+        read_timeout_s: float = READ_TIMEOUT_S,
     ) -> None:
         """Load the key pair and bind the socket.
 
@@ -199,7 +279,9 @@ class HttpsServer:
                 certificate it signed (``ssl.CERT_REQUIRED``).
             max_per_client: workers one client address may keep busy at once
                 (default: half the threads, at least 2).
-            handshake_timeout_s, request_timeout_s: the per-connection deadlines.
+            handshake_timeout_s, read_timeout_s, request_timeout_s: the per-connection
+                deadlines (seconds): the TLS handshake, receiving the whole request after
+                it, and the request in all.
 
         Raises:
             OSError: the files cannot be read, do not match, or the port cannot be bound.
@@ -217,6 +299,7 @@ class HttpsServer:
         self._guard = _Guard(
             max_per_client=max_per_client or max(2, threads // 2),
             handshake_s=handshake_timeout_s,
+            read_s=read_timeout_s,
             request_s=request_timeout_s,
         )
         guard = self._guard
@@ -227,7 +310,7 @@ class HttpsServer:
         Connection.guard = guard
         self._server = Server(
             (host, port),
-            app,
+            _read_body_first(app),
             numthreads=threads,
             max=threads,
             request_queue_size=LISTEN_BACKLOG,
@@ -236,6 +319,8 @@ class HttpsServer:
         self._server.ssl_adapter = adapter
         self._server.ConnectionClass = Connection
         self._server.prepare()  # binds now, so errors surface here and port 0 is resolved
+        pool = self._server.requests
+        guard.queued = lambda: int(pool.qsize)
         self.error: BaseException | None = None
 
     @property

@@ -201,3 +201,57 @@ def test_the_scheduler_cli_refuses_an_open_address_before_contacting_anything():
     help_text = CliRunner().invoke(cli, ["scheduler", "--help"], terminal_width=200).output
     assert "default: 127.0.0.1" in help_text and "--tls-client-ca-file" in help_text
     assert "--metrics-bind-address" in help_text
+
+
+def _loris(port, address, stop, mode):
+    """A client from its own address that keeps one connection sending as slowly as it
+    can (re-connecting when cut): headers or body one piece a second, or a handshake
+    that never ends."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    while not stop.is_set():
+        try:
+            s = socket.socket()
+            s.bind((address, 0))
+            s.settimeout(10)
+            s.connect(("127.0.0.1", port))
+            if mode == "handshake":
+                s.sendall(b"\x16\x03\x01")
+                while not stop.is_set() and s.recv(1):
+                    pass
+                continue
+            t = ctx.wrap_socket(s)
+            head = b"POST /webhook HTTP/1.1\r\nHost: x\r\n"
+            if mode == "body":
+                head += b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+            t.sendall(head)
+            while not stop.is_set():
+                t.sendall(b" " if mode == "body" else b"X-a: b\r\n")
+                time.sleep(1)
+        except OSError:
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("mode", ["headers", "body", "handshake"])
+def test_many_slow_clients_from_many_addresses_do_not_stop_reviews(pki, mode):
+    """Issue #12 item 10, found again by the attack run: 16 slowloris clients, each from
+    its own address (a tenant's pods), held all 8 workers for the 30 s request deadline
+    and every review timed out. Now a request must arrive within the read deadline, and
+    within half a second once others wait for a worker."""
+    server, _ = serve(pki, threads=8)
+    stop = threading.Event()
+    clients = [
+        threading.Thread(
+            target=_loris, args=(server.port, f"127.0.1.{i + 1}", stop, mode), daemon=True
+        )
+        for i in range(32)
+    ]
+    try:
+        for c in clients:
+            c.start()
+        time.sleep(2)
+        waits = [review_seconds(pki, server.port) for _ in range(3)]
+        assert max(waits) < 5, waits  # the API server gives the chart's webhook 10 s
+    finally:
+        stop.set()
+        server.close()
