@@ -18,7 +18,8 @@ Everything a backend needs from the core is here, so a backend's imports say
   section's name overrides), ``annotations_of``, ``run_tool`` / ``ToolRunner`` (a
   management tool with a timeout, behind a protocol tests fake), ``scaled`` /
   ``inventory_device`` (the one scaling, rounded down), ``set_resources`` (the admission
-  patch of a container's resources).
+  patch of a container's resources), ``live_pod_uids`` (the pods a node-local record
+  may still be held for, in ``hami_release``).
 
 ``docs/writing-a-backend.md`` walks a new vendor through it.
 """
@@ -41,6 +42,7 @@ from hami_core.protocol.migallocations import (
     mig_allocations_of,
 )
 from hami_core.protocol.patches import pointer_token, set_resources
+from hami_core.protocol.pods import live_pod_uids
 from hami_core.protocol.quantity import INT32_MAX, parse_quantity_int
 
 from . import countshared, fit
@@ -100,6 +102,7 @@ __all__ = [
     "fit_devices",
     "hookimpl",
     "inventory_device",
+    "live_pod_uids",
     "load",
     "same_device_rules",
     "node_score",

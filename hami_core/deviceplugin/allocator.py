@@ -330,6 +330,20 @@ class Allocator:
                 raise InvalidInputError(f"container request #{n} repeats a device ID: {ids}")
         return [len(ids) for ids in requests]
 
+    def release(
+        self, pods: Sequence[Mapping[str, Any]], devices: Sequence[DeviceInfo]
+    ) -> tuple[str, ...]:
+        """The backend's ``hami_release`` with this node's records (``state``), between
+        two ``Allocate`` calls, never during one: a record being written is not lost.
+
+        Raises:
+            BackendError: as ``BackendManager.release``.
+        """
+        with self._lock:
+            return self.manager.release(
+                self.manager.backend_of(self.vendor), pods, devices, state=self.state
+            )
+
     def _answer(
         self, pending: PendingPod, n: int, *, lock_value: str | None = None
     ) -> list[ContainerAllocation]:

@@ -18,6 +18,7 @@ from hami_core.errors import HamiError, NotFoundError
 from hami_core.model import DeviceInfo
 
 from .agent import NodeAgent
+from .allocator import Allocator
 from .cdi import CdiWriter
 from .state import DeviceState
 
@@ -36,11 +37,15 @@ class HealthLoop:
         health_interval_s: float,
         register_interval_s: float,
         cdi: CdiWriter | None = None,
+        allocator: Allocator | None = None,
     ) -> None:
         """Args:
         health_interval_s: the longest wait between discoveries, seconds.
         register_interval_s: the longest time between two publications, seconds.
         cdi: the CDI spec writer to sweep, when CDI is on.
+        allocator: the process's ``Allocator``: ``hami_release`` then gets its node
+            records and runs between its calls (``Allocator.release``); None: the
+            backend's release without records.
         """
         self.agent = agent
         self.state = state
@@ -48,6 +53,7 @@ class HealthLoop:
         self.health_interval_s = health_interval_s
         self.register_interval_s = register_interval_s
         self.cdi = cdi
+        self.allocator = allocator
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._scores_for: tuple[str, ...] | None = None
@@ -83,7 +89,10 @@ class HealthLoop:
         unreadable pod list or a driver error frees nothing this round."""
         try:
             pods = self.store.pods_on_node(self.node)
-            freed = self.agent.manager.release(self.agent.backend, pods, devices)
+            if self.allocator is not None:
+                freed = self.allocator.release(pods, devices)
+            else:
+                freed = self.agent.manager.release(self.agent.backend, pods, devices)
         except HamiError as exc:
             log.warning("cannot release what pods no longer hold: %s", exc)
             return

@@ -379,7 +379,7 @@ def hami_host_devices(config: VendorConfig) -> list[HostDevice] | None:
 
 @_hookspec
 def hami_release(
-    pods: Sequence[Pod], devices: Sequence[DeviceInfo], config: VendorConfig
+    pods: Sequence[Pod], devices: Sequence[DeviceInfo], config: VendorConfig, state: NodeState
 ) -> Sequence[str] | None:
     """Free on this node what no live pod holds any more.
 
@@ -391,6 +391,9 @@ def hami_release(
         pods: every pod bound to this node, as the API server lists them (finished ones
             included; the backend decides what still holds).
         devices: what ``hami_discover`` returned.
+        state: the backend's node-local records (``hami_allocate``'s ``state``), to drop
+            those of pods that are gone (``hami_core.backend.live_pod_uids``); no
+            ``Allocate`` runs meanwhile.
     Returns: what was freed, one line each, for the log; None when the backend holds
         nothing outside the pods' containers.
     Raises: ``HamiError`` when the driver fails (the plugin logs it and tries again on

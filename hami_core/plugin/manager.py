@@ -498,9 +498,16 @@ class BackendManager:
         return tuple(changed)
 
     def release(
-        self, backend: str, pods: Sequence[Mapping[str, Any]], devices: Sequence[DeviceInfo]
+        self,
+        backend: str,
+        pods: Sequence[Mapping[str, Any]],
+        devices: Sequence[DeviceInfo],
+        *,
+        state: NodeState | None = None,
     ) -> tuple[str, ...]:
         """What one backend freed on this node (``hami_release``); () when nothing.
+
+        ``state``: the node's records, as for ``allocate`` (default: an empty one).
 
         Raises:
             BackendError: the backend raised or answered something other than lines.
@@ -512,6 +519,7 @@ class BackendManager:
             pods=tuple(pods),
             devices=tuple(devices),
             config=self.vendor_config(backend),
+            state=ScopedNodeState(state if state is not None else MemoryNodeState(), backend),
         )
         if freed is None:
             return ()

@@ -4,7 +4,7 @@ deeper (the Kubernetes ``v1.Pod`` JSON form, as the API server sends it)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from hami_core.errors import InvalidInputError
@@ -19,6 +19,17 @@ def containers(pod: Pod) -> Iterator[tuple[Mapping[str, Any], bool, str]]:
     for key, init in (("initContainers", True), ("containers", False)):
         for i, c in enumerate(spec.get(key) or []):
             yield c, init, f"/spec/{key}/{i}"
+
+
+def live_pod_uids(pods: Iterable[Pod]) -> frozenset[str]:
+    """The UIDs of the ``pods`` that have not finished (phase neither ``Succeeded`` nor
+    ``Failed``, Kubernetes' terminal pod phases): what a node-local record of a pod may
+    still be held for (``hami_release``)."""
+    return frozenset(
+        str((p.get("metadata") or {}).get("uid") or "")
+        for p in pods
+        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ) - {""}
 
 
 def pod_ref(pod: Pod) -> str:

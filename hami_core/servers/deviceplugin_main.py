@@ -118,6 +118,7 @@ class DevicePluginProcess:
             health_interval_s=opts.health_interval_s,
             register_interval_s=opts.register_interval_s,
             cdi=self.cdi,
+            allocator=self.allocator,
         )
 
     def _release_later(self, release: Callable[[], None]) -> None:

@@ -77,3 +77,15 @@ def test_the_device_plugin_keeps_amd_cu_ranges_under_state_dir(tmp_path):
     assert json.loads((tmp_path / "s" / "amd.cu-masks.json").read_text()) == {
         "u1/c": {"GPU-0": [0, 75]}
     }
+    # A pod that finished frees its range at the next release round (the loop's
+    # hami_release, run between Allocate calls), and the next pod takes it.
+    u2 = {"metadata": {"uid": "u2"}}
+    manager.allocate("AMD", u2, {"name": "c"}, slice_, node_devices=devices, state=state)
+    done = {"metadata": {"uid": "u1"}, "status": {"phase": "Succeeded"}}
+    assert process.allocator.release([done, u2], devices) == ("the CU ranges of u1/c",)
+    assert process.allocator.release([done, u2], devices) == ()
+    assert set(json.loads((tmp_path / "s" / "amd.cu-masks.json").read_text())) == {"u2/c"}
+    u3 = {"metadata": {"uid": "u3"}}
+    res = manager.allocate("AMD", u3, {"name": "c"}, slice_, node_devices=devices, state=state)
+    assert res.envs["HSA_CU_MASK"] == "0:0-75"
+    assert process.loop.allocator is process.allocator

@@ -21,6 +21,7 @@ from hami_core.backend import (
     NodeState,
     VendorConfig,
     hookimpl,
+    live_pod_uids,
 )
 
 from . import BACKEND_NAME, allocate, discover, fit, requests
@@ -76,3 +77,9 @@ def hami_allocate(
     state: NodeState,
 ) -> ContainerAllocation | None:
     return allocate.allocate(pod, container, devices, node_devices, state)
+
+
+@hookimpl
+def hami_release(pods: Sequence[Mapping[str, Any]], state: NodeState) -> list[str] | None:
+    gone = allocate.CuMasks(state).prune(live_pod_uids(pods))
+    return [f"the CU ranges of {key}" for key in gone] or None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from hami_core.backend import (
@@ -19,10 +20,12 @@ from hami_core.backend import (
     NodeState,
     VendorConfig,
     hookimpl,
+    live_pod_uids,
 )
 
 from . import BACKEND_NAME, admission, allocate, discover, fit, requests
 from .names import DEVICE_TYPE, OPTION_DEFAULTS
+from .vdev import VdevAllocator
 
 
 @hookimpl
@@ -76,3 +79,11 @@ def hami_allocate(
     state: NodeState,
 ) -> ContainerAllocation | None:
     return allocate.allocate(pod, container, devices, config, node_devices, state)
+
+
+@hookimpl
+def hami_release(
+    pods: Sequence[Mapping[str, Any]], config: VendorConfig, state: NodeState
+) -> list[str] | None:
+    vdevs = VdevAllocator(Path(str(config.options["vdevPath"])), state)
+    return [f"the vDCU of {key}" for key in vdevs.prune(live_pod_uids(pods))] or None

@@ -6,7 +6,15 @@ from hami_hygon.allocate import allocate
 from hami_hygon.vdev import VdevAllocator, VdevConfig, cu_count_of, parse, render
 
 from hami_core.errors import InvalidInputError
-from hami_core.model import ContainerDevice, DeviceInfo, DeviceNode, MemoryNodeState
+from hami_core.model import (
+    ContainerDevice,
+    DeviceInfo,
+    DeviceNode,
+    MemoryNodeState,
+    ScopedNodeState,
+)
+from hami_core.plugin import BackendManager
+from hami_core.protocol.config import parse_config
 from hami_core.testing import section
 
 from .support import make_sysfs
@@ -90,6 +98,21 @@ def test_pruning_frees_the_slices_of_gone_pods(node, tmp_path):
         allocate({"metadata": {"uid": "uid-3"}}, MAIN, (dev(SN0, 2000, 50),), *node)
     assert VdevAllocator(tmp_path / "vdev", node[2]).prune(["uid-2"]) == ["uid-1_main_0"]
     allocate({"metadata": {"uid": "uid-3"}}, MAIN, (dev(SN0, 2000, 50),), *node)
+
+
+def test_the_device_plugins_release_round_frees_the_vdevs_of_finished_pods(node):
+    config, devices, state = node
+    manager = BackendManager.from_entry_points(disabled=[])
+    manager = manager.with_config(
+        parse_config({"version": "v1", "hygon": dict(config.options)}, backends=manager.infos)
+    )
+    scoped = ScopedNodeState(state, "hygon")
+    allocate(POD, MAIN, (dev(SN0, 2000, 50),), config, devices, scoped)
+    done = {"metadata": {"uid": "uid-1"}, "status": {"phase": "Failed"}}
+    running = {"metadata": {"uid": "uid-1"}, "status": {"phase": "Running"}}
+    assert manager.release("hygon", [running], devices, state=state) == ()
+    assert manager.release("hygon", [done], devices, state=state) == ("the vDCU of uid-1_main_0",)
+    assert scoped.read("vdevs") == {}
 
 
 def test_a_dcu_not_on_the_node_is_refused(node):
