@@ -1,6 +1,6 @@
 """Finding this node's AMD GPUs with the ROCm tools (``hami_discover``).
 
-Two documented outputs are read, through ``CommandRunner`` (``argv -> stdout or None``)
+Two documented outputs are read, through ``ToolRunner`` (``argv -> stdout or None``)
 so tests answer from samples:
 
 - ``rocm-smi --showproductname --showmeminfo vram --showuniqueid --showbus --json``: one
@@ -21,46 +21,16 @@ from __future__ import annotations
 import json
 import logging
 import re
-import subprocess
-from collections.abc import Sequence
-from typing import Protocol
 
 import attrs
 
-from hami_core.backend import DeviceInfo, VendorConfig
+from hami_core.backend import DeviceInfo, ToolRunner, VendorConfig
 
 from . import VENDOR
 
 log = logging.getLogger(__name__)
 
 SMI_ARGS = ("--showproductname", "--showmeminfo", "vram", "--showuniqueid", "--showbus", "--json")
-
-
-class CommandRunner(Protocol):
-    """Runs a tool: ``argv`` -> its standard output, or None when missing or failing."""
-
-    def __call__(self, argv: Sequence[str]) -> str | None: ...
-
-
-@attrs.frozen
-class SubprocessRunner:
-    """The real runner: ``subprocess.run`` with a timeout (seconds)."""
-
-    timeout_s: float = 15.0
-
-    def __call__(self, argv: Sequence[str]) -> str | None:
-        try:
-            proc = subprocess.run(
-                list(argv), capture_output=True, text=True, timeout=self.timeout_s, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            log.debug("%s: %s", argv[0], exc)
-            return None
-        return proc.stdout if proc.returncode == 0 else None
-
-
-#: The runner the hook uses (tests replace it).
-RUNNER: list[CommandRunner] = [SubprocessRunner()]
 
 
 @attrs.frozen(kw_only=True)
@@ -133,7 +103,7 @@ def parse_rocminfo(text: str) -> list[Agent]:
     return agents
 
 
-def discover(config: VendorConfig, runner: CommandRunner) -> list[DeviceInfo] | None:
+def discover(config: VendorConfig, runner: ToolRunner) -> list[DeviceInfo] | None:
     """The node's AMD GPUs; None when ``rocm-smi`` is missing or fails.
 
     A card is matched to its ``rocminfo`` agent by unique id, else by position; its

@@ -19,6 +19,7 @@ from hami_core.backend import (
     MutateResult,
     NodeInfo,
     NodeState,
+    SubprocessRunner,
     VendorConfig,
     hookimpl,
     live_pod_uids,
@@ -42,7 +43,7 @@ def hami_backend_info() -> BackendInfo:
 
 @hookimpl
 def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
-    return discover.discover(config, discover.RUNNER[0])
+    return discover.discover(config, SubprocessRunner())
 
 
 @hookimpl

@@ -14,46 +14,16 @@ import json
 import logging
 import os
 import socket
-import subprocess
-from collections.abc import Sequence
-from typing import Protocol
-
-import attrs
 
 from hami_core.backend import (
     DeviceInfo,
+    ToolRunner,
     VendorConfig,
 )
 
 from . import inventory
 
 log = logging.getLogger(__name__)
-
-
-class CommandRunner(Protocol):
-    """Runs a tool: ``argv`` -> its standard output, or None when missing or failing."""
-
-    def __call__(self, argv: Sequence[str]) -> str | None: ...
-
-
-@attrs.frozen
-class SubprocessRunner:
-    """The real runner: ``subprocess.run`` with a timeout (seconds)."""
-
-    timeout_s: float = 15.0
-
-    def __call__(self, argv: Sequence[str]) -> str | None:
-        try:
-            proc = subprocess.run(
-                list(argv), capture_output=True, text=True, timeout=self.timeout_s, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            log.debug("%s: %s", argv[0], exc)
-            return None
-        return proc.stdout if proc.returncode == 0 else None
-
-
-RUNNER: list[CommandRunner] = [SubprocessRunner()]
 
 
 def parse(text: str, *, node_name: str, instance_type: str = "") -> list[DeviceInfo]:
@@ -78,7 +48,7 @@ def parse(text: str, *, node_name: str, instance_type: str = "") -> list[DeviceI
     return sorted(out, key=lambda d: d.index)
 
 
-def discover(config: VendorConfig, runner: CommandRunner) -> list[DeviceInfo] | None:
+def discover(config: VendorConfig, runner: ToolRunner) -> list[DeviceInfo] | None:
     """The node's Neuron devices; None when ``neuron-ls`` is missing, fails or is
     unreadable."""
     text = runner([str(config.options.get("neuronLsPath", "neuron-ls")), "--json-output"])

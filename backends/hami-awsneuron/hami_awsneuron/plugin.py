@@ -16,6 +16,7 @@ from hami_core.backend import (
     MutateResult,
     NodeInfo,
     PodDevices,
+    SubprocessRunner,
     VendorConfig,
     hookimpl,
 )
@@ -41,7 +42,7 @@ def hami_node_devices(node: Mapping[str, Any], vendor: str) -> list[DeviceInfo] 
 
 @hookimpl
 def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
-    return discover.discover(config, discover.RUNNER[0])
+    return discover.discover(config, SubprocessRunner())
 
 
 @hookimpl
