@@ -15,11 +15,12 @@ from hami_core.backend import (
     FitResult,
     MutateResult,
     VendorConfig,
+    countshared,
     hookimpl,
 )
 
-from . import BACKEND_NAME, fit, requests
-from .names import DEVICE_TYPE
+from . import BACKEND_NAME, VENDOR, fit
+from .names import DEVICE_TYPE, RESOURCES
 
 
 @hookimpl
@@ -33,14 +34,16 @@ def hami_backend_info() -> BackendInfo:
 
 @hookimpl
 def hami_parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
-    return requests.parse_request(container, config)
+    # HAMi 2.10 pkg/device/biren/device.go GenerateResourceRequests: birentech.com/gpu = N devices,
+    # each whole in memory with no compute accounted; N of 0 is denied
+    return countshared.parse_request(container, config, vendor=VENDOR, resources=RESOURCES)
 
 
 @hookimpl
 def hami_mutate(
     container: Mapping[str, Any], container_path: str, config: VendorConfig
 ) -> MutateResult | None:
-    return requests.mutate(container, container_path, config)
+    return countshared.mutate(container, config, vendor=VENDOR, resources=RESOURCES)
 
 
 @hookimpl

@@ -16,11 +16,12 @@ from hami_core.backend import (
     FitResult,
     MutateResult,
     VendorConfig,
+    countshared,
     hookimpl,
 )
 
-from . import BACKEND_NAME, fit, inventory, requests
-from .names import DEVICE_TYPE
+from . import BACKEND_NAME, VENDOR, fit, inventory
+from .names import DEVICE_TYPE, RESOURCES
 
 
 @hookimpl
@@ -39,14 +40,16 @@ def hami_node_devices(node: Mapping[str, Any], vendor: str) -> list[DeviceInfo] 
 
 @hookimpl
 def hami_parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
-    return requests.parse_request(container, config)
+    # HAMi 2.10 pkg/device/vastai/device.go GenerateResourceRequests: vastaitech.com/va = N devices,
+    # each whole in memory with no compute accounted; N of 0 is denied
+    return countshared.parse_request(container, config, vendor=VENDOR, resources=RESOURCES)
 
 
 @hookimpl
 def hami_mutate(
     container: Mapping[str, Any], container_path: str, config: VendorConfig
 ) -> MutateResult | None:
-    return requests.mutate(container, container_path, config)
+    return countshared.mutate(container, config, vendor=VENDOR, resources=RESOURCES)
 
 
 @hookimpl

@@ -3,7 +3,7 @@
 ``Test_GenerateResourceRequests``, ``TestDevices_Fit``, ``Test_PatchAnnotations``)."""
 
 import pytest
-from hami_biren import fit, requests
+from hami_biren import fit, plugin
 
 from hami_core.errors import AnnotationError, InvalidInputError
 from hami_core.model import DeviceInfo, DevicePolicy, DeviceRequest, DeviceUsage, ReasonCode
@@ -38,18 +38,18 @@ def test_inventory_as_hami_registers_it():
 
 
 def test_requests():
-    assert requests.parse_request(ctr("2"), CFG) == DeviceRequest(
+    assert plugin.hami_parse_request(ctr("2"), CFG) == DeviceRequest(
         vendor="Biren", count=2, memory_pct=100
     )
-    assert requests.parse_request({"name": "x"}, CFG) is None
+    assert plugin.hami_parse_request({"name": "x"}, CFG) is None
     for bad, message in (
         ("0", "must be greater than 0"),
         ("-1", "birentech.com/gpu"),
         ("1.5", "birentech.com/gpu"),
     ):
         with pytest.raises(InvalidInputError, match=message):
-            requests.parse_request(ctr(bad), CFG)
-        assert message in requests.mutate(ctr(bad), "/spec/containers/0", CFG).denial
+            plugin.hami_parse_request(ctr(bad), CFG)
+        assert message in plugin.hami_mutate(ctr(bad), "/spec/containers/0", CFG).denial
 
 
 def dev(uuid, index=0, count=2):

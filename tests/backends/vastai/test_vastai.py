@@ -6,7 +6,7 @@ and mutex cases, ``Test_computeBestCombination``, ``Test_ScoreNode``)."""
 import json
 
 import pytest
-from hami_vastai import fit, inventory, requests
+from hami_vastai import fit, inventory, plugin
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import (
@@ -78,11 +78,11 @@ def test_inventory_keeps_die_facts():
 
 
 def test_requests():
-    assert requests.parse_request(
+    assert plugin.hami_parse_request(
         {"name": "m", "resources": {"limits": {"vastaitech.com/va": "2"}}}, CFG
     ) == DeviceRequest(vendor="Vastai", count=2, memory_pct=100)
     with pytest.raises(InvalidInputError, match="vastaitech.com/va must be greater than 0"):
-        requests.parse_request(
+        plugin.hami_parse_request(
             {"name": "m", "resources": {"limits": {"vastaitech.com/va": "0"}}}, CFG
         )
 
