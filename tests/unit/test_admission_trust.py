@@ -165,8 +165,11 @@ def _running():
         lambda a: a.pop("hami.io/vgpu-devices-allocated"),
         lambda a: a.update({"hami.io/vgpu-devices-to-allocate": "GPU-B,NVIDIA,1,0:;"}),
         lambda a: a.update({"hami.io/bind-phase": "allocating"}),
+        # MIG (#17): the instances chosen at bind, written by the scheduler and the
+        # device plugin only (a forged one would name another pod's instance)
+        lambda a: a.update({"hami.io/vgpu-mig-allocations": "[]"}),
     ],
-    ids=["rewrite", "delete", "add-to-allocate", "add-phase"],
+    ids=["rewrite", "delete", "add-to-allocate", "add-phase", "add-mig-instances"],
 )
 def test_update_of_owned_annotations_by_a_tenant_is_denied(change):
     old = _running()
@@ -189,3 +192,20 @@ def test_other_updates_pass():
 
 def test_the_scheduler_account_may_create_with_owned_annotations():
     assert admission().review(forged(scheduler="volcano"), user=SCHED).allowed
+
+
+def test_every_backends_owned_keys_are_denied_on_create():
+    """Each backend's device-list keys (and MIG key, where it has one) are owned: a new
+    backend's or mode's annotation is in the denial list without touching the webhook."""
+    from hami_core.webhook.trust import owned_annotation_keys
+
+    m = manager()
+    owned = owned_annotation_keys(m)
+    for t in m.device_types():
+        for key in (t.to_allocate_annotation, t.allocated_annotation, t.mig_annotation):
+            if not key:
+                continue
+            assert key in owned
+            p = pod("p", container(), annotations={key: "x"})
+            out = admission().review(p, user="alice")
+            assert not out.allowed and key in out.message, (t.vendor, key)
