@@ -23,6 +23,7 @@ status 2), before anything is contacted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -150,10 +151,25 @@ def _click_type(field: attrs.Attribute[Any], meta: Setting) -> Any:
     if kind.startswith("int"):
         return click.IntRange(meta.min, meta.max) if (meta.min, meta.max) != (None, None) else int  # type: ignore[arg-type]
     if kind.startswith("float"):
-        if (meta.min, meta.max) != (None, None):
-            return click.FloatRange(meta.min, meta.max)
-        return float
+        return FiniteFloat(meta.min, meta.max)
     return None
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option that is a real number: click's FLOAT takes ``nan`` and ``inf``,
+    which no duration or factor can be (``--handshake-period nan`` started a scheduler
+    that never handshook)."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+    def __repr__(self) -> str:
+        return "FiniteFloat"
 
 
 def _help(meta: Setting) -> str:

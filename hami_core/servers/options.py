@@ -144,6 +144,7 @@ class SchedulerOptions:
         15.0,
         flag="--lease-duration",
         unit="seconds",
+        min=0.1,
         help="How long a follower waits on an unrenewed Lease before taking over.",
         why="client-go's and kube-scheduler's leader-election default.",
     )
@@ -151,6 +152,7 @@ class SchedulerOptions:
         10.0,
         flag="--renew-deadline",
         unit="seconds",
+        min=0.1,
         help="How long a leader keeps acting without a successful renewal.",
         why="client-go's default; under --lease-duration so a leader stops before another starts.",
     )
@@ -158,6 +160,7 @@ class SchedulerOptions:
         2.0,
         flag="--retry-period",
         unit="seconds",
+        min=0.1,
         help="Time between election rounds.",
         why="client-go's default.",
     )
@@ -202,6 +205,7 @@ class SchedulerOptions:
         30.0,
         flag="--handshake-period",
         unit="seconds",
+        min=0.1,
         help="Time between the leader's Requesting_ handshakes to each node's device plugin.",
     )
     node_label_selector: Mapping[str, str] = setting(

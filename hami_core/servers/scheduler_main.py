@@ -54,6 +54,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
             cannot be loaded; the message names the address and the file.
     """
     check_exposure(opts)
+    check_lease_timing(opts)
     manager = BackendManager.from_entry_points()
     manager = manager.with_config(load_config(opts.config, backends=manager.infos))
     api = make_api_client(opts.kubeconfig)
@@ -161,6 +162,23 @@ def _handshake_loop(
             state.succeeded()
         except Exception as exc:  # the loop must outlive API hiccups; log state changes
             state.failed(exc)
+
+
+def check_lease_timing(opts: SchedulerOptions) -> None:
+    """client-go's rule (``leaderelection.NewLeaderElector``): the retry period is under
+    the renew deadline, which is under the lease duration; checked before the API server
+    is reached, naming the flags.
+
+    Raises:
+        ConfigError: the three are out of that order.
+    """
+    if opts.leader_elect and not (
+        opts.retry_period_s < opts.renew_deadline_s < opts.lease_duration_s
+    ):
+        raise ConfigError(
+            f"need --retry-period ({opts.retry_period_s:g}) < --renew-deadline "
+            f"({opts.renew_deadline_s:g}) < --lease-duration ({opts.lease_duration_s:g})"
+        )
 
 
 def check_exposure(opts: SchedulerOptions) -> None:
