@@ -32,6 +32,26 @@ MAX_INSTANCES = 32
 _ABSENT = (2, 3, 6)  # INVALID_ARGUMENT, NOT_SUPPORTED, NOT_FOUND
 
 
+def _listed(item_type: Any, name: str, fn: Any, parent: Any, profile_id: int) -> list[Any]:
+    """The instances an NVML ``Get*Instances(parent, profile, array, &count)`` call lists
+    (at most ``MAX_INSTANCES``); none where the profile is absent (``_ABSENT``).
+
+    Raises:
+        NvmlError: any other NVML failure.
+    """
+    from .nvml import NvmlError, _call
+
+    arr = (item_type * MAX_INSTANCES)()
+    count = ctypes.c_uint(MAX_INSTANCES)
+    try:
+        _call(name, fn, parent, profile_id, arr, ctypes.byref(count))
+    except NvmlError as exc:
+        if exc.code in _ABSENT:
+            return []
+        raise
+    return [arr[i] for i in range(count.value)]
+
+
 @attrs.frozen(kw_only=True)
 class NvmlMigProfile:
     """A GPU instance profile of a GPU in MIG mode.
@@ -139,7 +159,7 @@ class PynvmlMig:
 
     def mig_instances(self, index: int) -> list[NvmlMigInstance]:
         """Every GPU instance of GPU ``index``, its compute instance and MIG UUID."""
-        from .nvml import NvmlError, _call
+        from .nvml import _call
 
         with self._lock:
             self.start()
@@ -149,24 +169,15 @@ class PynvmlMig:
             uuids = self._mig_uuids(pynvml, handle)
             out = []
             for pid in range(GPU_INSTANCE_PROFILE_COUNT):
-                arr = (pynvml.c_nvmlGpuInstance_t * MAX_INSTANCES)()
-                count = ctypes.c_uint(MAX_INSTANCES)
-                try:
-                    _call(
-                        "nvmlDeviceGetGpuInstances",
-                        pynvml.nvmlDeviceGetGpuInstances,
-                        handle,
-                        pid,
-                        arr,
-                        ctypes.byref(count),
-                    )
-                except NvmlError as exc:
-                    if exc.code in _ABSENT:
-                        continue
-                    raise
-                for i in range(count.value):
-                    info = _call("nvmlGpuInstanceGetInfo", pynvml.nvmlGpuInstanceGetInfo, arr[i])
-                    ci = self._compute_instance(pynvml, arr[i])
+                for gi in _listed(
+                    pynvml.c_nvmlGpuInstance_t,
+                    "nvmlDeviceGetGpuInstances",
+                    pynvml.nvmlDeviceGetGpuInstances,
+                    handle,
+                    pid,
+                ):
+                    info = _call("nvmlGpuInstanceGetInfo", pynvml.nvmlGpuInstanceGetInfo, gi)
+                    ci = self._compute_instance(pynvml, gi)
                     gid = int(info.id)
                     out.append(
                         NvmlMigInstance(
@@ -180,30 +191,26 @@ class PynvmlMig:
                     )
             return sorted(out, key=lambda m: m.gpu_instance_id)
 
-    def _compute_instance(self, pynvml: Any, gi: Any) -> int | None:
-        from .nvml import NvmlError, _call
+    def _compute_instances(self, pynvml: Any, gi: Any) -> list[Any]:
+        """Every compute instance of GPU instance ``gi``, of any whole-instance profile."""
+        return [
+            ci
+            for cpid in sorted(set(COMPUTE_PROFILE_FOR_SLICES.values()))
+            for ci in _listed(
+                pynvml.c_nvmlComputeInstance_t,
+                "nvmlGpuInstanceGetComputeInstances",
+                pynvml.nvmlGpuInstanceGetComputeInstances,
+                gi,
+                cpid,
+            )
+        ]
 
-        for cpid in sorted(set(COMPUTE_PROFILE_FOR_SLICES.values())):
-            arr = (pynvml.c_nvmlComputeInstance_t * MAX_INSTANCES)()
-            count = ctypes.c_uint(MAX_INSTANCES)
-            try:
-                _call(
-                    "nvmlGpuInstanceGetComputeInstances",
-                    pynvml.nvmlGpuInstanceGetComputeInstances,
-                    gi,
-                    cpid,
-                    arr,
-                    ctypes.byref(count),
-                )
-            except NvmlError as exc:
-                if exc.code in _ABSENT:
-                    continue
-                raise
-            if count.value:
-                info = _call(
-                    "nvmlComputeInstanceGetInfo", pynvml.nvmlComputeInstanceGetInfo, arr[0]
-                )
-                return int(info.id)
+    def _compute_instance(self, pynvml: Any, gi: Any) -> int | None:
+        from .nvml import _call
+
+        for ci in self._compute_instances(pynvml, gi):
+            info = _call("nvmlComputeInstanceGetInfo", pynvml.nvmlComputeInstanceGetInfo, ci)
+            return int(info.id)
         return None
 
     def _mig_uuids(self, pynvml: Any, handle: Any) -> dict[tuple[int, int], str]:
@@ -313,22 +320,6 @@ class PynvmlMig:
                 if exc.code in _ABSENT:
                     return
                 raise
-            for cpid in sorted(set(COMPUTE_PROFILE_FOR_SLICES.values())):
-                arr = (pynvml.c_nvmlComputeInstance_t * MAX_INSTANCES)()
-                count = ctypes.c_uint(MAX_INSTANCES)
-                try:
-                    _call(
-                        "nvmlGpuInstanceGetComputeInstances",
-                        pynvml.nvmlGpuInstanceGetComputeInstances,
-                        gi,
-                        cpid,
-                        arr,
-                        ctypes.byref(count),
-                    )
-                except NvmlError as exc:
-                    if exc.code in _ABSENT:
-                        continue
-                    raise
-                for i in range(count.value):
-                    _call("nvmlComputeInstanceDestroy", pynvml.nvmlComputeInstanceDestroy, arr[i])
+            for ci in self._compute_instances(pynvml, gi):
+                _call("nvmlComputeInstanceDestroy", pynvml.nvmlComputeInstanceDestroy, ci)
             _call("nvmlGpuInstanceDestroy", pynvml.nvmlGpuInstanceDestroy, gi)
