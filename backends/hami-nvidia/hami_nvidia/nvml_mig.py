@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -99,10 +100,9 @@ class PynvmlMig:
     """The MIG part of ``PynvmlLibrary`` (it provides ``_lock``, ``start`` and the
     handle lookups). Every method raises ``NvmlError``."""
 
+    # provided by PynvmlLibrary, the one class this mixin is part of
     _lock: threading.RLock
-
-    def start(self) -> None:  # pragma: no cover - provided by PynvmlLibrary
-        raise NotImplementedError
+    start: Callable[[], None]
 
     def _handle(self, pynvml: Any, index: int) -> Any:
         from .nvml import _call
