@@ -166,22 +166,26 @@ class SchedulerOptions:
     )
     node_policy: str | None = setting(
         None,
+        flag=("--node-policy", "--node-scheduler-policy"),
         metavar="binpack|spread",
         convert=policy_text("--node-policy"),
         validator=_policy_valid("--node-policy"),
         show_default="from config (binpack)",
         help="Default node policy, read as hami.io/node-scheduler-policy is; a pod's "
-        "annotation wins.",
+        "annotation wins. --node-scheduler-policy is HAMi's name for it "
+        "(cmd/scheduler/main.go).",
     )
     gpu_policy: str | None = setting(
         None,
         metavar="POLICY[,POLICY...]",
+        flag=("--gpu-policy", "--gpu-scheduler-policy"),
         convert=policy_text("--gpu-policy"),
         validator=_policy_valid("--gpu-policy"),
         show_default="from config (spread)",
         help=f"Default device policy: {'|'.join(DEVICE_POLICY_TOKENS)}, or an ordered comma "
         "list as in hami.io/gpu-scheduler-policy (spread,numa; mutex,spread); a pod's "
-        "annotation wins.",
+        "annotation wins. --gpu-scheduler-policy is HAMi's name for it "
+        "(cmd/scheduler/main.go).",
     )
     threads: int = setting(
         32,

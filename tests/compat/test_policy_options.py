@@ -173,3 +173,55 @@ def test_bad_policy_options_are_usage_errors_naming_the_token(tmp_path, args, ne
         result = CliRunner().invoke(cli, [*command, *args])
         assert result.exit_code == 2, (command, result.output)
         assert needle in result.output and args[0] in result.output
+
+
+def _scheduler_options(monkeypatch, *args):
+    """``hami scheduler ARGS`` up to the point it would start: the options it would run."""
+    from hami_core.servers import scheduler_main
+
+    seen = []
+    monkeypatch.setattr(scheduler_main, "run_scheduler", seen.append)
+    result = CliRunner().invoke(cli, ["scheduler", *args])
+    return result, seen
+
+
+def test_scheduler_takes_hamis_policy_flag_names(monkeypatch):
+    """HAMi's ``cmd/scheduler/main.go`` names the defaults ``--node-scheduler-policy``
+    (default binpack) and ``--gpu-scheduler-policy`` (default spread), each a plain
+    string, ``--flag=value`` or ``--flag value``: both spellings set the same options as
+    ``--node-policy`` / ``--gpu-policy``, and the list reaches the fit as the flag's."""
+    result, seen = _scheduler_options(
+        monkeypatch, "--node-scheduler-policy", "spread", "--gpu-scheduler-policy=mutex,binpack"
+    )
+    assert result.exit_code == 0, result.output
+    (opts,) = seen
+    assert (opts.node_policy, opts.gpu_policy) == ("spread", "mutex,binpack")
+    ours, seen_ours = _scheduler_options(
+        monkeypatch, "--node-policy=spread", "--gpu-policy", "mutex,binpack"
+    )
+    assert ours.exit_code == 0 and seen_ours == seen
+    chain = device_policy_option(opts.gpu_policy, "--gpu-policy")
+    p = pipeline(_two_gpus(), device_policy=chain)
+    assert _gpus_of(p.submit(pod("a", container(gpu=1, gpumem=100)))) == ["GPU-0"]
+    assert _gpus_of(p.submit(pod("b", container(gpu=1, gpumem=100)))) == ["GPU-1"]
+    # a tenant's annotation still chooses for its own pod only, never the default
+    mine = p.submit(pod("c", container(gpu=1, gpumem=100), annotations={POLICY: "binpack"}))
+    assert _gpus_of(mine) == ["GPU-0"]
+    after = p.submit(pod("d", container(gpu=1, gpumem=100)))
+    assert after.filter.failed == {"node-1": "2/2 ExclusiveDeviceAllocateConflict"}
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--gpu-scheduler-policy=spread,nearest"], "'nearest' is not one of"),
+        (["--node-scheduler-policy", "fill"], "'fill' is not one of binpack, spread"),
+    ],
+)
+def test_hamis_policy_flag_names_refuse_bad_values_at_start(monkeypatch, args, needle):
+    """A bad value under HAMi's flag name stops ``hami scheduler`` as under ours (usage
+    error, exit status 2, the token named); HAMi itself ranks an unknown node policy as
+    binpack (``pkg/scheduler/policy/node_policy.go``), we refuse it."""
+    result, seen = _scheduler_options(monkeypatch, *args)
+    assert result.exit_code == 2, result.output
+    assert needle in result.output and not seen
