@@ -78,3 +78,27 @@ def quota(name: str, hard: dict[str, str], namespace: str = "default") -> dict[s
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"hard": dict(hard)},
     }
+
+
+def usage_of(vendor: str, device: Any, *slices: tuple[int, int]) -> tuple[int, int, int]:
+    """``(used count, used MiB, used percent)`` of ``device`` (a ``DeviceInfo`` of
+    ``vendor``) as the scheduler computes it from live pods our scheduler bound to its
+    node, one pod per ``(MiB, percent)`` slice: HAMi's ``AddResourceUsage`` summed over
+    the pods (``pkg/device/<vendor>/device_test.go::TestDevices_AddResourceUsage``)."""
+    from hami_core.model import ContainerDevice, NodeInfo
+    from hami_core.protocol import encode_pod_devices
+    from hami_core.scheduling.usage import node_usage
+
+    manager = BackendManager.from_entry_points(disabled=[])
+    dtype = next(t for t in manager.device_types() if t.vendor == vendor)
+    info = NodeInfo(name="n", devices=(device,))
+    pods = []
+    for i, (memory, cores) in enumerate(slices):
+        entry = ContainerDevice(uuid=device.uuid, vendor=vendor, memory_mib=memory, cores_pct=cores)
+        p = pod(f"p{i}", {dtype.resources.count: "1"})
+        p["metadata"]["annotations"] = {dtype.allocated_annotation: encode_pod_devices(((entry,),))}
+        p["spec"].update(schedulerName="hami-scheduler", nodeName="n")
+        p["status"] = {"phase": "Running"}
+        pods.append(p)
+    u = node_usage(info, pods, manager.device_types(), scheduler_name="hami-scheduler")[device.uuid]
+    return (u.used_count, u.used_memory_mib, u.used_cores_pct)

@@ -47,11 +47,13 @@ def test_differs_and_na_rows_say_why():
 
 
 def test_the_tests_the_document_names_exist():
-    """Each ``tests/compat/<file>.py::<test>`` the document cites is a real test (a name
-    ending in ``*`` names at least one)."""
-    cited = set(re.findall(r"tests/compat/(test_\w+)\.py::(test_\w+\*?)", DOC.read_text()))
+    """Each ``tests/compat/<file>.py::<test>`` or ``tests/backends/<vendor>/<file>.py::<test>``
+    the document cites is a real test (a name ending in ``*`` names at least one)."""
+    cited = set(
+        re.findall(r"tests/((?:compat|backends/\w+)/test_\w+)\.py::(test_\w+\*?)", DOC.read_text())
+    )
     assert cited
     for module, name in cited:
-        source = (ROOT / "tests" / "compat" / f"{module}.py").read_text()
+        source = (ROOT / "tests" / f"{module}.py").read_text()
         needle = f"def {name[:-1]}" if name.endswith("*") else f"def {name}("
         assert needle in source, (module, name)

@@ -249,3 +249,113 @@ def test_gpucores_quota_in_percent_not_compute_units():
     whole = {"amd.com/gpu": "1", "amd.com/gpumem": "1024"}
     assert p2.submit(pod("w1", whole)).node == "amd-2"
     assert "limits.amd.com/gpucores" in p2.submit(pod("w2", whole)).denied
+
+
+def test_fit_core_percentage_clamps_and_health_as_hami():
+    """``device_test.go::TestDevices_Fit``: "core percentage maps per device" (50 % of a
+    100-CU GPU is 50 CUs, of a 10-CU GPU 5), "clamps a core request to the device total"
+    (101 % of 64 CUs is 64: a stated 101 is refused at admission here, as by HAMi's
+    webhook, so the largest request, 100 %, is the clamp's edge) and "unhealthy device is
+    rejected" (``CardNotHealth``). HAMi's
+    "two whole cards" lists dev-1 before dev-0 (its reverse scan); the same two GPUs here,
+    index order (``test_fit_cases_of_hami``)."""
+    two = [DeviceUsage(device=gpu("dev-0", cus=10)), DeviceUsage(device=gpu("dev-1", index=1))]
+    half = DeviceRequest(vendor="AMD", count=1, memory_mib=500, cores_pct=50)
+    (d,) = run(half, two).devices
+    assert d.memory_mib == 500 and d.cores_pct == {"dev-0": 5, "dev-1": 50}[d.uuid]
+    full = DeviceRequest(vendor="AMD", count=1, memory_mib=100, cores_pct=100)
+    assert fit.compute_units(gpu("g", cus=64), full) == 64
+    sick = DeviceInfo(
+        uuid="dev-0",
+        vendor="AMD",
+        model="MI300X",
+        split_count=2,
+        memory_mib=1000,
+        cores_pct=100,
+        healthy=False,
+    )
+    assert run(half, [DeviceUsage(device=sick)]).device_reasons == {
+        "dev-0": ReasonCode.CARD_NOT_HEALTH
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "annotations", "model", "want"),
+    [
+        ("no annotations", {}, "MI300X", True),
+        ("non-matching use type", {"amd.com/use-gputype": "MI250"}, "MI300X", False),
+        ("matching nouse type excludes card", {"amd.com/nouse-gputype": "MI300X"}, "MI300X", False),
+        ("non-matching nouse type keeps card", {"amd.com/nouse-gputype": "MI250"}, "MI300X", True),
+        ("empty nouse annotation keeps card", {"amd.com/nouse-gputype": ""}, "MI300X", True),
+        ("empty use annotation keeps card", {"amd.com/use-gputype": ""}, "MI300X", True),
+        (
+            "whitespace-only nouse annotation keeps card",
+            {"amd.com/nouse-gputype": "   "},
+            "MI300X",
+            True,
+        ),
+        (
+            "whitespace-only use annotation keeps card",
+            {"amd.com/use-gputype": "   "},
+            "MI300X",
+            True,
+        ),
+        (
+            "nouse with trailing comma only excludes named type",
+            {"amd.com/nouse-gputype": "MI250,"},
+            "MI300X",
+            True,
+        ),
+        (
+            "nouse with leading comma only excludes named type",
+            {"amd.com/nouse-gputype": ",MI250"},
+            "MI300X",
+            True,
+        ),
+        (
+            "nouse with blank member still excludes named type",
+            {"amd.com/nouse-gputype": " MI250X , "},
+            "MI250X",
+            False,
+        ),
+        ("nouse with only commas keeps card", {"amd.com/nouse-gputype": ", "}, "MI300X", True),
+        (
+            "use with trailing comma matches named type only",
+            {"amd.com/use-gputype": "MI300,"},
+            "MI250X",
+            False,
+        ),
+        # Differences, on purpose: tokens are whole words of the model (PROTOCOL.md §5), so
+        # HAMi's substring matches "MI300" -> "MI300X" do not hold here; a use list of
+        # nothing but commas is no constraint, as an empty one is (HAMi refuses every card).
+        (
+            "matching use type (substring in HAMi)",
+            {"amd.com/use-gputype": "MI300"},
+            "MI300X",
+            False,
+        ),
+        ("use with only commas (HAMi: rejects)", {"amd.com/use-gputype": ", "}, "MI300X", True),
+    ],
+)
+def test_check_amd_type(case, annotations, model, want):
+    """``device_test.go::TestCheckAMDType``, the case named (HAMi's value unless the case
+    says otherwise): ``amd.com/use-gputype`` / ``nouse-gputype`` against the GPU's model."""
+    out = run(
+        DeviceRequest(vendor="AMD", count=1, memory_mib=100, cores_pct=10),
+        [
+            DeviceUsage(
+                device=gpu("g").__class__(
+                    uuid="g",
+                    vendor="AMD",
+                    model=model,
+                    split_count=2,
+                    memory_mib=1000,
+                    cores_pct=100,
+                )
+            )
+        ],
+        annotations,
+    )
+    assert out.fits is want, case
+    if not want:
+        assert out.device_reasons == {"g": ReasonCode.CARD_TYPE_MISMATCH}

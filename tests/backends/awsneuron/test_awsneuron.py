@@ -270,3 +270,108 @@ def test_neuroncore_quota_at_fit_time_counts_cores():
         "limits.aws.amazon.com/neuroncore"
         in p.submit(pod("more", {"aws.amazon.com/neuroncore": "1"})).denied
     )
+
+
+@pytest.mark.parametrize(
+    ("case", "cores", "count", "per_device"),
+    [
+        ("single core takes one device", "1", 1, 1),
+        ("a full device is one device", "2", 1, 2),
+        ("whole devices divide evenly", "6", 3, 100),
+        ("per-device cores above the addressable limit are bounded", "4", 2, 100),
+        ("unknown per-device cores falls back to the addressable limit", "4", 2, 100),
+    ],
+)
+def test_split_core_request(case, cores, count, per_device):
+    """``device_test.go::Test_splitCoreRequest``, the case named: HAMi's
+    ``(nums, coresreq)``; ``coresreq`` 2 of a request spanning devices is each device
+    whole here (100), as HAMi's ``graphSelect`` path books every such device's whole core
+    mask. Two addressable cores per device is fixed (HAMi's cap); HAMi's "device count
+    stays within int32" case needs one core per device, which cannot arise here: the
+    bound is 2^31 - 1 devices of 2 cores (``test_illegal_values_are_denied``)."""
+    req = requests.parse_request(ctr(cores=cores))
+    assert (req.count, req.cores_pct) == (count, per_device), case
+
+
+@pytest.mark.parametrize(
+    ("used_mask", "free_cores"),
+    [(3, 0), (2, 1), (1, 1), (0, 2)],
+)
+def test_count_mask_available(used_mask, free_cores):
+    """``device_test.go::Test_countMaskAvailable``: masks 3, 2, 1, 0 hold 2, 1, 1, 0
+    cores, so a 2-core device with that mask held has 0, 1, 1, 2 cores free: a request of
+    one more core than that is refused, one of that many takes the free cores."""
+    device = usage_of("trn1", n=1)[0].device
+    usage = DeviceUsage(device=device, used_count=1 if used_mask else 0, used_cores_pct=used_mask)
+    for cores in (1, 2):
+        taken = fit.take(
+            usage, DeviceRequest(vendor="AWSNeuron", count=1, memory_pct=100, cores_pct=cores)
+        )
+        if cores > free_cores:
+            assert taken is None
+        else:
+            assert taken is not None and taken & used_mask == 0 and bin(taken).count("1") == cores
+
+
+def test_a_whole_device_books_both_cores():
+    """Gap decided (docs/hami-go-tests.md "Decisions taken"): ``aws.amazon.com/neuron: 1``
+    is HAMi's ``Coresreq`` 2 (``coresPerAWSNeuron``), i.e. both NeuronCores; the request
+    here says "whole" (100) instead, and the device list carries the same booking HAMi's
+    ``Fit`` writes: the whole core mask, 3 (``addCoreUsage``), so a later single core is
+    refused on that device (``CardInsufficientCore``)."""
+    usage = usage_of("trn1", n=1)
+    n = NodeInfo(name="n", devices=(usage[0].device,))
+    whole = fit.fit(requests.parse_request(ctr(n="1")), n, usage, {})
+    assert [d.cores_pct for d in whole.devices] == [3]
+    held = [DeviceUsage(device=usage[0].device, used_count=1, used_cores_pct=3)]
+    core = fit.fit(requests.parse_request(ctr(cores="1")), n, held, {})
+    assert core.summary(1) == "1/1 CardInsufficientCore"
+
+
+@pytest.mark.parametrize(
+    ("case", "pod_spec", "devices", "ids", "resource_type"),
+    [
+        (
+            "neuron device",
+            {"containers": [ctr(n="2")]},
+            (("n-AWSNeuron-0", 3), ("n-AWSNeuron-1", 3)),
+            "0,1",
+            None,
+        ),
+        (
+            "neuroncore device",
+            {"containers": [ctr(cores="2")]},
+            (("n-AWSNeuron-0", 3),),
+            "0,1",
+            "aws.amazon.com/neuroncore",
+        ),
+    ],
+)
+def test_patch_annotations(case, pod_spec, devices, ids, resource_type):
+    """``device_test.go::Test_PatchAnnotations``, the case named: device indices for
+    ``aws.amazon.com/neuron``; core indices (2 per device) and ``NEURON_RESOURCE_TYPE``
+    for ``aws.amazon.com/neuroncore``. HAMi's ``aws.amazon.com/predicate-node`` copies
+    ``hami.io/vgpu-node`` (empty in its test); here it names the node bound to."""
+    usage = usage_of("trn1", n=2)
+    n = NodeInfo(name="trn-1", devices=tuple(u.device for u in usage))
+    entry = tuple(
+        ContainerDevice(uuid=u, vendor="AWSNeuron", memory_mib=0, cores_pct=m) for u, m in devices
+    )
+    out = bind.pod_annotations({"spec": pod_spec}, n, (entry,))
+    assert out["AWS_NEURON_IDS"] == ids, case
+    assert out.get("NEURON_RESOURCE_TYPE") == resource_type
+    assert out["aws.amazon.com/predicate-node"] == "trn-1"
+
+
+def test_patch_annotations_init_container():
+    """``Test_PatchAnnotations`` "init container neuron device": the init container's
+    device comes first in the device list; the app container has none: ``AWS_NEURON_IDS``
+    is ``0``."""
+    usage = usage_of("trn1", n=2)
+    n = NodeInfo(name="trn-1", devices=tuple(u.device for u in usage))
+    devices = (
+        (ContainerDevice(uuid="n-AWSNeuron-0", vendor="AWSNeuron", memory_mib=0, cores_pct=3),),
+        (),
+    )
+    spec = {"initContainers": [ctr(n="1")], "containers": [{"name": "app"}]}
+    assert bind.pod_annotations({"spec": spec}, n, devices)["AWS_NEURON_IDS"] == "0"

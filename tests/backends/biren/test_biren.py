@@ -120,3 +120,13 @@ def test_quota_counts_gpus():
     p.cluster.add_quota(quota("q", {"limits.birentech.com/gpu": "1"}))
     assert p.submit(pod("a", {"birentech.com/gpu": "1"})).node == "br-1"
     assert "limits.birentech.com/gpu" in p.submit(pod("b", {"birentech.com/gpu": "1"})).denied
+
+
+def test_add_resource_usage():
+    """``pkg/device/biren/device_test.go::TestDevices_AddResourceUsage``: a GPU with one
+    sharer that takes a container of 0 MiB, 0 % holds two sharers, memory and cores 0."""
+    from ..support import usage_of
+
+    gpu = DeviceInfo(uuid="dev-0", vendor="Biren", model="Biren", split_count=10, memory_mib=32768)
+    assert usage_of("Biren", gpu, (0, 0)) == (1, 0, 0)
+    assert usage_of("Biren", gpu, (0, 0), (0, 0)) == (2, 0, 0)

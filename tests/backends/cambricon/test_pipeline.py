@@ -189,3 +189,33 @@ def test_memory_quota_is_in_units_of_256_mib():
     assert p.submit(pod("b", container(vmlu=1, vmemory=20), namespace="team")).scheduled
     out = p.submit(pod("c", container(vmlu=1, vmemory=1), namespace="team"))
     assert out.denied and "mlu-mem" in out.denied
+
+
+def test_whole_card_request_against_a_memory_quota():
+    """``pkg/device/cambricon/device_test.go::TestDevices_Fit_ResourceQuotaWholeCardRequest``:
+    an MLU request without memory (the whole card) in a namespace whose
+    ``limits.cambricon.com/mlu.smlu.vmemory`` is 50 (12800 MiB) is refused with
+    ``ResourceQuotaNotFit``: the whole card's memory counts against the quota. A tenant
+    cannot slip past the quota by leaving the memory out; a slice within it still fits."""
+    p = mixed()
+    p.cluster.add_quota(
+        {
+            "metadata": {"name": "mlu-quota", "namespace": "ns"},
+            "spec": {"hard": {"limits.cambricon.com/mlu.smlu.vmemory": "50"}},
+        }
+    )
+    whole = p.submit(pod("whole", container(vmlu=1, vcore=10), namespace="ns"))
+    assert whole.node is None
+    assert whole.filter.failed["mlu-1"].startswith("ResourceQuotaNotFit")
+    assert p.submit(pod("slice", container(vmlu=1, vmemory=40, vcore=10), namespace="ns")).scheduled
+
+
+def test_add_resource_usage():
+    """``device_test.go::TestDevices_AddResourceUsage``: an MLU using 2000 MiB and 15 %
+    that takes a container of 1024 MiB and 50 % holds one more sharer, 3024 MiB, 65 %."""
+    from tests.backends.support import usage_of
+
+    from .helpers import mlu
+
+    assert usage_of("MLU", mlu("dev-0"), (2000, 15)) == (1, 2000, 15)
+    assert usage_of("MLU", mlu("dev-0"), (2000, 15), (1024, 50)) == (2, 3024, 65)

@@ -143,3 +143,37 @@ def test_same_input_same_placement(policy):
     devs = [use(dcu(i), count=i % 2, memory=(i % 2) * 1000, cores=(i % 2) * 10) for i in range(4)]
     first = run(req(mib=1000, cores=10), devs, policy=policy)
     assert first.fits and first == run(req(mib=1000, cores=10), devs, policy=policy)
+
+
+@pytest.mark.parametrize(
+    ("case", "annotations", "model", "want"),
+    [
+        ("exist one dcu in use type", {"hygon.com/use-dcutype": "dcu"}, "dcu", True),
+        ("the different of dcu in use type", {"hygon.com/use-dcutype": "dcu"}, "test", False),
+        ("no dcu in use annotation", {}, "dcu", True),
+        ("exist multi dcu in use type", {"hygon.com/use-dcutype": "dcu,test"}, "dcu", True),
+        ("exist one dcu no use type", {"hygon.com/nouse-dcutype": "dcu"}, "dcu", False),
+        ("exist multi dcu no use type", {"hygon.com/nouse-dcutype": "test,dcu"}, "test", False),
+        ("the different of dcu no use type", {"hygon.com/nouse-dcutype": "dcu"}, "test", True),
+        ("empty use type annotation is no constraint", {"hygon.com/use-dcutype": ""}, "dcu", True),
+        (
+            "empty nouse type annotation excludes nothing",
+            {"hygon.com/nouse-dcutype": ""},
+            "dcu",
+            True,
+        ),
+        (
+            "whitespace-only nouse type annotation excludes nothing",
+            {"hygon.com/nouse-dcutype": "   "},
+            "dcu",
+            True,
+        ),
+    ],
+)
+def test_check_dcu_type(case, annotations, model, want):
+    """``pkg/device/hygon/device_test.go::Test_checkDCUtype``, the case named: the pod's
+    ``hygon.com/use-dcutype`` / ``nouse-dcutype`` against the DCU's model (tokens match
+    case-insensitively; blank lists constrain nothing)."""
+    from hami_hygon.fit import filters_of
+
+    assert filters_of({"metadata": {"annotations": annotations}}).type_ok(model) is want, case

@@ -122,3 +122,13 @@ def test_admission_denies_with_the_cause():
     assert res is not None and res.denial is not None and "a virtual DCU" in res.denial
     foreign = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
     assert mutate_container(pod(foreign), foreign, DEFAULT) is None
+
+
+def test_memory_factor_overflow():
+    """``pkg/device/hygon/device_test.go::Test_GenerateResourceRequests_MemoryFactorOverflow``:
+    with ``memoryFactor`` 1024, ``hygon.com/dcumem: 3000000`` fits int32 but not once
+    multiplied; HAMi drops the request, here it is refused naming the factor (a tenant
+    cannot overflow the memory into a small or negative booking)."""
+    factor = section(plugin, options={"memoryFactor": 1024})
+    with pytest.raises(InvalidInputError, match="memoryFactor 1024"):
+        parse_request(ctr(1, 3000000), factor)

@@ -230,3 +230,26 @@ def test_pipeline_allocation_names_the_chosen_gpu_node():
     index = int(entry[0].uuid.rsplit("-", 1)[-1])
     (node_,) = out.allocations["main"].device_nodes
     assert node_.host_path == f"/dev/iluvatar{index}"
+
+
+def test_fit_mutex_rejects_used_device():
+    """``pkg/device/iluvatar/device_test.go::TestFit_MutexRejectsUsedDevice``: with
+    ``hami.io/gpu-scheduler-policy: mutex`` a GPU already used by one container is refused,
+    ``1/1 ExclusiveDeviceAllocateConflict``."""
+    gpu = DeviceInfo(
+        uuid="dev-0",
+        vendor="MR-V100",
+        model="MR-V100",
+        split_count=100,
+        memory_mib=128,
+        cores_pct=100,
+    )
+    usage = (DeviceUsage(device=gpu, used_count=1),)
+    out = fit.fit(
+        DeviceRequest(vendor="MR-V100", count=1, memory_mib=64, cores_pct=50),
+        NodeInfo(name="n", devices=(gpu,)),
+        usage,
+        {"metadata": {"annotations": {"hami.io/gpu-scheduler-policy": "mutex"}}},
+        DevicePolicy.SPREAD,
+    )
+    assert not out.fits and out.summary(1) == "1/1 ExclusiveDeviceAllocateConflict"

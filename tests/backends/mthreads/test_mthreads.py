@@ -272,3 +272,11 @@ def test_pipeline_all_containers_of_a_pod_on_one_gpu():
     assert apart.node is None and apart.denied == ""
     assert apart.filter is not None
     assert "CardNotFoundCustomFilterRule" in apart.filter.failed["mt-1"]
+
+
+def test_add_resource_usage():
+    """``device_test.go::TestDevices_AddResourceUsage``: a GPU using 2000 MiB and 15 that
+    takes a container of 1024 MiB and 50 holds one more sharer, 3024 MiB, 65."""
+    from ..support import usage_of
+
+    assert usage_of("Mthreads", dev("dev-0"), (2000, 15), (1024, 50)) == (2, 3024, 65)

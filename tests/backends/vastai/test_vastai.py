@@ -162,3 +162,40 @@ def test_quota_counts_devices():
     p.cluster.add_quota(quota("q", {"limits.vastaitech.com/va": "2"}))
     assert p.submit(pod("a", {"vastaitech.com/va": "2"})).node == "va-1"
     assert "limits.vastaitech.com/va" in p.submit(pod("b", {"vastaitech.com/va": "1"})).denied
+
+
+@pytest.mark.parametrize(
+    ("case", "cards", "count", "want"),
+    [
+        ("single AIC group, sufficient to meet demand", ["1", "1", "1"], 2, ["dev1", "dev2"]),
+        (
+            "multiple AIC groups, select by count after sorting",
+            ["1", "1", "1", "2", "2", "3"],
+            3,
+            ["dev1", "dev2", "dev3"],
+        ),
+        (
+            "multiple AIC groups, need to take across groups",
+            ["1", "1", "1", "2", "2", "3"],
+            4,
+            ["dev1", "dev2", "dev3", "dev4"],
+        ),
+        ("request number exceeds available devices", ["1", "1", "2"], 5, ["dev1", "dev2", "dev3"]),
+    ],
+)
+def test_compute_best_combination(case, cards, count, want):
+    """``device_test.go::TestComputeBestCombination``, the case named: dies from the AI
+    cards holding the most of them first; asking more than there are returns them all."""
+    usage = [DeviceUsage(device=die(f"dev{i}", aic, i)) for i, aic in enumerate(cards, start=1)]
+    assert [u.device.uuid for u in fit.best_combination(usage, count)] == want, case
+
+
+def test_add_resource_usage():
+    """``device_test.go::TestDevices_AddResourceUsage``: a device with one sharer that
+    takes a container of 0 MiB, 0 % holds two sharers, memory and cores 0."""
+    from ..support import usage_of
+
+    device = DeviceInfo(
+        uuid="dev-0", vendor="Vastai", model="Vastai", split_count=10, memory_mib=32768
+    )
+    assert usage_of("Vastai", device, (0, 0), (0, 0)) == (2, 0, 0)
