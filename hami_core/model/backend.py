@@ -80,6 +80,11 @@ class DeviceTypeInfo:
         request_cores_unit: what the cores resource (a request's ``cores_pct`` through
             ``quota_request_cores``, and the cores quota) counts, when it differs from
             ``cores_unit`` (AMD: percent; AWS Neuron: NeuronCores); None: the same.
+        other_resources: further resource names the backend reads beyond ``resources``,
+            as ``fnmatch`` patterns (NVIDIA: ``nvidia.com/priority`` and the NVIDIA device
+            plugin's ``nvidia.com/mig-*``), so that a name of the vendor's domain that
+            none of these matches is told apart as unmanaged (a typo such as
+            ``nvidia.com/gpumemory``).
     """
 
     vendor: str
@@ -95,6 +100,7 @@ class DeviceTypeInfo:
     quota_slice_cores: SliceCores | None = None
     cores_unit: CoresUnit = PERCENT
     request_cores_unit: CoresUnit | None = None
+    other_resources: tuple[str, ...] = ()
 
     @property
     def resource_cores_unit(self) -> CoresUnit:

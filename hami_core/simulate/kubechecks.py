@@ -8,7 +8,9 @@ that pass reach ``/filter``. The simulation does the same for the plugins whose 
 storage and pod count against the node's allocatable minus the requests of the live pods
 already there). Resources a node does not state in ``status.allocatable`` are not
 checked (a hand-written cluster file rarely states CPU); device resources are the
-extender's (``ignoredByScheduler`` in the chart's extender configuration).
+extender's (``ignoredByScheduler`` in the chart's extender configuration), except an
+extended resource no backend manages (another device plugin's), which a node has only
+when it states it.
 
 Messages are kube-scheduler 1.20's (``pkg/scheduler/framework/plugins/*``):
 ``node(s) didn't match the requested hostname``, ``node(s) were unschedulable``,
@@ -42,16 +44,16 @@ def _quantity(value: object, resource: str) -> Decimal:
         return Decimal(0)  # the API server would have refused it; count nothing
 
 
-def pod_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
-    """The pod's effective request per checked resource: the larger of the largest init
-    container and the sum of the app containers (Kubernetes' rule); a container's
+def pod_requests(pod: Mapping[str, Any], names: Sequence[str] = CHECKED) -> dict[str, Decimal]:
+    """The pod's effective request per resource of ``names``: the larger of the largest
+    init container and the sum of the app containers (Kubernetes' rule); a container's
     request is its ``requests``, else its ``limits`` (the API server's default)."""
 
     def of(container: Mapping[str, Any]) -> dict[str, Decimal]:
         res = container.get("resources") or {}
         limits, requests = res.get("limits") or {}, res.get("requests") or {}
         out = {}
-        for name in CHECKED:
+        for name in names:
             raw = requests.get(name, limits.get(name))
             if raw is not None:
                 out[name] = _quantity(raw, name)
@@ -154,9 +156,14 @@ def untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str:
 
 
 def insufficient(
-    pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]
+    pod: Mapping[str, Any],
+    node: Mapping[str, Any],
+    pods_on_node: Sequence[Mapping[str, Any]],
+    extended: Sequence[str] = (),
 ) -> list[str]:
-    """``Insufficient <resource>`` / ``Too many pods`` for what the node states."""
+    """``Insufficient <resource>`` / ``Too many pods`` for what the node states, and for
+    each extended resource of ``extended`` (one the extender does not manage, so not
+    ``ignoredByScheduler``): a node that does not state it has none."""
     status = node.get("status") or {}
     allocatable = status.get("allocatable") or status.get("capacity") or {}
     uid = (pod.get("metadata") or {}).get("uid")
@@ -164,20 +171,25 @@ def insufficient(
     out = []
     if "pods" in allocatable and len(others) + 1 > _quantity(allocatable["pods"], "pods"):
         out.append(TOO_MANY_PODS)
-    want = pod_requests(pod)
-    for name in CHECKED:
-        if name not in allocatable or not want.get(name):
+    names = (*CHECKED, *extended)
+    want = pod_requests(pod, names)
+    for name in names:
+        if not want.get(name) or (name in CHECKED and name not in allocatable):
             continue
-        used = sum((pod_requests(p).get(name, Decimal(0)) for p in others), Decimal(0))
-        if used + want[name] > _quantity(allocatable[name], name):
+        used = sum((pod_requests(p, (name,)).get(name, Decimal(0)) for p in others), Decimal(0))
+        if used + want[name] > _quantity(allocatable.get(name, 0), name):
             out.append(f"Insufficient {name}")
     return out
 
 
 def kube_reason(
-    pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]
+    pod: Mapping[str, Any],
+    node: Mapping[str, Any],
+    pods_on_node: Sequence[Mapping[str, Any]],
+    extended: Sequence[str] = (),
 ) -> str:
-    """Why kube-scheduler would not send ``node`` to the extender for ``pod``, or ""."""
+    """Why kube-scheduler would not send ``node`` to the extender for ``pod``, or "";
+    ``extended``: the pod's extended resources no backend manages (``insufficient``)."""
     spec = pod.get("spec") or {}
     name = str((node.get("metadata") or {}).get("name", ""))
     if spec.get("nodeName") and spec["nodeName"] != name:
@@ -192,4 +204,4 @@ def kube_reason(
     taint = untolerated_taint(pod, node)
     if taint:
         return taint
-    return ", ".join(insufficient(pod, node, pods_on_node))
+    return ", ".join(insufficient(pod, node, pods_on_node, extended))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import uuid as uuidlib
 from collections.abc import Mapping
+from fnmatch import fnmatchcase
 from typing import Any
 
 import attrs
@@ -102,6 +103,15 @@ class Pipeline:
             cluster, manager, node_policy=node_policy, device_policy=device_policy, prefilter=False
         )
 
+    def _advertised(self) -> set[str]:
+        """Every resource name some node states in its capacity or allocatable."""
+        names: set[str] = set()
+        for node_obj in self.cluster.list_nodes():
+            status = node_obj.get("status") or {}
+            for section in ("capacity", "allocatable"):
+                names.update(map(str, status.get(section) or {}))
+        return names
+
     def submit(self, pod: Mapping[str, Any]) -> Outcome:
         """Admit, schedule, bind and allocate one pod; the pod stays in the cluster when
         admitted (Pending when unschedulable)."""
@@ -129,7 +139,9 @@ class Pipeline:
             return Outcome(
                 namespace=namespace, name=name, left_to=scheduler_name, admission_patch=patch
             )
-        unmanaged = unmanaged_resources(stored, self.manager)
+        foreign = unmanaged_resources(stored, self.manager)
+        advertised = self._advertised() if foreign else set()
+        unmanaged = tuple(r for r in foreign if r not in advertised)
         if unmanaged:
             return Outcome(
                 namespace=namespace, name=name, unmanaged=unmanaged, admission_patch=patch
@@ -138,7 +150,9 @@ class Pipeline:
         passing: list[str] = []
         for node_obj in self.cluster.list_nodes():
             node_name = str(node_obj["metadata"]["name"])
-            reason = kube_reason(stored, node_obj, self.cluster.pods_on_node(node_name))
+            reason = kube_reason(
+                stored, node_obj, self.cluster.pods_on_node(node_name), extended=foreign
+            )
             if reason:
                 kube_failed[node_name] = reason
             else:
@@ -240,22 +254,35 @@ def _merge(a: ContainerAllocation | None, b: ContainerAllocation) -> ContainerAl
 
 
 def unmanaged_resources(pod: Mapping[str, Any], manager: BackendManager) -> tuple[str, ...]:
-    """Extended resources (``<domain>/<name>``) the pod asks whose domain no installed
-    backend's resources use, e.g. ``amd.com/gpu`` with only hami-nvidia installed.
-    ``kubernetes.io`` resources are Kubernetes' own."""
-    domains = set()
+    """Extended resources (``<domain>/<name>``) the pod asks that no installed backend
+    manages: a domain none of their resources use (``amd.com/gpu`` with only hami-nvidia
+    installed), or a name of such a domain that no backend reads (a typo such as
+    ``nvidia.com/gpumemory``: the webhook admits the pod as HAMi's does, and
+    kube-scheduler, which checks every resource the extender does not manage, finds no
+    node with it). ``kubernetes.io`` resources are Kubernetes' own. A name some node
+    states in its capacity is another device plugin's: kube-scheduler places it
+    (``Pipeline.submit`` checks it as kube-scheduler's ``NodeResourcesFit`` does)."""
+    domains: set[str] = set()
+    known: set[str] = set()
+    patterns: list[str] = []
     for t in manager.device_types():
         r = t.resources
         for n in (r.count, r.memory, r.memory_pct, r.cores, r.cores_alias):
             if n and "/" in n:
                 domains.add(n.split("/", 1)[0])
+                known.add(n)
+        patterns.extend(t.other_resources)
     spec = pod.get("spec") or {}
     out: dict[str, None] = {}
     for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         res = (c.get("resources") or {}) if isinstance(c, Mapping) else {}
         for section in ("limits", "requests"):
-            for key in res.get(section) or {}:
-                domain = str(key).split("/", 1)[0] if "/" in str(key) else ""
-                if domain and not domain.endswith("kubernetes.io") and domain not in domains:
-                    out.setdefault(str(key), None)
+            for key in map(str, res.get(section) or {}):
+                domain = key.split("/", 1)[0] if "/" in key else ""
+                if not domain or domain.endswith("kubernetes.io"):
+                    continue
+                if domain not in domains or (
+                    key not in known and not any(fnmatchcase(key, p) for p in patterns)
+                ):
+                    out.setdefault(key, None)
     return tuple(out)

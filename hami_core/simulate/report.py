@@ -362,7 +362,8 @@ def unmanaged_warnings(sim: Simulation) -> list[str]:
     """One warning per pod asking resources no installed backend manages."""
     return [
         f"pod {run.key} asks {', '.join(run.outcome.unmanaged)}, which no installed backend "
-        "manages (install its hami backend); reported unmanaged, not placed"
+        "manages (a misspelt name, or a vendor whose hami backend is not installed) and no "
+        "node states: the cluster leaves it Pending; reported unmanaged, not placed"
         for run in sim.runs
         if run.outcome.unmanaged
     ]

@@ -240,6 +240,79 @@ def test_kubernetes_own_and_managed_domains_are_not_unmanaged():
     assert build_report(sim)["pods"][0]["status"] == "placed"
 
 
+def test_a_typo_in_a_managed_domain_is_admitted_as_hamis_webhook_does():
+    """The real webhook with hami-nvidia: a container asking only ``nvidia.com/gpumemory``
+    (a typo of ``nvidia.com/gpumem``) asks nothing of any backend, so it is admitted
+    unchanged and stays with its own scheduler, as HAMi's ``pkg/scheduler/webhook.go``
+    does (each device's ``MutateAdmission`` reads only its own names; none found: the
+    pod is allowed untouched). Beside ``nvidia.com/gpu`` the typo is no memory limit:
+    the whole card is booked (cores 100, ``defaultExclusiveCoreIfNeeded``)."""
+    from tests.unit.test_admission import review
+
+    alone = gpu_pod("typo", gpumemory=4000)
+    answer = review(alone)
+    assert answer.allowed and not answer.patch
+    with_count = gpu_pod("typo", gpu=1, gpumemory=4000)
+    answer = review(with_count)
+    assert answer.allowed
+    limits = {
+        op["path"].rsplit("/", 1)[1].replace("~1", "/"): op["value"]
+        for op in answer.patch
+        if op["path"].startswith("/spec/containers/0/resources/limits/")
+    }
+    assert limits == {"nvidia.com/gpucores": "100"}
+
+
+def test_a_typo_in_a_managed_domain_is_reported_unmanaged_not_placed():
+    """The same pods through ``hami simulate``: admitted (not denied, as above), then
+    kube-scheduler checks ``nvidia.com/gpumemory`` itself (only the backends' names are
+    ``ignoredByScheduler``) and finds it on no node, so the real cluster leaves them
+    Pending. Reported unmanaged with a warning naming the resource, nothing booked: a
+    tenant cannot take a GPU (or hide one) through a misspelt name."""
+    pods = [
+        gpu_pod("alone", gpumemory=4000),
+        gpu_pod("with-count", gpu=1, gpumemory=4000),
+        gpu_pod("priority", gpu=1, gpumem=1000, priority=1),
+        gpu_pod("after", gpu=1, gpumem=40000),
+    ]
+    data = build_report(run([_node("n1")], pods))
+    by_name = {p["name"]: p for p in data["pods"]}
+    for name in ("alone", "with-count"):
+        pod = by_name[name]
+        assert (pod["status"], pod["node"], pod["devices"]) == ("unmanaged", None, [])
+        assert "nvidia.com/gpumemory" in pod["message"]
+        assert any(f"default/{name}" in w and "nvidia.com/gpumemory" in w for w in data["warnings"])
+    assert data["summary"]["unmanaged"] == 2
+    # nvidia.com/priority is read by hami-nvidia: no typo; the whole card is still free
+    assert by_name["priority"]["status"] == "placed"
+    assert by_name["after"]["status"] == "unschedulable"  # 1000 MiB of 40000 taken: not 40000
+
+
+def test_a_resource_a_node_advertises_is_kube_schedulers_to_place():
+    """A name of the vendor's domain that a node states in its capacity belongs to another
+    device plugin (NVIDIA's renamed time-slicing resource ``nvidia.com/gpu.shared``):
+    kube-scheduler's ``NodeResourcesFit`` places the pod on a node that has it and
+    says ``Insufficient <name>`` for one that does not state it."""
+    shared = _node("shared")
+    shared["status"]["allocatable"]["nvidia.com/gpu.shared"] = "4"
+    pods = [gpu_pod(f"p{i}", gpu_shared=2) for i in range(3)]
+    for p in pods:
+        p["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu.shared": "2"}}
+    sim = run([_node("plain"), shared], pods)
+    data = build_report(sim)
+    assert [(p["status"], p["node"]) for p in data["pods"]] == [
+        ("placed", "shared"),
+        ("placed", "shared"),
+        ("unschedulable", None),
+    ]
+    assert not data["warnings"]
+    third = sim.runs[2].outcome
+    assert third.filter.failed == {
+        "plain": "Insufficient nvidia.com/gpu.shared",
+        "shared": "Insufficient nvidia.com/gpu.shared",
+    }
+
+
 # -- item 15 -------------------------------------------------------------------------
 
 

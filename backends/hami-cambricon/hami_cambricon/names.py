@@ -59,6 +59,8 @@ DEVICE_TYPE = DeviceTypeInfo(
     to_allocate_annotation="hami.io/cambricon-mlu-devices-to-allocate",
     allocated_annotation="hami.io/cambricon-mlu-devices-allocated",
     fit_rules=FitRules(cores_capacity=cores_capacity),
+    # model-qualified names (model_qualified below) are read too, not typos of the domain
+    other_resources=("cambricon.com/*.smlu.vmemory", "cambricon.com/*.smlu.vcore"),
 )
 
 # Pod annotations: HAMi's Cambricon names first, then the handbook's aliases (PROTOCOL.md §5).

@@ -37,6 +37,8 @@ DEVICE_TYPE = DeviceTypeInfo(
     handshake_annotation="hami.io/node-handshake-xpu",
     to_allocate_annotation="hami.io/xpu-devices-to-allocate",
     allocated_annotation="hami.io/xpu-devices-allocated",
+    # whole cards (options.WHOLE_CARD_RESOURCE's default): read, not a typo of the domain
+    other_resources=("kunlunxin.com/xpu",),
 )
 
 # Pod annotations: HAMi's Kunlunxin names first, then the handbook's aliases (PROTOCOL.md §5).

@@ -28,6 +28,8 @@ DEVICE_TYPE = DeviceTypeInfo(
     # HAMi 2.10 pkg/device/nvidia/mig_allocations.go: the MIG instances chosen at bind
     mig_annotation="hami.io/vgpu-mig-allocations",
     fit_rules=FitRules(extra_check=mig.check),
+    # read beyond the sharing resources: the priority limit and MIG profile requests
+    other_resources=(PRIORITY_RESOURCE, "nvidia.com/mig-*"),
 )
 
 # Pod annotations (PROTOCOL.md §5): HAMi's names first, then the handbook's aliases.
