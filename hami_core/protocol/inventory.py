@@ -189,20 +189,32 @@ def _get(item: dict[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
+#: Go's ``strconv.ParseBool`` tokens, which HAMi's legacy decoder reads ``health`` with.
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
 def _decode_legacy(text: str, *, node: str, vendor: str) -> tuple[DeviceInfo, ...]:
+    """HAMi's ``DecodeNodeDevices`` form (``pkg/device/devices.go``): every device ends
+    with ``:`` (a value without one is refused), empty segments are skipped (``":"`` is
+    no device), ``health`` is a Go boolean. Where HAMi gives every 7-field device index
+    0, a device's position on the line is its index here."""
+    if ":" not in text:
+        raise AnnotationError(
+            f"node {node}: inventory misses the device separator ':' (legacy form: "
+            "id,count,devmem,devcore,type,numa,health[,index,mode] per device, each ending "
+            "with ':')"
+        )
     devices = []
-    entries = text.split(":")
-    if entries and entries[-1] == "":
-        entries.pop()  # every device ends with ':'
-    for pos, entry in enumerate(entries):
+    for pos, entry in enumerate(e for e in text.split(":") if e):
         where = f"node {node}: inventory device #{pos}"
         fields = entry.split(",")
         if len(fields) not in (7, 9):
             raise AnnotationError(
                 f"{where}: legacy entry {entry!r} has {len(fields)} fields, expected 7 or 9"
             )
-        health = fields[6].strip().lower()
-        if health not in ("true", "false"):
+        health = fields[6].strip()
+        if health not in _GO_TRUE | _GO_FALSE:
             raise AnnotationError(f"{where}: health must be true or false, got {fields[6]!r}")
         devices.append(
             _device(
@@ -214,7 +226,7 @@ def _decode_legacy(text: str, *, node: str, vendor: str) -> tuple[DeviceInfo, ..
                 cores_pct=_int(fields[3], "devcore", where),
                 model=fields[4],
                 numa=_int(fields[5], "numa", where),
-                healthy=health == "true",
+                healthy=health in _GO_TRUE,
                 index=_int(fields[7], "index", where) if len(fields) == 9 else pos,
                 mode=(fields[8] if len(fields) == 9 else "") or "hami-core",
             )

@@ -93,10 +93,6 @@ def test_get_node_devices(source, annotations, devices):
     ("source", "annotations"),
     [
         ("ascend: no device", {"hami.io/node-register-Ascend910B3": "[]"}),
-        (
-            "ascend: failed to unmarshal node devices (empty)",
-            {"hami.io/node-register-Ascend910B3": ""},
-        ),
         ("ascend / iluvatar / hygon: no annotation", {}),
         ("iluvatar: no device", {"hami.io/node-MR-V100-register": "[]"}),
     ],
@@ -104,6 +100,15 @@ def test_get_node_devices(source, annotations, devices):
 def test_no_devices(source, annotations):
     """HAMi answers these with an error and no devices: no devices here either."""
     assert _read(annotations) == ([], {}), source
+
+
+def test_an_empty_inventory_value_marks_only_the_vendor():
+    """``ascend/device_test.go::Test_GetNodeDevices`` "failed to unmarshal node devices"
+    (an empty value): HAMi answers an error and no devices; the node's chips are
+    unregistered here, with the reason (``devices_test.go`` ``Test_DecodeNodeDevices``
+    "args is empty": no device separator)."""
+    devices, unregistered = _read({"hami.io/node-register-Ascend910B3": ""})
+    assert devices == [] and "misses the device separator" in unregistered["Ascend910B3"]
 
 
 def test_hygon_entry_with_fewer_than_seven_fields_marks_only_the_vendor():
