@@ -19,6 +19,9 @@ OUT = Path(__file__).resolve().parents[1] / "charts" / "hami" / "dashboards"
 N = '{node=~"$node"}'
 NS = '{namespace=~"$namespace"}'
 
+# The core gauges carry each vendor's unit (percent, AMD compute units, Moore Threads sGPU
+# cores: PROTOCOL.md section 9), so compute panels show allocated / limit per device, which
+# is a percentage for every vendor, never the raw gauge.
 # name -> (title, variables, panels); panel = (title, kind, unit, [(expr, legend)])
 DASHBOARDS: dict[str, tuple[str, list[str], list[tuple[str, str, str, list[tuple[str, str]]]]]] = {
     "hami-cluster-overview": (
@@ -61,7 +64,7 @@ DASHBOARDS: dict[str, tuple[str, list[str], list[tuple[str, str, str, list[tuple
                 "percent",
                 [
                     (
-                        f"100 * sum(hami_gpu_core_allocated_ratio{N}) / sum(hami_gpu_core_limit_ratio{N})",
+                        f"100 * avg(hami_gpu_core_allocated_ratio{N} / (hami_gpu_core_limit_ratio{N} > 0))",
                         "allocated",
                     )
                 ],
@@ -134,7 +137,12 @@ DASHBOARDS: dict[str, tuple[str, list[str], list[tuple[str, str, str, list[tuple
                 "Compute allocated per GPU",
                 "timeseries",
                 "percent",
-                [(f"hami_gpu_core_allocated_ratio{N}", "{{node}} {{device_index}}")],
+                [
+                    (
+                        f"100 * hami_gpu_core_allocated_ratio{N} / (hami_gpu_core_limit_ratio{N} > 0)",
+                        "{{node}} {{device_index}}",
+                    )
+                ],
             ),
             (
                 "Sharers per GPU",
@@ -206,7 +214,7 @@ DASHBOARDS: dict[str, tuple[str, list[str], list[tuple[str, str, str, list[tuple
                 "percent",
                 [
                     (
-                        f"hami_vgpu_core_allocated_ratio{NS}",
+                        f"100 * hami_vgpu_core_allocated_ratio{NS} / on (node, device_uuid) group_left () max by (node, device_uuid) (hami_gpu_core_limit_ratio > 0)",
                         "{{namespace}}/{{pod}} #{{container_index}}",
                     )
                 ],
