@@ -15,7 +15,9 @@ Everything a backend needs from the core is here, so a backend's imports say
 - helpers every vendor would otherwise write again: ``read_quantity`` (limits, else
   requests; the message names container, resource and value), ``read_stated`` (a
   container's count / memory / percentages as ``StatedRequest``), ``resource_names`` (the
-  section's name overrides), ``annotations_of``, ``run_tool`` / ``ToolRunner`` (a
+  section's name overrides), ``stated_quantities`` (what a container states, as written),
+  ``denies_invalid_input`` (an admission function's ``InvalidInputError`` as a denial),
+  ``annotations_of``, ``run_tool`` / ``ToolRunner`` (a
   management tool with a timeout, behind a protocol tests fake), ``scaled`` /
   ``inventory_device`` (the one scaling, rounded down), ``set_resources`` (the admission
   patch of a container's resources), ``live_pod_uids`` (the pods a node-local record
@@ -46,6 +48,7 @@ from hami_core.protocol.pods import live_pod_uids
 from hami_core.protocol.quantity import INT32_MAX, parse_quantity_int
 
 from . import countshared, fit
+from .admission import denies_invalid_input
 from .fit import (
     GENERIC,
     DeviceFilters,
@@ -65,6 +68,7 @@ from .requests import (
     read_stated,
     resource_names,
     resource_value,
+    stated_quantities,
 )
 from .tools import (
     DEFAULT_TOOL_TIMEOUT_S,
@@ -96,6 +100,7 @@ __all__ = [
     "first_annotation",
     "countshared",
     "decode_mig_allocations",
+    "denies_invalid_input",
     "encode_mig_allocations",
     "mig_allocations_of",
     "fit",
@@ -116,5 +121,6 @@ __all__ = [
     "run_tool",
     "scaled",
     "set_resources",
+    "stated_quantities",
     "type_matches",
 ]

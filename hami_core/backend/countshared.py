@@ -27,6 +27,7 @@ from hami_core.model import (
 from hami_core.protocol.config import VendorConfig
 
 from . import fit as shared
+from .admission import denies_invalid_input
 from .fit import DeviceFilters
 from .requests import annotations_of, read_quantity, resource_names
 
@@ -57,14 +58,13 @@ def parse_request(
     return DeviceRequest(vendor=vendor, count=count, memory_pct=100, cores_pct=0)
 
 
+@denies_invalid_input
 def mutate(
     container: Mapping[str, Any], config: VendorConfig, *, vendor: str, resources: ResourceNames
 ) -> MutateResult | None:
-    """Validate and copy the count to limits and requests; None when not this vendor's."""
-    try:
-        req = parse_request(container, config, vendor=vendor, resources=resources)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
+    """Validate and copy the count to limits and requests; None when not this vendor's,
+    a denial for an invalid count."""
+    req = parse_request(container, config, vendor=vendor, resources=resources)
     if req is None:
         return None
     return MutateResult(resources={resource_names(resources, config).count: req.count})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -24,6 +24,17 @@ def resource_value(container: Container, name: str) -> object | None:
         if name in values:
             return values[name]  # type: ignore[no-any-return]
     return None
+
+
+def stated_quantities(container: Container, names: Iterable[str]) -> dict[str, int | str]:
+    """The quantities ``container`` states under ``names`` (limits, else requests), as
+    written: an integer stays an integer, anything else (``"16Gi"``, ``"2"``) becomes its
+    string; names it does not state are left out. What a vendor whose webhook only
+    validates puts in ``MutateResult.resources`` (both ``limits`` and ``requests`` then
+    state them, PROTOCOL.md §6); read them with ``read_quantity`` first, this does not
+    check them."""
+    stated = {n: resource_value(container, n) for n in names}
+    return {n: q if isinstance(q, int) else str(q) for n, q in stated.items() if q is not None}
 
 
 def read_quantity(

@@ -17,8 +17,10 @@ from hami_core.backend import (
     InvalidInputError,
     MutateResult,
     VendorConfig,
+    denies_invalid_input,
     read_quantity,
     resource_value,
+    stated_quantities,
 )
 
 from . import VENDOR
@@ -51,23 +53,12 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
     return DeviceRequest(vendor=VENDOR, count=count, memory_pct=100, cores_pct=cores_pct)
 
 
+@denies_invalid_input
 def mutate(
     container: Mapping[str, Any], container_path: str, config: VendorConfig
 ) -> MutateResult | None:
     """Validate and copy the stated AMD quantities to requests (HAMi's webhook only
-    validates); None without ``amd.com/gpu``."""
-    try:
-        req = parse_request(container, config)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
-    if req is None:
+    validates); None without ``amd.com/gpu``, a denial for an invalid one."""
+    if parse_request(container, config) is None:
         return None
-    names = resources(config)
-    values = {
-        n: resource_value(container, n)
-        for n in names.all()
-        if resource_value(container, n) is not None
-    }
-    return MutateResult(
-        resources={n: q if isinstance(q, int) else str(q) for n, q in values.items()}
-    )
+    return MutateResult(resources=stated_quantities(container, resources(config).all()))

@@ -15,15 +15,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from hami_core.backend import (
-    InvalidInputError,
     MutateResult,
     VendorConfig,
+    denies_invalid_input,
 )
 
 from .models import settings
 from .requests import resolve
 
 
+@denies_invalid_input
 def mutate_container(
     pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
 ) -> MutateResult | None:
@@ -35,11 +36,8 @@ def mutate_container(
     Returns: None for a container without Ascend resources; a denial (naming the
         container, the resource and the value) for invalid ones.
     """
-    try:
-        cfg = settings(config)
-        req = resolve(pod, container, cfg)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
+    cfg = settings(config)
+    req = resolve(pod, container, cfg)
     if req is None:
         return None
     model = req.model

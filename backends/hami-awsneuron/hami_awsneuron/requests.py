@@ -14,26 +14,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from hami_core.backend import (
+    INT32_MAX,
     DeviceRequest,
     InvalidInputError,
     MutateResult,
+    denies_invalid_input,
     parse_quantity_int,
+    resource_value,
+    stated_quantities,
 )
 
 from . import VENDOR
 from .names import MAX_CORES_PER_DEVICE, RESOURCES, WHOLE
 
-INT32_MAX = 2**31 - 1
-
-
-def stated(container: Mapping[str, Any], name: str) -> object | None:
-    """A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1)."""
-    res = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        values = res.get(section) or {}
-        if name in values:
-            return values[name]  # type: ignore[no-any-return]
-    return None
+#: A resource's quantity from ``limits``, else ``requests`` (PROTOCOL.md §1).
+stated = resource_value
 
 
 def _positive(container: Mapping[str, Any], name: str, maximum: int) -> int:
@@ -77,15 +72,10 @@ def parse_request(container: Mapping[str, Any]) -> DeviceRequest | None:
     )
 
 
+@denies_invalid_input
 def mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | None:
-    """Validate and copy the stated quantities to requests; None when not Neuron."""
-    try:
-        req = parse_request(container)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
-    if req is None:
+    """Validate and copy the stated quantities to requests; None when not Neuron, a
+    denial for an invalid quantity."""
+    if parse_request(container) is None:
         return None
-    values = {n: stated(container, n) for n in RESOURCES.all() if stated(container, n) is not None}
-    return MutateResult(
-        resources={n: q if isinstance(q, int) else str(q) for n, q in values.items()}
-    )
+    return MutateResult(resources=stated_quantities(container, RESOURCES.all()))

@@ -21,8 +21,9 @@ from hami_core.backend import (
     DeviceRequest,
     InvalidInputError,
     MutateResult,
+    denies_invalid_input,
     read_quantity,
-    resource_value,
+    stated_quantities,
 )
 
 from . import DRS, GCU
@@ -69,18 +70,12 @@ def parse_request(container: Mapping[str, Any]) -> DeviceRequest | None:
     )
 
 
+@denies_invalid_input
 def mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | None:
-    """Validate; copy the stated Enflame quantities to limits and requests."""
-    try:
-        req = parse_request(container)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
+    """Validate; copy the stated Enflame quantities to limits and requests (a denial
+    for an invalid one)."""
+    req = parse_request(container)
     if req is None:
         return None
-    names = GCU_RESOURCES.all() if req.vendor == GCU else DRS_RESOURCES.all()
-    values = {
-        n: resource_value(container, n) for n in names if resource_value(container, n) is not None
-    }
-    return MutateResult(
-        resources={n: q if isinstance(q, int) else str(q) for n, q in values.items()}
-    )
+    names = GCU_RESOURCES if req.vendor == GCU else DRS_RESOURCES
+    return MutateResult(resources=stated_quantities(container, names.all()))

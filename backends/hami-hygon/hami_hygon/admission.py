@@ -13,9 +13,9 @@ from typing import Any
 
 from hami_core.backend import (
     DeviceRequest,
-    InvalidInputError,
     MutateResult,
     VendorConfig,
+    denies_invalid_input,
     resource_names,
 )
 
@@ -23,6 +23,7 @@ from .names import DEFAULT_RESOURCES
 from .requests import parse_request
 
 
+@denies_invalid_input
 def mutate_container(
     pod: Mapping[str, Any],
     container: Mapping[str, Any],
@@ -37,10 +38,7 @@ def mutate_container(
     Returns: None for a container without DCU resources; a denial naming the container,
         the resource and the value for invalid ones.
     """
-    try:
-        req = request or parse_request(container, config)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
+    req = request or parse_request(container, config)
     if req is None:
         return None
     names = resource_names(DEFAULT_RESOURCES, config)

@@ -23,8 +23,10 @@ from hami_core.backend import (
     InvalidInputError,
     MutateResult,
     ResourceNames,
+    denies_invalid_input,
     read_quantity,
     resource_value,
+    stated_quantities,
 )
 
 from . import CHIPS
@@ -72,28 +74,21 @@ def parse_request(container: Mapping[str, Any]) -> DeviceRequest | None:
     return DeviceRequest(vendor=chip, count=count, memory_pct=100, cores_pct=cores_pct)
 
 
+@denies_invalid_input
 def mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | None:
     """HAMi's ``MutateAdmission``: ``vCore = count x 100`` for several GPUs, the stated
     quantities copied to requests, ``SOL_CONTINER_NAME`` added.
 
     Returns: None for a container naming no chip; a denial for an illegal value.
     """
-    try:
-        req = parse_request(container)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
+    req = parse_request(container)
     found = chip_of(container)
     if req is None or found is None:
         return None
     names = found[1]
-    values: dict[str, object] = {}
-    for name in (names.count, names.memory, names.cores):
-        if resource_value(container, name) is not None:
-            values[name] = resource_value(container, name)
+    values = stated_quantities(container, (names.count, names.memory, names.cores))
     if req.count > 1:
         values[names.cores] = str(req.count * 100)
     cname = container.get("name")
     env = {CONTAINER_NAME_ENV: str(cname)} if cname else {}
-    return MutateResult(
-        resources={n: q if isinstance(q, int) else str(q) for n, q in values.items()}, env=env
-    )
+    return MutateResult(resources=values, env=env)

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from hami_core.backend import (
-    InvalidInputError,
     MutateResult,
     VendorConfig,
+    denies_invalid_input,
     resource_names,
 )
 
@@ -17,6 +17,7 @@ from .names import DEFAULT_RESOURCES, whole_card_resource
 from .requests import parse_request, read_raw
 
 
+@denies_invalid_input
 def mutate_container(
     pod: Mapping[str, Any], container: Mapping[str, Any], config: VendorConfig
 ) -> MutateResult | None:
@@ -34,14 +35,11 @@ def mutate_container(
     Returns: None for a container without Kunlunxin resources; a denial naming the
         container, the resource and the value for invalid ones.
     """
-    try:
-        req = parse_request(container, config)
-        if req is None:
-            return None
-        raw = read_raw(container, config)
-        tiers = options.memory_tiers(config)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
+    req = parse_request(container, config)
+    if req is None:
+        return None
+    raw = read_raw(container, config)
+    tiers = options.memory_tiers(config)
     names = resource_names(DEFAULT_RESOURCES, config)
     values: dict[str, int | str] = {}
     if raw.whole is not None:

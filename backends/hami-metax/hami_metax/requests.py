@@ -29,9 +29,11 @@ from hami_core.backend import (
     InvalidInputError,
     MutateResult,
     annotations_of,
+    denies_invalid_input,
     pointer_token,
     read_quantity,
     resource_value,
+    stated_quantities,
 )
 
 from . import GPU, SGPU
@@ -138,25 +140,18 @@ def parse_request(pod: Mapping[str, Any], container: Mapping[str, Any]) -> Devic
     return DeviceRequest(vendor=SGPU, count=count, memory_pct=100, cores_pct=cores_pct)
 
 
+@denies_invalid_input
 def mutate(
     pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str
 ) -> MutateResult | None:
     """Validate; copy the stated quantities to requests; write the default QoS policy
     ``best-effort`` on an sGPU pod that is not ``online`` and names none (HAMi's
-    ``MutateAdmission``)."""
-    try:
-        req = parse_request(pod, container)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
+    ``MutateAdmission``); a denial for an invalid quantity."""
+    req = parse_request(pod, container)
     if req is None:
         return None
     names = GPU_RESOURCES if req.vendor == GPU else SGPU_RESOURCES
-    values = {
-        n: resource_value(container, n)
-        for n in names.all()
-        if resource_value(container, n) is not None
-    }
-    quantities = {n: q if isinstance(q, int) else str(q) for n, q in values.items()}
+    quantities = stated_quantities(container, names.all())
     patch: list[dict[str, Any]] = []
     ann = annotations_of(pod)
     if req.vendor == SGPU and ann.get(APP_CLASS) != "online" and QOS_POLICY not in ann:

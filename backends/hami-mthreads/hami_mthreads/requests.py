@@ -22,9 +22,11 @@ from hami_core.backend import (
     InvalidInputError,
     MutateResult,
     VendorConfig,
+    denies_invalid_input,
     pointer_token,
     read_quantity,
     resource_value,
+    stated_quantities,
 )
 
 from . import VENDOR
@@ -82,6 +84,7 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
     )
 
 
+@denies_invalid_input
 def mutate(
     pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
 ) -> MutateResult | None:
@@ -92,22 +95,15 @@ def mutate(
     Returns: None for a container without ``mthreads.com/vgpu``; a denial naming the
         container, the resource and the value for an illegal one.
     """
-    try:
-        req = parse_request(container, config)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
+    req = parse_request(container, config)
     if req is None:
         return None
     names = resources(config)
-    values: dict[str, object] = {}
-    for name in (names.count, names.memory, names.cores):
-        if resource_value(container, name) is not None:
-            values[name] = resource_value(container, name)
+    values = stated_quantities(container, (names.count, names.memory, names.cores))
     whole = req.count > 1 or resource_value(container, names.memory) is None
     if whole:
         values[names.memory] = str(req.count * MEMORY_UNITS_PER_GPU)
         values[names.cores] = str(req.count * CORES_PER_GPU)
-    quantities = {n: q if isinstance(q, int) else str(q) for n, q in values.items()}
     patch: list[dict[str, Any]] = []
     if req.count > 1:
         ann = (pod.get("metadata") or {}).get("annotations")
@@ -121,4 +117,4 @@ def mutate(
                     "value": str(req.count),
                 }
             )
-    return MutateResult(resources=quantities, patch=tuple(patch))
+    return MutateResult(resources=values, patch=tuple(patch))

@@ -8,9 +8,9 @@ from typing import Any
 from hami_core.backend import (
     DEVICE_MODES,
     DeviceRequest,
-    InvalidInputError,
     MutateResult,
     VendorConfig,
+    denies_invalid_input,
     pointer_token,
     resource_names,
     resource_value,
@@ -26,6 +26,7 @@ CORE_POLICIES = ("default", "force", "disable", "none")
 OPTION_DEFAULTS: dict[str, object] = {"runtimeClassName": ""}
 
 
+@denies_invalid_input
 def mutate_container(
     pod: Mapping[str, Any],
     container: Mapping[str, Any],
@@ -43,10 +44,7 @@ def mutate_container(
         request: the container's parsed NVIDIA request (parsed here when None).
     Returns: None for a container without NVIDIA resources; a denial for invalid ones.
     """
-    try:
-        req = request or parse_request(container, config)
-    except InvalidInputError as exc:
-        return MutateResult(denial=str(exc))
+    req = request or parse_request(container, config)
     if req is None:
         return None
     names = resource_names(DEFAULT_RESOURCES, config)
