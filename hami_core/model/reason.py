@@ -36,3 +36,6 @@ class ReasonCode(enum.StrEnum):
     # HAMi 2.10 ``pkg/device/nvidia/device.go`` Fit: no allowed MIG profile with a free
     # placement holds the request on a GPU in mig mode.
     CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
+    # HAMi 2.10 ``pkg/device/enflame/device.go`` Fit: no DRS profile of the node holds
+    # the request (counted once per device, as HAMi does).
+    MODE_NOT_FIT = "ModeNotFit"

@@ -1,11 +1,11 @@
 """Fit and bind annotations for Enflame devices (HAMi 2.10 ``pkg/device/enflame``).
 
-Whole GCUs: the core's checks, one container per GCU (``ExclusiveDeviceAllocateConflict``
-is HAMi's reason there; the core reports the GCU's one sharer slot as
-``CardTimeSlicingExhausted``).
+Whole GCUs: the core's checks, one container per GCU; a GCU in use is
+``ExclusiveDeviceAllocateConflict`` as in HAMi's ``gcu.go`` (the core would name the
+GCU's one sharer slot ``CardTimeSlicingExhausted``).
 
 DRS: the request is first resolved to a profile of the node (``profiles.choose``; none:
-``NodeInsufficientDevice`` for the node, HAMi's ``ModeNotFit``); the slice then takes the
+``ModeNotFit`` on every GCU, as HAMi); the slice then takes the
 profile's memory (GiB x 1024) and compute share, checked by the core on each GCU with the
 UUID filters ``enflame.com/use-gpuuuid`` / ``nouse-gpuuuid``. A GCU's sharer slots are
 its slices (HAMi counts a container as its slice count; here each container takes one
@@ -18,6 +18,8 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from hami_core.backend import (
     DeviceFilters,
@@ -72,7 +74,7 @@ def fit(
         annotations_of(pod), use_uuid=(USE_UUID,), nouse_uuid=(NOUSE_UUID,)
     )
     if request.vendor != DRS:
-        return fit_devices(request, node, usage, filters, policy)
+        return _gcu_in_use_is_exclusive(fit_devices(request, node, usage, filters, policy))
     profile = choose(
         node_profiles([u.device for u in usage]),
         slices=int(request.info(SLICE, "0")),
@@ -80,7 +82,7 @@ def fit(
         cores_pct=request.cores_pct,
     )
     if profile is None:
-        return FitResult(node_reason=ReasonCode.NODE_INSUFFICIENT_DEVICE)
+        return FitResult(device_reasons={u.device.uuid: ReasonCode.MODE_NOT_FIT for u in usage})
     sized = DeviceRequest(
         vendor=DRS,
         count=request.count,
@@ -88,6 +90,17 @@ def fit(
         cores_pct=min(100, profile.cores_pct),
     )
     return fit_devices(sized, node, usage, filters, policy)
+
+
+def _gcu_in_use_is_exclusive(result: FitResult) -> FitResult:
+    """A whole GCU holds one container: taken, it is HAMi's ``ExclusiveDeviceAllocateConflict``."""
+    reasons = {
+        uuid: ReasonCode.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+        if code is ReasonCode.CARD_TIME_SLICING_EXHAUSTED
+        else code
+        for uuid, code in result.device_reasons.items()
+    }
+    return attrs.evolve(result, device_reasons=reasons)
 
 
 def containers_in_wire_order(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:

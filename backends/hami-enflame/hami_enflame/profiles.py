@@ -7,6 +7,10 @@ its compute is ``ceil(slices x 100 / largest slices)`` percent. A request names 
 count (``enflame.com/drs-gcu``: the profile of exactly that size) or memory and compute
 (the smallest profile, by size then memory, with at least that much of each; memory above
 twice the largest profile's GiB is read as MiB).
+
+Sizes are int32 as in HAMi: a profile above 2^31-1 slices or 2^31-1 MiB is not
+readable (HAMi's Fit: ``ModeNotFit``, ``TestFit_OversizedProfileRejected``), and a
+device capacity above 2^31-1 slices is taken as 2^31-1 (``parseDRSCapacity``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import re
 import attrs
 
 from hami_core.backend import AnnotationError
+
+INT32_MAX = 2**31 - 1
 
 
 @attrs.frozen(kw_only=True, order=True)
@@ -36,11 +42,15 @@ class Profile:
 
 
 def parse_name(name: str) -> tuple[int, int]:
-    """``"3g.20gb"`` -> ``(3, 20)``; zeros for what cannot be read."""
+    """``"3g.20gb"`` -> ``(3, 20)``; zeros for what cannot be read, and for sizes out of
+    int32 (slices above 2^31-1, GiB above (2^31-1) / 1024)."""
     m = re.fullmatch(r"\s*(\d+)g?\s*\.\s*(\d+)?(?:gb)?\s*", name.lower())
     if not m:
         return 0, 0
-    return int(m.group(1)), int(m.group(2) or 0)
+    size, gib = int(m.group(1)), int(m.group(2) or 0)
+    if size > INT32_MAX or gib > INT32_MAX // 1024:
+        return 0, 0
+    return size, gib
 
 
 def profiles_of(raw: dict[str, str]) -> list[Profile]:
@@ -87,6 +97,7 @@ def parse_capacity(value: str, *, node: str) -> tuple[list[tuple[int, str, int]]
             capacity = 0
         if capacity <= 0:
             raise AnnotationError(f"node {node}: DRS device #{pos} has no positive capacity")
+        capacity = min(capacity, INT32_MAX)
         idx = int(index) if index.isdigit() else pos
         minor = str(d.get("minor", "")).strip() or str(idx)
         devices.append((idx, minor, capacity))

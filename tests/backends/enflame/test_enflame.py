@@ -88,7 +88,9 @@ def test_profile_by_slice_count_and_by_memory_core():
     gib = run({"mem": "7"})
     assert gib.devices[0].memory_mib == 20480  # the smallest profile with >= 7 GiB
     missing = run({"drs": "5"})
-    assert not missing.fits and missing.node_reason is ReasonCode.NODE_INSUFFICIENT_DEVICE
+    assert not missing.fits and missing.device_reasons == {
+        "node-a-enflame-drs-0": ReasonCode.MODE_NOT_FIT
+    }
     excluded = run({"drs": "1"}, {"enflame.com/nouse-gpuuuid": "node-a-enflame-drs-0"})
     assert excluded.device_reasons == {"node-a-enflame-drs-0": ReasonCode.CARD_UUID_MISMATCH}
 
