@@ -9,15 +9,16 @@ Fit is the core's (``hami_core.backend.fit``) with MetaX's rules:
   class (``online`` / ``offline``) or pods without one, never both; an ``offline`` pod
   does not join a GPU that runs an ``online`` one (it would be suspended there); others
   get ``CardAppClassMismatch``. The kinds of sharers come from ``DeviceUsage.holders``;
-- an sGPU already shared runs its sharers' QoS policy (``qosPolicy`` of
-  ``metax-tech.com/node-gpu-devices``): a pod with another policy gets
+- an sGPU already shared runs its sharers' QoS policy (that of the pods bound there,
+  else ``qosPolicy`` of ``metax-tech.com/node-gpu-devices``): a pod with another policy gets
   ``CardQosPolicyMismatch`` there, unless it takes the whole GPU (vcore 100) or the GPU's
   policy is empty (``checkDeviceQos``; not checked for ``online`` pods);
 - an ``online`` pod's compute is not accounted (cores not checked), and among the
   feasible GPUs it takes those with the fewest online sharers, GPUs running only offline
   pods last (``prioritizeOnlineDevices``);
-- several exclusive sGPUs (vcore 100) of a pod without app class come from one link
-  zone when one can hold them (``prioritizeExclusiveDevices``).
+- exclusive sGPUs (vcore 100) of a pod without app class come from the smallest link
+  zone that holds them all, else zones smallest first, then unlinked GPUs
+  (``prioritizeExclusiveDevices``).
 
 Scores: whole GPUs from MetaX's topology annotations, ``2000 - losses[n]`` under binpack
 and ``2000 - scores[n]`` under spread for a pod of ``n`` GPUs (``ScoreNode``), scaled
@@ -67,6 +68,7 @@ from .names import (
     OFFLINE,
     ONLINE,
     PREDICATE_TIME,
+    QOS_POLICIES,
     QOS_POLICY,
     TOPOLOGY_AWARE,
     TOPOLOGY_LOSSES,
@@ -97,16 +99,33 @@ def app_class_fits(app_class: str, usage: DeviceUsage) -> bool:
     return not (online and app_class == OFFLINE)
 
 
+def gpu_qos(usage: DeviceUsage) -> frozenset[str]:
+    """The QoS policies a shared sGPU runs: those of the pods our scheduler bound there
+    (``online`` ones excepted, whose policy is not read), else the ``qosPolicy`` MetaX's
+    plugin reports (empty: none). HAMi keeps what a bind asked for in its jittery QoS
+    cache until the plugin reports it (``addJitteryQos``, ``TestAddJitteryQos``); the live
+    pods give the same answer without a cache, and do not forget it on a restart. A value
+    that is no QoS policy (a pod's annotation edited after admission) is not read."""
+    bound = frozenset(
+        h.get(QOS_POLICY, "") for h in usage.holders if h.get(APP_CLASS) != ONLINE
+    ) & frozenset(QOS_POLICIES)
+    if bound:
+        return bound
+    reported = usage.device.info("qosPolicy")
+    return frozenset({reported}) if reported else frozenset()
+
+
 def qos_fits(
     pod_qos: str, usage: DeviceUsage, request: DeviceRequest, own: frozenset[str] = frozenset()
 ) -> bool:
-    """HAMi's ``checkDeviceQos``: a used sGPU keeps its sharers' QoS policy unless the
-    request takes it whole (vcore 100) or its policy is empty. On a GPU an earlier
+    """HAMi's ``checkDeviceQos``: a used sGPU keeps its sharers' QoS policy (``gpu_qos``)
+    unless the request takes it whole (vcore 100) or it has none. On a GPU an earlier
     container of the same pod took (``own``) the policy is the pod's own already (HAMi's
     ``AddResourceUsage`` switches it, to "" for an exclusive slice), so it fits."""
     if usage.used_count == 0 or request.cores_pct == 100 or usage.device.uuid in own:
         return True
-    return usage.device.info("qosPolicy") in ("", pod_qos)
+    running = gpu_qos(usage)
+    return not running or running == {pod_qos}
 
 
 def sgpu_check(
@@ -142,10 +161,31 @@ def choose_online(
     return ranked[:count]
 
 
-def link_zone(usage: DeviceUsage) -> int:
-    """The device's link zone; devices outside any zone (0) are each their own group."""
-    zone = int(usage.device.info("linkZone", "0") or 0)
-    return zone if zone > 0 else -1 - usage.device.index
+def _zone(usage: DeviceUsage) -> int:
+    return int(usage.device.info("linkZone", "0") or 0)
+
+
+def choose_exclusive(
+    feasible: Sequence[DeviceUsage], count: int, policy: DevicePolicy
+) -> Sequence[DeviceUsage] | None:
+    """HAMi's ``prioritizeExclusiveDevices``: the smallest link zone (> 0) that holds all
+    ``count`` GPUs (a big zone stays whole for a bigger pod); else the zones smallest
+    first, then GPUs outside any zone; by index within each. None (the policy decides)
+    when no more GPUs are feasible than asked."""
+    if len(feasible) <= count:
+        return None
+    zones: dict[int, list[DeviceUsage]] = {}
+    unlinked: list[DeviceUsage] = []
+    for u in sorted(feasible, key=lambda u: (u.device.index, u.device.uuid)):
+        if _zone(u) > 0:
+            zones.setdefault(_zone(u), []).append(u)
+        else:
+            unlinked.append(u)
+    ordered = [zones[z] for z in sorted(zones, key=lambda z: (len(zones[z]), z))]
+    whole_zone = next((g for g in ordered if len(g) >= count), None)
+    if whole_zone is not None:
+        return whole_zone[:count]
+    return [*(u for g in ordered for u in g), *unlinked][:count]
 
 
 def fit(
@@ -169,8 +209,11 @@ def fit(
         extra_check=sgpu_check(
             app_class, ann.get(QOS_POLICY, ""), frozenset(d.uuid for c in allocated for d in c)
         ),
-        link_group=link_zone if request.cores_pct == 100 and APP_CLASS not in ann else None,
-        choose=choose_online if online else None,
+        choose=choose_online
+        if online
+        else choose_exclusive
+        if request.cores_pct == 100 and APP_CLASS not in ann
+        else None,
     )
     return fit_devices(request, node, usage, filters, policy, rules)
 

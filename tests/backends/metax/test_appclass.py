@@ -321,9 +321,14 @@ def test_pipeline_two_containers_of_a_pod_on_a_gpu_of_another_policy():
     assert ann["metax-tech.com/sgpu-qos-policy"] == "best-effort"
     a, b = json.loads(ann["metax-tech.com/gpu-devices-allocated"])
     assert a[0]["uuid"] == b[0]["uuid"] == "mx-sgpu-0"
-    # a second pod of that policy meets the GPU's (annotated) fixed-share policy
-    late = p.submit(pod("late", limits))
-    assert late.node is None and "CardQosPolicyMismatch" in late.filter.failed["mx"]
+    # the GPU runs the bound pod's best-effort now, whatever the stale annotation says
+    # (HAMi's jittery QoS cache, TestAddJitteryQos): a best-effort pod joins it, a
+    # fixed-share one no longer does
+    assert p.submit(pod("late", limits)).node == "mx"
+    fixed = p.submit(
+        pod("fixed", limits, annotations={"metax-tech.com/sgpu-qos-policy": "fixed-share"})
+    )
+    assert fixed.node is None and "CardQosPolicyMismatch" in fixed.filter.failed["mx"]
 
 
 def _zoned(specs):
