@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import attrs
 
 from .allocation import ContainerDevice
 from .cores import PERCENT, CoresUnit
-from .device import DeviceUsage
+from .device import DeviceInfo, DeviceUsage
 from .fitrules import FitRules
 from .request import DeviceRequest
 
 #: Per device, what a request charges against the cores quota, in the resource's unit.
 RequestCores: TypeAlias = Callable[[DeviceRequest], int]
+#: Per device, ``(MiB, cores in the resource's unit)`` a request charges at admission when
+#: only the devices it may land on say so, given a call that lists the cluster's devices
+#: of the vendor (read only when needed); None: its ``memory_mib`` and requested cores.
+RequestCharge: TypeAlias = Callable[
+    [DeviceRequest, Callable[[], Sequence[DeviceInfo]]], "tuple[int, int] | None"
+]
 #: What one allocated slice charges against the cores quota, in the resource's unit,
 #: given the container spec (a v1.Container) that holds it.
 SliceCores: TypeAlias = Callable[[ContainerDevice, Mapping[str, Any]], int]
@@ -73,6 +79,10 @@ class DeviceTypeInfo:
             core masks, AMD's compute units), what a request charges per device at
             admission and what an allocated slice charges, against the cores quota
             (PROTOCOL.md §8); None: ``cores_pct`` as carried.
+        quota_request_charge: for a request whose size the devices decide (NVIDIA's
+            ``nvidia.com/mig-<profile>``: the profile's memory and cores), what it charges
+            per device at admission (``RequestCharge``), so the webhook's quota check
+            charges what the placement will book; None: as carried.
         cores_unit: what the devices' and their slices' ``cores_pct`` count
             (``hami_core.model.cores``): percent of a device (the default), AMD's compute
             units, AWS Neuron's core masks, Moore Threads' sGPU cores, or nothing
@@ -98,6 +108,7 @@ class DeviceTypeInfo:
     fit_rules: FitRules = attrs.field(factory=FitRules)
     quota_request_cores: RequestCores | None = None
     quota_slice_cores: SliceCores | None = None
+    quota_request_charge: RequestCharge | None = None
     cores_unit: CoresUnit = PERCENT
     request_cores_unit: CoresUnit | None = None
     other_resources: tuple[str, ...] = ()

@@ -69,6 +69,9 @@ class VendorConfig:
         default_count: devices for a request that names memory or cores but no count.
         operating_mode: the node's ``operatingmode`` on a device plugin (``hami-core``,
             ``mig``, ``mps``; "" where no per-node file says), so discovery knows it.
+        mig_strategy: the node's ``migstrategy`` on a device plugin (``none``,
+            ``single``, ``mixed``: the NVIDIA device plugin's; "" where no per-node
+            file says); ``single`` makes each MIG instance a device of its own.
         options: backend-specific keys, always complete: the backend's
             ``option_defaults`` overlaid with what the file states.
         settings: the backend's own parsed form of the section, as its
@@ -87,6 +90,7 @@ class VendorConfig:
     default_cores_pct: int = 0
     default_count: int = 1
     operating_mode: str = ""
+    mig_strategy: str = ""
     options: Mapping[str, Any] = attrs.field(factory=dict)
     settings: object = attrs.field(default=None, eq=False, repr=False)
 

@@ -14,8 +14,11 @@ device whose memory the driver does not report), ``enablenumatopology`` (NUMA no
 to kubelet), ``operatingmode`` (``hami-core``, ``mps`` or ``mig``: published as every device's
 inventory ``mode``, PROTOCOL.md §2; ``mig`` is HAMi's dynamic MIG, and a GPU already in
 MIG mode is inventoried as ``mig`` whatever the node's mode: docs/sharing-modes.md),
-``migstrategy`` (``none``, ``single``, ``mixed``: read and logged; the scheduler accepts
-the NVIDIA device plugin's ``nvidia.com/mig-<profile>`` names on every node);
+``migstrategy`` (``none``, ``single``, ``mixed``: the NVIDIA device plugin's; handed to
+the backend as ``VendorConfig.mig_strategy``: under ``single`` the NVIDIA backend
+publishes every MIG instance of an administrator-partitioned node as a device of its
+own, so ``nvidia.com/gpu: N`` asks N instances; ``none`` and ``mixed`` change nothing,
+the scheduler accepts the ``nvidia.com/mig-<profile>`` names on every node);
 ``enablegetpreferredallocation: false`` and ``libcudaloglevel`` are read and logged as
 not applied (we always offer ``GetPreferredAllocation``: it keeps kubelet's IDs on the
 GPUs the scheduler chose).
@@ -75,6 +78,7 @@ class NodeOverrides:
         numa_topology: ``enablenumatopology``; None: our default (sent).
         mode: ``operatingmode`` (``hami-core``, ``mps`` or ``mig``), the inventory
             ``mode`` of every device of the node; None: the backend's own.
+        mig_strategy: ``migstrategy`` (``none``, ``single``, ``mixed``); None: not set.
     """
 
     split_count: int | None = None
@@ -85,6 +89,7 @@ class NodeOverrides:
     preconfigured_memory_mib: int | None = None
     numa_topology: bool | None = None
     mode: str | None = None
+    mig_strategy: str | None = None
 
     def apply(self, config: VendorConfig) -> VendorConfig:
         """``config`` with this node's values in force."""
@@ -97,6 +102,8 @@ class NodeOverrides:
             changes["core_scaling"] = self.core_scaling
         if self.mode is not None:
             changes["operating_mode"] = self.mode
+        if self.mig_strategy is not None:
+            changes["mig_strategy"] = self.mig_strategy
         return attrs.evolve(config, **changes)
 
     def keeps(self, device: DeviceInfo) -> bool:
@@ -216,6 +223,7 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
         preconfigured_memory_mib=pre,
         numa_topology=flags["enablenumatopology"],
         mode=mode or None,
+        mig_strategy=mig or None,
         split_count=split,
         memory_scaling=memory,
         core_scaling=core,

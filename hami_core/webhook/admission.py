@@ -10,6 +10,7 @@ annotations, policy annotations, quantities and namespace quotas.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,10 +18,18 @@ import attrs
 
 from hami_core.cluster.base import ClusterStore
 from hami_core.errors import InvalidInputError
-from hami_core.model import Charge, ContainerRequest, DeviceRequest, PodRequest, collapse
+from hami_core.model import (
+    Charge,
+    ContainerRequest,
+    DeviceInfo,
+    DeviceRequest,
+    PodRequest,
+    collapse,
+)
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.pods import check_pod_shape, containers, pod_ref
+from hami_core.scheduling.nodes import read_node
 from hami_core.scheduling.policy import resolve_policies
 from hami_core.scheduling.quota import namespace_usage, quota_limits, quota_violation
 from hami_core.scheduling.usage import requested_vendors
@@ -221,6 +230,19 @@ class Admission:
         convert = self.manager.device_type(request.vendor).quota_request_cores
         return request.cores_pct if convert is None else max(0, convert(request))
 
+    def _request_charge(self, request: DeviceRequest, devices: _ClusterDevices) -> Charge:
+        """What ``request`` charges against its namespace's quotas at admission: count x
+        per-device memory and cores; per device as the vendor's ``quota_request_charge``
+        says from the cluster's devices (a MIG profile's memory and cores), else as
+        carried (memory in percent is checked per candidate device at fit)."""
+        memory, cores = request.memory_mib, self._cores(request)
+        convert = self.manager.device_type(request.vendor).quota_request_charge
+        if convert is not None:
+            charged = convert(request, lambda: devices.of(request.vendor))
+            if charged is not None:
+                memory, cores = max(0, charged[0]), max(0, charged[1])
+        return Charge(request.count * memory, request.count * cores, request.count)
+
     def _shared_checks(self, pod: Mapping[str, Any], request: PodRequest) -> AdmissionResult | None:
         ref = pod_ref(pod)
         spec = pod.get("spec") or {}
@@ -249,13 +271,11 @@ class Admission:
             return None
         # a pod being admitted has not started: its init containers count (PROTOCOL.md §1);
         # memory in percent depends on the device: fit checks it per candidate
+        devices = _ClusterDevices(self.store, self.manager)
         per_vendor = collapse(
             (
                 c.init,
-                {
-                    r.vendor: Charge(r.count * r.memory_mib, r.count * self._cores(r), r.count)
-                    for r in c.devices
-                },
+                {r.vendor: self._request_charge(r, devices) for r in c.devices},
             )
             for c in request.containers
         )
@@ -274,3 +294,27 @@ class Admission:
         if message:
             return _deny("ResourceQuotaNotFit", f"pod {ref}: exceeds {message}")
         return None
+
+
+class _ClusterDevices:
+    """The cluster's devices per vendor, read from the store's nodes once per admission
+    and only when a vendor's ``quota_request_charge`` asks (bad inventories count
+    nothing: ``read_node`` marks them, as the scheduler does)."""
+
+    def __init__(self, store: ClusterStore, manager: BackendManager) -> None:
+        self.store = store
+        self.manager = manager
+        self._read: dict[str, tuple[DeviceInfo, ...]] = {}
+
+    def of(self, vendor: str) -> tuple[DeviceInfo, ...]:
+        if vendor not in self._read:
+            dtype = self.manager.device_type(vendor)
+            now = dt.datetime.now(dt.UTC)
+            self._read[vendor] = tuple(
+                d
+                for node in self.store.list_nodes()
+                for d in read_node(
+                    node, (dtype,), now=now, reader=self.manager.node_devices
+                ).devices_of(vendor)
+            )
+        return self._read[vendor]

@@ -46,7 +46,7 @@ NODE = "node-a"
 PODS = Path(os.environ["PODS_FILE"])
 out = {}
 
-def start(mode=None):
+def start(mode=None, strategy=None):
     cluster = MemoryCluster()
     cluster.add_node({"metadata": {"name": NODE}})
     if PODS.exists():
@@ -55,6 +55,8 @@ def start(mode=None):
     entry = {"name": NODE}
     if mode:
         entry["operatingmode"] = mode
+    if strategy:
+        entry["migstrategy"] = strategy
     agent = NodeAgent(cluster, nvidia_manager(Path(os.environ["HOOK_DIR"])), backend="nvidia",
                       vendor="NVIDIA", node=NODE,
                       overrides=parse_node_overrides({"nodeconfig": [entry]}, node=NODE))

@@ -774,3 +774,75 @@ def test_a_dynamic_mig_node_gives_the_instance_only_and_frees_it_after_the_pod(s
         timeout=60,
         message="the instance destroyed once the pod is gone",
     )
+
+
+def test_a_single_strategy_node_gives_a_count_only_pod_n_instances(stack: Stack):
+    """NVIDIA's ``single`` MIG strategy (issue #17 item 1): the administrator's instances
+    are each a ``nvidia.com/gpu``; a pod written for NVIDIA's device plugin
+    (``nvidia.com/gpu: 3``, nothing else) runs with three MIG UUIDs and no shim."""
+    stack.core.delete_collection_namespaced_pod(stack.namespace, grace_period_seconds=0)
+    stack.cp.wait_for(
+        lambda: not stack.core.list_namespaced_pod(stack.namespace).items,
+        timeout=90,
+        message="the earlier tests' pods gone",
+    )
+    stack.cp.stop_process("device-plugin")
+    node_config = stack.work / "node-config.json"
+    node_config.write_text(json.dumps({"nodeconfig": [{"name": NODE, "migstrategy": "single"}]}))
+    lib = fakenvml.build(stack.work / "fakenvml")
+    nvml = stack.work / "fake-nvml.json"
+    (stack.work / "fake-nvml.json.mig").unlink(missing_ok=True)
+    nvml.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {"uuid": u, "name": "NVIDIA A100-PCIE-16GB", "memory_mib": 16384, "mig": True}
+                    for u in GPUS
+                ]
+            }
+        )
+    )
+    # What the administrator made (nvidia-smi mig -cgi 19,19 -C): 1g.10gb instances,
+    # two on the first GPU and one on the second.
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from hami_nvidia.nvml import PynvmlLibrary\n"
+            "n = PynvmlLibrary()\n"
+            "for i, s in ((0, 0), (0, 1), (1, 0)):\n"
+            "    print(n.create_mig_instance(i, 0, s, 1).mig_uuid)\n",
+        ],
+        env={"LD_LIBRARY_PATH": str(lib), "FAKE_NVML_CONFIG": str(nvml), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    _start_device_plugin(stack, node_config=node_config, mig=True)
+
+    def instances_published() -> bool:
+        ann = stack.node.node()["metadata"].get("annotations") or {}
+        devices = json.loads(ann.get("hami.io/node-nvidia-register") or "[]")
+        return sorted(d.get("id") for d in devices) == sorted(made)
+
+    stack.cp.wait_for(instances_published, timeout=60, message="the instances as devices")
+    stack.cp.wait_for(
+        lambda: stack.node.allocatable("nvidia.com/gpu") == "3",
+        timeout=90,
+        message="one nvidia.com/gpu per instance",
+    )
+    script = "env; echo PRELOAD=$(cat /etc/ld.so.preload 2>/dev/null || echo none); exec sleep 3600"
+    body = _tenant_pod("single-a")
+    main = body["spec"]["containers"][0]
+    main["resources"] = {"limits": {"nvidia.com/gpu": "3"}}
+    main["command"] = ["/bin/sh", "-c", script]
+    stack.core.create_namespaced_pod(stack.namespace, body)
+    pod = stack.wait_running("single-a")
+    ann = pod["metadata"]["annotations"]
+    assert ann[keys.BIND_PHASE] == "success"
+    env = stack.env_of(pod)
+    assert sorted(env["NVIDIA_VISIBLE_DEVICES"].split(",")) == sorted(made)
+    assert env["PRELOAD"] == "none"
+    assert not any(k.startswith("CUDA_") for k in env)
+    migs = json.loads(ann["hami.io/vgpu-mig-allocations"])
+    assert sorted(m["migUUID"] for m in migs) == sorted(made)

@@ -19,7 +19,7 @@ from before the GPU's mode changed) makes it infeasible until that pod ends.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -102,6 +102,27 @@ def check(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode | None:
     if choose_instance(dev, usage.mig_in_use, memory, profile=named) is None:
         return ReasonCode.CARD_MIG_TOPOLOGY_INFEASIBLE
     return None
+
+
+def quota_charge(
+    request: DeviceRequest, devices: Callable[[], Sequence[DeviceInfo]]
+) -> tuple[int, int] | None:
+    """What a request that names a profile charges per device against the namespace's
+    quotas at admission (``DeviceTypeInfo.quota_request_charge``): the profile's memory
+    (MiB) and cores (percent), as ``with_instances`` books them once placed; the least
+    of each over the cluster's GPUs that offer the profile (a profile's memory differs
+    a little between GPU models). None for other requests, and when no GPU of the
+    cluster offers the profile (nothing can place it yet; fit checks the quota again
+    with the instance it chooses)."""
+    named = request.info(PROFILE_KEY)
+    if not named:
+        return None
+    offered = [
+        p for d in devices() if d.mode == MIG_MODE for p in d.mig_profiles if p.name == named
+    ]
+    if not offered:
+        return None
+    return min(p.memory_mib for p in offered), min(p.cores_pct for p in offered)
 
 
 def with_instances(

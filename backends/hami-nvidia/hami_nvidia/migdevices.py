@@ -16,6 +16,15 @@ Two ways a GPU is in ``mig`` mode (docs/sharing-modes.md):
 
 Either way the container sees the instance only: ``NVIDIA_VISIBLE_DEVICES`` is its MIG
 UUID and it gets none of the shim (MIG isolates memory and SMs in hardware).
+
+Under the NVIDIA device plugin's ``single`` strategy (the node's ``migstrategy: single``,
+static MIG only) each instance is published as a device of its own (``instance_devices``):
+its id is the MIG UUID, ``count`` 1, ``devmem`` the instance's memory, ``devcore`` 100
+(all of the instance), one ``migProfiles`` entry at its one placement. A request's count
+of distinct devices is then a count of instances, as ``nvidia.com/gpu: N`` means there
+(NVIDIA's "MIG Support in Kubernetes": the single strategy exposes the instances as
+``nvidia.com/gpu``; its device plugin requires every GPU of the node in MIG mode with
+instances of one profile, ``rm/device_map.go`` ``assertAllMigDevicesAreValid``).
 """
 
 from __future__ import annotations
@@ -51,6 +60,10 @@ log = logging.getLogger(__name__)
 
 #: The node's operatingmode that makes MIG dynamic.
 DYNAMIC = "mig"
+#: The node's migstrategy that makes each static MIG instance a device of its own.
+SINGLE = "single"
+#: ``DeviceInfo.node_local`` key of an instance device's parent GPU UUID.
+PARENT = "migParent"
 #: Key of the nvidia section: HAMi's ``migProfileAllowlist`` (``[{models, profiles}]``).
 ALLOWLIST_KEY = "migProfileAllowlist"
 #: An instance created less than this long ago is never released: the pod list the
@@ -166,6 +179,87 @@ def mig_device(
         mig_profiles=offered,
         node_local={**base.node_local, ON_NODE: "1"},
     )
+
+
+def is_instance(device: DeviceInfo) -> bool:
+    """True for a MIG instance published as a device of its own (``single`` strategy):
+    its id is the instance's MIG UUID (NVML names MIG devices ``MIG-...``)."""
+    return device.mode == MIG_MODE and device.uuid.startswith("MIG-")
+
+
+def instance_devices(base: DeviceInfo, nvml: Nvml) -> list[DeviceInfo]:
+    """The ``single`` strategy's devices of one GPU in MIG mode: one per existing
+    instance that has its compute instance (a MIG UUID), in placement order.
+
+    Raises:
+        NvmlError: NVML fails.
+    """
+    by_id = {p.profile_id: p for p in nvml.mig_profiles(base.index)}
+    out = []
+    for m in sorted(nvml.mig_instances(base.index), key=lambda m: m.start):
+        p = by_id.get(m.profile_id)
+        if not m.mig_uuid or p is None:
+            continue
+        profile = MigProfile(
+            name=p.name,
+            memory_mib=p.memory_mib,
+            cores_pct=100,  # the instance is the whole device
+            slice_count=p.slice_count,
+            placements=(MigPlacement(start=m.start, size=m.size),),
+        )
+        out.append(
+            attrs.evolve(
+                base,
+                uuid=m.mig_uuid,
+                mode=MIG_MODE,
+                memory_mib=p.memory_mib,
+                cores_pct=100,
+                split_count=1,
+                mig_profiles=(profile,),
+                node_local={**base.node_local, ON_NODE: "1", PARENT: base.uuid},
+            )
+        )
+    return out
+
+
+def single_strategy_devices(
+    bases: Sequence[tuple[DeviceInfo, bool]], nvml: Nvml
+) -> list[DeviceInfo]:
+    """Every instance of the node as a device (``instance_devices``), after the checks
+    NVIDIA's device plugin makes for its ``single`` strategy.
+
+    Args:
+        bases: each GPU's inventory entry and whether MIG mode is on for it.
+
+    Raises:
+        ConfigError: a GPU has MIG mode off or no instance, or the node's instances are
+            of several profiles (naming the GPUs; the device plugin stops at start).
+        NvmlError: NVML fails.
+    """
+    where = "migstrategy: single"
+    out: list[DeviceInfo] = []
+    for base, enabled in bases:
+        if not enabled:
+            raise ConfigError(
+                f"{where}: GPU {base.index} {base.uuid} has MIG mode off; the single strategy "
+                "needs every GPU of the node in MIG mode (or use migstrategy: none or mixed)"
+            )
+        found = instance_devices(base, nvml)
+        if not found:
+            raise ConfigError(
+                f"{where}: GPU {base.index} {base.uuid} has no MIG instance "
+                "(create them with nvidia-smi mig -cgi ... -C)"
+            )
+        out.extend(found)
+    profiles = sorted({(d.mig_profiles[0].name, d.index) for d in out})
+    names = sorted({name for name, _ in profiles})
+    if len(names) > 1:
+        listed = ", ".join(f"GPU {i}: {name}" for name, i in profiles)
+        raise ConfigError(
+            f"{where}: the node's MIG instances are of several profiles ({listed}); the "
+            "single strategy needs one profile on every GPU (or use migstrategy: mixed)"
+        )
+    return out
 
 
 def container_position(pod: Mapping[str, Any], container: Mapping[str, Any]) -> int:
@@ -343,9 +437,20 @@ def mig_allocation(
         slot = allocations[at].slot
         if ON_NODE not in node_device.node_local:
             # hami simulate: the inventory, no GPU; the UUID exists only once created
-            uuids.append(f"MIG-of-{dev.uuid}:{slot.profile}@{slot.placement.start}")
+            # (an instance device of the single strategy is named by its MIG UUID)
+            uuids.append(
+                dev.uuid
+                if is_instance(node_device)
+                else f"MIG-of-{dev.uuid}:{slot.profile}@{slot.placement.start}"
+            )
             continue
         made = manager.realise(node_device, slot, dynamic=dynamic)
+        if is_instance(node_device) and made.mig_uuid != node_device.uuid:
+            raise HamiError(
+                f"MIG instance {node_device.uuid}: the instance at slice "
+                f"{slot.placement.start} is now {made.mig_uuid or 'without a compute instance'} "
+                "(recreated since the node published it)"
+            )
         allocations[at] = attrs.evolve(
             allocations[at],
             mig_uuid=made.mig_uuid,
@@ -364,6 +469,8 @@ __all__ = [
     "MigAllocation",
     "MigManager",
     "check_allowlist",
+    "instance_devices",
+    "is_instance",
     "mig_allocation",
     "mig_device",
 ]

@@ -30,6 +30,8 @@ DEVICE_TYPE = DeviceTypeInfo(
     fit_rules=FitRules(extra_check=mig.check),
     # read beyond the sharing resources: the priority limit and MIG profile requests
     other_resources=(PRIORITY_RESOURCE, "nvidia.com/mig-*"),
+    # a nvidia.com/mig-<profile> request is charged its profile at admission
+    quota_request_charge=mig.quota_charge,
 )
 
 # Pod annotations (PROTOCOL.md §5): HAMi's names first, then the handbook's aliases.

@@ -22,7 +22,16 @@ from hami_core.backend import DeviceInfo, VendorConfig
 
 from .discover import DEFAULT_SYSFS_ROOT, device_infos, numa_node
 from .health import DEFAULT_IGNORED_XIDS, DEFAULT_RECOVERY_S, HealthTracker
-from .migdevices import ALLOWLIST_KEY, CREATE_GRACE_S, DYNAMIC, GRACE_KEY, MigManager, mig_device
+from .migdevices import (
+    ALLOWLIST_KEY,
+    CREATE_GRACE_S,
+    DYNAMIC,
+    GRACE_KEY,
+    SINGLE,
+    MigManager,
+    mig_device,
+    single_strategy_devices,
+)
 from .nvml import Nvml, NvmlError, NvmlGpu, NvmlMissingError, PynvmlLibrary
 from .topology import link_scores
 
@@ -68,6 +77,7 @@ class NvidiaNode:
         self._lock = threading.Lock()
         self._known: dict[int, NvmlGpu] = {}
         self._watching = False
+        self._warned_single = False
         self.mig = MigManager(self.nvml, clock=clock)
 
     # -- hami_discover -----------------------------------------------------------------
@@ -75,9 +85,14 @@ class NvidiaNode:
     def discover(self, config: VendorConfig) -> list[DeviceInfo] | None:
         """The inventory of this node's GPUs (see ``discover``), or None without a driver.
 
+        Under ``migstrategy: single`` on a node not in dynamic MIG mode, every MIG
+        instance is a device of its own (``migdevices.single_strategy_devices``).
+
         Raises:
             NvmlError: NVML does not initialise or cannot count the GPUs.
-            ConfigError: a unified-memory GPU and no ``unifiedMemoryMiB``.
+            ConfigError: a unified-memory GPU and no ``unifiedMemoryMiB``; under
+                ``migstrategy: single``, a GPU with MIG off or no instance, or
+                instances of several profiles.
         """
         try:
             reported = self.nvml.gpus()
@@ -93,6 +108,17 @@ class NvidiaNode:
             numa=lambda bus_id: numa_node(bus_id, sysfs_root=self.sysfs_root),
         )
         by_index = {g.index: g for g in gpus}
+        if config.mig_strategy == SINGLE:
+            if config.operating_mode != DYNAMIC:
+                return single_strategy_devices(
+                    [(info, by_index[info.index].mig_enabled) for info in infos], self.nvml
+                )
+            if not self._warned_single:
+                self._warned_single = True
+                log.warning(
+                    "migstrategy: single is not applied on a node whose operatingmode is "
+                    "mig: dynamic MIG creates each instance for the pod it is chosen for"
+                )
         out = []
         for info in infos:
             gpu = by_index[info.index]
