@@ -18,7 +18,11 @@ NS = "team"
 
 
 def mig(name: str, profile: str, n: int = 1) -> dict[str, Any]:
-    c = {"name": "main", "image": "x", "resources": {"limits": {f"nvidia.com/mig-{profile}": str(n)}}}
+    c = {
+        "name": "main",
+        "image": "x",
+        "resources": {"limits": {f"nvidia.com/mig-{profile}": str(n)}},
+    }
     return pod(name, c, namespace=NS)
 
 
