@@ -22,6 +22,9 @@ A **cluster file** has one of two forms, told apart automatically:
            # mode mig: the GPU's MIG profiles, in the inventory's migProfiles shape
            # (PROTOCOL.md §2): [{name, memoryMB, core, sliceCount, placements:
            # [{start, size}]}]; memoryMiB is then the physical memory (no scaling)
+           migStrategy: single             # mode mig: as a device plugin with the node's
+           # migstrategy: single publishes it: each placement of its one profile is an
+           # existing instance, a device of its own (uuid MIG-<prefix>-<index>-<start>)
          links:                            # optional link scores (topology-aware policy)
          - {gpus: [0, 1], score: 200}      # device indexes; 100 per NVLink (PROTOCOL.md §2)
        quotas:                             # optional, per namespace
@@ -96,7 +99,7 @@ SNAPSHOT = "snapshot"
 _NODE_KEYS = frozenset({"name", "labels", "annotations", "gpus", "links"})
 _GPU_KEYS = frozenset(
     {"model", "memoryMiB", "count", "numa", "splitCount", "cores", "uuid", "healthy", "vendor"}
-    | {"mode", "migProfiles"}
+    | {"mode", "migProfiles", "migStrategy"}
 )
 _QUOTA_KEYS = frozenset({"name", "namespace", "hard"})
 _SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation")
@@ -455,7 +458,7 @@ def _simple_node(
             continue
         for device in _gpu_group(group, gwhere, node=name, first_index=index, manager=manager):
             by_vendor.setdefault(device.vendor, []).append(device)
-            index += 1
+            index = device.index + 1  # the instances of one GPU share its index
     annotations = _str_map(entry.get("annotations"), where, "annotations")
     allocatable: dict[str, str] = {}
     by_index: dict[int, str] = {}
@@ -527,6 +530,16 @@ def _gpu_group(
     prefix = group.get("uuid", f"GPU-{node}")
     if not isinstance(prefix, str) or not prefix:
         raise InvalidInputError(f"{where}: uuid must be a non-empty prefix")
+    strategy = group.get("migStrategy", "none")
+    if strategy not in ("none", "mixed", "single"):
+        raise InvalidInputError(f"{where}: migStrategy must be one of none, mixed, single")
+    if strategy == "single" and mode != "mig":
+        raise InvalidInputError(f"{where}: migStrategy single is only for mode mig")
+    if strategy == "single":
+        return _single_instances(
+            mig_profiles, where, prefix=prefix, first_index=first_index, count=count,
+            vendor=vendor, model=model, numa=numa, healthy=healthy,
+        )  # fmt: skip
     return [
         DeviceInfo(
             uuid=f"{prefix}-{first_index + i}",
@@ -544,6 +557,41 @@ def _gpu_group(
             mig_profiles=mig_profiles,
         )
         for i in range(count)
+    ]
+
+
+def _single_instances(
+    profiles: tuple[MigProfile, ...],
+    where: str,
+    *,
+    prefix: str,
+    first_index: int,
+    count: int,
+    **same: Any,
+) -> list[DeviceInfo]:
+    """The devices a device plugin under ``migstrategy: single`` publishes for ``count``
+    GPUs cut into the instances ``profiles`` lists (one profile, each placement an
+    instance; hami-nvidia ``migdevices.instance_devices``): one device per instance,
+    one sharer, the instance's memory, all its cores."""
+    if len(profiles) != 1:
+        raise InvalidInputError(
+            f"{where}: migStrategy single needs the instances of one profile (NVIDIA's "
+            f"single strategy), got {', '.join(p.name for p in profiles) or 'none'}"
+        )
+    (profile,) = profiles
+    return [
+        DeviceInfo(
+            uuid=f"MIG-{prefix}-{first_index + i}-{place.start}",
+            index=first_index + i,
+            split_count=1,
+            memory_mib=profile.memory_mib,
+            cores_pct=100,
+            mode="mig",
+            mig_profiles=(attrs.evolve(profile, cores_pct=100, placements=(place,)),),
+            **same,
+        )
+        for i in range(count)
+        for place in sorted(profile.placements, key=lambda x: x.start)
     ]
 
 

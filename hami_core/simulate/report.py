@@ -54,6 +54,8 @@ Report (``build_report``)::
             "devices": [{"uuid": str, "index": int, "model": str, "reason": str}]}]}],
       "gpus": [                                  # every device, by node then index
         {"node": str, "uuid": str, "index": int, "vendor": str, "model": str, "mode": str,
+         "migInstance": str | null,             # a MIG instance as a device (the single
+                                                 # strategy): its profile
          "memoryMiB": int, "usedMemoryMiB": int, "coresPct": int, "usedCoresPct": int,
          "coresUnit": str, "splitCount": int, "sharers": int,      # containers sharing it
          "pods": [str],                          # "namespace/name" of the pods on it
@@ -477,6 +479,7 @@ def _gpu_entries(
                     "vendor": d.vendor,
                     "model": d.model,
                     "mode": d.mode,
+                    "migInstance": _instance_profile(d),
                     "memoryMiB": d.memory_mib,
                     "usedMemoryMiB": u.used_memory_mib,
                     "coresPct": unit.amount(_capacity(types, u)),
@@ -490,6 +493,16 @@ def _gpu_entries(
                 }
             )
     return out
+
+
+def _instance_profile(device: DeviceInfo) -> str | None:
+    """The profile of a device that is one MIG instance (one sharer, one profile at one
+    placement: what a device plugin under the ``single`` MIG strategy publishes), else
+    None."""
+    profiles = device.mig_profiles
+    if device.split_count == 1 and len(profiles) == 1 and len(profiles[0].placements) == 1:
+        return profiles[0].name
+    return None
 
 
 def _plural(n: int, word: str) -> str:
@@ -841,7 +854,7 @@ def _gpu_lines(gpus: Sequence[Mapping[str, Any]]) -> list[str]:
             [
                 g["node"],
                 f"#{g['index']}",
-                _with_mode(g["model"], g["mode"]),
+                _with_mode(g["model"], g["mode"], g["migInstance"]),
                 bar(g["usedMemoryMiB"], g["memoryMiB"]),
                 f"{g['usedMemoryMiB']}/{g['memoryMiB']} MiB",
                 _cores_ratio(g, lead=True),

@@ -89,3 +89,87 @@ def test_a_bad_mig_group_is_refused_naming_the_problem(tmp_path, group, message)
         cli, ["simulate", "--cluster", str(cluster), str(EXAMPLES / "workloads-modes")]
     )
     assert result.exit_code != 0 and message in result.output
+
+
+# -- the NVIDIA device plugin's single MIG strategy (issue #17 item 1) -------------------
+
+SINGLE = ["simulate", "--cluster", str(EXAMPLES / "cluster-single.yaml")]
+
+
+def test_a_single_strategy_node_shows_its_instances_and_gives_count_only_pods_n_of_them():
+    result = CliRunner().invoke(cli, [*SINGLE, str(EXAMPLES / "workloads-single"), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    pods = {p["name"]: p for p in data["pods"]}
+    # every instance is a device: 2 GPUs x 7 1g.10gb instances
+    gpus = data["gpus"]
+    assert len(gpus) == 14 and {g["migInstance"] for g in gpus} == {"1g.10gb"}
+    assert sorted({g["index"] for g in gpus}) == [0, 1]
+    held = {}
+    for name in ("trainer-0", "trainer-1"):
+        p = pods[name]
+        assert p["status"] == "placed", p
+        uuids = [d["uuid"] for d in p["devices"]]
+        assert len(set(uuids)) == 5 and all(u.startswith("MIG-") for u in uuids)
+        assert {(d["mode"], d["migProfile"], d["memoryMiB"]) for d in p["devices"]} == {
+            ("mig", "1g.10gb", 9856)
+        }
+        # the container is told its instances, nothing of the shim
+        assert p["containers"][0]["env"] == {"NVIDIA_VISIBLE_DEVICES": ",".join(uuids)}
+        held[name] = set(uuids)
+    assert not held["trainer-0"] & held["trainer-1"]
+    # the second trainer's five span the two GPUs (7 on each)
+    assert len({g["index"] for g in gpus if g["uuid"] in held["trainer-1"]}) == 2
+    reasons = {
+        name: next(e["reason"] for e in pods[name]["explanation"] if e["node"] == "single-node")
+        for name in ("too-many", "too-big")
+    }
+    assert reasons == {
+        "too-many": "AllocatedCardsInsufficientRequest, 10/14 CardTimeSlicingExhausted",
+        "too-big": "10/14 CardTimeSlicingExhausted, 4/14 CardInsufficientMemory",
+    }
+
+
+def test_the_text_report_names_each_instance_with_its_profile():
+    result = CliRunner().invoke(cli, [*SINGLE, str(EXAMPLES / "workloads-single")])
+    assert result.exit_code == 0, result.output
+    gpu_rows = [ln for ln in result.output.splitlines() if "[" in ln and "MiB" in ln]
+    assert len(gpu_rows) == 14
+    assert all("NVIDIA A100-SXM4-80GB (mig 1g.10gb)" in ln for ln in gpu_rows)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"mode": "hami-core"}, "migStrategy single is only for mode mig"),
+        ({"migStrategy": "all"}, "migStrategy must be one of none, mixed, single"),
+        (
+            {
+                "migProfiles": [
+                    {"name": "1g.10gb", "memoryMB": 9856, "placements": [{"start": 0, "size": 1}]},
+                    {"name": "3g.40gb", "memoryMB": 40192, "placements": [{"start": 4, "size": 4}]},
+                ]
+            },
+            "migStrategy single needs the instances of one profile",
+        ),
+    ],
+)
+def test_a_bad_single_strategy_group_is_refused_naming_the_problem(tmp_path, extra, message):
+    group = {
+        "model": "A100",
+        "memoryMiB": 81920,
+        "mode": "mig",
+        "migStrategy": "single",
+        "migProfiles": [
+            {"name": "1g.10gb", "memoryMB": 9856, "placements": [{"start": 0, "size": 1}]}
+        ],
+        **extra,
+    }
+    if extra.get("mode") == "hami-core":
+        group.pop("migProfiles")
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(json.dumps({"nodes": [{"name": "n", "gpus": [group]}]}))
+    result = CliRunner().invoke(
+        cli, ["simulate", "--cluster", str(cluster), str(EXAMPLES / "workloads-single")]
+    )
+    assert result.exit_code != 0 and message in result.output
