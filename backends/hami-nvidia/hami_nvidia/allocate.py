@@ -18,7 +18,7 @@ from hami_core.backend import (
 
 from .mig import MIG_MODE
 from .migdevices import DYNAMIC, check_allowlist, mig_allocation
-from .names import CORE_POLICY, PRIORITY_RESOURCE, first_annotation
+from .names import CORE_POLICY, PRIORITY_RESOURCE, VGPU_MODE, first_annotation
 
 #: Where the shim, its preload file and the per-container regions live inside containers.
 CONTAINER_HOOK_DIR = "/usr/local/vgpu"
@@ -193,7 +193,8 @@ def allocate(
 
     Raises:
         HamiError: the container's devices are in different modes (one container is
-            served either by MPS or by the shim, never both).
+            served either by MPS or by the shim, never both), or in a mode the pod's
+            ``nvidia.com/vgpu-mode`` does not list (the node's mode changed after bind).
 
     Env: ``NVIDIA_VISIBLE_DEVICES`` (UUIDs, or ``none``), ``CUDA_DEVICE_MEMORY_LIMIT_<i>``
     (``<MiB>m``), ``CUDA_DEVICE_SM_LIMIT`` and ``_<i>`` (percent),
@@ -213,6 +214,15 @@ def allocate(
         raise HamiError(
             f"container {container.get('name', '')!r}: its devices are in different modes "
             f"({', '.join(sorted(modes))}); one container is served in one mode"
+        )
+    accepted = first_annotation((pod.get("metadata") or {}).get("annotations") or {}, VGPU_MODE)
+    if accepted is not None and not modes <= {m.strip() for m in accepted.split(",")}:
+        # the node's mode changed between bind and Allocate (a restarted device plugin
+        # with another operatingmode): never serve a pod in a mode it did not accept
+        raise HamiError(
+            f"container {container.get('name', '')!r}: its devices are now in mode "
+            f"{', '.join(sorted(modes))}, which the pod's {VGPU_MODE[0]}={accepted!r} "
+            "does not accept"
         )
     if modes == {MPS_MODE}:
         return mps_allocation(devices, config)

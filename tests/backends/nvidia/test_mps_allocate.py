@@ -91,6 +91,27 @@ def test_a_container_across_modes_is_refused_with_both_named():
         allocate(POD, MAIN, slices((1000, 10), (1000, 10)), config(), node("mps", "hami-core"))
 
 
+def test_a_pod_is_never_served_in_a_mode_its_vgpu_mode_does_not_accept():
+    # bound to an MPS GPU; the node's device plugin restarted in hami-core mode since
+    pod = {**POD, "metadata": {**POD["metadata"], "annotations": {"nvidia.com/vgpu-mode": "mps"}}}
+    with pytest.raises(HamiError, match=r"now in mode hami-core.*vgpu-mode='mps' does not accept"):
+        allocate(pod, MAIN, slices((1000, 10)), config(), node("hami-core"))
+    assert (
+        allocate(pod, MAIN, slices((1000, 10)), config(), node("mps")).envs[
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+        ]
+        == "0=1000M"
+    )
+    both = {
+        **POD,
+        "metadata": {**POD["metadata"], "annotations": {"nvidia.com/vgpu-mode": "hami-core, mps"}},
+    }
+    assert (
+        "CUDA_DEVICE_MEMORY_LIMIT_0"
+        in allocate(both, MAIN, slices((1000, 10)), config(), node("hami-core")).envs
+    )
+
+
 @pytest.mark.parametrize(
     "section, key",
     [
