@@ -21,7 +21,14 @@ ALLOW = [{"models": ["A100-SXM4-80GB"], "profiles": ["1g.10gb", "3g.40gb"]}]
 
 
 def test_the_allowlist_and_a_mig_node_reach_the_device_plugin():
-    node_config = json.dumps({"nodeconfig": [{"name": "gpu-2", "operatingmode": "mig"}]})
+    node_config = json.dumps(
+        {
+            "nodeconfig": [
+                {"name": "gpu-2", "operatingmode": "mig"},
+                {"name": "gpu-4", "migstrategy": "single"},
+            ]
+        }
+    )
     objs = render(
         {
             "devices": {"nvidia": {"migProfileAllowlist": ALLOW}},
@@ -36,6 +43,9 @@ def test_the_allowlist_and_a_mig_node_reach_the_device_plugin():
     )
     overrides = parse_node_overrides(json.loads(cm["data"]["config.json"]), node="gpu-2")
     assert overrides.mode == "mig"
+    # the single MIG strategy reaches the backend's configuration of that node
+    single = parse_node_overrides(json.loads(cm["data"]["config.json"]), node="gpu-4")
+    assert single.apply(config.vendor("nvidia")).mig_strategy == "single"
 
 
 def test_no_allowlist_by_default():
