@@ -152,3 +152,28 @@ def test_a_gpu_with_mig_off_on_a_single_strategy_node_stops_the_start(
         """,
     )
     assert "has MIG mode off" in out["error"] and "migstrategy: single" in out["error"]
+
+
+def test_a_fault_on_a_gpu_makes_each_of_its_instances_unhealthy(
+    two_mig_gpus, fake_nvml_dir, tmp_path
+):
+    out = run(
+        two_mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        """
+        nvml = nvnode.current().nvml
+        for i, at in ((0, 0), (0, 1), (1, 0)):
+            nvml.create_mig_instance(i, 0, at, 1)
+        cluster, agent, loop, allocator, state = start(strategy="single")
+        path = Path(os.environ["FAKE_NVML_CONFIG"])
+        doc = json.loads(path.read_text())
+        doc["events"].append({"device": 0, "xid": 79, "type": "xid"})   # GPU 0 off the bus
+        path.write_text(json.dumps(doc))
+        for _ in range(3):
+            loop._round(0.0)
+        out["inventory"] = inventory(cluster)
+        """,
+    )
+    health = {d["id"]: (d.get("index", 0), bool(d.get("health"))) for d in out["inventory"]}
+    assert sorted(health.values()) == [(0, False), (0, False), (1, True)]
