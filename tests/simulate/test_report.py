@@ -297,6 +297,7 @@ def test_json_schema_keys_are_stable():
             "vendor",
             "model",
             "mode",
+            "migInstance",
             "memoryMiB",
             "usedMemoryMiB",
             "coresPct",
