@@ -21,7 +21,9 @@ Everything a backend needs from the core is here, so a backend's imports say
   management tool with a timeout, behind a protocol tests fake), ``scaled`` /
   ``inventory_device`` (the one scaling, rounded down), ``set_resources`` (the admission
   patch of a container's resources), ``live_pod_uids`` (the pods a node-local record
-  may still be held for, in ``hami_release``).
+  may still be held for, in ``hami_release``), ``hami_annotation_keys`` (a vendor's four
+  annotation keys from HAMi's naming pattern), ``package_version`` (a backend's
+  ``__version__``).
 
 ``docs/writing-a-backend.md`` walks a new vendor through it.
 """
@@ -59,7 +61,21 @@ from .fit import (
     same_device_rules,
     type_matches,
 )
-from .inventory import WHOLE_CORES_PCT, inventory_device, scaled
+from .inventory import (
+    WHOLE_CORES_PCT,
+    capacity_quantities,
+    inventory_device,
+    numbered_devices,
+    scaled,
+)
+from .names import (
+    UNKNOWN_VERSION,
+    AnnotationKeys,
+    hami_annotation_keys,
+    package_version,
+    type_filter_keys,
+    uuid_filter_keys,
+)
 from .requests import (
     StatedRequest,
     annotations_of,
@@ -83,7 +99,9 @@ __all__ = [
     "DEFAULT_TOOL_TIMEOUT_S",
     "GENERIC",
     "INT32_MAX",
+    "UNKNOWN_VERSION",
     "WHOLE_CORES_PCT",
+    "AnnotationKeys",
     "AnnotationError",
     "ConfigError",
     "DeviceFilters",
@@ -96,6 +114,7 @@ __all__ = [
     "ToolRunner",
     "VendorConfig",
     "annotations_of",
+    "capacity_quantities",
     "configured_tool_output",
     "first_annotation",
     "countshared",
@@ -105,12 +124,15 @@ __all__ = [
     "mig_allocations_of",
     "fit",
     "fit_devices",
+    "hami_annotation_keys",
     "hookimpl",
     "inventory_device",
     "live_pod_uids",
     "load",
     "same_device_rules",
     "node_score",
+    "numbered_devices",
+    "package_version",
     "parse_quantity_int",
     "pointer_token",
     "rank_groups",
@@ -122,5 +144,7 @@ __all__ = [
     "scaled",
     "set_resources",
     "stated_quantities",
+    "type_filter_keys",
     "type_matches",
+    "uuid_filter_keys",
 ]

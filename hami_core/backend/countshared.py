@@ -15,9 +15,11 @@ from typing import Any
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import (
+    NOT_ACCOUNTED,
     ContainerDevice,
     DevicePolicy,
     DeviceRequest,
+    DeviceTypeInfo,
     DeviceUsage,
     FitResult,
     MutateResult,
@@ -29,7 +31,21 @@ from hami_core.protocol.config import VendorConfig
 from . import fit as shared
 from .admission import denies_invalid_input
 from .fit import DeviceFilters
+from .names import hami_annotation_keys
 from .requests import annotations_of, read_quantity, resource_names
+
+
+def device_type(vendor: str, resources: ResourceNames, node_word: str) -> DeviceTypeInfo:
+    """The vendor key of a count-shared vendor: HAMi's node keys of ``node_word``
+    (``hami.io/node-<w>-register``, ``hami.io/node-handshake-<w>``), the pod device lists of
+    the vendor key itself (HAMi's ``commonWord``: ``hami.io/Biren-devices-to-allocate``), no
+    compute accounted (``NOT_ACCOUNTED``: HAMi's ``devcore`` is for scoring only)."""
+    return DeviceTypeInfo(
+        vendor=vendor,
+        resources=resources,
+        **hami_annotation_keys(node_word, vendor),
+        cores_unit=NOT_ACCOUNTED,
+    )
 
 
 def parse_request(

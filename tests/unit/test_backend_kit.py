@@ -149,3 +149,83 @@ def test_read_stated_reads_every_quantity_under_its_name_and_the_cores_alias():
     assert read_stated(ctr({"v.com/n": "1", "v.com/mem": "5"}), only_count) == StatedRequest(
         count=1
     )
+
+
+def test_hami_annotation_keys_follow_hamis_naming_pattern_byte_for_byte():
+    from hami_core.backend import DeviceTypeInfo, hami_annotation_keys
+
+    assert hami_annotation_keys("mlu", "cambricon-mlu") == {
+        "register_annotation": "hami.io/node-mlu-register",
+        "handshake_annotation": "hami.io/node-handshake-mlu",
+        "to_allocate_annotation": "hami.io/cambricon-mlu-devices-to-allocate",
+        "allocated_annotation": "hami.io/cambricon-mlu-devices-allocated",
+    }
+    xpu = hami_annotation_keys("xpu", register_word_last=True)
+    assert xpu["register_annotation"] == "hami.io/node-register-xpu"
+    assert xpu["to_allocate_annotation"] == "hami.io/xpu-devices-to-allocate"
+    dcu = DeviceTypeInfo(
+        vendor="DCU", resources=ResourceNames(count="h/n"), **hami_annotation_keys("dcu")
+    )
+    assert dcu.handshake_annotation == "hami.io/node-handshake-dcu"
+    assert dcu.allocated_annotation == "hami.io/dcu-devices-allocated"
+
+
+def test_filter_keys_and_the_count_shared_device_type():
+    from hami_core.backend import NOT_ACCOUNTED, countshared, type_filter_keys, uuid_filter_keys
+
+    assert uuid_filter_keys("hygon.com") == ("hygon.com/use-gpuuuid", "hygon.com/nouse-gpuuuid")
+    assert type_filter_keys("amd.com", "gpu") == ("amd.com/use-gputype", "amd.com/nouse-gputype")
+    va = countshared.device_type("Vastai", ResourceNames(count="vastaitech.com/va"), "va")
+    assert (va.register_annotation, va.handshake_annotation) == (
+        "hami.io/node-va-register",
+        "hami.io/node-handshake-va",
+    )
+    assert va.to_allocate_annotation == "hami.io/Vastai-devices-to-allocate"
+    assert va.cores_unit is NOT_ACCOUNTED
+
+
+def test_package_version_reads_the_installed_metadata_else_says_unknown():
+    from hami_core import __version__
+    from hami_core.backend import UNKNOWN_VERSION, package_version
+
+    assert package_version("hami-core") == __version__ != UNKNOWN_VERSION
+    assert package_version("hami-no-such-distribution") == "0.0.0+unknown" == UNKNOWN_VERSION
+
+
+def test_capacity_quantities_read_whole_numbers_and_blame_the_node():
+    from hami_core.backend import AnnotationError, capacity_quantities
+
+    def node(**capacity: object) -> dict[str, object]:
+        return {"metadata": {"name": "n1"}, "status": {"capacity": capacity}}
+
+    maxima = {"aws.amazon.com/neuron": 2**16, "aws.amazon.com/neuroncore": 2**20}
+    neuron = node(**{"aws.amazon.com/neuron": "2", "aws.amazon.com/neuroncore": "4"})
+    assert capacity_quantities(neuron, maxima) == [2, 4]
+    assert capacity_quantities(node(**{"aws.amazon.com/neuron": "3"}), maxima) == [3, 0]
+    assert capacity_quantities(node(cpu="8"), maxima) is None
+    assert capacity_quantities({"metadata": {"name": "bare"}}, maxima) is None
+    with pytest.raises(AnnotationError) as exc:
+        capacity_quantities(node(**{"aws.amazon.com/neuron": "1.5"}), maxima)
+    assert "node n1" in str(exc.value) and "aws.amazon.com/neuron" in str(exc.value)
+    with pytest.raises(AnnotationError, match="aws.amazon.com/neuron"):
+        capacity_quantities(node(**{"aws.amazon.com/neuron": str(2**16 + 1)}), maxima)
+
+
+def test_numbered_devices_are_named_as_hami_names_capacity_devices():
+    from hami_core.backend import numbered_devices
+
+    n = {"metadata": {"name": "test"}}
+    mlu = numbered_devices(
+        n, "MLU", 2, word="cambricon-mlu", split_count=100, memory_mib=25600, cores_pct=100
+    )
+    assert [d.uuid for d in mlu] == ["test-cambricon-mlu-0", "test-cambricon-mlu-1"]
+    assert [(d.vendor, d.model, d.index, d.split_count) for d in mlu] == [
+        ("MLU", "MLU", 0, 100),
+        ("MLU", "MLU", 1, 100),
+    ]
+    assert all(d.memory_mib == 25600 and d.cores_pct == 100 and d.healthy for d in mlu)
+    (gcu,) = numbered_devices(
+        n, "GCU", 1, split_count=1, memory_mib=100, cores_pct=100, custom=(("k", "v"),)
+    )
+    assert (gcu.uuid, gcu.custom) == ("test-GCU-0", (("k", "v"),))
+    assert numbered_devices(n, "GCU", 0, split_count=1, memory_mib=1, cores_pct=1) == []

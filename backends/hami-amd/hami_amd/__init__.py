@@ -7,12 +7,9 @@ lists carry CU counts, which the device plugin turns into ``HSA_CU_MASK`` ranges
 (PROTOCOL.md §1b; HAMi 2.10 ``pkg/device/amd/device.go``, ``docs/develop/amd-vgpu.md``).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-amd")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-amd")
 
 BACKEND_NAME = "amd"
 VENDOR = "AMD"

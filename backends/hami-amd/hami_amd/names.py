@@ -14,8 +14,10 @@ from hami_core.backend import (
     InvalidInputError,
     ResourceNames,
     VendorConfig,
+    hami_annotation_keys,
     read_quantity,
     resource_names,
+    type_filter_keys,
 )
 
 from . import VENDOR
@@ -41,18 +43,14 @@ def slice_cores(device: ContainerDevice, container: Mapping[str, Any]) -> int:
 DEVICE_TYPE: Final = DeviceTypeInfo(
     vendor=VENDOR,
     resources=DEFAULT_RESOURCES,
-    register_annotation="hami.io/node-amd-register",
-    handshake_annotation="hami.io/node-handshake-amd",
-    to_allocate_annotation="hami.io/amd-devices-to-allocate",
-    allocated_annotation="hami.io/amd-devices-allocated",
+    **hami_annotation_keys("amd"),
     quota_slice_cores=slice_cores,
     # device lists carry compute units; amd.com/gpucores asks percent
     cores_unit=COMPUTE_UNITS,
     request_cores_unit=PERCENT,
 )
 
-USE_TYPE: Final = "amd.com/use-gputype"
-NOUSE_TYPE: Final = "amd.com/nouse-gputype"
+USE_TYPE, NOUSE_TYPE = type_filter_keys("amd.com", "gpu")
 USE_UUID: Final = "amd.com/use-gpu-uuid"
 NOUSE_UUID: Final = "amd.com/nouse-gpu-uuid"
 

@@ -9,12 +9,9 @@ support registers them (PROTOCOL.md §1-3). The vendor logic lives in plain modu
 implementations.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-ascend")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-ascend")
 
 BACKEND_NAME = "ascend"
 

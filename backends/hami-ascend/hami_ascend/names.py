@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames
+from hami_core.backend import DeviceTypeInfo, ResourceNames, hami_annotation_keys
 
 from .models import DEFAULT_MODELS, ModelSpec
 from .rules import rules
@@ -43,10 +43,7 @@ def device_type(model: ModelSpec) -> DeviceTypeInfo:
     return DeviceTypeInfo(
         vendor=x,
         resources=resources(model),
-        register_annotation=f"hami.io/node-register-{x}",
-        handshake_annotation=f"hami.io/node-handshake-{x}",
-        to_allocate_annotation=f"hami.io/{x}-devices-to-allocate",
-        allocated_annotation=f"hami.io/{x}-devices-allocated",
+        **hami_annotation_keys(x, register_word_last=True),
         fit_rules=rules(model),
     )
 

@@ -6,12 +6,9 @@ Neuron device plugin advertises it; several devices only as a contiguous range
 (PROTOCOL.md §1b, HAMi 2.10 ``pkg/device/awsneuron/device.go``).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-awsneuron")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-awsneuron")
 
 BACKEND_NAME = "awsneuron"
 VENDOR = "AWSNeuron"

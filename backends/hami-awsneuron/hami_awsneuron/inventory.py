@@ -14,12 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import (
-    AnnotationError,
-    DeviceInfo,
-    QuantityError,
-    parse_quantity_int,
-)
+from hami_core.backend import DeviceInfo, capacity_quantities
 
 from . import VENDOR
 from .names import DEVICE_TYPE, INSTANCE_TYPE_LABEL, MAX_CORES_PER_DEVICE, NODE_TYPE, RESOURCES
@@ -47,23 +42,13 @@ def node_devices(node: Mapping[str, Any]) -> list[DeviceInfo] | None:
         AnnotationError: a capacity value is not a whole number.
     """
     meta = node.get("metadata") or {}
-    name = str(meta.get("name", ""))
     if DEVICE_TYPE.register_annotation in (meta.get("annotations") or {}):
         return None
-    capacity = (node.get("status") or {}).get("capacity") or {}
-    if RESOURCES.count not in capacity:
+    stated = capacity_quantities(node, {RESOURCES.count: 2**16, RESOURCES.cores: 2**20})
+    if not stated or not stated[0]:
         return None
-    try:
-        count = parse_quantity_int(
-            capacity[RESOURCES.count], resource=RESOURCES.count, maximum=2**16
-        )
-        cores = parse_quantity_int(
-            capacity.get(RESOURCES.cores, 0), resource=RESOURCES.cores, maximum=2**20
-        )
-    except QuantityError as exc:
-        raise AnnotationError(f"node {name}: capacity {exc}") from None
-    if count == 0:
-        return None
+    count, cores = stated
+    name = str(meta.get("name", ""))
     per_device = cores // count or MAX_CORES_PER_DEVICE
     instance_type = str((meta.get("labels") or {}).get(INSTANCE_TYPE_LABEL, ""))
     return [device(name, i, per_device, instance_type) for i in range(count)]

@@ -14,6 +14,7 @@ from hami_core.backend import (
     DeviceTypeInfo,
     FitRules,
     ResourceNames,
+    hami_annotation_keys,
 )
 
 from . import VENDOR
@@ -43,10 +44,7 @@ def slice_cores(device: ContainerDevice, container: Mapping[str, Any]) -> int:
 DEVICE_TYPE: Final = DeviceTypeInfo(
     vendor=VENDOR,
     resources=RESOURCES,
-    register_annotation="hami.io/node-aws-neuron-register",
-    handshake_annotation="hami.io/node-handshake-aws-neuron",
-    to_allocate_annotation="hami.io/aws-neuron-devices-to-allocate",
-    allocated_annotation="hami.io/aws-neuron-devices-allocated",
+    **hami_annotation_keys("aws-neuron"),
     # the core's node score counts sharers only: cores are masks, devices have no memory
     fit_rules=FitRules(cores_capacity=lambda u: None),
     # quota counts NeuronCores, not masks

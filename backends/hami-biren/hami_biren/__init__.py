@@ -5,12 +5,9 @@ Vendor key ``Biren``; resource ``birentech.com/gpu`` (devices, shared by count);
 HAMi 2.10 ``pkg/device/biren/device.go``, ``docs/biren-support.md``).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-biren")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-biren")
 
 BACKEND_NAME = "biren"
 VENDOR = "Biren"

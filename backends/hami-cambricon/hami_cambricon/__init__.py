@@ -6,12 +6,9 @@ The vendor logic lives in plain modules (``requests``, ``admission``, ``fit``, `
 hook implementations. Vendor key ``MLU`` (PROTOCOL.md §1), memory in units of 256 MiB.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-cambricon")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-cambricon")
 
 VENDOR = "MLU"
 

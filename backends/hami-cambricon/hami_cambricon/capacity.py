@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from hami_core.backend import (
-    AnnotationError,
+    INT32_MAX,
     DeviceInfo,
-    QuantityError,
     VendorConfig,
-    parse_quantity_int,
+    capacity_quantities,
+    numbered_devices,
     resource_names,
 )
 
@@ -46,30 +46,18 @@ def node_devices(node: Mapping[str, Any], config: VendorConfig) -> list[DeviceIn
     if DEVICE_TYPE.register_annotation in (meta.get("annotations") or {}):
         return None
     names = resource_names(DEFAULT_RESOURCES, config)
-    capacity = (node.get("status") or {}).get("capacity") or {}
-    if names.cores not in capacity:
+    stated = capacity_quantities(node, {names.cores: INT32_MAX, names.memory: INT32_MAX})
+    if stated is None:
         return None
-    try:
-        cores = parse_quantity_int(capacity[names.cores], resource=names.cores)
-        memory = parse_quantity_int(capacity.get(names.memory, 0), resource=names.memory)
-    except QuantityError as exc:
-        raise AnnotationError(f"status.capacity: {exc}") from None
+    cores, memory = stated
     if cores == 0:
         return []
-    per_card_mib = memory * MEMORY_UNIT_MIB * CORES_PER_CARD // cores
-    name = str(meta.get("name", ""))
-    cards = -(-cores // CORES_PER_CARD)  # HAMi: for i*100 < cores
-    return [
-        DeviceInfo(
-            uuid=f"{name}-cambricon-mlu-{i}",
-            vendor=VENDOR,
-            model=VENDOR,
-            index=i,
-            split_count=SLICES_PER_CARD,
-            memory_mib=per_card_mib,
-            cores_pct=CORES_PER_CARD,
-            numa=0,
-            healthy=True,
-        )
-        for i in range(cards)
-    ]
+    return numbered_devices(
+        node,
+        VENDOR,
+        -(-cores // CORES_PER_CARD),  # HAMi: for i*100 < cores
+        word="cambricon-mlu",
+        split_count=SLICES_PER_CARD,
+        memory_mib=memory * MEMORY_UNIT_MIB * CORES_PER_CARD // cores,
+        cores_pct=CORES_PER_CARD,
+    )

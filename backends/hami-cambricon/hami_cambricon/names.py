@@ -24,7 +24,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import DeviceTypeInfo, DeviceUsage, FitRules, ResourceNames
+from hami_core.backend import (
+    DeviceTypeInfo,
+    DeviceUsage,
+    FitRules,
+    ResourceNames,
+    hami_annotation_keys,
+)
 
 from . import VENDOR
 
@@ -54,10 +60,7 @@ def cores_capacity(usage: DeviceUsage) -> int | None:
 DEVICE_TYPE = DeviceTypeInfo(
     vendor=VENDOR,
     resources=DEFAULT_RESOURCES,
-    register_annotation="hami.io/node-mlu-register",
-    handshake_annotation="hami.io/node-handshake-mlu",
-    to_allocate_annotation="hami.io/cambricon-mlu-devices-to-allocate",
-    allocated_annotation="hami.io/cambricon-mlu-devices-allocated",
+    **hami_annotation_keys("mlu", "cambricon-mlu"),
     fit_rules=FitRules(cores_capacity=cores_capacity),
     # model-qualified names (model_qualified below) are read too, not typos of the domain
     other_resources=("cambricon.com/*.smlu.vmemory", "cambricon.com/*.smlu.vcore"),

@@ -6,12 +6,9 @@ Two vendor keys, as HAMi 2.10 (``pkg/device/enflame``): ``GCU`` (whole GCUs,
 to the DRS profiles of ``enflame.com/gcu-drs-capacity``, ``device.go``).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-enflame")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-enflame")
 
 BACKEND_NAME = "enflame"
 GCU = "GCU"

@@ -17,13 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import (
-    AnnotationError,
-    DeviceInfo,
-    QuantityError,
-    annotations_of,
-    parse_quantity_int,
-)
+from hami_core.backend import DeviceInfo, annotations_of, capacity_quantities, numbered_devices
 
 from . import DRS, GCU
 from .names import DRS_CAPACITY, GCU_RESOURCES
@@ -32,30 +26,10 @@ from .profiles import parse_capacity, profiles_of
 
 def whole_gcus(node: Mapping[str, Any]) -> list[DeviceInfo] | None:
     """``GCU`` devices from capacity; None when the node states none."""
-    name = str((node.get("metadata") or {}).get("name", ""))
-    capacity = (node.get("status") or {}).get("capacity") or {}
-    if GCU_RESOURCES.count not in capacity:
+    stated = capacity_quantities(node, {GCU_RESOURCES.count: 2**16})
+    if not stated or not stated[0]:
         return None
-    try:
-        count = parse_quantity_int(
-            capacity[GCU_RESOURCES.count], resource=GCU_RESOURCES.count, maximum=2**16
-        )
-    except QuantityError as exc:
-        raise AnnotationError(f"node {name}: capacity {exc}") from None
-    if count == 0:
-        return None
-    return [
-        DeviceInfo(
-            uuid=f"{name}-{GCU}-{i}",
-            vendor=GCU,
-            model=GCU,
-            index=i,
-            split_count=1,
-            memory_mib=100,
-            cores_pct=100,
-        )
-        for i in range(count)
-    ]
+    return numbered_devices(node, GCU, stated[0], split_count=1, memory_mib=100, cores_pct=100)
 
 
 def drs_gcus(node: Mapping[str, Any]) -> list[DeviceInfo] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames
+from hami_core.backend import DeviceTypeInfo, ResourceNames, hami_annotation_keys, uuid_filter_keys
 
 from . import DRS, GCU
 
@@ -23,25 +23,18 @@ DEVICE_TYPES: Final = (
     DeviceTypeInfo(
         vendor=GCU,
         resources=GCU_RESOURCES,
-        register_annotation="hami.io/node-enflame-gcu-register",
-        handshake_annotation="hami.io/node-handshake-enflame-gcu",
-        to_allocate_annotation="hami.io/enflame-gcu-devices-to-allocate",
-        allocated_annotation="hami.io/enflame-gcu-devices-allocated",
+        **hami_annotation_keys("enflame-gcu"),
     ),
     DeviceTypeInfo(
         vendor=DRS,
         resources=DRS_RESOURCES,
-        register_annotation="hami.io/node-enflame-vgpu-register",
-        handshake_annotation="hami.io/node-handshake-enflame-vgpu",
-        to_allocate_annotation="hami.io/enflame-vgpu-devices-to-allocate",
-        allocated_annotation="hami.io/enflame-vgpu-devices-allocated",
+        **hami_annotation_keys("enflame-vgpu"),
     ),
 )
 
 #: Node annotation of Enflame's DRS device plugin.
 DRS_CAPACITY: Final = "enflame.com/gcu-drs-capacity"
-USE_UUID: Final = "enflame.com/use-gpuuuid"
-NOUSE_UUID: Final = "enflame.com/nouse-gpuuuid"
+USE_UUID, NOUSE_UUID = uuid_filter_keys("enflame.com")
 #: Pod annotations Enflame's DRS device plugin reads (written at bind).
 REQUEST_SIZE: Final = "enflame.com/gcu-request-size"
 ASSIGNED_ID: Final = "enflame.com/gcu-assigned-id"

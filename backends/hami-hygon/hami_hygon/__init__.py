@@ -8,12 +8,9 @@ modules (``requests``, ``admission``, ``fit``, ``score``, ``hysmi``, ``discover`
 implementations.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-hygon")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-hygon")
 
 BACKEND_NAME = "hygon"
 VENDOR = "DCU"

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames
+from hami_core.backend import (
+    DeviceTypeInfo,
+    ResourceNames,
+    hami_annotation_keys,
+    type_filter_keys,
+    uuid_filter_keys,
+)
 
 from . import VENDOR
 
@@ -23,16 +29,11 @@ DEFAULT_RESOURCES: Final = ResourceNames(
 DEVICE_TYPE: Final = DeviceTypeInfo(
     vendor=VENDOR,
     resources=DEFAULT_RESOURCES,
-    register_annotation="hami.io/node-dcu-register",
-    handshake_annotation="hami.io/node-handshake-dcu",
-    to_allocate_annotation="hami.io/dcu-devices-to-allocate",
-    allocated_annotation="hami.io/dcu-devices-allocated",
+    **hami_annotation_keys("dcu"),
 )
 
-USE_TYPE: Final = "hygon.com/use-dcutype"
-NOUSE_TYPE: Final = "hygon.com/nouse-dcutype"
-USE_UUID: Final = "hygon.com/use-gpuuuid"
-NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
+USE_TYPE, NOUSE_TYPE = type_filter_keys("hygon.com", "dcu")
+USE_UUID, NOUSE_UUID = uuid_filter_keys("hygon.com")
 
 #: Backend-specific configuration keys (``BackendInfo.option_defaults``).
 OPTION_DEFAULTS: Final[dict[str, Any]] = {

@@ -7,12 +7,9 @@ One vendor key per chip, as HAMi 2.10's ``iluvatars`` list: ``MR-V100``, ``MR-V5
 ``pkg/device/iluvatar/device.go``).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-iluvatar")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-iluvatar")
 
 BACKEND_NAME = "iluvatar"
 #: The chips of HAMi's default ``iluvatars`` configuration (chart ``device-configmap.yaml``);

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames
+from hami_core.backend import DeviceTypeInfo, ResourceNames, hami_annotation_keys
 
 from . import CHIPS
 
@@ -35,10 +35,7 @@ def device_type(chip: str) -> DeviceTypeInfo:
     return DeviceTypeInfo(
         vendor=chip,
         resources=chip_resources(chip),
-        register_annotation=f"hami.io/node-{chip}-register",
-        handshake_annotation=f"hami.io/node-handshake-{chip}",
-        to_allocate_annotation=f"hami.io/{chip}-devices-to-allocate",
-        allocated_annotation=f"hami.io/{chip}-devices-allocated",
+        **hami_annotation_keys(chip),
     )
 
 

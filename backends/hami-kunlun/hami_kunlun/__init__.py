@@ -6,12 +6,9 @@ The vendor logic lives in plain modules (``requests``, ``admission``, ``fit``,
 ``plugin`` holds only thin hook implementations. Vendor key ``XPU`` (PROTOCOL.md §1).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-kunlun")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-kunlun")
 
 VENDOR = "XPU"
 

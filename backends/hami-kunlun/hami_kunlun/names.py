@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames, VendorConfig
+from hami_core.backend import DeviceTypeInfo, ResourceNames, VendorConfig, hami_annotation_keys
 
 from . import VENDOR, options
 
@@ -33,10 +33,7 @@ DEFAULT_RESOURCES = ResourceNames(
 DEVICE_TYPE = DeviceTypeInfo(
     vendor=VENDOR,
     resources=DEFAULT_RESOURCES,
-    register_annotation="hami.io/node-register-xpu",
-    handshake_annotation="hami.io/node-handshake-xpu",
-    to_allocate_annotation="hami.io/xpu-devices-to-allocate",
-    allocated_annotation="hami.io/xpu-devices-allocated",
+    **hami_annotation_keys("xpu", register_word_last=True),
     # whole cards (options.WHOLE_CARD_RESOURCE's default): read, not a typo of the domain
     other_resources=("kunlunxin.com/xpu",),
 )

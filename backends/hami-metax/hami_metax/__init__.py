@@ -7,12 +7,9 @@ Two vendor keys, as HAMi 2.10 (``pkg/device/metax``): ``Metax-GPU`` (whole GPUs,
 ``metax-tech.com/node-gpu-devices``, QoS policies and app classes as pod annotations).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-metax")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-metax")
 
 BACKEND_NAME = "metax"
 GPU = "Metax-GPU"

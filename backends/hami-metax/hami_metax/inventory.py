@@ -21,9 +21,9 @@ from typing import Any
 from hami_core.backend import (
     AnnotationError,
     DeviceInfo,
-    QuantityError,
     annotations_of,
-    parse_quantity_int,
+    capacity_quantities,
+    numbered_devices,
 )
 
 from . import GPU, SGPU
@@ -38,33 +38,20 @@ from .names import (
 
 def whole_gpus(node: Mapping[str, Any]) -> list[DeviceInfo] | None:
     """``Metax-GPU`` devices from capacity; None when the node states none."""
-    name = str((node.get("metadata") or {}).get("name", ""))
-    capacity = (node.get("status") or {}).get("capacity") or {}
-    if GPU_RESOURCES.count not in capacity:
-        return None
-    try:
-        count = parse_quantity_int(
-            capacity[GPU_RESOURCES.count], resource=GPU_RESOURCES.count, maximum=2**16
-        )
-    except QuantityError as exc:
-        raise AnnotationError(f"node {name}: capacity {exc}") from None
-    if count == 0:
+    stated = capacity_quantities(node, {GPU_RESOURCES.count: 2**16})
+    if not stated or not stated[0]:
         return None
     ann = annotations_of(node)
-    custom = tuple((k, ann[k]) for k in (TOPOLOGY_LOSSES, TOPOLOGY_SCORES) if k in ann)
-    return [
-        DeviceInfo(
-            uuid=f"{name}-metax-{i}",
-            vendor=GPU,
-            model=GPU,
-            index=i,
-            split_count=1,
-            memory_mib=WHOLE_GPU_MEMORY_MIB,
-            cores_pct=100,
-            custom=custom,
-        )
-        for i in range(count)
-    ]
+    return numbered_devices(
+        node,
+        GPU,
+        stated[0],
+        word="metax",
+        split_count=1,
+        memory_mib=WHOLE_GPU_MEMORY_MIB,
+        cores_pct=100,
+        custom=tuple((k, ann[k]) for k in (TOPOLOGY_LOSSES, TOPOLOGY_SCORES) if k in ann),
+    )
 
 
 def _field(item: Mapping[str, Any], key: str, kind: type, where: str) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames
+from hami_core.backend import DeviceTypeInfo, ResourceNames, hami_annotation_keys, uuid_filter_keys
 
 from . import GPU, SGPU
 
@@ -29,18 +29,12 @@ DEVICE_TYPES: Final = (
     DeviceTypeInfo(
         vendor=GPU,
         resources=GPU_RESOURCES,
-        register_annotation="hami.io/node-metax-gpu-register",
-        handshake_annotation="hami.io/node-handshake-metax-gpu",
-        to_allocate_annotation="hami.io/metax-gpu-devices-to-allocate",
-        allocated_annotation="hami.io/metax-gpu-devices-allocated",
+        **hami_annotation_keys("metax-gpu"),
     ),
     DeviceTypeInfo(
         vendor=SGPU,
         resources=SGPU_RESOURCES,
-        register_annotation="hami.io/node-metax-sgpu-register",
-        handshake_annotation="hami.io/node-handshake-metax-sgpu",
-        to_allocate_annotation="hami.io/metax-sgpu-devices-to-allocate",
-        allocated_annotation="hami.io/metax-sgpu-devices-allocated",
+        **hami_annotation_keys("metax-sgpu"),
     ),
 )
 
@@ -51,8 +45,7 @@ TOPOLOGY_SCORES: Final = "metax-tech.com/gpu.topology.scores"
 #: Pod annotations.
 ALLOCATED_SDEVICES: Final = "metax-tech.com/gpu-devices-allocated"
 PREDICATE_TIME: Final = "metax-tech.com/predicate-time"
-USE_UUID: Final = "metax-tech.com/use-gpuuuid"
-NOUSE_UUID: Final = "metax-tech.com/nouse-gpuuuid"
+USE_UUID, NOUSE_UUID = uuid_filter_keys("metax-tech.com")
 QOS_POLICY: Final = "metax-tech.com/sgpu-qos-policy"
 TOPOLOGY_AWARE: Final = "metax-tech.com/sgpu-topology-aware"
 APP_CLASS: Final = "metax-tech.com/sgpu-app-class"

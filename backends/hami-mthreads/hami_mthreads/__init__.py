@@ -6,12 +6,9 @@ GPU); inventory from the node's capacity as Moore Threads' device plugin adverti
 (PROTOCOL.md §1b, HAMi 2.10 ``pkg/device/mthreads/device.go``).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-mthreads")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-mthreads")
 
 BACKEND_NAME = "mthreads"
 VENDOR = "Mthreads"

@@ -12,13 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import (
-    AnnotationError,
-    DeviceInfo,
-    QuantityError,
-    VendorConfig,
-    parse_quantity_int,
-)
+from hami_core.backend import DeviceInfo, VendorConfig, capacity_quantities, numbered_devices
 
 from . import VENDOR
 from .names import CORES_PER_GPU, MEMORY_UNIT_MIB, SPLIT_COUNT, resources
@@ -32,32 +26,16 @@ def node_devices(node: Mapping[str, Any], config: VendorConfig) -> list[DeviceIn
         AnnotationError: a capacity value is not a whole number.
     """
     names = resources(config)
-    meta = node.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    capacity = (node.get("status") or {}).get("capacity") or {}
-    if names.cores not in capacity:
+    stated = capacity_quantities(node, {names.cores: 2**40, names.memory: 2**40})
+    if not stated or not stated[0]:
         return None
-    try:
-        cores = parse_quantity_int(capacity[names.cores], resource=names.cores, maximum=2**40)
-        memory = parse_quantity_int(
-            capacity.get(names.memory, 0), resource=names.memory, maximum=2**40
-        )
-    except QuantityError as exc:
-        raise AnnotationError(f"node {name}: capacity {exc}") from None
-    if cores == 0:
-        return None
-    per_gpu_mib = memory * MEMORY_UNIT_MIB * CORES_PER_GPU // cores
-    gpus = -(-cores // CORES_PER_GPU)
-    return [
-        DeviceInfo(
-            uuid=f"{name}-mthreads-{i}",
-            vendor=VENDOR,
-            model=VENDOR,
-            index=i,
-            split_count=SPLIT_COUNT,
-            memory_mib=per_gpu_mib,
-            cores_pct=CORES_PER_GPU,
-            healthy=True,
-        )
-        for i in range(gpus)
-    ]
+    cores, memory = stated
+    return numbered_devices(
+        node,
+        VENDOR,
+        -(-cores // CORES_PER_GPU),
+        word="mthreads",
+        split_count=SPLIT_COUNT,
+        memory_mib=memory * MEMORY_UNIT_MIB * CORES_PER_GPU // cores,
+        cores_pct=CORES_PER_GPU,
+    )

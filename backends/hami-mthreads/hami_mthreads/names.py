@@ -20,7 +20,9 @@ from hami_core.backend import (
     DeviceTypeInfo,
     ResourceNames,
     VendorConfig,
+    hami_annotation_keys,
     resource_names,
+    uuid_filter_keys,
 )
 
 from . import VENDOR
@@ -46,15 +48,11 @@ DEFAULT_RESOURCES: Final = ResourceNames(
 DEVICE_TYPE: Final = DeviceTypeInfo(
     vendor=VENDOR,
     resources=DEFAULT_RESOURCES,
-    register_annotation="hami.io/node-mthreads-register",
-    handshake_annotation="hami.io/node-handshake-mthreads",
-    to_allocate_annotation="hami.io/mthreads-vgpu-devices-to-allocate",
-    allocated_annotation="hami.io/mthreads-vgpu-devices-allocated",
+    **hami_annotation_keys("mthreads", "mthreads-vgpu"),
     cores_unit=SGPU_CORES,  # 16 to a GPU, not percent
 )
 
-USE_UUID: Final = "mthreads.ai/use-gpuuuid"
-NOUSE_UUID: Final = "mthreads.ai/nouse-gpuuuid"
+USE_UUID, NOUSE_UUID = uuid_filter_keys("mthreads.ai")
 ASSIGNED_INDEX: Final = "mthreads.com/gpu-index"
 ASSIGNED_NODE: Final = "mthreads.com/predicate-node"
 PREDICATE_TIME: Final = "mthreads.com/predicate-time"

@@ -4,12 +4,9 @@ The vendor logic lives in plain classes (``requests``, ``fit``, ``allocate``) th
 use without pluggy; ``plugin`` holds only thin hook implementations.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-nvidia")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-nvidia")
 
 VENDOR = "NVIDIA"
 

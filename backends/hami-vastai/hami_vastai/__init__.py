@@ -7,12 +7,9 @@ several dies are taken from as few cards as possible (PROTOCOL.md §1b, HAMi 2.1
 ``pkg/device/vastai/device.go``).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from hami_core.backend import package_version
 
-try:
-    __version__ = version("hami-vastai")
-except PackageNotFoundError:
-    __version__ = "0.0.0+unknown"
+__version__ = package_version("hami-vastai")
 
 BACKEND_NAME = "vastai"
 VENDOR = "Vastai"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames
+from hami_core.backend import DeviceTypeInfo, ResourceNames, hami_annotation_keys
 
 from . import VENDOR
 
@@ -12,15 +12,14 @@ DEFAULT_RESOURCES = ResourceNames(
     memory="example.com/vdevice-memory",
 )
 
-#: The annotation keys (PROTOCOL.md §2-3): the node inventory the vendor's device plugin
-#: writes, its handshake, and the pod's device lists written at bind.
+#: The annotation keys (PROTOCOL.md §2-3), in HAMi's naming pattern: the node inventory
+#: the vendor's device plugin writes (``hami.io/node-register-example``), its handshake
+#: (``hami.io/node-handshake-example``), and the pod's device lists written at bind
+#: (``hami.io/example-devices-to-allocate`` / ``-allocated``).
 DEVICE_TYPE = DeviceTypeInfo(
     vendor=VENDOR,
     resources=DEFAULT_RESOURCES,
-    register_annotation="hami.io/node-register-example",
-    handshake_annotation="hami.io/node-handshake-example",
-    to_allocate_annotation="hami.io/example-devices-to-allocate",
-    allocated_annotation="hami.io/example-devices-allocated",
+    **hami_annotation_keys("example", register_word_last=True),
 )
 
 #: Pod annotations restricting the devices a pod may use (comma lists of UUIDs).
