@@ -725,6 +725,7 @@ class Scheduler:
                 info = cached.info if cached is not None else self.node_info(node_obj)
             for vendor, devices in allocation.devices.items():
                 annotations.update(self.manager.bind_annotations(vendor, pod, info, devices))
+            annotations[keys.DEVICE_ALLOCATED_JSON] = _handbook_json(allocation, info)
             wire = {k: v for k, v in annotations.items() if v is not None}
             try:
                 # The allocation rides on the Binding: one write, and the pod is never
@@ -792,14 +793,6 @@ class Scheduler:
             if dtype.mig_annotation and instances:
                 # HAMi's PatchAnnotations: the MIG instances chosen, for the device plugin
                 out[dtype.mig_annotation] = encode_mig_allocations(instances)
-        # The handbook's JSON form, for people reading `kubectl describe`.
-        out[keys.DEVICE_ALLOCATED_JSON] = json.dumps(
-            [
-                {"type": d.vendor, "uuid": d.uuid, "memory": d.memory_mib, "cores": d.cores_pct}
-                for d in allocation.all_devices()
-            ],
-            separators=(",", ":"),
-        )
         return out
 
     def _undo(self, pod: KubeObject, node: str) -> None:
@@ -925,3 +918,27 @@ def describe(allocation: Allocation, units: Mapping[str, CoresUnit] | None = Non
 
 
 __all__ = ["FilterResult", "InvalidInputError", "Scheduler", "describe", "utcnow"]
+
+
+def _handbook_json(allocation: Allocation, info: NodeInfo) -> str:
+    """The handbook's ``hami.io/device-allocated`` (PROTOCOL.md §3), for people reading
+    ``kubectl describe``: per slice ``type``, ``uuid``, ``memory`` (MiB), ``cores``,
+    ``numa``, and ours: ``mode``, the mode the device serves it in (its inventory
+    ``mode`` at bind: ``hami-core``, ``mps`` or ``mig``), and ``migProfile`` for a MIG
+    instance."""
+    devices = {d.uuid: d for d in info.devices}
+    out = []
+    for s in allocation.all_devices():
+        d = devices.get(s.uuid)
+        item: dict[str, Any] = {
+            "type": s.vendor,
+            "uuid": s.uuid,
+            "memory": s.memory_mib,
+            "cores": s.cores_pct,
+            "numa": d.numa if d is not None else 0,
+            "mode": d.mode if d is not None else "",
+        }
+        if s.mig is not None:
+            item["migProfile"] = s.mig.profile
+        out.append(item)
+    return json.dumps(out, separators=(",", ":"))

@@ -33,7 +33,7 @@ from hami_core.protocol.inventory import decode_inventory
 from hami_core.protocol.migallocations import decode_mig_allocations
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.webhook import Admission
-from tests.builders import cluster, container, manager, pod
+from tests.builders import cluster, container, manager, pipeline, pod
 
 
 def places(*pairs: tuple[int, int]) -> tuple[MigPlacement, ...]:
@@ -404,8 +404,6 @@ def mixed(name: str, *resources: tuple[str, str], env: list[dict[str, str]] | No
 
 
 def test_a_pod_written_for_the_mixed_strategy_gets_an_instance_of_its_profile():
-    from tests.builders import pipeline
-
     p = pipeline(mig_node())
     out = p.submit(mixed("m", ("nvidia.com/mig-2g.20gb", "1")))
     assert out.node == "node-m", out
@@ -495,3 +493,30 @@ def test_a_container_of_several_gpus_never_mixes_modes():
     assert not miss.fits and miss.node_reason is ReasonCode.ALLOCATED_CARDS_INSUFFICIENT_REQUEST
     # the batch hook answers the same
     assert nvfit.fit_nodes(request, [(node, busy, ())], {}, DevicePolicy.SPREAD) == [miss]
+
+
+def test_every_allocation_records_the_mode_it_is_served_in():
+    # the handbook's hami.io/device-allocated names each slice's mode (and MIG profile),
+    # for people reading kubectl describe; the device plugin serves each pod in it
+    from tests.builders import gpu, node
+
+    mps = node("node-mps", [attrs_evolve(gpu("GPU-p"), mode="mps")])
+    shim = node("node-shim", [gpu("GPU-s")])
+    p = pipeline(mig_node(), mps, shim)
+    got = {}
+    for mode in ("mig", "mps", "hami-core"):
+        out = p.submit(
+            pod(
+                f"p-{mode}",
+                container(gpu=1, gpumem=5000),
+                annotations={"nvidia.com/vgpu-mode": mode},
+            )
+        )
+        ann = p.cluster.get_pod("default", f"p-{mode}")["metadata"]["annotations"]
+        (entry,) = json.loads(ann["hami.io/device-allocated"])
+        got[mode] = (out.node, entry["mode"], entry.get("migProfile"), entry["memory"])
+    assert got == {
+        "mig": ("node-m", "mig", "1g.10gb", 9856),
+        "mps": ("node-mps", "mps", None, 5000),
+        "hami-core": ("node-shim", "hami-core", None, 5000),
+    }
