@@ -177,3 +177,31 @@ def test_a_fault_on_a_gpu_makes_each_of_its_instances_unhealthy(
     )
     health = {d["id"]: (d.get("index", 0), bool(d.get("health"))) for d in out["inventory"]}
     assert sorted(health.values()) == [(0, False), (0, False), (1, True)]
+
+
+def test_the_real_gpu_scripts_single_strategy_check_passes_on_the_stand_in(
+    two_mig_gpus, fake_nvml_dir, tmp_path
+):
+    # shim/tests/gpu/modes_check.py's single-strategy view, run here over the stand-in
+    # NVML (on a real GPU it runs over the driver), so the script cannot rot unseen
+    out = run(
+        two_mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        """
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("modes_check", "shim/tests/gpu/modes_check.py")
+        mc = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mc)
+        mc.gpu_uuid = lambda gpu: "GPU-00000000-1111-2222-3333-444455556666"  # no nvidia-smi
+        lib = nvnode.current().nvml
+        small = min(lib.mig_profiles(0), key=lambda p: (p.memory_mib, p.slice_count))
+        made = lib.create_mig_instance(0, small.profile_id, *small.placements[0])
+        out["view"] = mc.single_strategy_view(lib, 0, made, small)
+        out["mig_uuid"] = made.mig_uuid
+        """,
+    )
+    assert out["view"]["ok"] is True
+    assert out["view"]["devices"] == [
+        {"id": out["mig_uuid"], "devmem": 9856, "count": 1, "profile": "1g.10gb"}
+    ]

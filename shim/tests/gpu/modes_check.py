@@ -30,9 +30,11 @@ mig (dynamic MIG through the device plugin's own code, hami_nvidia.nvml.PynvmlLi
     over pynvml): with MIG mode on (``--enable-mig`` turns it on with ``nvidia-smi -mig 1``
     and off again at the end; that needs an idle GPU and may need a reset), lists the
     profiles, creates a GPU instance of the smallest at its first placement with its
-    compute instance, runs a child on the instance's ``MIG-...`` UUID, destroys it; ``ok``
-    when the instance is listed, the child sees about the profile's memory and cannot
-    allocate more, and nothing is left after the destroy.
+    compute instance, runs a child on the instance's ``MIG-...`` UUID, reads the GPU as
+    the device plugin publishes it under ``migstrategy: single`` (each instance a device),
+    destroys it; ``ok`` when the instance is listed, the child sees about the profile's
+    memory and cannot allocate more, the single strategy's device is the instance (its
+    MIG UUID, memory, placement), and nothing is left after the destroy.
 """
 
 from __future__ import annotations
@@ -290,6 +292,32 @@ def check_mps(gpu: int) -> dict[str, Any]:
 # --- dynamic MIG -------------------------------------------------------------------------
 
 
+def single_strategy_view(lib: Any, gpu: int, made: Any, profile: Any) -> dict[str, Any]:
+    """What the device plugin publishes for this GPU under ``migstrategy: single``
+    (``hami_nvidia.migdevices.single_strategy_devices`` over the real NVML): ``ok`` when
+    the instance is one device named by its MIG UUID, with the profile's memory, one
+    sharer and its one placement."""
+    from hami_nvidia.migdevices import single_strategy_devices
+
+    from hami_core.model import DeviceInfo
+
+    base = DeviceInfo(uuid=gpu_uuid(gpu), vendor="NVIDIA", index=gpu, mode="mig")
+    devices = single_strategy_devices([(base, True)], lib)
+    mine = [d for d in devices if d.uuid == made.mig_uuid]
+    view = [
+        {"id": d.uuid, "devmem": d.memory_mib, "count": d.split_count,
+         "profile": d.mig_profiles[0].name}
+        for d in devices
+    ]  # fmt: skip
+    ok = (
+        len(mine) == 1
+        and mine[0].memory_mib == profile.memory_mib
+        and mine[0].split_count == 1
+        and mine[0].mig_profiles[0].placements[0].start == made.start
+    )
+    return {"devices": view, "ok": ok}
+
+
 def check_mig(gpu: int, enable: bool) -> dict[str, Any]:
     """Through hami-nvidia's own NVML MIG code (``hami_nvidia.nvml.PynvmlLibrary``: what the
     device plugin calls at Allocate and when the pod is gone)."""
@@ -352,6 +380,7 @@ def check_mig(gpu: int, enable: bool) -> dict[str, Any]:
         )
         report["child"] = out
         seen_total = (out.get("mem_get_info_mib") or [0, 0])[1]
+        report["single_strategy"] = single_strategy_view(lib, gpu, made, small)
         lib.destroy_mig_instance(gpu, made.gpu_instance_id)
         made = None
         after = {i.gpu_instance_id for i in lib.mig_instances(gpu)}
@@ -363,6 +392,7 @@ def check_mig(gpu: int, enable: bool) -> dict[str, Any]:
             and out.get("under_cap") == "allocated"
             and out.get("over_cap") == "OutOfMemoryError"
             and not report["left_after_destroy"]
+            and report["single_strategy"].get("ok", False)
         )
     finally:
         if made is not None:  # a failure above: leave nothing behind
