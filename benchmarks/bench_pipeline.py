@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -366,10 +367,25 @@ def add_nodes(cp: ControlPlane, first: int, last: int) -> None:
         t.join()
 
 
+def profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """``py-spy record`` of process ``pid`` into ``out`` until it gets SIGINT (only
+    with ``--profile``: ``pip install py-spy`` into the venv first; it needs ptrace
+    rights over the process, which root has)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spy = str(Path(sys.executable).parent / "py-spy")
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "-o", str(out)])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="100 nodes only, fewer pods")
     ap.add_argument("--pods", type=int, default=0, help="pods per run (default 300; quick 100)")
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        help="record py-spy profiles of `hami scheduler` (one per size, while it schedules "
+        "the pods with the extender) into this folder, as flame-graph SVGs",
+    )
     args = ap.parse_args()
     sizes = [100] if args.quick else [100, 500, 1000]
     pods_n = args.pods or (100 if args.quick else 300)
@@ -413,10 +429,18 @@ def main() -> None:
                     [pod_body(f"hami-{i}", s, scheduler=None) for i, s in enumerate(shapes)],
                 )
                 before = extender_seconds()
+                spy = (
+                    profiler(hami.pid, args.profile / f"hami-scheduler-{size}.svg")
+                    if args.profile
+                    else None
+                )
                 t0 = time.monotonic()
                 cp.start_scheduler(extender_url=url, managed_resources=MANAGED, http_timeout="30s")
                 ours_s = time_until_bound(core, HAMI_NS, pods_n, t0, 900)
                 after = extender_seconds()
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+                    spy.wait(60)
                 for verb, (calls, secs) in after.items():
                     c0, s0 = before.get(verb, (0.0, 0.0))
                     if calls > c0:

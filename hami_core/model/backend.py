@@ -147,12 +147,22 @@ class BackendInfo:
         option_defaults: backend-specific configuration keys and their defaults, beyond
             the common per-vendor keys; any other key in the backend's config section is
             an error.
+        fit_by_node_class: True declares that ``hami_fit``, ``hami_fit_nodes`` and
+            ``hami_score`` treat a node's name and its devices' UUIDs as opaque labels:
+            they compare and order them but never read into them (no per-node setting
+            looked up by name, no UUID parsed), so two nodes that differ only in those
+            labels, consistently renamed in the same sort order, get the same answer
+            relabelled. The scheduler then fits one node of each class of such nodes
+            for a new pod shape and relabels the answer for the others
+            (``hami_core.scheduling.nodeclass``); the conformance kit checks the
+            property. False (the default): every node is fitted on its own.
     """
 
     name: str
     device_types: tuple[DeviceTypeInfo, ...] = attrs.field(validator=attrs.validators.min_len(1))
     description: str = ""
     option_defaults: Mapping[str, Any] = attrs.field(factory=dict)
+    fit_by_node_class: bool = False
 
     @property
     def vendors(self) -> tuple[str, ...]:

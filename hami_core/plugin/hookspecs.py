@@ -237,6 +237,11 @@ def hami_fit(
     same requests, annotations and policy while the node's usage is unchanged), and a
     device that is unhealthy, cordoned, at its split count or short of the request's
     memory is never placed on (such nodes are rejected without calling this hook).
+    A backend whose ``BackendInfo.fit_by_node_class`` is True also promises that the
+    node's name and its devices' UUIDs are opaque labels here (and in
+    ``hami_fit_nodes`` and ``hami_score``): a consistently renamed node gets the same
+    answer renamed, so nodes identical but for those labels are fitted once
+    (``hami_core.scheduling.nodeclass``; the kit checks it).
     """
 
 

@@ -40,6 +40,7 @@ from hami_core.protocol.devicelist import encode_pod_devices
 from hami_core.protocol.migallocations import encode_mig_allocations, mig_allocations_of
 
 from .fitting import ContainerMiss, NodeFit, fit_pod, fit_pod_nodes
+from .nodeclass import LazyFits, SharedFit, Unshareable, mentions, relabel
 from .nodelock import LONGEST_BIND_S, acquire_node_lock, holds_node_lock, release_node_lock
 from .nodes import read_node
 from .podspec import read_pod_request
@@ -57,6 +58,10 @@ from .state import MEMO_PER_NODE, ClusterState, NodeState, prefilter_miss
 from .usage import PodHoldings, node_usage, pod_holdings, requested_vendors
 
 log = logging.getLogger(__name__)
+
+#: A node's answer for one pod shape: its fit (or another node's of its class, relabelled
+#: when read), its 0..100 score and the pod's quota charge there.
+Entry = tuple[NodeFit | SharedFit, float, dict[tuple[str, str], int]]
 
 
 def utcnow() -> dt.datetime:
@@ -104,6 +109,7 @@ class Scheduler:
         longest_bind_s: float = LONGEST_BIND_S,
         events: EventSink | None = None,
         prefilter: bool = True,
+        share_fits: bool = True,
     ) -> None:
         """Args:
         node_policy / device_policy: override the configured defaults (pod
@@ -120,6 +126,10 @@ class Scheduler:
         prefilter: reject nodes in O(1) from their free-device summary before running
             the fit (their reason then names the sharing checks only); ``hami
             simulate`` turns it off to explain every node in full.
+        share_fits: fit a new pod shape once per class of identical nodes and relabel
+            the answer for the others (``nodeclass``; only for backends declaring
+            ``BackendInfo.fit_by_node_class``). It never changes an answer; False
+            fits every node on its own (the property tests compare the two).
         """
         self.store = store
         self.manager = manager
@@ -138,6 +148,13 @@ class Scheduler:
         self._bind_locks = KeyedLocks()
         self.events: EventSink = events if events is not None else store
         self.use_prefilter = prefilter
+        self.share_fits = share_fits
+        self._by_class = {
+            t.vendor
+            for info in manager.infos.values()
+            if info.fit_by_node_class
+            for t in info.device_types
+        }
         self._recent = FilterCache()
         self._expected: dict[str, tuple[str, float]] = {}  # pod uid -> (node, when)
         self._expected_lock = threading.Lock()
@@ -260,7 +277,7 @@ class Scheduler:
         fit_view = with_device_policy(pod, policies.device_chain)
         feasible: list[str] = []
         failed: dict[str, str] = {}
-        fits: dict[str, NodeFit] = {}
+        fits: dict[str, NodeFit | SharedFit] = {}
         scores: dict[str, float] = {}
         with self.state.lock:
             limits = self.state.quota_limits(request.namespace)
@@ -270,7 +287,7 @@ class Scheduler:
                 else {}
             )
             now = self.clock()
-            entries: dict[str, tuple[NodeFit, float, dict[tuple[str, str], int]]] = {}
+            entries: dict[str, Entry] = {}
             cold: list[NodeState] = []  # nodes whose fit for this shape is not known
             for name in names:
                 try:
@@ -300,28 +317,34 @@ class Scheduler:
                 except Exception as exc:  # one node's garbage never fails the whole request
                     failed[name] = self._unusable(name, exc)
             if cold:
-                entries.update(self._fit_cold(fit_view, request, cold, policies, memo_key))
+                entries.update(self._fit_by_class(fit_view, request, cold, policies, memo_key, ann))
             for name in names:
                 entry = entries.get(name)
                 if entry is None:
                     continue
                 fit, score, charge = entry
-                if fit.allocation is not None and limits:
+                placed = fit.placed if isinstance(fit, SharedFit) else fit.allocation is not None
+                if placed and limits:
                     message = quota_violation(limits, used, charge)
                     if message:
+                        placed = False
                         fit = NodeFit(
                             node=name,
                             reason=f"{ReasonCode.RESOURCE_QUOTA_NOT_FIT.value} ({message})",
                         )
                 fits[name] = fit
-                if fit.allocation is not None:
+                if placed:
                     feasible.append(name)
                     scores[name] = score
                 else:
                     failed[name] = fit.reason
             self._log_problems()
         result = FilterResult(
-            feasible=tuple(feasible), failed=failed, fits=fits, scores=scores, policies=policies
+            feasible=tuple(feasible),
+            failed=failed,
+            fits=LazyFits(fits),
+            scores=scores,
+            policies=policies,
         )
         self._recent.put(pod, result)
         return result
@@ -343,13 +366,67 @@ class Scheduler:
         return f"{ReasonCode.NODE_UNREGISTERED.value} (cannot read node: {type(exc).__name__})"
 
     @staticmethod
-    def _memo(
-        node: NodeState, key: int, entry: tuple[NodeFit, float, dict[tuple[str, str], int]]
-    ) -> tuple[NodeFit, float, dict[tuple[str, str], int]]:
+    def _memo(node: NodeState, key: int, entry: Entry) -> Entry:
         if len(node.memo) >= MEMO_PER_NODE:  # forget the oldest shape
             del node.memo[next(iter(node.memo))]
         node.memo[key] = entry
         return entry
+
+    def _fit_by_class(
+        self,
+        pod: Mapping[str, Any],
+        request: PodRequest,
+        nodes: Sequence[NodeState],
+        policies: Policies,
+        memo_key: int,
+        annotations: Mapping[str, str],
+    ) -> dict[str, Entry]:
+        """``_fit_cold`` with one node fitted per class of identical nodes
+        (``nodeclass.node_signature``) and its answer relabelled for the others, when
+        every vendor of the request is served by a backend that declares
+        ``fit_by_node_class``. A node the pod's annotations mention (a UUID filter), a
+        node without a signature and a member whose answer cannot be relabelled are
+        fitted on their own, as is every node of a class whose fitted node failed."""
+        if not self.share_fits or len(nodes) < 2 or not set(request.vendors) <= self._by_class:
+            return self._fit_cold(pod, request, nodes, policies, memo_key)
+        text = "\n".join(f"{k}={v}" for k, v in annotations.items())
+        classes: dict[int, list[NodeState]] = {}
+        alone: list[NodeState] = []
+        for node in nodes:
+            try:
+                signature = self.state.signature(node)
+            except Exception:  # an odd value in one node: fit it alone
+                signature = None
+            if signature is None or (text and mentions(text, node.labels)):
+                alone.append(node)
+            else:
+                classes.setdefault(signature, []).append(node)
+        firsts = [members[0] for members in classes.values()]
+        out = self._fit_cold(pod, request, firsts + alone, policies, memo_key)
+        again: list[NodeState] = []
+        for first, *others in classes.values():
+            entry = out[first.name]
+            if not others:
+                continue
+            if first.memo.get(memo_key) is not entry:  # the first node failed: no answer
+                again.extend(others)
+                continue
+            fit, score, charge = entry
+            assert isinstance(fit, NodeFit)  # _fit_cold fits every node itself
+            try:
+                # The second node relabelled now: if the answer can be relabelled at
+                # all, it can for every node of the class (``SharedFit.resolve``).
+                second = relabel(fit, dict(zip(first.labels, others[0].labels, strict=True)))
+            except Unshareable:
+                again.extend(others)
+                continue
+            out[others[0].name] = self._memo(others[0], memo_key, (second, score, charge))
+            for node in others[1:]:
+                shared = SharedFit(source=fit, source_labels=first.labels, labels=node.labels)
+                out[node.name] = self._memo(node, memo_key, (shared, score, charge))
+        if again:
+            out.update(self._fit_cold(pod, request, again, policies, memo_key))
+        return out
 
     def _fit_cold(
         self,
@@ -358,12 +435,12 @@ class Scheduler:
         nodes: Sequence[NodeState],
         policies: Policies,
         memo_key: int,
-    ) -> dict[str, tuple[NodeFit, float, dict[tuple[str, str], int]]]:
+    ) -> dict[str, Entry]:
         """Fit the pod on every node of ``nodes`` at once (one backend dispatch per
         container request, ``fitting.fit_pod_nodes``) and memoise each answer. When the
         batch fails (a backend's garbage answer for one node), each node is fitted on its
         own, so only the node at fault is marked unusable."""
-        out: dict[str, tuple[NodeFit, float, dict[tuple[str, str], int]]] = {}
+        out: dict[str, Entry] = {}
         try:
             fits = fit_pod_nodes(
                 pod,
@@ -400,9 +477,7 @@ class Scheduler:
                 )
         return out
 
-    def _prefiltered(
-        self, request: PodRequest, node: NodeState
-    ) -> tuple[NodeFit, float, dict[tuple[str, str], int]] | None:
+    def _prefiltered(self, request: PodRequest, node: NodeState) -> Entry | None:
         """The node's answer when the pre-filter rejects it in O(1), else None."""
         miss = prefilter_miss(node, request)
         if miss is None:
@@ -429,7 +504,7 @@ class Scheduler:
         node: NodeState,
         usage: Mapping[str, DeviceUsage],
         policies: Policies,
-    ) -> tuple[NodeFit, float, dict[tuple[str, str], int]]:
+    ) -> Entry:
         """One node's fit (without quota), its score and its quota charge."""
         fit = fit_pod(pod, request, node.info, usage, self.manager, policy=policies.device)
         return self._scored(pod, node, usage, fit, policies)
@@ -441,7 +516,7 @@ class Scheduler:
         usage: Mapping[str, DeviceUsage],
         fit: NodeFit,
         policies: Policies,
-    ) -> tuple[NodeFit, float, dict[tuple[str, str], int]]:
+    ) -> Entry:
         """A fit with its node score and the pod's quota charge there."""
         if fit.allocation is None:
             return fit, 0.0, {}

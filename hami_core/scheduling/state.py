@@ -7,8 +7,9 @@ node and quota informers' add/update/delete) and keeps:
 - per node: the decoded ``NodeInfo`` (re-decoded only when the node's
   ``resourceVersion`` changes, and kept as is when the decode is equal, so a node lock
   or handshake write does not invalidate anything), the ``DeviceUsage`` of its devices,
-  a generation that changes exactly when either changes, a pre-filter summary, and a
-  small memo of fit results for that generation;
+  a generation that changes exactly when either changes, a pre-filter summary, a
+  small memo of fit results for that generation and its class signature
+  (``nodeclass``);
 - per pod: what it holds on each node it is assigned to and its quota charge, decoded
   once per (UID, resourceVersion);
 - per namespace: the quota charge of its live allocated pods, and its parsed quotas.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import itertools
 import threading
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
@@ -43,6 +45,7 @@ from hami_core.protocol.annotations import NODE_LOCK
 from hami_core.protocol.handshake import HANDSHAKE_TIMEOUT_S, HandshakeState, decode_handshake
 from hami_core.protocol.lock import decode_lock
 
+from .nodeclass import labels_of, node_signature
 from .nodes import NodeDevicesReader, read_node
 from .quota import QuotaLimit, quota_limits
 from .usage import PodHoldings, usage_from_holdings
@@ -105,6 +108,11 @@ class NodeState:
     usage: dict[str, DeviceUsage] | None = None
     summary: dict[str, VendorSummary] | None = None
     memo: dict[Hashable, Any] = attrs.field(factory=dict)
+    #: The class of this generation (an id per distinct ``nodeclass.node_signature``,
+    #: None: in no class) and the node's labels, once asked (``signed``).
+    signature: int | None = None
+    labels: tuple[str, ...] = ()
+    signed: bool = False
 
 
 @attrs.define
@@ -156,6 +164,8 @@ class ClusterState:
         self._limits: dict[str, tuple[QuotaLimit, ...]] = {}
         self.problems: list[str] = []  # unreadable allocations, for the caller's log
         self._generations = 0
+        self._classes: dict[Hashable, int] = {}  # node signature -> class id
+        self._class_ids = itertools.count()
 
     # -- events ----------------------------------------------------------------------
 
@@ -276,6 +286,8 @@ class ClusterState:
         node.usage = None
         node.summary = None
         node.memo.clear()
+        node.signature = None
+        node.signed = False
 
     def _read(self, obj: KubeObject) -> tuple[NodeInfo, dt.datetime]:
         """The node's info and until when it holds: a ``Requesting_`` handshake turns
@@ -321,6 +333,26 @@ class ClusterState:
         if node.summary is None:
             node.summary = _summarise(node.info, node.usage)
         return node
+
+    def signature(self, node: NodeState) -> int | None:
+        """The node's class for its current generation: equal ids for nodes of one
+        class (``nodeclass.node_signature``), None for a node in none. Computed once per
+        generation; the caller holds ``lock`` and got ``node`` from ``node()``."""
+        if not node.signed:
+            assert node.usage is not None
+            signature = node_signature(node.info, node.usage)
+            if signature is None:
+                node.signature = None
+            else:
+                if len(self._classes) > 65536:  # ids stay unique: the counter never restarts
+                    self._classes.clear()
+                found = self._classes.get(signature)
+                if found is None:
+                    found = self._classes[signature] = next(self._class_ids)
+                node.signature = found
+            node.labels = labels_of(node.info)
+            node.signed = True
+        return node.signature
 
     @property
     def lock(self) -> threading.RLock:

@@ -25,6 +25,7 @@ from hami_core.model import (
     NodePolicy,
 )
 from hami_core.plugin import BackendManager
+from hami_core.scheduling.nodeclass import relabel
 from hami_core.scheduling.scoring import vendor_score
 from hami_core.webhook.mutation import apply_mutation
 
@@ -329,6 +330,65 @@ class BackendConformance:
         batch = manager.fit_nodes(req, nodes, pod=pod, policy=policy)
         one_by_one = [manager.fit(req, n, u, pod=pod, policy=policy) for n, u, _ in nodes]
         assert batch == one_by_one
+
+    @pytest.mark.parametrize("policy", list(DevicePolicy))
+    def test_fit_by_node_class_answers_renamed_nodes_renamed(
+        self, manager: BackendManager, policy: DevicePolicy
+    ) -> None:
+        """A backend declaring ``BackendInfo.fit_by_node_class`` gets one fit per class
+        of nodes identical but for their names and device UUIDs, relabelled for the
+        others (``hami_core.scheduling.nodeclass``): so ``hami_fit``,
+        ``hami_fit_nodes`` and ``hami_score`` must answer a consistently renamed node
+        (same UUID sort order) with the same answer renamed, here over an empty, a half
+        used and a full node. Skipped for a backend that does not declare it (every
+        node is then fitted on its own)."""
+        if not manager.infos[self.backend_name].fit_by_node_class:
+            pytest.skip(f"{self.backend_name} does not declare fit_by_node_class")
+        dtype = self.device_type(manager)
+        devices = self.sample_devices(dtype)
+        renamed = tuple(
+            attrs.evolve(d, uuid=f"{d.uuid}-renamed-{self.backend_name}") for d in devices
+        )
+        labels = {d.uuid: r.uuid for d, r in zip(devices, renamed, strict=True)}
+        labels["conformance-node"] = "conformance-renamed"
+        container = self.sample_container(dtype, count=1, memory_mib=self.device_memory_mib // 8)
+        req = self._request(manager, container)
+        pod = self._pod(container)
+
+        def states(devs: tuple[DeviceInfo, ...]) -> list[tuple[DeviceUsage, ...]]:
+            return [
+                tuple(DeviceUsage(device=d) for d in devs),
+                tuple(
+                    DeviceUsage(device=d, used_count=1, used_memory_mib=d.memory_mib // 2)
+                    if i % 2 == 0
+                    else DeviceUsage(device=d)
+                    for i, d in enumerate(devs)
+                ),
+                tuple(DeviceUsage(device=d, used_count=d.split_count) for d in devs),
+            ]
+
+        node = NodeInfo(name="conformance-node", devices=devices)
+        other = NodeInfo(name="conformance-renamed", devices=renamed)
+        for usage, usage_renamed in zip(states(devices), states(renamed), strict=True):
+            first = manager.fit(req, node, usage, pod=pod, policy=policy)
+            second = manager.fit(req, other, usage_renamed, pod=pod, policy=policy)
+            assert second == relabel(first, labels), (first, second)
+            (batch,) = manager.fit_nodes(req, [(other, usage_renamed, ())], pod=pod, policy=policy)
+            assert batch == second
+            if first.fits:
+                for node_policy in NodePolicy:
+                    a = vendor_score(
+                        manager, dtype.vendor, node, usage, first.devices, policy=node_policy
+                    )
+                    b = vendor_score(
+                        manager,
+                        dtype.vendor,
+                        other,
+                        usage_renamed,
+                        second.devices,
+                        policy=node_policy,
+                    )
+                    assert a == b
 
     @pytest.mark.parametrize("policy", list(NodePolicy))
     def test_score_follows_the_node_policy(

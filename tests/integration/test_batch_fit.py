@@ -10,9 +10,14 @@ def three_nodes():
     return cluster(*(node(f"n{i}", [gpu(f"GPU-{i}")]) for i in (1, 2, 3)))
 
 
+# The three nodes are identical but for their names: with share_fits (the default) only
+# one of them would be fitted (tests/integration/test_node_classes.py); these tests are
+# about the batch itself.
+
+
 def test_a_new_shape_is_fitted_in_one_batch_then_memoised(monkeypatch):
     c, m = three_nodes(), manager()
-    sched = Scheduler(c, m)
+    sched = Scheduler(c, m, share_fits=False)
     real = m.fit_nodes
     batches = []
 
@@ -31,7 +36,7 @@ def test_a_new_shape_is_fitted_in_one_batch_then_memoised(monkeypatch):
 
 def test_a_failing_batch_marks_only_the_node_at_fault(monkeypatch):
     c, m = three_nodes(), manager()
-    sched = Scheduler(c, m)
+    sched = Scheduler(c, m, share_fits=False)
     real_fit = m.fit
 
     def fit(request, node, usage, **kw):

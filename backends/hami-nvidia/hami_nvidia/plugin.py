@@ -37,6 +37,7 @@ def hami_backend_info() -> BackendInfo:
             **allocate.OPTION_DEFAULTS,
             **node.OPTION_DEFAULTS,
         },
+        fit_by_node_class=True,  # fit and score read UUIDs only through the usage given
     )
 
 
