@@ -670,11 +670,12 @@ class Scheduler:
         """
         names = list(node_names)
         result = self._recent.get(pod)
-        if result is None or not (set(names) <= (result.fits.keys() | result.failed.keys())):
+        if result is None or not all(n in result.fits or n in result.failed for n in names):
             result = self.filter(pod, names)  # not filtered lately (or other nodes)
         meta = pod.get("metadata") or {}
+        scores = result.scores
         busy = self.state.locked_by_others(
-            [n for n in names if n in result.scores],
+            {n for n in names if n in scores},
             namespace=str(meta.get("namespace") or "default"),
             pod=str(meta.get("name") or ""),
             now=self.clock(),
@@ -682,18 +683,26 @@ class Scheduler:
         )
         uid = str(meta.get("uid") or "")
         busy |= self._expected_nodes(exclude_uid=uid)
-        if not set(result.scores) - busy:
+        if not scores.keys() - busy:
             busy = set()  # every candidate is busy: the policy alone decides
-        out = [
-            (n, extender_score(result.scores[n]) if n in result.scores and n not in busy else 0)
-            for n in names
-        ]
-        free = [(score, n) for n, score in out if n in result.scores and n not in busy]
-        if uid and free:
-            best = max(free, key=lambda sn: (sn[0], result.scores[sn[1]], sn[1]))[1]
+        levels: dict[float, int] = {}  # few distinct scores: each converted once
+        out: list[tuple[str, int]] = []
+        best: tuple[int, float, str] | None = None
+        for n in names:
+            score = scores.get(n)
+            if score is None or n in busy:
+                out.append((n, 0))
+                continue
+            level = levels.get(score)
+            if level is None:
+                level = levels[score] = extender_score(score)
+            out.append((n, level))
+            if best is None or (level, score, n) > best:
+                best = (level, score, n)
+        if uid and best is not None:
             with self._expected_lock:
-                self._expected[uid] = (best, time.monotonic())
-            out = _unique_top(out, best)
+                self._expected[uid] = (best[2], time.monotonic())
+            out = _unique_top(out, best[2])
         return out
 
     #: How long a node answered best for a pod counts as taken by that pod's bind.

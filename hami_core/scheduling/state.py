@@ -25,7 +25,7 @@ import bisect
 import datetime as dt
 import itertools
 import threading
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import Any
 
 import attrs
@@ -164,6 +164,7 @@ class ClusterState:
         self._limits: dict[str, tuple[QuotaLimit, ...]] = {}
         self.problems: list[str] = []  # unreadable allocations, for the caller's log
         self._generations = 0
+        self._locks: dict[str, str] = {}  # node name -> its node-lock annotation, if any
         self._classes: dict[Hashable, int] = {}  # node signature -> class id
         self._class_ids = itertools.count()
 
@@ -241,10 +242,16 @@ class ClusterState:
         name = str(((new if new is not None else old) or {}).get("metadata", {}).get("name", ""))
         if new is None:
             self._nodes.pop(name, None)
+            self._locks.pop(name, None)
             return
         node = self._nodes.get(name)
         if node is not None and _rv(node.obj) == _rv(new) and _rv(new):
             return
+        lock = ((new.get("metadata") or {}).get("annotations") or {}).get(NODE_LOCK)
+        if lock:
+            self._locks[name] = str(lock)
+        else:
+            self._locks.pop(name, None)
         if node is not None and _same_inputs(node.obj, new):
             node.obj = new  # a lock or another annotation changed: the NodeInfo holds
             return
@@ -365,7 +372,7 @@ class ClusterState:
 
     def locked_by_others(
         self,
-        names: list[str],
+        names: Collection[str],
         *,
         namespace: str,
         pod: str,
@@ -376,21 +383,15 @@ class ClusterState:
         read from the cached node objects."""
         out: set[str] = set()
         with self._lock:
-            for name in names:
-                node = self._nodes.get(name)
-                value = (
-                    ((node.obj.get("metadata") or {}).get("annotations") or {}).get(NODE_LOCK)
-                    if node is not None
-                    else None
-                )
-                if not value:
-                    continue
-                try:
-                    lock = decode_lock(value)
-                except AnnotationError:
-                    continue
-                if not lock.owned_by(namespace, pod) and not lock.expired(now, expiry_s=expiry_s):
-                    out.add(name)
+            # Few nodes are locked at once: look at those, not at every name.
+            locked = [(n, v) for n, v in self._locks.items() if n in names]
+        for name, value in locked:
+            try:
+                lock = decode_lock(value)
+            except AnnotationError:
+                continue
+            if not lock.owned_by(namespace, pod) and not lock.expired(now, expiry_s=expiry_s):
+                out.add(name)
         return out
 
     def node_names(self) -> list[str]:
