@@ -33,8 +33,10 @@ def test_inventory_as_hami_registers_it():
         "Biren",
         True,
     )
-    with pytest.raises(AnnotationError):
-        decode_inventory(":", node="n", vendor="Biren")
+    # HAMi's DecodeNodeDevices: ":" is no device, a value without ':' is refused
+    assert decode_inventory(":", node="n", vendor="Biren") == ()
+    with pytest.raises(AnnotationError, match="separator"):
+        decode_inventory("x", node="n", vendor="Biren")
 
 
 def test_requests():
