@@ -230,14 +230,18 @@ class Admission:
         convert = self.manager.device_type(request.vendor).quota_request_cores
         return request.cores_pct if convert is None else max(0, convert(request))
 
-    def _request_charge(self, request: DeviceRequest, devices: _ClusterDevices) -> Charge:
+    def _request_charge(
+        self, request: DeviceRequest, devices: _ClusterDevices, *, sized: bool
+    ) -> Charge:
         """What ``request`` charges against its namespace's quotas at admission: count x
         per-device memory and cores; per device as the vendor's ``quota_request_charge``
         says from the cluster's devices (a MIG profile's memory and cores), else as
-        carried (memory in percent is checked per candidate device at fit)."""
+        carried (memory in percent is checked per candidate device at fit). ``sized``:
+        the namespace limits the vendor's memory or cores (else the charge per device
+        matters to no quota and the inventories are not read)."""
         memory, cores = request.memory_mib, self._cores(request)
         convert = self.manager.device_type(request.vendor).quota_request_charge
-        if convert is not None:
+        if convert is not None and sized:
             charged = convert(request, lambda: devices.of(request.vendor))
             if charged is not None:
                 memory, cores = max(0, charged[0]), max(0, charged[1])
@@ -272,10 +276,16 @@ class Admission:
         # a pod being admitted has not started: its init containers count (PROTOCOL.md §1);
         # memory in percent depends on the device: fit checks it per candidate
         devices = _ClusterDevices(self.store, self.manager)
+        # the cluster's inventories are read only for a vendor whose memory or cores
+        # the namespace limits
+        sized = {lim.vendor for lim in limits if lim.measure in ("memory", "cores")}
         per_vendor = collapse(
             (
                 c.init,
-                {r.vendor: self._request_charge(r, devices) for r in c.devices},
+                {
+                    r.vendor: self._request_charge(r, devices, sized=r.vendor in sized)
+                    for r in c.devices
+                },
             )
             for c in request.containers
         )

@@ -89,3 +89,17 @@ def test_a_count_only_pod_on_a_single_strategy_node_is_charged_its_instances():
     assert one.filter.failed["node-s"] == (
         "ResourceQuotaNotFit (quota q: limits.nvidia.com/gpumem 20000, used 19712, this pod 9856)"
     )
+
+
+def test_the_inventories_are_read_only_when_the_namespace_limits_memory_or_cores():
+    p = pipeline(mig_node())
+    quota(p, gpu="4")  # a count quota: the profile's size matters to no limit
+    reads = []
+    list_nodes = p.cluster.list_nodes
+    p.cluster.list_nodes = lambda: reads.append(1) or list_nodes()  # type: ignore[method-assign]
+    before = len(reads)
+    p.admission.review(mig("a", "2g.20gb", 2))
+    assert len(reads) == before
+    quota(p, gpumem="10")  # now memory is limited: read once, and denied by it
+    out = p.admission.review(mig("b", "2g.20gb"))
+    assert len(reads) == before + 1 and not out.allowed and "this pod 19968" in out.message
