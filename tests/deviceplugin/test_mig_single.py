@@ -205,3 +205,38 @@ def test_the_real_gpu_scripts_single_strategy_check_passes_on_the_stand_in(
     assert out["view"]["devices"] == [
         {"id": out["mig_uuid"], "devmem": 9856, "count": 1, "profile": "1g.10gb"}
     ]
+
+
+def test_an_instance_recreated_since_publication_fails_the_pod_instead_of_another_one(
+    two_mig_gpus, fake_nvml_dir, tmp_path
+):
+    out = run(
+        two_mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        PLACE_N
+        + textwrap.dedent(
+            """
+            nvml = nvnode.current().nvml
+            nvml.create_mig_instance(0, 0, 0, 1)
+            nvml.create_mig_instance(1, 0, 0, 1)
+            cluster, agent, loop, allocator, state = start(strategy="single")
+            published = sorted(d.uuid for d in state.devices)
+            # the administrator recreates GPU 0's instance after the publication
+            (old,) = nvml.mig_instances(0)
+            nvml.destroy_mig_instance(0, old.gpu_instance_id)
+            nvml.create_mig_instance(0, 0, 0, 1)       # same place, a new MIG UUID
+            out["old"], out["new"] = old.mig_uuid, nvml.mig_instances(0)[0].mig_uuid
+            created = cluster.add_pod(gpu_pod("a", ctr("main", gpu=2)))
+            Scheduler(cluster, agent.manager).bind("default", "a", uid=created["metadata"]["uid"], node=NODE)
+            try:
+                allocator.allocate([[f"{u}-0" for u in published]])
+            except HamiError as exc:
+                out["failed"] = str(exc)
+            out["phase"] = cluster.get_pod("default", "a")["metadata"]["annotations"]["hami.io/bind-phase"]
+            """
+        ),
+    )
+    assert out["old"] != out["new"]
+    assert out["phase"] == "failed"
+    assert f"MIG instance {out['old']}" in out["failed"] and out["new"] in out["failed"]
