@@ -11,7 +11,8 @@ Everything a backend needs from the core is here, so a backend's imports say
   fit, parameterised by vendor key, resource names and UUID filter keys);
 - the shared device fit (``fit_devices``, ``node_score``, ``DeviceFilters``,
   ``FitRules``; module ``hami_core.backend.fit``), which the core also uses to score a
-  placement when a backend has no ``hami_score``;
+  placement when a backend has no ``hami_score``, and a vendor's fit stated as data
+  (``VendorFit``: its filter annotation keys ``FilterKeys``, its rules, its own step);
 - helpers every vendor would otherwise write again: ``read_quantity`` (limits, else
   requests; the message names container, resource and value), ``read_stated`` (a
   container's count / memory / percentages as ``StatedRequest``), ``resource_names`` (the
@@ -93,6 +94,7 @@ from .tools import (
     configured_tool_output,
     run_tool,
 )
+from .vendorfit import FilterKeys, FitCall, VendorFit
 
 __all__ = [
     *model.__all__,
@@ -105,6 +107,8 @@ __all__ = [
     "AnnotationError",
     "ConfigError",
     "DeviceFilters",
+    "FilterKeys",
+    "FitCall",
     "HamiError",
     "InvalidInputError",
     "MigAllocation",
@@ -113,6 +117,7 @@ __all__ = [
     "SubprocessRunner",
     "ToolRunner",
     "VendorConfig",
+    "VendorFit",
     "annotations_of",
     "capacity_quantities",
     "configured_tool_output",

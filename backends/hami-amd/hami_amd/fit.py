@@ -12,22 +12,18 @@ model) and ``amd.com/use-gpu-uuid`` / ``nouse-gpu-uuid``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 import attrs
 
 from hami_core.backend import (
-    DeviceFilters,
     DeviceInfo,
-    DevicePolicy,
     DeviceRequest,
     DeviceUsage,
+    FilterKeys,
+    FitCall,
     FitResult,
     FitRules,
-    NodeInfo,
     ReasonCode,
-    fit_devices,
+    VendorFit,
 )
 
 from .names import NOUSE_TYPE, NOUSE_UUID, USE_TYPE, USE_UUID
@@ -56,30 +52,26 @@ def _cu_check(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode | None:
 RULES = FitRules(cores_capacity=lambda u: None, extra_check=_cu_check)
 
 
-def fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-) -> FitResult:
-    """Choose ``request.count`` distinct GPUs, each slice carrying its CU count."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    filters = DeviceFilters.from_annotations(
-        annotations,
-        use_type=(USE_TYPE,),
-        nouse_type=(NOUSE_TYPE,),
-        use_uuid=(USE_UUID,),
-        nouse_uuid=(NOUSE_UUID,),
-    )
-    result = fit_devices(request, node, usage, filters, policy, RULES)
+def with_compute_units(call: FitCall[None]) -> FitResult:
+    """The core's fit, each slice then carrying its CU count (``compute_units``)."""
+    result = call.fit()
     if not result.fits:
         return result
-    by_uuid = {u.device.uuid: u.device for u in usage}
+    by_uuid = {u.device.uuid: u.device for u in call.usage}
     return attrs.evolve(
         result,
         devices=tuple(
-            attrs.evolve(d, cores_pct=compute_units(by_uuid[d.uuid], request))
+            attrs.evolve(d, cores_pct=compute_units(by_uuid[d.uuid], call.request))
             for d in result.devices
         ),
     )
+
+
+#: The pod's type and UUID filter annotations.
+FILTERS = FilterKeys(
+    use_type=USE_TYPE, nouse_type=NOUSE_TYPE, use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID
+)
+
+#: ``fit(request, node, usage, pod, policy)``: ``request.count`` distinct GPUs, each slice
+#: carrying its CU count.
+fit: VendorFit[None] = VendorFit(filters=FILTERS, rules=RULES, place=with_compute_units)

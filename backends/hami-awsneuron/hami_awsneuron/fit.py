@@ -24,12 +24,16 @@ from hami_core.backend import (
     DeviceFilters,
     DeviceRequest,
     DeviceUsage,
+    FilterKeys,
     FitResult,
     NodeInfo,
     ReasonCode,
 )
 
 from .names import NODE_TYPE, NOUSE_UUID, USE_UUID, WHOLE
+
+#: The pod's device filters: ``aws.amazon.com/use-neuron-uuid`` / ``nouse-neuron-uuid``.
+FILTERS = FilterKeys(use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID)
 
 #: Device counts a Trainium node places, aligned to a multiple of themselves.
 RING_COUNTS = (1, 4, 8, 16)
@@ -87,10 +91,7 @@ def fit(
     request: DeviceRequest, node: NodeInfo, usage: Sequence[DeviceUsage], pod: Mapping[str, Any]
 ) -> FitResult:
     """Place one container's Neuron request on ``node``, or say why not."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    filters = DeviceFilters.from_annotations(
-        annotations, use_uuid=(USE_UUID,), nouse_uuid=(NOUSE_UUID,)
-    )
+    filters = FILTERS.read(pod)
     ordered = sorted(usage, key=lambda u: (u.device.index, u.device.uuid))
     reasons = {u.device.uuid: r for u in ordered if (r := _reason(u, request, filters)) is not None}
     if len(ordered) < request.count:

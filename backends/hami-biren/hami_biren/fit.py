@@ -4,19 +4,12 @@ count only, with the ``birentech.com/use-gpuuuid`` / ``nouse-gpuuuid`` filters; 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import functools
 
-from hami_core.backend import DevicePolicy, DeviceRequest, DeviceUsage, FitResult, countshared
+from hami_core.backend import countshared
 
 from .names import NOUSE_UUID, USE_UUID
 
-
-def fit(
-    request: DeviceRequest,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-) -> FitResult:
-    """Choose ``request.count`` distinct devices by the device policy, or say why not."""
-    return countshared.fit(request, usage, pod, policy, use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID)
+#: ``fit(request, usage, pod, policy)``: ``request.count`` distinct devices by the device
+#: policy, or why not.
+fit = functools.partial(countshared.fit, use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID)

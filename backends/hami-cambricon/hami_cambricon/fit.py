@@ -21,20 +21,14 @@ Cambricon specifics, given to the core as filters and ``FitRules``:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from hami_core.backend import (
-    DeviceFilters,
-    DevicePolicy,
-    DeviceRequest,
-    DeviceUsage,
-    FitResult,
-    NodeInfo,
+    FilterKeys,
     VendorConfig,
-    fit_devices,
+    VendorFit,
 )
-from hami_core.backend import fit as devicefit
 
 from .names import (
     DEVICE_TYPE,
@@ -43,56 +37,35 @@ from .names import (
     USE_TYPE,
     USE_UUID,
     VENDOR_TOKENS,
-    pod_annotations,
 )
 from .requests import pod_models
 
-__all__ = ["RULES", "filters_of", "fit", "load", "type_matches"]
+__all__ = ["FILTERS", "RULES", "fit", "type_matches"]
 
 
-def type_matches(model: str, token: str) -> bool:
-    """Whether an MLU model matches a type-filter token, case-insensitively.
+def _models(pod: Mapping[str, Any], config: VendorConfig | None) -> frozenset[str]:
+    """The MLU models the pod's resource names qualify (``requests.pod_models``)."""
+    return pod_models(pod, config or VendorConfig())
 
-    A token matches whole words of the model (words end at the start/end, spaces, ``-``
-    and ``_``): ``MLU370`` matches ``MLU370-X8``; ``MLU370-X8`` matches ``MLU370-X8`` but
-    not ``MLU370-X4``; ``MLU37`` matches neither. ``cambricon`` and ``mlu`` match every
-    MLU (the handbook's ``hami.io/gpu-type: "cambricon"``).
-    """
-    return token.lower() in VENDOR_TOKENS or devicefit.type_matches(model, token)
 
+#: Type tokens match whole words of the model (words end at the start/end, spaces, ``-``
+#: and ``_``): ``MLU370`` matches ``MLU370-X8``; ``MLU370-X8`` matches ``MLU370-X8`` but
+#: not ``MLU370-X4``; ``MLU37`` matches neither. ``cambricon`` and ``mlu`` match every MLU
+#: (the handbook's ``hami.io/gpu-type: "cambricon"``).
+FILTERS = FilterKeys(
+    use_type=USE_TYPE,
+    nouse_type=NOUSE_TYPE,
+    use_uuid=USE_UUID,
+    nouse_uuid=NOUSE_UUID,
+    vendor_tokens=VENDOR_TOKENS,
+)
+type_matches = FILTERS.type_matches
 
 #: Cambricon's variation of the generic fit: devcore 0 means compute is not accounted.
 RULES = DEVICE_TYPE.fit_rules
 
-
-def load(usage: DeviceUsage) -> float:
-    """How full an MLU is (``hami_core.backend.fit.load`` under Cambricon's rules)."""
-    return devicefit.load(usage, RULES)
-
-
-def filters_of(pod: Mapping[str, Any], config: VendorConfig) -> DeviceFilters:
-    """The pod's MLU filters: annotations and the models its resource names qualify."""
-    return DeviceFilters.from_annotations(
-        pod_annotations(pod),
-        use_type=USE_TYPE,
-        nouse_type=NOUSE_TYPE,
-        use_uuid=USE_UUID,
-        nouse_uuid=NOUSE_UUID,
-        require_type=pod_models(pod, config),
-        vendor_tokens=VENDOR_TOKENS,
-    )
-
-
-def fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-    config: VendorConfig,
-) -> FitResult:
-    """Choose ``request.count`` distinct MLUs on ``node``, or explain why not.
-
-    See ``hami_core.backend.fit.fit_devices`` for the checks, their order and the hints.
-    """
-    return fit_devices(request, node, usage, filters_of(pod, config), policy, RULES)
+#: ``fit(request, node, usage, pod, policy, config)``: ``request.count`` distinct MLUs on
+#: the node, or why not (``hami_core.backend.fit.fit_devices`` has the checks, their order
+#: and the hints); the pod's filters are its annotations and the models its resource
+#: names qualify.
+fit: VendorFit[VendorConfig] = VendorFit(filters=FILTERS, require_type=_models, rules=RULES)

@@ -22,17 +22,15 @@ from typing import Any
 import attrs
 
 from hami_core.backend import (
-    DeviceFilters,
     DeviceInfo,
-    DevicePolicy,
     DeviceRequest,
-    DeviceUsage,
+    FilterKeys,
+    FitCall,
     FitResult,
     NodeInfo,
     PodDevices,
     ReasonCode,
-    annotations_of,
-    fit_devices,
+    VendorFit,
 )
 
 from . import DRS
@@ -62,34 +60,37 @@ def node_profiles(devices: Sequence[DeviceInfo]) -> list[Profile]:
     return profiles_of(merged)
 
 
-def fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-) -> FitResult:
-    """Place one container's Enflame request on ``node``, or say why not."""
-    filters = DeviceFilters.from_annotations(
-        annotations_of(pod), use_uuid=(USE_UUID,), nouse_uuid=(NOUSE_UUID,)
-    )
+def drs_sized(call: FitCall[None]) -> FitResult:
+    """Whole GCUs: the core's fit, a taken GCU ``ExclusiveDeviceAllocateConflict``. DRS:
+    the request resized to the node's profile first (``profiles.choose``; none: every GCU
+    ``ModeNotFit``, as HAMi)."""
+    request = call.request
     if request.vendor != DRS:
-        return _gcu_in_use_is_exclusive(fit_devices(request, node, usage, filters, policy))
+        return _gcu_in_use_is_exclusive(call.fit())
     profile = choose(
-        node_profiles([u.device for u in usage]),
+        node_profiles([u.device for u in call.usage]),
         slices=int(request.info(SLICE, "0")),
         memory=int(request.info(REQUEST_MEMORY, "0")),
         cores_pct=request.cores_pct,
     )
     if profile is None:
-        return FitResult(device_reasons={u.device.uuid: ReasonCode.MODE_NOT_FIT for u in usage})
+        return FitResult(
+            device_reasons={u.device.uuid: ReasonCode.MODE_NOT_FIT for u in call.usage}
+        )
     sized = DeviceRequest(
         vendor=DRS,
         count=request.count,
         memory_mib=profile.memory_mib,
         cores_pct=min(100, profile.cores_pct),
     )
-    return fit_devices(sized, node, usage, filters, policy)
+    return call.fit(request=sized)
+
+
+#: ``fit(request, node, usage, pod, policy)``: one container's Enflame request on the node,
+#: or why not.
+fit: VendorFit[None] = VendorFit(
+    filters=FilterKeys(use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID), place=drs_sized
+)
 
 
 def _gcu_in_use_is_exclusive(result: FitResult) -> FitResult:

@@ -5,35 +5,16 @@ so HAMi's ``checkType`` is the core's dispatch)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-from hami_core.backend import (
-    DeviceFilters,
-    DevicePolicy,
-    DeviceRequest,
-    DeviceUsage,
-    FitResult,
-    NodeInfo,
-    fit_devices,
-)
+from hami_core.backend import FilterKeys, VendorFit
 
 from .names import nouse_uuid, use_uuid
 
 
-def fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-) -> FitResult:
-    """Choose ``request.count`` distinct GPUs of the chip ``request.vendor``, or say per
-    GPU why not."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    filters = DeviceFilters.from_annotations(
-        annotations,
-        use_uuid=(use_uuid(request.vendor),),
-        nouse_uuid=(nouse_uuid(request.vendor),),
-    )
-    return fit_devices(request, node, usage, filters, policy)
+def chip_filters(chip: str) -> FilterKeys:
+    """The UUID filter annotations of one chip (the request's vendor key)."""
+    return FilterKeys(use_uuid=use_uuid(chip), nouse_uuid=nouse_uuid(chip))
+
+
+#: ``fit(request, node, usage, pod, policy)``: ``request.count`` distinct GPUs of the chip
+#: ``request.vendor``, or per GPU why not.
+fit: VendorFit[None] = VendorFit(filters=chip_filters)

@@ -22,48 +22,36 @@ exclusivity), the policies and the hints are the core's shared device-fit logic
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
 
 from hami_core.backend import (
     Chooser,
-    DeviceFilters,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
-    FitResult,
+    FilterKeys,
+    FitCall,
     FitRules,
-    NodeInfo,
     ReasonCode,
     VendorConfig,
-    fit_devices,
-    load,
+    VendorFit,
 )
-from hami_core.backend import fit as devicefit
 
 from . import options, topology
-from .names import NOUSE_UUID, USE_TYPE, USE_UUID, VENDOR_TOKENS, pod_annotations
+from .names import NOUSE_UUID, USE_TYPE, USE_UUID, VENDOR_TOKENS
 from .requests import is_whole_card
 
-__all__ = ["filters_of", "fit", "load", "partition_reason", "type_matches"]
+__all__ = ["FILTERS", "filters_of", "fit", "partition_reason", "type_matches"]
 
 
-def type_matches(model: str, token: str) -> bool:
-    """Whether an XPU model matches a type-filter token: a vendor token, or whole words
-    of the model (``P800`` matches ``P800`` and ``P800-OAM``, not ``P8000``)."""
-    return token.lower() in VENDOR_TOKENS or devicefit.type_matches(model, token)
-
-
-def filters_of(pod: Mapping[str, Any]) -> DeviceFilters:
-    """The pod's XPU filters (no type exclusion list: HAMi has none for Kunlunxin)."""
-    return DeviceFilters.from_annotations(
-        pod_annotations(pod),
-        use_type=USE_TYPE,
-        use_uuid=USE_UUID,
-        nouse_uuid=NOUSE_UUID,
-        vendor_tokens=VENDOR_TOKENS,
-    )
+#: The pod's XPU filters (no type exclusion list: HAMi has none for Kunlunxin); a type
+#: token is a vendor token or whole words of the model (``P800`` matches ``P800`` and
+#: ``P800-OAM``, not ``P8000``).
+FILTERS = FilterKeys(
+    use_type=USE_TYPE, use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID, vendor_tokens=VENDOR_TOKENS
+)
+type_matches = FILTERS.type_matches
 
 
 def partition_reason(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode | None:
@@ -78,11 +66,12 @@ def partition_reason(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode |
 
 
 def _topology_chooser(
-    usage: Sequence[DeviceUsage], request: DeviceRequest, config: VendorConfig
+    usage: Sequence[DeviceUsage], request: DeviceRequest, config: VendorConfig | None
 ) -> Chooser | None:
     """HAMi's topology-aware sets where they apply (see the module docstring), else None."""
     if not (
-        config.options[options.TOPOLOGY_AWARE]
+        config is not None
+        and config.options[options.TOPOLOGY_AWARE]
         and (request.count >= 2 or is_whole_card(request))
         and topology.is_oam_node(u.device.index for u in usage)
     ):
@@ -98,26 +87,17 @@ def _topology_chooser(
     return choose
 
 
-def fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-    config: VendorConfig,
-) -> FitResult:
-    """Choose ``request.count`` distinct XPUs on ``node``, or explain why not.
+def xpu_rules(call: FitCall[VendorConfig | None]) -> FitRules:
+    """The partition check and, where they apply, the topology-aware sets (``extra``: the
+    backend's section, for ``topologyAware``)."""
+    return FitRules(
+        extra_check=partition_reason,
+        choose=_topology_chooser(call.usage, call.request, call.extra),
+    )
 
-    Args:
-        request: one container's Kunlunxin request (vXPU memory already trimmed, MiB).
-        node: the node.
-        usage: the node's XPUs with current usage, index order.
-        pod: the pod (UUID and type filters).
-        policy: the device policy (single vXPUs, and nodes that are not 8-XPU OAM).
-        config: the backend's section (``topologyAware``).
 
-    Returns:
-        A ``FitResult``; on a no-fit every rejected XPU has its reason.
-    """
-    rules = FitRules(extra_check=partition_reason, choose=_topology_chooser(usage, request, config))
-    return fit_devices(request, node, usage, filters_of(pod), policy, rules)
+#: ``fit(request, node, usage, pod, policy, config)``: ``request.count`` distinct XPUs on
+#: the node (the request's vXPU memory already trimmed, MiB), or why not, every rejected
+#: XPU with its reason; ``config``: the backend's section (``topologyAware``).
+fit: VendorFit[VendorConfig] = VendorFit(filters=FILTERS, rules=xpu_rules)
+filters_of = fit.filters_of

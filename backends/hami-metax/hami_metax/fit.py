@@ -44,18 +44,17 @@ from typing import Any
 
 from hami_core.backend import (
     ContainerDevices,
-    DeviceFilters,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
-    FitResult,
+    FilterKeys,
+    FitCall,
     FitRules,
-    NodeInfo,
     NodePolicy,
     PodDevices,
     ReasonCode,
+    VendorFit,
     annotations_of,
-    fit_devices,
     node_score,
     same_device_rules,
 )
@@ -188,23 +187,18 @@ def choose_exclusive(
     return [*(u for g in ordered for u in g), *unlinked][:count]
 
 
-def fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-    allocated: Sequence[ContainerDevices] = (),
-) -> FitResult:
-    """Choose ``request.count`` distinct MetaX devices, or say per device why not
-    (``allocated``: the pod's earlier containers' devices of this vendor)."""
-    ann = annotations_of(pod)
-    filters = DeviceFilters.from_annotations(ann, use_uuid=(USE_UUID,), nouse_uuid=(NOUSE_UUID,))
-    if request.vendor == GPU:
-        return fit_devices(request, node, usage, filters, policy, same_device_rules(allocated))
+def metax_rules(call: FitCall[Sequence[ContainerDevices] | None]) -> FitRules:
+    """Whole GPUs: all containers of a pod on one GPU; sGPUs: the app-class and QoS checks,
+    online pods' compute not accounted and their own ranking, exclusive sGPUs from one
+    link zone (see the module docstring). ``extra``: the pod's earlier containers'
+    devices of this vendor."""
+    allocated = call.extra or ()
+    if call.request.vendor == GPU:
+        return same_device_rules(allocated)
+    ann = call.annotations
     app_class = ann.get(APP_CLASS, "")
     online = app_class == ONLINE
-    rules = FitRules(
+    return FitRules(
         cores_capacity=(lambda u: None) if online else (lambda u: u.device.cores_pct),
         extra_check=sgpu_check(
             app_class, ann.get(QOS_POLICY, ""), frozenset(d.uuid for c in allocated for d in c)
@@ -212,10 +206,17 @@ def fit(
         choose=choose_online
         if online
         else choose_exclusive
-        if request.cores_pct == 100 and APP_CLASS not in ann
+        if call.request.cores_pct == 100 and APP_CLASS not in ann
         else None,
     )
-    return fit_devices(request, node, usage, filters, policy, rules)
+
+
+#: ``fit(request, node, usage, pod, policy, allocated=())``: ``request.count`` distinct
+#: MetaX devices, or per device why not (``allocated``: the pod's earlier containers'
+#: devices of this vendor).
+fit: VendorFit[Sequence[ContainerDevices]] = VendorFit(
+    filters=FilterKeys(use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID), rules=metax_rules
+)
 
 
 def _table(value: str, n: int) -> float:

@@ -14,20 +14,16 @@ time in nanoseconds (``mthreads.com/predicate-time``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from hami_core.backend import (
     ContainerDevices,
-    DeviceFilters,
-    DevicePolicy,
-    DeviceRequest,
-    DeviceUsage,
-    FitResult,
+    FilterKeys,
+    FitCall,
+    FitRules,
     NodeInfo,
     PodDevices,
-    annotations_of,
-    fit_devices,
+    VendorFit,
     same_device_rules,
 )
 
@@ -40,20 +36,17 @@ from .names import (
 )
 
 
-def fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-    allocated: Sequence[ContainerDevices] = (),
-) -> FitResult:
-    """Choose ``request.count`` distinct GPUs, or say per GPU why not (``allocated``: the
-    pod's earlier containers' GPUs, which a later container must share)."""
-    filters = DeviceFilters.from_annotations(
-        annotations_of(pod), use_uuid=(USE_UUID,), nouse_uuid=(NOUSE_UUID,)
-    )
-    return fit_devices(request, node, usage, filters, policy, same_device_rules(allocated))
+def same_device(call: FitCall[Sequence[ContainerDevices] | None]) -> FitRules:
+    """HAMi's ``customFilterRule`` over the pod's earlier containers' GPUs (``extra``)."""
+    return same_device_rules(call.extra or ())
+
+
+#: ``fit(request, node, usage, pod, policy, allocated=())``: ``request.count`` distinct GPUs,
+#: or per GPU why not (``allocated``: the pod's earlier containers' GPUs, which a later
+#: container must share).
+fit: VendorFit[Sequence[ContainerDevices]] = VendorFit(
+    filters=FilterKeys(use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID), rules=same_device
+)
 
 
 def bind_annotations(

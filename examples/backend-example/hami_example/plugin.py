@@ -16,22 +16,24 @@ from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
-    DeviceFilters,
     DeviceInfo,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
+    FilterKeys,
     FitResult,
     MutateResult,
     NodeInfo,
     VendorConfig,
-    annotations_of,
-    fit_devices,
+    VendorFit,
     hookimpl,
 )
 
 from . import BACKEND_NAME, requests
 from .names import DEVICE_TYPE, NOUSE_UUID, USE_UUID
+
+#: The kit's fit (checks, policies, hints) under this vendor's UUID filter annotations.
+FIT: VendorFit[None] = VendorFit(filters=FilterKeys(use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID))
 
 
 @hookimpl
@@ -66,10 +68,7 @@ def hami_fit(
     pod: Mapping[str, Any],
     policy: DevicePolicy,
 ) -> FitResult | None:
-    filters = DeviceFilters.from_annotations(
-        annotations_of(pod), use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID
-    )
-    return fit_devices(request, node, usage, filters, policy)
+    return FIT(request, node, usage, pod, policy)
 
 
 @hookimpl
