@@ -203,13 +203,18 @@ def _iluvatars(section: object, info: BackendInfo, warnings: list[str]) -> dict[
 def _vnpus(section: object, info: BackendInfo, warnings: list[str]) -> dict[str, Any]:
     """``vnpus.configs`` (one entry per chip, keyed by ``commonWord``) onto our Ascend
     ``vnpus`` option, each entry merged over our default for that chip; a chip-level
-    ``runtimeClassName`` becomes the backend's ``runtimeClassName``."""
+    ``runtimeClassName`` becomes the backend's ``runtimeClassName``, ``hamiVnpuCore`` the
+    backend's ``hamiVnpuCore``."""
     if not isinstance(section, Mapping):
         warnings.append("vnpus: expected a mapping; section ignored")
         return {}
     out: dict[str, Any] = {}
     for k in section:
-        if k != "configs":
+        if k == "hamiVnpuCore" and k in info.option_defaults:
+            # whether a node without a ``hami-vnpu-core`` annotation runs hami-core mode
+            # (HAMi ``pkg/device/ascend/device.go`` ``Fit``, ``ModeNotFit``)
+            out[k] = section[k]
+        elif k != "configs":
             warnings.append(f"vnpus.{k}: not implemented by hami-{info.name}; ignored")
     defaults = info.option_defaults.get("vnpus")
     if not isinstance(defaults, Mapping):

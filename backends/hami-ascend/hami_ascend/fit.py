@@ -10,17 +10,35 @@ per chip model are ``rules.rules`` (modules, HCCS groups, AI Core capacity).
 of ``model`` (the ``ModelSpec`` of ``request.vendor``) on the node, or says per chip why
 not; on a no-fit ``largest_memory_mib`` / ``largest_cores_pct`` say what would have
 fitted. HAMi has no Ascend type filter, so the pod's filters are its UUID lists.
+
+Before it, HAMi's mode check (``mode_not_fit``): a pod in ``hami-core`` vNPU mode fits no
+chip of a node that does not run that mode (``inventory.runs_hami_core``): every chip
+``ModeNotFit`` (HAMi counts the node once, ``1/<chips> ModeNotFit``; the same on a
+one-chip node). A ``template`` pod fits either kind of node (HAMi ``TestDevices_Fit``).
 """
 
 from __future__ import annotations
 
-from hami_core.backend import GENERIC, FilterKeys, FitCall, FitRules, VendorFit
+from collections.abc import Sequence
+
+from hami_core.backend import (
+    GENERIC,
+    DeviceUsage,
+    FilterKeys,
+    FitCall,
+    FitResult,
+    FitRules,
+    ReasonCode,
+    VendorFit,
+)
+
+from .inventory import HAMI_CORE_NODE
 
 from .models import ModelSpec
 from .names import nouse_uuid_annotation, use_uuid_annotation
 from .rules import core_capacity, rules
 
-__all__ = ["core_capacity", "filters_of", "fit", "rules"]
+__all__ = ["core_capacity", "filters_of", "fit", "mode_not_fit", "rules"]
 
 
 def chip_filters(vendor: str) -> FilterKeys:
@@ -37,3 +55,11 @@ def model_rules(call: FitCall[ModelSpec | None]) -> FitRules:
 
 fit: VendorFit[ModelSpec] = VendorFit(filters=chip_filters, rules=model_rules)
 filters_of = fit.filters_of
+
+
+def mode_not_fit(usage: Sequence[DeviceUsage]) -> FitResult | None:
+    """For a pod in hami-core vNPU mode: every chip ``ModeNotFit`` when the node does not
+    run that mode (its chips' ``HAMI_CORE_NODE`` fact is "false"), else None."""
+    if any(u.device.info(HAMI_CORE_NODE) == "false" for u in usage):
+        return FitResult(device_reasons={u.device.uuid: ReasonCode.MODE_NOT_FIT for u in usage})
+    return None

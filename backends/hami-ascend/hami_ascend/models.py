@@ -283,6 +283,9 @@ def model_as_option(model: ModelSpec) -> dict[str, Any]:
 OPTION_DEFAULTS: Final[dict[str, Any]] = {
     # Default vNPU mode of pods without a huawei.com/vnpu-mode annotation.
     "vnpuMode": MODE_TEMPLATE,
+    # Whether a node without a hami-vnpu-core annotation runs hami-core mode (HAMi's
+    # vnpus.hamiVnpuCore); true anyway when vnpuMode is hami-core.
+    "hamiVnpuCore": False,
     # RuntimeClass set on admitted pods that name none ("" = leave the pod alone).
     "runtimeClassName": "",
     # Host directory of HAMi's soft-slicing runtime (hami-core mode mounts).
@@ -300,6 +303,8 @@ class AscendSettings:
 
     Attributes:
         mode: default vNPU mode (``template`` or ``hami-core``).
+        hami_core_nodes: whether a node without a ``hami-vnpu-core`` annotation runs
+            hami-core mode (``hamiVnpuCore``, or ``vnpuMode`` hami-core).
         runtime_class_name: RuntimeClass to set on admitted pods, or "".
         hook_path: host directory of the soft-slicing runtime.
         npu_smi: the ``npu-smi`` executable.
@@ -309,6 +314,7 @@ class AscendSettings:
 
     mode: str
     runtime_class_name: str
+    hami_core_nodes: bool
     hook_path: str
     npu_smi: str
     models: Mapping[str, ModelSpec]
@@ -341,9 +347,13 @@ def parse_settings(config: VendorConfig) -> AscendSettings:
         vendor: _merge(model, overrides.get(vendor) or {}, where=f"ascend.vnpus.{vendor}")
         for vendor, model in known.items()
     }
+    hami_core_nodes = options["hamiVnpuCore"]
+    if not isinstance(hami_core_nodes, bool):
+        raise ConfigError(f"ascend.hamiVnpuCore: expected true or false, got {hami_core_nodes!r}")
     return AscendSettings(
         mode=mode,
         runtime_class_name=str(options["runtimeClassName"]),
+        hami_core_nodes=hami_core_nodes or mode == MODE_HAMI_CORE,
         hook_path=str(options["hookPath"]).rstrip("/") or "/",
         npu_smi=str(options["npuSmiPath"]),
         models=models,

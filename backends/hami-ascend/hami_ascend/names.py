@@ -30,6 +30,11 @@ def nouse_uuid_annotation(vendor: str) -> str:
     return f"hami.io/no-use-{vendor}-uuid"
 
 
+def register_annotation(vendor: str) -> str:
+    """``hami.io/node-register-<x>``: the node's chips of one model (PROTOCOL.md §2)."""
+    return f"hami.io/node-register-{vendor}"
+
+
 def resources(model: ModelSpec) -> ResourceNames:
     """A model's resource names (count, memory in MiB, cores in percent)."""
     return ResourceNames(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,9 +22,9 @@ from hami_core.backend import (
     hookimpl,
 )
 
-from . import BACKEND_NAME, admission, allocate, discover, fit, requests, runtime_info
-from .models import OPTION_DEFAULTS, AscendSettings, parse_settings, settings
-from .names import DEVICE_TYPES
+from . import BACKEND_NAME, admission, allocate, discover, fit, inventory, requests, runtime_info
+from .models import MODE_HAMI_CORE, OPTION_DEFAULTS, AscendSettings, parse_settings, settings
+from .names import DEVICE_TYPES, register_annotation
 
 
 @hookimpl
@@ -45,6 +46,16 @@ def hami_check_config(config: VendorConfig) -> AscendSettings:
 def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
     cfg = settings(config)
     return discover.discover(cfg, discover.runner_for(cfg))
+
+
+@hookimpl
+def hami_node_devices(
+    node: Mapping[str, Any], vendor: str, config: VendorConfig
+) -> list[DeviceInfo] | None:
+    cfg = settings(config)
+    if vendor not in cfg.models:
+        return None
+    return inventory.node_devices(node, register_annotation(vendor), vendor, cfg)
 
 
 @hookimpl
@@ -70,8 +81,12 @@ def hami_fit(
     policy: DevicePolicy,
     config: VendorConfig,
 ) -> FitResult | None:
-    model = settings(config).models[request.vendor]
-    return fit.fit(request, node, usage, pod, policy, model)
+    cfg = settings(config)
+    if requests.pod_mode(pod, cfg) == MODE_HAMI_CORE:
+        refused = fit.mode_not_fit(usage)
+        if refused is not None:
+            return refused
+    return fit.fit(request, node, usage, pod, policy, cfg.models[request.vendor])
 
 
 @hookimpl
@@ -89,13 +104,14 @@ def hami_allocate(
 def hami_bind_annotations(
     pod: Mapping[str, Any], vendor: str, devices: PodDevices, config: VendorConfig
 ) -> Mapping[str, str] | None:
-    """``huawei.com/<model>``: the chips and their templates (or memory and cores in
-    soft-slicing mode) that HAMi's Ascend device plugin reads in ``Allocate``."""
+    """``huawei.com/<model>``: the chips with their templates, memory and cores, that
+    HAMi's Ascend device plugin reads in ``Allocate``; ``predicate-time``."""
     cfg = settings(config)
     model = cfg.models[vendor]
     mode = requests.pod_mode(pod, cfg)
     return {
         runtime_info.annotation_key(model): runtime_info.runtime_info(
             devices, model, hami_core=mode == "hami-core"
-        )
+        ),
+        runtime_info.PREDICATE_TIME: str(int(time.time())),
     }

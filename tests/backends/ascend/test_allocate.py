@@ -111,7 +111,8 @@ def test_runtime_info_annotation_as_hamis_scheduler_writes_it():
     devices = ((), (dev("A", 16384),), (dev("B", 65536, 100), dev("C", 65536, 100)))
     assert annotation_key(b3) == "huawei.com/Ascend910B3"
     assert runtime_info(devices, b3, hami_core=False) == (
-        '[{"UUID":"A","temp":"vir05_1c_16g"},{"UUID":"B"},{"UUID":"C"}]'
+        '[{"UUID":"A","temp":"vir05_1c_16g","memory":16384},'
+        '{"UUID":"B","memory":65536,"core":100},{"UUID":"C","memory":65536,"core":100}]'
     )
     assert runtime_info(((dev("A", 5000, 30),),), b3, hami_core=True) == (
         '[{"UUID":"A","memory":5000,"core":30}]'

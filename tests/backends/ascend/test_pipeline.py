@@ -2,6 +2,7 @@
 carrying the inventory HAMi's ascend-device-plugin writes (``hami.io/node-register-<x>``)."""
 
 import json
+import time
 
 from hami_ascend import discover, plugin
 from hami_ascend.models import settings
@@ -116,8 +117,9 @@ def test_a_slice_is_admitted_placed_annotated_and_allocated(npu_smi):
     assert ann["hami.io/bind-phase"] == "success"
     # what HAMi's Ascend device plugin reads in Allocate, written at bind
     assert json.loads(ann["huawei.com/Ascend910B3"]) == [
-        {"UUID": chosen.uuid, "temp": "vir05_1c_16g"}
+        {"UUID": chosen.uuid, "temp": "vir05_1c_16g", "memory": 16384}
     ]
+    assert abs(int(ann["predicate-time"]) - time.time()) < 60  # unix seconds, as HAMi
     env = out.envs["main"]
     assert env["ASCEND_VNPU_SPECS"] == "vir05_1c_16g"
     # hami simulate knows only the inventory, not the physical ids: the UUID stands in.
