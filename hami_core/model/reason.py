@@ -38,6 +38,6 @@ class ReasonCode(enum.StrEnum):
     CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
     # HAMi 2.10 ``pkg/device/enflame/device.go`` Fit: no DRS profile of the node holds
     # the request (counted once per device, as HAMi does).
-    # ``pkg/device/ascend/device.go`` Fit: a pod in the ``hami-core`` vNPU mode
+    # Also ``pkg/device/ascend/device.go`` Fit: a pod in the ``hami-core`` vNPU mode
     # on a node whose chips are not run in that mode (``hami-vnpu-core`` not "true").
     MODE_NOT_FIT = "ModeNotFit"
