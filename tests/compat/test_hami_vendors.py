@@ -224,12 +224,14 @@ def _amd(limits, requests=None):
 def test_amd_generate_resource_requests():
     """``pkg/device/amd/device_test.go::Test_GenerateResourceRequests`` (HAMi's test config
     names ``amd.com/gpu-mem`` / ``amd.com/gpu-core-pct``): "parses limits only" (the
-    requests' 99s are not read), "no gpu limits -> empty", "defaults an omitted core
-    limit to 100 percent"."""
+    requests' 99s are not read), "defaults an omitted core limit to 100 percent"; "no gpu
+    limits -> empty": HAMi reads no request, here the container is refused naming what is
+    missing (docs/hami-go-tests.md "Decisions taken")."""
     limits = {"amd.com/gpu": "2", "amd.com/gpu-mem": "4096", "amd.com/gpu-core-pct": "33"}
     nines = dict.fromkeys(limits, "99")
     assert _amd(limits, nines) == (2, 4096, 0, 33)
-    assert _amd({"amd.com/gpu-mem": "4096", "amd.com/gpu-core-pct": "33"}) is None
+    with pytest.raises(InvalidInputError, match="without amd.com/gpu"):
+        _amd({"amd.com/gpu-mem": "4096", "amd.com/gpu-core-pct": "33"})
     assert _amd({"amd.com/gpu": "1", "amd.com/gpu-mem": "4096"})[3] == 100
 
 

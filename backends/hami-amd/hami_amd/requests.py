@@ -1,7 +1,11 @@
 """Reading an AMD request (HAMi 2.10 ``pkg/device/amd`` ``GenerateResourceRequests`` and
 ``MutateAdmission``; ``docs/develop/amd-vgpu.md`` §5).
 
-- ``amd.com/gpu`` > 0 distinct GPUs; memory or cores without it ask nothing;
+- ``amd.com/gpu`` > 0 distinct GPUs; memory or cores without it are refused naming both
+  resources (HAMi's webhook takes such a pod and its ``GenerateResourceRequests`` reads
+  no request, so it is scheduled with no GPU: ``amd/device_test.go``
+  ``Test_MutateAdmission`` "gpu memory in limits", ``Test_GenerateResourceRequests``
+  "no gpu limits -> empty");
 - ``amd.com/gpumem`` MiB per GPU; unset: the whole GPU;
 - ``amd.com/gpucores`` an integer percentage of the GPU's compute units, 1..100
   (0 and above 100 are refused, as HAMi's webhook does); unset: 100.
@@ -28,15 +32,24 @@ from .names import resources
 
 
 def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
-    """The container's AMD request per GPU, or None without ``amd.com/gpu``.
+    """The container's AMD request per GPU, or None when it names no AMD resource.
 
     Raises:
-        InvalidInputError: a count of 0, a malformed or oversized quantity, or cores
-            outside 1..100; the message names the container, resource and value.
+        InvalidInputError: a count of 0, a malformed or oversized quantity, cores
+            outside 1..100, or memory or cores without ``amd.com/gpu``; the message
+            names the container, resource and value.
     """
     names = resources(config)
     where = f"container {container.get('name', '?')!r}"
     if resource_value(container, names.count) is None:
+        alone = [
+            n for n in (names.memory, names.cores) if n and resource_value(container, n) is not None
+        ]
+        if alone:
+            raise InvalidInputError(
+                f"{where}: {' and '.join(alone)} without {names.count}: state the number of "
+                f"AMD GPUs in {names.count} (memory and cores are per GPU)"
+            )
         return None
     count = read_quantity(container, names.count)
     if not count:

@@ -44,7 +44,7 @@ def test_requests_as_hami():
     assert requests.parse_request(ctr(count="1"), CFG) == DeviceRequest(
         vendor="AMD", count=1, memory_pct=100, cores_pct=100
     )
-    assert requests.parse_request(ctr(mem="1024"), CFG) is None
+    assert requests.parse_request({"name": "main", "resources": {"limits": {}}}, CFG) is None
 
 
 @pytest.mark.parametrize(
@@ -359,3 +359,32 @@ def test_check_amd_type(case, annotations, model, want):
     assert out.fits is want, case
     if not want:
         assert out.device_reasons == {"g": ReasonCode.CARD_TYPE_MISMATCH}
+
+
+@pytest.mark.parametrize(
+    ("case", "limits", "named"),
+    [
+        ("gpu memory in limits", {"mem": "4096"}, "amd.com/gpumem without amd.com/gpu"),
+        ("core percentage in limits", {"cores": "50"}, "amd.com/gpucores without amd.com/gpu"),
+        ("both", {"mem": "4096", "cores": "50"}, "amd.com/gpumem and amd.com/gpucores"),
+    ],
+)
+def test_memory_or_cores_without_a_count_are_denied(case, limits, named):
+    """Gap decided (docs/hami-go-tests.md "Decisions taken"): ``device_test.go::
+    Test_MutateAdmission`` "gpu memory in limits" / "core percentage in limits": HAMi's
+    webhook takes such a pod, and its ``GenerateResourceRequests`` then reads no request
+    ("no gpu limits -> empty"), so the pod is scheduled with no GPU and fails at the
+    kubelet on a resource no node offers. Here the container is refused naming what is
+    missing: the webhook denies the pod (a pod of another scheduler is left alone)."""
+    with pytest.raises(InvalidInputError, match=named):
+        requests.parse_request(ctr(**limits), CFG)
+    res = requests.mutate(ctr(**limits), "/spec/containers/0", CFG)
+    assert res is not None and named in (res.denial or ""), case
+    from tests.unit.test_admission import review
+
+    p = pod("p", {k: v for k, v in ctr(**limits)["resources"]["limits"].items()})
+    out = review(p)
+    assert not out.allowed and named in out.message
+    other = pod("q", dict(p["spec"]["containers"][0]["resources"]["limits"]))
+    other["spec"]["schedulerName"] = "volcano"
+    assert review(other).allowed
