@@ -33,7 +33,6 @@ from hami_core.backend import (
 )
 
 from .inventory import HAMI_CORE_NODE
-
 from .models import ModelSpec
 from .names import nouse_uuid_annotation, use_uuid_annotation
 from .rules import core_capacity, rules
