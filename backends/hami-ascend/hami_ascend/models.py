@@ -1,10 +1,12 @@
 """Ascend chip models, their vNPU templates and this backend's settings.
 
-The defaults are HAMi 2.10's ``vnpus`` table (chart ``charts/hami/templates/scheduler/
-device-configmap.yaml``, Project-HAMi/HAMi): per model the common word (our vendor key),
-the ``npu-smi`` chip name, the resource names, the schedulable memory
+The defaults (``vnpus.toml``, one entry per model, read through the checks a
+configuration's override goes through) are HAMi 2.10's ``vnpus`` table (chart
+``charts/hami/templates/scheduler/device-configmap.yaml``, Project-HAMi/HAMi): per model
+the common word (our vendor key), the ``npu-smi`` chip name, the schedulable memory
 (``memoryAllocatable``, MiB), the physical memory (``memoryCapacity``, MiB), the AI Core
-count and the vNPU templates (name, MiB, AI Cores). The template names are the values of
+count and the vNPU templates (name, MiB, AI Cores); the resource names follow from the
+common word. The template names are the values of
 ``ASCEND_VNPU_SPECS`` that Ascend Docker Runtime accepts for dynamic vNPU creation
 (MindCluster "Ascend Docker Runtime 使用指南 / 在Docker客户端使用", table 1).
 
@@ -16,7 +18,9 @@ core when the backend loads (``hami_backend_info``), before any configuration is
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
+from importlib.resources import files
 from typing import Any, Final
 
 import attrs
@@ -73,7 +77,9 @@ class ModelSpec:
         vendor: the HAMi common word and our vendor key, e.g. ``Ascend910B3``.
         chip_name: the chip name ``npu-smi`` prints, e.g. ``910B3`` (``310P3`` for the
             Ascend310P key, ``Ascend910`` for 910C modules).
-        resource_count, resource_memory, resource_cores: extended-resource names.
+        resource_count, resource_memory, resource_cores: extended-resource names; by
+            default HAMi's ``huawei.com/<vendor>``, ``huawei.com/<vendor>-memory``,
+            ``huawei.com/<vendor>-core``.
         memory_allocatable_mib: schedulable memory of one chip, MiB (HAMi
             ``memoryAllocatable``; what the inventory states as ``devmem``).
         memory_capacity_mib: largest memory a request may state, MiB (HAMi
@@ -93,9 +99,15 @@ class ModelSpec:
 
     vendor: str
     chip_name: str
-    resource_count: str
-    resource_memory: str
-    resource_cores: str
+    resource_count: str = attrs.field(
+        default=attrs.Factory(lambda m: f"huawei.com/{m.vendor}", takes_self=True)
+    )
+    resource_memory: str = attrs.field(
+        default=attrs.Factory(lambda m: f"huawei.com/{m.vendor}-memory", takes_self=True)
+    )
+    resource_cores: str = attrs.field(
+        default=attrs.Factory(lambda m: f"huawei.com/{m.vendor}-core", takes_self=True)
+    )
     memory_allocatable_mib: int
     memory_capacity_mib: int
     ai_core: int
@@ -143,117 +155,6 @@ def normalize_chip_name(name: str) -> str:
     return flat.removeprefix("ASCEND")
 
 
-def _model(
-    vendor: str,
-    chip: str,
-    *,
-    allocatable: int,
-    capacity: int,
-    ai_core: int,
-    ai_cpu: int = 0,
-    templates: tuple[tuple[str, int, int, int], ...] = (),
-    chips_per_module: int = 1,
-    hccs_group_size: int = 0,
-) -> ModelSpec:
-    return ModelSpec(
-        vendor=vendor,
-        chip_name=chip,
-        resource_count=f"huawei.com/{vendor}",
-        resource_memory=f"huawei.com/{vendor}-memory",
-        resource_cores=f"huawei.com/{vendor}-core",
-        memory_allocatable_mib=allocatable,
-        memory_capacity_mib=capacity,
-        ai_core=ai_core,
-        ai_cpu=ai_cpu,
-        templates=tuple(
-            Template(name=n, memory_mib=m, ai_core=c, ai_cpu=p) for n, m, c, p in templates
-        ),
-        chips_per_module=chips_per_module,
-        hccs_group_size=hccs_group_size,
-    )
-
-
-#: HAMi 2.10's defaults (chart ``device-configmap.yaml``), in declaration order.
-DEFAULT_MODELS: Final[tuple[ModelSpec, ...]] = (
-    _model(
-        "Ascend910A",
-        "910A",
-        allocatable=32768,
-        capacity=32768,
-        ai_core=30,
-        templates=(
-            ("vir02", 2184, 2, 0),
-            ("vir04", 4369, 4, 0),
-            ("vir08", 8738, 8, 0),
-            ("vir16", 17476, 16, 0),
-        ),
-        hccs_group_size=4,
-    ),
-    _model(
-        "Ascend910B2",
-        "910B2",
-        allocatable=65536,
-        capacity=65536,
-        ai_core=24,
-        ai_cpu=6,
-        templates=(
-            ("vir03_1c_8g", 8192, 3, 1),
-            ("vir06_1c_16g", 16384, 6, 1),
-            ("vir12_3c_32g", 32768, 12, 3),
-        ),
-        hccs_group_size=4,
-    ),
-    _model(
-        "Ascend910B3",
-        "910B3",
-        allocatable=65536,
-        capacity=65536,
-        ai_core=20,
-        ai_cpu=7,
-        templates=(("vir05_1c_16g", 16384, 5, 1), ("vir10_3c_32g", 32768, 10, 3)),
-        hccs_group_size=4,
-    ),
-    _model(
-        "Ascend910B4",
-        "910B4",
-        allocatable=32768,
-        capacity=32768,
-        ai_core=20,
-        ai_cpu=7,
-        templates=(("vir05_1c_8g", 8192, 5, 1), ("vir10_3c_16g", 16384, 10, 3)),
-        hccs_group_size=4,
-    ),
-    _model(
-        "Ascend910B4-1",
-        "910B4-1",
-        allocatable=65536,
-        capacity=65536,
-        ai_core=20,
-        ai_cpu=7,
-        templates=(("vir05_1c_16g", 16384, 5, 1), ("vir10_3c_32g", 32768, 10, 3)),
-        hccs_group_size=4,
-    ),
-    _model(
-        "Ascend310P",
-        "310P3",
-        allocatable=21527,
-        capacity=24576,
-        ai_core=8,
-        ai_cpu=7,
-        templates=(("vir01", 3072, 1, 1), ("vir02", 6144, 2, 2), ("vir04", 12288, 4, 4)),
-    ),
-    _model(
-        "Ascend910C",
-        "Ascend910",
-        allocatable=65536,
-        capacity=65536,
-        ai_core=20,
-        ai_cpu=7,
-        templates=(("vir05_1c_16g", 16384, 5, 1), ("vir10_3c_32g", 32768, 10, 3)),
-        chips_per_module=2,
-    ),
-)
-
 #: HAMi key name -> (ModelSpec attribute, type).
 _MODEL_KEYS: Final[dict[str, tuple[str, type]]] = {
     "chipName": ("chip_name", str),
@@ -267,6 +168,103 @@ _MODEL_KEYS: Final[dict[str, tuple[str, type]]] = {
     "chipsPerModule": ("chips_per_module", int),
     "hccsGroupSize": ("hccs_group_size", int),
 }
+
+
+def _fields(entry: object, *, vendor: str, where: str) -> dict[str, Any]:
+    """The ``ModelSpec`` fields one ``vnpus`` entry states, from HAMi's key names, each
+    of the right type (``templates`` parsed and sorted)."""
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {entry!r}")
+    fields: dict[str, Any] = {}
+    for key, value in entry.items():
+        if key == "templates":
+            fields["templates"] = _templates(value, where=f"{where}.templates")
+        elif key == "commonWord":
+            if value != vendor:
+                raise ConfigError(f"{where}.commonWord: must be {vendor!r}, got {value!r}")
+        elif key not in _MODEL_KEYS:
+            allowed = ", ".join([*_MODEL_KEYS, "templates"])
+            raise ConfigError(f"{where}.{key}: unknown key (allowed: {allowed})")
+        else:
+            attr, kind = _MODEL_KEYS[key]
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ConfigError(f"{where}.{key}: expected {kind.__name__}, got {value!r}")
+            fields[attr] = value
+    return fields
+
+
+def _checked(model: ModelSpec, *, where: str) -> ModelSpec:
+    """``model`` when its numbers are consistent (memory, cores, module and group sizes
+    in range, no template larger than the chip)."""
+    checks = (
+        ("memoryAllocatable", model.memory_allocatable_mib > 0),
+        ("memoryCapacity", model.memory_capacity_mib >= model.memory_allocatable_mib),
+        ("aiCore", model.ai_core >= 0),
+        ("chipsPerModule", model.chips_per_module >= 1),
+        ("hccsGroupSize", model.hccs_group_size >= 0),
+    )
+    for key, ok in checks:
+        if not ok:
+            raise ConfigError(
+                f"{where}.{key}: value {getattr(model, _MODEL_KEYS[key][0])!r} is out of range"
+            )
+    for t in model.templates:
+        if t.memory_mib > model.memory_allocatable_mib:
+            raise ConfigError(
+                f"{where}.templates: {t.name} ({t.memory_mib} MiB) is larger than "
+                f"memoryAllocatable ({model.memory_allocatable_mib} MiB)"
+            )
+    return model
+
+
+def _merge(model: ModelSpec, override: object, *, where: str) -> ModelSpec:
+    """``model`` with a configuration's ``vnpus.<vendor>`` entry applied, checked."""
+    fields = _fields(override, vendor=model.vendor, where=where)
+    return _checked(attrs.evolve(model, **fields), where=where)
+
+
+def _template(item: object, *, where: str) -> Template:
+    if not isinstance(item, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {item!r}")
+    unknown = set(item) - {"name", "memory", "aiCore", "aiCPU"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    name, memory = item.get("name"), item.get("memory")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}.name: expected a non-empty string, got {name!r}")
+    if not isinstance(memory, int) or isinstance(memory, bool) or memory <= 0:
+        raise ConfigError(f"{where}.memory: expected a positive integer (MiB), got {memory!r}")
+    cores = {k: item.get(k, 0) for k in ("aiCore", "aiCPU")}
+    for k, v in cores.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ConfigError(f"{where}.{k}: expected a non-negative integer, got {v!r}")
+    return Template(name=name, memory_mib=memory, ai_core=cores["aiCore"], ai_cpu=cores["aiCPU"])
+
+
+def _templates(value: object, *, where: str) -> tuple[Template, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list, got {value!r}")
+    out = [_template(item, where=f"{where}[{pos}]") for pos, item in enumerate(value)]
+    # HAMi sorts the templates by memory (InitDevices); rounding up depends on it.
+    return tuple(sorted(out, key=lambda t: (t.memory_mib, t.name)))
+
+
+def _default_models() -> tuple[ModelSpec, ...]:
+    """The models of ``vnpus.toml`` (HAMi's table), read through the checks a
+    configuration's override goes through."""
+    table = tomllib.loads(files(__package__).joinpath(_TABLE).read_text("utf-8"))
+    out = []
+    for entry in table["vnpus"]:
+        vendor, where = str(entry["commonWord"]), f"{_TABLE}: {entry['commonWord']}"
+        fields = _fields(entry, vendor=vendor, where=where)
+        out.append(_checked(ModelSpec(vendor=vendor, **fields), where=where))
+    return tuple(out)
+
+
+#: The file of the default models, next to this module.
+_TABLE: Final = "vnpus.toml"
+#: HAMi 2.10's defaults (``vnpus.toml``), in declaration order.
+DEFAULT_MODELS: Final[tuple[ModelSpec, ...]] = _default_models()
 
 
 def model_as_option(model: ModelSpec) -> dict[str, Any]:
@@ -385,71 +383,3 @@ def parse_mode(value: str, *, where: str) -> str:
     if mode not in MODES:
         raise ConfigError(f"{where}: {value!r} is not one of {', '.join(MODES)}")
     return mode
-
-
-def _merge(model: ModelSpec, override: object, *, where: str) -> ModelSpec:
-    if not isinstance(override, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {override!r}")
-    fields: dict[str, Any] = {}
-    for key, value in override.items():
-        if key == "templates":
-            fields["templates"] = _templates(value, where=f"{where}.templates")
-            continue
-        if key == "commonWord":
-            if value != model.vendor:
-                raise ConfigError(f"{where}.commonWord: must be {model.vendor!r}, got {value!r}")
-            continue
-        if key not in _MODEL_KEYS:
-            allowed = ", ".join([*_MODEL_KEYS, "templates"])
-            raise ConfigError(f"{where}.{key}: unknown key (allowed: {allowed})")
-        attr, kind = _MODEL_KEYS[key]
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise ConfigError(f"{where}.{key}: expected {kind.__name__}, got {value!r}")
-        fields[attr] = value
-    merged = attrs.evolve(model, **fields)
-    checks = (
-        ("memoryAllocatable", merged.memory_allocatable_mib > 0),
-        ("memoryCapacity", merged.memory_capacity_mib >= merged.memory_allocatable_mib),
-        ("aiCore", merged.ai_core >= 0),
-        ("chipsPerModule", merged.chips_per_module >= 1),
-        ("hccsGroupSize", merged.hccs_group_size >= 0),
-    )
-    for key, ok in checks:
-        if not ok:
-            raise ConfigError(
-                f"{where}.{key}: value {getattr(merged, _MODEL_KEYS[key][0])!r} is out of range"
-            )
-    for t in merged.templates:
-        if t.memory_mib > merged.memory_allocatable_mib:
-            raise ConfigError(
-                f"{where}.templates: {t.name} ({t.memory_mib} MiB) is larger than "
-                f"memoryAllocatable ({merged.memory_allocatable_mib} MiB)"
-            )
-    return merged
-
-
-def _templates(value: object, *, where: str) -> tuple[Template, ...]:
-    if not isinstance(value, list):
-        raise ConfigError(f"{where}: expected a list, got {value!r}")
-    out = []
-    for pos, item in enumerate(value):
-        at = f"{where}[{pos}]"
-        if not isinstance(item, Mapping):
-            raise ConfigError(f"{at}: expected a mapping, got {item!r}")
-        unknown = set(item) - {"name", "memory", "aiCore", "aiCPU"}
-        if unknown:
-            raise ConfigError(f"{at}: unknown keys {sorted(unknown)}")
-        name, memory = item.get("name"), item.get("memory")
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{at}.name: expected a non-empty string, got {name!r}")
-        if not isinstance(memory, int) or isinstance(memory, bool) or memory <= 0:
-            raise ConfigError(f"{at}.memory: expected a positive integer (MiB), got {memory!r}")
-        cores = {k: item.get(k, 0) for k in ("aiCore", "aiCPU")}
-        for k, v in cores.items():
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"{at}.{k}: expected a non-negative integer, got {v!r}")
-        out.append(
-            Template(name=name, memory_mib=memory, ai_core=cores["aiCore"], ai_cpu=cores["aiCPU"])
-        )
-    # HAMi sorts the templates by memory (InitDevices); rounding up depends on it.
-    return tuple(sorted(out, key=lambda t: (t.memory_mib, t.name)))

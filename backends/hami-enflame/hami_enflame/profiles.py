@@ -28,16 +28,26 @@ INT32_MAX = 2**31 - 1
 
 @attrs.frozen(kw_only=True, order=True)
 class Profile:
-    """One DRS profile (ordered by size, then memory)."""
+    """One DRS profile (ordered by size, then memory).
+
+    Attributes:
+        size: the GCU slices it takes (``3`` of ``3g.20gb``).
+        memory_gib: its memory, GiB (``20`` of ``3g.20gb``).
+        name: the profile name, ``<slices>g.<GiB>gb``.
+        id: the profile id the DRS device plugin states for it.
+        cores_pct: its compute, percent of the GCU (``ceil(size x 100 / largest size)``).
+        memory_mib: ``memory_gib`` in MiB (derived).
+    """
 
     size: int
     memory_gib: int
     name: str
     id: str
     cores_pct: int = 0
+    memory_mib: int = attrs.field(init=False, eq=False, order=False)
 
-    @property
-    def memory_mib(self) -> int:
+    @memory_mib.default
+    def _memory_mib(self) -> int:
         return self.memory_gib * 1024
 
 

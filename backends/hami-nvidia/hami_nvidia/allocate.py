@@ -230,11 +230,11 @@ def allocate(
         from . import node
 
         return mig_allocation(
-            pod,
-            container,
             devices,
             node_devices,
-            node.current().mig,
+            pod,
+            container,
+            manager=node.current().mig,
             dynamic=config.operating_mode == DYNAMIC,
         )
     opts = config.options

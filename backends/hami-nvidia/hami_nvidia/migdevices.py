@@ -391,12 +391,12 @@ class MigManager:
 
 
 def mig_allocation(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
     devices: ContainerDevices,
     node_devices: Sequence[DeviceInfo],
-    manager: MigManager,
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
     *,
+    manager: MigManager,
     dynamic: bool,
 ) -> ContainerAllocation:
     """What a container whose devices are MIG GPUs gets: for each device the instance
