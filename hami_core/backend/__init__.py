@@ -18,7 +18,8 @@ Everything a backend needs from the core is here, so a backend's imports say
   container's count / memory / percentages as ``StatedRequest``), ``resource_names`` (the
   section's name overrides), ``stated_quantities`` (what a container states, as written),
   ``denies_invalid_input`` (an admission function's ``InvalidInputError`` as a denial),
-  ``annotations_of``, ``run_tool`` / ``ToolRunner`` (a
+  ``annotations_of``, ``discovered`` (a container's slices as the node's discovered
+  devices) and ``IndexedDevices`` (a runtime told devices by node index), ``run_tool`` / ``ToolRunner`` (a
   management tool with a timeout, behind a protocol tests fake), ``scaled`` /
   ``inventory_device`` (the one scaling, rounded down), ``set_resources`` (the admission
   patch of a container's resources), ``live_pod_uids`` (the pods a node-local record
@@ -52,6 +53,7 @@ from hami_core.protocol.quantity import INT32_MAX, parse_quantity_int
 
 from . import countshared, fit
 from .admission import denies_invalid_input
+from .allocation import IndexedDevices, discovered
 from .fit import (
     GENERIC,
     DeviceFilters,
@@ -108,6 +110,7 @@ __all__ = [
     "ConfigError",
     "DeviceFilters",
     "FilterKeys",
+    "IndexedDevices",
     "FitCall",
     "HamiError",
     "InvalidInputError",
@@ -125,6 +128,7 @@ __all__ = [
     "countshared",
     "decode_mig_allocations",
     "denies_invalid_input",
+    "discovered",
     "encode_mig_allocations",
     "mig_allocations_of",
     "fit",

@@ -14,11 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import (
-    MutateResult,
-    VendorConfig,
-    denies_invalid_input,
-)
+from hami_core.backend import MutateResult, VendorConfig, denies_invalid_input
 
 from .models import settings
 from .requests import resolve

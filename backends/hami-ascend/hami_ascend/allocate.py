@@ -33,9 +33,9 @@ from hami_core.backend import (
     ContainerAllocation,
     ContainerDevices,
     DeviceInfo,
-    InvalidInputError,
     Mount,
     VendorConfig,
+    discovered,
 )
 
 from . import discover
@@ -68,15 +68,9 @@ def physical_ids(devices: ContainerDevices, node_devices: Sequence[DeviceInfo]) 
     """
     if not node_devices:
         return [d.uuid for d in devices]
-    local = {d.uuid: d.node_local for d in node_devices}
-    out = []
-    for d in devices:
-        if d.uuid not in local:
-            raise InvalidInputError(
-                f"{d.vendor} chip {d.uuid} is not on this node (npu-smi does not list it)"
-            )
-        out.append(local[d.uuid].get(discover.PHY_ID, d.uuid))
-    return out
+    what = f"{devices[0].vendor} chip" if devices else "chip"
+    chips = discovered(devices, node_devices, what=what, tool="npu-smi")
+    return [c.node_local.get(discover.PHY_ID, c.uuid) for c in chips]
 
 
 def allocate(

@@ -10,12 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami_core.backend import (
-    ContainerAllocation,
-    ContainerDevices,
-    DeviceInfo,
-    DeviceNode,
-)
+from hami_core.backend import ContainerAllocation, ContainerDevices, DeviceInfo, DeviceNode
 
 from .bind import core_ids
 

@@ -16,10 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hami_core.backend import (
-    NodeInfo,
-    PodDevices,
-)
+from hami_core.backend import NodeInfo, PodDevices
 
 from .names import ALLOC_TIME, ALLOCATED, ASSIGNED_IDS, ASSIGNED_NODE, RESOURCE_TYPE, RESOURCES
 from .requests import asks_devices

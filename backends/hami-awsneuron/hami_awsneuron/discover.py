@@ -15,11 +15,7 @@ import logging
 import os
 import socket
 
-from hami_core.backend import (
-    DeviceInfo,
-    ToolRunner,
-    VendorConfig,
-)
+from hami_core.backend import DeviceInfo, ToolRunner, VendorConfig
 
 from . import inventory
 

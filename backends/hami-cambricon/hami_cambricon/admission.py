@@ -5,12 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import (
-    MutateResult,
-    VendorConfig,
-    denies_invalid_input,
-    resource_names,
-)
+from hami_core.backend import MutateResult, VendorConfig, denies_invalid_input, resource_names
 
 from . import options
 from .names import DEFAULT_RESOURCES, MEMORY_UNIT_MIB
@@ -31,8 +26,8 @@ def mutate_container(
     backend option ``runtimeClassName`` is set and the pod has none, sets it (the
     handbook's per-vendor RuntimeClass injection, e.g. ``cambricon``).
 
-    Returns: None for a container without Cambricon resources; a denial naming the
-        container, the resource and the value for invalid ones.
+    Returns: None for a container without Cambricon resources; an invalid one's
+        ``InvalidInputError`` becomes its denial (``denies_invalid_input``).
     """
     req = parse_request(container, config)
     if req is None:

@@ -17,11 +17,13 @@ Sources:
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from typing import Any
-
-from hami_core.backend import ContainerAllocation, ContainerDevices, DeviceNode, Mount, VendorConfig
+from hami_core.backend import (
+    ContainerAllocation,
+    ContainerDevices,
+    IndexedDevices,
+    Mount,
+    VendorConfig,
+)
 
 from . import options
 
@@ -31,46 +33,25 @@ IPCM_NODE = "/dev/cambricon_ipcm{index}"
 CONTROL_NODE = "/dev/cambricon_ctl"
 
 
-def allocate(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    devices: ContainerDevices,
-    config: VendorConfig,
-    *,
-    indices: Mapping[str, int],
-) -> ContainerAllocation:
-    """Env, device nodes and mounts for one container given its MLU slices.
-
-    Args:
-        devices: the container's slices (empty: it has no MLU; nothing is added, since the
-            Cambricon runtime documents no "none" value).
-        indices: device UUID -> card index, from the node's devices ``hami_allocate`` receives.
-
-    Returns:
-        ``CAMBRICON_VISIBLE_DEVICES`` = the card indices in slice order. A UUID whose
-        index is unknown on this machine (no ``cnmon``, e.g. ``hami simulate``) is written
-        as the UUID itself: a value the runtime cannot take for another card's index.
-        With ``useContainerRuntime: false`` also the device nodes of the cards whose
-        index is known, and ``/dev/cambricon_ctl``; with ``mountCnmonPath`` the host cnmon.
-    """
-    if not devices:
-        return ContainerAllocation()
-    ids = [str(indices[d.uuid]) if d.uuid in indices else d.uuid for d in devices]
-    envs = {VISIBLE_DEVICES: ",".join(ids)}
-    nodes: list[DeviceNode] = []
-    if not config.options[options.USE_RUNTIME]:
-        for d in devices:
-            if d.uuid not in indices:
-                continue
-            index = indices[d.uuid]
-            path = DEVICE_NODE.format(index=index)
-            nodes.append(DeviceNode(container_path=path, host_path=path))
-            ipcm = IPCM_NODE.format(index=index)
-            if os.path.exists(ipcm):
-                nodes.append(DeviceNode(container_path=ipcm, host_path=ipcm))
-        nodes.append(DeviceNode(container_path=CONTROL_NODE, host_path=CONTROL_NODE))
-    mounts: list[Mount] = []
+def cnmon_mount(devices: ContainerDevices, config: VendorConfig) -> ContainerAllocation:
+    """The host ``cnmon`` read-only at the same path, when ``mountCnmonPath`` names it."""
     cnmon = str(config.options[options.MOUNT_CNMON] or "")
-    if cnmon:
-        mounts.append(Mount(container_path=cnmon, host_path=cnmon, read_only=True))
-    return ContainerAllocation(envs=envs, device_nodes=tuple(nodes), mounts=tuple(mounts))
+    mounts = (Mount(container_path=cnmon, host_path=cnmon, read_only=True),) if cnmon else ()
+    return ContainerAllocation(mounts=mounts)
+
+
+#: ``allocate(pod, container, devices, config, *, indices)``: env, device nodes and mounts
+#: for one container given its MLU slices (``indices``: device UUID -> card index, from the
+#: node's devices ``hami_allocate`` receives). ``CAMBRICON_VISIBLE_DEVICES`` = the card
+#: indices in slice order (a UUID whose index is unknown, e.g. ``hami simulate``, stays
+#: the UUID); a container without MLUs gets nothing (the Cambricon runtime documents no
+#: "none" value). With ``useContainerRuntime: false`` also the device nodes of the cards
+#: whose index is known (``ipcm`` where the host has it) and ``/dev/cambricon_ctl``;
+#: with ``mountCnmonPath`` the host cnmon.
+allocate = IndexedDevices(
+    visible_devices=VISIBLE_DEVICES,
+    device_nodes=(DEVICE_NODE,),
+    host_optional_nodes=(IPCM_NODE,),
+    control_nodes=(CONTROL_NODE,),
+    extra=cnmon_mount,
+)

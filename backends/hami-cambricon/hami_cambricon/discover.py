@@ -12,8 +12,9 @@ Device ids carry the ``MLU-`` prefix Cambricon's device plugin gives them
 (``cardUUID = "MLU-" + ...`` in cambricon-k8s-device-plugin ``pkg/cndev``), which is also
 the form of HAMi's documented ``hami.io/node-mlu-register`` example.
 
-Hardware access sits behind the kit's ``ToolRunner`` (argv -> stdout, or None when the tool is
-missing); tests pass a fake or a ``cat`` of a recorded sample.
+``cnmon`` runs through the kit's ``ToolRunner`` (``configured_tool_output``: the section's
+command and timeout; None when it is missing), which tests replace by a fake or by a
+``cat`` of a recorded sample.
 """
 
 from __future__ import annotations

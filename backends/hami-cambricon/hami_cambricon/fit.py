@@ -24,20 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import (
-    FilterKeys,
-    VendorConfig,
-    VendorFit,
-)
+from hami_core.backend import FilterKeys, VendorConfig, VendorFit
 
-from .names import (
-    DEVICE_TYPE,
-    NOUSE_TYPE,
-    NOUSE_UUID,
-    USE_TYPE,
-    USE_UUID,
-    VENDOR_TOKENS,
-)
+from .names import DEVICE_TYPE, NOUSE_TYPE, NOUSE_UUID, USE_TYPE, USE_UUID, VENDOR_TOKENS
 from .requests import pod_models
 
 __all__ = ["FILTERS", "RULES", "fit", "type_matches"]

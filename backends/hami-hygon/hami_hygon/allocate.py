@@ -35,11 +35,11 @@ from hami_core.backend import (
     ContainerDevices,
     DeviceInfo,
     DeviceNode,
-    InvalidInputError,
     MemoryNodeState,
     Mount,
     NodeState,
     VendorConfig,
+    discovered,
 )
 
 from .discover import Dcu
@@ -58,14 +58,8 @@ def resolve(devices: ContainerDevices, node_devices: Sequence[DeviceInfo]) -> li
     """
     if not node_devices:
         return [None for _ in devices]
-    known = {d.uuid: d for d in node_devices}
-    out: list[Dcu | None] = []
-    for d in devices:
-        if d.uuid not in known:
-            raise InvalidInputError(f"DCU {d.uuid} is not on this node (hy-smi does not list it)")
-        dev = known[d.uuid]
-        out.append(Dcu.of(dev) if dev.node_local else None)
-    return out
+    dcus = discovered(devices, node_devices, what="DCU", tool="hy-smi")
+    return [Dcu.of(dev) if dev.node_local else None for dev in dcus]
 
 
 def allocate(

@@ -18,7 +18,7 @@ from hami_core.backend import (
     ContainerDevices,
     DeviceInfo,
     DeviceNode,
-    InvalidInputError,
+    discovered,
 )
 
 
@@ -28,12 +28,9 @@ def allocate(devices: ContainerDevices, node_devices: Sequence[DeviceInfo]) -> C
     Raises:
         InvalidInputError: a GPU is not among ``node_devices`` (its index is unknown).
     """
-    index = {d.uuid: d.index for d in node_devices}
-    nodes = []
-    for d in devices:
-        if d.uuid not in index:
-            # never a guess: GPU 0 for an unknown index would hand out another's GPU
-            raise InvalidInputError(f"Iluvatar GPU {d.uuid} is not on this node")
-        path = f"/dev/iluvatar{index[d.uuid]}"
-        nodes.append(DeviceNode(container_path=path, host_path=path, permissions="rw"))
+    # never a guess: GPU 0 for an unknown index would hand out another's GPU
+    paths = [
+        f"/dev/iluvatar{d.index}" for d in discovered(devices, node_devices, what="Iluvatar GPU")
+    ]
+    nodes = (DeviceNode(container_path=p, host_path=p, permissions="rw") for p in paths)
     return ContainerAllocation(device_nodes=tuple(nodes))

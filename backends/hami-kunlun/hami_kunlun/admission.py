@@ -5,12 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import (
-    MutateResult,
-    VendorConfig,
-    denies_invalid_input,
-    resource_names,
-)
+from hami_core.backend import MutateResult, VendorConfig, denies_invalid_input, resource_names
 
 from . import options
 from .names import DEFAULT_RESOURCES, whole_card_resource
@@ -32,8 +27,8 @@ def mutate_container(
     written. When the backend option ``runtimeClassName`` is set and the pod has none,
     sets it.
 
-    Returns: None for a container without Kunlunxin resources; a denial naming the
-        container, the resource and the value for invalid ones.
+    Returns: None without Kunlunxin resources, else the values above (a denial,
+        through ``denies_invalid_input``, for an invalid quantity or memory tier).
     """
     req = parse_request(container, config)
     if req is None:

@@ -15,12 +15,7 @@ Sources:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from hami_core.backend import ContainerAllocation, ContainerDevices, DeviceNode, VendorConfig
-
-from . import options
+from hami_core.backend import ContainerAllocation, ContainerDevices, IndexedDevices, VendorConfig
 
 VISIBLE_DEVICES = "CXPU_VISIBLE_DEVICES"
 MEMORY_LIMIT = "CXPU_CONTAINER_MEMORY_LIMIT"
@@ -29,40 +24,25 @@ CONTROL_NODE = "/dev/xpuctrl"
 BYTES_PER_MIB = 1024 * 1024
 
 
-def allocate(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    devices: ContainerDevices,
-    config: VendorConfig,
-    *,
-    indices: Mapping[str, int],
-) -> ContainerAllocation:
-    """Env and device nodes for one container given its XPU slices.
+def memory_limit(devices: ContainerDevices, config: VendorConfig) -> ContainerAllocation:
+    """For vXPU slices (cores below 100): ``CXPU_CONTAINER_MEMORY_LIMIT`` = the slice
+    memory in bytes (all slices of a container have the same size)."""
+    if not any(d.cores_pct < 100 for d in devices):
+        return ContainerAllocation()
+    limit = max(d.memory_mib for d in devices) * BYTES_PER_MIB
+    return ContainerAllocation(envs={MEMORY_LIMIT: str(limit)})
 
-    Args:
-        devices: the container's slices (empty: ``CXPU_VISIBLE_DEVICES=none``).
-        indices: device id -> ``DevID``, from the node's devices ``hami_allocate`` receives.
 
-    Returns:
-        ``CXPU_VISIBLE_DEVICES`` = the XPU indices in slice order. An id whose index is
-        unknown on this machine (no ``xpu-smi``, e.g. ``hami simulate``) is written as the
-        id itself: a value the runtime cannot take for another XPU's index. For vXPU
-        slices (cores below 100), ``CXPU_CONTAINER_MEMORY_LIMIT`` = the slice memory in
-        bytes (all slices of a container have the same size). With
-        ``useContainerRuntime: false`` also ``/dev/xpu<n>`` of the known indices and
-        ``/dev/xpuctrl``.
-    """
-    if not devices:
-        return ContainerAllocation(envs={VISIBLE_DEVICES: "none"})
-    ids = [str(indices[d.uuid]) if d.uuid in indices else d.uuid for d in devices]
-    envs = {VISIBLE_DEVICES: ",".join(ids)}
-    if any(d.cores_pct < 100 for d in devices):
-        envs[MEMORY_LIMIT] = str(max(d.memory_mib for d in devices) * BYTES_PER_MIB)
-    nodes: list[DeviceNode] = []
-    if not config.options[options.USE_RUNTIME]:
-        for d in devices:
-            if d.uuid in indices:
-                path = DEVICE_NODE.format(index=indices[d.uuid])
-                nodes.append(DeviceNode(container_path=path, host_path=path))
-        nodes.append(DeviceNode(container_path=CONTROL_NODE, host_path=CONTROL_NODE))
-    return ContainerAllocation(envs=envs, device_nodes=tuple(nodes))
+#: ``allocate(pod, container, devices, config, *, indices)``: env and device nodes for one
+#: container given its XPU slices (``indices``: device id -> ``DevID``, from the node's
+#: devices ``hami_allocate`` receives). ``CXPU_VISIBLE_DEVICES`` = the XPU indices in slice
+#: order (an id whose index is unknown, e.g. ``hami simulate``, stays the id), ``none``
+#: for a container without XPUs, plus ``memory_limit``; with ``useContainerRuntime:
+#: false`` also ``/dev/xpu<n>`` of the known indices and ``/dev/xpuctrl``.
+allocate = IndexedDevices(
+    visible_devices=VISIBLE_DEVICES,
+    none="none",
+    device_nodes=(DEVICE_NODE,),
+    control_nodes=(CONTROL_NODE,),
+    extra=memory_limit,
+)

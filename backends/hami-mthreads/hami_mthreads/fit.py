@@ -27,13 +27,7 @@ from hami_core.backend import (
     same_device_rules,
 )
 
-from .names import (
-    ASSIGNED_INDEX,
-    ASSIGNED_NODE,
-    NOUSE_UUID,
-    PREDICATE_TIME,
-    USE_UUID,
-)
+from .names import ASSIGNED_INDEX, ASSIGNED_NODE, NOUSE_UUID, PREDICATE_TIME, USE_UUID
 
 
 def same_device(call: FitCall[Sequence[ContainerDevices] | None]) -> FitRules:
