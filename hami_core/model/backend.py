@@ -90,6 +90,11 @@ class DeviceTypeInfo:
         request_cores_unit: what the cores resource (a request's ``cores_pct`` through
             ``quota_request_cores``, and the cores quota) counts, when it differs from
             ``cores_unit`` (AMD: percent; AWS Neuron: NeuronCores); None: the same.
+        memory_unit_option: the name of the backend's section option that multiplies the
+            memory resource's unit (Hygon's ``memoryFactor``: ``hygon.com/dcumem: 800``
+            with factor 2 books 1600 MiB), or "". ``BackendManager.device_types`` folds
+            it into ``resources.memory_unit_mib``, so a quota on the resource is read in
+            the pod's own units, as HAMi's ``fitResourceQuota`` reads it.
         other_resources: further resource names the backend reads beyond ``resources``,
             as ``fnmatch`` patterns (NVIDIA: ``nvidia.com/priority`` and the NVIDIA device
             plugin's ``nvidia.com/mig-*``), so that a name of the vendor's domain that
@@ -112,6 +117,7 @@ class DeviceTypeInfo:
     cores_unit: CoresUnit = PERCENT
     request_cores_unit: CoresUnit | None = None
     other_resources: tuple[str, ...] = ()
+    memory_unit_option: str = ""
 
     @property
     def resource_cores_unit(self) -> CoresUnit:

@@ -152,6 +152,10 @@ class BackendManager:
             )
         for name, record in self._records.items():
             self._sections[name] = self._checked_section(name, record.info)
+        self._types: dict[str, tuple[DeviceTypeInfo, ...]] = {
+            name: tuple(_configured(t, self._sections[name]) for t in r.info.device_types)
+            for name, r in self._records.items()
+        }
 
     # -- construction ---------------------------------------------------------------
 
@@ -224,13 +228,14 @@ class BackendManager:
         return tuple(sorted(self._by_vendor))
 
     def device_types(self) -> tuple[DeviceTypeInfo, ...]:
-        """Every ``DeviceTypeInfo`` of every backend, by backend then declaration."""
-        return tuple(t for r in self.backends for t in r.info.device_types)
+        """Every ``DeviceTypeInfo`` of every backend, by backend then declaration, under
+        the configuration (``memory_unit_option`` folded into the memory unit)."""
+        return tuple(t for name in sorted(self._types) for t in self._types[name])
 
     def device_type(self, vendor: str) -> DeviceTypeInfo:
-        """The ``DeviceTypeInfo`` of a vendor key. Raises ``KeyError`` when unknown."""
-        info = self._records[self.backend_of(vendor)].info
-        return next(t for t in info.device_types if t.vendor == vendor)
+        """The ``DeviceTypeInfo`` of a vendor key, under the configuration. Raises
+        ``KeyError`` when unknown."""
+        return next(t for t in self._types[self.backend_of(vendor)] if t.vendor == vendor)
 
     def backend_of(self, vendor: str) -> str:
         """Name of the backend serving ``vendor``. Raises ``KeyError`` when none."""
@@ -761,3 +766,16 @@ def _load(ep: EntryPoint) -> object:
 
 def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _configured(dtype: DeviceTypeInfo, section: VendorConfig) -> DeviceTypeInfo:
+    """``dtype`` with the memory unit its section's ``memory_unit_option`` sets (at least
+    1; the option was checked by the backend's ``hami_check_config``)."""
+    if not dtype.memory_unit_option:
+        return dtype
+    try:
+        factor = max(1, int(section.options.get(dtype.memory_unit_option, 1)))
+    except (TypeError, ValueError):
+        return dtype
+    unit = dtype.resources.memory_unit_mib * factor
+    return attrs.evolve(dtype, resources=attrs.evolve(dtype.resources, memory_unit_mib=unit))

@@ -396,14 +396,16 @@ def test_fit_resource_quota_non_nvidia_mlu(case, namespace, limits, fits):
     ],
 )
 def test_fit_resource_quota_non_nvidia_dcu(case, dcumem, fits):
-    """``TestFitResourceQuotaNonNvidia``, the DCU cases: ``limits.hygon.com/dcumem: 1000``
-    is compared with the memory as the pod writes it (800 fits, 1200 does not), at
-    admission and at fit. (HAMi runs them with Hygon's ``memoryFactor`` 2, which scales
-    only what is booked; see docs/hami-go-tests.md, Gaps.)"""
+    """``TestFitResourceQuotaNonNvidia``, the DCU cases: with Hygon's ``memoryFactor`` 2 a
+    pod's ``hygon.com/dcumem`` books twice that in MiB, and ``limits.hygon.com/dcumem:
+    1000`` is compared with the memory as the pod writes it (800 fits, 1200 does not),
+    at admission and at fit. Was: the booked 1600 MiB against 1000, every such pod
+    denied."""
     from tests.backends.hygon.test_pipeline import HAMI_LEGACY, dcu_node, dcu_pod
     from tests.unit.test_admission import review
 
-    p = pipeline(dcu_node("dcu-1", HAMI_LEGACY))
+    config = {"hygon": {"memoryFactor": 2}}
+    p = pipeline(dcu_node("dcu-1", HAMI_LEGACY), config=config)
     p.cluster.add_quota(
         {
             "metadata": {"name": "q", "namespace": "dcu-mem"},
@@ -412,9 +414,17 @@ def test_fit_resource_quota_non_nvidia_dcu(case, dcumem, fits):
     )
     candidate = dcu_pod("dcu-pod", count=1, mem=dcumem)
     candidate["metadata"]["namespace"] = "dcu-mem"
-    out = review(candidate, store=p.cluster)
+    out = review(candidate, store=p.cluster, config=config)
     assert out.allowed is fits, (case, out.message)
-    assert p.submit(candidate).scheduled is fits
+    placed = p.submit(candidate)
+    assert placed.scheduled is fits, placed
+    if fits:
+        (dev,) = placed.allocation.devices["DCU"][0]
+        assert dev.memory_mib == 2 * dcumem
+        # a second such pod would pass 1000 units: the quota holds with the first running
+        second = dcu_pod("dcu-pod-2", count=1, mem=dcumem)
+        second["metadata"]["namespace"] = "dcu-mem"
+        assert not review(second, store=p.cluster, config=config).allowed
 
 
 # -- scheduler_test.go --------------------------------------------------------------

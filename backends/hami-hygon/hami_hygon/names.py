@@ -30,6 +30,8 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
     vendor=VENDOR,
     resources=DEFAULT_RESOURCES,
     **hami_annotation_keys("dcu"),
+    # one hygon.com/dcumem is memoryFactor MiB: quotas on it are read in the pod's units
+    memory_unit_option="memoryFactor",
 )
 
 USE_TYPE, NOUSE_TYPE = type_filter_keys("hygon.com", "dcu")
