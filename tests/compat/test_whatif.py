@@ -354,3 +354,17 @@ def test_text_mode_prints_warnings_on_stderr(tmp_path):
     assert "warning: pod default/amd asks example.com/fpga" in out.stderr
     assert "warning:" not in out.stdout
     assert "Unmanaged resources (1)" in out.stdout
+
+
+def test_text_mode_warns_of_a_misspelt_vendor_resource(tmp_path):
+    """``hami simulate`` in text mode: the ``nvidia.com/gpumemory`` pod is listed as
+    unmanaged and the warning (on stderr) says why it stays Pending."""
+    cluster = write(
+        tmp_path / "cluster.yaml", {"apiVersion": "v1", "kind": "List", "items": [_node("n1")]}
+    )
+    workload = write(tmp_path / "pod.yaml", gpu_pod("typo", gpu=1, gpumemory=4000))
+    out = CliRunner().invoke(cli, ["simulate", "--cluster", str(cluster), str(workload)])
+    assert out.exit_code == 0, out.output
+    assert "warning: pod default/typo asks nvidia.com/gpumemory" in out.stderr
+    assert "misspelt" in out.stderr and "Pending" in out.stderr
+    assert "Unmanaged resources (1)" in out.stdout and "Placed (0)" in out.stdout
