@@ -91,6 +91,7 @@ from .requests import (
 )
 from .tools import (
     DEFAULT_TOOL_TIMEOUT_S,
+    ConfiguredTool,
     SubprocessRunner,
     ToolRunner,
     configured_tool_output,
@@ -108,6 +109,7 @@ __all__ = [
     "AnnotationKeys",
     "AnnotationError",
     "ConfigError",
+    "ConfiguredTool",
     "DeviceFilters",
     "FilterKeys",
     "IndexedDevices",

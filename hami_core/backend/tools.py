@@ -81,3 +81,25 @@ def configured_tool_output(
     argv = shlex.split(str(config.options[command_key]))
     real = runner or SubprocessRunner(timeout_s=float(config.options[timeout_key]))
     return real(argv)
+
+
+@attrs.frozen(kw_only=True)
+class ConfiguredTool:
+    """A management tool whose command line and timeout are options of the backend's
+    section (Cambricon's ``cnmonCommand`` / ``cnmonTimeoutSeconds``), stated once.
+
+    Attributes:
+        command_key: the option holding the command line (split as a shell would,
+            without running a shell).
+        timeout_key: the option holding its timeout, seconds.
+    """
+
+    command_key: str
+    timeout_key: str
+
+    def output(self, config: VendorConfig, runner: ToolRunner | None = None) -> str | None:
+        """The tool's stdout, or None when it is missing, fails or times out
+        (``configured_tool_output``; ``runner``: a fake for tests)."""
+        return configured_tool_output(
+            config, command_key=self.command_key, timeout_key=self.timeout_key, runner=runner
+        )

@@ -1,4 +1,5 @@
-"""The kit's allocate helpers: ``discovered`` and ``IndexedDevices``."""
+"""The kit's allocate and discovery helpers (``discovered``, ``IndexedDevices``,
+``ConfiguredTool``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import attrs
 import pytest
 
 from hami_core.backend import (
+    ConfiguredTool,
     ContainerAllocation,
     ContainerDevice,
     DeviceNode,
@@ -79,3 +81,18 @@ def test_without_the_runtime_the_known_indices_nodes_and_the_control_node():
     with_host = host({}, {}, slices("G-1"), section(False), indices={"G-1": 3})
     assert [n.host_path for n in with_host.device_nodes] == ["/dev/x3", "/dev/null", "/dev/xctl"]
     assert with_host.mounts == (Mount(container_path="/t", host_path="/t"),)
+
+
+def test_a_configured_tool_runs_the_sections_command_and_answers_its_output():
+    tool = ConfiguredTool(command_key="toolCommand", timeout_key="toolTimeoutSeconds")
+    section = VendorConfig(options={"toolCommand": "smi info -q 'a b'", "toolTimeoutSeconds": 3})
+    seen: list[list[str]] = []
+
+    def runner(argv):
+        seen.append(list(argv))
+        return "Card 0\n"
+
+    assert tool.output(section, runner) == "Card 0\n" and seen == [["smi", "info", "-q", "a b"]]
+    assert tool.output(section, lambda argv: None) is None
+    missing = VendorConfig(options={"toolCommand": "/nonexistent/smi", "toolTimeoutSeconds": 3})
+    assert tool.output(missing) is None

@@ -12,7 +12,7 @@ Device ids carry the ``MLU-`` prefix Cambricon's device plugin gives them
 (``cardUUID = "MLU-" + ...`` in cambricon-k8s-device-plugin ``pkg/cndev``), which is also
 the form of HAMi's documented ``hami.io/node-mlu-register`` example.
 
-``cnmon`` runs through the kit's ``ToolRunner`` (``configured_tool_output``: the section's
+``cnmon`` runs through the kit's ``ToolRunner`` (``ConfiguredTool``: the section's
 command and timeout; None when it is missing), which tests replace by a fake or by a
 ``cat`` of a recorded sample.
 """
@@ -25,17 +25,18 @@ from collections.abc import Iterable
 import attrs
 
 from hami_core.backend import (
+    ConfiguredTool,
     DeviceInfo,
     InvalidInputError,
     ToolRunner,
     VendorConfig,
-    configured_tool_output,
     inventory_device,
 )
 
 from . import VENDOR, options
 
-#: argv -> the tool's stdout, or None when the tool is absent or fails.
+#: The section's command line and timeout for the tool (``options.CNMON_COMMAND``).
+CNMON = ConfiguredTool(command_key=options.CNMON_COMMAND, timeout_key=options.CNMON_TIMEOUT_S)
 
 _CARD = re.compile(r"^\s*Card\s*:?\s*(\d+)\s*$", re.IGNORECASE)
 _FIELD = re.compile(r"^(\s*)([^:]+?)\s*:\s*(.*?)\s*$")
@@ -153,12 +154,5 @@ def discover(config: VendorConfig, runner: ToolRunner | None = None) -> list[Dev
     Raises:
         InvalidInputError: the output cannot be parsed (see ``parse_cnmon_info``).
     """
-    text = configured_tool_output(
-        config,
-        command_key=options.CNMON_COMMAND,
-        timeout_key=options.CNMON_TIMEOUT_S,
-        runner=runner,
-    )
-    if text is None:
-        return None
-    return to_devices(parse_cnmon_info(text), config)
+    text = CNMON.output(config, runner)
+    return None if text is None else to_devices(parse_cnmon_info(text), config)

@@ -30,17 +30,18 @@ from collections.abc import Sequence
 import attrs
 
 from hami_core.backend import (
+    ConfiguredTool,
     DeviceInfo,
     InvalidInputError,
     ToolRunner,
     VendorConfig,
-    configured_tool_output,
     inventory_device,
 )
 
 from . import VENDOR, options
 
-#: argv -> the tool's stdout, or None when the tool is absent or fails.
+#: The section's command line and timeout for the tool (``options.XPU_SMI_COMMAND``).
+XPU_SMI = ConfiguredTool(command_key=options.XPU_SMI_COMMAND, timeout_key=options.XPU_SMI_TIMEOUT_S)
 
 _MEMORY = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*(MB|MiB)?\s*$", re.IGNORECASE)
 
@@ -177,12 +178,5 @@ def discover(config: VendorConfig, runner: ToolRunner | None = None) -> list[Dev
     Raises:
         InvalidInputError: the output cannot be parsed (see ``parse_xpu_smi``).
     """
-    text = configured_tool_output(
-        config,
-        command_key=options.XPU_SMI_COMMAND,
-        timeout_key=options.XPU_SMI_TIMEOUT_S,
-        runner=runner,
-    )
-    if text is None:
-        return None
-    return to_devices(parse_xpu_smi(text), config)
+    text = XPU_SMI.output(config, runner)
+    return None if text is None else to_devices(parse_xpu_smi(text), config)
