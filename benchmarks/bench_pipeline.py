@@ -195,7 +195,9 @@ METRICS_URL = ""
 def extender_seconds() -> dict[str, tuple[float, float]]:
     """verb -> (calls, seconds) from ``hami scheduler``'s own histograms."""
     out: dict[str, list[float]] = {}
-    with urllib.request.urlopen(METRICS_URL, timeout=5) as r:
+    # A generous timeout: on a loaded machine the scheduler's metrics thread answers
+    # behind its request threads (a 5 s limit once ended a whole run).
+    with urllib.request.urlopen(METRICS_URL, timeout=60) as r:
         for line in r.read().decode().splitlines():
             for verb in ("filter", "score", "bind", "node_lock_wait"):
                 for part, i in (("_count", 0), ("_sum", 1)):
