@@ -375,7 +375,9 @@ def profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
     rights over the process, which root has)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     spy = str(Path(sys.executable).parent / "py-spy")
-    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "-o", str(out)])
+    return subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "-o", str(out)]
+    )
 
 
 def main() -> None:
@@ -386,7 +388,8 @@ def main() -> None:
         "--profile",
         type=Path,
         help="record py-spy profiles of `hami scheduler` (one per size, while it schedules "
-        "the pods with the extender) into this folder, as flame-graph SVGs",
+        "the pods with the extender) into this folder, as collapsed stacks (one line per "
+        "stack and its sample count: flamegraph.pl or speedscope read them)",
     )
     args = ap.parse_args()
     sizes = [100] if args.quick else [100, 500, 1000]
@@ -432,7 +435,7 @@ def main() -> None:
                 )
                 before = extender_seconds()
                 spy = (
-                    profiler(hami.pid, args.profile / f"hami-scheduler-{size}.svg")
+                    profiler(hami.pid, args.profile / f"hami-scheduler-{size}.txt")
                     if args.profile
                     else None
                 )

@@ -44,10 +44,16 @@ def labels_of(info: NodeInfo) -> tuple[str, ...]:
 
 def node_signature(info: NodeInfo, usage: Mapping[str, DeviceUsage]) -> Hashable | None:
     """A hashable key equal for two nodes exactly when they are in one class (see the
-    module docstring): ``info`` (without its name) and ``usage`` (in order, with the
-    holders' annotations) with every name and UUID replaced by its position, plus the
-    UUIDs' sort order. None when the node holds a value this cannot canonicalise or
-    names its devices ambiguously (a UUID repeated or equal to the node name)."""
+    module docstring): ``info`` (without its name) and ``usage`` (in order) with every
+    name and UUID replaced by its position, plus the UUIDs' sort order. None when a pod
+    holds part of a device (``DeviceUsage.holders``), when the node holds a value this
+    cannot canonicalise, or names its devices ambiguously (a UUID repeated or equal to
+    the node name)."""
+    if any(u.holders for u in usage.values()):
+        # Pods hold part of its devices: their annotations (which backends may read)
+        # carry per-pod stamps and UUIDs, so such a node would hardly ever match
+        # another, and comparing them costs more than the fit saved.
+        return None
     labels = labels_of(info)
     if len(set(labels)) != len(labels) or not all(labels):
         return None
