@@ -259,7 +259,8 @@ def unmanaged_resources(pod: Mapping[str, Any], manager: BackendManager) -> tupl
     installed), or a name of such a domain that no backend reads (a typo such as
     ``nvidia.com/gpumemory``: the webhook admits the pod as HAMi's does, and
     kube-scheduler, which checks every resource the extender does not manage, finds no
-    node with it). ``kubernetes.io`` resources are Kubernetes' own. A name some node
+    node with it). The names a configuration section gives a backend's resources are
+    its own. ``kubernetes.io`` resources are Kubernetes' own. A name some node
     states in its capacity is another device plugin's: kube-scheduler places it
     (``Pipeline.submit`` checks it as kube-scheduler's ``NodeResourcesFit`` does)."""
     domains: set[str] = set()
@@ -272,6 +273,17 @@ def unmanaged_resources(pod: Mapping[str, Any], manager: BackendManager) -> tupl
                 domains.add(n.split("/", 1)[0])
                 known.add(n)
         patterns.extend(t.other_resources)
+    for backend in manager.infos:  # names a section renames (HAMi's resourceCountName, ...)
+        section = manager.vendor_config(backend)
+        for n in (
+            section.resource_count_name,
+            section.resource_memory_name,
+            section.resource_memory_pct_name,
+            section.resource_cores_name,
+        ):
+            if n and "/" in n:
+                domains.add(n.split("/", 1)[0])
+                known.add(n)
     spec = pod.get("spec") or {}
     out: dict[str, None] = {}
     for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:

@@ -368,3 +368,20 @@ def test_text_mode_warns_of_a_misspelt_vendor_resource(tmp_path):
     assert "warning: pod default/typo asks nvidia.com/gpumemory" in out.stderr
     assert "misspelt" in out.stderr and "Pending" in out.stderr
     assert "Unmanaged resources (1)" in out.stdout and "Placed (0)" in out.stdout
+
+
+def test_a_resource_renamed_in_the_config_is_not_unmanaged():
+    """HAMi's ``resourceCountName`` (e.g. ``nvidia.com/vgpu`` beside NVIDIA's own plugin):
+    a pod asking the configured name is the backend's, placed, not reported unmanaged;
+    the default name is still known (the other names of the section keep theirs)."""
+    from tests.simulate.helpers import manager
+
+    mgr = manager({"nvidia": {"resourceCountName": "nvidia.com/vgpu"}})
+    renamed = gpu_pod("renamed")
+    renamed["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/vgpu": "1", "nvidia.com/gpumem": "1000"}
+    }
+    data = build_report(run([_node("n1")], [renamed], mgr=mgr))
+    assert data["pods"][0]["status"] == "placed", data["pods"][0]
+    assert [d["uuid"] for d in data["pods"][0]["devices"]] == ["GPU-n1-0"]
+    assert not data["warnings"]
