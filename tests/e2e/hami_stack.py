@@ -34,6 +34,8 @@ MANAGED = [
     "cambricon.com/vmlu",
     "cambricon.com/mlu.smlu.vmemory",
     "cambricon.com/mlu.smlu.vcore",
+    "huawei.com/Ascend910B3",
+    "huawei.com/Ascend910B3-memory",
 ]
 HAMI = str(Path(sys.executable).parent / "hami")
 

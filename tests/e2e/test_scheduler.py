@@ -375,3 +375,52 @@ def test_cambricon_cases_match_simulate(control_plane, core):
         ):
             assert real[key] == simulated[key], (name, key)
         assert real["CAMBRICON_DSMLU_PROFILE"] == "2_30_20"
+
+
+def test_ascend_mode_not_fit_matches_simulate(control_plane, core):
+    """HAMi's Ascend mode check (``pkg/device/ascend/device_test.go::TestDevices_Fit``
+    "fit fail: hami-core pod on legacy node (ModeNotFit)") through the real kube-scheduler
+    and extender, against ``hami simulate``: a ``huawei.com/vnpu-mode: hami-core`` pod
+    goes only to the node whose ``hami-vnpu-core`` is "true"; with that node full it is
+    unschedulable although the template node has free chips; both answers and the
+    ``huawei.com/Ascend910B3`` bind annotation equal simulate's."""
+    from tests.backends.ascend.test_pipeline import HAMI_910B3, ascend_node, ascend_pod
+
+    legacy, soft = unique("npu-legacy"), unique("npu-core")
+    objs = [
+        ascend_node(legacy, "Ascend910B3", HAMI_910B3.replace("HAMI-B3", f"{legacy}-B3")),
+        ascend_node(soft, "Ascend910B3", HAMI_910B3.replace("HAMI-B3", f"{soft}-B3")),
+    ]
+    objs[1]["metadata"]["annotations"]["hami-vnpu-core"] = "true"
+    for obj in objs:
+        control_plane.add_fake_node(
+            obj["metadata"]["name"],
+            annotations=obj["metadata"]["annotations"],
+            capacity={"huawei.com/Ascend910B3": "8"},
+        )
+    sim = pipeline(*objs)
+    mode = {"huawei.com/vnpu-mode": "hami-core"}
+    cases = [
+        (f"soft-{i}", ascend_pod(f"soft-{i}", count=2, memory=65536, annotations=mode))
+        for i in range(2)
+    ]
+    expected = {}
+    for name, p in cases:
+        expected[name] = sim.submit(p).node
+        create(core, p)
+        if expected[name] is not None:
+            wait_bound(control_plane, core, [name])
+        else:
+            control_plane.wait_for(
+                lambda name=name: any(r == "FilteringFailed" for r, _ in events(core, name)),
+                message=f"{name} unschedulable",
+            )
+    assert expected == {"soft-0": soft, "soft-1": None}
+    got = {name: raw_pod(core, name)["spec"].get("nodeName") for name, _ in cases}
+    assert got == expected
+    real = raw_pod(core, "soft-0")["metadata"]["annotations"]
+    simulated = sim.cluster.get_pod("default", "soft-0")["metadata"]["annotations"]
+    for key in ("hami.io/Ascend910B3-devices-allocated", "huawei.com/Ascend910B3"):
+        assert real[key] == simulated[key], key
+    failed = [m for r, m in events(core, "soft-1") if r == "FilteringFailed"]
+    assert any("ModeNotFit" in m for m in failed), failed
