@@ -274,12 +274,12 @@ def unmanaged_resources(pod: Mapping[str, Any], manager: BackendManager) -> tupl
                 known.add(n)
         patterns.extend(t.other_resources)
     for backend in manager.infos:  # names a section renames (HAMi's resourceCountName, ...)
-        section = manager.vendor_config(backend)
+        conf = manager.vendor_config(backend)
         for n in (
-            section.resource_count_name,
-            section.resource_memory_name,
-            section.resource_memory_pct_name,
-            section.resource_cores_name,
+            conf.resource_count_name,
+            conf.resource_memory_name,
+            conf.resource_memory_pct_name,
+            conf.resource_cores_name,
         ):
             if n and "/" in n:
                 domains.add(n.split("/", 1)[0])
