@@ -150,3 +150,22 @@ def test_ascend_910c_super_pod_decides_module_pairing(infos, tmp_path, super_pod
         assert req({"huawei.com/Ascend910C": "3"}).count == 3
         sliced = req({"huawei.com/Ascend910C": "1", "huawei.com/Ascend910C-memory": "16384"})
         assert (sliced.count, sliced.memory_mib) == (1, 16384)
+
+
+@pytest.mark.parametrize(("value", "nodes"), [(True, True), (False, False)])
+def test_ascend_hami_vnpu_core_is_read(infos, tmp_path, value, nodes):
+    """HAMi's ``vnpus.hamiVnpuCore`` (``pkg/device/ascend/device.go`` ``Fit``): whether a
+    node without a ``hami-vnpu-core`` annotation runs hami-core (else ``ModeNotFit`` for
+    hami-core pods); a value that is not a boolean stops the start naming the key."""
+    if "ascend" not in infos:
+        pytest.skip("hami-ascend not installed")
+    from hami_ascend.models import settings
+
+    m = BackendManager.from_entry_points(disabled=[])
+    path = tmp_path / "device-config.yaml"
+    path.write_text(yaml.safe_dump({"vnpus": {"hamiVnpuCore": value}}))
+    cfg = m.with_config(load_config(path, backends=m.infos)).vendor_config("ascend")
+    assert settings(cfg).hami_core_nodes is nodes
+    path.write_text("vnpus:\n  hamiVnpuCore: maybe\n")
+    with pytest.raises(ConfigError, match="hamiVnpuCore"):
+        m.with_config(load_config(path, backends=m.infos))
