@@ -25,7 +25,6 @@ from collections.abc import Iterable
 import attrs
 
 from hami_core.backend import (
-    ConfiguredTool,
     DeviceInfo,
     InvalidInputError,
     ToolRunner,
@@ -34,9 +33,6 @@ from hami_core.backend import (
 )
 
 from . import VENDOR, options
-
-#: The section's command line and timeout for the tool (``options.CNMON_COMMAND``).
-CNMON = ConfiguredTool(command_key=options.CNMON_COMMAND, timeout_key=options.CNMON_TIMEOUT_S)
 
 _CARD = re.compile(r"^\s*Card\s*:?\s*(\d+)\s*$", re.IGNORECASE)
 _FIELD = re.compile(r"^(\s*)([^:]+?)\s*:\s*(.*?)\s*$")
@@ -154,5 +150,5 @@ def discover(config: VendorConfig, runner: ToolRunner | None = None) -> list[Dev
     Raises:
         InvalidInputError: the output cannot be parsed (see ``parse_cnmon_info``).
     """
-    text = CNMON.output(config, runner)
+    text = options.CNMON.output(config, runner)
     return None if text is None else to_devices(parse_cnmon_info(text), config)

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from hami_core.backend import FilterKeys, VendorConfig, VendorFit
 
 from .names import DEVICE_TYPE, NOUSE_TYPE, NOUSE_UUID, USE_TYPE, USE_UUID, VENDOR_TOKENS
@@ -41,11 +43,8 @@ def _models(pod: Mapping[str, Any], config: VendorConfig | None) -> frozenset[st
 #: and ``_``): ``MLU370`` matches ``MLU370-X8``; ``MLU370-X8`` matches ``MLU370-X8`` but
 #: not ``MLU370-X4``; ``MLU37`` matches neither. ``cambricon`` and ``mlu`` match every MLU
 #: (the handbook's ``hami.io/gpu-type: "cambricon"``).
-FILTERS = FilterKeys(
-    use_type=USE_TYPE,
-    nouse_type=NOUSE_TYPE,
-    use_uuid=USE_UUID,
-    nouse_uuid=NOUSE_UUID,
+FILTERS = attrs.evolve(
+    FilterKeys(use_type=USE_TYPE, nouse_type=NOUSE_TYPE, use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID),
     vendor_tokens=VENDOR_TOKENS,
 )
 type_matches = FILTERS.type_matches

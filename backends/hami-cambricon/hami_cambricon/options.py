@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hami_core.backend import ConfiguredTool
+
 ACCEPT_QUALIFIED = "acceptModelQualifiedNames"
 RUNTIME_CLASS = "runtimeClassName"
 CNMON_COMMAND = "cnmonCommand"
@@ -32,3 +34,6 @@ OPTION_DEFAULTS: Mapping[str, Any] = {
     USE_RUNTIME: True,
     MOUNT_CNMON: "",
 }
+
+#: The discovery tool: its command line and timeout are the options above.
+CNMON = ConfiguredTool(command_key=CNMON_COMMAND, timeout_key=CNMON_TIMEOUT_S)

@@ -30,7 +30,6 @@ from collections.abc import Sequence
 import attrs
 
 from hami_core.backend import (
-    ConfiguredTool,
     DeviceInfo,
     InvalidInputError,
     ToolRunner,
@@ -39,9 +38,6 @@ from hami_core.backend import (
 )
 
 from . import VENDOR, options
-
-#: The section's command line and timeout for the tool (``options.XPU_SMI_COMMAND``).
-XPU_SMI = ConfiguredTool(command_key=options.XPU_SMI_COMMAND, timeout_key=options.XPU_SMI_TIMEOUT_S)
 
 _MEMORY = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*(MB|MiB)?\s*$", re.IGNORECASE)
 
@@ -178,5 +174,5 @@ def discover(config: VendorConfig, runner: ToolRunner | None = None) -> list[Dev
     Raises:
         InvalidInputError: the output cannot be parsed (see ``parse_xpu_smi``).
     """
-    text = XPU_SMI.output(config, runner)
+    text = options.XPU_SMI.output(config, runner)
     return None if text is None else to_devices(parse_xpu_smi(text), config)

@@ -19,7 +19,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from hami_core.backend import ConfigError, VendorConfig
+from hami_core.backend import ConfigError, ConfiguredTool, VendorConfig
 
 WHOLE_CARD_RESOURCE = "resourceWholeCardName"
 MEMORY_TIERS = "memoryTiersMiB"
@@ -44,6 +44,9 @@ OPTION_DEFAULTS: Mapping[str, Any] = {
     XPU_SMI_TIMEOUT_S: 30.0,
     USE_RUNTIME: True,
 }
+
+#: The discovery tool: its command line and timeout are the options above.
+XPU_SMI = ConfiguredTool(command_key=XPU_SMI_COMMAND, timeout_key=XPU_SMI_TIMEOUT_S)
 
 
 def check_config(config: VendorConfig) -> None:

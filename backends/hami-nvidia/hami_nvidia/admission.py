@@ -8,6 +8,7 @@ from typing import Any
 from hami_core.backend import (
     DEVICE_MODES,
     DeviceRequest,
+    InvalidInputError,
     MutateResult,
     VendorConfig,
     denies_invalid_input,
@@ -48,27 +49,35 @@ def mutate_container(
     if req is None:
         return None
     names = resource_names(DEFAULT_RESOURCES, config)
-    profile = req.info(PROFILE_KEY)
-    if profile:
-        return _profile_result(pod, container, config, req, profile, container_path)
-    values: dict[str, int | str] = {names.count: str(req.count)}
-    if req.memory_mib:
-        values[names.memory] = str(req.memory_mib)
-    elif req.memory_pct != 100 or resource_value(container, names.memory_pct) is not None:
-        values[names.memory_pct] = str(req.memory_pct)
-    values[names.cores] = str(req.cores_pct)
     env = _env(pod, container)
-    if isinstance(env, str):
-        return MutateResult(denial=env)
+    profile = req.info(PROFILE_KEY)
+    patch: tuple[dict[str, Any], ...] = ()
+    if profile:
+        env[MIG_PROFILE_ENV] = profile
+        values: dict[str, int | str] = {names.count: str(req.count), names.cores: "0"}
+        patch = _mig_removals(container, container_path)
+    else:
+        values = {names.count: str(req.count)}
+        if req.memory_mib:
+            values[names.memory] = str(req.memory_mib)
+        elif req.memory_pct != 100 or resource_value(container, names.memory_pct) is not None:
+            values[names.memory_pct] = str(req.memory_pct)
+        values[names.cores] = str(req.cores_pct)
     return MutateResult(
         resources=values,
         env=env,
         runtime_class_name=str(config.options["runtimeClassName"] or ""),
+        patch=patch,
     )
 
 
-def _env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str] | str:
-    """Env to add, or a denial message."""
+def _env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]:
+    """Env to add.
+
+    Raises:
+        InvalidInputError: a ``nvidia.com/vgpu-mode`` or ``hami.io/core-policy`` value
+            that is not one HAMi knows (the pod is denied with the message).
+    """
     out: dict[str, str] = {}
     priority = resource_value(container, PRIORITY_RESOURCE)
     if priority is not None:
@@ -78,46 +87,29 @@ def _env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]
     if modes is not None:
         bad = [m.strip() for m in modes.split(",") if m.strip() not in DEVICE_MODES]
         if bad or not modes.strip():
-            return (
+            raise InvalidInputError(
                 f"annotation {VGPU_MODE[0]}: {modes!r} is not a comma list of "
                 f"{', '.join(DEVICE_MODES)}"
             )
     policy = first_annotation(annotations, CORE_POLICY)
     if policy is not None:
         if policy not in CORE_POLICIES:
-            return (
+            raise InvalidInputError(
                 f"annotation {CORE_POLICY[0]}: {policy!r} is not one of {', '.join(CORE_POLICIES)}"
             )
         out["GPU_CORE_UTILIZATION_POLICY"] = "disable" if policy == "none" else policy
     return out
 
 
-def _profile_result(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    config: VendorConfig,
-    req: DeviceRequest,
-    profile: str,
-    container_path: str,
-) -> MutateResult:
+def _mig_removals(container: Mapping[str, Any], container_path: str) -> tuple[dict[str, Any], ...]:
     """A container naming a MIG profile: ``nvidia.com/mig-<profile>: N`` becomes
     ``nvidia.com/gpu: N`` (the resource this device plugin advertises, so kubelet admits
     the pod) with cores 0 and ``HAMI_MIG_PROFILE=<profile>`` in its env (what the
-    scheduler reads from then on); the ``nvidia.com/mig-*`` quantities are removed."""
-    names = resource_names(DEFAULT_RESOURCES, config)
-    env = _env(pod, container)
-    if isinstance(env, str):
-        return MutateResult(denial=env)
-    env[MIG_PROFILE_ENV] = profile
+    scheduler reads from then on); these operations remove the ``nvidia.com/mig-*``
+    quantities."""
     res = container.get("resources") or {}
-    patch = tuple(
+    return tuple(
         {"op": "remove", "path": f"{container_path}/resources/{part}/{pointer_token(name)}"}
         for part in ("limits", "requests")
         for name in mig_resources({"resources": {part: res.get(part) or {}}})
-    )
-    return MutateResult(
-        resources={names.count: str(req.count), names.cores: "0"},
-        env=env,
-        runtime_class_name=str(config.options["runtimeClassName"] or ""),
-        patch=patch,
     )

@@ -13,6 +13,8 @@ node or explains why not; ``fit_nodes(request, nodes, pod, policy)`` is the same
 
 from __future__ import annotations
 
+import attrs
+
 from hami_core.backend import (
     FilterKeys,
     FitCall,
@@ -52,17 +54,13 @@ def one_mode(call: FitCall[None]) -> FitResult:
     return mig.with_instances(whole, usage, request)
 
 
-fit: VendorFit[None] = VendorFit(
-    filters=FilterKeys(
-        mode=VGPU_MODE,
-        numa_bind=NUMA_BIND,
-        use_type=USE_TYPE,
-        nouse_type=NOUSE_TYPE,
-        use_uuid=USE_UUID,
-        nouse_uuid=NOUSE_UUID,
-    ),
-    rules=DEVICE_TYPE.fit_rules,
-    place=one_mode,
+#: HAMi's type and UUID filter annotations (with the handbook's aliases) ...
+TYPE_AND_UUID = FilterKeys(
+    use_type=USE_TYPE, nouse_type=NOUSE_TYPE, use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID
 )
+#: ... and NVIDIA's own: NUMA binding and the inventory modes the pod accepts.
+FILTERS = attrs.evolve(TYPE_AND_UUID, numa_bind=NUMA_BIND, mode=VGPU_MODE)
+
+fit: VendorFit[None] = VendorFit(filters=FILTERS, rules=DEVICE_TYPE.fit_rules, place=one_mode)
 filters_of = fit.filters_of
 fit_nodes = fit.nodes
