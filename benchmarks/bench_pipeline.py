@@ -35,8 +35,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,8 +45,8 @@ from workload import node_object, pod_shape  # noqa: E402
 from hami_core.cluster.kube import CONNECTION_POOL_SIZE, KubeCluster  # noqa: E402
 from hami_core.protocol import annotations as keys  # noqa: E402
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, find_kube_binaries, free_port  # noqa: E402
+from tests.e2e.hami_servers import scheduler_argv, start_webhook  # noqa: E402
 
-HAMI = str(Path(sys.executable).parent / "hami")
 MANAGED = [
     "nvidia.com/gpu",
     "nvidia.com/gpumem",
@@ -135,49 +133,11 @@ class Allocator:
         self.store.stop()
 
 
-def start_alone_scheduler(cp: ControlPlane) -> None:
-    """kube-scheduler with its default profile and no extender."""
-    cp.stop_process("kube-scheduler")
-    assert cp.workdir is not None
-    healthz = f"{LOOPBACK}:{free_port()}"
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(cp.kubeconfig_path)},
-        "leaderElection": {"leaderElect": False},
-        "healthzBindAddress": healthz,
-        "metricsBindAddress": healthz,
-        "profiles": [{"schedulerName": "default-scheduler"}],
-    }
-    path = cp.workdir / "kube-scheduler-alone.yaml"
-    path.write_text(yaml.safe_dump(config))
-    cp.start_process(
-        "kube-scheduler",
-        [cp._bin("kube-scheduler"), f"--config={path}", "--port=0", "--secure-port=0"],
-    )
-    cp._wait_http_ok(f"http://{healthz}/healthz", "kube-scheduler", 30)
-
-
 def start_hami(cp: ControlPlane, workdir: Path) -> tuple[str, subprocess.Popen[bytes]]:
     port, metrics = free_port(), free_port()
     log = open(workdir / "hami-scheduler.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [
-            HAMI,
-            "scheduler",
-            "--kubeconfig",
-            str(cp.kubeconfig_path),
-            "--bind-address",
-            LOOPBACK,
-            "--port",
-            str(port),
-            "--metrics-port",
-            str(metrics),
-            "--lease-namespace",
-            "default",
-            "--log-level",
-            "warning",
-        ],
+        scheduler_argv(cp, port, metrics, "--lease-namespace", "default", "--log-level", "warning"),
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -209,69 +169,6 @@ def extender_seconds() -> dict[str, tuple[float, float]]:
                     if line.startswith(name + part + " ") or line.startswith(name + part + "{"):
                         out.setdefault(verb, [0.0, 0.0])[i] += float(line.split()[-1])
     return {k: (v[0], v[1]) for k, v in out.items()}
-
-
-def start_webhook(cp: ControlPlane, workdir: Path) -> None:
-    port = free_port()
-    cp.start_process(
-        "hami-webhook",
-        [
-            HAMI,
-            "webhook",
-            "--kubeconfig",
-            str(cp.kubeconfig_path),
-            "--bind-address",
-            LOOPBACK,
-            "--port",
-            str(port),
-            "--cert-mode",
-            "auto",
-            "--cert-ip-address",
-            LOOPBACK,
-            "--service-namespace",
-            "default",
-            "--secret-name",
-            "hami-bench-webhook",
-            "--webhook-config-name",
-            "hami-bench",
-            "--threads",
-            "8",
-        ],
-        env={"PYTHONUNBUFFERED": "1"},
-    )
-    adm = k8s.AdmissionregistrationV1Api(cp.api_client())
-    adm.create_mutating_webhook_configuration(
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": "hami-bench"},
-            "webhooks": [
-                {
-                    "name": "pods.hami.io",
-                    "admissionReviewVersions": ["v1", "v1beta1"],
-                    "sideEffects": "None",
-                    "failurePolicy": "Fail",
-                    "timeoutSeconds": 10,
-                    "clientConfig": {"url": f"https://{LOOPBACK}:{port}/webhook"},
-                    "namespaceSelector": {"matchLabels": {"hami-bench": "on"}},
-                    "rules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["pods"],
-                        }
-                    ],
-                }
-            ],
-        }
-    )
-
-    def ready() -> bool:
-        obj = adm.read_mutating_webhook_configuration("hami-bench")
-        return bool(obj.webhooks[0].client_config.ca_bundle)
-
-    cp.wait_for(ready, timeout=90, message="webhook caBundle")
 
 
 def _ok(url: str, needle: bytes) -> bool:
@@ -400,7 +297,13 @@ def main() -> None:
         core = k8s.CoreV1Api(cp.api_client())
         core.create_namespace({"metadata": {"name": ALONE_NS}})
         core.create_namespace({"metadata": {"name": HAMI_NS, "labels": {"hami-bench": "on"}}})
-        start_webhook(cp, cp.workdir)
+        start_webhook(
+            cp,
+            config_name="hami-bench",
+            secret_name="hami-bench-webhook",
+            namespace_labels={"hami-bench": "on"},
+            extra=("--threads", "8"),
+        )
         url, hami = start_hami(cp, cp.workdir)
         allocator = Allocator(cp)
         have = 0
@@ -423,9 +326,9 @@ def main() -> None:
                     ],
                 )
                 t0 = time.monotonic()
-                start_alone_scheduler(cp)
+                cp.start_default_scheduler()
                 alone_s = time_until_bound(core, ALONE_NS, pods_n, t0, 600)
-                cp.stop_process("kube-scheduler")
+                cp.stop_process("kube-scheduler-default")
                 clear(core, ALONE_NS)
                 # kube-scheduler + our extender + webhook
                 create_pods(

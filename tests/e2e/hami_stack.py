@@ -12,7 +12,6 @@ import http.server
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -22,6 +21,7 @@ from hami_core.cluster.kube import KubeCluster
 from hami_core.deviceplugin.allocate import finish_allocation
 from hami_core.protocol import annotations as keys
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, free_port
+from tests.e2e.hami_servers import scheduler_argv
 
 MANAGED = [
     "nvidia.com/gpu",
@@ -37,7 +37,6 @@ MANAGED = [
     "huawei.com/Ascend910B3",
     "huawei.com/Ascend910B3-memory",
 ]
-HAMI = str(Path(sys.executable).parent / "hami")
 
 
 class FailoverProxy:
@@ -132,17 +131,10 @@ class HamiStack:
         port, metrics = free_port(), free_port()
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [
-                HAMI,
-                "scheduler",
-                "--kubeconfig",
-                str(self.cp.kubeconfig_path),
-                "--bind-address",
-                LOOPBACK,
-                "--port",
-                str(port),
-                "--metrics-port",
-                str(metrics),
+            scheduler_argv(
+                self.cp,
+                port,
+                metrics,
                 "--lease-namespace",
                 "default",
                 "--identity",
@@ -153,7 +145,7 @@ class HamiStack:
                 "3",
                 "--retry-period",
                 "0.5",
-            ],
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

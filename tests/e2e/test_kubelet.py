@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from hami_core.protocol import annotations as keys
 from tests.deviceplugin import fakenvml
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, free_port
+from tests.e2e.hami_servers import HAMI, scheduler_argv, start_webhook
 from tests.e2e.hami_stack import MANAGED
 from tests.e2e.kubenode import (
     BUSYBOX_IMAGE,
@@ -43,9 +43,6 @@ from tests.e2e.kubenode import (
 
 pytestmark = pytest.mark.e2e
 
-HAMI = str(Path(sys.executable).parent / "hami")
-if not Path(HAMI).exists():
-    HAMI = shutil.which("hami") or "hami"
 NODE = "hami-kubelet-node"
 GPUS = [f"GPU-e2e0000{i}-aaaa-bbbb-cccc-0123456789ab" for i in range(2)]
 SELECT = "hami-e2e-kubelet"
@@ -157,21 +154,7 @@ def _start_scheduler(cp: ControlPlane) -> None:
     port, metrics = free_port(), free_port()
     cp.start_process(
         "hami-scheduler",
-        [
-            HAMI,
-            "scheduler",
-            "--kubeconfig",
-            str(cp.kubeconfig_path),
-            "--bind-address",
-            LOOPBACK,
-            "--port",
-            str(port),
-            "--metrics-port",
-            str(metrics),
-            "--no-leader-elect",
-            "--bind-lock-wait",
-            "30",
-        ],
+        scheduler_argv(cp, port, metrics, "--no-leader-elect", "--bind-lock-wait", "30"),
         env={"PYTHONUNBUFFERED": "1"},
     )
     url = f"http://{LOOPBACK}:{port}"
@@ -180,72 +163,17 @@ def _start_scheduler(cp: ControlPlane) -> None:
 
 
 def _start_webhook(stack: Stack) -> None:
-    cp = stack.cp
-    port = free_port()
-    config_name = f"hami-webhook-{stack.suffix}"
-    cp.start_process(
-        "hami-webhook",
-        [
-            HAMI,
-            "webhook",
-            "--kubeconfig",
-            str(cp.kubeconfig_path),
-            "--bind-address",
-            LOOPBACK,
-            "--port",
-            str(port),
-            "--cert-mode",
-            "auto",
-            "--cert-ip-address",
-            LOOPBACK,
-            "--service-namespace",
-            "default",
-            "--secret-name",
-            f"hami-webhook-tls-{stack.suffix}",
-            "--webhook-config-name",
-            config_name,
-            # the e2e scheduler and device plugin write pods with the admin token
-            "--trusted-user",
-            "admin",
-        ],
-        env={"PYTHONUNBUFFERED": "1"},
+    start_webhook(
+        stack.cp,
+        config_name=f"hami-webhook-{stack.suffix}",
+        secret_name=f"hami-webhook-tls-{stack.suffix}",
+        namespace_labels={SELECT: stack.suffix},
+        # UPDATE too, and pods/status: both can change annotations (issue #12 item 2).
+        operations=("CREATE", "UPDATE"),
+        resources=("pods", "pods/status"),
+        # the e2e scheduler and device plugin write pods with the admin token
+        extra=("--trusted-user", "admin"),
     )
-    client.AdmissionregistrationV1Api(cp.api_client()).create_mutating_webhook_configuration(
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": config_name},
-            "webhooks": [
-                {
-                    "name": "pods.hami.io",
-                    "admissionReviewVersions": ["v1", "v1beta1"],
-                    "sideEffects": "None",
-                    "failurePolicy": "Fail",
-                    "timeoutSeconds": 10,
-                    "clientConfig": {"url": f"https://{LOOPBACK}:{port}/webhook"},
-                    "namespaceSelector": {"matchLabels": {SELECT: stack.suffix}},
-                    "rules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            # UPDATE too, and pods/status: both can change annotations
-                            # (issue #12 item 2).
-                            "operations": ["CREATE", "UPDATE"],
-                            "resources": ["pods", "pods/status"],
-                        }
-                    ],
-                }
-            ],
-        }
-    )
-
-    def has_ca() -> bool:
-        obj = client.AdmissionregistrationV1Api(
-            cp.api_client()
-        ).read_mutating_webhook_configuration(config_name)
-        return bool(obj.webhooks[0].client_config.ca_bundle)
-
-    cp.wait_for(has_ca, timeout=90, message="the webhook's CA in its configuration")
 
 
 def _start_device_plugin(

@@ -15,8 +15,6 @@ import contextlib
 import datetime as dt
 import json
 import math
-import shutil
-import sys
 import time
 import urllib.request
 import uuid
@@ -32,6 +30,7 @@ from hami_core.protocol import encode_inventory
 from hami_core.protocol.handshake import HandshakeState, encode_handshake
 from tests.builders import gpu
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, free_port
+from tests.e2e.hami_servers import HAMI, scheduler_argv
 from tests.e2e.hami_stack import MANAGED
 from tests.monitor.support import Container
 from tests.prometheus import (
@@ -49,9 +48,6 @@ from tests.shim.support import GPU0, GPU1, stop
 
 pytestmark = pytest.mark.e2e
 
-HAMI = str(Path(sys.executable).parent / "hami")
-if not Path(HAMI).exists():
-    HAMI = shutil.which("hami") or "hami"
 MiB = 1 << 20
 GPU_MIB = 4000
 STUB_TYPE = "NVIDIA-Stub GPU"  # the stand-in NVML's name, as the inventory writes it
@@ -101,21 +97,9 @@ def cluster(control_plane: ControlPlane, build, tmp_path_factory) -> Iterator[Cl
     sched_port, sched_metrics, mon_port = free_port(), free_port(), free_port()
     cp.start_process(
         "prom-hami-scheduler",
-        [
-            HAMI,
-            "scheduler",
-            "--kubeconfig",
-            str(cp.kubeconfig_path),
-            "--bind-address",
-            LOOPBACK,
-            "--port",
-            str(sched_port),
-            "--metrics-port",
-            str(sched_metrics),
-            "--no-leader-elect",
-            "--handshake-period",
-            "3600",
-        ],
+        scheduler_argv(
+            cp, sched_port, sched_metrics, "--no-leader-elect", "--handshake-period", "3600"
+        ),
         env={"PYTHONUNBUFFERED": "1"},
     )
     c.extender = f"http://{LOOPBACK}:{sched_port}"

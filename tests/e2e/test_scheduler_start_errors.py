@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from tests.e2e.controlplane import LOOPBACK, free_port
-from tests.e2e.hami_stack import HAMI
+from tests.e2e.hami_servers import HAMI
 
 pytestmark = pytest.mark.e2e
 

@@ -11,8 +11,7 @@ from hami_core.backend import package_version
 __version__ = package_version("hami-enflame")
 
 BACKEND_NAME = "enflame"
-GCU = "GCU"
-DRS = "Enflame"
-VENDORS = (GCU, DRS)
+#: The vendor keys: whole GCUs (``GCU``) and DRS slices (``Enflame``).
+VENDORS = (GCU, DRS) = ("GCU", "Enflame")
 
 __all__ = ["BACKEND_NAME", "DRS", "GCU", "VENDORS", "__version__"]

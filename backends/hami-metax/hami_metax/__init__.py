@@ -12,8 +12,7 @@ from hami_core.backend import package_version
 __version__ = package_version("hami-metax")
 
 BACKEND_NAME = "metax"
-GPU = "Metax-GPU"
-SGPU = "Metax-SGPU"
-VENDORS = (GPU, SGPU)
+#: The vendor keys: whole GPUs (``Metax-GPU``) and shared GPUs (``Metax-SGPU``).
+VENDORS = (GPU, SGPU) = ("Metax-GPU", "Metax-SGPU")
 
 __all__ = ["BACKEND_NAME", "GPU", "SGPU", "VENDORS", "__version__"]
