@@ -22,10 +22,12 @@ def gpu(
     cores: int = 100,
     numa: int = 0,
     healthy: bool = True,
+    vendor: str = "NVIDIA",
 ) -> DeviceInfo:
+    """A device of the inventory (an NVIDIA GPU unless ``vendor`` says otherwise)."""
     return DeviceInfo(
         uuid=uuid,
-        vendor="NVIDIA",
+        vendor=vendor,
         model=model,
         index=index,
         split_count=split,

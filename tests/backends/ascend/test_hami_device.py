@@ -22,9 +22,8 @@ from hami_core.model import (
     ReasonCode,
 )
 from hami_core.testing import section
-from tests.backends.support import usage_of
+from tests.backends.support import only, usage_of
 
-from .conftest import only
 from .test_fit import C, chip, run, usage
 from .test_pipeline import HAMI_910B3, ascend_node, ascend_pod, pipeline
 

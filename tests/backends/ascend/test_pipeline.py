@@ -13,10 +13,11 @@ from hami_core.protocol import encode_inventory
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.simulate.pipeline import Pipeline
 from hami_core.testing import section
+from tests import builders
+from tests.backends.support import only
 from tests.builders import gpu
 from tests.builders import node as nvidia_node
 
-from .conftest import only
 from .support import FakeNpuSmi
 
 UUID0 = "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003"
@@ -78,17 +79,8 @@ def ascend_pod(name, model="Ascend910B3", count=None, memory=None, cores=None, a
         limits[f"huawei.com/{model}-memory"] = str(memory)
     if cores is not None:
         limits[f"huawei.com/{model}-core"] = str(cores)
-    meta = {"name": name, "namespace": "default"}
-    if annotations:
-        meta["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {
-            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}]
-        },
-    }
+    main = {"name": "main", "image": "busybox", "resources": {"limits": limits}}
+    return builders.pod(name, main, annotations=annotations)
 
 
 def pipeline(*nodes, backends=("ascend",)):

@@ -11,6 +11,8 @@ from hami_core.model import DeviceInfo, DeviceUsage
 from hami_core.protocol import encode_inventory
 from hami_core.protocol.config import VendorConfig
 from hami_core.testing import section
+from tests.builders import gpu
+from tests.builders import pod as pod  # the generic Pod builder, re-exported
 
 SAMPLES = Path(__file__).parent / "samples"
 X8_SAMPLE = SAMPLES / "cnmon-info-mlu370-x8.txt"
@@ -33,16 +35,17 @@ def mlu(
     healthy: bool = True,
     numa: int = 0,
 ) -> DeviceInfo:
-    return DeviceInfo(
-        uuid=uuid,
-        vendor="MLU",
-        model=model,
+    """An MLU of the inventory (``tests.builders.gpu`` with vendor key ``MLU``)."""
+    return gpu(
+        uuid,
         index=index,
-        split_count=split,
         memory_mib=memory_mib,
-        cores_pct=cores,
+        model=model,
+        split=split,
+        cores=cores,
         numa=numa,
         healthy=healthy,
+        vendor="MLU",
     )
 
 
@@ -61,22 +64,6 @@ def container(name: str = "main", **limits: Any) -> dict[str, Any]:
     if values:
         out["resources"] = {"limits": values}
     return out
-
-
-def pod(
-    name: str,
-    *containers: dict[str, Any],
-    init: list[dict[str, Any]] | None = None,
-    namespace: str = "default",
-    annotations: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": list(containers) or [container()]}
-    if init:
-        spec["initContainers"] = init
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if annotations:
-        meta["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def node(

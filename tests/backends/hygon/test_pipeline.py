@@ -12,8 +12,9 @@ from hami_core.protocol import encode_inventory
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.simulate.pipeline import Pipeline
 from hami_core.testing import section
+from tests import builders
+from tests.backends.support import only
 
-from .conftest import only
 from .support import FakeHySmi, make_sysfs
 
 #: What HAMi's dcu-vgpu-device-plugin registers (register.go: Count 4, Devcore 100,
@@ -35,17 +36,8 @@ def dcu_pod(name, count=None, mem=None, cores=None, annotations=None):
     for key, value in (("dcunum", count), ("dcumem", mem), ("dcucores", cores)):
         if value is not None:
             limits[f"hygon.com/{key}"] = str(value)
-    meta = {"name": name, "namespace": "default"}
-    if annotations:
-        meta["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {
-            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}]
-        },
-    }
+    main = {"name": "main", "image": "busybox", "resources": {"limits": limits}}
+    return builders.pod(name, main, annotations=annotations)
 
 
 def pipeline(*nodes, config=None, backends=("hygon",)):

@@ -9,8 +9,7 @@ from hami_core.errors import InvalidInputError
 from hami_core.model import DeviceRequest
 from hami_core.testing import mutated as written
 from hami_core.testing import section
-
-from .conftest import only
+from tests.backends.support import only
 
 DEFAULT = section(plugin)
 

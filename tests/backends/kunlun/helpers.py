@@ -11,6 +11,7 @@ from hami_core.model import DeviceInfo, DeviceUsage
 from hami_core.protocol import encode_inventory
 from hami_core.protocol.config import VendorConfig
 from hami_core.testing import section
+from tests.builders import pod as pod  # the generic Pod builder, re-exported
 
 SAMPLES = Path(__file__).parent / "samples"
 P800_SAMPLE = SAMPLES / "xpu-smi-p800-oam.txt"
@@ -73,22 +74,6 @@ def container(name: str = "main", **limits: Any) -> dict[str, Any]:
     if values:
         out["resources"] = {"limits": values}
     return out
-
-
-def pod(
-    name: str,
-    *containers: dict[str, Any],
-    init: list[dict[str, Any]] | None = None,
-    namespace: str = "default",
-    annotations: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": list(containers) or [container()]}
-    if init:
-        spec["initContainers"] = init
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if annotations:
-        meta["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def node(name: str, devices: list[DeviceInfo]) -> dict[str, Any]:
