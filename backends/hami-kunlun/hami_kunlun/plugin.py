@@ -16,11 +16,12 @@ from hami_core.backend import (
     FitResult,
     MutateResult,
     NodeInfo,
+    NodePolicy,
     VendorConfig,
     hookimpl,
 )
 
-from . import admission, allocate, discover, fit, options, requests
+from . import admission, allocate, discover, fit, options, requests, score
 from .names import DEVICE_TYPE
 from .options import OPTION_DEFAULTS
 
@@ -67,6 +68,13 @@ def hami_fit(
     config: VendorConfig,
 ) -> FitResult | None:
     return fit.fit(request, node, usage, pod, policy, config)
+
+
+@hookimpl
+def hami_score(
+    usage: Sequence[DeviceUsage], devices: ContainerDevices, policy: NodePolicy
+) -> float | None:
+    return score.score(usage, devices, policy, DEVICE_TYPE.fit_rules)
 
 
 @hookimpl

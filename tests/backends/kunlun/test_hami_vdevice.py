@@ -168,15 +168,16 @@ def test_add_resource_usage():
     assert usage_of("XPU", device, (1000, 10), (2000, 20)) == (2, 3000, 30)
 
 
-def test_score_node_is_the_cores():
+def test_score_node_of_a_vxpu_is_the_cores():
     """``vdevice_test.go::Test_KunlunVDevices_ScoreNode``: HAMi's vXPU device adds no node
-    score of its own (0); neither does this backend (no ``hami_score``: the core's
-    binpack/spread score applies)."""
+    score of its own (0); here a vXPU placement gets the core's binpack/spread score (the
+    backend's ``hami_score`` answers None for it)."""
+    from hami_core.model import ContainerDevice, NodePolicy
+
     node = NodeInfo(name="n", devices=(xpu("xpu-0"),))
     usage = (DeviceUsage(device=node.devices[0]),)
-    from hami_core.model import NodePolicy
-
-    assert MANAGER.score("XPU", node, usage, (), policy=NodePolicy.BINPACK) is None
+    half = (ContainerDevice(uuid="xpu-0", vendor="XPU", memory_mib=49152, cores_pct=50),)
+    assert MANAGER.score("XPU", node, usage, half, policy=NodePolicy.BINPACK) is None
 
 
 def test_a_tenant_partition_cannot_split_another_tenants_card():
@@ -187,3 +188,94 @@ def test_a_tenant_partition_cannot_split_another_tenants_card():
     for memory in (30000, 49152, 98304):
         result = place(container(vxpu=1, vmem=memory), [quarter.device], usage=(quarter,))
         assert not result.fits, memory
+
+
+# ---- the whole-XPU node score (device_test.go::Test_ScoreNode, topo.go calcscore) -----
+
+
+@pytest.mark.parametrize(
+    ("case", "indices", "want"),
+    [
+        ("empty", (), 1),
+        ("all left, full group of 4", (0, 1, 2, 3), 1),
+        ("single left device", (0,), 3),
+        ("single right device", (4,), 3),
+        ("two left devices", (0, 1), 2),
+    ],
+)
+def test_count_bubble(case, indices, want):
+    """``topo_test.go::TestCountbubble`` (and ``TestGetvalue``: a half holding 4, 1, 0,
+    2, 3 XPUs has 0, 2, 1, 1, 1 bubbles), the case named."""
+    from hami_kunlun.score import bubbles
+
+    assert bubbles(indices) == want, case
+
+
+@pytest.mark.parametrize(
+    ("case", "prev", "cur", "hami"),
+    [
+        ("cur decreases fragmentation by 1", (0,), (0, 1), 3000),
+        ("cur unchanged", (0,), (4,), 2000),
+        ("cur increases fragmentation by 1", (0, 1), (0,), 1000),
+        ("cur increases fragmentation by 2", (0, 1, 2, 3), (0,), 0),
+    ],
+)
+def test_calc_score(case, prev, cur, hami):
+    """``topo_test.go::TestCalcscore``, the case named: HAMi's 3000 / 2000 / 1000 / 0 are
+    the bands 3 / 2 / 1 / 0 here."""
+    from hami_kunlun.score import band
+
+    assert band(prev, cur) * 1000 == hami, case
+
+
+def _whole(uuids, usage):
+    from hami_core.model import ContainerDevice
+
+    memory = {u.device.uuid: u.device.memory_mib for u in usage}
+    return tuple(
+        ContainerDevice(uuid=u, vendor="XPU", memory_mib=memory[u], cores_pct=100) for u in uuids
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "used", "placed", "band_"),
+    [
+        # prev XPUs 0-3 in use (one bubble), the pod's 0-7 (none): HAMi 3000
+        ("Scenario 1", (0, 1, 2, 3), tuple(range(8)), 3),
+        # nothing in use (one bubble), the pod's XPU 0 (three): HAMi 0
+        ("Scenario 2", (), (0,), 0),
+    ],
+)
+def test_score_node(case, used, placed, band_):
+    """``device_test.go::Test_ScoreNode``, the scenario named, through the backend's
+    ``hami_score`` under binpack: the band decides (25 points each), the core's binpack
+    score places the node inside it."""
+    from hami_core.model import NodePolicy
+
+    usage = tuple(_usage(i, 1, P800_MIB) if i in used else _usage(i) for i in range(8))
+    node = NodeInfo(name="n", devices=tuple(u.device for u in usage))
+    got = MANAGER.score(
+        "XPU", node, usage, _whole([f"xpu-{i}" for i in placed], usage), policy=NodePolicy.BINPACK
+    )
+    assert band_ * 25 <= got <= band_ * 25 + 25, case
+
+
+def test_the_band_decides_the_node():
+    """Two nodes for a whole XPU: one with XPUs 0-2 in use (the pod's XPU 3 completes the
+    left half: HAMi 3000), one empty (a lone XPU: 0). Binpack prefers the first, as
+    HAMi's (the bubble step outweighs its default score); spread the second, as HAMi's
+    (it takes the lowest total under spread); a vXPU slice keeps the core's score."""
+    from hami_core.model import ContainerDevice, NodePolicy
+
+    busy = tuple(_usage(i, 1, P800_MIB) if i < 3 else _usage(i) for i in range(8))
+    empty = tuple(_usage(i) for i in range(8))
+
+    def scored(usage, uuid, policy):
+        node = NodeInfo(name="n", devices=tuple(u.device for u in usage))
+        return MANAGER.score("XPU", node, usage, _whole([uuid], usage), policy=policy)
+
+    assert scored(busy, "xpu-3", NodePolicy.BINPACK) > scored(empty, "xpu-0", NodePolicy.BINPACK)
+    assert scored(busy, "xpu-3", NodePolicy.SPREAD) < scored(empty, "xpu-0", NodePolicy.SPREAD)
+    quarter = (ContainerDevice(uuid="xpu-0", vendor="XPU", memory_mib=24576, cores_pct=25),)
+    node = NodeInfo(name="n", devices=tuple(u.device for u in empty))
+    assert MANAGER.score("XPU", node, empty, quarter, policy=NodePolicy.BINPACK) is None
