@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 import attrs
 import pluggy
 
-from hami_core.errors import BackendError, HamiError
+from hami_core.errors import BackendError, ConfigError, HamiError
 from hami_core.model import (
     BackendInfo,
     ContainerAllocation,
@@ -257,7 +257,10 @@ class BackendManager:
             if stated is None
             else attrs.evolve(stated, options={**info.option_defaults, **stated.options})
         )
-        settings = self._call_one(name, "hami_check_config", object, config=section)
+        try:
+            settings = self._call_one(name, "hami_check_config", object, config=section)
+        except ConfigError as exc:  # named as the file writes it, after the file's path
+            raise ConfigError(self.config.located(str(exc))) from None
         return attrs.evolve(section, settings=settings)
 
     # -- hooks ----------------------------------------------------------------------

@@ -112,6 +112,18 @@ class HamiConfig:
     device_policy_chain: DevicePolicyChain | None = None
     node_lock_expiry_s: float = 300.0
     vendors: Mapping[str, VendorConfig] = attrs.field(factory=dict)
+    #: the file the configuration was read from ("" for defaults or a parsed document).
+    source: str = attrs.field(default="", eq=False)
+    #: our key path -> the path as the file writes it, for a HAMi ``device-config.yaml``
+    #: (``hamiconfig.spellings``); empty for our own format.
+    spelled: Mapping[str, str] = attrs.field(factory=dict, eq=False)
+
+    def located(self, message: str) -> str:
+        """A message naming a key of this configuration (``nvidia.corePolicy: ...``) as
+        the file writes it, after the file's path: what a backend's
+        ``hami_check_config`` raises, shown as ``load_config`` shows its own errors."""
+        message = hamiconfig.as_written(message, self.spelled)
+        return f"{self.source}: {message}" if self.source else message
 
     def vendor(self, backend: str) -> VendorConfig:
         """The section of ``backend`` as the file states it (common defaults when the file
@@ -168,7 +180,8 @@ def load_config(path: str | Path | None, *, backends: Mapping[str, BackendInfo])
 
     Raises:
         ConfigError: unreadable file, wrong ``version``, unknown key or bad value; the
-            message names the file and the key.
+            message names the file and the key as the file writes it (a HAMi file's
+            ``kunlun.resourceVCountName``, not our ``kunlun.resourceCountName``).
     """
     if path is None:
         return parse_config({"version": CONFIG_VERSION}, backends=backends)
@@ -178,15 +191,18 @@ def load_config(path: str | Path | None, *, backends: Mapping[str, BackendInfo])
         raise ConfigError(f"{path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: {yaml_problem(exc)}") from exc
+    spelled: dict[str, str] = {}
     if hamiconfig.is_hami_device_config(data):
         # HAMi's scheduler device-config.yaml as it is (PROTOCOL.md §1b)
+        spelled = hamiconfig.spellings(data, backends)
         data, notes = hamiconfig.translate(data, backends)
         for note in notes:
             log.warning("%s: HAMi device-config %s", path, note)
     try:
-        return parse_config(data, backends=backends)
+        config = parse_config(data, backends=backends)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+        raise ConfigError(f"{path}: {hamiconfig.as_written(str(exc), spelled)}") from exc
+    return attrs.evolve(config, source=str(path), spelled=spelled)
 
 
 def parse_config(data: object, *, backends: Mapping[str, BackendInfo]) -> HamiConfig:
@@ -254,6 +270,7 @@ def _vendor(name: str, section: object, info: BackendInfo) -> VendorConfig:
             options[key] = _typed(section, key, type(default), default, prefix=f"{name}.")
             if isinstance(default, list):
                 _check_items(options[key], default, f"{name}.{key}")
+            _check_named_option(key, options[key], f"{name}.{key}")
         else:
             allowed = ", ".join([*_VENDOR_KEYS, *sorted(info.option_defaults)])
             raise ConfigError(f"{name}.{key}: unknown key (allowed: {allowed})")
@@ -293,6 +310,28 @@ def _check_resource_name(name: str, where: str) -> None:
             f"{where}: {name!r} is not a Kubernetes extended resource name "
             "(domain/name outside kubernetes.io, e.g. example.com/gpu)"
         )
+
+
+# A RuntimeClass name is a DNS-1123 subdomain (apimachinery IsDNS1123Subdomain, checked
+# by kube-apiserver on a pod's runtimeClassName): a bad one would fail every pod later.
+_DNS1123_SUBDOMAIN: Final = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+
+
+def _check_named_option(key: str, value: Any, where: str) -> None:
+    """The rules a backend option's name states, whatever backend declares it:
+    ``runtimeClassName`` is "" or a RuntimeClass name, ``resource...Name`` an extended
+    resource name (or ""), ``...TimeoutSeconds`` a positive number of seconds."""
+    if key == "runtimeClassName" and value and not _DNS1123_SUBDOMAIN.fullmatch(value):
+        raise ConfigError(
+            f"{where}: {value!r} is not a RuntimeClass name (a DNS-1123 subdomain: "
+            "lower-case alphanumerics, '-' and '.')"
+        )
+    if key.startswith("resource") and key.endswith("Name") and isinstance(value, str) and value:
+        _check_resource_name(value, where)
+    if key.endswith("TimeoutSeconds") and isinstance(value, (int, float)) and not value > 0:
+        raise ConfigError(f"{where}: must be > 0 seconds, got {value!r}")
 
 
 def _check_items(items: list[Any], default: list[Any], where: str) -> None:

@@ -14,11 +14,14 @@ turns a HAMi file into it:
 - a section for a backend that is not installed is one warning.
 
 The result is a plain mapping for ``parse_config``; nothing here raises for a key it does
-not know.
+not know. A carried-over key with a bad value stops the process at start like one of our
+own file, and the message names the key as the HAMi file writes it (``spellings``:
+``vnpus.configs[0].memoryAllocatable``, not our ``ascend.vnpus.Ascend910B3...``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -145,6 +148,44 @@ def translate(
         if translated:
             out[backend] = translated
     return out, warnings
+
+
+def spellings(data: Mapping[str, Any], backends: Mapping[str, BackendInfo]) -> dict[str, str]:
+    """How the HAMi document writes each key ``translate`` carries over: our key path
+    (``kunlun.resourceCountName``, ``ascend.vnpus.Ascend910B3``) -> the path in the file
+    (``kunlun.resourceVCountName``, ``vnpus.configs[0]``); sections map to sections
+    (``iluvatar`` -> ``iluvatars``). Read by ``as_written``."""
+    doc = unwrap_configmap(data)
+    out: dict[str, str] = {}
+    if not isinstance(doc, Mapping):
+        return out
+    for key, section in doc.items():
+        backend = SECTIONS.get(str(key))
+        if backend is None or backend not in backends:
+            continue
+        out[backend] = str(key)
+        for theirs, ours in RENAMES.get(str(key), {}).items():
+            out[f"{backend}.{ours}"] = f"{key}.{theirs}"
+        if key == "vnpus" and isinstance(section, Mapping):
+            configs = section.get("configs") or []
+            for pos, entry in enumerate(configs if isinstance(configs, list) else []):
+                if isinstance(entry, Mapping) and "commonWord" in entry:
+                    out[f"{backend}.vnpus.{entry['commonWord']}"] = f"vnpus.configs[{pos}]"
+                    if "runtimeClassName" in entry:
+                        out[f"{backend}.runtimeClassName"] = (
+                            f"vnpus.configs[{pos}].runtimeClassName"
+                        )
+    return out
+
+
+def as_written(message: str, spelled: Mapping[str, str]) -> str:
+    """``message``, which starts with the key it names as we spell it
+    (``kunlun.resourceCountName: ...``), with that key as the file writes it (the longest
+    path of ``spelled`` that the message starts with, as a whole path segment)."""
+    for ours in sorted(spelled, key=len, reverse=True):
+        if re.match(re.escape(ours) + r"(?=[.:\[ ]|$)", message):
+            return spelled[ours] + message[len(ours) :]
+    return message
 
 
 def _own_names(info: BackendInfo) -> set[str]:

@@ -21,7 +21,7 @@ from hami_core.deviceplugin.state import DeviceState
 from hami_core.errors import ConfigError, HamiError
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
-from hami_core.protocol.nodeconfig import load_node_overrides
+from hami_core.protocol.nodeconfig import NodeOverrides, load_node_overrides
 
 from .deviceplugin import DevicePluginServicer, PluginServer
 from .deviceplugin_metrics import DevicePluginMetrics
@@ -41,8 +41,11 @@ class DevicePluginProcess:
         store: ClusterStore,
         manager: BackendManager,
         async_release: bool = False,
+        overrides: NodeOverrides | None = None,
     ) -> None:
         """Args:
+        overrides: this node's entry of the per-node file, already read (else read
+            from ``opts.node_config`` here).
         async_release: write an answered pod's progress and release the node lock on
             one background thread after answering kubelet (the real process: nothing
             but cache reads on kubelet's critical path), rather than before returning
@@ -51,19 +54,11 @@ class DevicePluginProcess:
         Raises:
             ConfigError: unknown backend or vendor, bad per-node file.
         """
-        if opts.backend not in manager.infos:
-            known = ", ".join(manager.infos) or "none"
-            raise ConfigError(f"--backend {opts.backend!r} is not installed (installed: {known})")
-        info = manager.infos[opts.backend]
-        vendor = opts.vendor or info.vendors[0]
-        if vendor not in info.vendors:
-            raise ConfigError(
-                f"--vendor {vendor!r} is not served by backend {opts.backend!r} "
-                f"(it serves {', '.join(info.vendors)})"
-            )
+        vendor = backend_vendor(opts, manager)
         self.opts = opts
         self.store = store
-        overrides = load_node_overrides(opts.node_config, node=opts.node_name)
+        if overrides is None:
+            overrides = load_node_overrides(opts.node_config, node=opts.node_name)
         self.state = DeviceState(numa_topology=overrides.numa_topology is not False)
         # One thread: an answered pod's writes run in the order they were answered.
         self._releaser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="after-allocate")
@@ -145,6 +140,25 @@ class DevicePluginProcess:
         self.loop.join()
 
 
+def backend_vendor(opts: DevicePluginOptions, manager: BackendManager) -> str:
+    """The vendor key this device plugin serves: ``--vendor``, else the backend's first.
+
+    Raises:
+        ConfigError: ``--backend`` is not installed, or ``--vendor`` is not one of its.
+    """
+    if opts.backend not in manager.infos:
+        known = ", ".join(manager.infos) or "none"
+        raise ConfigError(f"--backend {opts.backend!r} is not installed (installed: {known})")
+    info = manager.infos[opts.backend]
+    vendor = opts.vendor or info.vendors[0]
+    if vendor not in info.vendors:
+        raise ConfigError(
+            f"--vendor {vendor!r} is not served by backend {opts.backend!r} "
+            f"(it serves {', '.join(info.vendors)})"
+        )
+    return vendor
+
+
 def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None = None) -> None:
     """Run until SIGTERM / SIGINT (or ``stop`` is set).
 
@@ -159,8 +173,13 @@ def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None
     set_request_timeout(opts.api_timeout_s)
     manager = BackendManager.from_entry_points()
     manager = manager.with_config(load_config(opts.config, backends=manager.infos))
+    # every file and flag checked before the API server is contacted or a port bound
+    backend_vendor(opts, manager)
+    overrides = load_node_overrides(opts.node_config, node=opts.node_name)
     store = NodeKubeCluster(make_api_client(opts.kubeconfig), node=opts.node_name)
-    process = DevicePluginProcess(opts, store=store, manager=manager, async_release=True)
+    process = DevicePluginProcess(
+        opts, store=store, manager=manager, async_release=True, overrides=overrides
+    )
     done = stop or threading.Event()
 
     def shutdown(*_: Any) -> None:

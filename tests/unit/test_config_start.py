@@ -1,0 +1,259 @@
+"""A bad configuration stops every process at start, naming the key (#14, "Done when").
+
+For every installed backend, a misspelt key, a value of the wrong type and a value out of
+range in its section stop ``hami webhook``, ``hami scheduler``, ``hami simulate`` and
+``hami device-plugin`` through the real command path (``hami_core.cli.main``), with a
+non-zero exit and a message naming ``<section>.<key>``, before the API server is
+contacted (every server binds its ports only after that, so none is bound). The three
+formats have their own rules, each tested here:
+
+- our file (``version: v1``): an unknown key is an error;
+- HAMi's ``device-config.yaml``: a key we do not implement is one warning, a key we
+  implement with a bad value is an error naming the key as HAMi's file writes it;
+- the device plugin's per-node file (HAMi's ``nodeconfig``): an unknown key is an error.
+
+``test_config_check.py`` runs the same through a subprocess for a few typos.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from hami_core.cli import main
+from hami_core.cluster import kube
+from hami_core.errors import HamiError
+from hami_core.plugin import BackendManager
+from hami_core.protocol.hamiconfig import SECTIONS
+from hami_core.servers import scheduler_main, webhook_main
+
+INFOS = BackendManager.from_entry_points(disabled=[]).infos
+BACKENDS = sorted(INFOS)
+HAMI_SECTION = {backend: section for section, backend in SECTIONS.items()}
+REACHED = "reached the API server"
+
+
+def commands(backend: str) -> dict[str, list[str]]:
+    """Each process with the least flags that get it past argument parsing."""
+    return {
+        "webhook": [
+            "webhook",
+            "--cert-mode",
+            "files",
+            "--tls-cert-file",
+            "c",
+            "--tls-private-key-file",
+            "k",
+        ],
+        "scheduler": ["scheduler"],
+        "simulate": ["simulate"],
+        "device-plugin": ["device-plugin", "--node-name", "n1", "--backend", backend],
+    }
+
+
+COMMANDS = sorted(commands("nvidia"))
+
+
+class Reached(HamiError):
+    """Raised where a process would first contact the API server."""
+
+
+@pytest.fixture
+def start(monkeypatch, capsys) -> Callable[[list[str]], tuple[int, str]]:
+    """Run ``hami <argv>`` in this process; return (exit status, stderr)."""
+    monkeypatch.delenv("HAMI_DISABLED_BACKENDS", raising=False)
+
+    def reached(*_: Any, **__: Any) -> Any:
+        raise Reached(REACHED)
+
+    for module in (kube, scheduler_main, webhook_main):
+        monkeypatch.setattr(module, "make_api_client", reached)
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "argv", ["hami", *argv])
+        capsys.readouterr()
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        return code, capsys.readouterr().err
+
+    return run
+
+
+def _wrong_type(default: object) -> object:
+    return ["x"] if isinstance(default, str) else "x"
+
+
+def our_format_cases() -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(backend, key the message must name, section) for every backend: a typo, wrong
+    types, values out of range, and a wrong type for each of its own options."""
+    for b in BACKENDS:
+        yield b, f"{b}.deviceSplitCont", {"deviceSplitCont": 4}
+        yield b, f"{b}.deviceSplitCount", {"deviceSplitCount": "ten"}
+        yield b, f"{b}.deviceSplitCount", {"deviceSplitCount": 0}
+        yield b, f"{b}.deviceMemoryScaling", {"deviceMemoryScaling": -1}
+        yield b, f"{b}.defaultCores", {"defaultCores": 101}
+        yield b, f"{b}.resourceCountName", {"resourceCountName": "Not A Name"}
+        for key, default in INFOS[b].option_defaults.items():
+            yield b, f"{b}.{key}", {key: _wrong_type(default)}
+            if key == "runtimeClassName":  # a RuntimeClass name: a DNS-1123 subdomain
+                yield b, f"{b}.{key}", {key: "Not A Name!"}
+            if key.endswith("TimeoutSeconds"):
+                yield b, f"{b}.{key}", {key: 0}
+            if key.startswith("resource") and key.endswith("Name"):
+                yield b, f"{b}.{key}", {key: "Not A Name"}
+    # the backends' own checks (hami_check_config)
+    own = {
+        "ascend": ("vnpuMode", "tempalte"),
+        "nvidia": ("corePolicy", "forced"),
+        "kunlun": ("memoryTiersMiB", [49152, 24576]),
+    }
+    for b, (key, value) in own.items():
+        if b in INFOS:
+            yield b, f"{b}.{key}", {key: value}
+
+
+CASES = list(our_format_cases())
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize(
+    ("backend", "key", "section"), CASES, ids=[f"{k}={s}" for _, k, s in CASES]
+)
+def test_a_bad_section_stops_every_process_at_start_naming_the_key(
+    start, tmp_path, command, backend, key, section
+):
+    path = tmp_path / "hami.yaml"
+    path.write_text(yaml.safe_dump({"version": "v1", backend: section}), encoding="utf-8")
+    code, err = start([*commands(backend)[command], "--config", str(path)])
+    assert code != 0
+    assert f"{path}: {key}:" in err, err
+    assert REACHED not in err
+
+
+def test_every_backend_and_every_option_has_a_case():
+    named = {key for _, key, _ in CASES}
+    for b in BACKENDS:
+        assert f"{b}.deviceSplitCont" in named
+        for key in INFOS[b].option_defaults:
+            assert f"{b}.{key}" in named
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_good_section_gets_past_the_configuration(start, tmp_path, command):
+    """The control: the same commands with every default stated reach the API server
+    (simulate runs), so the failures above are the configuration's."""
+    path = tmp_path / "hami.yaml"
+    doc = {"version": "v1", **{b: dict(INFOS[b].option_defaults) for b in BACKENDS}}
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    code, err = start([*commands("nvidia")[command], "--config", str(path)])
+    if command == "simulate":
+        assert code == 0, err
+    else:
+        assert code != 0 and REACHED in err, err
+
+
+# -- HAMi's device-config.yaml: unknown keys warn once, bad values of known keys stop ----
+
+
+def hami_typo(backend: str) -> tuple[dict[str, Any], str]:
+    """A HAMi document with a misspelt key in ``backend``'s section, and the key."""
+    section = HAMI_SECTION[backend]
+    if section == "iluvatars":
+        return {
+            section: [{"chipName": "MR-V100", "deviceSplitCont": 4}]
+        }, "iluvatars[].deviceSplitCont"
+    if section == "vnpus":
+        entry = {"commonWord": "Ascend910B3", "memoryAlocatable": 1}
+        return {section: {"configs": [entry]}}, "vnpus.configs[].memoryAlocatable"
+    return {section: {"deviceSplitCont": 4}}, f"{section}.deviceSplitCont"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b in HAMI_SECTION])
+def test_hami_device_config_a_typo_warns_once_and_starts(start, tmp_path, caplog, command, backend):
+    doc, key = hami_typo(backend)
+    path = tmp_path / "device-config.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="hami_core.protocol.config"):
+        code, err = start([*commands(backend)[command], "--config", str(path)])
+    warned = [r.getMessage() for r in caplog.records if key in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    assert "not implemented" in warned[0]
+    if command == "simulate":
+        assert code == 0, err
+    else:
+        assert code != 0 and REACHED in err, err
+
+
+def hami_bad_values() -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(backend, key as the HAMi file writes it, document) with a bad value of a key we
+    implement, for every HAMi section that carries keys over (``iluvatars`` carries none)."""
+    for b in BACKENDS:
+        section = HAMI_SECTION.get(b)
+        if section is None or section == "iluvatars":
+            continue
+        if section == "vnpus":
+            entry = {"commonWord": "Ascend910B3", "memoryAllocatable": "lots"}
+            yield b, "vnpus.configs[0].memoryAllocatable", {section: {"configs": [entry]}}
+            continue
+        yield b, f"{section}.deviceSplitCount", {section: {"deviceSplitCount": "ten"}}
+        yield b, f"{section}.deviceMemoryScaling", {section: {"deviceMemoryScaling": 0}}
+    # keys HAMi spells differently from us are named as HAMi writes them
+    if "kunlun" in INFOS:
+        yield "kunlun", "kunlun.resourceVCountName", {"kunlun": {"resourceVCountName": "Bad"}}
+    yield "nvidia", "nvidia.gpuCorePolicy", {"nvidia": {"gpuCorePolicy": "forced"}}
+
+
+HAMI_BAD = list(hami_bad_values())
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize(("backend", "key", "doc"), HAMI_BAD, ids=[k for _, k, _ in HAMI_BAD])
+def test_hami_device_config_a_bad_value_stops_naming_the_key_as_written(
+    start, tmp_path, command, backend, key, doc
+):
+    path = tmp_path / "device-config.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    code, err = start([*commands(backend)[command], "--config", str(path)])
+    assert code != 0
+    assert f"{path}: {key}:" in err, err
+    assert REACHED not in err
+
+
+# -- the device plugin's per-node file ---------------------------------------------------
+
+NODE_BAD = {
+    "nodeconfig[n1].devicesplitcont": [{"name": "n1", "devicesplitcont": 4}],
+    "nodeconfig[n1].devicesplitcount": [{"name": "n1", "devicesplitcount": 0}],
+    "nodeconfig[n1].devicememoryscaling": [{"name": "n1", "devicememoryscaling": "x"}],
+    "nodeconfig[n1].operatingmode": [{"name": "n1", "operatingmode": "hami_core"}],
+    # another node's typo stops this node too: the file is one ConfigMap for all
+    "nodeconfig[n2].filterdevice": [{"name": "n1"}, {"name": "n2", "filterdevice": {}}],
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("key", sorted(NODE_BAD))
+def test_a_bad_per_node_file_stops_the_device_plugin_at_start(start, tmp_path, backend, key):
+    path = tmp_path / "config.json"
+    path.write_text(yaml.safe_dump({"nodeconfig": NODE_BAD[key]}), encoding="utf-8")
+    argv = commands(backend)["device-plugin"]
+    code, err = start([*argv, "--node-config", str(path)])
+    assert code != 0
+    assert f"{path}: {key}:" in err, err
+    assert REACHED not in err
+
+
+def test_a_good_per_node_file_gets_past_the_configuration(start, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"nodeconfig": [{"name": "n1", "devicesplitcount": 4}]}', encoding="utf-8")
+    code, err = start([*commands("nvidia")["device-plugin"], "--node-config", str(path)])
+    assert code != 0 and REACHED in err, err
