@@ -12,13 +12,14 @@ from hami_core.backend import (
     MutateResult,
     VendorConfig,
     denies_invalid_input,
+    first_annotation,
     pointer_token,
     resource_names,
     resource_value,
 )
 
 from .mig import PROFILE_KEY
-from .names import CORE_POLICY, DEFAULT_RESOURCES, PRIORITY_RESOURCE, VGPU_MODE, first_annotation
+from .names import CORE_POLICY, DEFAULT_RESOURCES, PRIORITY_RESOURCE, VGPU_MODE
 from .requests import MIG_PROFILE_ENV, mig_resources, parse_request
 
 CORE_POLICIES = ("default", "force", "disable", "none")

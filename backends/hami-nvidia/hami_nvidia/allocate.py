@@ -13,12 +13,13 @@ from hami_core.backend import (
     HamiError,
     Mount,
     VendorConfig,
+    first_annotation,
     resource_value,
 )
 
 from .mig import MIG_MODE
 from .migdevices import DYNAMIC, check_allowlist, mig_allocation
-from .names import CORE_POLICY, PRIORITY_RESOURCE, VGPU_MODE, first_annotation
+from .names import CORE_POLICY, PRIORITY_RESOURCE, VGPU_MODE
 
 #: Where the shim, its preload file and the per-container regions live inside containers.
 CONTAINER_HOOK_DIR = "/usr/local/vgpu"

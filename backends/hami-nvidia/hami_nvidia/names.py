@@ -44,11 +44,3 @@ CORE_POLICY = ("hami.io/core-policy",)
 #: HAMi ``AllocateMode``: a comma list of the device modes the pod accepts.
 VGPU_MODE = ("nvidia.com/vgpu-mode",)
 TASK_PRIORITY = ("hami.io/task-priority",)
-
-
-def first_annotation(annotations: dict[str, str], keys: tuple[str, ...]) -> str | None:
-    """The value of the first of ``keys`` present in ``annotations``."""
-    for key in keys:
-        if key in annotations:
-            return annotations[key]
-    return None
