@@ -57,12 +57,6 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
 
 USE_UUID: Final = "aws.amazon.com/use-neuron-uuid"
 NOUSE_UUID: Final = "aws.amazon.com/nouse-neuron-uuid"
-#: Pod annotations the Neuron device plugin reads (HAMi's names, not prefixed).
-ASSIGNED_IDS: Final = "AWS_NEURON_IDS"
-ALLOC_TIME: Final = "NEURON_ALLOC_TIME"
-RESOURCE_TYPE: Final = "NEURON_RESOURCE_TYPE"
-ALLOCATED: Final = "NEURON_ALLOCATED"
-ASSIGNED_NODE: Final = "aws.amazon.com/predicate-node"
 #: Node label of the EC2 instance type (a Kubernetes well-known label).
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 #: ``DeviceInfo.custom`` key of the instance type (HAMi's ``AWSNodeType``).
@@ -71,3 +65,11 @@ OPTION_DEFAULTS: Final[dict[str, Any]] = {
     # The Neuron tool discovery runs (``neuron-ls --json-output``).
     "neuronLsPath": "neuron-ls",
 }
+
+#: Pod annotations the Neuron device plugin reads, written at bind (HAMi's names; the
+#: first four not prefixed).
+ASSIGNED_IDS: Final = "AWS_NEURON_IDS"
+ALLOC_TIME: Final = "NEURON_ALLOC_TIME"
+RESOURCE_TYPE: Final = "NEURON_RESOURCE_TYPE"
+ALLOCATED: Final = "NEURON_ALLOCATED"
+ASSIGNED_NODE: Final = "aws.amazon.com/predicate-node"

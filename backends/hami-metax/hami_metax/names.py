@@ -25,17 +25,12 @@ SGPU_RESOURCES: Final = ResourceNames(
 #: HAMi reads ``Metax-GPU`` from capacity and ``Metax-SGPU`` from MetaX's annotation; the
 #: register keys below are where hami's own device plugin would publish (read only when
 #: MetaX's source is absent).
-DEVICE_TYPES: Final = (
-    DeviceTypeInfo(
-        vendor=GPU,
-        resources=GPU_RESOURCES,
-        **hami_annotation_keys("metax-gpu"),
-    ),
-    DeviceTypeInfo(
-        vendor=SGPU,
-        resources=SGPU_RESOURCES,
-        **hami_annotation_keys("metax-sgpu"),
-    ),
+DEVICE_TYPES: Final = tuple(
+    DeviceTypeInfo(vendor=vendor, resources=names, **hami_annotation_keys(word))
+    for vendor, names, word in (
+        (GPU, GPU_RESOURCES, "metax-gpu"),
+        (SGPU, SGPU_RESOURCES, "metax-sgpu"),
+    )
 )
 
 #: Node annotations.
