@@ -254,12 +254,16 @@ def test_a_failing_event_write_never_fails_a_bind(env, monkeypatch):
     c, sched, _ = env
     p = add(c, "p", gpu=1, gpumem=1000)
 
-    def broken(*a, **k):
+    tried = []
+
+    def broken(obj, **event):
+        tried.append(event["reason"])
         raise RuntimeError("events API down")
 
     monkeypatch.setattr(c, "record_event", broken)
     allocation = sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
     assert allocation is not None
+    assert tried, "the bind recorded no event: the failing write was never exercised"
     bound = c.get_pod("default", "p")
     # the Binding was made and the allocation written, as without the event failure
     assert bound["spec"]["nodeName"] == "n1"
