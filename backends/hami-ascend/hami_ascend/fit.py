@@ -21,16 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami_core.backend import (
-    GENERIC,
-    DeviceUsage,
-    FilterKeys,
-    FitCall,
-    FitResult,
-    FitRules,
-    ReasonCode,
-    VendorFit,
-)
+from hami_core.backend import GENERIC, DeviceUsage, FilterKeys, FitResult, ReasonCode, VendorFit
 
 from .inventory import HAMI_CORE_NODE
 from .models import ModelSpec
@@ -47,12 +38,10 @@ def chip_filters(vendor: str) -> FilterKeys:
     )
 
 
-def model_rules(call: FitCall[ModelSpec | None]) -> FitRules:
-    """The chip model's rules (``rules.rules``); the generic ones without a model."""
-    return rules(call.extra) if call.extra is not None else GENERIC
-
-
-fit: VendorFit[ModelSpec] = VendorFit(filters=chip_filters, rules=model_rules)
+#: The chip model (``extra``) gives the rules (``rules.rules``); no model, the generic ones.
+fit: VendorFit[ModelSpec] = VendorFit(
+    filters=chip_filters, rules=lambda call: GENERIC if call.extra is None else rules(call.extra)
+)
 filters_of = fit.filters_of
 
 
