@@ -19,8 +19,9 @@ Everything a backend needs from the core is here, so a backend's imports say
   section's name overrides), ``stated_quantities`` (what a container states, as written),
   ``denies_invalid_input`` (an admission function's ``InvalidInputError`` as a denial),
   ``annotations_of``, ``discovered`` (a container's slices as the node's discovered
-  devices) and ``IndexedDevices`` (a runtime told devices by node index), ``run_tool`` / ``ToolRunner`` (a
-  management tool with a timeout, behind a protocol tests fake), ``scaled`` /
+  devices), ``IndexedDevices`` (a runtime told devices by node index), ``run_tool`` /
+  ``ToolRunner`` / ``ConfiguredTool`` (a management tool with a timeout, behind a
+  protocol tests fake; its command and timeout named by section options), ``scaled`` /
   ``inventory_device`` (the one scaling, rounded down), ``set_resources`` (the admission
   patch of a container's resources), ``live_pod_uids`` (the pods a node-local record
   may still be held for, in ``hami_release``), ``hami_annotation_keys`` (a vendor's four
