@@ -52,6 +52,28 @@ CNI_BIN = Path("/usr/lib/cni")
 NODE_LOCK = Path("/run/hami-e2e-kubelet.lock")
 
 
+def gpu_pod_body(
+    name: str, *, gpumem: int, gpucores: int, namespace: str | None = None
+) -> dict[str, Any]:
+    """A pod asking one ``nvidia.com/gpu`` with ``gpumem`` MiB and ``gpucores`` percent that
+    prints its environment and sleeps: the node's busybox (``BUSYBOX_IMAGE``, never
+    pulled), a 1 s grace period."""
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(gpumem)}
+    limits["nvidia.com/gpucores"] = str(gpucores)
+    main = {
+        "name": "main",
+        "image": BUSYBOX_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["/bin/sh", "-c", "env; exec sleep 3600"],
+        "resources": {"limits": limits},
+    }
+    spec = {"terminationGracePeriodSeconds": 1, "containers": [main]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
 class NodeUnavailable(ControlPlaneError):
     """This machine cannot run a real node; the message says exactly why."""
 

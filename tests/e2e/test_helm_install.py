@@ -38,11 +38,11 @@ from tests.chart.helm import CHART
 from tests.deviceplugin import fakenvml
 from tests.e2e.controlplane import ControlPlane, free_port
 from tests.e2e.kubenode import (
-    BUSYBOX_IMAGE,
     DEVICE_PLUGIN_DIR,
     KubeletNode,
     NodeUnavailable,
     ensure_node_packages,
+    gpu_pod_body,
 )
 from tests.e2e.oci import HAMI_IMAGE, binary_image
 
@@ -189,31 +189,8 @@ class Release:
         return out
 
     def gpu_pod(self, name: str, *, gpumem: int, gpucores: int) -> str:
-        return yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": self.namespace},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": BUSYBOX_IMAGE,
-                            "imagePullPolicy": "Never",
-                            "command": ["/bin/sh", "-c", "env; exec sleep 3600"],
-                            "resources": {
-                                "limits": {
-                                    "nvidia.com/gpu": "1",
-                                    "nvidia.com/gpumem": str(gpumem),
-                                    "nvidia.com/gpucores": str(gpucores),
-                                }
-                            },
-                        }
-                    ],
-                },
-            }
-        )
+        body = gpu_pod_body(name, gpumem=gpumem, gpucores=gpucores, namespace=self.namespace)
+        return yaml.safe_dump(body)
 
     def wait_running(self, name: str) -> dict[str, Any]:
         def running() -> dict[str, Any] | None:

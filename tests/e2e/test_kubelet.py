@@ -39,6 +39,7 @@ from tests.e2e.kubenode import (
     KubeletNode,
     NodeUnavailable,
     ensure_node_packages,
+    gpu_pod_body,
 )
 
 pytestmark = pytest.mark.e2e
@@ -71,29 +72,7 @@ class Stack:
     def create_gpu_pod(
         self, name: str, *, gpumem: int, gpucores: int, gpu_uuid: str | None = None
     ) -> None:
-        body: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {
-                "terminationGracePeriodSeconds": 1,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": BUSYBOX_IMAGE,
-                        "imagePullPolicy": "Never",
-                        "command": ["/bin/sh", "-c", "env; exec sleep 3600"],
-                        "resources": {
-                            "limits": {
-                                "nvidia.com/gpu": "1",
-                                "nvidia.com/gpumem": str(gpumem),
-                                "nvidia.com/gpucores": str(gpucores),
-                            }
-                        },
-                    }
-                ],
-            },
-        }
+        body = gpu_pod_body(name, gpumem=gpumem, gpucores=gpucores)
         if gpu_uuid:
             body["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": gpu_uuid}
         for _ in range(40):  # the webhook's certificate may still be on its way
