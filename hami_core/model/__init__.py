@@ -10,7 +10,14 @@ from .backend import (
     MutateResult,
     ResourceNames,
 )
-from .charge import Charge, collapse, device_charges, init_containers_finished, vendor_charge
+from .charge import (
+    Charge,
+    collapse,
+    device_charges,
+    init_containers_finished,
+    sequential_init_count,
+    vendor_charge,
+)
 from .cores import (
     COMPUTE_UNITS,
     CORES_UNITS,
@@ -92,5 +99,6 @@ __all__ = [
     "device_charges",
     "device_cores",
     "init_containers_finished",
+    "sequential_init_count",
     "vendor_charge",
 ]

@@ -7,6 +7,14 @@ what its app containers hold and nothing more. The same rule gives a device's us
 (memory, cores and the time-slice count), a namespace's quota usage and the webhook's
 quota check, so the three can never disagree.
 
+A restartable init container (``restartPolicy: Always``: Kubernetes' sidecar, KEP-753,
+on by default from 1.29) keeps running beside the app containers, and every init
+container after it runs beside it. So only the init containers before the first
+restartable one are sequential (``sequential_init_count``); from it on they are charged,
+fitted and reused as app containers, as kube-scheduler sums a sidecar into the pod's
+requests. (HAMi 2.10 charges sidecars at the peak, a TODO in its
+``CollapseInitContainerUsage``: a pod would then run twice what it is charged.)
+
 Source: HAMi 2.10 ``pkg/device/initContainer.go`` (``CollapseInitContainerUsage``,
 ``AppContainersOnlyDeviceUsage``) and ``pkg/util/util.go``
 (``AllInitContainersSucceeded``); the shrink is asserted by
@@ -63,10 +71,11 @@ def init_containers_finished(pod: Mapping[str, Any]) -> bool:
     terminated.exitCode``). Every init container named in ``spec.initContainers`` must have
     such a status; a pod without init containers, a pod whose statuses are missing,
     partial, running, waiting or failed (non-zero exit, being restarted) is not finished.
-    A restartable ("sidecar") init container never terminates, so its pod keeps the peak.
+    Only the sequential init containers (``sequential_init_count``) are asked: a
+    restartable ("sidecar") one is charged as an app container, whatever its status says.
     HAMi's ``AllInitContainersSucceeded`` asks the same of the statuses present.
     """
-    spec_inits = (pod.get("spec") or {}).get("initContainers") or []
+    spec_inits = ((pod.get("spec") or {}).get("initContainers") or [])[: sequential_init_count(pod)]
     if not spec_inits:
         return False
     statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
@@ -111,8 +120,20 @@ def collapse(
     return out
 
 
+def sequential_init_count(pod: Mapping[str, Any]) -> int:
+    """How many of ``pod``'s init containers run one after another: those before the
+    first restartable one (``restartPolicy: Always``, Kubernetes' sidecar: it and every
+    init container after it run beside the app containers). They are the first entries
+    of the pod's device list (PROTOCOL.md §3)."""
+    inits = (pod.get("spec") or {}).get("initContainers") or []
+    for i, c in enumerate(inits):
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
+            return i
+    return len(inits)
+
+
 def _init_count(pod: Mapping[str, Any]) -> int:
-    return len((pod.get("spec") or {}).get("initContainers") or [])
+    return sequential_init_count(pod)
 
 
 def device_charges(pod: Mapping[str, Any], devices: PodDevices) -> dict[str, Charge]:

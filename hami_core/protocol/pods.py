@@ -8,17 +8,24 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from hami_core.errors import InvalidInputError
+from hami_core.model.charge import sequential_init_count
 
 Pod = Mapping[str, Any]
 
 
 def containers(pod: Pod) -> Iterator[tuple[Mapping[str, Any], bool, str]]:
     """Yield ``(container, is_init, json_path)``: init containers first, then app
-    containers, each in spec order (the order of PROTOCOL.md §3's device list)."""
+    containers, each in spec order (the order of PROTOCOL.md §3's device list).
+
+    ``is_init`` is True only for a sequential init container (``sequential_init_count``):
+    a restartable one (``restartPolicy: Always``) and the init containers after it run
+    beside the app containers and are charged and fitted as they are."""
     spec = pod.get("spec") or {}
-    for key, init in (("initContainers", True), ("containers", False)):
-        for i, c in enumerate(spec.get(key) or []):
-            yield c, init, f"/spec/{key}/{i}"
+    sequential = sequential_init_count(pod)
+    for i, c in enumerate(spec.get("initContainers") or []):
+        yield c, i < sequential, f"/spec/initContainers/{i}"
+    for i, c in enumerate(spec.get("containers") or []):
+        yield c, False, f"/spec/containers/{i}"
 
 
 def live_pod_uids(pods: Iterable[Pod]) -> frozenset[str]:

@@ -46,7 +46,8 @@ def _quantity(value: object, resource: str) -> Decimal:
 
 def pod_requests(pod: Mapping[str, Any], names: Sequence[str] = CHECKED) -> dict[str, Decimal]:
     """The pod's effective request per resource of ``names``: the larger of the largest
-    init container and the sum of the app containers (Kubernetes' rule); a container's
+    init container and the sum of the app containers (Kubernetes' rule; a restartable
+    init container, a sidecar, is added to both: KEP-753); a container's
     request is its ``requests``, else its ``limits`` (the API server's default)."""
 
     def of(container: Mapping[str, Any]) -> dict[str, Decimal]:
@@ -64,9 +65,21 @@ def pod_requests(pod: Mapping[str, Any], names: Sequence[str] = CHECKED) -> dict
     for c in spec.get("containers") or []:
         for k, v in of(c).items():
             apps[k] = apps.get(k, Decimal(0)) + v
+    # kube-scheduler's sum (KEP-753): a sidecar (restartPolicy: Always) runs beside the
+    # app containers and beside every init container started after it
+    sidecars: dict[str, Decimal] = {}
+    inits: dict[str, Decimal] = {}
     for c in spec.get("initContainers") or []:
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
+            for k, v in of(c).items():
+                sidecars[k] = sidecars.get(k, Decimal(0)) + v
+            continue
         for k, v in of(c).items():
-            apps[k] = max(apps.get(k, Decimal(0)), v)
+            inits[k] = max(inits.get(k, Decimal(0)), v + sidecars.get(k, Decimal(0)))
+    for k, v in sidecars.items():
+        apps[k] = apps.get(k, Decimal(0)) + v
+    for k, v in inits.items():
+        apps[k] = max(apps.get(k, Decimal(0)), v)
     return apps
 
 

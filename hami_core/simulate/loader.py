@@ -6,7 +6,8 @@ A **cluster file** has one of two forms, told apart automatically:
 
        nodes:
        - name: gpu-a100-1
-         labels: {zone: a}                 # optional, copied onto the Node
+         labels: {zone: a}                 # optional, copied onto the Node (which also
+                                           # gets kubernetes.io/hostname: <name>)
          annotations: {}                   # optional, e.g. hami.io/device-cordon
          gpus:                             # groups of identical devices, in index order
          - model: NVIDIA A100-SXM4-80GB
@@ -94,6 +95,10 @@ REPLICATED_KINDS: Mapping[str, str] = {
 }
 WORKLOAD_SUFFIXES = (".yaml", ".yml", ".json")
 SIMPLE = "simple"
+#: The well-known label kubelet sets on its Node (kubernetes.io "Well-Known Labels,
+#: Annotations and Taints": ``kubernetes.io/hostname``); the simple form sets it to the
+#: node's name.
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 SNAPSHOT = "snapshot"
 
 _NODE_KEYS = frozenset({"name", "labels", "annotations", "gpus", "links"})
@@ -482,7 +487,9 @@ def _simple_node(
         "kind": "Node",
         "metadata": {
             "name": name,
-            "labels": _str_map(entry.get("labels"), where, "labels"),
+            # kubelet labels every node with its hostname (the node's name unless
+            # --hostname-override), which pods' nodeSelectors commonly name
+            "labels": {HOSTNAME_LABEL: name, **_str_map(entry.get("labels"), where, "labels")},
             "annotations": annotations,
         },
         "status": {"allocatable": allocatable, "capacity": dict(allocatable)},

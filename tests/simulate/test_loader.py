@@ -77,7 +77,7 @@ def test_simple_cluster_becomes_nodes_with_inventory(tmp_path):
     assert [d.numa for d in devs] == [0, 0, 1, 1]
     assert [d.split_count for d in devs] == [10, 10, 4, 4]
     assert all(d.model == "NVIDIA A100-SXM4-80GB" and d.healthy for d in devs)
-    assert n2["metadata"]["labels"] == {"zone": "b"}
+    assert n2["metadata"]["labels"] == {"kubernetes.io/hostname": "n2", "zone": "b"}
     assert n2["status"]["allocatable"]["nvidia.com/gpu"] == "28"
     scores = decode_link_scores(
         n2["metadata"]["annotations"]["hami.io/node-nvidia-score"], node="n2"
