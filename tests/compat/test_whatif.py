@@ -385,3 +385,19 @@ def test_a_resource_renamed_in_the_config_is_not_unmanaged():
     assert data["pods"][0]["status"] == "placed", data["pods"][0]
     assert [d["uuid"] for d in data["pods"][0]["devices"]] == ["GPU-n1-0"]
     assert not data["warnings"]
+
+
+def test_a_misspelt_mig_profile_resource_is_unmanaged_not_placed():
+    """``nvidia.com/mig-1g.10g`` (``gb`` missing) is no resource of ours nor of any node:
+    kube-scheduler leaves the pod Pending, so the what-if must not place it; the real
+    profile name is still ours (item 14 of issue #15)."""
+    typo = gpu_pod("typo")
+    typo["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10g": "1"}}
+    real = gpu_pod("real")
+    real["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": "1"}}
+    media = gpu_pod("media")
+    media["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb+me": "1"}}
+    reports = {p["name"]: p for p in build_report(run([_node("n1")], [typo, real, media]))["pods"]}
+    assert reports["typo"]["status"] == "unmanaged"
+    assert reports["real"]["status"] == "unschedulable"  # ours: no MIG GPU offers it
+    assert reports["media"]["status"] == "unschedulable"

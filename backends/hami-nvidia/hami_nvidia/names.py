@@ -29,7 +29,13 @@ DEVICE_TYPE = DeviceTypeInfo(
     mig_annotation="hami.io/vgpu-mig-allocations",
     fit_rules=FitRules(extra_check=mig.check),
     # read beyond the sharing resources: the priority limit and MIG profile requests
-    other_resources=(PRIORITY_RESOURCE, "nvidia.com/mig-*"),
+    # (requests.MIG_RESOURCE's shape, <slices>g.<GB>gb[+me]: a misspelt profile such as
+    # nvidia.com/mig-1g.10g is no resource of ours, kube-scheduler leaves it Pending)
+    other_resources=(
+        PRIORITY_RESOURCE,
+        "nvidia.com/mig-[1-9]g.[1-9]*gb",
+        "nvidia.com/mig-[1-9]g.[1-9]*gb+me",
+    ),
     # a nvidia.com/mig-<profile> request is charged its profile at admission
     quota_request_charge=mig.quota_charge,
 )
