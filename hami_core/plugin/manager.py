@@ -153,7 +153,10 @@ class BackendManager:
         for name, record in self._records.items():
             self._sections[name] = self._checked_section(name, record.info)
         self._types: dict[str, tuple[DeviceTypeInfo, ...]] = {
-            name: tuple(_configured(t, self._sections[name]) for t in r.info.device_types)
+            name: tuple(
+                _configured(t, self._sections[name], single=len(r.info.device_types) == 1)
+                for t in r.info.device_types
+            )
             for name, r in self._records.items()
         }
 
@@ -229,7 +232,8 @@ class BackendManager:
 
     def device_types(self) -> tuple[DeviceTypeInfo, ...]:
         """Every ``DeviceTypeInfo`` of every backend, by backend then declaration, under
-        the configuration (``memory_unit_option`` folded into the memory unit)."""
+        the configuration (``memory_unit_option`` folded into the memory unit, the
+        section's resource names in force: ``_configured``)."""
         return tuple(t for name in sorted(self._types) for t in self._types[name])
 
     def device_type(self, vendor: str) -> DeviceTypeInfo:
@@ -771,14 +775,28 @@ def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _configured(dtype: DeviceTypeInfo, section: VendorConfig) -> DeviceTypeInfo:
-    """``dtype`` with the memory unit its section's ``memory_unit_option`` sets (at least
-    1; the option was checked by the backend's ``hami_check_config``)."""
-    if not dtype.memory_unit_option:
-        return dtype
-    try:
-        factor = max(1, int(section.options.get(dtype.memory_unit_option, 1)))
-    except (TypeError, ValueError):
-        return dtype
-    unit = dtype.resources.memory_unit_mib * factor
-    return attrs.evolve(dtype, resources=attrs.evolve(dtype.resources, memory_unit_mib=unit))
+def _configured(dtype: DeviceTypeInfo, section: VendorConfig, *, single: bool) -> DeviceTypeInfo:
+    """``dtype`` under its backend's section: the memory unit its ``memory_unit_option``
+    sets (at least 1; the option was checked by the backend's ``hami_check_config``) and,
+    for a backend of one device type (``single``), the section's resource names
+    (``resourceCountName``, ``resourceMemoryName``, ``resourceMemoryPercentageName``,
+    ``resourceCoreName``: HAMi's device-config keys). Those are the names its requests
+    and device plugin use, so the quotas, the webhook's checks and ``hami simulate``
+    read the same ones. A backend of several types reads its names per type (HAMi's
+    ``vnpus``, ``iluvatars``); a name the vendor does not have ("") stays ""."""
+    r = dtype.resources
+    if single:
+        r = attrs.evolve(
+            r,
+            count=section.resource_count_name or r.count,
+            memory=(section.resource_memory_name or r.memory) if r.memory else "",
+            memory_pct=(section.resource_memory_pct_name or r.memory_pct) if r.memory_pct else "",
+            cores=(section.resource_cores_name or r.cores) if r.cores else "",
+        )
+    if dtype.memory_unit_option:
+        try:
+            factor = max(1, int(section.options.get(dtype.memory_unit_option, 1)))
+        except (TypeError, ValueError):
+            factor = 1
+        r = attrs.evolve(r, memory_unit_mib=r.memory_unit_mib * factor)
+    return dtype if r == dtype.resources else attrs.evolve(dtype, resources=r)
