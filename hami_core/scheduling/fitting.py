@@ -19,6 +19,7 @@ from hami_core.model import (
     DevicePolicy,
     DeviceUsage,
     FitResult,
+    MigSlot,
     NodeInfo,
     PodRequest,
     ReasonCode,
@@ -135,13 +136,20 @@ def fit_pod_nodes(
         else:
             alive.append(i)
             working.append(dict(usage))  # app containers are charged as they are placed
+    # MIG instances the pod's earlier containers took, per node and GPU: kubelet
+    # allocates every container of a pod at admission and an instance lives until the
+    # pod is gone (docs/sharing-modes.md), so no later container, init or app, may get
+    # a placement overlapping them (the app containers' own are in ``working`` already).
+    # Not even the same instance again: an init container's would be free to reuse, but
+    # one instance per container keeps every reservation of the pod distinct.
+    taken: list[dict[str, tuple[MigSlot, ...]]] = [{} for _ in nodes]
     for pos, container in enumerate(request.containers):
         for req in container.devices:
             if not alive:
                 break
             views = [
                 tuple(
-                    u
+                    _with_taken(u, taken[i])
                     for u in (nodes[i][1] if container.init else working[i]).values()
                     if u.device.vendor == req.vendor
                 )
@@ -190,6 +198,9 @@ def fit_pod_nodes(
                     )
                     continue
                 placed[i][req.vendor][pos] = result.devices
+                for d in result.devices:
+                    if d.mig is not None:
+                        taken[i][d.uuid] = (*taken[i].get(d.uuid, ()), d.mig)
                 if not container.init:
                     w = working[i]
                     for d in result.devices:
@@ -209,3 +220,12 @@ def fit_pod_nodes(
     done = [f for f in out if f is not None]
     assert len(done) == len(nodes)  # every node ended placed or with its reason
     return done
+
+
+def _with_taken(usage: DeviceUsage, taken: Mapping[str, tuple[MigSlot, ...]]) -> DeviceUsage:
+    """``usage`` with the MIG instances the pod's earlier containers took on that GPU
+    marked in use (not charged: memory and cores follow the init-container rule); those
+    of earlier app containers are in an app container's view already."""
+    slots = taken.get(usage.device.uuid)
+    extra = tuple(m for m in slots or () if m not in usage.mig_in_use)
+    return attrs.evolve(usage, mig_in_use=usage.mig_in_use + extra) if extra else usage
