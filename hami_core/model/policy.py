@@ -54,7 +54,8 @@ class DevicePolicyChain:
 
     @classmethod
     def parse(cls, value: str, *, default: DevicePolicy = DevicePolicy.SPREAD) -> DevicePolicyChain:
-        """Read ``value`` (``"spread"``, ``"mutex,spread"``, ``" spread , numa "``).
+        """Read ``value`` (``"spread"``, ``"mutex,spread"``, ``" spread , numa "``; an
+        empty entry, as in ``"spread,"``, names nothing and is skipped).
 
         Raises:
             ValueError: an empty list or an unknown token; the message names the token
@@ -66,6 +67,8 @@ class DevicePolicyChain:
         order: list[DevicePolicy] = []
         mutex = False
         for token in tokens:
+            if not token:  # "spread," or "spread,,numa": HAMi's PolicyContains skips it
+                continue
             if token == MUTEX:
                 mutex = True
                 continue
