@@ -8,6 +8,7 @@ nobody). Denied at admission, naming the annotation and where the value belongs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from fnmatch import fnmatchcase
 from typing import Any
 
 from hami_core.model import DeviceTypeInfo
@@ -18,7 +19,8 @@ def misplaced_limits(pod: Mapping[str, Any], device_types: Iterable[DeviceTypeIn
 
     Args:
         pod: the Pod object.
-        device_types: the installed backends' device types (their resource names).
+        device_types: the installed backends' device types (their resource names and
+            ``other_resources``, e.g. ``nvidia.com/priority``, ``nvidia.com/mig-<profile>``).
 
     Returns:
         e.g. ``annotation nvidia.com/gpumem is a resource: write it under
@@ -28,10 +30,14 @@ def misplaced_limits(pod: Mapping[str, Any], device_types: Iterable[DeviceTypeIn
     if not isinstance(annotations, Mapping) or not annotations:
         return None
     names: set[str] = set()
+    patterns: list[str] = []
     for t in device_types:
         r = t.resources
         names |= {n for n in (r.count, r.memory, r.memory_pct, r.cores, r.cores_alias) if n}
-    wrong = sorted(names & set(annotations))
+        patterns.extend(t.other_resources)  # nvidia.com/priority, nvidia.com/mig-<profile>
+    wrong = sorted(
+        k for k in map(str, annotations) if k in names or any(fnmatchcase(k, p) for p in patterns)
+    )
     if not wrong:
         return None
     return (
