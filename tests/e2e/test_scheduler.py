@@ -254,31 +254,44 @@ def test_engine_cases_match_simulate(control_plane, core, case, pods):
             assert decode_pod_devices(real_ann) == decode_pod_devices(sim_ann)
 
 
-def test_a_misspelt_vendor_resource_stays_pending_as_simulate_says(control_plane, core):
+@pytest.mark.parametrize(
+    ("resource", "limits"),
+    [
+        ("nvidia.com/gpumemory", {"gpu": 1, "gpumemory": 4000}),
+        # a MIG profile name missing its "b": no profile resource of ours (trust review)
+        ("nvidia.com/mig-1g.10g", {"gpu": 1, "mig-1g.10g": 1}),
+    ],
+    ids=["gpumemory", "mig-profile"],
+)
+def test_a_misspelt_vendor_resource_stays_pending_as_simulate_says(
+    control_plane, core, resource, limits
+):
     """Issue #15 item 14: ``nvidia.com/gpumemory`` (a typo of ``nvidia.com/gpumem``) next
-    to ``nvidia.com/gpu``. The real webhook admits the pod (as HAMi's does), kube-scheduler
-    checks the name itself (only the backends' names are ``ignoredByScheduler``) and no
-    node has it: the pod stays Pending, no GPU booked. ``hami simulate`` reports the same
-    pod unmanaged with a warning, placing nothing."""
+    to ``nvidia.com/gpu``, or ``nvidia.com/mig-1g.10g`` (of ``nvidia.com/mig-1g.10gb``).
+    The real webhook admits the pod (as HAMi's does), kube-scheduler checks the name
+    itself (only the backends' names are ``ignoredByScheduler``) and no node has it: the
+    pod stays Pending, no GPU booked. ``hami simulate`` reports the same pod unmanaged
+    with a warning, placing nothing."""
     from hami_core.simulate.report import build_report
     from tests.simulate.helpers import run as simulate_run
 
     n = unique("typo")
     gpus = [gpu(f"GPU-{n}")]
     add_gpu_node(control_plane, n, gpus)
-    typo = pod("typo", container(gpu=1, gpumemory=4000))
+    name = unique("typo")
+    typo = pod(name, container(**limits))
     data = build_report(simulate_run([node_obj(n, gpus)], [typo]))
     assert [(p["status"], p["node"]) for p in data["pods"]] == [("unmanaged", None)]
-    assert any("nvidia.com/gpumemory" in w for w in data["warnings"])
+    assert any(resource in w for w in data["warnings"])
     create(core, typo)
     control_plane.wait_for(
         lambda: any(
-            r == "FailedScheduling" and "Insufficient nvidia.com/gpumemory" in m
-            for r, m in events(core, "typo")
+            r == "FailedScheduling" and f"Insufficient {resource}" in m
+            for r, m in events(core, name)
         ),
-        message="typo unschedulable for kube-scheduler",
+        message=f"{name} unschedulable for kube-scheduler",
     )
-    stored = raw_pod(core, "typo")
+    stored = raw_pod(core, name)
     assert not stored["spec"].get("nodeName")
     assert "hami.io/vgpu-devices-allocated" not in (stored["metadata"].get("annotations") or {})
 
