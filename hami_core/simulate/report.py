@@ -34,7 +34,9 @@ Report (``build_report``)::
             "devices": [{"containerPath": str, "hostPath": str, "permissions": str}],
             "cdiDevices": [str]}],
          "request": [                            # one entry per container and vendor
-           {"container": str, "init": bool, "vendor": str, "count": int,
+           {"container": str, "init": bool,      # init: one of the init containers run
+                                                 # one after another (not a sidecar)
+            "vendor": str, "count": int,
             "memoryMiB": int, "memoryPct": int, "coresPct": int,   # memory: one of the two
             "coresUnit": str}],                  # the cores resource's unit (AMD: percent)
          "devices": [                            # what it got, containers in wire order
