@@ -32,6 +32,10 @@ The model is the fit's sharing rules: per GPU at most ``split`` containers, the 
 100 % compute; a pod's N GPUs are N distinct GPUs of one node.
 
     .venv/bin/python benchmarks/bench_packing.py [--quick]
+    .venv/bin/python benchmarks/bench_packing.py --diagnose SEED [SEED ...]
+
+``--diagnose`` shows, per stream, the first of binpack's placements after which the
+longest prefix no longer fits, and which other placements of that pod would have kept it.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import highspy
-from workload import GPU_MEMORY_MIB, SPLIT, node_object, pod_object, pod_shape
+from workload import GPU_MEMORY_MIB, SPLIT, devices, node_object, pod_object, pod_shape
 
 from hami_core.cluster import MemoryCluster
 from hami_core.model import DevicePolicy, NodePolicy
@@ -361,11 +365,131 @@ def check_wc_model(streams: int = 8) -> None:
             raise AssertionError(f"work-conserving model: seed {seed}: {found}/{bound} != {exact}")
 
 
+Held = dict[tuple[int, int], tuple[int, int, int]]
+Placement = list[tuple[int, int]]
+
+
+def placements(pods: list[dict[str, str]], manager: BackendManager) -> list[Placement | None]:
+    """Each pod's (node, GPU) pairs under binpack / binpack, in arrival order (None:
+    refused)."""
+    c = MemoryCluster()
+    where: dict[str, tuple[int, int]] = {}
+    for n in range(NODES):
+        c.add_node(node_object(f"node-{n}", GPUS))
+        where.update({d.uuid: (n, d.index) for d in devices(f"node-{n}", GPUS)})
+    p = Pipeline(c, manager, node_policy=NodePolicy.BINPACK, device_policy=DevicePolicy.BINPACK)
+    out: list[Placement | None] = []
+    for i, limits in enumerate(pods):
+        obj = pod_object(f"p{i}", limits)
+        obj["spec"].pop("schedulerName")
+        o = p.submit(obj)
+        ok = o.scheduled and o.allocation is not None
+        out.append([where[d.uuid] for d in o.allocation.all_devices()] if ok else None)
+    return out
+
+
+def held_by(pods: list[dict[str, str]], placed: list[Placement | None]) -> Held:
+    """(MiB, cores, containers) taken per (node, GPU) by ``pods`` placed as ``placed``."""
+    held: Held = {}
+    for limits, where in zip(pods, placed, strict=True):
+        _, mem, cores = demand(limits)
+        for ng in where or ():
+            m, c, k = held.get(ng, (0, 0, 0))
+            held[ng] = (m + mem, c + cores, k + 1)
+    return held
+
+
+def fits_after(held: Held, pods: list[dict[str, str]]) -> bool:
+    """Whether every pod of ``pods`` fits beside what ``held`` takes (exact)."""
+    if not pods:
+        return True
+    shapes: dict[tuple[int, int, int], int] = {}
+    for limits in pods:
+        shapes[demand(limits)] = shapes.get(demand(limits), 0) + 1
+    kinds = sorted(shapes)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", TIME_LIMIT_S)
+    gpus = [(n, g) for n in range(NODES) for g in range(GPUS)]
+    y = {
+        (s, n): h.addIntegral(lb=0, ub=shapes[k]) for s, k in enumerate(kinds) for n in range(NODES)
+    }
+    c = {(s, ng): h.addIntegral(lb=0, ub=shapes[k]) for s, k in enumerate(kinds) for ng in gpus}
+    for s, (k, _, _) in enumerate(kinds):
+        for n in range(NODES):
+            h.addConstr(sum(c[s, (n, g)] for g in range(GPUS)) - k * y[s, n] == 0)
+            for g in range(GPUS):
+                h.addConstr(c[s, (n, g)] - y[s, n] <= 0)
+        h.addConstr(sum(y[s, n] for n in range(NODES)) == shapes[kinds[s]])
+    for ng in gpus:
+        mem, cores, count = held.get(ng, (0, 0, 0))
+        h.addConstr(sum(kinds[s][1] * c[s, ng] for s in range(len(kinds))) <= GPU_MEMORY_MIB - mem)
+        h.addConstr(sum(kinds[s][2] * c[s, ng] for s in range(len(kinds))) <= 100 - cores)
+        h.addConstr(sum(c[s, ng] for s in range(len(kinds))) <= SPLIT - count)
+    h.run()
+    return bool(h.getModelStatus() == highspy.HighsModelStatus.kOptimal)
+
+
+def diagnose(seed: int, manager: BackendManager) -> None:
+    """Where binpack loses the longest prefix on stream ``seed`` (demand 1.6x): the first
+    of our placements after which the rest of the prefix fits nowhere (binary search,
+    our earlier placements fixed), and whether each other placement of that pod would
+    have kept it (one per distinct set of GPU states)."""
+    pods = stream(seed, ISSUE_LOAD)
+    placed = placements(pods, manager)
+    first = next((i for i, w in enumerate(placed) if w is None), len(pods))
+    prefix = longest_prefix(pods)
+    print(f"stream {seed}: first refusal {first}, longest prefix {prefix}")
+    if first >= prefix:
+        return
+    lo, hi = 0, first  # the prefix fits with pods[:lo] fixed as we placed them, not hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits_after(held_by(pods[:mid], placed[:mid]), pods[mid:prefix]):
+            lo = mid
+        else:
+            hi = mid
+    held = held_by(pods[:lo], placed[:lo])
+    k, mem, cores = demand(pods[lo])
+    print(f"  pod {lo} ({k} x {mem} MiB, {cores} %): ours {placed[lo]}")
+    seen = set()
+    for n in range(NODES):
+        free = [
+            g
+            for g in range(GPUS)
+            if held.get((n, g), (0, 0, 0))[0] + mem <= GPU_MEMORY_MIB
+            and held.get((n, g), (0, 0, 0))[1] + cores <= 100
+            and held.get((n, g), (0, 0, 0))[2] < SPLIT
+        ]
+        for gs in itertools.combinations(free, k):
+            states = tuple(sorted(held.get((n, g), (0, 0, 0)) for g in gs))
+            if (n, states) in seen:
+                continue
+            seen.add((n, states))
+            alt = [(n, g) for g in gs]
+            keeps = fits_after(
+                held_by([*pods[:lo], pods[lo]], [*placed[:lo], alt]), pods[lo + 1 : prefix]
+            )
+            before = ", ".join(f"{m // 1024} GiB / {c} % used" for m, c, _ in states)
+            print(f"    {'keeps' if keeps else 'loses'} the prefix: {alt} ({before})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer streams, shorter solver limits")
+    ap.add_argument(
+        "--diagnose",
+        type=int,
+        nargs="+",
+        metavar="SEED",
+        help="only show where binpack loses the longest prefix on these streams",
+    )
     args = ap.parse_args()
     manager = BackendManager.from_entry_points()
+    if args.diagnose:
+        for seed in args.diagnose:
+            diagnose(seed, manager)
+        return
     seeds = range(1, 3) if args.quick else range(1, 6)
     order_seeds = seeds if args.quick else range(1, 1 + IN_ORDER_STREAMS)
     wc_limit = 10.0 if args.quick else WC_TIME_LIMIT_S
