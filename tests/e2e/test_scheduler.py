@@ -437,3 +437,44 @@ def test_ascend_mode_not_fit_matches_simulate(control_plane, core):
         assert real[key] == simulated[key], key
     failed = [m for r, m in events(core, "soft-1") if r == "FilteringFailed"]
     assert any("ModeNotFit" in m for m in failed), failed
+
+
+def test_finished_init_containers_free_their_share_as_simulate_says(control_plane, core):
+    """Issue #15 item 1 through the real servers: an init container of 12000 MiB and an
+    app container of 4000 MiB on one 16384 MiB GPU. While the init container may run the
+    pod holds 12000 and an 8000 MiB pod does not fit; once its status says it terminated
+    with exit code 0 (written through the API's ``pods/status``, as kubelet does) the
+    scheduler's watch shrinks the pod to its app container and the 8000 MiB pod binds.
+    The in-process pipeline (what ``hami simulate`` runs) gives the same answers."""
+    n = unique("init")
+    gpus = [gpu(f"GPU-{n}")]
+    add_gpu_node(control_plane, n, gpus)
+    big = pod("big-init", container("app", gpu=1, gpumem=4000))
+    big["spec"]["initContainers"] = [container("init", gpu=1, gpumem=12000)]
+    sim = pipeline(node_obj(n, gpus))
+    assert sim.submit(big).node == n
+    assert sim.submit(pod("early", container(gpu=1, gpumem=8000))).node is None
+    create(core, big)
+    wait_bound(control_plane, core, ["big-init"])
+    create(core, pod("early", container(gpu=1, gpumem=8000)))
+    control_plane.wait_for(
+        lambda: any(r == "FilteringFailed" for r, _ in events(core, "early")),
+        message="early unschedulable while the init container may run",
+    )
+    # the early pod would be retried once the share shrinks: remove it first
+    core.delete_namespaced_pod("early", "default", grace_period_seconds=0)
+    control_plane.wait_for(
+        lambda: (
+            not any(p.metadata.name == "early" for p in core.list_namespaced_pod("default").items)
+        ),
+        message="early deleted",
+    )
+    done = {"name": "init", "ready": False, "restartCount": 0, "image": "busybox"}
+    done |= {"imageID": "", "state": {"terminated": {"exitCode": 0}}}
+    status = {"phase": "Running", "initContainerStatuses": [done]}
+    core.patch_namespaced_pod_status("big-init", "default", {"status": status})
+    sim.cluster.set_pod_status("default", "big-init", status)
+    assert sim.submit(pod("late", container(gpu=1, gpumem=8000))).node == n
+    create(core, pod("late", container(gpu=1, gpumem=8000)))
+    (bound,) = wait_bound(control_plane, core, ["late"])
+    assert bound["metadata"]["annotations"]["hami.io/vgpu-node"] == n
