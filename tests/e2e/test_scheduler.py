@@ -209,6 +209,15 @@ REPLAY = [
         "percentage-100",
         [("a", {"gpu": 1, "gpumem_percentage": 100}), ("b", {"gpu": 1, "gpumem": 1000})],
     ),
+    # nvidia.com/vgpu-mode (HAMi's device_test.go TestCheckType_AllocateMode): a mode the
+    # GPU (hami-core) is not in is CardTypeMismatch; a list naming its mode fits
+    (
+        "vgpu-mode",
+        [
+            ("a", {"gpu": 1, "gpumem": 1000}, {"nvidia.com/vgpu-mode": "mps"}),
+            ("b", {"gpu": 1, "gpumem": 1000}, {"nvidia.com/vgpu-mode": "mig,hami-core"}),
+        ],
+    ),
     # HAMi 2.10's ordered lists (gpu_policy_test.go "Chain mutex,spread"): the mutex of a
     # list still refuses the used GPU; a list without mutex shares it
     (
