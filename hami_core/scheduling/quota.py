@@ -21,8 +21,10 @@ from typing import Any
 
 import attrs
 
+from hami_core.backend.requests import resource_names
 from hami_core.errors import AnnotationError, QuantityError
 from hami_core.model import DeviceTypeInfo, PodDevices, vendor_charge
+from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.quantity import parse_quantity_int
@@ -43,6 +45,24 @@ class QuotaLimit:
     vendor: str
     measure: str  # MEMORY (MiB), CORES (the resource's unit) or COUNT (devices)
     hard: int
+
+
+def quota_device_types(manager: BackendManager) -> tuple[DeviceTypeInfo, ...]:
+    """Every device type with the resource names in force, for reading quota keys: a
+    backend of one device type whose section renames a resource (``resourceCountName``,
+    ``resourceMemoryName``, ``resourceMemoryPercentageName``, ``resourceCoreName``, HAMi's
+    ``device-config.yaml`` keys) is quoted under the new name, as its pods request it
+    (``hami_core.backend.requests.resource_names``; a backend of several device types
+    names each type's resources in its own options, so its declared names stand).
+    """
+    out = []
+    for t in manager.device_types():
+        backend = manager.backend_of(t.vendor)
+        if len(manager.infos[backend].device_types) == 1:
+            named = resource_names(t.resources, manager.vendor_config(backend))
+            t = attrs.evolve(t, resources=named)
+        out.append(t)
+    return tuple(out)
 
 
 def quota_limits(

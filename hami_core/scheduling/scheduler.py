@@ -50,6 +50,7 @@ from .quota import (
     charge_of,
     namespace_usage,
     pod_quota_charge,
+    quota_device_types,
     quota_limits,
     quota_violation,
 )
@@ -137,6 +138,7 @@ class Scheduler:
         self._node_policy = node_policy
         self._device_policy = device_policy
         self._types = manager.device_types()
+        self._quota_types = quota_device_types(manager)  # quota keys under renamed resources
         self._reported: set[str] = set()
         self._vendors_by_uid: dict[str, frozenset[str] | None] = {}
         self.lock_wait_s = lock_wait_s
@@ -166,6 +168,7 @@ class Scheduler:
             holdings=self._holdings,
             quota_charge=self._quota_charge,
             reader=manager.node_devices,
+            quota_types=self._quota_types,
         )
         store.subscribe(self.state.on_event)
 
@@ -582,7 +585,9 @@ class Scheduler:
         limits: tuple[QuotaLimit, ...] = ()
         used: dict[tuple[str, str], int] = {}
         if live_usage:
-            limits = tuple(quota_limits(self.store.list_quotas(request.namespace), self._types))
+            limits = tuple(
+                quota_limits(self.store.list_quotas(request.namespace), self._quota_types)
+            )
             if limits:
                 used = namespace_usage(
                     self.store.list_pods(namespace=request.namespace),

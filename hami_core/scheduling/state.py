@@ -139,6 +139,7 @@ class ClusterState:
         holdings: Callable[[Mapping[str, Any], NodeInfo], PodHoldings],
         quota_charge: Callable[[Mapping[str, Any]], dict[tuple[str, str], int]],
         reader: NodeDevicesReader | None = None,
+        quota_types: tuple[DeviceTypeInfo, ...] | None = None,
     ) -> None:
         """Args:
         device_types: every vendor's device type.
@@ -148,8 +149,11 @@ class ClusterState:
         quota_charge: ``pod -> {(vendor, measure): charge}`` under the same rule
             (``quota.pod_quota_charge``, bound likewise).
         reader: the backends' own reading of a node (``read_node``'s ``reader``).
+        quota_types: the device types under the resource names quota keys are read by
+            (``quota.quota_device_types``); ``device_types`` when not given.
         """
         self._types = device_types
+        self._quota_types = device_types if quota_types is None else quota_types
         self._clock = clock
         self._holdings = holdings
         self._quota_charge = quota_charge
@@ -285,7 +289,9 @@ class ClusterState:
             quotas.pop(name, None)
         else:
             quotas[name] = new
-        self._limits[ns] = tuple(quota_limits([quotas[n] for n in sorted(quotas)], self._types))
+        self._limits[ns] = tuple(
+            quota_limits([quotas[n] for n in sorted(quotas)], self._quota_types)
+        )
 
     def _changed(self, node: NodeState) -> None:
         self._generations += 1

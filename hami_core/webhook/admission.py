@@ -31,7 +31,12 @@ from hami_core.protocol import annotations as keys
 from hami_core.protocol.pods import check_pod_shape, containers, pod_ref
 from hami_core.scheduling.nodes import read_node
 from hami_core.scheduling.policy import resolve_policies
-from hami_core.scheduling.quota import namespace_usage, quota_limits, quota_violation
+from hami_core.scheduling.quota import (
+    namespace_usage,
+    quota_device_types,
+    quota_limits,
+    quota_violation,
+)
 from hami_core.scheduling.usage import requested_vendors
 
 from .misplaced import misplaced_limits
@@ -269,7 +274,7 @@ class Admission:
             return _deny("InvalidRequest", str(exc))
         if self.store is None:
             return None
-        types = self.manager.device_types()
+        types = quota_device_types(self.manager)  # the names the config gives (§8)
         limits = quota_limits(self.store.list_quotas(request.namespace), types)
         if not limits:
             return None
