@@ -7,7 +7,10 @@ plugin after Allocate; expires ``expiry_s`` after its stamp, and a stamp in the 
 once when the owner pod is gone, finished or bound to another node, and once older than
 ``takeover_after_s`` (the longest a bind can take) when the owner is not bound at all
 (a scheduler that died mid-bind); a lock whose owner is bound to this node waits for the
-device plugin's Allocate. Re-taking by the same pod is idempotent.
+device plugin's Allocate, and no longer once kubelet reports the owner ``Running`` (every
+container passed Allocate: nodes whose devices a vendor's own device plugin serves, such as
+Moore Threads' or AWS Neuron's, never release our lock). Re-taking by the same pod is
+idempotent.
 """
 
 from __future__ import annotations
@@ -193,7 +196,13 @@ def _holds(
         return False
     bound_to = (owner.get("spec") or {}).get("nodeName")
     if bound_to:
-        return bool(bound_to == node)  # bound here: wait for the device plugin's Allocate
+        if bound_to != node:
+            return False
+        # Bound here: wait for the device plugin's Allocate. kubelet allocates every
+        # container's devices at pod admission, before any container starts, so a Running
+        # owner is past Allocate even where nothing released the lock (a vendor's own
+        # device plugin knows nothing of hami.io/mutex.lock).
+        return (owner.get("status") or {}).get("phase") != "Running"
     return age <= takeover_s  # not bound: its bind may still run, for so long at most
 
 

@@ -202,6 +202,23 @@ def test_an_owner_bound_here_holds_the_lock_for_its_allocate(env):
         sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
 
 
+def test_a_running_owner_bound_here_frees_the_lock_at_once(env):
+    """kubelet allocates every container's devices at pod admission, before any starts:
+    a Running owner is past Allocate. Nodes whose devices a vendor's own device plugin
+    serves (Moore Threads, AWS Neuron, Cambricon dynamic sMLU) never release our lock, so
+    without this the next bind there waited for the owner to finish or the 300 s expiry."""
+    c, sched, _ = env
+    add(c, "here", node_name="n1")
+    _locked_by(c, "here")
+    p = add(c, "p")
+    c.set_pod_phase("default", "here", "Pending")  # admitted, containers not started
+    with pytest.raises(ConflictError, match="locked by default/here"):
+        sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    c.set_pod_phase("default", "here", "Running")
+    sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert lock_of(c).endswith(",default,p")
+
+
 def test_a_future_stamp_is_not_trusted(env):
     c, sched, _ = env
     add(c, "here", node_name="n1")

@@ -93,6 +93,18 @@ def test_the_next_pod_binds_once_the_first_is_allocated(env):
     assert sched.bind("default", "second", uid=second["metadata"]["uid"], node="mlu") is not None
 
 
+def test_the_next_pod_binds_once_the_first_runs(env):
+    """Cambricon's plugin releases only its own stamp, never ``hami.io/mutex.lock``: once
+    kubelet reports the first pod Running (its allocation done) the next sMLU pod binds,
+    without waiting for the lock's expiry."""
+    c, sched, _ = env
+    first = _pod(c, "first")
+    sched.bind("default", "first", uid=first["metadata"]["uid"], node="mlu")
+    c.set_pod_phase("default", "first", "Running")
+    second = _pod(c, "second")
+    assert sched.bind("default", "second", uid=second["metadata"]["uid"], node="mlu") is not None
+
+
 def test_an_expired_lock_is_taken_over(env):
     """``Test_LockNode`` "lock time expired": a lock past its expiry (300 s here, HAMi's
     dsmlu stamp 2 minutes) no longer holds the node."""
