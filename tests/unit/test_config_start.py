@@ -109,15 +109,17 @@ def our_format_cases() -> Iterator[tuple[str, str, dict[str, Any]]]:
                 yield b, f"{b}.{key}", {key: 0}
             if key.startswith("resource") and key.endswith("Name"):
                 yield b, f"{b}.{key}", {key: "Not A Name"}
-    # the backends' own checks (hami_check_config)
-    own = {
-        "ascend": ("vnpuMode", "tempalte"),
-        "nvidia": ("corePolicy", "forced"),
-        "kunlun": ("memoryTiersMiB", [49152, 24576]),
-    }
-    for b, (key, value) in own.items():
+    for b, (key, value) in OWN_CHECKS.items():
         if b in INFOS:
             yield b, f"{b}.{key}", {key: value}
+
+
+#: A value each backend's own check (``hami_check_config``) refuses.
+OWN_CHECKS = {
+    "ascend": ("vnpuMode", "tempalte"),
+    "nvidia": ("corePolicy", "forced"),
+    "kunlun": ("memoryTiersMiB", [49152, 24576]),
+}
 
 
 CASES = list(our_format_cases())
@@ -136,6 +138,15 @@ def test_a_bad_section_stops_every_process_at_start_naming_the_key(
     assert code != 0
     assert f"{path}: {key}:" in err, err
     assert REACHED not in err
+
+
+@pytest.mark.parametrize("backend", sorted(b for b in OWN_CHECKS if b in INFOS))
+def test_a_backends_own_check_stops_the_start_naming_the_key(start, tmp_path, backend):
+    key, value = OWN_CHECKS[backend]
+    path = tmp_path / "hami.yaml"
+    path.write_text(yaml.safe_dump({"version": "v1", backend: {key: value}}), encoding="utf-8")
+    code, err = start(["simulate", "--config", str(path)])
+    assert code != 0 and f"{path}: {backend}.{key}:" in err, err
 
 
 def test_every_backend_and_every_option_has_a_case():

@@ -91,6 +91,7 @@ def test_the_next_pod_binds_once_the_first_is_allocated(env):
     c.patch_node_annotations("mlu", {"hami.io/mutex.lock": None})  # the device plugin's release
     second = _pod(c, "second")
     assert sched.bind("default", "second", uid=second["metadata"]["uid"], node="mlu") is not None
+    assert c.get_pod("default", "second")["spec"]["nodeName"] == "mlu"
 
 
 def test_the_next_pod_binds_once_the_first_runs(env):
@@ -114,6 +115,9 @@ def test_an_expired_lock_is_taken_over(env):
     clock["now"] = T0 + dt.timedelta(seconds=301)
     second = _pod(c, "second")
     assert sched.bind("default", "second", uid=second["metadata"]["uid"], node="mlu") is not None
+    assert c.get_pod("default", "second")["spec"]["nodeName"] == "mlu"
+    lock = c.get_node("mlu")["metadata"]["annotations"]["hami.io/mutex.lock"]
+    assert lock.endswith(",default,second")  # taken over by the second pod
 
 
 def test_a_tenant_pod_cannot_write_the_lock_away(env):
