@@ -33,12 +33,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import attrs
 
 from hami_core.model import (
+    DEVICE_SCORING_WEIGHTS_ANNOTATION,
     GPU_POLICY_ANNOTATION,
     ContainerDevice,
     ContainerDevices,
     DevicePolicy,
     DevicePolicyChain,
     DeviceRequest,
+    DeviceScoringWeights,
     DeviceUsage,
     FitResult,
     FitRules,
@@ -89,6 +91,8 @@ class DeviceFilters:
             empty accepts every mode (NVIDIA's ``nvidia.com/vgpu-mode``).
         mutex: only devices no container uses (HAMi 2.10 ``mutex`` policy).
         tie_breaks: ordering policies after the ranking one (``spread,numa``).
+        weights: HAMi 2.10's ``hami.io/device-scoring-weights`` when the pod writes it
+            (``weighted_score`` then orders the devices, see ``rank``); None: our order.
     """
 
     use_type: tuple[str, ...] = ()
@@ -101,6 +105,7 @@ class DeviceFilters:
     modes: frozenset[str] = frozenset()
     mutex: bool = False
     tie_breaks: tuple[DevicePolicy, ...] = ()
+    weights: DeviceScoringWeights | None = None
 
     @classmethod
     def from_annotations(
@@ -120,8 +125,9 @@ class DeviceFilters:
         filter, the first present wins (HAMi's name first, then the handbook's aliases).
         A vendor without a filter passes no keys for it. ``require_type`` and
         ``vendor_tokens`` are taken as given (see the attributes). ``mutex`` and
-        ``tie_breaks`` come from ``hami.io/gpu-scheduler-policy`` for every vendor (an
-        unreadable value adds neither: admission and the scheduler reject it)."""
+        ``tie_breaks`` come from ``hami.io/gpu-scheduler-policy`` and ``weights`` from
+        ``hami.io/device-scoring-weights``, for every vendor (an unreadable value adds
+        nothing: admission and the scheduler reject it)."""
 
         def first(keys: tuple[str, ...]) -> str | None:
             return next((annotations[k] for k in keys if k in annotations), None)
@@ -132,6 +138,14 @@ class DeviceFilters:
                 chain = DevicePolicyChain.parse(str(annotations[GPU_POLICY_ANNOTATION]))
             except ValueError:
                 chain = None
+        weights = None
+        if DEVICE_SCORING_WEIGHTS_ANNOTATION in annotations:
+            try:
+                weights = DeviceScoringWeights.parse(
+                    str(annotations[DEVICE_SCORING_WEIGHTS_ANNOTATION])
+                )
+            except ValueError:
+                weights = None
 
         return cls(
             use_type=_tokens(first(use_type)),
@@ -144,6 +158,7 @@ class DeviceFilters:
             modes=frozenset(_tokens(first(mode))),
             mutex=chain.mutex if chain else False,
             tie_breaks=chain.tie_breaks if chain else (),
+            weights=weights,
         )
 
     def matches(self, model: str, token: str) -> bool:
@@ -271,6 +286,31 @@ def fit_leftover(usage: DeviceUsage, request: DeviceRequest, rules: FitRules = G
     return round(max(mem, cores, 0.0), 9)
 
 
+def weighted_score(
+    usage: DeviceUsage,
+    request: DeviceRequest,
+    weights: DeviceScoringWeights,
+    rules: FitRules = GENERIC,
+) -> float:
+    """HAMi 2.10's device score for one container's request: ``10 x (slot x (sharers
+    + 1) / split count + core x (cores + request) / compute + memory x (memory +
+    request) / memory)``, the fractions after the placement (0 when the device has no
+    split count, compute or memory, as HAMi's ``ComputeScore``; a device that does not
+    account compute, ``cores_capacity`` None, adds no core part). Rounded to 1e-9 so
+    equal scores tie. Source: HAMi 2.10 ``pkg/scheduler/policy/gpu_policy.go``
+    ``DeviceListsScore.ComputeScore``; its ``gpu_policy_test.go``
+    ``TestComputeScoreWithResourceWeights`` gives 16 and 15 under equal weights."""
+    dev = usage.device
+    capacity = rules.cores_capacity(usage)
+    if not dev.split_count or not dev.memory_mib or capacity == 0:
+        return 0.0
+    slots = (usage.used_count + 1) / dev.split_count
+    cores = (usage.used_cores_pct + request.cores_pct) / capacity if capacity else 0.0
+    memory = (usage.used_memory_mib + request.memory_on(dev)) / dev.memory_mib
+    total = weights.slot * slots + weights.core * cores + weights.memory * memory
+    return round(10 * total, 9)
+
+
 def node_score(
     usage: Sequence[DeviceUsage],
     devices: ContainerDevices,
@@ -376,6 +416,7 @@ def fit_devices(
             numa_bind=filters.numa_bind,
             ties=filters.tie_breaks,
             request=request,
+            weights=filters.weights,
         )
         if isinstance(picked, ReasonCode):
             node_reason = picked
@@ -472,6 +513,7 @@ def rank(
     ties: Sequence[DevicePolicy] = (),
     *,
     request: DeviceRequest | None = None,
+    weights: DeviceScoringWeights | None = None,
 ) -> list[DeviceUsage]:
     """``devices`` in the policy's order: fullest first under binpack, emptiest first
     otherwise (spread, and the fallback of numa / topology-aware); ties by the ``ties``
@@ -482,9 +524,18 @@ def rank(
     ones (an empty device stays whole for an exclusive or multi-device pod), and among
     them the best fit first: the device left with the least room in its roomier
     dimension after the placement (``fit_leftover``), so a device is not left with its
-    compute all taken and memory no one can use, or the reverse."""
+    compute all taken and memory no one can use, or the reverse.
+
+    With ``weights`` (the pod's ``hami.io/device-scoring-weights``) and the ``request``,
+    HAMi 2.10's order instead: by ``weighted_score``, the highest first under binpack,
+    the lowest first otherwise, for the ranking policy and the binpack / spread
+    tie-breaks alike (``docs/develop/scheduler-policy.md``: the weights change only that
+    score's order; a pod that writes them asks for it)."""
     sign = -1 if policy is DevicePolicy.BINPACK else 1
-    if policy is DevicePolicy.BINPACK and request is not None:
+    measure: Callable[[DeviceUsage], float] = lambda u: load(u, rules)  # noqa: E731
+    if weights is not None and request is not None:
+        measure = lambda u: weighted_score(u, request, weights, rules)  # noqa: E731
+    elif policy is DevicePolicy.BINPACK and request is not None:
         return sorted(
             devices,
             key=lambda u: (
@@ -500,11 +551,11 @@ def rank(
         extra = [
             float(u.device.numa)
             if t is DevicePolicy.NUMA
-            else (-1 if t is DevicePolicy.BINPACK else 1) * load(u, rules)
+            else (-1 if t is DevicePolicy.BINPACK else 1) * measure(u)
             for t in ties
             if t is not DevicePolicy.TOPOLOGY_AWARE
         ]
-        return (sign * load(u, rules), *extra, float(u.device.index))
+        return (sign * measure(u), *extra, float(u.device.index))
 
     return sorted(devices, key=lambda u: (key(u), u.device.uuid))
 
@@ -532,6 +583,7 @@ def _choose(
     numa_bind: bool,
     ties: Sequence[DevicePolicy] = (),
     request: DeviceRequest | None = None,
+    weights: DeviceScoringWeights | None = None,
 ) -> Sequence[DeviceUsage] | ReasonCode:
     """The vendor's choice when it has one; else rank the feasible devices by policy and
     take ``count`` (a ReasonCode when no set exists, e.g. NUMA binding fails)."""
@@ -547,7 +599,7 @@ def _choose(
             # The fullest NUMA node that can host the whole container keeps others free.
             best = fitting[rank_groups(fitting, DevicePolicy.BINPACK, rules)[0]]
             inner = DevicePolicy.BINPACK if policy is DevicePolicy.NUMA else policy
-            return rank(best, inner, rules, ties, request=request)[:count]
+            return rank(best, inner, rules, ties, request=request, weights=weights)[:count]
         if numa_bind:
             return ReasonCode.NUMA_NOT_FIT
     if count > 1 and rules.link_group is not None:
@@ -555,7 +607,7 @@ def _choose(
         if fitting:
             best = fitting[rank_groups(fitting, policy, rules)[0]]
             return sorted(
-                rank(best, policy, rules, request=request)[:count],
+                rank(best, policy, rules, request=request, weights=weights)[:count],
                 key=lambda u: (u.device.index, u.device.uuid),
             )
     # Link scores are keyed by UUID and published for NVIDIA GPUs: a vendor whose devices
@@ -563,25 +615,30 @@ def _choose(
     if policy is DevicePolicy.TOPOLOGY_AWARE and any(
         u.device.uuid in node.link_scores for u in feasible
     ):
-        return _topology(feasible, count, node.link_scores)
-    return rank(feasible, policy, rules, ties, request=request)[:count]
+        ranked = rank(feasible, DevicePolicy.SPREAD, rules, request=request, weights=weights)
+        return _topology(ranked, count, node.link_scores)
+    return rank(feasible, policy, rules, ties, request=request, weights=weights)[:count]
 
 
 def _topology(
     feasible: list[DeviceUsage], count: int, scores: Mapping[str, Mapping[str, int]]
 ) -> list[DeviceUsage]:
     """PROTOCOL.md §2: N >= 2 -> the set with the highest sum of pair scores; N = 1 ->
-    the device with the lowest sum of scores to the other free devices."""
+    the device with the lowest sum of scores to the other free devices, equal sums to
+    the first of ``feasible`` (the caller's spread order: HAMi 2.10's topology policy
+    consults its device order on a tie, ``score_test.go``
+    ``TestCalcScoreUsesDeviceScoringWeightsAsTopologyTieBreaker``)."""
 
     def pair(a: DeviceUsage, b: DeviceUsage) -> int:
         return scores.get(a.device.uuid, {}).get(b.device.uuid, 0)
 
     by_index = sorted(feasible, key=lambda u: (u.device.index, u.device.uuid))
     if count == 1:
+        order = {id(u): pos for pos, u in enumerate(feasible)}
         return [
             min(
                 by_index,
-                key=lambda u: (sum(pair(u, o) for o in by_index if o is not u), u.device.index),
+                key=lambda u: (sum(pair(u, o) for o in by_index if o is not u), order[id(u)]),
             )
         ]
     if len(by_index) <= _EXHAUSTIVE_LIMIT:

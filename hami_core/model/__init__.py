@@ -43,6 +43,7 @@ from .policy import (
 )
 from .reason import ReasonCode
 from .request import ContainerRequest, DeviceRequest, PodRequest
+from .weights import DEVICE_SCORING_WEIGHTS_ANNOTATION, DeviceScoringWeights
 
 __all__ = [
     "COMPUTE_UNITS",
@@ -92,6 +93,8 @@ __all__ = [
     "MemoryNodeState",
     "NodeState",
     "ReasonCode",
+    "DEVICE_SCORING_WEIGHTS_ANNOTATION",
+    "DeviceScoringWeights",
     "ScopedNodeState",
     "RegionDevice",
     "ResourceNames",

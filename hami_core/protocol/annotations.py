@@ -7,6 +7,7 @@ device lists) come from its ``DeviceTypeInfo``.
 from __future__ import annotations
 
 from hami_core.model.policy import GPU_POLICY_ANNOTATION
+from hami_core.model.weights import DEVICE_SCORING_WEIGHTS_ANNOTATION
 
 # Node (PROTOCOL.md §2, §4)
 NODE_LOCK = "hami.io/mutex.lock"
@@ -26,6 +27,8 @@ BIND_PHASE_FAILED = "failed"
 # Pod annotations read by the scheduler (PROTOCOL.md §5)
 NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
 GPU_SCHEDULER_POLICY = GPU_POLICY_ANNOTATION
+#: HAMi 2.10's per-pod device score weights (``hami_core.model.weights``).
+DEVICE_SCORING_WEIGHTS = DEVICE_SCORING_WEIGHTS_ANNOTATION
 
 #: Label that keeps the webhook away from a namespace or object (PROTOCOL.md §6).
 WEBHOOK_IGNORE_LABEL = "hami.io/webhook"

@@ -8,19 +8,26 @@ from typing import Any
 import attrs
 
 from hami_core.errors import InvalidInputError
-from hami_core.model import DevicePolicy, DevicePolicyChain, NodePolicy
-from hami_core.protocol.annotations import GPU_SCHEDULER_POLICY, NODE_SCHEDULER_POLICY
+from hami_core.model import DevicePolicy, DevicePolicyChain, DeviceScoringWeights, NodePolicy
+from hami_core.protocol.annotations import (
+    DEVICE_SCORING_WEIGHTS,
+    GPU_SCHEDULER_POLICY,
+    NODE_SCHEDULER_POLICY,
+)
 from hami_core.protocol.config import HamiConfig
 
 
 @attrs.frozen
 class Policies:
     """A pod's policies. ``device`` is the ranking policy given to ``hami_fit``;
-    ``device_chain`` the whole of what was written (mutex, tie-breaks)."""
+    ``device_chain`` the whole of what was written (mutex, tie-breaks); ``weights`` the
+    pod's ``hami.io/device-scoring-weights`` (None when it writes none; backends read it
+    from the pod, ``fit.DeviceFilters``)."""
 
     node: NodePolicy
     device: DevicePolicy
     device_chain: DevicePolicyChain = attrs.field()
+    weights: DeviceScoringWeights | None = None
 
     @device_chain.default
     def _chain(self) -> DevicePolicyChain:
@@ -68,7 +75,10 @@ def resolve_policies(
     over the configured defaults.
 
     Raises:
-        InvalidInputError: an annotation names an unknown policy (never a silent default).
+        InvalidInputError: an annotation names an unknown policy (never a silent default),
+            or ``hami.io/device-scoring-weights`` is malformed (HAMi 2.10 refuses to
+            schedule such a pod, ``score.go`` ``calcScoreWithOptions``; the webhook denies
+            it); the message names the annotation, the value and HAMi's reason.
     """
     ann = (pod.get("metadata") or {}).get("annotations") or {}
     if isinstance(device, DevicePolicyChain):
@@ -85,10 +95,21 @@ def resolve_policies(
             chain = DevicePolicyChain.parse(str(ann[GPU_SCHEDULER_POLICY]))
         except ValueError as exc:
             raise InvalidInputError(f"annotation {GPU_SCHEDULER_POLICY}: {exc}") from None
+    weights = None
+    if DEVICE_SCORING_WEIGHTS in ann:
+        value = str(ann[DEVICE_SCORING_WEIGHTS])
+        try:
+            weights = DeviceScoringWeights.parse(value)
+        except ValueError as exc:
+            raise InvalidInputError(
+                f"annotation {DEVICE_SCORING_WEIGHTS}: {value!r}: {exc} (write "
+                "slot=<n>,core=<n>,memory=<n>, non-negative integers, one at least positive)"
+            ) from None
     return Policies(
         node=_pick(ann, NODE_SCHEDULER_POLICY, NodePolicy, node or config.node_policy),
         device=chain.primary,
         device_chain=chain,
+        weights=weights,
     )
 
 
