@@ -1,11 +1,11 @@
 """A bad configuration stops every process at start, naming the key (#14, "Done when").
 
 For every installed backend, a misspelt key, a value of the wrong type and a value out of
-range in its section stop ``hami webhook``, ``hami scheduler``, ``hami simulate`` and
-``hami device-plugin`` through the real command path (``hami_core.cli.main``), with a
-non-zero exit and a message naming ``<section>.<key>``, before the API server is
-contacted (every server binds its ports only after that, so none is bound). The three
-formats have their own rules, each tested here:
+range in its section stop ``hami webhook``, ``hami scheduler``, ``hami simulate``,
+``hami device-plugin`` and ``hami monitor`` through the real command path
+(``hami_core.cli.main``), with a non-zero exit and a message naming ``<section>.<key>``,
+before the API server is contacted (every server binds its ports only after that, so
+none is bound). The three formats have their own rules, each tested here:
 
 - our file (``version: v1``): an unknown key is an error;
 - HAMi's ``device-config.yaml``: a key we do not implement is one warning, a key we
@@ -30,7 +30,7 @@ from hami_core.cluster import kube
 from hami_core.errors import HamiError
 from hami_core.plugin import BackendManager
 from hami_core.protocol.hamiconfig import SECTIONS
-from hami_core.servers import scheduler_main, webhook_main
+from hami_core.servers import monitor, scheduler_main, webhook_main
 
 INFOS = BackendManager.from_entry_points(disabled=[]).infos
 BACKENDS = sorted(INFOS)
@@ -53,6 +53,7 @@ def commands(backend: str) -> dict[str, list[str]]:
         "scheduler": ["scheduler"],
         "simulate": ["simulate"],
         "device-plugin": ["device-plugin", "--node-name", "n1", "--backend", backend],
+        "monitor": ["monitor", "--node-name", "n1"],
     }
 
 
@@ -71,7 +72,7 @@ def start(monkeypatch, capsys) -> Callable[[list[str]], tuple[int, str]]:
     def reached(*_: Any, **__: Any) -> Any:
         raise Reached(REACHED)
 
-    for module in (kube, scheduler_main, webhook_main):
+    for module in (kube, monitor, scheduler_main, webhook_main):
         monkeypatch.setattr(module, "make_api_client", reached)
 
     def run(argv: list[str]) -> tuple[int, str]:
