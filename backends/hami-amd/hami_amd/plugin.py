@@ -9,14 +9,11 @@ import attrs
 
 from hami_core.backend import (
     BackendInfo,
-    ContainerAllocation,
-    ContainerDevices,
     DeviceInfo,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
-    MutateResult,
     NodeInfo,
     NodeState,
     SubprocessRunner,
@@ -46,16 +43,10 @@ def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
     return discover.discover(config, SubprocessRunner())
 
 
-@hookimpl
-def hami_parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
-    return requests.parse_request(container, config)
+hami_parse_request = hookimpl(requests.parse_request)
 
 
-@hookimpl
-def hami_mutate(
-    container: Mapping[str, Any], container_path: str, config: VendorConfig
-) -> MutateResult | None:
-    return requests.mutate(container, container_path, config)
+hami_mutate = hookimpl(requests.mutate)
 
 
 @hookimpl
@@ -69,15 +60,7 @@ def hami_fit(
     return fit.fit(request, node, usage, pod, policy)
 
 
-@hookimpl
-def hami_allocate(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    devices: ContainerDevices,
-    node_devices: Sequence[DeviceInfo],
-    state: NodeState,
-) -> ContainerAllocation | None:
-    return allocate.allocate(pod, container, devices, node_devices, state)
+hami_allocate = hookimpl(allocate.allocate)
 
 
 @hookimpl

@@ -8,22 +8,29 @@ from typing import Any
 
 from hami_core.backend import (
     BackendInfo,
-    ContainerAllocation,
-    ContainerDevices,
     DeviceInfo,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
-    MutateResult,
     NodeInfo,
     PodDevices,
     VendorConfig,
     hookimpl,
 )
 
-from . import BACKEND_NAME, admission, allocate, discover, fit, inventory, requests, runtime_info
-from .models import MODE_HAMI_CORE, OPTION_DEFAULTS, AscendSettings, parse_settings, settings
+from . import (
+    BACKEND_NAME,
+    admission,
+    allocate,
+    discover,
+    fit,
+    inventory,
+    models,
+    requests,
+    runtime_info,
+)
+from .models import MODE_HAMI_CORE, OPTION_DEFAULTS, settings
 from .names import DEVICE_TYPES, register_annotation
 
 
@@ -37,9 +44,7 @@ def hami_backend_info() -> BackendInfo:
     )
 
 
-@hookimpl
-def hami_check_config(config: VendorConfig) -> AscendSettings:
-    return parse_settings(config)
+hami_check_config = hookimpl(models.parse_settings)
 
 
 @hookimpl
@@ -58,18 +63,10 @@ def hami_node_devices(
     return inventory.node_devices(node, register_annotation(vendor), vendor, cfg)
 
 
-@hookimpl
-def hami_parse_request(
-    pod: Mapping[str, Any], container: Mapping[str, Any], config: VendorConfig
-) -> DeviceRequest | None:
-    return requests.parse_request(pod, container, config)
+hami_parse_request = hookimpl(requests.parse_request)
 
 
-@hookimpl
-def hami_mutate(
-    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
-) -> MutateResult | None:
-    return admission.mutate_container(pod, container, container_path, config)
+hami_mutate = hookimpl(admission.mutate_container)
 
 
 @hookimpl
@@ -89,15 +86,7 @@ def hami_fit(
     return fit.fit(request, node, usage, pod, policy, cfg.models[request.vendor])
 
 
-@hookimpl
-def hami_allocate(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    devices: ContainerDevices,
-    config: VendorConfig,
-    node_devices: Sequence[DeviceInfo],
-) -> ContainerAllocation | None:
-    return allocate.allocate(pod, container, devices, config, node_devices)
+hami_allocate = hookimpl(allocate.allocate)
 
 
 @hookimpl

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from hami_core.backend import (
     BackendInfo,
-    ContainerAllocation,
-    ContainerDevices,
     DeviceInfo,
-    DeviceRequest,
-    DeviceUsage,
-    FitResult,
-    MutateResult,
-    NodeInfo,
-    PodDevices,
     SubprocessRunner,
     VendorConfig,
     hookimpl,
@@ -45,32 +37,16 @@ def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
     return discover.discover(config, SubprocessRunner())
 
 
-@hookimpl
-def hami_parse_request(container: Mapping[str, Any]) -> DeviceRequest | None:
-    return requests.parse_request(container)
+hami_parse_request = hookimpl(requests.parse_request)
 
 
-@hookimpl
-def hami_mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | None:
-    return requests.mutate(container, container_path)
+hami_mutate = hookimpl(requests.mutate)
 
 
-@hookimpl
-def hami_fit(
-    request: DeviceRequest, node: NodeInfo, usage: Sequence[DeviceUsage], pod: Mapping[str, Any]
-) -> FitResult | None:
-    return fit.fit(request, node, usage, pod)
+hami_fit = hookimpl(fit.fit)
 
 
-@hookimpl
-def hami_bind_annotations(
-    pod: Mapping[str, Any], vendor: str, node: NodeInfo, devices: PodDevices
-) -> dict[str, str] | None:
-    return bind.pod_annotations(pod, node, devices)
+hami_bind_annotations = hookimpl(bind.pod_annotations)
 
 
-@hookimpl
-def hami_allocate(
-    devices: ContainerDevices, node_devices: Sequence[DeviceInfo]
-) -> ContainerAllocation | None:
-    return allocate.allocate(devices, node_devices)
+hami_allocate = hookimpl(allocate.allocate)

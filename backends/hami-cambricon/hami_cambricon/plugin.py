@@ -14,9 +14,7 @@ from hami_core.backend import (
     DeviceRequest,
     DeviceUsage,
     FitResult,
-    MutateResult,
     NodeInfo,
-    PodDevices,
     VendorConfig,
     hookimpl,
 )
@@ -36,9 +34,7 @@ def hami_backend_info() -> BackendInfo:
     )
 
 
-@hookimpl
-def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
-    return discover.discover(config)
+hami_discover = hookimpl(discover.discover)
 
 
 @hookimpl
@@ -48,16 +44,10 @@ def hami_node_devices(
     return capacity.node_devices(node, config) if vendor == DEVICE_TYPE.vendor else None
 
 
-@hookimpl
-def hami_parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
-    return requests.parse_request(container, config)
+hami_parse_request = hookimpl(requests.parse_request)
 
 
-@hookimpl
-def hami_mutate(
-    pod: Mapping[str, Any], container: Mapping[str, Any], config: VendorConfig
-) -> MutateResult | None:
-    return admission.mutate_container(pod, container, config)
+hami_mutate = hookimpl(admission.mutate_container)
 
 
 @hookimpl
@@ -72,9 +62,7 @@ def hami_fit(
     return fit.fit(request, node, usage, pod, policy, config)
 
 
-@hookimpl
-def hami_bind_annotations(node: NodeInfo, devices: PodDevices) -> dict[str, str] | None:
-    return bind.pod_annotations(node, devices)
+hami_bind_annotations = hookimpl(bind.pod_annotations)
 
 
 @hookimpl

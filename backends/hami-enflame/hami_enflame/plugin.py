@@ -9,12 +9,10 @@ from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
-    DeviceInfo,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
-    MutateResult,
     NodeInfo,
     PodDevices,
     hookimpl,
@@ -33,19 +31,13 @@ def hami_backend_info() -> BackendInfo:
     )
 
 
-@hookimpl
-def hami_node_devices(node: Mapping[str, Any], vendor: str) -> list[DeviceInfo] | None:
-    return inventory.node_devices(node, vendor)
+hami_node_devices = hookimpl(inventory.node_devices)
 
 
-@hookimpl
-def hami_parse_request(container: Mapping[str, Any]) -> DeviceRequest | None:
-    return requests.parse_request(container)
+hami_parse_request = hookimpl(requests.parse_request)
 
 
-@hookimpl
-def hami_mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | None:
-    return requests.mutate(container, container_path)
+hami_mutate = hookimpl(requests.mutate)
 
 
 @hookimpl

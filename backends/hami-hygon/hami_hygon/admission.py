@@ -20,7 +20,6 @@ from hami_core.backend import (
 )
 
 from .names import DEFAULT_RESOURCES
-from .requests import parse_request
 
 
 @denies_invalid_input
@@ -28,19 +27,18 @@ def mutate_container(
     pod: Mapping[str, Any],
     container: Mapping[str, Any],
     config: VendorConfig,
-    request: DeviceRequest | None = None,
+    request: DeviceRequest,
 ) -> MutateResult | None:
     """What one container's spec must state: limits and requests both carry the
     defaulted request (a defaulted memory in the user's unit, MiB / ``memoryFactor``).
 
     Args:
-        request: the container's parsed DCU request (parsed here when None).
+        request: the container's parsed DCU request (the webhook parses each container
+            once, through ``hami_parse_request``).
     Returns: None for a container without DCU resources; a denial naming the container,
         the resource and the value for invalid ones.
     """
-    req = request or parse_request(container, config)
-    if req is None:
-        return None
+    req = request
     names = resource_names(DEFAULT_RESOURCES, config)
     values: dict[str, int | str] = {names.count: str(req.count), names.cores: str(req.cores_pct)}
     factor = max(1, int(config.options["memoryFactor"]))

@@ -35,7 +35,6 @@ from hami_core.backend import (
     ContainerDevices,
     DeviceInfo,
     DeviceNode,
-    MemoryNodeState,
     Mount,
     NodeState,
     VendorConfig,
@@ -67,11 +66,11 @@ def allocate(
     container: Mapping[str, Any],
     devices: ContainerDevices,
     config: VendorConfig,
-    node_devices: Sequence[DeviceInfo] = (),
-    state: NodeState | None = None,
+    node_devices: Sequence[DeviceInfo],
+    state: NodeState,
 ) -> ContainerAllocation:
     """Device nodes, mounts, env and the vDCU file for one container given its slices
-    (empty: none); ``state`` keeps the node's vDCUs (default: a fresh one in memory).
+    (empty: none); ``state`` keeps the node's vDCUs.
 
     Raises:
         InvalidInputError: a DCU is not on this node, or a virtual DCU cannot be made
@@ -104,7 +103,7 @@ def allocate(
             meta = pod.get("metadata") or {}
             vdevs = VdevAllocator(
                 Path(str(config.options["vdevPath"])),
-                state if state is not None else MemoryNodeState(),
+                state,
             )
             directory, conf = vdevs.allocate(
                 pod_uid=str(meta.get("uid", "")),

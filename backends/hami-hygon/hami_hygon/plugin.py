@@ -8,14 +8,11 @@ from typing import Any
 
 from hami_core.backend import (
     BackendInfo,
-    ContainerAllocation,
-    ContainerDevices,
     DeviceInfo,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
-    MutateResult,
     NodeInfo,
     NodeState,
     VendorConfig,
@@ -43,19 +40,10 @@ def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
     return discover.discover(config, discover.runner_for(config))
 
 
-@hookimpl
-def hami_parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
-    return requests.parse_request(container, config)
+hami_parse_request = hookimpl(requests.parse_request)
 
 
-@hookimpl
-def hami_mutate(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    config: VendorConfig,
-    request: DeviceRequest,
-) -> MutateResult | None:
-    return admission.mutate_container(pod, container, config, request)
+hami_mutate = hookimpl(admission.mutate_container)
 
 
 @hookimpl
@@ -69,16 +57,7 @@ def hami_fit(
     return fit.fit(request, node, usage, pod, policy)
 
 
-@hookimpl
-def hami_allocate(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    devices: ContainerDevices,
-    config: VendorConfig,
-    node_devices: Sequence[DeviceInfo],
-    state: NodeState,
-) -> ContainerAllocation | None:
-    return allocate.allocate(pod, container, devices, config, node_devices, state)
+hami_allocate = hookimpl(allocate.allocate)
 
 
 @hookimpl

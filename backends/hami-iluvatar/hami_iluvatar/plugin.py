@@ -14,7 +14,6 @@ from hami_core.backend import (
     DeviceRequest,
     DeviceUsage,
     FitResult,
-    MutateResult,
     NodeInfo,
     hookimpl,
 )
@@ -32,14 +31,10 @@ def hami_backend_info() -> BackendInfo:
     )
 
 
-@hookimpl
-def hami_parse_request(container: Mapping[str, Any]) -> DeviceRequest | None:
-    return requests.parse_request(container)
+hami_parse_request = hookimpl(requests.parse_request)
 
 
-@hookimpl
-def hami_mutate(container: Mapping[str, Any], container_path: str) -> MutateResult | None:
-    return requests.mutate(container, container_path)
+hami_mutate = hookimpl(requests.mutate)
 
 
 @hookimpl

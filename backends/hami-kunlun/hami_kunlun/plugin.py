@@ -14,7 +14,6 @@ from hami_core.backend import (
     DeviceRequest,
     DeviceUsage,
     FitResult,
-    MutateResult,
     NodeInfo,
     NodePolicy,
     VendorConfig,
@@ -41,21 +40,13 @@ def hami_check_config(config: VendorConfig) -> None:
     options.check_config(config)
 
 
-@hookimpl
-def hami_discover(config: VendorConfig) -> list[DeviceInfo] | None:
-    return discover.discover(config)
+hami_discover = hookimpl(discover.discover)
 
 
-@hookimpl
-def hami_parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
-    return requests.parse_request(container, config)
+hami_parse_request = hookimpl(requests.parse_request)
 
 
-@hookimpl
-def hami_mutate(
-    pod: Mapping[str, Any], container: Mapping[str, Any], config: VendorConfig
-) -> MutateResult | None:
-    return admission.mutate_container(pod, container, config)
+hami_mutate = hookimpl(admission.mutate_container)
 
 
 @hookimpl

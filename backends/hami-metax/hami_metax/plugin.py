@@ -9,15 +9,12 @@ from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
-    DeviceInfo,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
-    MutateResult,
     NodeInfo,
     NodePolicy,
-    PodDevices,
     VendorConfig,
     hookimpl,
 )
@@ -36,23 +33,13 @@ def hami_backend_info() -> BackendInfo:
     )
 
 
-@hookimpl
-def hami_node_devices(node: Mapping[str, Any], vendor: str) -> list[DeviceInfo] | None:
-    return inventory.node_devices(node, vendor)
+hami_node_devices = hookimpl(inventory.node_devices)
 
 
-@hookimpl
-def hami_parse_request(
-    pod: Mapping[str, Any], container: Mapping[str, Any]
-) -> DeviceRequest | None:
-    return requests.parse_request(pod, container)
+hami_parse_request = hookimpl(requests.parse_request)
 
 
-@hookimpl
-def hami_mutate(
-    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str
-) -> MutateResult | None:
-    return requests.mutate(pod, container, container_path)
+hami_mutate = hookimpl(requests.mutate)
 
 
 @hookimpl
@@ -82,9 +69,7 @@ def hami_score(
     return fit.score(vendors.pop(), usage, devices, policy, pod=pod, topology_aware_default=aware)
 
 
-@hookimpl
-def hami_bind_annotations(vendor: str, devices: PodDevices) -> dict[str, str] | None:
-    return fit.bind_annotations(vendor, devices)
+hami_bind_annotations = hookimpl(fit.bind_annotations)
 
 
 @hookimpl

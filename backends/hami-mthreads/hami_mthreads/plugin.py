@@ -7,16 +7,13 @@ from typing import Any
 
 from hami_core.backend import (
     BackendInfo,
-    ContainerAllocation,
     ContainerDevices,
     DeviceInfo,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
     FitResult,
-    MutateResult,
     NodeInfo,
-    PodDevices,
     VendorConfig,
     hookimpl,
 )
@@ -41,16 +38,10 @@ def hami_node_devices(
     return inventory.node_devices(node, config) if vendor == VENDOR else None
 
 
-@hookimpl
-def hami_parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
-    return requests.parse_request(container, config)
+hami_parse_request = hookimpl(requests.parse_request)
 
 
-@hookimpl
-def hami_mutate(
-    pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
-) -> MutateResult | None:
-    return requests.mutate(pod, container, container_path, config)
+hami_mutate = hookimpl(requests.mutate)
 
 
 @hookimpl
@@ -65,15 +56,7 @@ def hami_fit(
     return fit.fit(request, node, usage, pod, policy, allocated)
 
 
-@hookimpl
-def hami_bind_annotations(
-    vendor: str, node: NodeInfo, devices: PodDevices
-) -> dict[str, str] | None:
-    return fit.bind_annotations(node, devices)
+hami_bind_annotations = hookimpl(fit.bind_annotations)
 
 
-@hookimpl
-def hami_allocate(
-    devices: ContainerDevices, node_devices: Sequence[DeviceInfo]
-) -> ContainerAllocation | None:
-    return allocate.allocate(devices, node_devices)
+hami_allocate = hookimpl(allocate.allocate)

@@ -20,7 +20,7 @@ from hami_core.backend import (
 
 from .mig import PROFILE_KEY
 from .names import CORE_POLICY, DEFAULT_RESOURCES, PRIORITY_RESOURCE, VGPU_MODE
-from .requests import MIG_PROFILE_ENV, mig_resources, parse_request
+from .requests import MIG_PROFILE_ENV, mig_resources
 
 CORE_POLICIES = ("default", "force", "disable", "none")
 #: Backend options read by admission (HAMi's nvidia ``runtimeClassName``: set on pods that
@@ -33,8 +33,8 @@ def mutate_container(
     pod: Mapping[str, Any],
     container: Mapping[str, Any],
     config: VendorConfig,
-    request: DeviceRequest | None = None,
-    container_path: str = "",
+    request: DeviceRequest,
+    container_path: str,
 ) -> MutateResult | None:
     """What one container's spec must state: limits and requests both carry the
     defaulted request, exactly as the scheduler will read it, so what ``kubectl get pod
@@ -43,12 +43,11 @@ def mutate_container(
     ``hami.io/core-policy``); the configured ``runtimeClassName``.
 
     Args:
-        request: the container's parsed NVIDIA request (parsed here when None).
+        request: the container's parsed NVIDIA request (the webhook parses each
+            container once, through ``hami_parse_request``).
     Returns: None for a container without NVIDIA resources; a denial for invalid ones.
     """
-    req = request or parse_request(container, config)
-    if req is None:
-        return None
+    req = request
     names = resource_names(DEFAULT_RESOURCES, config)
     env = _env(pod, container)
     profile = req.info(PROFILE_KEY)

@@ -183,7 +183,7 @@ def allocate(
     container: Mapping[str, Any],
     devices: ContainerDevices,
     config: VendorConfig,
-    node_devices: Sequence[DeviceInfo] = (),
+    node_devices: Sequence[DeviceInfo],
 ) -> ContainerAllocation:
     """Env, mounts for one container given its slices (empty: no devices).
 

@@ -7,7 +7,6 @@ from typing import Any
 
 from hami_core.backend import (
     BackendInfo,
-    ContainerAllocation,
     ContainerDevices,
     ContainerUsage,
     DeviceInfo,
@@ -15,8 +14,6 @@ from hami_core.backend import (
     DeviceRequest,
     DeviceUsage,
     FitResult,
-    HostDevice,
-    MutateResult,
     NodeInfo,
     VendorConfig,
     hookimpl,
@@ -61,20 +58,10 @@ def hami_link_scores(devices: Sequence[DeviceInfo]) -> dict[str, dict[str, int]]
     return node.current().link_scores(devices)
 
 
-@hookimpl
-def hami_parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceRequest | None:
-    return requests.parse_request(container, config)
+hami_parse_request = hookimpl(requests.parse_request)
 
 
-@hookimpl
-def hami_mutate(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    config: VendorConfig,
-    request: DeviceRequest,
-    container_path: str,
-) -> MutateResult | None:
-    return admission.mutate_container(pod, container, config, request, container_path)
+hami_mutate = hookimpl(admission.mutate_container)
 
 
 @hookimpl
@@ -98,15 +85,7 @@ def hami_fit_nodes(
     return fit.fit_nodes(request, nodes, pod, policy)
 
 
-@hookimpl
-def hami_allocate(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    devices: ContainerDevices,
-    config: VendorConfig,
-    node_devices: Sequence[DeviceInfo],
-) -> ContainerAllocation | None:
-    return allocate.allocate(pod, container, devices, config, node_devices)
+hami_allocate = hookimpl(allocate.allocate)
 
 
 @hookimpl
@@ -117,9 +96,7 @@ def hami_prepare_node(config: VendorConfig) -> list[str]:
     return shim.install_hook_files(str(opts["hookPath"]), container_dir=allocate.CONTAINER_HOOK_DIR)
 
 
-@hookimpl
-def hami_usage_files() -> dict[str, tuple[int, ...]]:
-    return monitor.usage_files()
+hami_usage_files = hookimpl(monitor.usage_files)
 
 
 @hookimpl
@@ -127,9 +104,7 @@ def hami_parse_usage(file_name: str, data: bytes) -> ContainerUsage | None:
     return monitor.parse_usage(file_name, data)
 
 
-@hookimpl
-def hami_host_devices() -> list[HostDevice] | None:
-    return monitor.host_devices()
+hami_host_devices = hookimpl(monitor.host_devices)
 
 
 @hookimpl

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
-    DeviceInfo,
-    DevicePolicy,
     DeviceRequest,
-    DeviceUsage,
-    FitResult,
     MutateResult,
     VendorConfig,
     countshared,
@@ -33,9 +29,7 @@ def hami_backend_info() -> BackendInfo:
     )
 
 
-@hookimpl
-def hami_node_devices(node: Mapping[str, Any], vendor: str) -> list[DeviceInfo] | None:
-    return inventory.node_devices(node)
+hami_node_devices = hookimpl(inventory.node_devices)
 
 
 @hookimpl
@@ -52,19 +46,10 @@ def hami_mutate(
     return countshared.mutate(container, config, vendor=VENDOR, resources=RESOURCES)
 
 
-@hookimpl
-def hami_fit(
-    request: DeviceRequest,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-) -> FitResult | None:
-    return fit.fit(request, usage, pod, policy)
+hami_fit = hookimpl(fit.fit)
 
 
-@hookimpl
-def hami_score(usage: Sequence[DeviceUsage], devices: ContainerDevices) -> float | None:
-    return fit.score(usage, devices)
+hami_score = hookimpl(fit.score)
 
 
 @hookimpl

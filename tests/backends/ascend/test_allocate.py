@@ -100,7 +100,7 @@ def test_without_discovery_facts_the_uuid_stands_in():
 
 
 def test_a_container_without_chips_mounts_nothing():
-    assert allocate(POD, CONTAINER, (), DEFAULT).envs == {"ASCEND_VISIBLE_DEVICES": "void"}
+    assert allocate(POD, CONTAINER, (), DEFAULT, ()).envs == {"ASCEND_VISIBLE_DEVICES": "void"}
 
 
 def test_runtime_info_annotation_as_hamis_scheduler_writes_it():

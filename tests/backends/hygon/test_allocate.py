@@ -124,13 +124,15 @@ def test_without_discovery_facts_no_device_is_invented():
     # hami simulate hands no devices, or the inventory's (without node-local facts).
     inventory = (DeviceInfo(uuid="DCU-x", vendor="DCU", memory_mib=65520, cores_pct=100),)
     for node_devices in ((), inventory):
-        res = allocate(POD, MAIN, (dev("DCU-x", 2000, 50),), section(plugin), node_devices)
+        res = allocate(
+            POD, MAIN, (dev("DCU-x", 2000, 50),), section(plugin), node_devices, MemoryNodeState()
+        )
         assert [n.container_path for n in res.device_nodes] == ["/dev/kfd", "/dev/mkfd"]
         assert all(m.container_path != "/etc/vdev/docker" for m in res.mounts)
 
 
 def test_a_container_without_dcus_gets_nothing():
-    res = allocate(POD, MAIN, (), section(plugin))
+    res = allocate(POD, MAIN, (), section(plugin), (), MemoryNodeState())
     assert res.envs == {} and res.device_nodes == () and res.mounts == ()
 
 

@@ -104,23 +104,27 @@ def pod(*containers):
 
 def test_admission_writes_count_and_cores_and_keeps_stated_values():
     p = pod({"name": "side"}, ctr(mem="2k"))
-    res = mutate_container(p, p["spec"]["containers"][1], DEFAULT)
+    side = p["spec"]["containers"][1]
+    res = mutate_container(p, side, DEFAULT, parse_request(side, DEFAULT))
     assert res is not None and res.denial is None
     out = written(p, "/spec/containers/1", res)
     expected = {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2k", "hygon.com/dcucores": "100"}
     resources = out["spec"]["containers"][1]["resources"]
     assert resources["limits"] == expected and resources["requests"] == expected
     assert out["spec"]["containers"][0] == {"name": "side"}
-    again = mutate_container(out, out["spec"]["containers"][1], DEFAULT)
+    stated = out["spec"]["containers"][1]
+    again = mutate_container(out, stated, DEFAULT, parse_request(stated, DEFAULT))
     assert again is not None and again.patch == ()
 
 
 def test_admission_denies_with_the_cause():
+    # the webhook parses each container once (hami_parse_request) and denies the pod
+    # with the parse error; a foreign container is never handed to hami_mutate
     c = ctr(3, 1000)
-    res = mutate_container(pod(c), c, DEFAULT)
-    assert res is not None and res.denial is not None and "a virtual DCU" in res.denial
+    with pytest.raises(InvalidInputError, match="a virtual DCU"):
+        parse_request(c, DEFAULT)
     foreign = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-    assert mutate_container(pod(foreign), foreign, DEFAULT) is None
+    assert parse_request(foreign, DEFAULT) is None
 
 
 def test_memory_factor_overflow():

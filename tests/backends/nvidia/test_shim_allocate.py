@@ -43,16 +43,16 @@ def limits_of(out) -> dict[str, str]:  # type: ignore[no-untyped-def]
 
 
 def test_memory_scaling_above_one_turns_oversubscription_on_in_env_and_file():
-    out = allocate(POD, container(), DEVICES, config(scaling=1.5))
+    out = allocate(POD, container(), DEVICES, config(scaling=1.5), ())
     assert out.envs["CUDA_OVERSUBSCRIBE"] == "true"
     assert limits_of(out)["CUDA_OVERSUBSCRIBE"] == "true", "the shim reads the file"
-    plain = allocate(POD, container(), DEVICES, config(scaling=1.0))
+    plain = allocate(POD, container(), DEVICES, config(scaling=1.0), ())
     assert "CUDA_OVERSUBSCRIBE" not in plain.envs
     assert "CUDA_OVERSUBSCRIBE" not in limits_of(plain)
 
 
 def test_every_container_sees_its_gpus_priority_boards_read_only():
-    out = allocate(POD, container("1"), DEVICES, config())
+    out = allocate(POD, container("1"), DEVICES, config(), ())
     mounts = {m.container_path: m for m in out.mounts}
     for uuid in UUIDS:
         board = mounts[f"/usr/local/vgpu/priority/{uuid}"]
@@ -66,12 +66,12 @@ def test_every_container_sees_its_gpus_priority_boards_read_only():
 
 
 def test_only_a_high_priority_container_gets_its_own_entry_writable():
-    out = allocate(POD, container("0"), DEVICES, config())
+    out = allocate(POD, container("0"), DEVICES, config(), ())
     mounts = {m.container_path: m for m in out.mounts}
     for uuid in UUIDS:
         own = mounts[f"/usr/local/vgpu/priority-beat/{uuid}"]
         assert (own.host_path, own.read_only) == (f"/hook/priority/{uuid}/u-1_main", False)
     assert limits_of(out)["CUDA_TASK_PRIORITY"] == "0"
     for low in (container("1"), container(None)):
-        paths = [m.container_path for m in allocate(POD, low, DEVICES, config()).mounts]
+        paths = [m.container_path for m in allocate(POD, low, DEVICES, config(), ()).mounts]
         assert not any("priority-beat" in p for p in paths)
