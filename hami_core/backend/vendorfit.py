@@ -30,6 +30,7 @@ from hami_core.model import (
     FitRules,
     NodeInfo,
 )
+from hami_core.plugin import hookimpl
 
 from .fit import GENERIC, DeviceFilters, fit_devices, type_matches
 from .requests import annotations_of
@@ -206,3 +207,17 @@ class VendorFit(Generic[Extra]):
             rules = self.rules if isinstance(self.rules, FitRules) else self.rules(call)
             answers.append(self.place(attrs.evolve(call, rules=rules)))
         return answers
+
+    def hook(self) -> Callable[[DeviceRequest, NodeInfo, Usage, Pod, DevicePolicy], FitResult]:
+        """This fit (one that reads no ``extra``) as the backend's ``hami_fit``
+        implementation, marked: ``hami_fit = fit.hook()`` in its plugin module, instead
+        of a wrapper restating the hook's arguments (pluggy passes an implementation the
+        arguments its parameters name)."""
+
+        @hookimpl
+        def hami_fit(
+            request: DeviceRequest, node: NodeInfo, usage: Usage, pod: Pod, policy: DevicePolicy
+        ) -> FitResult:
+            return self(request, node, usage, pod, policy)
+
+        return hami_fit

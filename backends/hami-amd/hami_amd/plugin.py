@@ -10,11 +10,6 @@ import attrs
 from hami_core.backend import (
     BackendInfo,
     DeviceInfo,
-    DevicePolicy,
-    DeviceRequest,
-    DeviceUsage,
-    FitResult,
-    NodeInfo,
     NodeState,
     SubprocessRunner,
     VendorConfig,
@@ -49,15 +44,7 @@ hami_parse_request = hookimpl(requests.parse_request)
 hami_mutate = hookimpl(requests.mutate)
 
 
-@hookimpl
-def hami_fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-) -> FitResult | None:
-    return fit.fit(request, node, usage, pod, policy)
+hami_fit = fit.fit.hook()
 
 
 hami_allocate = hookimpl(allocate.allocate)

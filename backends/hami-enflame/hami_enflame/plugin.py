@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
-    DevicePolicy,
-    DeviceRequest,
-    DeviceUsage,
-    FitResult,
     NodeInfo,
     PodDevices,
     hookimpl,
@@ -40,15 +36,7 @@ hami_parse_request = hookimpl(requests.parse_request)
 hami_mutate = hookimpl(requests.mutate)
 
 
-@hookimpl
-def hami_fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-) -> FitResult | None:
-    return fit.fit(request, node, usage, pod, policy)
+hami_fit = fit.fit.hook()
 
 
 @hookimpl

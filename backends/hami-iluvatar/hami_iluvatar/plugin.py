@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
     DeviceInfo,
-    DevicePolicy,
-    DeviceRequest,
-    DeviceUsage,
-    FitResult,
-    NodeInfo,
     hookimpl,
 )
 
@@ -37,15 +31,7 @@ hami_parse_request = hookimpl(requests.parse_request)
 hami_mutate = hookimpl(requests.mutate)
 
 
-@hookimpl
-def hami_fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-) -> FitResult | None:
-    return fit.fit(request, node, usage, pod, policy)
+hami_fit = fit.fit.hook()
 
 
 @hookimpl

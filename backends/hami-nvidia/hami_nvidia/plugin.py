@@ -64,15 +64,7 @@ hami_parse_request = hookimpl(requests.parse_request)
 hami_mutate = hookimpl(admission.mutate_container)
 
 
-@hookimpl
-def hami_fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-) -> FitResult | None:
-    return fit.fit(request, node, usage, pod, policy)
+hami_fit = fit.fit.hook()
 
 
 @hookimpl
