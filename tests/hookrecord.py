@@ -48,8 +48,14 @@ def _wrap(backend: str, name: str, fn: Any) -> Any:
             _seen[key].add(_current[-1])
         return value
 
-    # pluggy passes a hook the arguments its parameters name: keep the names
-    params = list(inspect.signature(fn).parameters)
+    # pluggy passes a hook the arguments its positional parameters without a default
+    # name (a vendor function registered as is may have more: a keyword-only clock):
+    # keep those names
+    params = [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty
+    ]
     scope: dict[str, Any] = {"call": call}
     body = ", ".join(f"{p!r}: {p}" for p in params)
     exec(f"def {name}({', '.join(params)}):\n    return call({{{body}}})", scope)
