@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import attrs
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import ContainerAllocation, ContainerDevices, DeviceInfo, DeviceNode
+from hami_core.plugin import hookimpl
 from hami_core.protocol.config import VendorConfig
 
 
@@ -57,9 +57,9 @@ class IndexedDevices:
     ``CXPU_VISIBLE_DEVICES``), and the device nodes kubelet exposes when the section's
     ``useContainerRuntime`` is false (the runtime injects them otherwise).
 
-    Callable as the vendor's allocate: ``allocate(pod, container, devices, config, *,
-    indices)`` (``hami_allocate``'s arguments; ``indices``: device UUID -> node index,
-    from ``node_devices``) -> ``ContainerAllocation``: the indices in slice order, comma
+    Callable as the vendor's allocate: ``allocate(devices, config, *, indices)``
+    (``hami_allocate``'s arguments; ``indices``: device UUID -> node index, from
+    ``node_devices``; ``hook()`` is the ``hami_allocate`` that reads them) -> ``ContainerAllocation``: the indices in slice order, comma
     separated, a UUID whose index is unknown (no discovery tool, ``hami simulate``)
     written as the UUID itself, which the runtime cannot take for another device's
     index; without the runtime the nodes of the known indices and the control nodes.
@@ -86,14 +86,23 @@ class IndexedDevices:
     #: The section option that says the vendor's container runtime injects the nodes.
     USE_RUNTIME = "useContainerRuntime"
 
-    def __call__(
+    def hook(
         self,
-        pod: Mapping[str, Any],
-        container: Mapping[str, Any],
-        devices: ContainerDevices,
-        config: VendorConfig,
-        *,
-        indices: Mapping[str, int],
+    ) -> Callable[[ContainerDevices, VendorConfig, Sequence[DeviceInfo]], ContainerAllocation]:
+        """This allocation as the backend's ``hami_allocate`` implementation, marked:
+        ``hami_allocate = allocate.hook()`` in its plugin module; ``indices`` are the
+        ``index`` of each of the node's discovered devices the hook receives."""
+
+        @hookimpl
+        def hami_allocate(
+            devices: ContainerDevices, config: VendorConfig, node_devices: Sequence[DeviceInfo]
+        ) -> ContainerAllocation:
+            return self(devices, config, indices={d.uuid: d.index for d in node_devices})
+
+        return hami_allocate
+
+    def __call__(
+        self, devices: ContainerDevices, config: VendorConfig, *, indices: Mapping[str, int]
     ) -> ContainerAllocation:
         if not devices:
             none = {self.visible_devices: self.none} if self.none is not None else {}

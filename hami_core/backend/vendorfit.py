@@ -17,7 +17,7 @@ chip model, the pod's earlier containers' devices), passed through untouched.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import attrs
 
@@ -31,6 +31,7 @@ from hami_core.model import (
     NodeInfo,
 )
 from hami_core.plugin import hookimpl
+from hami_core.protocol.config import VendorConfig
 
 from .fit import GENERIC, DeviceFilters, fit_devices, type_matches
 from .requests import annotations_of
@@ -208,16 +209,28 @@ class VendorFit(Generic[Extra]):
             answers.append(self.place(attrs.evolve(call, rules=rules)))
         return answers
 
-    def hook(self) -> Callable[[DeviceRequest, NodeInfo, Usage, Pod, DevicePolicy], FitResult]:
-        """This fit (one that reads no ``extra``) as the backend's ``hami_fit``
-        implementation, marked: ``hami_fit = fit.hook()`` in its plugin module, instead
-        of a wrapper restating the hook's arguments (pluggy passes an implementation the
-        arguments its parameters name)."""
+    def hook(self, extra: Literal["config", "allocated"] | None = None) -> Callable[..., FitResult]:
+        """This fit as the backend's ``hami_fit`` implementation, marked: ``hami_fit =
+        fit.hook()`` in its plugin module, instead of a wrapper restating the hook's
+        arguments (pluggy passes an implementation the arguments its parameters name).
+
+        Args:
+            extra: the hook argument handed on as ``extra``: ``"config"`` (the backend's
+                section), ``"allocated"`` (the pod's earlier containers' devices on the
+                node), or None for none.
+        """
 
         @hookimpl
         def hami_fit(
-            request: DeviceRequest, node: NodeInfo, usage: Usage, pod: Pod, policy: DevicePolicy
+            request: DeviceRequest,
+            node: NodeInfo,
+            usage: Usage,
+            pod: Pod,
+            policy: DevicePolicy,
+            config: VendorConfig,
+            allocated: Sequence[ContainerDevices],
         ) -> FitResult:
-            return self(request, node, usage, pod, policy)
+            given: dict[str, Any] = {"config": config, "allocated": allocated}
+            return self(request, node, usage, pod, policy, given[extra] if extra else None)
 
         return hami_fit

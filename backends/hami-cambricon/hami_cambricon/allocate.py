@@ -40,7 +40,7 @@ def cnmon_mount(devices: ContainerDevices, config: VendorConfig) -> ContainerAll
     return ContainerAllocation(mounts=mounts)
 
 
-#: ``allocate(pod, container, devices, config, *, indices)``: env, device nodes and mounts
+#: ``allocate(devices, config, *, indices)``: env, device nodes and mounts
 #: for one container given its MLU slices (``indices``: device UUID -> card index, from the
 #: node's devices ``hami_allocate`` receives). ``CAMBRICON_VISIBLE_DEVICES`` = the card
 #: indices in slice order (a UUID whose index is unknown, e.g. ``hami simulate``, stays

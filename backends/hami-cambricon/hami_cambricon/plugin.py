@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from hami_core.backend import (
     BackendInfo,
-    ContainerAllocation,
-    ContainerDevices,
     DeviceInfo,
-    DevicePolicy,
-    DeviceRequest,
-    DeviceUsage,
-    FitResult,
-    NodeInfo,
     VendorConfig,
     hookimpl,
 )
@@ -50,28 +43,10 @@ hami_parse_request = hookimpl(requests.parse_request)
 hami_mutate = hookimpl(admission.mutate_container)
 
 
-@hookimpl
-def hami_fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-    config: VendorConfig,
-) -> FitResult | None:
-    return fit.fit(request, node, usage, pod, policy, config)
+hami_fit = fit.fit.hook("config")
 
 
 hami_bind_annotations = hookimpl(bind.pod_annotations)
 
 
-@hookimpl
-def hami_allocate(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    devices: ContainerDevices,
-    config: VendorConfig,
-    node_devices: Sequence[DeviceInfo],
-) -> ContainerAllocation | None:
-    indices = {d.uuid: d.index for d in node_devices}
-    return allocate.allocate(pod, container, devices, config, indices=indices)
+hami_allocate = allocate.allocate.hook()

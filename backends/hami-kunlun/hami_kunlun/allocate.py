@@ -33,7 +33,7 @@ def memory_limit(devices: ContainerDevices, config: VendorConfig) -> ContainerAl
     return ContainerAllocation(envs={MEMORY_LIMIT: str(limit)})
 
 
-#: ``allocate(pod, container, devices, config, *, indices)``: env and device nodes for one
+#: ``allocate(devices, config, *, indices)``: env and device nodes for one
 #: container given its XPU slices (``indices``: device id -> ``DevID``, from the node's
 #: devices ``hami_allocate`` receives). ``CXPU_VISIBLE_DEVICES`` = the XPU indices in slice
 #: order (an id whose index is unknown, e.g. ``hami simulate``, stays the id), ``none``

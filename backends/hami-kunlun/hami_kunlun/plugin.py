@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from hami_core.backend import (
     BackendInfo,
-    ContainerAllocation,
     ContainerDevices,
-    DeviceInfo,
-    DevicePolicy,
-    DeviceRequest,
     DeviceUsage,
-    FitResult,
-    NodeInfo,
     NodePolicy,
     VendorConfig,
     hookimpl,
@@ -49,16 +42,7 @@ hami_parse_request = hookimpl(requests.parse_request)
 hami_mutate = hookimpl(admission.mutate_container)
 
 
-@hookimpl
-def hami_fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-    config: VendorConfig,
-) -> FitResult | None:
-    return fit.fit(request, node, usage, pod, policy, config)
+hami_fit = fit.fit.hook("config")
 
 
 @hookimpl
@@ -68,13 +52,4 @@ def hami_score(
     return score.score(usage, devices, policy, DEVICE_TYPE.fit_rules)
 
 
-@hookimpl
-def hami_allocate(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    devices: ContainerDevices,
-    config: VendorConfig,
-    node_devices: Sequence[DeviceInfo],
-) -> ContainerAllocation | None:
-    indices = {d.uuid: d.index for d in node_devices}
-    return allocate.allocate(pod, container, devices, config, indices=indices)
+hami_allocate = allocate.allocate.hook()

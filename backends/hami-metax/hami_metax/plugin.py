@@ -9,11 +9,7 @@ from hami_core.backend import (
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
-    DevicePolicy,
-    DeviceRequest,
     DeviceUsage,
-    FitResult,
-    NodeInfo,
     NodePolicy,
     VendorConfig,
     hookimpl,
@@ -42,16 +38,7 @@ hami_parse_request = hookimpl(requests.parse_request)
 hami_mutate = hookimpl(requests.mutate)
 
 
-@hookimpl
-def hami_fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-    allocated: Sequence[ContainerDevices],
-) -> FitResult | None:
-    return fit.fit(request, node, usage, pod, policy, allocated)
+hami_fit = fit.fit.hook("allocated")
 
 
 @hookimpl

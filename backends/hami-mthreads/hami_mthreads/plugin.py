@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from hami_core.backend import (
     BackendInfo,
-    ContainerDevices,
     DeviceInfo,
-    DevicePolicy,
-    DeviceRequest,
-    DeviceUsage,
-    FitResult,
-    NodeInfo,
     VendorConfig,
     hookimpl,
 )
@@ -44,16 +38,7 @@ hami_parse_request = hookimpl(requests.parse_request)
 hami_mutate = hookimpl(requests.mutate)
 
 
-@hookimpl
-def hami_fit(
-    request: DeviceRequest,
-    node: NodeInfo,
-    usage: Sequence[DeviceUsage],
-    pod: Mapping[str, Any],
-    policy: DevicePolicy,
-    allocated: Sequence[ContainerDevices],
-) -> FitResult | None:
-    return fit.fit(request, node, usage, pod, policy, allocated)
+hami_fit = fit.fit.hook("allocated")
 
 
 hami_bind_annotations = hookimpl(fit.bind_annotations)
