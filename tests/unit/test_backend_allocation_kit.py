@@ -57,17 +57,15 @@ def section(use_runtime: bool) -> VendorConfig:
 
 
 def test_indexed_devices_write_node_indices_and_keep_an_unknown_uuid():
-    got = XPU({}, {}, slices("G-1", "G-0", "G-7"), section(True), indices={"G-0": 0, "G-1": 3})
+    got = XPU(slices("G-1", "G-0", "G-7"), section(True), indices={"G-0": 0, "G-1": 3})
     assert got == ContainerAllocation(envs={"X_VISIBLE": "3,0,G-7", "X_LIMIT": "1000"})
-    assert XPU({}, {}, (), section(True), indices={}) == ContainerAllocation(
-        envs={"X_VISIBLE": "none"}
-    )
+    assert XPU((), section(True), indices={}) == ContainerAllocation(envs={"X_VISIBLE": "none"})
     silent = attrs.evolve(XPU, none=None, extra=None)
-    assert silent({}, {}, (), section(True), indices={}) == ContainerAllocation()
+    assert silent((), section(True), indices={}) == ContainerAllocation()
 
 
 def test_without_the_runtime_the_known_indices_nodes_and_the_control_node():
-    got = XPU({}, {}, slices("G-1", "G-7"), section(False), indices={"G-1": 3})
+    got = XPU(slices("G-1", "G-7"), section(False), indices={"G-1": 3})
     assert got.device_nodes == (
         DeviceNode(container_path="/dev/x3", host_path="/dev/x3"),
         DeviceNode(container_path="/dev/xctl", host_path="/dev/xctl"),
@@ -78,7 +76,7 @@ def test_without_the_runtime_the_known_indices_nodes_and_the_control_node():
 
     # an optional node the host has (/dev/null exists everywhere) is exposed
     host = attrs.evolve(XPU, host_optional_nodes=("/dev/null",), extra=mount)
-    with_host = host({}, {}, slices("G-1"), section(False), indices={"G-1": 3})
+    with_host = host(slices("G-1"), section(False), indices={"G-1": 3})
     assert [n.host_path for n in with_host.device_nodes] == ["/dev/x3", "/dev/null", "/dev/xctl"]
     assert with_host.mounts == (Mount(container_path="/t", host_path="/t"),)
 
