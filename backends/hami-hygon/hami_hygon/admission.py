@@ -8,9 +8,6 @@ is scheduled. Quantities the user wrote stay as written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from hami_core.backend import (
     DeviceRequest,
     MutateResult,
@@ -23,20 +20,15 @@ from .names import DEFAULT_RESOURCES
 
 
 @denies_invalid_input
-def mutate_container(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    config: VendorConfig,
-    request: DeviceRequest,
-) -> MutateResult | None:
+def mutate_container(config: VendorConfig, request: DeviceRequest) -> MutateResult | None:
     """What one container's spec must state: limits and requests both carry the
     defaulted request (a defaulted memory in the user's unit, MiB / ``memoryFactor``).
 
     Args:
         request: the container's parsed DCU request (the webhook parses each container
             once, through ``hami_parse_request``).
-    Returns: None for a container without DCU resources; a denial naming the container,
-        the resource and the value for invalid ones.
+    Returns: the resources to write (the webhook hands ``hami_mutate`` only containers
+        with a DCU request; an invalid one was denied when it was parsed).
     """
     req = request
     names = resource_names(DEFAULT_RESOURCES, config)

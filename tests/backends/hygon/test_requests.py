@@ -105,7 +105,7 @@ def pod(*containers):
 def test_admission_writes_count_and_cores_and_keeps_stated_values():
     p = pod({"name": "side"}, ctr(mem="2k"))
     side = p["spec"]["containers"][1]
-    res = mutate_container(p, side, DEFAULT, parse_request(side, DEFAULT))
+    res = mutate_container(DEFAULT, parse_request(side, DEFAULT))
     assert res is not None and res.denial is None
     out = written(p, "/spec/containers/1", res)
     expected = {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2k", "hygon.com/dcucores": "100"}
@@ -113,7 +113,7 @@ def test_admission_writes_count_and_cores_and_keeps_stated_values():
     assert resources["limits"] == expected and resources["requests"] == expected
     assert out["spec"]["containers"][0] == {"name": "side"}
     stated = out["spec"]["containers"][1]
-    again = mutate_container(out, stated, DEFAULT, parse_request(stated, DEFAULT))
+    again = mutate_container(DEFAULT, parse_request(stated, DEFAULT))
     assert again is not None and again.patch == ()
 
 
