@@ -21,16 +21,18 @@ from hami_core.backend import (
     discovered,
 )
 
+from . import CHIPS
+
 
 def allocate(devices: ContainerDevices, node_devices: Sequence[DeviceInfo]) -> ContainerAllocation:
     """Device nodes ``/dev/iluvatar<i>`` for one container's GPUs (none without GPUs).
 
     Raises:
-        InvalidInputError: a GPU is not among ``node_devices`` (its index is unknown).
+        InvalidInputError: a GPU is not among the Iluvatar chips of ``node_devices`` (its
+            index is unknown).
     """
+    ours = [d for d in node_devices if d.vendor in CHIPS]
     # never a guess: GPU 0 for an unknown index would hand out another's GPU
-    paths = [
-        f"/dev/iluvatar{d.index}" for d in discovered(devices, node_devices, what="Iluvatar GPU")
-    ]
+    paths = [f"/dev/iluvatar{d.index}" for d in discovered(devices, ours, what="Iluvatar GPU")]
     nodes = (DeviceNode(container_path=p, host_path=p, permissions="rw") for p in paths)
     return ContainerAllocation(device_nodes=tuple(nodes))

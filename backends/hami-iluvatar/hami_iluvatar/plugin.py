@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from hami_core.backend import (
     BackendInfo,
-    ContainerAllocation,
-    ContainerDevices,
-    DeviceInfo,
     hookimpl,
 )
 
-from . import BACKEND_NAME, CHIPS, allocate, fit, requests
+from . import BACKEND_NAME, allocate, fit, requests
 from .names import DEVICE_TYPES
 
 
@@ -34,8 +29,4 @@ hami_mutate = hookimpl(requests.mutate)
 hami_fit = fit.fit.hook()
 
 
-@hookimpl
-def hami_allocate(
-    devices: ContainerDevices, node_devices: Sequence[DeviceInfo]
-) -> ContainerAllocation | None:
-    return allocate.allocate(devices, [d for d in node_devices if d.vendor in CHIPS])
+hami_allocate = hookimpl(allocate.allocate)
