@@ -31,7 +31,7 @@ from .cores import (
 from .device import DEVICE_MODES, DeviceInfo, DeviceUsage, NodeInfo
 from .fit import FitResult
 from .fitrules import Chooser, CoresCapacity, ExtraCheck, FitRules, LinkGroup, device_cores
-from .mig import MigPlacement, MigProfile, MigSlot
+from .mig import MIG_PROFILE_INFO, MigPlacement, MigProfile, MigSlot
 from .monitor import ContainerUsage, HostDevice, ProcessDeviceSample, ProcessSample, RegionDevice
 from .nodestate import MemoryNodeState, NodeState, ScopedNodeState
 from .policy import (
@@ -82,6 +82,7 @@ __all__ = [
     "MigPlacement",
     "MigProfile",
     "MigSlot",
+    "MIG_PROFILE_INFO",
     "Mount",
     "MutateResult",
     "NodeInfo",

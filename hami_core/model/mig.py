@@ -43,6 +43,12 @@ class MigProfile:
     placements: tuple[MigPlacement, ...] = ()
 
 
+#: ``DeviceRequest.custom`` key of the MIG profile a request names (NVIDIA's
+#: ``nvidia.com/mig-<profile>: N``: N instances of that profile, not N GPUs); the
+#: ``hami simulate`` report names the profile from it.
+MIG_PROFILE_INFO = "migProfile"
+
+
 @attrs.frozen(kw_only=True)
 class MigSlot:
     """One MIG instance a container holds or is given: its profile and placement."""

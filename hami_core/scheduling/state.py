@@ -33,6 +33,7 @@ import attrs
 from hami_core.cluster.base import KubeObject
 from hami_core.errors import AnnotationError
 from hami_core.model import (
+    MIG_PROFILE_INFO,
     DeviceRequest,
     DeviceTypeInfo,
     DeviceUsage,
@@ -87,8 +88,12 @@ class VendorSummary:
 
     def can_hold(self, request: DeviceRequest, memory_mib: int) -> bool:
         """False when fewer than ``request.count`` open devices have ``memory_mib`` free
-        (PROTOCOL.md §1-2: N distinct devices, each with a sharer slot and the memory)."""
+        (PROTOCOL.md §1-2: N distinct devices, each with a sharer slot and the memory);
+        a request naming a MIG profile (N instances, several per device) needs one open
+        device, the vendor's fit decides the rest."""
         open_ = self.free_memory_mib
+        if request.info(MIG_PROFILE_INFO):  # N MIG instances: several may share a device
+            return bool(open_) and open_[-1] >= memory_mib
         if len(open_) < request.count:
             return False
         return len(open_) - bisect.bisect_left(open_, memory_mib) >= request.count

@@ -38,7 +38,8 @@ Report (``build_report``)::
                                                  # one after another (not a sidecar)
             "vendor": str, "count": int,
             "memoryMiB": int, "memoryPct": int, "coresPct": int,   # memory: one of the two
-            "coresUnit": str}],                  # the cores resource's unit (AMD: percent)
+            "coresUnit": str,                    # the cores resource's unit (AMD: percent)
+            "migProfile": str}],                 # only when it names a MIG profile (N instances)
          "devices": [                            # what it got, containers in wire order
            {"container": str, "init": bool, "vendor": str, "uuid": str, "index": int,
             "model": str, "mode": str,           # the device's mode: hami-core | mig | mps
@@ -107,6 +108,7 @@ from typing import Any
 from hami_core.errors import AnnotationError
 from hami_core.model import (
     CORES_UNITS,
+    MIG_PROFILE_INFO,
     PERCENT,
     Allocation,
     Charge,
@@ -236,6 +238,8 @@ def request_entries(
                     "coresUnit": (t.resource_cores_unit if t is not None else PERCENT).name,
                 }
             )
+            if r.info(MIG_PROFILE_INFO):  # N instances of the profile, not N GPUs
+                out[-1]["migProfile"] = r.info(MIG_PROFILE_INFO)
     return out
 
 
@@ -703,13 +707,17 @@ def _cores_asked(entry: Mapping[str, Any], key: str = "coresPct") -> str:
 
 def describe_request(entries: Sequence[Mapping[str, Any]]) -> str:
     """``2 GPUs x 32000 MiB, 30% cores`` per container (joined with ``; ``), compute in
-    the vendor's unit (``1 AWSNeuron x 100% of memory, 1 NeuronCore``), or
-    ``no devices``."""
+    the vendor's unit (``1 AWSNeuron x 100% of memory, 1 NeuronCore``), ``2 MIG instances
+    of 1g.10gb`` for a request naming a MIG profile, or ``no devices``."""
     parts = []
     several = len({e["container"] for e in entries}) > 1
     for e in entries:
         what = "GPU" if e["vendor"] == "NVIDIA" else e["vendor"]
-        text = f"{_plural(e['count'], what)} x {_memory(e)}, {_cores_asked(e)}"
+        profile = e.get("migProfile")
+        if profile:  # N instances of the profile: its memory and cores, not a share
+            text = f"{_plural(e['count'], 'MIG instance')} of {profile}"
+        else:
+            text = f"{_plural(e['count'], what)} x {_memory(e)}, {_cores_asked(e)}"
         if several or e["init"]:
             text = f"{e['container']}{' (init)' if e['init'] else ''}: {text}"
         parts.append(text)

@@ -13,6 +13,7 @@ destroyed."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -301,3 +302,60 @@ def test_a_gpu_with_mig_off_on_a_mig_node_is_not_advertised(fake_gpus, fake_nvml
         """,
     )
     assert out["inventory"] == []
+
+
+def test_a_profile_request_of_two_gets_two_instances_of_one_gpu_static_and_dynamic(
+    mig_gpus, fake_nvml_dir, tmp_path
+):
+    # nvidia.com/mig-1g.10gb: 2 as the webhook leaves it (nvidia.com/gpu: 2 + the profile
+    # in HAMI_MIG_PROFILE): two instances, several per GPU, each named by its MIG UUID
+    out = run(
+        mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        """
+        def two(cluster, allocator, state, name):
+            c = ctr("main", gpu=2, gpucores=0)
+            c["env"] = [{"name": "HAMI_MIG_PROFILE", "value": "1g.10gb"}]
+            created = cluster.add_pod(gpu_pod(name, c))
+            Scheduler(cluster, agent.manager).bind(
+                "default", name, uid=created["metadata"]["uid"], node=NODE)
+            ids = sorted(i for i in state.known_ids() if i.startswith("GPU-"))
+            (answer,) = allocator.allocate([ids[:2]])
+            cluster.set_pod_phase("default", name, "Running")
+            return dict(answer.envs), cluster.get_pod("default", name)
+
+        nvml = nvnode.current().nvml
+        for s in (0, 1, 2):   # what an admin made: three 1g.10gb
+            nvml.create_mig_instance(0, 0, s, 1)
+        made = instances()
+        cluster, agent, loop, allocator, state = start()
+        out["static"], _ = two(cluster, allocator, state, "s1")
+        out["static_made"], out["static_after"] = made, instances()
+        for m in nvml.mig_instances(0):
+            nvml.destroy_mig_instance(0, m.gpu_instance_id)
+        PODS.unlink(missing_ok=True)
+        cluster, agent, loop, allocator, state = start(mode="mig")
+        out["dyn1"], p1 = two(cluster, allocator, state, "d1")
+        out["dyn2"], p2 = two(cluster, allocator, state, "d2")
+        out["dyn_ann"] = [p1["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"],
+                          p2["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"]]
+        out["dyn_after"] = instances()
+        """,
+    )
+    static_uuids = out["static"]["NVIDIA_VISIBLE_DEVICES"].split(",")
+    made = {u for *_, u in out["static_made"]}
+    assert len(static_uuids) == 2 and len(set(static_uuids)) == 2 and set(static_uuids) <= made
+    assert out["static_after"] == out["static_made"]  # static: nothing created
+    d1 = out["dyn1"]["NVIDIA_VISIBLE_DEVICES"].split(",")
+    d2 = out["dyn2"]["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert len(set(d1 + d2)) == 4  # four instances, never one twice
+    assert {u for *_, u in out["dyn_after"]} == set(d1 + d2)
+    placements = sorted(
+        (a["placement"]["start"], a["placement"]["size"])
+        for ann in out["dyn_ann"]
+        for a in json.loads(ann)
+    )
+    assert len(placements) == 4
+    for (s1, n1), (s2, _) in itertools.pairwise(placements):
+        assert s1 + n1 <= s2  # never overlapping

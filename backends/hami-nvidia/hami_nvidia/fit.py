@@ -7,7 +7,8 @@ adds two steps: a container's GPUs are all in one mode, and a GPU in mig mode ta
 instance of one of its MIG profiles (``mig``).
 
 ``fit(request, node, usage, pod, policy)`` chooses ``request.count`` distinct GPUs on the
-node or explains why not; ``fit_nodes(request, nodes, pod, policy)`` is the same on every
+node (a request naming a MIG profile: ``request.count`` instances of it, several on one GPU
+allowed, ``named_instances``) or explains why not; ``fit_nodes(request, nodes, pod, policy)`` is the same on every
 ``(node, usage, allocated)`` of ``nodes``, the pod's filter annotations read once.
 """
 
@@ -40,6 +41,8 @@ def one_mode(call: FitCall[None]) -> FitResult:
     modes (static MIG GPUs beside shared ones) a request of several GPUs takes them from
     the first mode of ``MODE_ORDER`` that holds it whole."""
     request, usage = call.request, call.usage
+    if request.info(mig.PROFILE_KEY):
+        return named_instances(call)
     whole = call.fit()
     modes = {u.device.mode for u in usage}
     if request.count > 1 and len(modes) > 1 and whole.fits:
@@ -52,6 +55,27 @@ def one_mode(call: FitCall[None]) -> FitResult:
                 return mig.with_instances(result, group, request)
         return FitResult(node_reason=ReasonCode.ALLOCATED_CARDS_INSUFFICIENT_REQUEST)
     return mig.with_instances(whole, usage, request)
+
+
+def named_instances(call: FitCall[None]) -> FitResult:
+    """A request naming a MIG profile (``nvidia.com/mig-<profile>: N``): N instances of
+    that profile, one after another, each on the GPU the core's fit (filters, policy)
+    chooses with the instances already taken counted as held, so several may sit on one
+    GPU and none overlaps another. Under the NVIDIA device plugin's ``mixed`` strategy each
+    instance is one unit of ``nvidia.com/mig-<profile>`` (NVIDIA k8s-device-plugin README,
+    "MIG Support"), not a GPU. The first instance that cannot be had: that fit's no-fit
+    (``CardMigTopologyInfeasible`` on a GPU whose free instances ran out)."""
+    one = attrs.evolve(call.request, count=1)
+    usage = list(call.usage)
+    chosen = []
+    for _ in range(call.request.count):
+        result = mig.with_instances(call.fit(request=one, usage=usage), usage, one)
+        if not result.fits:
+            return result
+        (d,) = result.devices
+        chosen.append(d)
+        usage = [mig.holding(u, d) if u.device.uuid == d.uuid else u for u in usage]
+    return FitResult(devices=tuple(chosen))
 
 
 #: HAMi's type and UUID filter annotations (with the handbook's aliases) ...

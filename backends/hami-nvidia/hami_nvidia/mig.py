@@ -11,7 +11,8 @@ the highest start down, the others from the lowest up (HAMi's order: the small a
 half profiles fill from the top, so ``2g``/``4g``/``7g`` keep their low starts free).
 No such profile and placement: ``CardMigTopologyInfeasible``. A request that names a
 profile (the NVIDIA device plugin's ``nvidia.com/mig-<profile>`` resources) takes
-exactly that profile.
+exactly that profile, N of them for ``nvidia.com/mig-<profile>: N`` (several on one GPU
+allowed: ``fit.named_instances`` books each with ``holding`` before choosing the next).
 
 A GPU in ``mig`` mode never gets a shim share: a holder without an instance (a share
 from before the GPU's mode changed) makes it infeasible until that pod ends.
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from hami_core.backend import (
+    MIG_PROFILE_INFO,
     ContainerDevice,
     DeviceInfo,
     DeviceRequest,
@@ -37,7 +39,7 @@ from hami_core.backend import (
 
 MIG_MODE = "mig"
 #: ``DeviceRequest.custom`` key of a profile the request names (``nvidia.com/mig-1g.10gb``).
-PROFILE_KEY = "migProfile"
+PROFILE_KEY = MIG_PROFILE_INFO
 #: HAMi ``preferHighMigPlacement``: profiles placed from the highest start down.
 _HIGH_FIRST = ("1g.", "3g.")
 
@@ -123,6 +125,18 @@ def quota_charge(
     if not offered:
         return None
     return min(p.memory_mib for p in offered), min(p.cores_pct for p in offered)
+
+
+def holding(usage: DeviceUsage, device: ContainerDevice) -> DeviceUsage:
+    """``usage`` with ``device`` (an instance just chosen for the same request) held too:
+    its memory, cores and MIG slot, so the next instance of the request avoids it."""
+    return attrs.evolve(
+        usage,
+        used_count=usage.used_count + 1,
+        used_memory_mib=usage.used_memory_mib + device.memory_mib,
+        used_cores_pct=usage.used_cores_pct + device.cores_pct,
+        mig_in_use=(*usage.mig_in_use, device.mig) if device.mig else usage.mig_in_use,
+    )
 
 
 def with_instances(

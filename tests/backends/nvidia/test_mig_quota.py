@@ -103,3 +103,17 @@ def test_the_inventories_are_read_only_when_the_namespace_limits_memory_or_cores
     quota(p, gpumem="10")  # now memory is limited: read once, and denied by it
     out = p.admission.review(mig("b", "2g.20gb"))
     assert len(reads) == before + 1 and not out.allowed and "this pod 19968" in out.message
+
+
+def test_n_instances_on_one_gpu_are_charged_n_times_the_profile():
+    # nvidia.com/mig-1g.10gb: 3 on one GPU: three instances of it, 3 x 9856 MiB, 3 x 15 %
+    p = pipeline(mig_node())
+    quota(p, gpumem="40000", gpucores="50")
+    out = p.submit(mig("a", "1g.10gb", 3))
+    assert out.node == "node-m", out
+    (slices,) = out.allocation.devices["NVIDIA"]
+    assert {d.uuid for d in slices} == {"GPU-m0"} and len(slices) == 3
+    assert used(p)[("NVIDIA", "memory")] == 3 * 9856
+    assert used(p)[("NVIDIA", "cores")] == 3 * 15
+    more = p.submit(mig("b", "1g.10gb", 1))  # 45 + 15 > 50 cores
+    assert more.denied.endswith("limits.nvidia.com/gpucores 50, used 45, this pod 15")
