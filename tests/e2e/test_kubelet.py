@@ -160,14 +160,12 @@ def _start_device_plugin(
 ) -> None:
     lib = fakenvml.build(stack.work / "fakenvml")
     nvml = stack.work / "fake-nvml.json"
+    # MIG mode: the card whose profile table the stand-in serves (A100 80 GB: 7 x 1g.10gb),
+    # so the instances' memory adds up to the card's as on the real one.
+    name, memory = ("NVIDIA A100-SXM4-80GB", 81920) if mig else ("NVIDIA A100-PCIE-16GB", 16384)
     nvml.write_text(
         json.dumps(
-            {
-                "devices": [
-                    {"uuid": u, "name": "NVIDIA A100-PCIE-16GB", "memory_mib": 16384, "mig": mig}
-                    for u in GPUS
-                ]
-            }
+            {"devices": [{"uuid": u, "name": name, "memory_mib": memory, "mig": mig} for u in GPUS]}
         )
     )
     config = stack.work / "hami.yaml"
@@ -675,6 +673,23 @@ def test_a_dynamic_mig_node_gives_the_instance_only_and_frees_it_after_the_pod(s
     assert not any(k.startswith("CUDA_") for k in env)
     assert "gi " in state.read_text()
 
+    # NVIDIA's mixed strategy name: 8 instances of 1g.10gb, several per GPU (6 left on the
+    # first GPU, 7 on the second), none overlapping mig-a's or each other's slices.
+    many = _tenant_pod("mig-8", annotations={"nvidia.com/vgpu-mode": "mig"})
+    many["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": "8"}}
+    many["spec"]["containers"][0]["command"] = ["/bin/sh", "-c", script]
+    stack.core.create_namespaced_pod(stack.namespace, many)
+    pod8 = stack.wait_running("mig-8")
+    made = json.loads(pod8["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"])
+    assert len(made) == 8 and {m["profile"] for m in made} == {"1g.10gb"}
+    taken = [(instance["gpuUUID"], instance["placement"]["start"])] + [
+        (m["gpuUUID"], m["placement"]["start"]) for m in made
+    ]
+    assert len(set(taken)) == 9, taken
+    visible = stack.env_of(pod8)["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert sorted(visible) == sorted(m["migUUID"] for m in made) and len(set(visible)) == 8
+
+    stack.core.delete_namespaced_pod("mig-8", stack.namespace, grace_period_seconds=0)
     stack.core.delete_namespaced_pod("mig-a", stack.namespace, grace_period_seconds=0)
     stack.cp.wait_for(
         lambda: "gi " not in state.read_text(),
