@@ -16,6 +16,7 @@ from hami_core.model import BackendInfo
 from hami_core.plugin import BackendManager, hookimpl
 from hami_core.protocol.config import HamiConfig, VendorConfig, parse_config
 from tests.toy_backend import ToyBackend
+from tests.unit.test_config_start import commands
 
 TYPOS = {
     "ascend.vnpuMode": "ascend:\n  vnpuMode: tempalte\n",
@@ -27,20 +28,7 @@ TYPOS = {
 }
 
 #: Each server with the least flags that get it past argument parsing to its start.
-COMMANDS = {
-    "webhook": [
-        "webhook",
-        "--cert-mode",
-        "files",
-        "--tls-cert-file",
-        "c",
-        "--tls-private-key-file",
-        "k",
-    ],
-    "scheduler": ["scheduler"],
-    "simulate": ["simulate"],
-    "device-plugin": ["device-plugin", "--node-name", "n1", "--backend", "nvidia"],
-}
+COMMANDS = {k: v for k, v in commands("nvidia").items() if k != "monitor"}
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -6,26 +6,18 @@ traceback; ``ignoredXids: [a]`` would have failed in the device plugin's health 
 
 import re
 
+import attrs
 import pytest
 import yaml
 
 from hami_core.errors import ConfigError
-from hami_core.model import BackendInfo, DeviceTypeInfo, ResourceNames
 from hami_core.protocol import parse_config
 from hami_core.protocol.nodeconfig import parse_node_overrides
+from tests.unit import test_config
 
-INFO = BackendInfo(
-    name="nvidia",
-    device_types=(
-        DeviceTypeInfo(
-            vendor="NVIDIA",
-            resources=ResourceNames(count="nvidia.com/gpu"),
-            register_annotation="hami.io/a",
-            handshake_annotation="hami.io/b",
-            to_allocate_annotation="hami.io/c",
-            allocated_annotation="hami.io/d",
-        ),
-    ),
+# The NVIDIA-like backend of test_config, with options of each type checked here.
+INFO = attrs.evolve(
+    test_config.INFO,
     option_defaults={"ignoredXids": [13, 31], "healthRecoverySeconds": 30.0, "paths": []},
 )
 BACKENDS = {"nvidia": INFO}
