@@ -95,3 +95,48 @@ def check_pod_shape(pod: object) -> None:
                 raise InvalidInputError(
                     f"pod spec.{key}[{i}].resources must hold limits and requests objects"
                 )
+            _check_container_fields(c, f"pod spec.{key}[{i}]")
+    status = pod.get("status")
+    if status is None:
+        return
+    if not isinstance(status, Mapping):
+        raise InvalidInputError("pod status must be an object")
+    if status.get("phase") is not None and not isinstance(status["phase"], str):
+        raise InvalidInputError("pod status.phase must be a string")
+    statuses = status.get("initContainerStatuses")
+    if statuses is not None and not (
+        isinstance(statuses, list) and all(isinstance(s, Mapping) for s in statuses)
+    ):
+        raise InvalidInputError("pod status.initContainerStatuses must be a list of objects")
+
+
+def _check_container_fields(c: Mapping[str, Any], where: str) -> None:
+    """The container fields beyond ``resources`` that hami reads (``v1.Container``):
+    ``env`` (a list of ``EnvVar`` objects with a string ``name``), ``envFrom`` (a list of
+    ``EnvFromSource`` objects: a string ``prefix``, ``configMapRef`` / ``secretRef``
+    objects), ``securityContext`` (an object), ``restartPolicy`` (a string)."""
+    env = c.get("env")
+    if env is not None:
+        if not isinstance(env, list):
+            raise InvalidInputError(f"{where}.env must be a list")
+        for j, e in enumerate(env):
+            if not isinstance(e, Mapping) or not isinstance(e.get("name"), str):
+                raise InvalidInputError(f"{where}.env[{j}] must be an object with a string name")
+    sources = c.get("envFrom")
+    if sources is not None:
+        if not isinstance(sources, list):
+            raise InvalidInputError(f"{where}.envFrom must be a list")
+        for j, src in enumerate(sources):
+            if not isinstance(src, Mapping):
+                raise InvalidInputError(f"{where}.envFrom[{j}] must be an object")
+            if src.get("prefix") is not None and not isinstance(src["prefix"], str):
+                raise InvalidInputError(f"{where}.envFrom[{j}].prefix must be a string")
+            for ref in ("configMapRef", "secretRef"):
+                if src.get(ref) is not None and not isinstance(src[ref], Mapping):
+                    raise InvalidInputError(f"{where}.envFrom[{j}].{ref} must be an object")
+    for key, kind, what in (
+        ("securityContext", Mapping, "an object"),
+        ("restartPolicy", str, "a string"),
+    ):
+        if c.get(key) is not None and not isinstance(c[key], kind):
+            raise InvalidInputError(f"{where}.{key} must be {what}")

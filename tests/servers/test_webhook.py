@@ -400,7 +400,53 @@ def test_container_shapes_that_break_the_review_are_denied_not_crashed(client):
     body = pod_review()
     obj(body)["spec"]["containers"] = "nope"
     resp = post(client, body)["response"]
-    assert resp["allowed"] is False and resp["status"]["code"] in (400, 500)
+    assert resp["allowed"] is False and resp["status"]["code"] == 400
+    assert "spec.containers must be a list" in resp["status"]["message"]
+
+
+def _denied_invalid(client, body, expected):
+    """Denied by the admission checks as an invalid pod (400), the cause named."""
+    resp = post(client, body)["response"]
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 400 and resp["status"]["reason"] == "InvalidRequest"
+    assert expected in resp["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("env", True, "spec.containers[0].env must be a list"),
+        ("env", ["CUDA_DEVICE_MEMORY_LIMIT=1"], "spec.containers[0].env[0] must be an object"),
+        ("env", [{"name": 3, "value": "1"}], "env[0] must be an object with a string name"),
+        ("envFrom", 1, "spec.containers[0].envFrom must be a list"),
+        ("envFrom", ["x"], "spec.containers[0].envFrom[0] must be an object"),
+        ("envFrom", [{"prefix": {}}], "envFrom[0].prefix must be a string"),
+        ("envFrom", [{"configMapRef": "cm"}], "envFrom[0].configMapRef must be an object"),
+        ("envFrom", [{"prefix": "A_", "secretRef": ["s"]}], "envFrom[0].secretRef must be"),
+        ("securityContext", "privileged", "spec.containers[0].securityContext must be an object"),
+        ("restartPolicy", ["Always"], "spec.containers[0].restartPolicy must be a string"),
+    ],
+)
+def test_malformed_container_fields_of_a_device_pod_are_named(client, field, value, expected):
+    """Fields the trust and privilege checks read, malformed in a container that asks for
+    a GPU: a 400 naming the field (never an InternalError from deep inside a check)."""
+    body = pod_review(**{GPU: "1", MEM: "1000"})
+    obj(body)["spec"]["containers"][0][field] = value
+    _denied_invalid(client, body, expected)
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("Running", "pod status must be an object"),
+        ({"phase": 3}, "pod status.phase must be a string"),
+        ({"initContainerStatuses": 7}, "status.initContainerStatuses must be a list of objects"),
+    ],
+)
+def test_malformed_status_is_named(client, status, expected):
+    body = pod_review(**{GPU: "1"})
+    obj(body)["status"] = status
+    _denied_invalid(client, body, expected)
 
 
 class _Broken(ToyBackend):
