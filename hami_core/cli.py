@@ -13,7 +13,7 @@ import click
 import yaml
 
 from hami_core import __version__
-from hami_core.errors import HamiError
+from hami_core.errors import ConfigError, HamiError
 from hami_core.extras import MissingExtraError, extra_of_module, require_extra
 from hami_core.options import SimulateOptions, TopOptions
 from hami_core.plugin import BackendManager
@@ -28,9 +28,37 @@ from hami_core.settings import click_options
 COMMANDS_GROUP = "hami.commands"
 
 
+class ConfigFailure(click.ClickException):
+    """A bad configuration, as every ``hami`` command reports it: one line on stderr,
+    ``error: <file>: <key>: <problem>``, and exit status 2, the status of a usage error
+    (``click.UsageError.exit_code``, as argparse's ``parser.error``), so a wrapper
+    tells "fix the configuration" from a run that failed (exit 1)."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        """Print the one line to stderr."""
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def failure(exc: HamiError) -> click.ClickException:
+    """How a command reports ``exc``: ``ConfigFailure`` (exit 2) for a ``ConfigError``,
+    else click's one-line error (exit 1)."""
+    if isinstance(exc, ConfigError):
+        return ConfigFailure(str(exc))
+    return click.ClickException(str(exc))
+
+
 class _Cli(click.Group):
     """The ``hami`` group, plus commands that backends register in the ``hami.commands``
-    entry-point group (e.g. ``hami nvidia shim-path``); loaded only when named."""
+    entry-point group (e.g. ``hami nvidia shim-path``); loaded only when named. A
+    ``ConfigError`` out of any command becomes ``ConfigFailure`` (exit 2)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ConfigError as exc:
+            raise ConfigFailure(str(exc)) from None
 
     def _plugin_commands(self) -> dict[str, Any]:
         disabled = {n.strip() for n in os.environ.get("HAMI_DISABLED_BACKENDS", "").split(",")}
@@ -216,7 +244,7 @@ def top(nodes: tuple[str, ...], **opts: Any) -> None:
             sort_by=o.sort_by,
         )
     except HamiError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise failure(exc) from exc
     if o.output == "json":
         click.echo(view_.render_json(result), nl=False)
     else:
@@ -266,8 +294,9 @@ def simulate(workloads: tuple[str, ...], **opts: Any) -> None:
     With no arguments, runs the bundled example (examples/cluster.yaml and
     examples/workloads); with only --cluster, the bundled workloads run on that cluster;
     with only WORKLOADS, they run on the bundled cluster. Runs of more than 200 pods
-    show progress on stderr. Unschedulable pods are a result: the exit status is 0; bad
-    input exits non-zero with a one-line message.
+    show progress on stderr. Unschedulable pods are a result: the exit status is 0; a bad
+    configuration exits 2 (as the servers do), other bad input 1, with a one-line
+    message.
     """
     from hami_core.simulate import report, runner
 
@@ -293,7 +322,7 @@ def simulate(workloads: tuple[str, ...], **opts: Any) -> None:
             data = report.build_report(sim)
             text = report.render_text(data, warnings=False)
     except HamiError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise failure(exc) from None
     if o.output == "json":
         click.echo(json.dumps(data, indent=2))
     elif o.output == "yaml":
@@ -305,7 +334,13 @@ def simulate(workloads: tuple[str, ...], **opts: Any) -> None:
 
 
 def main() -> None:
-    """Entry point: run the CLI, turning hami errors into a one-line message, exit 2."""
+    """Entry point: run the CLI, turning hami errors into a one-line message, exit 2.
+
+    A bad configuration (``ConfigError``: the ``--config`` file, a per-node file, flags
+    that contradict each other) exits 2 from every command (``ConfigFailure``);
+    ``simulate`` and ``top`` exit 1 for other bad input (a workload file, an
+    unreachable API server).
+    """
     try:
         cli(standalone_mode=False)
     except click.exceptions.Exit as exc:

@@ -186,10 +186,12 @@ def test_bad_input_exits_non_zero_with_one_line(tmp_path):
     assert line.startswith("Error: ") and "broken.yaml: invalid YAML at line" in line
 
 
-def test_bad_config_exits_non_zero(tmp_path):
+def test_bad_config_exits_2_as_the_servers_do(tmp_path):
     config = write(tmp_path / "hami.yaml", {"version": "v1", "nvidia": {"deviceSplitCont": 3}})
     result = invoke("--config", config)
-    assert result.exit_code == 1 and "deviceSplitCont" in result.output
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: {config}: nvidia.deviceSplitCont: unknown key"), line
 
 
 def test_missing_bundled_example_is_a_clear_error(tmp_path, monkeypatch):

@@ -43,7 +43,7 @@ def test_a_typo_in_a_backend_section_stops_the_process_at_start(tmp_path, comman
         timeout=60,
         env={"PATH": "/usr/bin:/bin", "KUBECONFIG": str(tmp_path / "missing")},
     )
-    assert out.returncode != 0
+    assert out.returncode == 2, out.stderr
     assert key in out.stderr, out.stderr
 
 

@@ -2,8 +2,9 @@
 
 For every installed backend, a misspelt key, a value of the wrong type and a value out of
 range in its section stop ``hami webhook``, ``hami scheduler``, ``hami simulate``,
-``hami device-plugin`` and ``hami monitor`` through the real command path
-(``hami_core.cli.main``), with a non-zero exit and a message naming ``<section>.<key>``,
+``hami device-plugin``, ``hami monitor`` and ``hami top`` through the real command path
+(``hami_core.cli.main``), with exit status 2 (every command alike: ``cli.ConfigFailure``)
+and a message naming ``<section>.<key>``,
 before the API server is contacted (every server binds its ports only after that, so
 none is bound). The three formats have their own rules, each tested here:
 
@@ -36,6 +37,8 @@ INFOS = BackendManager.from_entry_points(disabled=[]).infos
 BACKENDS = sorted(INFOS)
 HAMI_SECTION = {backend: section for section, backend in SECTIONS.items()}
 REACHED = "reached the API server"
+#: The exit status of a bad configuration, every command alike (a usage error's).
+CONFIG_ERROR = 2
 
 
 def commands(backend: str) -> dict[str, list[str]]:
@@ -54,10 +57,13 @@ def commands(backend: str) -> dict[str, list[str]]:
         "simulate": ["simulate"],
         "device-plugin": ["device-plugin", "--node-name", "n1", "--backend", backend],
         "monitor": ["monitor", "--node-name", "n1"],
+        "top": ["top", "--example"],  # the bundled snapshot: no API server
     }
 
 
 COMMANDS = sorted(commands("nvidia"))
+#: The commands that run to the end without an API server.
+OFFLINE = ("simulate", "top")
 
 
 class Reached(HamiError):
@@ -136,7 +142,7 @@ def test_a_bad_section_stops_every_process_at_start_naming_the_key(
     path = tmp_path / "hami.yaml"
     path.write_text(yaml.safe_dump({"version": "v1", backend: section}), encoding="utf-8")
     code, err = start([*commands(backend)[command], "--config", str(path)])
-    assert code != 0
+    assert code == CONFIG_ERROR, err
     assert f"{path}: {key}:" in err, err
     assert REACHED not in err
 
@@ -147,7 +153,7 @@ def test_a_backends_own_check_stops_the_start_naming_the_key(start, tmp_path, ba
     path = tmp_path / "hami.yaml"
     path.write_text(yaml.safe_dump({"version": "v1", backend: {key: value}}), encoding="utf-8")
     code, err = start(["simulate", "--config", str(path)])
-    assert code != 0 and f"{path}: {backend}.{key}:" in err, err
+    assert code == CONFIG_ERROR and f"{path}: {backend}.{key}:" in err, err
 
 
 def test_every_backend_and_every_option_has_a_case():
@@ -161,12 +167,12 @@ def test_every_backend_and_every_option_has_a_case():
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_good_section_gets_past_the_configuration(start, tmp_path, command):
     """The control: the same commands with every default stated reach the API server
-    (simulate runs), so the failures above are the configuration's."""
+    (simulate and top run), so the failures above are the configuration's."""
     path = tmp_path / "hami.yaml"
     doc = {"version": "v1", **{b: dict(INFOS[b].option_defaults) for b in BACKENDS}}
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     code, err = start([*commands("nvidia")[command], "--config", str(path)])
-    if command == "simulate":
+    if command in OFFLINE:
         assert code == 0, err
     else:
         assert code != 0 and REACHED in err, err
@@ -199,7 +205,7 @@ def test_hami_device_config_a_typo_warns_once_and_starts(start, tmp_path, caplog
     warned = [r.getMessage() for r in caplog.records if key in r.getMessage()]
     assert len(warned) == 1, [r.getMessage() for r in caplog.records]
     assert "not implemented" in warned[0]
-    if command == "simulate":
+    if command in OFFLINE:
         assert code == 0, err
     else:
         assert code != 0 and REACHED in err, err
@@ -235,7 +241,7 @@ def test_hami_device_config_a_bad_value_stops_naming_the_key_as_written(
     path = tmp_path / "device-config.yaml"
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     code, err = start([*commands(backend)[command], "--config", str(path)])
-    assert code != 0
+    assert code == CONFIG_ERROR, err
     assert f"{path}: {key}:" in err, err
     assert REACHED not in err
 
@@ -259,7 +265,7 @@ def test_a_bad_per_node_file_stops_the_device_plugin_at_start(start, tmp_path, b
     path.write_text(yaml.safe_dump({"nodeconfig": NODE_BAD[key]}), encoding="utf-8")
     argv = commands(backend)["device-plugin"]
     code, err = start([*argv, "--node-config", str(path)])
-    assert code != 0
+    assert code == CONFIG_ERROR, err
     assert f"{path}: {key}:" in err, err
     assert REACHED not in err
 
