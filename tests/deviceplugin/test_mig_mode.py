@@ -28,6 +28,7 @@ from .conftest import FakeGpus
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = "GPU-00000000-1111-2222-3333-444455556666"
+MIG_KEY = "hami.io/vgpu-mig-allocations"
 
 PRELUDE = """
 import json, os, time
@@ -359,3 +360,43 @@ def test_a_profile_request_of_two_gets_two_instances_of_one_gpu_static_and_dynam
     assert len(placements) == 4
     for (s1, n1), (s2, _) in itertools.pairwise(placements):
         assert s1 + n1 <= s2  # never overlapping
+
+
+def test_hamis_device_list_of_three_instances_of_one_gpu_gets_those_three_in_order(
+    mig_gpus, fake_nvml_dir, tmp_path
+):
+    # The list HAMi writes for three 1g.10gb of one GPU names the GPU three times
+    # (tests/backends/nvidia/test_mig_device_list.py); kubelet asks three IDs and the
+    # container gets the instance of each reservation, in deviceIndex order.
+    out = run(
+        mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        """
+        nvml = nvnode.current().nvml
+        for s in (4, 5, 6):   # what an admin made: three 1g.10gb
+            nvml.create_mig_instance(0, 0, s, 1)
+        cluster, agent, loop, allocator, state = start()
+        c = ctr("main", gpu=3, gpucores=0)
+        c["env"] = [{"name": "HAMI_MIG_PROFILE", "value": "1g.10gb"}]
+        created = cluster.add_pod(gpu_pod("p", c))
+        Scheduler(cluster, agent.manager).bind("default", "p", uid=created["metadata"]["uid"],
+                                               node=NODE)
+        out["bound"] = dict(cluster.get_pod("default", "p")["metadata"]["annotations"])
+        ids = sorted(i for i in state.known_ids() if i.startswith("GPU-"))
+        (answer,) = allocator.allocate([ids[:3]])
+        out["envs"] = dict(answer.envs)
+        out["after"] = cluster.get_pod("default", "p")["metadata"]["annotations"]
+        out["instances"] = instances()
+        """,
+    )
+    entry = f"{GPU},NVIDIA,9856,15:"
+    assert out["bound"]["hami.io/vgpu-devices-allocated"] == entry * 3 + ";"
+    by_start = {start: uuid for _, _, start, _, uuid in out["instances"]}
+    assert [a["placement"]["start"] for a in json.loads(out["bound"][MIG_KEY])] == [6, 5, 4]
+    assert out["envs"]["NVIDIA_VISIBLE_DEVICES"] == ",".join(by_start[s] for s in (6, 5, 4))
+    realised = json.loads(out["after"][MIG_KEY])
+    assert [(a["deviceIndex"], a["migUUID"]) for a in realised] == [
+        (i, by_start[s]) for i, s in enumerate((6, 5, 4))
+    ]
+    assert "CUDA_DEVICE_MEMORY_LIMIT_0" not in out["envs"]  # MIG: no shim

@@ -14,9 +14,12 @@ allowed, ``named_instances``) or explains why not; ``fit_nodes(request, nodes, p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
 from hami_core.backend import (
+    ContainerDevice,
     FilterKeys,
     FitCall,
     FitResult,
@@ -64,7 +67,10 @@ def named_instances(call: FitCall[None]) -> FitResult:
     GPU and none overlaps another. Under the NVIDIA device plugin's ``mixed`` strategy each
     instance is one unit of ``nvidia.com/mig-<profile>`` (NVIDIA k8s-device-plugin README,
     "MIG Support"), not a GPU. The first instance that cannot be had: that fit's no-fit
-    (``CardMigTopologyInfeasible`` on a GPU whose free instances ran out)."""
+    (``CardMigTopologyInfeasible`` on a GPU whose free instances ran out).
+
+    The answer lists the instances of one GPU next to each other, in the order they were
+    chosen (``hami_order``): the device list HAMi writes for the same instances."""
     one = attrs.evolve(call.request, count=1)
     usage = list(call.usage)
     chosen = []
@@ -75,7 +81,25 @@ def named_instances(call: FitCall[None]) -> FitResult:
         (d,) = result.devices
         chosen.append(d)
         usage = [mig.holding(u, d) if u.device.uuid == d.uuid else u for u in usage]
-    return FitResult(devices=tuple(chosen))
+    return FitResult(devices=hami_order(chosen))
+
+
+def hami_order(devices: Sequence[ContainerDevice]) -> tuple[ContainerDevice, ...]:
+    """``devices`` (one container's MIG instances) with those of one GPU next to each
+    other: GPUs in the order first chosen, each GPU's instances in the order chosen.
+
+    HAMi 2.10 takes a GPU in ``mig`` mode again and again for one container until it
+    holds no further instance (``pkg/device/nvidia/device.go`` ``Fit``: ``if dev.Mode ==
+    "mig" { i++ }``), so its device list names a GPU once per instance with the entries
+    of one GPU adjacent, and ``EncodeMigAllocations`` numbers them ``deviceIndex`` 0, 1,
+    ... in that order. Its readers (the device plugin's ``GetContainerDeviceStrArray``,
+    which matches each ``deviceIndex`` to the entry's GPU and needs as many entries as
+    kubelet's device IDs; the scheduler's ``getNodesUsage``, which takes a GPU's
+    reservations in array order) read that shape, which this order keeps."""
+    groups: dict[str, list[ContainerDevice]] = {}
+    for d in devices:
+        groups.setdefault(d.uuid, []).append(d)
+    return tuple(d for group in groups.values() for d in group)
 
 
 #: HAMi's type and UUID filter annotations (with the handbook's aliases) ...
