@@ -55,6 +55,31 @@ CONFLICT_RETRIES = 5
 CONNECTION_POOL_SIZE = 64
 
 
+def _missing_kubeconfig(kubeconfig: str | None) -> str | None:
+    """Why no kubeconfig file can be read, when none of the files named exists, else None.
+
+    ``kubeconfig`` is a path list as ``KUBECONFIG`` holds it (``os.pathsep``-separated;
+    the kubernetes client merges the files and skips missing ones silently, then says only
+    "No configuration found"). None: the in-cluster service account, else
+    ``~/.kube/config``, is what would be read.
+    """
+    if kubeconfig:
+        files = [f for f in kubeconfig.split(os.pathsep) if f]
+        if files and not any(os.path.exists(os.path.expanduser(f)) for f in files):
+            what = "no such file" if len(files) == 1 else "none of these files exists"
+            return f"{kubeconfig}: {what} (--kubeconfig / KUBECONFIG)"
+        return None
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None  # in a pod: the service account's token is read
+    default = os.path.expanduser("~/.kube/config")
+    if not os.path.exists(default):
+        return (
+            f"not in a cluster (KUBERNETES_SERVICE_HOST unset) and {default} does not exist; "
+            "pass --kubeconfig or set KUBECONFIG"
+        )
+    return None
+
+
 def make_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
     """A client from ``kubeconfig``; else in-cluster config; else ``$KUBECONFIG`` /
     ``~/.kube/config`` (the kubernetes client's own lookup); with a connection pool of
@@ -66,6 +91,9 @@ def make_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
     from kubernetes import config as kconfig
 
     configuration = k8s.Configuration()
+    missing = _missing_kubeconfig(kubeconfig)
+    if missing:
+        raise HamiError(f"no Kubernetes configuration: {missing}")
     try:
         if kubeconfig:
             kconfig.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
