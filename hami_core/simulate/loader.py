@@ -338,8 +338,10 @@ def load_cluster(
     """
     p = Path(path)
     shown = display_path(p)
-    if not p.is_file():
+    if not p.exists():
         raise InvalidInputError(f"{shown}: no such file")
+    if p.is_dir():
+        raise InvalidInputError(f"{shown}: is a directory, not a cluster file")
     return parse_cluster(
         read_documents(p), source=shown, manager=manager, skip_unserved=skip_unserved
     )
@@ -781,7 +783,7 @@ def workload_files(paths: Sequence[str | Path]) -> list[Path]:
                 and not any(part.startswith(".") for part in f.relative_to(p).parts)
             ]
             files.extend(sorted(found, key=lambda f: f.relative_to(p).as_posix()))
-        elif p.is_file():
+        elif p.exists():  # a file, or a pipe: <(kubectl get pods -o yaml), /dev/stdin
             files.append(p)
         else:
             raise InvalidInputError(f"{display_path(p)}: no such file or directory")

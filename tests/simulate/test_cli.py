@@ -262,6 +262,41 @@ def test_a_real_process_exits_0_and_prints_the_report():
     assert "Traceback" not in bad.stderr and "no pod 'nope'" in bad.stderr
 
 
+def test_a_pipe_is_read_as_a_file():
+    """``kubectl get nodes,pods -A -o yaml | hami simulate --cluster /dev/stdin`` and
+    ``hami simulate <(kubectl get pods -o yaml)``: a pipe is not a regular file, and was
+    refused as "no such file"."""
+    cluster = (EXAMPLES / "cluster.yaml").read_text()
+    for args in (["--cluster", "/dev/stdin"], ["/dev/stdin"]):
+        text = (
+            cluster
+            if args[0] == "--cluster"
+            else (EXAMPLES / "workloads" / "04-too-big.yaml").read_text()
+        )
+        out = subprocess.run(
+            [sys.executable, "-m", "hami_core", "simulate", *args, "-o", "json"],
+            cwd=REPO,
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        assert report["cluster"]["nodes"] == 3
+        pods = report["workloads"]["pods"]
+        assert pods == (20 if args[0] == "--cluster" else 1)
+
+
+def test_a_directory_as_the_cluster_is_named():
+    from hami_core.errors import InvalidInputError
+    from hami_core.plugin import BackendManager
+    from hami_core.simulate.loader import load_cluster
+
+    with pytest.raises(InvalidInputError, match="is a directory, not a cluster file"):
+        load_cluster(EXAMPLES, manager=BackendManager.from_entry_points(disabled=[]))
+
+
 def test_the_bundled_example_runs_without_its_backend(monkeypatch):
     # hami-core alone (no backend installed): the example still runs, its NVIDIA GPUs
     # left out with a warning that names the backend to install; a cluster the user
