@@ -100,10 +100,11 @@ def read_node(
         key = dtype.link_score_annotation
         if not key or key not in ann or dtype.vendor in unregistered:
             continue
+        score_problem = _too_large(key, ann[key])
+        if score_problem:  # names the key already
+            unregistered[dtype.vendor] = score_problem
+            continue
         try:
-            score_problem = _too_large(key, ann[key])
-            if score_problem:
-                raise AnnotationError(score_problem)
             link_scores.update(decode_link_scores(ann[key], node=name))
         except DECODE_ERRORS as exc:
             # Topology is a preference, but an unreadable one says the node is not what it

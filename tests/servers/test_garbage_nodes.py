@@ -17,6 +17,7 @@ GARBAGE = {
     "deep-json": (REGISTER, "[" * 100000 + "]" * 100000, "bytes"),
     "deep-but-small": (REGISTER, "[" * 20000 + "]" * 20000, "RecursionError"),
     "oversize": (REGISTER, "[" + " " * (MAX_NODE_ANNOTATION_BYTES + 1) + "]", "bytes"),
+    "score-oversize": (SCORE, "[" + " " * (MAX_NODE_ANNOTATION_BYTES + 1) + "]", "bytes"),
     "score-huge-int": (
         SCORE,
         '[{"uuid":"GPU-X","score":{"GPU-Y":' + "7" * 5000 + "}}]",
@@ -44,6 +45,15 @@ def test_read_node_marks_the_vendor_unusable_with_the_reason(case):
     assert "NVIDIA" in info.unregistered
     assert key in info.unregistered["NVIDIA"] and hint in info.unregistered["NVIDIA"]
     assert len(info.unregistered["NVIDIA"]) < 600  # the reason is short, not the value
+
+
+@pytest.mark.parametrize("key", [REGISTER, SCORE])
+def test_an_oversize_annotation_is_named_once(key):
+    value = "[" + " " * (MAX_NODE_ANNOTATION_BYTES + 1) + "]"
+    info = read_node(garbage_node(key, value), manager().device_types(), now=utcnow())
+    assert info.unregistered["NVIDIA"] == (
+        f"{key}: {len(value)} bytes, more than the {MAX_NODE_ANNOTATION_BYTES} read"
+    )
 
 
 @pytest.mark.parametrize("case", sorted(GARBAGE))
