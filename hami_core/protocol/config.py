@@ -175,8 +175,8 @@ def load_config(path: str | Path | None, *, backends: Mapping[str, BackendInfo])
             and their ``option_defaults`` the allowed backend-specific keys.
 
     A HAMi scheduler ``device-config.yaml`` (no ``version``, HAMi's vendor sections) is
-    accepted as it is: translated by ``hamiconfig``, one warning logged per key we do not
-    implement.
+    accepted as it is: translated by ``hamiconfig``, one warning logged per key of HAMi's
+    we do not implement; a key HAMi does not have either (a typo) is an error.
 
     Raises:
         ConfigError: unreadable file, wrong ``version``, unknown key or bad value; the
@@ -195,7 +195,10 @@ def load_config(path: str | Path | None, *, backends: Mapping[str, BackendInfo])
     if hamiconfig.is_hami_device_config(data):
         # HAMi's scheduler device-config.yaml as it is (PROTOCOL.md §1b)
         spelled = hamiconfig.spellings(data, backends)
-        data, notes = hamiconfig.translate(data, backends)
+        try:
+            data, notes = hamiconfig.translate(data, backends)
+        except ConfigError as exc:  # names the key as the file writes it already
+            raise ConfigError(f"{path}: {exc}") from exc
         for note in notes:
             log.warning("%s: HAMi device-config %s", path, note)
     try:

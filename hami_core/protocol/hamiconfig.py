@@ -9,14 +9,20 @@ structs. Our own format (``version: v1``) stays the documented one; this module 
 turns a HAMi file into it:
 
 - a key we implement is carried over (and validated by ``parse_config`` like any other);
-- a resource-name key whose value is already the backend's own name is consistent and
-  dropped silently; any other key is not implemented: one warning per key;
+- a key of HAMi's (``HAMI_KEYS``, HAMi's config structs) that we do not implement is one
+  warning, except a resource-name key whose value is already the backend's own name:
+  consistent, dropped silently;
+- a key neither HAMi nor we know (a typo: ``deviceSplitCont``), a section HAMi does not
+  have, or a section or entry of the wrong shape is a ``ConfigError`` naming it as the
+  file writes it (``iluvatars[0].deviceSplitCont``): HAMi's own loader (``yaml.v2``
+  ``Unmarshal``) drops such a key without a word, so the typo'd setting would silently
+  keep its default;
 - a section for a backend that is not installed is one warning.
 
-The result is a plain mapping for ``parse_config``; nothing here raises for a key it does
-not know. A carried-over key with a bad value stops the process at start like one of our
-own file, and the message names the key as the HAMi file writes it (``spellings``:
-``vnpus.configs[0].memoryAllocatable``, not our ``ascend.vnpus.Ascend910B3...``).
+The result is a plain mapping for ``parse_config``. A carried-over key with a bad value
+stops the process at start like one of our own file, and the message names the key as
+the HAMi file writes it (``spellings``: ``vnpus.configs[0].memoryAllocatable``, not our
+``ascend.vnpus.Ascend910B3...``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from hami_core.errors import ConfigError
 from hami_core.model import BackendInfo
 
 #: HAMi section -> our backend name.
@@ -43,6 +50,91 @@ SECTIONS: Final[dict[str, str]] = {
     "biren": "biren",
     "vnpus": "ascend",
 }
+
+#: Every key HAMi's scheduler reads in each section (the ``yaml`` tags of its config
+#: structs, HAMi 2.10 ``pkg/device/<vendor>/{device,config}.go`` ``<Vendor>Config``;
+#: ``nvidia`` includes the inlined ``NodeDefaultConfig``). For ``iluvatars`` the keys of
+#: one list entry, for ``vnpus`` the section's own (``ascend.VNPUs``).
+HAMI_KEYS: Final[dict[str, frozenset[str]]] = {
+    "nvidia": frozenset(
+        {
+            "deviceSplitCount",
+            "deviceMemoryScaling",
+            "deviceCoreScaling",
+            "preConfiguredDeviceMemory",
+            "libCudaLogLevel",
+            "enableNumaTopology",
+            "resourceCountName",
+            "resourceMemoryName",
+            "resourceCoreName",
+            "resourceMemoryPercentageName",
+            "resourcePriorityName",
+            "overwriteEnv",
+            "defaultMemory",
+            "defaultCores",
+            "defaultGPUNum",
+            "memoryFactor",
+            "disableCoreLimit",
+            "migProfileAllowlist",
+            "gpuCorePolicy",
+            "runtimeClassName",
+        }
+    ),
+    "metax": frozenset(
+        {
+            "resourceCountName",
+            "resourceVCountName",
+            "resourceVMemoryName",
+            "resourceVCoreName",
+            "sgpuTopologyAware",
+        }
+    ),
+    "hygon": frozenset(
+        {"resourceCountName", "resourceMemoryName", "resourceCoreName", "memoryFactor"}
+    ),
+    "cambricon": frozenset({"resourceCountName", "resourceMemoryName", "resourceCoreName"}),
+    "mthreads": frozenset({"resourceCountName", "resourceMemoryName", "resourceCoreName"}),
+    "iluvatars": frozenset(
+        {"commonWord", "chipName", "resourceCountName", "resourceMemoryName", "resourceCoreName"}
+    ),
+    "enflame": frozenset(
+        {
+            "resourceNameGCU",
+            "resourceNameDRSGCU",
+            "resourceNameGCUMemory",
+            "resourceNameGCUCore",
+            "resourceNameVGCU",
+            "resourceNameVGCUPercentage",
+        }
+    ),
+    "kunlun": frozenset({"resourceCountName", "resourceVCountName", "resourceVMemoryName"}),
+    "awsneuron": frozenset({"resourceCountName", "resourceCoreName"}),
+    "amd": frozenset({"resourceCountName", "resourceMemoryName", "resourceCoreName"}),
+    "vastai": frozenset({"resourceCountName"}),
+    "biren": frozenset({"resourceCountName"}),
+    "vnpus": frozenset({"hamiVnpuCore", "configs"}),
+}
+
+#: The keys of one ``vnpus.configs`` entry (HAMi ``pkg/device/ascend/vnpu.go``
+#: ``VNPUConfig``).
+HAMI_VNPU_ENTRY_KEYS: Final = frozenset(
+    {
+        "commonWord",
+        "chipName",
+        "resourceName",
+        "resourceMemoryName",
+        "resourceCoreName",
+        "memoryAllocatable",
+        "memoryCapacity",
+        "memoryFactor",
+        "aiCore",
+        "aiCPU",
+        "runtimeClassName",
+        "overwriteEnv",
+        "templates",
+        "superPod",
+    }
+)
 
 #: The generic keys every backend section reads (``hami_core.protocol.config``).
 GENERIC_KEYS: Final = (
@@ -120,7 +212,14 @@ def translate(
 
     Returns:
         ``({"version": "v1", <backend>: {...}}, ["nvidia.resourcePriorityName: ...", ...])``;
-        one warning per key not implemented and per section of a backend not installed.
+        one warning per HAMi key not implemented and per section of a backend not
+        installed.
+
+    Raises:
+        ConfigError: a section HAMi does not have, a key neither HAMi's config structs
+            (``HAMI_KEYS``) nor the backend know, a section or entry of the wrong shape;
+            the message names the key as the file writes it (``nvidia.deviceSplitCont``,
+            ``vnpus.configs[1].memoryAlocatable``).
     """
     doc = unwrap_configmap(data)
     out: dict[str, Any] = {"version": "v1"}
@@ -130,8 +229,9 @@ def translate(
     for key, section in doc.items():
         backend = SECTIONS.get(str(key))
         if backend is None:
-            warnings.append(f"{key}: not a HAMi device-config section; ignored")
-            continue
+            raise ConfigError(
+                f"{key}: not a HAMi device-config section (HAMi's: {', '.join(SECTIONS)})"
+            )
         info = backends.get(backend)
         if info is None:
             warnings.append(
@@ -196,13 +296,32 @@ def _own_names(info: BackendInfo) -> set[str]:
     return names
 
 
-def _section(key: str, section: object, info: BackendInfo, warnings: list[str]) -> dict[str, Any]:
-    if not isinstance(section, Mapping):
-        warnings.append(f"{key}: expected a mapping; section ignored")
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    """``value`` as a mapping (YAML's empty ``nvidia:`` is None: no keys)."""
+    if value is None:
         return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+    return value
+
+
+def _unknown(where: str, hami: frozenset[str], ours: Sequence[str] = ()) -> ConfigError:
+    extra = sorted(set(ours) - hami)
+    also = f"; ours besides: {', '.join(extra)}" if extra else ""
+    return ConfigError(f"{where}: unknown key (HAMi's keys: {', '.join(sorted(hami))}{also})")
+
+
+def _section(key: str, section: object, info: BackendInfo, warnings: list[str]) -> dict[str, Any]:
+    section = _mapping(section, key)
     renames = RENAMES.get(key, {})
     own = _own_names(info)
     single = len(info.device_types) == 1
+    hami = HAMI_KEYS[key]
+    ours = [
+        *(k for k in GENERIC_KEYS if single or not k.startswith("resource")),
+        *info.option_defaults,
+    ]
+    ours = [next((t for t, o in renames.items() if o == k), k) for k in ours]
     out: dict[str, Any] = {}
     for k, v in section.items():
         name = renames.get(str(k), str(k))
@@ -210,6 +329,8 @@ def _section(key: str, section: object, info: BackendInfo, warnings: list[str]) 
             name in GENERIC_KEYS and (single or not name.startswith("resource"))
         ) or name in info.option_defaults:
             out[name] = v
+        elif k not in hami:
+            raise _unknown(f"{key}.{k}", hami, ours)
         elif str(k).startswith("resource") and isinstance(v, str) and v in own:
             continue  # HAMi names the resource we already use: consistent
         elif FIXED_NAMES.get(key, {}).get(str(k)) == v:
@@ -222,16 +343,18 @@ def _section(key: str, section: object, info: BackendInfo, warnings: list[str]) 
 def _iluvatars(section: object, info: BackendInfo, warnings: list[str]) -> dict[str, Any]:
     """HAMi's per-chip list; our backend serves the four chips under HAMi's own names,
     so an entry naming them is consistent and anything else is not implemented."""
-    if not isinstance(section, Sequence) or isinstance(section, str):
-        warnings.append("iluvatars: expected a list; section ignored")
+    if section is None:
         return {}
+    if not isinstance(section, Sequence) or isinstance(section, str):
+        raise ConfigError(f"iluvatars: expected a list, got {section!r}")
     own = _own_names(info)
     known = {t.vendor for t in info.device_types}
     seen: set[str] = set()
-    for entry in section:
-        if not isinstance(entry, Mapping):
-            continue
+    for pos, entry in enumerate(section):
+        entry = _mapping(entry, f"iluvatars[{pos}]")
         for k, v in entry.items():
+            if k not in HAMI_KEYS["iluvatars"]:
+                raise _unknown(f"iluvatars[{pos}].{k}", HAMI_KEYS["iluvatars"])
             consistent = (str(k).startswith("resource") and v in own) or (
                 k in ("chipName", "commonWord") and v in known
             )
@@ -246,17 +369,25 @@ def _vnpus(section: object, info: BackendInfo, warnings: list[str]) -> dict[str,
     ``vnpus`` option, each entry merged over our default for that chip; a chip-level
     ``runtimeClassName`` becomes the backend's ``runtimeClassName``, ``hamiVnpuCore`` the
     backend's ``hamiVnpuCore``."""
-    if not isinstance(section, Mapping):
-        warnings.append("vnpus: expected a mapping; section ignored")
-        return {}
+    section = _mapping(section, "vnpus")
     out: dict[str, Any] = {}
     for k in section:
         if k == "hamiVnpuCore" and k in info.option_defaults:
             # whether a node without a ``hami-vnpu-core`` annotation runs hami-core mode
             # (HAMi ``pkg/device/ascend/device.go`` ``Fit``, ``ModeNotFit``)
             out[k] = section[k]
+        elif k not in HAMI_KEYS["vnpus"]:
+            raise _unknown(f"vnpus.{k}", HAMI_KEYS["vnpus"])
         elif k != "configs":
             warnings.append(f"vnpus.{k}: not implemented by hami-{info.name}; ignored")
+    configs = section.get("configs")
+    if configs is not None and (not isinstance(configs, Sequence) or isinstance(configs, str)):
+        raise ConfigError(f"vnpus.configs: expected a list, got {configs!r}")
+    entries = [_mapping(e, f"vnpus.configs[{pos}]") for pos, e in enumerate(configs or [])]
+    for pos, entry in enumerate(entries):
+        for k in entry:
+            if k not in HAMI_VNPU_ENTRY_KEYS:
+                raise _unknown(f"vnpus.configs[{pos}].{k}", HAMI_VNPU_ENTRY_KEYS)
     defaults = info.option_defaults.get("vnpus")
     if not isinstance(defaults, Mapping):
         if section.get("configs"):
@@ -272,9 +403,7 @@ def _vnpus(section: object, info: BackendInfo, warnings: list[str]) -> dict[str,
                 f"vnpus.configs[].{message_key}: not implemented by hami-{info.name}; ignored"
             )
 
-    for entry in section.get("configs") or []:
-        if not isinstance(entry, Mapping):
-            continue
+    for entry in entries:
         word = str(entry.get("commonWord", ""))
         if word not in vnpus:
             warnings.append(

@@ -1,6 +1,7 @@
 """HAMi's scheduler ``device-config.yaml`` is accepted as it is (issue item 8)."""
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,31 @@ def test_ascend_hami_vnpu_core_is_read(infos, tmp_path, value, nodes):
     path.write_text("vnpus:\n  hamiVnpuCore: maybe\n")
     with pytest.raises(ConfigError, match="hamiVnpuCore"):
         m.with_config(load_config(path, backends=m.infos))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nvidia: [1]\n", "nvidia: expected a mapping, got [1]"),
+        ("iluvatars: {chipName: MR-V100}\n", "iluvatars: expected a list"),
+        ("iluvatars: [MR-V100]\n", "iluvatars[0]: expected a mapping, got 'MR-V100'"),
+        ("vnpus: {configs: {commonWord: Ascend910A}}\n", "vnpus.configs: expected a list"),
+        ("vnpus: {configs: [Ascend910A]}\n", "vnpus.configs[0]: expected a mapping"),
+    ],
+)
+def test_a_hami_section_of_the_wrong_shape_stops_the_start(infos, tmp_path, text, message):
+    """HAMi's loader (``yaml.v2`` into ``pkg/scheduler/config`` ``Config``) fails on
+    these too; they used to be a warning and the section's settings silently lost."""
+    path = tmp_path / "device-config.yaml"
+    path.write_text(text)
+    needed = {"nvidia": "nvidia", "iluvatars": "iluvatar", "vnpus": "ascend"}[text.split(":")[0]]
+    if needed not in infos:
+        pytest.skip(f"hami-{needed} not installed")
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: {message}")):
+        load_config(path, backends=infos)
+
+
+def test_an_empty_hami_section_is_no_keys(infos, tmp_path):
+    path = tmp_path / "device-config.yaml"
+    path.write_text("nvidia:\n")
+    assert load_config(path, backends=infos).vendor("nvidia").split_count == 10

@@ -9,7 +9,8 @@ before the API server is contacted (every server binds its ports only after that
 none is bound). The three formats have their own rules, each tested here:
 
 - our file (``version: v1``): an unknown key is an error;
-- HAMi's ``device-config.yaml``: a key we do not implement is one warning, a key we
+- HAMi's ``device-config.yaml``: a key neither HAMi's config structs nor the backend
+  know (a typo) is an error, a key of HAMi's we do not implement is one warning, a key we
   implement with a bad value is an error naming the key as HAMi's file writes it;
 - the device plugin's per-node file (HAMi's ``nodeconfig``): an unknown key is an error.
 
@@ -178,26 +179,78 @@ def test_a_good_section_gets_past_the_configuration(start, tmp_path, command):
         assert code != 0 and REACHED in err, err
 
 
-# -- HAMi's device-config.yaml: unknown keys warn once, bad values of known keys stop ----
+# -- HAMi's device-config.yaml: a typo stops, HAMi's keys we lack warn once, bad values stop
 
 
-def hami_typo(backend: str) -> tuple[dict[str, Any], str]:
-    """A HAMi document with a misspelt key in ``backend``'s section, and the key."""
+def hami_typos(backend: str) -> Iterator[tuple[dict[str, Any], str]]:
+    """HAMi documents with a key neither HAMi's config structs nor ``backend`` know (a
+    typo of one they do), and the key as the file writes it."""
     section = HAMI_SECTION[backend]
     if section == "iluvatars":
-        return {
-            section: [{"chipName": "MR-V100", "deviceSplitCont": 4}]
-        }, "iluvatars[].deviceSplitCont"
-    if section == "vnpus":
+        yield {section: [{"chipName": "MR-V100"}, {"chipNme": "MR-V50"}]}, "iluvatars[1].chipNme"
+    elif section == "vnpus":
         entry = {"commonWord": "Ascend910B3", "memoryAlocatable": 1}
-        return {section: {"configs": [entry]}}, "vnpus.configs[].memoryAlocatable"
-    return {section: {"deviceSplitCont": 4}}, f"{section}.deviceSplitCont"
+        yield (
+            {section: {"configs": [{"commonWord": "Ascend910A"}, entry]}},
+            ("vnpus.configs[1].memoryAlocatable"),
+        )
+        yield {section: {"hamiVnpuCores": True}}, "vnpus.hamiVnpuCores"
+    else:
+        yield {section: {"deviceSplitCont": 4}}, f"{section}.deviceSplitCont"
+        yield {section: {"resourceCountNam": "example.com/x"}}, f"{section}.resourceCountNam"
+
+
+HAMI_TYPOS = [(b, doc, key) for b in BACKENDS if b in HAMI_SECTION for doc, key in hami_typos(b)]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-@pytest.mark.parametrize("backend", [b for b in BACKENDS if b in HAMI_SECTION])
-def test_hami_device_config_a_typo_warns_once_and_starts(start, tmp_path, caplog, command, backend):
-    doc, key = hami_typo(backend)
+@pytest.mark.parametrize(("backend", "doc", "key"), HAMI_TYPOS, ids=[k for _, _, k in HAMI_TYPOS])
+def test_hami_device_config_a_typo_stops_every_process_naming_the_key(
+    start, tmp_path, command, backend, doc, key
+):
+    path = tmp_path / "device-config.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    code, err = start([*commands(backend)[command], "--config", str(path)])
+    assert code == CONFIG_ERROR, err
+    assert f"error: {path}: {key}: unknown key (HAMi's keys: " in err, err
+    assert REACHED not in err
+
+
+def test_hami_device_config_a_misspelt_section_stops_the_start(start, tmp_path):
+    path = tmp_path / "device-config.yaml"
+    path.write_text(yaml.safe_dump({"nvidia": {}, "nvdia": {"deviceSplitCount": 4}}))
+    code, err = start(["simulate", "--config", str(path)])
+    assert code == CONFIG_ERROR
+    assert f"{path}: nvdia: not a HAMi device-config section" in err, err
+
+
+#: Per HAMi section, a key of HAMi's config struct our backend does not implement, with
+#: a value (a resource name other than ours where the key is a resource name). Sections
+#: missing here are those whose every HAMi key we implement (hygon, cambricon, ...).
+HAMI_NOT_OURS: dict[str, tuple[dict[str, Any], str]] = {
+    "nvidia": ({"nvidia": {"overwriteEnv": True}}, "nvidia.overwriteEnv"),
+    "metax": ({"metax": {"resourceVCoreName": "example.com/vcore"}}, "metax.resourceVCoreName"),
+    "enflame": (
+        {"enflame": {"resourceNameVGCU": "example.com/vgcu"}},
+        "enflame.resourceNameVGCU",
+    ),
+    "iluvatar": (
+        {"iluvatars": [{"chipName": "MR-V100", "resourceCountName": "example.com/v"}]},
+        "iluvatars[].resourceCountName",
+    ),
+    "ascend": (
+        {"vnpus": {"configs": [{"commonWord": "Ascend910B3", "overwriteEnv": True}]}},
+        "vnpus.configs[].overwriteEnv",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("backend", sorted(b for b in HAMI_NOT_OURS if b in INFOS))
+def test_hami_device_config_a_hami_key_we_lack_warns_once_and_starts(
+    start, tmp_path, caplog, command, backend
+):
+    doc, key = HAMI_NOT_OURS[backend]
     path = tmp_path / "device-config.yaml"
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     with caplog.at_level(logging.WARNING, logger="hami_core.protocol.config"):
