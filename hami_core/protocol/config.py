@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -322,10 +322,41 @@ _DNS1123_SUBDOMAIN: Final = re.compile(
 )
 
 
+#: Option-name endings that state a number's range, whatever backend declares the option
+#: (a number, or each number of a list): (ending, check, the range in words). Checked
+#: after ``...TimeoutSeconds`` (> 0), so ``...Seconds`` is the rest.
+_NUMBER_RANGES: Final[tuple[tuple[str, Callable[[float], bool], str], ...]] = (
+    # a multiplier of a request (HAMi's int32 ``memoryFactor``, hygon/ascend
+    # ``pkg/device``): HAMi applies it only when > 1, so 0 or less would silently be 1
+    ("Factor", lambda v: v > 0, "> 0"),
+    ("Seconds", lambda v: v >= 0, ">= 0 seconds"),
+    ("MiB", lambda v: v >= 0, ">= 0 MiB"),
+    ("Pct", lambda v: 0 <= v <= 100, "0..100 percent"),
+)
+
+
 def _check_named_option(key: str, value: Any, where: str) -> None:
     """The rules a backend option's name states, whatever backend declares it:
     ``runtimeClassName`` is "" or a RuntimeClass name, ``resource...Name`` an extended
-    resource name (or ""), ``...TimeoutSeconds`` a positive number of seconds."""
+    resource name (or ""), ``...TimeoutSeconds`` a positive number of seconds, and the
+    ranges of ``_NUMBER_RANGES`` (``...Factor`` > 0, ``...Seconds`` / ``...MiB`` >= 0,
+    ``...Pct`` 0..100) for a number or each number of a list.
+
+    Raises:
+        ConfigError: naming ``where`` (``hygon.memoryFactor``), or ``where[i]`` for the
+            item of a list.
+    """
+    if key.endswith("TimeoutSeconds") and isinstance(value, (int, float)) and not value > 0:
+        raise ConfigError(f"{where}: must be > 0 seconds, got {value!r}")
+    for ending, ok, allowed in _NUMBER_RANGES:
+        if not key.endswith(ending):
+            continue
+        items = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
+        for pos, item in items:
+            if isinstance(item, (int, float)) and not isinstance(item, bool) and not ok(item):
+                at = where if pos is None else f"{where}[{pos}]"
+                raise ConfigError(f"{at}: must be {allowed}, got {item!r}")
+        break
     if key == "runtimeClassName" and value and not _DNS1123_SUBDOMAIN.fullmatch(value):
         raise ConfigError(
             f"{where}: {value!r} is not a RuntimeClass name (a DNS-1123 subdomain: "
@@ -333,8 +364,6 @@ def _check_named_option(key: str, value: Any, where: str) -> None:
         )
     if key.startswith("resource") and key.endswith("Name") and isinstance(value, str) and value:
         _check_resource_name(value, where)
-    if key.endswith("TimeoutSeconds") and isinstance(value, (int, float)) and not value > 0:
-        raise ConfigError(f"{where}: must be > 0 seconds, got {value!r}")
 
 
 def _check_items(items: list[Any], default: list[Any], where: str) -> None:

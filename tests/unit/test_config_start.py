@@ -117,9 +117,37 @@ def our_format_cases() -> Iterator[tuple[str, str, dict[str, Any]]]:
                 yield b, f"{b}.{key}", {key: 0}
             if key.startswith("resource") and key.endswith("Name"):
                 yield b, f"{b}.{key}", {key: "Not A Name"}
+            for ending, bad in NUMBER_RANGES.items():
+                if key.endswith(ending):
+                    for value in bad:
+                        listed = isinstance(default, list)
+                        named = f"{b}.{key}[0]" if listed else f"{b}.{key}"
+                        yield b, named, {key: [value] if listed else value}
     for b, (key, value) in OWN_CHECKS.items():
         if b in INFOS:
             yield b, f"{b}.{key}", {key: value}
+    for b, key, section in NUMBERS_OUT_OF_RANGE:
+        if b in INFOS:
+            yield b, key, section
+
+
+#: Option-name endings that state a range (``config._NUMBER_RANGES``), with values out of
+#: it: a ``memoryFactor`` of 0 was silently 1 (HAMi applies a factor only when > 1).
+NUMBER_RANGES = {"Factor": (0, -1), "Seconds": (-1,), "MiB": (-1,)}
+
+#: A backend's own numbers out of range: (backend, key named, section).
+NUMBERS_OUT_OF_RANGE = [
+    # XIDs are positive (NVIDIA's "XID Errors" catalogue starts at 1)
+    ("nvidia", "nvidia.ignoredXids[1]", {"ignoredXids": [13, -1]}),
+    ("nvidia", "nvidia.ignoredXids[0]", {"ignoredXids": [0]}),
+    ("ascend", "ascend.vnpus.Ascend910B3.aiCPU", {"vnpus": {"Ascend910B3": {"aiCPU": -1}}}),
+    ("ascend", "ascend.vnpus.Ascend910B3.aiCore", {"vnpus": {"Ascend910B3": {"aiCore": -1}}}),
+    (
+        "ascend",
+        "ascend.vnpus.Ascend910B3.templates",
+        {"vnpus": {"Ascend910B3": {"templates": [{"name": "big", "memory": 8, "aiCore": 21}]}}},
+    ),
+]
 
 
 #: A value each backend's own check (``hami_check_config``) refuses.
@@ -163,6 +191,28 @@ def test_every_backend_and_every_option_has_a_case():
         assert f"{b}.deviceSplitCont" in named
         for key in INFOS[b].option_defaults:
             assert f"{b}.{key}" in named
+    for key in ("hygon.memoryFactor", "nvidia.unifiedMemoryMiB", "kunlun.memoryTiersMiB[0]"):
+        assert key in named or key.split(".")[0] not in INFOS, key
+
+
+@pytest.mark.parametrize(
+    ("backend", "section"),
+    [
+        ("hygon", {"memoryFactor": 1}),
+        ("hygon", {"memoryFactor": 4}),
+        ("nvidia", {"ignoredXids": [1, 13, 154]}),
+        ("nvidia", {"ignoredXids": []}),
+        ("nvidia", {"healthRecoverySeconds": 0, "unifiedMemoryMiB": 0}),
+        ("ascend", {"vnpus": {"Ascend910B3": {"aiCPU": 0}}}),
+    ],
+)
+def test_numbers_at_the_edge_of_their_range_are_accepted(start, tmp_path, backend, section):
+    if backend not in INFOS:
+        pytest.skip(f"hami-{backend} not installed")
+    path = tmp_path / "hami.yaml"
+    path.write_text(yaml.safe_dump({"version": "v1", backend: section}), encoding="utf-8")
+    code, err = start(["simulate", "--config", str(path)])
+    assert code == 0, err
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -281,6 +331,12 @@ def hami_bad_values() -> Iterator[tuple[str, str, dict[str, Any]]]:
     if "kunlun" in INFOS:
         yield "kunlun", "kunlun.resourceVCountName", {"kunlun": {"resourceVCountName": "Bad"}}
     yield "nvidia", "nvidia.gpuCorePolicy", {"nvidia": {"gpuCorePolicy": "forced"}}
+    # numbers out of range in HAMi's own keys (HAMi treats a memoryFactor <= 1 as 1)
+    if "hygon" in INFOS:
+        yield "hygon", "hygon.memoryFactor", {"hygon": {"memoryFactor": 0}}
+    if "ascend" in INFOS:
+        entry = {"commonWord": "Ascend910B3", "aiCPU": -1}
+        yield "ascend", "vnpus.configs[0].aiCPU", {"vnpus": {"configs": [entry]}}
 
 
 HAMI_BAD = list(hami_bad_values())

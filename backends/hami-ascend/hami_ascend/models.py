@@ -200,6 +200,7 @@ def _checked(model: ModelSpec, *, where: str) -> ModelSpec:
         ("memoryAllocatable", model.memory_allocatable_mib > 0),
         ("memoryCapacity", model.memory_capacity_mib >= model.memory_allocatable_mib),
         ("aiCore", model.ai_core >= 0),
+        ("aiCPU", model.ai_cpu >= 0),
         ("chipsPerModule", model.chips_per_module >= 1),
         ("hccsGroupSize", model.hccs_group_size >= 0),
     )
@@ -214,6 +215,16 @@ def _checked(model: ModelSpec, *, where: str) -> ModelSpec:
                 f"{where}.templates: {t.name} ({t.memory_mib} MiB) is larger than "
                 f"memoryAllocatable ({model.memory_allocatable_mib} MiB)"
             )
+        for key, theirs, chip in (
+            ("aiCore", t.ai_core, model.ai_core),
+            ("aiCPU", t.ai_cpu, model.ai_cpu),
+        ):
+            # 0 on the chip: the count is not stated, nothing to compare
+            if chip and theirs > chip:
+                raise ConfigError(
+                    f"{where}.templates: {t.name} ({key} {theirs}) is larger than the "
+                    f"chip's {key} ({chip})"
+                )
     return model
 
 

@@ -52,9 +52,14 @@ def check_config(config: VendorConfig) -> None:
         ConfigError: ``corePolicy`` is not one of ``CORE_POLICIES``,
             ``healthRecoverySeconds`` / ``unifiedMemoryMiB`` / ``migReleaseGraceSeconds``
             is negative, ``migProfileAllowlist`` is malformed, or
-            ``mpsPipeDirectory`` / ``mpsShmDirectory`` is not an absolute path.
+            ``mpsPipeDirectory`` / ``mpsShmDirectory`` is not an absolute path, an
+            ``ignoredXids`` item is not a positive integer (XIDs are numbered from 1:
+            NVIDIA's "XID Errors" catalogue; NVML ``nvmlEventData_t.eventData``).
     """
     opts = config.options
+    for pos, xid in enumerate(opts["ignoredXids"]):
+        if not isinstance(xid, int) or isinstance(xid, bool) or xid < 1:
+            raise ConfigError(f"nvidia.ignoredXids[{pos}]: must be a positive XID, got {xid!r}")
     if opts["corePolicy"] not in CORE_POLICIES:
         raise ConfigError(
             f"nvidia.corePolicy: {opts['corePolicy']!r} is not one of {', '.join(CORE_POLICIES)}"
