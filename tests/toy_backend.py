@@ -37,6 +37,7 @@ class ToyBackend:
                     handshake_annotation="hami.io/node-handshake-toy",
                     to_allocate_annotation="hami.io/toy-devices-to-allocate",
                     allocated_annotation="hami.io/toy-devices-allocated",
+                    allocate_env=("TOY_VISIBLE_DEVICES",),
                 ),
             ),
         )

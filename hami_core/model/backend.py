@@ -100,6 +100,13 @@ class DeviceTypeInfo:
             plugin's ``nvidia.com/mig-*``), so that a name of the vendor's domain that
             none of these matches is told apart as unmanaged (a typo such as
             ``nvidia.com/gpumemory``).
+        allocate_env: the environment variables the vendor's Allocate sets in a container
+            (device selection read by its container runtime, limits read by its limiter),
+            as ``fnmatch`` patterns (Ascend: ``ASCEND_VISIBLE_DEVICES``, ``NPU_MEM_QUOTA``,
+            ...). A container's own ``env`` wins over the device plugin's in kubelet, so
+            the webhook denies these in the ``env`` of a container that asks for managed
+            devices, and ``envFrom`` whose prefix could form them (PROTOCOL.md §6-7);
+            the conformance kit checks that what ``hami_allocate`` sets is declared.
     """
 
     vendor: str
@@ -118,6 +125,7 @@ class DeviceTypeInfo:
     request_cores_unit: CoresUnit | None = None
     other_resources: tuple[str, ...] = ()
     memory_unit_option: str = ""
+    allocate_env: tuple[str, ...] = ()
 
     @property
     def resource_cores_unit(self) -> CoresUnit:

@@ -28,6 +28,7 @@ from hami_core.plugin import BackendManager
 from hami_core.scheduling.nodeclass import relabel
 from hami_core.scheduling.scoring import vendor_score
 from hami_core.webhook.mutation import apply_mutation
+from hami_core.webhook.trust import is_shim_variable
 
 from .hostwrites import host_writes
 
@@ -456,6 +457,12 @@ class BackendConformance:
             assert isinstance(key, str) and isinstance(value, str), (key, value)
         for m in res.mounts:
             assert m.container_path.startswith("/") and m.host_path.startswith("/")
+        # the webhook denies a tenant's own value of each (its env wins in kubelet)
+        undeclared = sorted(k for k in res.envs if not is_shim_variable(k, dtype.allocate_env))
+        assert not undeclared, (
+            f"hami_allocate sets {undeclared}, which DeviceTypeInfo.allocate_env does not "
+            "name: a tenant could set them in its own env"
+        )
 
     def test_mutate_applies_and_is_stable(self, manager: BackendManager) -> None:
         """The webhook writes the backend's result: the container still parses to the

@@ -44,6 +44,7 @@ from .mutation import apply_mutation
 from .trust import (
     DISABLE_CONTROL_ALLOW,
     DISABLE_CONTROL_LABEL,
+    allocate_env_patterns,
     changed_owned_annotations,
     env_denial,
     owned_annotation_keys,
@@ -96,6 +97,7 @@ class Admission:
         self.store = store
         self.trusted_users = trusted_users
         self._owned = owned_annotation_keys(manager)
+        self._allocate_env = allocate_env_patterns(manager)
 
     def container_asks(
         self, pod: Mapping[str, Any], container: Mapping[str, Any], *, init: bool
@@ -180,7 +182,9 @@ class Admission:
             if not asking:
                 parsed.append((container, init, path, reqs))
                 continue
-            reason = env_denial(container, allow_disable_control=allow_off)
+            reason = env_denial(
+                container, allow_disable_control=allow_off, allocate_env=self._allocate_env
+            )
             if reason:
                 return _deny("ProtectedEnv", f"pod {pod_ref(pod)}: {reason}")
             parsed.append((container, init, path, reqs))

@@ -6,9 +6,11 @@ writer the pod's author is not:
 - scheduler-owned annotations (PROTOCOL.md §3) on the CREATE and UPDATE of every pod,
   whatever its ``schedulerName`` or labels, unless the request comes from a trusted user
   (the scheduler's or the device plugin's service account, ``userInfo.username``);
-- the shim's variables (PROTOCOL.md §7) in the ``env`` of a container that asks for
-  managed devices (the container's own env wins over the device plugin's in kubelet), and
-  ``envFrom`` that could carry them. ``envFrom`` names a ConfigMap or Secret whose keys
+- the shim's variables (PROTOCOL.md §7), and every variable a backend's Allocate sets
+  (``DeviceTypeInfo.allocate_env``: Ascend's ``ASCEND_VISIBLE_DEVICES`` and
+  ``NPU_MEM_QUOTA``, Kunlunxin's ``CXPU_CONTAINER_MEMORY_LIMIT``, ...), in the ``env`` of a
+  container that asks for managed devices (the container's own env wins over the device
+  plugin's in kubelet), and ``envFrom`` that could carry them. ``envFrom`` names a ConfigMap or Secret whose keys
   cannot be read at admission (and may change later), so it is denied in such a container
   unless its ``prefix`` can form none of those names. ``CUDA_DISABLE_CONTROL`` is an
   administrator's opt-out: allowed only in a namespace labelled
@@ -17,6 +19,7 @@ writer the pod's author is not:
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -57,19 +60,36 @@ DISABLE_CONTROL_LABEL: Final = keys.DISABLE_CONTROL_LABEL
 DISABLE_CONTROL_ALLOW: Final = keys.DISABLE_CONTROL_ALLOW
 
 
-def is_shim_variable(name: str) -> bool:
-    """True for a variable of PROTOCOL.md §7 the tenant may not set itself."""
-    return name in SHIM_ENV or name.startswith(SHIM_ENV_PREFIXES)
+def is_shim_variable(name: str, allocate_env: Iterable[str] = ()) -> bool:
+    """True for a variable the tenant may not set itself: one of PROTOCOL.md §7, or one
+    matching a backend's ``allocate_env`` patterns (``DeviceTypeInfo.allocate_env``:
+    what its Allocate sets, e.g. Ascend's ``ASCEND_VISIBLE_DEVICES``)."""
+    if name in SHIM_ENV or name.startswith(SHIM_ENV_PREFIXES):
+        return True
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in allocate_env)
 
 
-def prefix_may_form_shim_variable(prefix: str) -> bool:
-    """True when ``envFrom`` with this ``prefix`` (keys unknown) could define a shim variable:
-    an empty prefix, a prefix of one of the names, or a name prefix followed by anything."""
+def _head(pattern: str) -> tuple[str, bool]:
+    """The literal start of an ``fnmatch`` pattern, and whether anything may follow it."""
+    cut = min((i for i in (pattern.find(c) for c in "*?[") if i >= 0), default=-1)
+    return (pattern, False) if cut < 0 else (pattern[:cut], True)
+
+
+def prefix_may_form_shim_variable(prefix: str, allocate_env: Iterable[str] = ()) -> bool:
+    """True when ``envFrom`` with this ``prefix`` (keys unknown) could define a shim variable
+    (or one of ``allocate_env``): an empty prefix, a prefix of one of the names, or a name
+    prefix followed by anything."""
     if not prefix:
         return True
     if any(n.startswith(prefix) for n in (*SHIM_ENV, *SHIM_ENV_PREFIXES)):
         return True
-    return prefix.startswith(SHIM_ENV_PREFIXES)
+    if prefix.startswith(SHIM_ENV_PREFIXES):
+        return True
+    for pattern in allocate_env:
+        head, open_ended = _head(pattern)
+        if head.startswith(prefix) or (open_ended and prefix.startswith(head)):
+            return True
+    return False
 
 
 def owned_annotation_keys(manager: BackendManager) -> frozenset[str]:
@@ -93,18 +113,26 @@ def changed_owned_annotations(
     return sorted(k for k in owned if new_ann.get(k) != old_ann.get(k))
 
 
-def env_denial(container: Mapping[str, Any], *, allow_disable_control: bool = False) -> str | None:
+def env_denial(
+    container: Mapping[str, Any],
+    *,
+    allow_disable_control: bool = False,
+    allocate_env: Iterable[str] = (),
+) -> str | None:
     """Why this (device-asking) container's ``env`` / ``envFrom`` is denied, or None.
 
     Args:
         container: the container as the pod's author wrote it (before the webhook's own
             additions).
         allow_disable_control: the namespace opted out (``hami.io/disable-control: allow``).
+        allocate_env: the installed backends' ``DeviceTypeInfo.allocate_env`` patterns
+            (``allocate_env_patterns``), denied like the shim's variables.
     """
+    patterns = tuple(allocate_env)
     name = container.get("name")
     for e in container.get("env") or []:
         var = e.get("name") if isinstance(e, Mapping) else None
-        if not isinstance(var, str) or not is_shim_variable(var):
+        if not isinstance(var, str) or not is_shim_variable(var, patterns):
             continue
         if var == DISABLE_CONTROL and allow_disable_control:
             continue
@@ -122,7 +150,7 @@ def env_denial(container: Mapping[str, Any], *, allow_disable_control: bool = Fa
         if not isinstance(source, Mapping):
             continue
         prefix = source.get("prefix") or ""
-        if prefix_may_form_shim_variable(str(prefix)):
+        if prefix_may_form_shim_variable(str(prefix), patterns):
             ref = source.get("configMapRef") or source.get("secretRef") or {}
             what = "configMapRef" if "configMapRef" in source else "secretRef"
             return (
@@ -133,10 +161,23 @@ def env_denial(container: Mapping[str, Any], *, allow_disable_control: bool = Fa
     return None
 
 
+def allocate_env_patterns(manager: BackendManager) -> tuple[str, ...]:
+    """Every installed vendor's ``DeviceTypeInfo.allocate_env`` patterns, in order, once.
+
+    Any vendor's, not only those the container asks for: a node may run several vendors'
+    container runtimes, and a name another vendor's Allocate sets is no tenant's to set."""
+    seen: dict[str, None] = {}
+    for t in manager.device_types():
+        for pattern in t.allocate_env:
+            seen.setdefault(pattern, None)
+    return tuple(seen)
+
+
 __all__ = [
     "DISABLE_CONTROL_LABEL",
     "SHIM_ENV",
     "SHIM_ENV_PREFIXES",
+    "allocate_env_patterns",
     "changed_owned_annotations",
     "env_denial",
     "is_shim_variable",

@@ -54,6 +54,62 @@ def test_a_gpu_container_may_not_set_the_shims_variables(name, value):
     assert name in out.message and "'main'" in out.message
 
 
+# Other vendors' device plugins hand devices and limits over the same way: by env the
+# vendor's container runtime or limiter reads (DeviceTypeInfo.allocate_env).
+VENDOR_ENV = [
+    ({"huawei.com/Ascend910B3": "1"}, "ASCEND_VISIBLE_DEVICES", "0,1,2,3"),
+    ({"huawei.com/Ascend910B3": "1"}, "ASCEND_VNPU_SPECS", "vir10_3c_32g"),
+    ({"huawei.com/Ascend910B3": "1"}, "NPU_MEM_QUOTA", "65536"),
+    ({"huawei.com/Ascend910B3": "1"}, "NPU_PRIORITY", "100"),
+    ({"huawei.com/Ascend910B3": "1"}, "NPU_GLOBAL_SHM_PATH", "/tmp/mine"),
+    ({"cambricon.com/vmlu": "1"}, "CAMBRICON_VISIBLE_DEVICES", "0,1"),
+    ({"kunlunxin.com/vxpu": "1"}, "CXPU_VISIBLE_DEVICES", "0,1"),
+    ({"kunlunxin.com/vxpu": "1"}, "CXPU_CONTAINER_MEMORY_LIMIT", "103079215104"),
+    ({"amd.com/gpu": "1"}, "HIP_DEVICE_MEMORY_LIMIT", "196592m"),
+    ({"amd.com/gpu": "1"}, "HSA_CU_MASK", "0:0-303"),
+    ({"amd.com/gpu": "1"}, "ROCR_VISIBLE_DEVICES", "0,1"),
+    ({"hygon.com/dcunum": "1"}, "HIP_VISIBLE_DEVICES", "0,1"),
+    ({"mthreads.com/vgpu": "1"}, "MTHREADS_VISIBLE_DEVICES", "all"),
+    ({"aws.amazon.com/neuroncore": "1"}, "NEURON_RT_VISIBLE_CORES", "0-1"),
+    # another vendor's names are no tenant's either (a node may run several runtimes)
+    ({"nvidia.com/gpu": "1"}, "ASCEND_VISIBLE_DEVICES", "0"),
+]
+
+
+def vendor_pod(limits, env=(), envfrom=None):
+    c = {"name": "main", "image": "x", "resources": {"limits": dict(limits)}}
+    c["env"] = [{"name": n, "value": v} for n, v in env]
+    if envfrom is not None:
+        c["envFrom"] = envfrom
+    return pod("p", c)
+
+
+@pytest.mark.parametrize("limits, name, value", VENDOR_ENV)
+def test_a_device_container_may_not_set_its_vendors_allocate_variables(limits, name, value):
+    assert admission().review(vendor_pod(limits)).allowed  # the pod itself is fine
+    out = admission().review(vendor_pod(limits, [(name, value)]))
+    assert not out.allowed and out.reason == "ProtectedEnv"
+    assert f"env {name} is set by the device plugin" in out.message
+
+
+@pytest.mark.parametrize(
+    "prefix, allowed",
+    [
+        ("NPU_", False),
+        ("ASCEND_", False),
+        ("CXPU_CONTAINER_", False),
+        ("HSA_", False),
+        ("A", False),
+        ("APP_", True),
+        ("NPUX_", True),
+    ],
+)
+def test_env_from_that_could_carry_a_vendors_variables_is_denied(prefix, allowed):
+    source = [{"configMapRef": {"name": "cfg"}, "prefix": prefix}]
+    out = admission().review(vendor_pod({"huawei.com/Ascend910B3": "1"}, envfrom=source))
+    assert out.allowed is allowed, out.message
+
+
 def test_init_containers_are_checked_too():
     bad = container("init", gpu=1)
     bad["env"] = [{"name": "CUDA_DEVICE_SM_LIMIT", "value": "100"}]

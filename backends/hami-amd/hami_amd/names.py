@@ -48,6 +48,8 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
     # device lists carry compute units; amd.com/gpucores asks percent
     cores_unit=COMPUTE_UNITS,
     request_cores_unit=PERCENT,
+    # what allocate.py sets: the GPUs ROCm shows, the CU mask and the memory limit
+    allocate_env=("ROCR_VISIBLE_DEVICES", "HSA_CU_MASK", "HIP_DEVICE_MEMORY_LIMIT"),
 )
 
 USE_TYPE, NOUSE_TYPE = type_filter_keys("amd.com", "gpu")

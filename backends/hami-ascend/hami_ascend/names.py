@@ -19,6 +19,17 @@ from .rules import rules
 
 VNPU_MODE_ANNOTATION: Final = "huawei.com/vnpu-mode"
 
+#: What allocate.py sets: the chips Ascend Docker Runtime mounts and the vNPU template it
+#: creates, and hami-core mode's limiter quota, priority and shared-memory paths.
+ALLOCATE_ENV: Final = (
+    "ASCEND_VISIBLE_DEVICES",
+    "ASCEND_VNPU_SPECS",
+    "NPU_MEM_QUOTA",
+    "NPU_PRIORITY",
+    "NPU_GLOBAL_SHM_PATH",
+    "NPU_LOCAL_SHM_PATH",
+)
+
 
 def use_uuid_annotation(vendor: str) -> str:
     """``hami.io/use-<x>-uuid``: comma list of chip UUIDs the pod may use."""
@@ -50,6 +61,7 @@ def device_type(model: ModelSpec) -> DeviceTypeInfo:
         resources=resources(model),
         **hami_annotation_keys(x, register_word_last=True),
         fit_rules=rules(model),
+        allocate_env=ALLOCATE_ENV,
     )
 
 

@@ -53,6 +53,8 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
     # devices and slices carry core masks; aws.amazon.com/neuroncore counts cores
     cores_unit=NEURON_CORE_MASK,
     request_cores_unit=NEURON_CORES,
+    # what allocate.py sets: the NeuronCores the Neuron runtime uses
+    allocate_env=("NEURON_RT_VISIBLE_CORES",),
 )
 
 USE_UUID: Final = "aws.amazon.com/use-neuron-uuid"

@@ -64,6 +64,8 @@ DEVICE_TYPE = DeviceTypeInfo(
     fit_rules=FitRules(cores_capacity=cores_capacity),
     # model-qualified names (model_qualified below) are read too, not typos of the domain
     other_resources=("cambricon.com/*.smlu.vmemory", "cambricon.com/*.smlu.vcore"),
+    # what allocate.py sets: the cards Cambricon's container runtime exposes
+    allocate_env=("CAMBRICON_VISIBLE_DEVICES",),
 )
 
 # Pod annotations: HAMi's Cambricon names first, then the handbook's aliases (PROTOCOL.md §5).

@@ -32,6 +32,8 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
     **hami_annotation_keys("dcu"),
     # one hygon.com/dcumem is memoryFactor MiB: quotas on it are read in the pod's units
     memory_unit_option="memoryFactor",
+    # what allocate.py sets: the DCUs HIP shows
+    allocate_env=("HIP_VISIBLE_DEVICES",),
 )
 
 USE_TYPE, NOUSE_TYPE = type_filter_keys("hygon.com", "dcu")

@@ -36,6 +36,8 @@ DEVICE_TYPE = DeviceTypeInfo(
     **hami_annotation_keys("xpu", register_word_last=True),
     # whole cards (options.WHOLE_CARD_RESOURCE's default): read, not a typo of the domain
     other_resources=("kunlunxin.com/xpu",),
+    # what allocate.py sets: the XPUs xpu-container-runtime exposes, a vXPU's memory limit
+    allocate_env=("CXPU_VISIBLE_DEVICES", "CXPU_CONTAINER_MEMORY_LIMIT"),
 )
 
 # Pod annotations: HAMi's Kunlunxin names first, then the handbook's aliases (PROTOCOL.md §5).

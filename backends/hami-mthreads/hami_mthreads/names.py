@@ -50,6 +50,8 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
     resources=DEFAULT_RESOURCES,
     **hami_annotation_keys("mthreads", "mthreads-vgpu"),
     cores_unit=SGPU_CORES,  # 16 to a GPU, not percent
+    # what allocate.py sets: the GPUs Moore Threads' container toolkit exposes
+    allocate_env=("MTHREADS_VISIBLE_DEVICES",),
 )
 
 USE_UUID, NOUSE_UUID = uuid_filter_keys("mthreads.ai")

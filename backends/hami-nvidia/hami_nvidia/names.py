@@ -38,6 +38,18 @@ DEVICE_TYPE = DeviceTypeInfo(
     ),
     # a nvidia.com/mig-<profile> request is charged its profile at admission
     quota_request_charge=mig.quota_charge,
+    # what allocate.py sets (PROTOCOL.md §7), also the core's SHIM_ENV; not
+    # CUDA_TASK_PRIORITY, which the webhook itself writes from nvidia.com/priority (the
+    # tenant's to choose) and the shim reads from the limits file
+    allocate_env=(
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_MEMORY_LIMIT*",
+        "CUDA_DEVICE_SM_LIMIT*",
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+        "CUDA_OVERSUBSCRIBE",
+        "GPU_CORE_UTILIZATION_POLICY",
+        "CUDA_MPS_*",
+    ),
 )
 
 # Pod annotations (PROTOCOL.md §5): HAMi's names first, then the handbook's aliases.

@@ -20,6 +20,8 @@ DEVICE_TYPE = DeviceTypeInfo(
     vendor=VENDOR,
     resources=DEFAULT_RESOURCES,
     **hami_annotation_keys("example", register_word_last=True),
+    # what hami_allocate sets: the webhook denies a tenant's own values of them
+    allocate_env=("EXAMPLE_VISIBLE_DEVICES", "EXAMPLE_DEVICE_MEMORY_LIMIT"),
 )
 
 #: Pod annotations restricting the devices a pod may use (comma lists of UUIDs).

@@ -5,10 +5,12 @@ import pytest
 from hami_ascend import discover, plugin
 from hami_ascend.allocate import allocate
 from hami_ascend.models import settings
+from hami_ascend.names import DEVICE_TYPES
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import ContainerDevice
 from hami_core.testing import section
+from hami_core.webhook.trust import is_shim_variable
 
 from .support import FakeNpuSmi
 
@@ -77,6 +79,9 @@ def test_hami_core_mode_env_and_mounts(npu_smi):
     assert mounts["/etc/ld.so.preload"] == ("/usr/local/hami-vnpu-core/ld.so.preload", True)
     assert mounts["/hami-vnpu-shmem"] == ("/usr/local/hami-vnpu-core/containers/uid-1_main", False)
     assert mounts["/usr/local/bin/npu-smi"] == ("/usr/local/bin/npu-smi", True)
+    # every one is the webhook's to deny in a tenant's own env (DeviceTypeInfo.allocate_env)
+    patterns = DEVICE_TYPES[0].allocate_env
+    assert all(is_shim_variable(k, patterns) for k in res.envs), sorted(res.envs)
 
 
 def test_a_chip_the_node_does_not_have_is_refused_and_npu_smi_is_not_run(monkeypatch):
