@@ -189,10 +189,10 @@ def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None
         signal.signal(signal.SIGTERM, shutdown)
         signal.signal(signal.SIGINT, shutdown)
     if opts.metrics_port:
-        from prometheus_client import start_http_server
+        from .metrics_http import serve_metrics
 
-        start_http_server(
-            opts.metrics_port, addr=opts.metrics_bind_address, registry=process.metrics.registry
+        serve_metrics(
+            process.metrics.registry, host=opts.metrics_bind_address, port=opts.metrics_port
         )
     try:
         process.start()

@@ -2,7 +2,7 @@
 
 The domain logic is ``hami_core.monitor.NodeMonitor``; this module renders its families
 with prometheus_client, watches this node's pods (a node-scoped informer,
-``fieldSelector=spec.nodeName=<node>``) and serves with waitress.
+``fieldSelector=spec.nodeName=<node>``) and serves through ``metrics_http``'s guarded waitress server.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from waitress.server import create_server
 
 from hami_core.cluster.kube import Informer, make_api_client
 from hami_core.errors import ConfigError
@@ -25,6 +24,7 @@ from hami_core.monitor import Family, NodeMonitor
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
 
+from .metrics_http import create_guarded_server
 from .options import MonitorOptions
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,11 @@ def run_monitor(opts: MonitorOptions, *, stop: threading.Event | None = None) ->
         proc_root=opts.proc_root,
     )
     app = create_monitor_app(monitor, is_ready=lambda: pods.wait_synced(0))
-    server = create_server(app, host=opts.bind_address, port=opts.port, threads=opts.threads)
+    # waitress with slow-client guards (metrics_http): a tenant's idle or slow connections
+    # must not make Prometheus' scrape of this node fail
+    server = create_guarded_server(
+        app, host=opts.bind_address, port=opts.port, threads=opts.threads, name="monitor-http"
+    )
     done = stop or threading.Event()
 
     def shutdown(*_: Any) -> None:
@@ -118,8 +122,7 @@ def run_monitor(opts: MonitorOptions, *, stop: threading.Event | None = None) ->
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, shutdown)
         signal.signal(signal.SIGINT, shutdown)
-    thread = threading.Thread(target=server.run, name="monitor-http", daemon=True)
-    thread.start()
+    server.start()
     log.info(
         "hami monitor for node %s on %s:%s, reading %s",
         opts.node_name,

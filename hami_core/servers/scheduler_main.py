@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import start_http_server
 from waitress.server import create_server
 
 from hami_core.cluster.backoff import Backoff
@@ -29,6 +28,7 @@ from hami_core.scheduling.scheduler import Scheduler
 
 from .extender import create_extender_app
 from .metrics import SchedulerMetrics
+from .metrics_http import serve_metrics
 from .options import SchedulerOptions
 
 log = logging.getLogger(__name__)
@@ -91,14 +91,9 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         scheduler,
         informers={"nodes": store.nodes, "pods": store.pods, "resourcequotas": store.quotas},
     )
-    try:
-        start_http_server(
-            opts.metrics_port, addr=opts.metrics_bind_address, registry=metrics.registry
-        )
-    except OSError as exc:
-        raise OSError(
-            f"metrics on {opts.metrics_bind_address}:{opts.metrics_port}: {exc.strerror or exc}"
-        ) from exc
+    metrics_server = serve_metrics(
+        metrics.registry, host=opts.metrics_bind_address, port=opts.metrics_port
+    )
     app = create_extender_app(
         scheduler,
         is_leader=elector.is_leader if elector else (lambda: True),
@@ -109,6 +104,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     try:
         server = _server(app, opts)
     except OSError as exc:  # port taken, certificate files missing or not PEM
+        metrics_server.close()
         raise OSError(
             f"extender on {opts.bind_address}:{opts.port}: {exc.strerror or exc}"
         ) from exc
@@ -141,6 +137,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     )
     done.wait()
     server.close()
+    metrics_server.close()
     if elector is not None:
         elector.stop()
     events.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -64,18 +63,16 @@ def value(metrics: dict, name: str, **labels: str) -> float:
 
 
 class Served:
-    """A WSGI app on a loopback port, served by waitress in a thread."""
+    """A WSGI app on a loopback port, served by the monitor's guarded server in a thread."""
 
     def __init__(self, app: Any) -> None:
-        from waitress.server import create_server
+        from hami_core.servers.metrics_http import create_guarded_server
 
-        self.server = create_server(app, host="127.0.0.1", port=0, threads=2)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
+        self.server = create_guarded_server(app, host="127.0.0.1", port=0, threads=2).start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.effective_port}/metrics"
+        return f"http://127.0.0.1:{self.server.port}/metrics"
 
     def close(self) -> None:
         self.server.close()

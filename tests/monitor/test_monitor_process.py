@@ -15,6 +15,7 @@ import pytest
 from hami_core.cluster import MemoryCluster
 from tests.deviceplugin.fake_apiserver import FakeApiServer
 from tests.e2e.controlplane import free_port
+from tests.servers.slowclients import crowd, is_open
 from tests.shim.support import stop
 
 from .support import GPU0, GPU1, NODE, Container, pod, scrape, value
@@ -100,6 +101,15 @@ def test_hami_monitor_serves_host_and_container_metrics(build, api, tmp_path):
         assert value(m, "hami_vgpu_memory_used_bytes", **labels) == 3000 * MiB
         assert value(m, "hami_vgpu_memory_limit_bytes", **labels) == 4096 * MiB
         assert ("GET", "/api/v1/pods") in api.requests
+        # a tenant's slowloris and unread requests on the real port: Prometheus' scrape
+        # is still whole and prompt while they are held (hami_core.servers.metrics_http)
+        with crowd(port, idle=40, slow_readers=8, per_address=8) as socks:
+            start = time.monotonic()
+            again = scrape(url)
+            took = time.monotonic() - start
+            assert all(is_open(s) for s in socks[:40])
+        assert value(again, "hami_vgpu_memory_used_bytes", **labels) == 3000 * MiB
+        assert took < 6, f"a scrape behind idle clients took {took:.1f}s"
     finally:
         stop(holder)
         proc.terminate()
