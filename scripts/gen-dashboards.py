@@ -20,8 +20,10 @@ N = '{node=~"$node"}'
 NS = '{namespace=~"$namespace"}'
 
 # The core gauges carry each vendor's unit (percent, AMD compute units, Moore Threads sGPU
-# cores: PROTOCOL.md section 9), so compute panels show allocated / limit per device, which
-# is a percentage for every vendor, never the raw gauge.
+# cores, AWS Neuron's NeuronCore bit masks, which PromQL cannot count: PROTOCOL.md section
+# 9), so compute panels read the share gauges (hami_gpu_core_allocated_share,
+# hami_vgpu_core_allocated_share: allocated / the device's compute in its own unit, masks
+# counted), a percentage for every vendor, never the raw gauge.
 # name -> (title, variables, panels); panel = (title, kind, unit, [(expr, legend)])
 DASHBOARDS: dict[str, tuple[str, list[str], list[tuple[str, str, str, list[tuple[str, str]]]]]] = {
     "hami-cluster-overview": (
@@ -64,9 +66,24 @@ DASHBOARDS: dict[str, tuple[str, list[str], list[tuple[str, str, str, list[tuple
                 "percent",
                 [
                     (
-                        f"100 * avg(hami_gpu_core_allocated_ratio{N} / (hami_gpu_core_limit_ratio{N} > 0))",
+                        f"100 * avg(hami_gpu_core_allocated_share{N})",
                         "allocated",
                     )
+                ],
+            ),
+            (
+                "NeuronCores allocated (AWS Neuron)",
+                "stat",
+                "none",
+                [
+                    (
+                        f'sum(hami_gpu_core_allocated_units{{unit="NeuronCores",{N[1:-1]}}}) or vector(0)',
+                        "allocated",
+                    ),
+                    (
+                        f'sum(hami_gpu_core_limit_units{{unit="NeuronCores",{N[1:-1]}}}) or vector(0)',
+                        "schedulable",
+                    ),
                 ],
             ),
             (
@@ -139,7 +156,7 @@ DASHBOARDS: dict[str, tuple[str, list[str], list[tuple[str, str, str, list[tuple
                 "percent",
                 [
                     (
-                        f"100 * hami_gpu_core_allocated_ratio{N} / (hami_gpu_core_limit_ratio{N} > 0)",
+                        f"100 * hami_gpu_core_allocated_share{N}",
                         "{{node}} {{device_index}}",
                     )
                 ],
@@ -214,7 +231,7 @@ DASHBOARDS: dict[str, tuple[str, list[str], list[tuple[str, str, str, list[tuple
                 "percent",
                 [
                     (
-                        f"100 * hami_vgpu_core_allocated_ratio{NS} / on (node, device_uuid) group_left () max by (node, device_uuid) (hami_gpu_core_limit_ratio > 0)",
+                        f"100 * hami_vgpu_core_allocated_share{NS}",
                         "{{namespace}}/{{pod}} #{{container_index}}",
                     )
                 ],

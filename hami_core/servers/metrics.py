@@ -27,7 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hami_core.errors import AnnotationError
-from hami_core.model import DeviceInfo
+from hami_core.model import PERCENT, CoresUnit, DeviceInfo, DeviceTypeInfo, DeviceUsage
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.handshake import decode_handshake
@@ -156,8 +156,10 @@ class AllocationCollector(Collector):
         types = self.scheduler.manager.device_types()
         g = _Families()
         now = dt.datetime.now(dt.UTC)
+        by_vendor = {t.vendor: t for t in types}
         uuid_node: dict[str, str] = {}
         uuid_index: dict[str, int] = {}
+        uuid_compute: dict[str, tuple[CoresUnit, int]] = {}
         for node in store.list_nodes():
             info = self.scheduler.node_info(node)
             for vendor in sorted(info.unregistered):
@@ -176,6 +178,13 @@ class AllocationCollector(Collector):
                 )
                 g.shared.add_metric(labels, u.used_count)
                 g.core_alloc.add_metric(labels, u.used_cores_pct)
+                unit, capacity = _compute(by_vendor.get(d.vendor), u)
+                if capacity > 0:
+                    uuid_compute[uuid] = (unit, capacity)
+                    used = unit.amount(u.used_cores_pct)
+                    g.core_share.add_metric(labels, used / capacity)
+                    g.core_units_limit.add_metric([*labels, unit.symbol], capacity)
+                    g.core_units_alloc.add_metric([*labels, unit.symbol], used)
                 g.overview.add_metric(
                     [
                         info.name,
@@ -196,6 +205,9 @@ class AllocationCollector(Collector):
             for labels, slice_, pos in self._pod_slices(pod, types, uuid_node):
                 g.pod_mem.add_metric(labels, slice_.memory_mib * MIB)
                 g.pod_cores.add_metric(labels, slice_.cores_pct)
+                if slice_.uuid in uuid_compute:
+                    unit, capacity = uuid_compute[slice_.uuid]
+                    g.pod_core_share.add_metric(labels, unit.amount(slice_.cores_pct) / capacity)
                 mig_positions[pos] = slice_.uuid
             self._mig_instances(g, pod, types, mig_positions, uuid_node, uuid_index)
         self._quotas(g, types)
@@ -329,6 +341,17 @@ class AllocationCollector(Collector):
                 g.quota_limit.add_metric([ns, resource], limit.hard)
 
 
+def _compute(dtype: DeviceTypeInfo | None, usage: DeviceUsage) -> tuple[CoresUnit, int]:
+    """``(unit, capacity)`` of a device's compute, the capacity counted in the unit
+    (AWS Neuron: the bits of the core mask, so 3 is 2 NeuronCores; an Ascend chip
+    registered with its AI Core count is 100 %: ``DeviceTypeInfo.cores_capacity``); 0
+    when the vendor accounts no compute (Biren, Vastai)."""
+    if dtype is None:
+        return PERCENT, usage.device.cores_pct
+    unit = dtype.cores_unit
+    return unit, unit.amount(dtype.cores_capacity(usage)) if unit.accounted else 0
+
+
 #: What the core gauges' HELP says of their unit (PROTOCOL.md §9).
 _CORES_UNIT_HELP = (
     " percent for most vendors; the device list's own unit for AMD (compute units),"
@@ -359,6 +382,27 @@ class _Families:
             "hami_gpu_core_allocated_ratio",
             "Compute allocated on a device:" + _CORES_UNIT_HELP,
             labels=DEVICE_LABELS,
+        )
+        # ours, not HAMi's: the core gauges above carry vendor units (AWS Neuron's are
+        # bit masks, which PromQL cannot count), so dashboards read these
+        self.core_share = GaugeMetricFamily(
+            "hami_gpu_core_allocated_share",
+            "Compute allocated on a device as a fraction of its compute (0..1), in every"
+            " vendor's unit (AWS Neuron: NeuronCores counted); absent where none is"
+            " accounted.",
+            labels=DEVICE_LABELS,
+        )
+        self.core_units_limit = GaugeMetricFamily(
+            "hami_gpu_core_limit_units",
+            "Schedulable compute of a device counted in its vendor's unit (label unit:"
+            " %, CU, NeuronCores, sGPU cores).",
+            labels=[*DEVICE_LABELS, "unit"],
+        )
+        self.core_units_alloc = GaugeMetricFamily(
+            "hami_gpu_core_allocated_units",
+            "Compute allocated on a device counted in its vendor's unit (label unit:"
+            " %, CU, NeuronCores, sGPU cores).",
+            labels=[*DEVICE_LABELS, "unit"],
         )
         self.overview = GaugeMetricFamily(
             "hami_node_gpu_overview",
@@ -407,6 +451,12 @@ class _Families:
         self.pod_cores = GaugeMetricFamily(
             "hami_vgpu_core_allocated_ratio",
             "Compute allocated to a container on a device:" + _CORES_UNIT_HELP,
+            labels=CONTAINER_LABELS,
+        )
+        self.pod_core_share = GaugeMetricFamily(
+            "hami_vgpu_core_allocated_share",
+            "Compute allocated to a container on a device as a fraction of the device's"
+            " compute (0..1), in every vendor's unit; absent where none is accounted.",
             labels=CONTAINER_LABELS,
         )
         self.mig_instance = GaugeMetricFamily(

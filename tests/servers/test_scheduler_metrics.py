@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
@@ -283,6 +284,7 @@ def test_per_pod_series_and_quota_used_follow_the_trust_rule():
     pods = {lab["pod"] for lab, _ in m["hami_vgpu_memory_allocated_bytes"]}
     assert pods == {"trainer"}
     assert {lab["pod"] for lab, _ in m["hami_vgpu_core_allocated_ratio"]} == {"trainer"}
+    assert {lab["pod"] for lab, _ in m["hami_vgpu_core_allocated_share"]} == {"trainer"}
     used = one(
         m,
         "hami_resource_quota_used",
@@ -303,3 +305,69 @@ def test_per_pod_series_and_quota_used_follow_the_trust_rule():
         )
         == 4000 * MiB
     )
+
+
+def test_core_shares_count_each_vendors_unit():
+    """Ours, not HAMi's (PROTOCOL.md §9): the raw core gauges keep the device list's
+    value (an Inferentia2 device's mask 3, a container's core 1 as mask 2), and the share
+    and unit gauges count NeuronCores: one of two is 0.5 where the masks read 2/3. NVIDIA's
+    shares are its percent over 100."""
+    _, _, metrics = bound_cluster()
+    m = samples(metrics)
+    dev1 = {"node": "n1", "device_uuid": "GPU-1", "device_index": "0"}
+    nv = {**dev1, "device_type": "NVIDIA A100-PCIE-16GB"}
+    assert one(m, "hami_gpu_core_allocated_share", **nv) == pytest.approx(0.4)
+    assert one(m, "hami_gpu_core_allocated_units", **nv, unit="%") == 40
+    assert one(m, "hami_gpu_core_limit_units", **nv, unit="%") == 100
+    shares = sorted(v for lab, v in m["hami_vgpu_core_allocated_share"])
+    assert shares == pytest.approx([0.1, 0.3])
+
+    backends = manager()
+    if "AWSNeuron" not in backends.vendors:
+        pytest.skip(
+            "hami-awsneuron is not installed (the packaging floor run has hami-nvidia only)"
+        )
+    from hami_core.simulate.loader import load_cluster
+    from hami_core.simulate.pipeline import Pipeline
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    c = load_cluster(examples / "cluster-all-vendors.yaml", backends).to_memory()
+    pipe = Pipeline(c, backends)  # the webhook, /filter and /bind, as hami simulate runs them
+    metrics = SchedulerMetrics(pipe.scheduler)
+    for name in ("neuron", "neuron2"):  # one NeuronCore each
+        outcome = pipe.submit(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "ml"},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "x",
+                            "resources": {"limits": {"aws.amazon.com/neuroncore": "1"}},
+                        }
+                    ]
+                },
+            }
+        )
+        assert outcome.node == "inf2-01", outcome
+    m = samples(metrics)
+    raw = {lab["device_uuid"]: v for lab, v in m["hami_gpu_core_allocated_ratio"]}
+    share = {lab["device_uuid"]: v for lab, v in m["hami_gpu_core_allocated_share"]}
+    held = {u: v for u, v in raw.items() if u.startswith("inf2-01") and v}
+    assert held, raw
+    for uuid, mask in held.items():
+        assert share[uuid] == bin(int(mask)).count("1") / 2
+    counted = {
+        lab["device_uuid"]: v
+        for lab, v in m["hami_gpu_core_allocated_units"]
+        if lab["unit"] == "NeuronCores"
+    }
+    assert sum(counted.values()) == 2
+    limits = [v for lab, v in m["hami_gpu_core_limit_units"] if lab["unit"] == "NeuronCores"]
+    assert limits == [2, 2, 2, 2]
+    pods = {
+        lab["pod"]: v for lab, v in m["hami_vgpu_core_allocated_share"] if lab["namespace"] == "ml"
+    }
+    assert pods == {"neuron": 0.5, "neuron2": 0.5}
