@@ -125,6 +125,8 @@ class NodeAgent:
 
         Raises:
             DiscoveryUnavailableError: the backend cannot discover here (no driver).
+            ConfigError: a ``filterdevices`` entry does not address what the node
+                publishes (``NodeOverrides.select``).
             BackendError / HamiError: discovery failed (e.g. the driver does not answer).
         """
         devices = self.manager.discover(self.backend)
@@ -133,11 +135,8 @@ class NodeAgent:
                 f"backend {self.backend!r} cannot discover devices on node {self.node} "
                 "(is the driver installed and its library on the library path?)"
             )
-        kept = tuple(
-            self._preconfigured(d)
-            for d in devices
-            if d.vendor == self.vendor and self.overrides.keeps(d)
-        )
+        mine = [d for d in devices if d.vendor == self.vendor]
+        kept = tuple(self._preconfigured(d) for d in self.overrides.select(mine, node=self.node))
         kept_uuids = {d.uuid for d in kept}
         left_out = [d.uuid for d in devices if d.vendor == self.vendor and d.uuid not in kept_uuids]
         if left_out:

@@ -28,7 +28,7 @@ from .cores import (
     SGPU_CORES,
     CoresUnit,
 )
-from .device import DEVICE_MODES, DeviceInfo, DeviceUsage, NodeInfo
+from .device import DEVICE_MODES, PARENT_UUID, PART_INDEX, DeviceInfo, DeviceUsage, NodeInfo
 from .fit import FitResult
 from .fitrules import Chooser, CoresCapacity, ExtraCheck, FitRules, LinkGroup, device_cores
 from .mig import MIG_PROFILE_INFO, MigPlacement, MigProfile, MigSlot
@@ -55,6 +55,8 @@ __all__ = [
     "SGPU_CORES",
     "CoresUnit",
     "DEVICE_MODES",
+    "PARENT_UUID",
+    "PART_INDEX",
     "Allocation",
     "BackendInfo",
     "Charge",

@@ -10,6 +10,16 @@ from .mig import MigProfile, MigSlot
 
 DEVICE_MODES = ("hami-core", "mig", "mps")
 
+#: ``DeviceInfo.node_local`` keys the core reads, for a device that is part of another
+#: physical device (a MIG instance published as a device of its own, under the NVIDIA
+#: device plugin's ``single`` strategy): the whole device's UUID, and the part's index as
+#: the vendor's own device plugin numbers it, ``"<whole device's index>:<n>"`` (NVIDIA's
+#: ``rm/nvml_devices.go`` ``newMigDevice``: ``"%v:%v"`` of the GPU index and the MIG
+#: device index, as ``nvidia-smi -L`` lists "MIG ... Device <n>"); the per-node
+#: ``filterdevices`` addresses parts by it.
+PARENT_UUID = "parentUUID"
+PART_INDEX = "partIndex"
+
 
 def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if value < 0:

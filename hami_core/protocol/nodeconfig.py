@@ -18,7 +18,9 @@ MIG mode is inventoried as ``mig`` whatever the node's mode: docs/sharing-modes.
 the backend as ``VendorConfig.mig_strategy``: under ``single`` the NVIDIA backend
 publishes every MIG instance of an administrator-partitioned node as a device of its
 own, so ``nvidia.com/gpu: N`` asks N instances; ``none`` and ``mixed`` change nothing,
-the scheduler accepts the ``nvidia.com/mig-<profile>`` names on every node);
+the scheduler accepts the ``nvidia.com/mig-<profile>`` names on every node;
+``filterdevices.index`` then also takes ``"<gpu>:<n>"``, a MIG instance as NVIDIA's
+device plugin numbers it: ``NodeOverrides.select``);
 ``enablegetpreferredallocation: false`` and ``libcudaloglevel`` are read and logged as
 not applied (we always offer ``GetPreferredAllocation``: it keeps kubelet's IDs on the
 GPUs the scheduler chose).
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ import attrs
 import yaml
 
 from hami_core.errors import ConfigError
-from hami_core.model import DeviceInfo
+from hami_core.model import PARENT_UUID, PART_INDEX, DeviceInfo
 from hami_core.protocol.config import MAX_SPLIT_COUNT, VendorConfig, yaml_problem
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,9 @@ class NodeOverrides:
         core_scaling: ``devicecorescaling``.
         exclude_uuids: ``filterdevices.uuid``: devices not advertised.
         exclude_indexes: ``filterdevices.index``: devices not advertised, by index.
+        exclude_parts: ``filterdevices.index`` entries ``"<index>:<n>"``: parts of a
+            device published as devices of their own (``PART_INDEX``: a MIG instance under
+            the ``single`` strategy, as NVIDIA's device plugin numbers it) not advertised.
         preconfigured_memory_mib: ``preconfigureddevicememory``: MiB of a device whose
             discovery reports no memory (0 or None: such a device keeps 0).
         numa_topology: ``enablenumatopology``; None: our default (sent).
@@ -86,6 +91,7 @@ class NodeOverrides:
     core_scaling: float | None = None
     exclude_uuids: frozenset[str] = frozenset()
     exclude_indexes: frozenset[int] = frozenset()
+    exclude_parts: frozenset[str] = frozenset()
     preconfigured_memory_mib: int | None = None
     numa_topology: bool | None = None
     mode: str | None = None
@@ -107,8 +113,62 @@ class NodeOverrides:
         return attrs.evolve(config, **changes)
 
     def keeps(self, device: DeviceInfo) -> bool:
-        """False for a device the node's ``filterdevices`` leaves out."""
-        return device.uuid not in self.exclude_uuids and device.index not in self.exclude_indexes
+        """False for a device the node's ``filterdevices`` leaves out: by its UUID; a
+        part of a device (``PART_INDEX`` set) by its part index ``"<index>:<n>"``, any
+        other device by its index (HAMi's ``FilterDeviceToRegister``)."""
+        if device.uuid in self.exclude_uuids:
+            return False
+        part = device.node_local.get(PART_INDEX)
+        if part is not None:
+            return part not in self.exclude_parts
+        return device.index not in self.exclude_indexes
+
+    def select(self, devices: Sequence[DeviceInfo], *, node: str) -> tuple[DeviceInfo, ...]:
+        """The ``devices`` this node's ``filterdevices`` keeps (``keeps``), after checking
+        every entry addresses what the node publishes.
+
+        Where parts of a device are published as devices (a MIG instance under the NVIDIA
+        device plugin's ``single`` strategy, ``PARENT_UUID``), the whole device is not one:
+        NVIDIA's device plugin knows it there by no index (its MIG devices are
+        ``"<gpu>:<n>"``, rm/device_map.go ``GetByIndex`` finds no ``"<gpu>"``) and HAMi's
+        ``FilterDeviceToRegister`` matches no MIG device by index. Leaving the whole GPU out
+        for it, or silently nothing, would both surprise; so the entry is refused.
+
+        Raises:
+            ConfigError: an index or UUID entry names a whole device whose parts are the
+                published devices, or a part index is given where no part is published;
+                names ``nodeconfig[<node>].filterdevices`` and the entry.
+        """
+        where = f"nodeconfig[{node}].filterdevices"
+        parts = [d for d in devices if PART_INDEX in d.node_local]
+        whole = {d.node_local.get(PARENT_UUID, ""): d.index for d in parts} if parts else {}
+        for index in sorted(self.exclude_indexes):
+            named = sorted(str(d.node_local[PART_INDEX]) for d in parts if d.index == index)
+            if named:
+                raise ConfigError(
+                    f"{where}.index: {index} is a whole GPU, but this node publishes its MIG "
+                    f"instances as devices (migstrategy: single): name an instance by its "
+                    f"index ({', '.join(repr(n) for n in named)}) or its MIG UUID in "
+                    f"{where}.uuid"
+                )
+        for uuid in sorted(self.exclude_uuids):
+            if uuid in whole:
+                named = sorted(d.uuid for d in parts if d.node_local.get(PARENT_UUID) == uuid)
+                raise ConfigError(
+                    f"{where}.uuid: {uuid} is a whole GPU, but this node publishes its MIG "
+                    f"instances as devices (migstrategy: single): name the instances "
+                    f"({', '.join(named)}) or their indexes in {where}.index"
+                )
+        if self.exclude_parts and not parts:
+            raise ConfigError(
+                f"{where}.index: {', '.join(repr(p) for p in sorted(self.exclude_parts))} "
+                "names a MIG instance, but this node publishes whole GPUs (only under "
+                "migstrategy: single is a MIG instance a device): name the GPU's index"
+            )
+        unmatched = self.exclude_parts - {str(d.node_local[PART_INDEX]) for d in parts}
+        if unmatched:
+            log.warning("%s.index: no MIG instance %s on this node", where, sorted(unmatched))
+        return tuple(d for d in devices if self.keeps(d))
 
 
 def load_node_overrides(path: str | Path | None, *, node: str) -> NodeOverrides:
@@ -199,9 +259,13 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
     if not isinstance(uuids, list) or not all(isinstance(u, str) for u in uuids):
         raise ConfigError(f"{where}.filterdevices.uuid: must be a list of UUIDs")
     if not isinstance(indexes, list) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indexes
+        (isinstance(i, int) and not isinstance(i, bool) and i >= 0) or _part_index(i)
+        for i in indexes
     ):
-        raise ConfigError(f"{where}.filterdevices.index: must be a list of indexes >= 0")
+        raise ConfigError(
+            f"{where}.filterdevices.index: must be a list of indexes >= 0, or of MIG "
+            'instance indexes "<gpu>:<n>" under migstrategy: single'
+        )
     pre = _number(entry, "preconfigureddevicememory", int, where)
     if pre is not None and pre < 0:
         raise ConfigError(f"{where}.preconfigureddevicememory: must be >= 0, got {pre}")
@@ -228,8 +292,19 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
         memory_scaling=memory,
         core_scaling=core,
         exclude_uuids=frozenset(uuids),
-        exclude_indexes=frozenset(indexes),
+        exclude_indexes=frozenset(i for i in indexes if isinstance(i, int)),
+        exclude_parts=frozenset(_part_index(i) for i in indexes if isinstance(i, str)),
     )
+
+
+def _part_index(value: object) -> str:
+    """``"<gpu>:<n>"`` (both integers >= 0) normalised (``"01:2"`` -> ``"1:2"``), or ""."""
+    if not isinstance(value, str):
+        return ""
+    whole, colon, part = value.strip().partition(":")
+    if not colon or not (whole + part).isascii() or not whole.isdigit() or not part.isdigit():
+        return ""
+    return f"{int(whole)}:{int(part)}"
 
 
 def _number(entry: Mapping[str, Any], key: str, kind: type, where: str) -> Any:

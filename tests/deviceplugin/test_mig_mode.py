@@ -48,7 +48,7 @@ NODE = "node-a"
 PODS = Path(os.environ["PODS_FILE"])
 out = {}
 
-def start(mode=None, strategy=None):
+def start(mode=None, strategy=None, **entry_keys):
     cluster = MemoryCluster()
     cluster.add_node({"metadata": {"name": NODE}})
     if PODS.exists():
@@ -59,6 +59,7 @@ def start(mode=None, strategy=None):
         entry["operatingmode"] = mode
     if strategy:
         entry["migstrategy"] = strategy
+    entry.update(entry_keys)
     agent = NodeAgent(cluster, nvidia_manager(Path(os.environ["HOOK_DIR"])), backend="nvidia",
                       vendor="NVIDIA", node=NODE,
                       overrides=parse_node_overrides({"nodeconfig": [entry]}, node=NODE))

@@ -240,3 +240,88 @@ def test_an_instance_recreated_since_publication_fails_the_pod_instead_of_anothe
     assert out["old"] != out["new"]
     assert out["phase"] == "failed"
     assert f"MIG instance {out['old']}" in out["failed"] and out["new"] in out["failed"]
+
+
+def test_filterdevices_index_names_a_mig_instance_as_nvidias_device_plugin_does(
+    two_mig_gpus, fake_nvml_dir, tmp_path
+):
+    # Under single each instance is a device; NVIDIA's device plugin numbers it
+    # "<GPU index>:<MIG device index>" (nvidia-smi -L's "MIG ... Device <n>"), and so does
+    # filterdevices.index: "0:1" leaves out GPU 0's second MIG device only.
+    out = run(
+        two_mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        PLACE_N
+        + textwrap.dedent(
+            """
+        nvml = nvnode.current().nvml
+        for at in (2, 0, 1):   # MIG device order (by GPU instance) is not placement order
+            nvml.create_mig_instance(0, 0, at, 1)
+        nvml.create_mig_instance(1, 0, 6, 1)
+        by_gi = sorted(nvml.mig_instances(0), key=lambda m: m.gpu_instance_id)
+        out["second"] = by_gi[1].mig_uuid
+        out["second_start"] = by_gi[1].start
+        out["all"] = sorted([*instances_of(0).values(), *instances_of(1).values()])
+        cluster, agent, loop, allocator, state = start(
+            strategy="single", filterdevices={"index": ["0:1"]})
+        out["inventory"] = sorted(d["id"] for d in inventory(cluster))
+        out["ids"] = sorted(state.known_ids())
+        out["a"] = place_n(cluster, agent, allocator, state, "a", 3)
+        out["b"] = place_n(cluster, agent, allocator, state, "b", 1)
+        """
+        ),
+    )
+    assert out["second_start"] == 0  # the second MIG device sits at slice 0
+    kept = sorted(set(out["all"]) - {out["second"]})
+    assert out["inventory"] == kept and len(kept) == 3
+    assert out["ids"] == sorted(f"{u}-0" for u in kept)  # kubelet never sees it either
+    assert sorted(out["a"]["uuids"]) == kept  # the three others serve a pod of three
+    assert "refused" in out["b"]  # and the filtered one never serves anyone
+
+
+@pytest.mark.parametrize(
+    "strategy, filters, message",
+    [
+        (
+            "single",
+            {"index": [0]},
+            "filterdevices.index: 0 is a whole GPU, but this node publishes its MIG "
+            "instances as devices (migstrategy: single): name an instance by its index "
+            "('0:0', '0:1')",
+        ),
+        (
+            "single",
+            {"uuid": [GPUS[1]]},
+            f"filterdevices.uuid: {GPUS[1]} is a whole GPU, but this node publishes its MIG "
+            "instances as devices",
+        ),
+        (
+            "none",
+            {"index": ["0:1"]},
+            "filterdevices.index: '0:1' names a MIG instance, but this node publishes whole GPUs",
+        ),
+        ("single", {"index": ["0:x"]}, 'MIG instance indexes "<gpu>:<n>"'),
+    ],
+)
+def test_a_filter_entry_that_addresses_no_published_device_stops_the_start(
+    two_mig_gpus, fake_nvml_dir, tmp_path, strategy, filters, message
+):
+    out = run(
+        two_mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        f"""
+        nvml = nvnode.current().nvml
+        for at in (0, 1):
+            nvml.create_mig_instance(0, 0, at, 1)
+        nvml.create_mig_instance(1, 0, 6, 1)
+        try:
+            start(strategy={strategy!r}, filterdevices={filters!r})
+            out["error"] = None
+        except HamiError as exc:
+            out["error"] = str(exc)
+        """,
+    )
+    assert out["error"] and message in out["error"], out["error"]
+    assert "nodeconfig[node-a].filterdevices" in out["error"]

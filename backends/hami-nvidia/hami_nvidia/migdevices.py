@@ -37,6 +37,8 @@ from typing import Any
 import attrs
 
 from hami_core.backend import (
+    PARENT_UUID,
+    PART_INDEX,
     ConfigError,
     ContainerAllocation,
     ContainerDevices,
@@ -62,8 +64,6 @@ log = logging.getLogger(__name__)
 DYNAMIC = "mig"
 #: The node's migstrategy that makes each static MIG instance a device of its own.
 SINGLE = "single"
-#: ``DeviceInfo.node_local`` key of an instance device's parent GPU UUID.
-PARENT = "migParent"
 #: Key of the nvidia section: HAMi's ``migProfileAllowlist`` (``[{models, profiles}]``).
 ALLOWLIST_KEY = "migProfileAllowlist"
 #: An instance created less than this long ago is never released: the pod list the
@@ -189,17 +189,26 @@ def is_instance(device: DeviceInfo) -> bool:
 
 def instance_devices(base: DeviceInfo, nvml: Nvml) -> list[DeviceInfo]:
     """The ``single`` strategy's devices of one GPU in MIG mode: one per existing
-    instance that has its compute instance (a MIG UUID), in placement order.
+    instance that has its compute instance (a MIG UUID), in placement order. Each names
+    its GPU (``PARENT_UUID``) and its index as NVIDIA's device plugin numbers a MIG device,
+    ``"<GPU index>:<MIG device index>"`` (``PART_INDEX``; rm/nvml_devices.go
+    ``newMigDevice``), which ``filterdevices.index`` matches; the MIG device index is
+    NVML's (``NvmlMigInstance.mig_index``), else the instance's rank by GPU instance id.
 
     Raises:
         NvmlError: NVML fails.
     """
     by_id = {p.profile_id: p for p in nvml.mig_profiles(base.index)}
+    found = [m for m in nvml.mig_instances(base.index) if m.mig_uuid]
+    rank = {
+        m.gpu_instance_id: n for n, m in enumerate(sorted(found, key=lambda m: m.gpu_instance_id))
+    }
     out = []
-    for m in sorted(nvml.mig_instances(base.index), key=lambda m: m.start):
+    for m in sorted(found, key=lambda m: m.start):
         p = by_id.get(m.profile_id)
-        if not m.mig_uuid or p is None:
+        if p is None:
             continue
+        part = m.mig_index if m.mig_index is not None else rank[m.gpu_instance_id]
         profile = MigProfile(
             name=p.name,
             memory_mib=p.memory_mib,
@@ -216,7 +225,12 @@ def instance_devices(base: DeviceInfo, nvml: Nvml) -> list[DeviceInfo]:
                 cores_pct=100,
                 split_count=1,
                 mig_profiles=(profile,),
-                node_local={**base.node_local, ON_NODE: "1", PARENT: base.uuid},
+                node_local={
+                    **base.node_local,
+                    ON_NODE: "1",
+                    PARENT_UUID: base.uuid,
+                    PART_INDEX: f"{base.index}:{part}",
+                },
             )
         )
     return out

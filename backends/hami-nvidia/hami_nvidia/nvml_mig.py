@@ -77,7 +77,9 @@ class NvmlMigProfile:
 
 @attrs.frozen(kw_only=True)
 class NvmlMigInstance:
-    """A GPU instance and its compute instance (None when it has none yet)."""
+    """A GPU instance and its compute instance (None when it has none yet); ``mig_index``
+    is the index of its MIG device under the GPU (``nvmlDeviceGetMigDeviceHandleByIndex``,
+    ``nvidia-smi -L``'s "MIG ... Device <n>"), None without a compute instance."""
 
     gpu_instance_id: int
     profile_id: int
@@ -85,6 +87,7 @@ class NvmlMigInstance:
     size: int
     compute_instance_id: int | None = None
     mig_uuid: str = ""
+    mig_index: int | None = None
 
 
 def profile_name(nvml_name: Any, slices: int, memory_mib: int) -> str:
@@ -186,7 +189,10 @@ class PynvmlMig:
                             start=int(info.placement.start),
                             size=int(info.placement.size),
                             compute_instance_id=ci,
-                            mig_uuid=uuids.get((gid, ci), "") if ci is not None else "",
+                            mig_uuid=uuids.get((gid, ci), ("", None))[0] if ci is not None else "",
+                            mig_index=uuids.get((gid, ci), ("", None))[1]
+                            if ci is not None
+                            else None,
                         )
                     )
             return sorted(out, key=lambda m: m.gpu_instance_id)
@@ -213,10 +219,11 @@ class PynvmlMig:
             return int(info.id)
         return None
 
-    def _mig_uuids(self, pynvml: Any, handle: Any) -> dict[tuple[int, int], str]:
+    def _mig_uuids(self, pynvml: Any, handle: Any) -> dict[tuple[int, int], tuple[str, int]]:
+        """``(GPU instance id, compute instance id)`` -> the MIG device's UUID and index."""
         from .nvml import NvmlError, _call
 
-        out: dict[tuple[int, int], str] = {}
+        out: dict[tuple[int, int], tuple[str, int]] = {}
         total = _call(
             "nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle
         )
@@ -234,7 +241,8 @@ class PynvmlMig:
                 raise
             gi = _call("nvmlDeviceGetGpuInstanceId", pynvml.nvmlDeviceGetGpuInstanceId, mig)
             ci = _call("nvmlDeviceGetComputeInstanceId", pynvml.nvmlDeviceGetComputeInstanceId, mig)
-            out[(int(gi), int(ci))] = str(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, mig))
+            uuid = str(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, mig))
+            out[(int(gi), int(ci))] = (uuid, i)
         return out
 
     def create_mig_instance(
