@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
 from hami_core.backend import scaled
 from hami_core.cluster.base import ClusterStore
-from hami_core.errors import AnnotationError, HamiError
+from hami_core.errors import AnnotationError, ConfigError, HamiError
 from hami_core.model import DeviceInfo
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import HamiConfig, VendorConfig
@@ -30,6 +30,8 @@ from hami_core.protocol.handshake import HandshakeState, decode_handshake, encod
 from hami_core.protocol.inventory import encode_inventory
 from hami_core.protocol.nodeconfig import NodeOverrides, load_node_overrides, parse_node_overrides
 from hami_core.protocol.topology import encode_link_scores
+
+from .reshaped import reshaped_holdings
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,39 @@ class NodeAgent:
         if left_out:
             log.debug("node config leaves out %s", left_out)
         return kept
+
+    def check_reshaped(self, devices: Sequence[DeviceInfo]) -> None:
+        """Refuse ``devices`` when live pods our scheduler placed here hold some of them
+        under UUIDs of another shape (``reshaped.reshaped_holdings``: the node's
+        ``migstrategy`` changed while pods held its GPUs), so the same memory is never
+        handed out twice. An unreadable pod list refuses nothing (the pods cannot be
+        known; the scheduler's own usage rule still applies).
+
+        Raises:
+            ConfigError: names the node's strategy, the pods and devices, and what to do.
+        """
+        try:
+            pods = self.store.pods_on_node(self.node)
+        except HamiError as exc:
+            log.warning("cannot list the pods of %s to check what they hold: %s", self.node, exc)
+            return
+        held = reshaped_holdings(
+            pods,
+            devices,
+            self.dtype,
+            node=self.node,
+            scheduler_name=self.hami_config.scheduler_name,
+        )
+        if held:
+            raise ConfigError(
+                f"node {self.node}: migstrategy {self.config.mig_strategy or 'none'} "
+                f"(operatingmode {self.config.operating_mode}) publishes these devices in "
+                f"another shape than live pods hold them: {'; '.join(held)}. Changing "
+                "migstrategy while pods hold the GPUs would hand the same memory out "
+                "twice: delete or drain those pods, or restore the previous migstrategy "
+                "in the node configuration; the device plugin starts once no pod holds "
+                "them (the node keeps its previous inventory until then)"
+            )
 
     def _preconfigured(self, device: DeviceInfo) -> DeviceInfo:
         """The node's ``operatingmode`` as the device's inventory ``mode``, and HAMi's

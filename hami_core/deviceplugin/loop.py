@@ -64,12 +64,17 @@ class HealthLoop:
         return self.agent.node
 
     def first_round(self) -> tuple[DeviceInfo, ...]:
-        """Discover and publish once, before kubelet is served.
+        """Discover and publish once, before kubelet is served; nothing is published (nor
+        released) when live pods hold these devices in another shape
+        (``NodeAgent.check_reshaped``).
 
         Raises:
             HamiError: discovery failed (the message says why).
+            ConfigError: live pods hold devices the node now publishes in another shape
+                (its ``migstrategy`` changed under them), naming the pods and devices.
         """
         devices = self.agent.discover()
+        self.agent.check_reshaped(devices)
         self.state.update(devices)
         log.info(
             "discovered %d %s device(s) on %s: %s",

@@ -28,7 +28,15 @@ from .cores import (
     SGPU_CORES,
     CoresUnit,
 )
-from .device import DEVICE_MODES, PARENT_UUID, PART_INDEX, DeviceInfo, DeviceUsage, NodeInfo
+from .device import (
+    DEVICE_MODES,
+    PARENT_UUID,
+    PART_INDEX,
+    PART_UUIDS,
+    DeviceInfo,
+    DeviceUsage,
+    NodeInfo,
+)
 from .fit import FitResult
 from .fitrules import Chooser, CoresCapacity, ExtraCheck, FitRules, LinkGroup, device_cores
 from .mig import MIG_PROFILE_INFO, MigPlacement, MigProfile, MigSlot
@@ -57,6 +65,7 @@ __all__ = [
     "DEVICE_MODES",
     "PARENT_UUID",
     "PART_INDEX",
+    "PART_UUIDS",
     "Allocation",
     "BackendInfo",
     "Charge",

@@ -19,6 +19,10 @@ DEVICE_MODES = ("hami-core", "mig", "mps")
 #: ``filterdevices`` addresses parts by it.
 PARENT_UUID = "parentUUID"
 PART_INDEX = "partIndex"
+#: ``DeviceInfo.node_local`` key of a whole device whose parts have UUIDs of their own (a
+#: GPU in MIG mode published whole: its instances' MIG UUIDs), comma separated: what a pod
+#: placed while the parts were published as devices names instead of the device.
+PART_UUIDS = "partUUIDs"
 
 
 def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:

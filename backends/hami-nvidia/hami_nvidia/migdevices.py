@@ -39,6 +39,7 @@ import attrs
 from hami_core.backend import (
     PARENT_UUID,
     PART_INDEX,
+    PART_UUIDS,
     ConfigError,
     ContainerAllocation,
     ContainerDevices,
@@ -131,13 +132,15 @@ def mig_device(
     """The inventory entry of a GPU in MIG mode, or None when it offers nothing (logged).
 
     ``devmem`` is the GPU's physical memory and ``devcore`` 100 (HAMi registers MIG GPUs
-    unscaled); ``count`` is the most instances it can hold (dynamic) or has (static).
+    unscaled); ``count`` is the most instances it can hold (dynamic) or has (static);
+    ``node_local[PART_UUIDS]`` the MIG UUIDs of its instances now.
 
     Raises:
         NvmlError: NVML fails.
     """
     profiles = nvml.mig_profiles(base.index)
     full_sm = max((p.multiprocessors for p in profiles), default=0)
+    instances = [m for m in nvml.mig_instances(base.index) if m.mig_uuid]
     if config.operating_mode == DYNAMIC:
         allowed = allowed_profiles(config, base.model)
         offered = tuple(
@@ -151,7 +154,6 @@ def mig_device(
     else:
         by_id = {p.profile_id: p for p in profiles}
         grouped: dict[int, list[MigPlacement]] = {}
-        instances = [m for m in nvml.mig_instances(base.index) if m.mig_uuid]
         for m in instances:
             grouped.setdefault(m.profile_id, []).append(MigPlacement(start=m.start, size=m.size))
         offered = tuple(
@@ -177,7 +179,13 @@ def mig_device(
         cores_pct=100,
         split_count=count,
         mig_profiles=offered,
-        node_local={**base.node_local, ON_NODE: "1"},
+        # PART_UUIDS: a pod placed while these instances were devices of their own
+        # (migstrategy: single) names them, not the GPU (deviceplugin.reshaped)
+        node_local={
+            **base.node_local,
+            ON_NODE: "1",
+            PART_UUIDS: ",".join(sorted(m.mig_uuid for m in instances)),
+        },
     )
 
 
