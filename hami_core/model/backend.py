@@ -107,6 +107,14 @@ class DeviceTypeInfo:
             the webhook denies these in the ``env`` of a container that asks for managed
             devices, and ``envFrom`` whose prefix could form them (PROTOCOL.md §6-7);
             the conformance kit checks that what ``hami_allocate`` sets is declared.
+        protected_paths: container paths where the device plugin mounts what the vendor's
+            limiter relies on (its library, ``/etc/ld.so.preload``, its limits and shared
+            files; NVIDIA: ``/usr/local/vgpu``). kubelet hands a runtime the device plugin's
+            mounts before the pod's volumes and the runtime mounts paths of equal depth
+            in that order (Kubernetes ``GenerateRunContainerOptions``; containerd's CRI
+            sorts mounts stably by depth), so a volume at such a path would cover the
+            device plugin's: the webhook denies ``volumeMounts`` / ``volumeDevices`` at or
+            under one in a container that asks for managed devices.
     """
 
     vendor: str
@@ -126,6 +134,7 @@ class DeviceTypeInfo:
     other_resources: tuple[str, ...] = ()
     memory_unit_option: str = ""
     allocate_env: tuple[str, ...] = ()
+    protected_paths: tuple[str, ...] = ()
 
     @property
     def resource_cores_unit(self) -> CoresUnit:

@@ -114,7 +114,9 @@ def _check_container_fields(c: Mapping[str, Any], where: str) -> None:
     """The container fields beyond ``resources`` that hami reads (``v1.Container``):
     ``env`` (a list of ``EnvVar`` objects with a string ``name``), ``envFrom`` (a list of
     ``EnvFromSource`` objects: a string ``prefix``, ``configMapRef`` / ``secretRef``
-    objects), ``securityContext`` (an object), ``restartPolicy`` (a string)."""
+    objects), ``volumeMounts`` / ``volumeDevices`` (lists of objects with a string
+    ``mountPath`` / ``devicePath``), ``securityContext`` (an object), ``restartPolicy``
+    (a string)."""
     env = c.get("env")
     if env is not None:
         if not isinstance(env, list):
@@ -134,6 +136,17 @@ def _check_container_fields(c: Mapping[str, Any], where: str) -> None:
             for ref in ("configMapRef", "secretRef"):
                 if src.get(ref) is not None and not isinstance(src[ref], Mapping):
                     raise InvalidInputError(f"{where}.envFrom[{j}].{ref} must be an object")
+    for field, key in (("volumeMounts", "mountPath"), ("volumeDevices", "devicePath")):
+        items = c.get(field)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            raise InvalidInputError(f"{where}.{field} must be a list")
+        for j, m in enumerate(items):
+            if not isinstance(m, Mapping) or not isinstance(m.get(key), str):
+                raise InvalidInputError(
+                    f"{where}.{field}[{j}] must be an object with a string {key}"
+                )
     for key, kind, what in (
         ("securityContext", Mapping, "an object"),
         ("restartPolicy", str, "a string"),

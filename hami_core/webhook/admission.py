@@ -47,7 +47,9 @@ from .trust import (
     allocate_env_patterns,
     changed_owned_annotations,
     env_denial,
+    mount_denial,
     owned_annotation_keys,
+    protected_path_roots,
 )
 
 
@@ -60,7 +62,8 @@ class AdmissionResult:
         patch: RFC 6902 operations (empty when nothing changes or denied).
         message: why it was denied (names the cause), or "".
         reason: a short code for the denial (``PrivilegedContainer``, ``NodeNamePreset``,
-            ``SchedulerOwnedAnnotation``, ``ProtectedEnv``, ``InvalidRequest``,
+            ``SchedulerOwnedAnnotation``, ``ProtectedEnv``, ``ProtectedPath``,
+            ``InvalidRequest``,
             ``MisplacedLimits``,
             ``ResourceQuotaNotFit``).
         mutated: True when the pod asks for managed devices and was handled.
@@ -98,6 +101,7 @@ class Admission:
         self.trusted_users = trusted_users
         self._owned = owned_annotation_keys(manager)
         self._allocate_env = allocate_env_patterns(manager)
+        self._protected_paths = protected_path_roots(manager)
 
     def container_asks(
         self, pod: Mapping[str, Any], container: Mapping[str, Any], *, init: bool
@@ -187,6 +191,9 @@ class Admission:
             )
             if reason:
                 return _deny("ProtectedEnv", f"pod {pod_ref(pod)}: {reason}")
+            reason = mount_denial(container, self._protected_paths)
+            if reason:
+                return _deny("ProtectedPath", f"pod {pod_ref(pod)}: {reason}")
             parsed.append((container, init, path, reqs))
         asks = malformed is not None or any(reqs for *_, reqs in parsed)
         # The object label exempts only a pod that asks for no managed device.

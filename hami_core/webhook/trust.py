@@ -20,6 +20,7 @@ writer the pod's author is not:
 from __future__ import annotations
 
 import fnmatch
+import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -161,6 +162,46 @@ def env_denial(
     return None
 
 
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def mount_denial(container: Mapping[str, Any], protected: Iterable[str]) -> str | None:
+    """Why this (device-asking) container's volumes are denied, or None: a
+    ``volumeMounts[].mountPath`` or ``volumeDevices[].devicePath`` at or under one of
+    ``protected`` (``protected_path_roots``), normalised (``/etc//ld.so.preload/``,
+    ``/usr/local/vgpu/../vgpu/limits``), would cover what the device plugin mounts there.
+
+    A volume at a parent path (``/etc``, ``/usr/local``) is mounted first and covered by
+    the device plugin's deeper mounts; an image whose symlinks alias a protected path is
+    not seen here (docs/threat-model.md)."""
+    roots = tuple(protected)
+    name = container.get("name")
+    for field, key in (("volumeMounts", "mountPath"), ("volumeDevices", "devicePath")):
+        for i, m in enumerate(container.get(field) or []):
+            raw = m.get(key) if isinstance(m, Mapping) else None
+            if not isinstance(raw, str) or not raw:
+                continue
+            path = posixpath.normpath("/" + raw.lstrip("/"))
+            hit = next((r for r in roots if _under(path, r)), None)
+            if hit is not None:
+                return (
+                    f"container {name!r}: {field}[{i}].{key} {raw!r} is where the device "
+                    f"plugin mounts {hit} for the device's limiter; a volume there would "
+                    "cover it"
+                )
+    return None
+
+
+def protected_path_roots(manager: BackendManager) -> tuple[str, ...]:
+    """Every installed vendor's ``DeviceTypeInfo.protected_paths``, normalised, once."""
+    seen: dict[str, None] = {}
+    for t in manager.device_types():
+        for path in t.protected_paths:
+            seen.setdefault(posixpath.normpath(path), None)
+    return tuple(seen)
+
+
 def allocate_env_patterns(manager: BackendManager) -> tuple[str, ...]:
     """Every installed vendor's ``DeviceTypeInfo.allocate_env`` patterns, in order, once.
 
@@ -181,6 +222,8 @@ __all__ = [
     "changed_owned_annotations",
     "env_denial",
     "is_shim_variable",
+    "mount_denial",
     "owned_annotation_keys",
     "prefix_may_form_shim_variable",
+    "protected_path_roots",
 ]

@@ -425,6 +425,9 @@ def _denied_invalid(client, body, expected):
         ("envFrom", [{"prefix": "A_", "secretRef": ["s"]}], "envFrom[0].secretRef must be"),
         ("securityContext", "privileged", "spec.containers[0].securityContext must be an object"),
         ("restartPolicy", ["Always"], "spec.containers[0].restartPolicy must be a string"),
+        ("volumeMounts", "/etc", "spec.containers[0].volumeMounts must be a list"),
+        ("volumeMounts", [{"mountPath": 3}], "volumeMounts[0] must be an object with a string"),
+        ("volumeDevices", [{}], "volumeDevices[0] must be an object with a string devicePath"),
     ],
 )
 def test_malformed_container_fields_of_a_device_pod_are_named(client, field, value, expected):

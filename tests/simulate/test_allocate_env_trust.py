@@ -11,7 +11,12 @@ from click.testing import CliRunner
 from hami_core.cli import cli
 from hami_core.simulate.loader import load_workloads
 from hami_core.webhook import Admission
-from hami_core.webhook.trust import allocate_env_patterns, is_shim_variable
+from hami_core.webhook.trust import (
+    allocate_env_patterns,
+    is_shim_variable,
+    mount_denial,
+    protected_path_roots,
+)
 
 from .helpers import EXAMPLES, manager
 
@@ -83,3 +88,31 @@ def test_a_placed_pod_that_sets_its_own_values_is_denied(cluster, workloads):
         assert not out.allowed and out.reason == "ProtectedEnv", (p["name"], out)
         checked += 1
     assert checked >= 3
+
+
+def test_every_nvidia_mount_is_a_path_a_tenant_volume_may_not_cover():
+    """What the shim relies on (library, preload, limits, region, priority boards, MPS
+    pipe) is mounted only where the webhook refuses a tenant's volume."""
+    roots = protected_path_roots(manager())
+    paths = {
+        m["containerPath"]
+        for cluster, workloads in RUNS
+        for p in _report(cluster, workloads)["pods"]
+        for c in p.get("containers") or []
+        if "NVIDIA_VISIBLE_DEVICES" in c["env"]
+        for m in c["mounts"]
+    }
+    assert {"/etc/ld.so.preload", "/usr/local/vgpu/limits", "/tmp/nvidia-mps"} <= paths
+    covered = [
+        p for p in sorted(paths) if mount_denial({"volumeMounts": [{"mountPath": p}]}, roots)
+    ]
+    assert covered == sorted(paths)
+
+
+def _report(cluster, workloads):
+    result = CliRunner().invoke(
+        cli,
+        ["simulate", "--cluster", str(EXAMPLES / cluster), str(EXAMPLES / workloads), "-o", "json"],
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)

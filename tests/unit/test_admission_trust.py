@@ -110,6 +110,70 @@ def test_env_from_that_could_carry_a_vendors_variables_is_denied(prefix, allowed
     assert out.allowed is allowed, out.message
 
 
+def with_volume(path, *, field="volumeMounts", **res):
+    c = container(**(res or {"gpu": 1, "gpumem": 3000}))
+    key = "mountPath" if field == "volumeMounts" else "devicePath"
+    c[field] = [{"name": "v", key: path}]
+    return pod("p", c, init=None)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/etc/ld.so.preload",  # the shim would not be preloaded
+        "/usr/local/vgpu/limits",  # the tenant's own limits file
+        "/usr/local/vgpu/libvgpu.so",
+        "/usr/local/vgpu",
+        "/usr/local/vgpu/priority/GPU-1",
+        "/usr/local//vgpu/limits/",
+        "usr/local/vgpu/../vgpu/limits",
+        "/tmp/nvidia-mps",  # its own MPS daemon
+    ],
+)
+def test_a_gpu_container_may_not_cover_the_limiters_files_with_a_volume(path):
+    out = admission().review(with_volume(path))
+    assert not out.allowed and out.reason == "ProtectedPath"
+    assert f"volumeMounts[0].mountPath {path!r}" in out.message
+
+
+@pytest.mark.parametrize(
+    "path, res",
+    [
+        ("/etc/ld.so.preload", {"gpu": 1}),
+        ("/hami-vnpu-core/libvnpu.so", None),
+        ("/hami-shared-region", None),
+    ],
+)
+def test_volume_devices_and_other_vendors_paths_too(path, res):
+    if res is None:  # an Ascend container: hami-core mode's limiter
+        p = vendor_pod({"huawei.com/Ascend910B3": "1"})
+        p["spec"]["containers"][0]["volumeMounts"] = [{"name": "v", "mountPath": path}]
+    else:
+        p = with_volume(path, field="volumeDevices", **res)
+    out = admission().review(p)
+    assert not out.allowed and out.reason == "ProtectedPath", out.message
+
+
+@pytest.mark.parametrize(
+    "path", ["/etc", "/usr/local", "/usr/local/vgpu2", "/data", "/dev/shm", "/tmp/nvidia-mps-x"]
+)
+def test_other_volumes_are_fine(path):
+    assert admission().review(with_volume(path)).allowed
+
+
+def test_a_container_without_devices_may_mount_anything():
+    p = pod(
+        "p",
+        container(gpu=1),
+        {
+            "name": "side",
+            "image": "x",
+            "volumeMounts": [{"name": "v", "mountPath": "/etc/ld.so.preload"}],
+        },
+    )
+    assert admission().review(p).allowed
+
+
 def test_init_containers_are_checked_too():
     bad = container("init", gpu=1)
     bad["env"] = [{"name": "CUDA_DEVICE_SM_LIMIT", "value": "100"}]

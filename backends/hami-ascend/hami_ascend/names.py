@@ -29,6 +29,14 @@ ALLOCATE_ENV: Final = (
     "NPU_GLOBAL_SHM_PATH",
     "NPU_LOCAL_SHM_PATH",
 )
+#: Where allocate.py mounts hami-core mode's limiter (hami-vnpu-core), its preload and its
+#: shared and per-container memory (SHARED_REGION, LOCAL_SHM).
+PROTECTED_PATHS: Final = (
+    "/etc/ld.so.preload",
+    "/hami-vnpu-core",
+    "/hami-shared-region",
+    "/hami-vnpu-shmem",
+)
 
 
 def use_uuid_annotation(vendor: str) -> str:
@@ -62,6 +70,7 @@ def device_type(model: ModelSpec) -> DeviceTypeInfo:
         **hami_annotation_keys(x, register_word_last=True),
         fit_rules=rules(model),
         allocate_env=ALLOCATE_ENV,
+        protected_paths=PROTECTED_PATHS,
     )
 
 

@@ -50,6 +50,9 @@ DEVICE_TYPE = DeviceTypeInfo(
         "GPU_CORE_UTILIZATION_POLICY",
         "CUDA_MPS_*",
     ),
+    # where allocate.py mounts the shim, its preload, limits file, region and priority
+    # boards (CONTAINER_HOOK_DIR), and the MPS daemon's pipe directory
+    protected_paths=("/etc/ld.so.preload", "/usr/local/vgpu", "/tmp/nvidia-mps"),
 )
 
 # Pod annotations (PROTOCOL.md §5): HAMi's names first, then the handbook's aliases.

@@ -3,14 +3,14 @@
 import attrs
 import pytest
 from hami_ascend import discover, plugin
-from hami_ascend.allocate import allocate
+from hami_ascend.allocate import DRIVER_PATHS, allocate
 from hami_ascend.models import settings
 from hami_ascend.names import DEVICE_TYPES
 
 from hami_core.errors import InvalidInputError
 from hami_core.model import ContainerDevice
 from hami_core.testing import section
-from hami_core.webhook.trust import is_shim_variable
+from hami_core.webhook.trust import is_shim_variable, mount_denial
 
 from .support import FakeNpuSmi
 
@@ -82,6 +82,12 @@ def test_hami_core_mode_env_and_mounts(npu_smi):
     # every one is the webhook's to deny in a tenant's own env (DeviceTypeInfo.allocate_env)
     patterns = DEVICE_TYPES[0].allocate_env
     assert all(is_shim_variable(k, patterns) for k in res.envs), sorted(res.envs)
+    # and a tenant's volume may cover none of the limiter's mounts (the driver's files are
+    # the tenant's own business)
+    roots = DEVICE_TYPES[0].protected_paths
+    limiter = [m.container_path for m in res.mounts if m.container_path not in DRIVER_PATHS]
+    assert len(limiter) == 4
+    assert all(mount_denial({"volumeMounts": [{"mountPath": p}]}, roots) for p in limiter)
 
 
 def test_a_chip_the_node_does_not_have_is_refused_and_npu_smi_is_not_run(monkeypatch):
