@@ -539,6 +539,52 @@ def test_a_forged_pod_past_the_webhook_gets_no_device_from_the_real_kubelet(stac
         stack.core.delete_namespaced_pod("squatter", ns, grace_period_seconds=0)
 
 
+def test_a_volume_over_the_limits_file_is_denied_and_past_the_webhook_would_cover_it(
+    stack: Stack, tenant
+):
+    """A ConfigMap mounted at the shim's limits file: the webhook denies it. Why: past the
+    webhook (a namespace it does not select, our scheduler still placing the pod) the real
+    kubelet and containerd mount the pod's file over the one the device plugin mounted,
+    and the shim would read the tenant's limits."""
+    forged_limits = "CUDA_DEVICE_MEMORY_LIMIT_0=16384m\n"
+
+    def covering(name: str) -> dict[str, Any]:
+        pod = _tenant_pod(name, schedulerName="hami-scheduler")
+        main = pod["spec"]["containers"][0]
+        main["command"] = ["/bin/sh", "-c", "cat /usr/local/vgpu/limits; exec sleep 3600"]
+        main["volumeMounts"] = [
+            {"name": "mine", "mountPath": "/usr/local/vgpu/limits", "subPath": "limits"}
+        ]
+        pod["spec"]["volumes"] = [{"name": "mine", "configMap": {"name": "my-limits"}}]
+        return pod
+
+    cm = {"metadata": {"name": "my-limits"}, "data": {"limits": forged_limits}}
+    stack.core.create_namespaced_config_map(stack.namespace, cm)
+    body = _denied(lambda: tenant.create_namespaced_pod(stack.namespace, covering("cover")))
+    assert "volumeMounts[0].mountPath '/usr/local/vgpu/limits'" in body
+
+    ns = f"unreviewed-{stack.suffix}"  # not selected by the webhook configuration
+    stack.core.create_namespace({"metadata": {"name": ns}})
+    stack.node.namespaces.add(ns)
+    stack.core.create_namespaced_config_map(ns, cm)
+    stack.core.create_namespaced_pod(ns, covering("cover"))
+
+    def logged() -> tuple[dict[str, Any], str] | None:
+        resp = stack.core.read_namespaced_pod("cover", ns, _preload_content=False)
+        pod = json.loads(resp.data)
+        if (pod.get("status") or {}).get("phase") != "Running":
+            return None
+        text = stack.node.pod_log(ns, "cover", pod["metadata"]["uid"], "main")
+        return (pod, text) if text else None
+
+    pod, text = stack.cp.wait_for(logged, timeout=120, interval=0.5, message="cover's log")
+    served = (stack.hook / "containers" / f"{pod['metadata']['uid']}_main.limits").read_text()
+    assert "CUDA_DEVICE_MEMORY_LIMIT_0=3000m" in served  # what the device plugin wrote
+    assert text.strip() == forged_limits.strip()  # what the container sees there
+    with contextlib.suppress(ApiException):
+        stack.core.delete_namespaced_pod("cover", ns, grace_period_seconds=0)
+
+
 # -- MPS mode (issue #17 item 3): last, it restarts the device plugin in MPS mode ------
 
 
