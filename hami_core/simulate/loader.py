@@ -428,7 +428,9 @@ def _int_field(
     minimum: int = 0,
     maximum: int = INT32_MAX,
 ) -> int:
-    value = entry.get(key, default)
+    value = entry.get(key)
+    if value is None:  # null is unset, as the API server reads it: the default applies
+        value = default
     if value is None:
         raise InvalidInputError(f"{where}: {key} is required")
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:

@@ -255,6 +255,21 @@ def template(**limits):
     }
 
 
+@pytest.mark.parametrize("kind, key", [("Deployment", "replicas"), ("Job", "parallelism")])
+def test_a_null_count_is_unset_and_defaults_to_one(tmp_path, kind, key):
+    """``replicas: null`` is how a Helm template writes an unset value; the API server
+    defaults it (1), and so does simulate (it said "replicas is required")."""
+    obj = {
+        "apiVersion": "apps/v1" if kind == "Deployment" else "batch/v1",
+        "kind": kind,
+        "metadata": {"name": "w"},
+        "spec": {key: None, "template": template(gpu=1)},
+    }
+    assert [p.key for p in load_workloads([write(tmp_path / "w.yaml", obj)]).pods] == [
+        "default/w-0"
+    ]
+
+
 def test_deployment_statefulset_replicaset_and_job_expand(tmp_path):
     path = write(
         tmp_path / "w.yaml",
