@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from hami_core.cluster.base import ClusterStore
+from hami_core.errors import NotFoundError
 from hami_core.model import CORES_UNITS, PERCENT, CoresUnit
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.scheduler import Scheduler
@@ -182,9 +183,19 @@ def build_view(
             first.
     Raises:
         ValueError: ``sort_by`` is not one of ``SORT_KEYS``.
+        NotFoundError: a name of ``nodes`` is no node of ``store`` (as ``kubectl top node
+            <name>``, instead of an empty table).
     """
     if sort_by not in SORT_KEYS:
         raise ValueError(f"--sort-by must be one of {', '.join(SORT_KEYS)}, not {sort_by!r}")
+    known = {str((n.get("metadata") or {}).get("name", "")) for n in store.list_nodes()}
+    missing = sorted(set(nodes) - known)
+    if missing:
+        some = sorted(known)
+        shown = ", ".join(some[:10]) + (", ..." if len(some) > 10 else "")
+        raise NotFoundError(
+            f"no node named {', '.join(repr(m) for m in missing)} (nodes: {shown or 'none'})"
+        )
     scheduler = Scheduler(store, manager)
     types = manager.device_types()
     by_vendor = {t.vendor: t for t in types}

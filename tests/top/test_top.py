@@ -175,6 +175,10 @@ def test_bad_input_is_named():
     assert code == 2 and "'novalue' is not key=value" in out
     code, out = run("--example", "--prometheus", "http://127.0.0.1:1")
     assert code == 1 and "Prometheus at http://127.0.0.1:1" in out
+    # a mistyped node is named, as kubectl top node <name> does (was an empty table)
+    code, out = run("--example", "gpu-t4-01", "gpu-t4-1")
+    assert code == 1
+    assert out == "Error: no node named 'gpu-t4-1' (nodes: gpu-a100-01, gpu-a100-02, gpu-t4-01)\n"
 
 
 def test_device_use_is_optional_per_device():
