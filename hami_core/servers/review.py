@@ -154,7 +154,10 @@ def parse_review(body: object) -> ReviewRequest:
         )
     operation = request.get("operation")
     if not isinstance(operation, str) or not operation:
-        raise MalformedReview("AdmissionReview.request.operation is missing", **known)
+        what = (
+            "is missing" if not operation else f"must be a string, got {type(operation).__name__}"
+        )
+        raise MalformedReview(f"AdmissionReview.request.operation {what}", **known)
     return ReviewRequest(
         api_version=str(api_version),
         uid=uid,

@@ -368,7 +368,10 @@ def test_bad_content_with_a_uid_is_denied_in_a_review(client):
     _denied_400(client, body, "request.kind")
     body = pod_review()
     del body["request"]["operation"]
-    _denied_400(client, body, "operation")
+    _denied_400(client, body, "AdmissionReview.request.operation is missing")
+    body = pod_review()
+    body["request"]["operation"] = ["CREATE"]
+    _denied_400(client, body, "AdmissionReview.request.operation must be a string, got list")
     body = pod_review()
     body["request"]["namespace"] = 5
     _denied_400(client, body, "request.namespace must be a string")
