@@ -198,9 +198,14 @@ def create_extender_app(
             try:
                 args = _fold(_body())
                 fields = {k: args.get(k) for k in ("podname", "podnamespace", "poduid", "node")}
-                missing = [k for k, v in fields.items() if not isinstance(v, str) or not v]
+                missing = [k for k, v in fields.items() if v is None or v == ""]
                 if missing:
                     raise InvalidInputError(f"ExtenderBindingArgs: missing {', '.join(missing)}")
+                mistyped = [k for k, v in fields.items() if not isinstance(v, str)]
+                if mistyped:
+                    raise InvalidInputError(
+                        f"ExtenderBindingArgs: {', '.join(mistyped)} must be strings"
+                    )
                 if not is_leader():
                     leader = leader_identity() or "unknown"
                     raise ConflictError(f"this replica is not the leader (leader: {leader}); retry")

@@ -278,12 +278,19 @@ def test_follower_refuses_bind(env):
 
 
 @pytest.mark.parametrize(
-    "payload",
-    [{}, {"PodName": "p"}, {"PodName": "p", "PodNamespace": "default", "PodUID": 3, "Node": "n1"}],
+    ("payload", "error"),
+    [
+        ({}, "ExtenderBindingArgs: missing podname, podnamespace, poduid, node"),
+        ({"PodName": "p"}, "ExtenderBindingArgs: missing podnamespace, poduid, node"),
+        (
+            {"PodName": "p", "PodNamespace": "default", "PodUID": 3, "Node": ["n1"]},
+            "ExtenderBindingArgs: poduid, node must be strings",
+        ),
+    ],
 )
-def test_bind_malformed(env, payload):
+def test_bind_malformed(env, payload, error):
     _, _, client, _, _ = env
-    assert "missing" in client.post("/bind", json=payload).get_json()["Error"]
+    assert client.post("/bind", json=payload).get_json()["Error"] == error
 
 
 def test_bind_unknown_pod_and_uid_mismatch(env):
