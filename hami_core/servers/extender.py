@@ -64,8 +64,10 @@ def _nodes(args: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     nodes = args.get("nodes")
     if nodes is None:
         return None
-    items = nodes.get("items") if isinstance(nodes, dict) else None
-    if items is None:
+    if not isinstance(nodes, dict):
+        raise InvalidInputError("ExtenderArgs.Nodes must be a NodeList object ({'items': [...]})")
+    items = nodes.get("items")
+    if items is None:  # Go writes an empty NodeList's items as null
         return None
     if not isinstance(items, list) or not all(
         isinstance(n, dict)

@@ -381,6 +381,15 @@ def test_malformed_pods_are_named_not_internal_errors(env, pod_obj, message):
     assert message in body["Error"] and "internal error" not in body["Error"]
 
 
+@pytest.mark.parametrize("nodes", [[], "n1", 3])
+def test_nodes_that_are_not_a_node_list_are_named(env, nodes):
+    c, _, client, _, _ = env
+    p = admitted(c, pod("p", container(gpu=1, gpumem=100)))
+    body = client.post("/filter", json={"Pod": p, "Nodes": nodes}).get_json()
+    assert body["Error"] == "ExtenderArgs.Nodes must be a NodeList object ({'items': [...]})"
+    assert body["NodeNames"] == []
+
+
 @pytest.mark.parametrize(
     "items", [[{}], [{"metadata": "x"}], [{"metadata": {"name": "n", "annotations": []}}]]
 )
