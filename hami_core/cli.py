@@ -23,7 +23,7 @@ from hami_core.servers.options import (
     SchedulerOptions,
     WebhookOptions,
 )
-from hami_core.settings import click_options
+from hami_core.settings import SettingsCommand, click_options
 
 COMMANDS_GROUP = "hami.commands"
 
@@ -52,7 +52,10 @@ def failure(exc: HamiError) -> click.ClickException:
 class _Cli(click.Group):
     """The ``hami`` group, plus commands that backends register in the ``hami.commands``
     entry-point group (e.g. ``hami nvidia shim-path``); loaded only when named. A
-    ``ConfigError`` out of any command becomes ``ConfigFailure`` (exit 2)."""
+    ``ConfigError`` out of any command becomes ``ConfigFailure`` (exit 2). Its commands
+    take Go's ``--x=false`` for their boolean flags (``SettingsCommand``)."""
+
+    command_class = SettingsCommand
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -314,6 +317,7 @@ def simulate(workloads: tuple[str, ...], **opts: Any) -> None:
             device_policy=o.gpu_policy,
             explain=o.explain,
             progress=progress,
+            force_overwrite_default_scheduler=o.force_overwrite_default_scheduler,
         )
         if o.explain is not None:
             data = report.build_explanation(sim, o.explain)

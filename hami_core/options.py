@@ -12,6 +12,7 @@ import click
 from hami_core.model import DEVICE_POLICY_TOKENS
 from hami_core.servers.options import (
     config_file_setting,
+    force_overwrite_setting,
     kubeconfig_setting,
     label_pairs,
     policy_text,
@@ -73,6 +74,7 @@ class SimulateOptions:
         "'kubectl get nodes,pods -A -o yaml' snapshot whose existing allocations count.",
     )
     config: str | None = config_file_setting()
+    force_overwrite_default_scheduler: bool | None = force_overwrite_setting()
     node_policy: str | None = setting(
         None,
         metavar="binpack|spread",

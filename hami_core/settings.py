@@ -19,13 +19,17 @@ command-line option; a plain attrs field is not (set only by code)::
 
 Bad values stop the command at start with the flag named (click's usage error, exit
 status 2), before anything is contacted.
+
+A boolean setting is a ``--x/--no-x`` flag pair; ``SettingsCommand`` also takes Go's
+spelling ``--x=false`` / ``--x=true`` (HAMi's flags are Go ``flag`` / pflag booleans:
+``--force-overwrite-default-scheduler=false``), so a HAMi command line carries over.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 import click
@@ -208,10 +212,12 @@ def _converter(
 
 
 def click_option(field: attrs.Attribute[Any], meta: Setting) -> Callable[[F], F]:
-    """The click option of one setting; its destination is the field's name."""
+    """The click option of one setting; its destination is the field's name. A ``bool``
+    field (or ``bool | None``: None when neither flag is given) is a ``--x/--no-x``
+    pair."""
     kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
     flags = list(meta.flags)
-    if kind == "bool":
+    if kind in ("bool", "bool | None"):
         flags = [f"{flags[0]}/--no-{flags[0][2:]}", *flags[1:]]
     kwargs: dict[str, Any] = {
         "help": _help(meta),
@@ -299,3 +305,48 @@ def settings_markdown(commands: Sequence[tuple[str, type]]) -> str:
             if meta.why:
                 lines.append(f"  *Why this default:* {meta.why}")
     return "\n".join(lines) + "\n"
+
+
+#: Go's ``strconv.ParseBool`` spellings, which Go's ``flag`` and pflag accept in
+#: ``--x=<value>`` for a boolean flag.
+GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+GO_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def go_bool_args(command: click.Command, args: Sequence[str]) -> list[str]:
+    """``args`` with each ``--x=<Go bool>`` of a ``--x/--no-x`` flag pair of ``command``
+    turned into ``--x`` or ``--no-x``; arguments after ``--`` are left as they are.
+
+    Raises:
+        click.BadParameter: the value is not one of Go's (``GO_TRUE``, ``GO_FALSE``),
+            naming the flag (exit status 2).
+    """
+    pairs: dict[str, tuple[str, str]] = {}
+    for param in command.params:
+        if isinstance(param, click.Option) and param.is_flag and param.secondary_opts:
+            for opt in param.opts:
+                pairs[opt] = (opt, param.secondary_opts[0])
+    out: list[str] = []
+    for pos, arg in enumerate(args):
+        if arg == "--":
+            return [*out, *args[pos:]]
+        name, eq, value = arg.partition("=")
+        if not eq or name not in pairs:
+            out.append(arg)
+        elif value in GO_TRUE:
+            out.append(pairs[name][0])
+        elif value in GO_FALSE:
+            out.append(pairs[name][1])
+        else:
+            raise click.BadParameter(
+                f"{value!r} is not a boolean (true, false, 1, 0, t, f)", param_hint=name
+            )
+    return out
+
+
+class SettingsCommand(click.Command):
+    """A command whose boolean settings also take Go's ``--x=false`` (``go_bool_args``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """click's parsing, after ``go_bool_args``."""
+        return super().parse_args(ctx, go_bool_args(self, args))

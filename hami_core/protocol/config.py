@@ -8,6 +8,7 @@ Example (every key optional; these are the defaults)::
       nodeSchedulerPolicy: binpack    # binpack | spread
       gpuSchedulerPolicy: spread      # binpack | spread | topology-aware | numa
     nodeLockExpirySeconds: 300
+    forceOverwriteDefaultScheduler: true  # take pods of default-scheduler (HAMi's flag)
     nvidia:                           # one section per backend, named as its entry point
       resourceCountName: nvidia.com/gpu
       resourceMemoryName: nvidia.com/gpumem
@@ -111,6 +112,11 @@ class HamiConfig:
     #: the whole default device policy when it is a HAMi 2.10 list or names ``mutex``.
     device_policy_chain: DevicePolicyChain | None = None
     node_lock_expiry_s: float = 300.0
+    #: whether the webhook takes a pod whose ``schedulerName`` is ``default-scheduler``
+    #: (sets ours); False leaves such a pod to kube's default scheduler, so only pods
+    #: naming ours (or none) are ours. HAMi's ``--force-overwrite-default-scheduler``
+    #: (``cmd/scheduler/main.go``, default true; ``pkg/scheduler/webhook.go`` ``Handle``).
+    force_overwrite_default_scheduler: bool = True
     vendors: Mapping[str, VendorConfig] = attrs.field(factory=dict)
     #: the file the configuration was read from ("" for defaults or a parsed document).
     source: str = attrs.field(default="", eq=False)
@@ -163,6 +169,7 @@ _TOP_KEYS: Final = (
     "schedulerName",
     "defaultSchedulerPolicy",
     "nodeLockExpirySeconds",
+    "forceOverwriteDefaultScheduler",
 )
 
 
@@ -208,6 +215,18 @@ def load_config(path: str | Path | None, *, backends: Mapping[str, BackendInfo])
     return attrs.evolve(config, source=str(path), spelled=spelled)
 
 
+def with_overrides(config: HamiConfig, **overrides: Any) -> HamiConfig:
+    """``config`` with the fields a command's flags override, those given not None
+    (``force_overwrite_default_scheduler=False`` from
+    ``--no-force-overwrite-default-scheduler``; None: as the file says).
+
+    Raises:
+        TypeError: a name that is not a ``HamiConfig`` field.
+    """
+    changes = {name: value for name, value in overrides.items() if value is not None}
+    return attrs.evolve(config, **changes) if changes else config
+
+
 def parse_config(data: object, *, backends: Mapping[str, BackendInfo]) -> HamiConfig:
     """Validate an already-parsed document (a mapping). See ``load_config``."""
     if not isinstance(data, Mapping):
@@ -241,6 +260,7 @@ def parse_config(data: object, *, backends: Mapping[str, BackendInfo]) -> HamiCo
     expiry = _typed(data, "nodeLockExpirySeconds", float, 300.0)
     if not expiry > 0:
         raise ConfigError(f"nodeLockExpirySeconds: must be > 0, got {expiry}")
+    force = _typed(data, "forceOverwriteDefaultScheduler", bool, True)
 
     vendors = {
         name: _vendor(name, {} if data[name] is None else data[name], info)
@@ -253,6 +273,7 @@ def parse_config(data: object, *, backends: Mapping[str, BackendInfo]) -> HamiCo
         device_policy=device_policy,
         device_policy_chain=device_chain,
         node_lock_expiry_s=expiry,
+        force_overwrite_default_scheduler=force,
         vendors=vendors,
     )
 

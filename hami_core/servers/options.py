@@ -93,6 +93,23 @@ def config_file_setting(details: str = "") -> str | None:
     )
 
 
+def force_overwrite_setting() -> bool | None:
+    """``--force-overwrite-default-scheduler`` / ``--no-...`` (or HAMi's
+    ``--force-overwrite-default-scheduler=false``): overrides the configuration's
+    ``forceOverwriteDefaultScheduler`` (``HamiConfig.force_overwrite_default_scheduler``);
+    None when not given. HAMi's flag: ``cmd/scheduler/main.go``, default true."""
+    return setting(  # type: ignore[no-any-return]
+        None,
+        show_default="from config (on)",
+        help="Take pods whose schedulerName is default-scheduler (kube-apiserver's default "
+        "for a pod naming none) and set ours; --no-force-overwrite-default-scheduler (HAMi: "
+        "--force-overwrite-default-scheduler=false) leaves them to kube's scheduler, so only "
+        "pods naming our scheduler get devices. Overrides the configuration's "
+        "forceOverwriteDefaultScheduler.",
+        why="HAMi's default (true): GPU pods need no schedulerName of their own.",
+    )
+
+
 @attrs.frozen(kw_only=True)
 class SchedulerOptions:
     """The settings of ``hami scheduler`` (``hami scheduler --help``)."""
@@ -281,6 +298,7 @@ class WebhookOptions:
     )
     kubeconfig: str | None = kubeconfig_setting("(quotas, namespaces, Secret, caBundle)")
     config: str | None = config_file_setting()
+    force_overwrite_default_scheduler: bool | None = force_overwrite_setting()
     threads: int = setting(
         32,
         min=1,

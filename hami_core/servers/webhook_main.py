@@ -16,7 +16,7 @@ from typing import Any
 from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.errors import ConfigError
 from hami_core.plugin import BackendManager
-from hami_core.protocol.config import load_config
+from hami_core.protocol.config import load_config, with_overrides
 from hami_core.webhook import Admission
 
 from . import certs
@@ -97,7 +97,12 @@ def run_webhook(
             "(or use --cert-mode auto)"
         )
     manager = BackendManager.from_entry_points()
-    manager = manager.with_config(load_config(opts.config, backends=manager.infos))
+    config = load_config(opts.config, backends=manager.infos)
+    manager = manager.with_config(
+        with_overrides(
+            config, force_overwrite_default_scheduler=opts.force_overwrite_default_scheduler
+        )
+    )
     api = make_api_client(opts.kubeconfig)
     scratch: str | None = None
     store: KubeCluster | None = None

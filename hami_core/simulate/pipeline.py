@@ -33,13 +33,12 @@ from hami_core.model import (
 )
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.scheduler import FilterResult, Scheduler
-from hami_core.webhook.admission import Admission
+from hami_core.webhook.admission import DEFAULT_SCHEDULER, Admission, takes_scheduler_name
 
 from .kubechecks import kube_reason
 from .kubelet import allocate_pod
 
 #: Pods of kube-scheduler itself (the webhook keeps them only when they ask no device).
-DEFAULT_SCHEDULER = "default-scheduler"
 
 
 @attrs.frozen(kw_only=True)
@@ -124,6 +123,11 @@ class Pipeline:
         obj["metadata"].setdefault(
             "uid", str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"hami-simulate/{namespace}/{name}"))
         )
+        spec = obj.setdefault("spec", {})
+        if not spec.get("schedulerName"):
+            # kube-apiserver's defaulting, before any webhook (SetDefaults_PodSpec): the
+            # webhook's forceOverwriteDefaultScheduler decides on this name
+            spec["schedulerName"] = DEFAULT_SCHEDULER
         review = self.admission.review(obj)
         if not review.allowed:
             return Outcome(
@@ -135,7 +139,9 @@ class Pipeline:
         uid = stored["metadata"]["uid"]
         patch = tuple(review.patch)
         scheduler_name = str((stored.get("spec") or {}).get("schedulerName") or "")
-        if scheduler_name not in ("", DEFAULT_SCHEDULER, self.manager.config.scheduler_name):
+        if not takes_scheduler_name(scheduler_name, self.manager.config):
+            # another scheduler's pod (or default-scheduler's, when the webhook leaves
+            # those alone): the webhook did not take it, our scheduler never sees it
             return Outcome(
                 namespace=namespace, name=name, left_to=scheduler_name, admission_patch=patch
             )

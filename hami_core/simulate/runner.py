@@ -26,7 +26,7 @@ from hami_core.model import (
     PodRequest,
 )
 from hami_core.plugin import BackendManager
-from hami_core.protocol.config import HamiConfig, load_config
+from hami_core.protocol.config import HamiConfig, load_config, with_overrides
 from hami_core.scheduling.policy import device_policy_option, node_policy_option
 
 from .loader import LoadedCluster, WorkloadPod, Workloads, load_cluster, load_workloads
@@ -276,6 +276,7 @@ def run_files(
     device_policy: str | None = None,
     explain: str | None = None,
     progress: Callable[[int], AbstractContextManager[Any]] | None = None,
+    force_overwrite_default_scheduler: bool | None = None,
 ) -> Simulation:
     """Load the files and run them: what ``hami simulate`` does before printing.
 
@@ -291,11 +292,20 @@ def run_files(
         progress: given the number of pods, returns a context manager whose value has
             ``update(1)`` (``click.progressbar``); used only when there are more than
             ``PROGRESS_THRESHOLD`` pods.
+        force_overwrite_default_scheduler: overrides the configuration's
+            ``forceOverwriteDefaultScheduler`` (None: as the file says), as the
+            webhook's flag of that name does.
 
     Raises:
         InvalidInputError (or a subclass): bad file, bad policy name, unknown pod.
     """
     manager = make_manager(config_path)
+    if force_overwrite_default_scheduler is not None:
+        manager = manager.with_config(
+            with_overrides(
+                manager.config, force_overwrite_default_scheduler=force_overwrite_default_scheduler
+            )
+        )
     bundled_cluster = cluster_path is None
     if cluster_path is None or not workload_paths:
         examples = bundled_examples()

@@ -1,7 +1,7 @@
 """What the mutating webhook decides for a pod (PROTOCOL.md §6).
 
-A pod is mutated when its ``schedulerName`` is empty, ``default-scheduler`` or ours, and
-any container (init containers included) asks for a managed resource. Each backend
+A pod is mutated when its ``schedulerName`` is empty, ours, or ``default-scheduler`` (unless
+``forceOverwriteDefaultScheduler`` is false: ``takes_scheduler_name``), and any container (init containers included) asks for a managed resource. Each backend
 defaults and validates its containers (``hami_mutate``); the core adds the checks every
 vendor shares: privileged containers, a preset ``spec.nodeName``, scheduler-owned
 annotations, policy annotations, quantities and namespace quotas.
@@ -28,6 +28,7 @@ from hami_core.model import (
 )
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
+from hami_core.protocol.config import HamiConfig
 from hami_core.protocol.pods import check_pod_shape, containers, pod_ref
 from hami_core.scheduling.nodes import read_node
 from hami_core.scheduling.policy import resolve_policies
@@ -51,6 +52,23 @@ from .trust import (
     owned_annotation_keys,
     protected_path_roots,
 )
+
+#: kube's own scheduler (``k8s.io/api/core/v1`` ``DefaultSchedulerName``); kube-apiserver
+#: sets it on a pod that names none (``pkg/apis/core/v1/defaults.go``
+#: ``SetDefaults_PodSpec``), before any admission webhook sees the pod.
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+def takes_scheduler_name(scheduler_name: object, config: HamiConfig) -> bool:
+    """Whether the webhook takes a pod with this ``spec.schedulerName`` (None or "" for
+    none): none, ours (``config.scheduler_name``), or ``default-scheduler`` while
+    ``config.force_overwrite_default_scheduler`` (HAMi ``pkg/scheduler/webhook.go``
+    ``Handle``: any other name, or ``default-scheduler`` with
+    ``--force-overwrite-default-scheduler=false``, is "pod already has different
+    scheduler assigned"). ``hami simulate`` asks the same."""
+    if scheduler_name in (None, "", config.scheduler_name):
+        return True
+    return scheduler_name == DEFAULT_SCHEDULER and config.force_overwrite_default_scheduler
 
 
 @attrs.frozen(kw_only=True)
@@ -201,7 +219,7 @@ class Admission:
         if not asks and labels.get(keys.WEBHOOK_IGNORE_LABEL) == keys.WEBHOOK_IGNORE_VALUE:
             return AdmissionResult()
         ours = self.manager.config.scheduler_name
-        if spec.get("schedulerName") not in (None, "", "default-scheduler", ours):
+        if not takes_scheduler_name(spec.get("schedulerName"), self.manager.config):
             return AdmissionResult()
         misplaced = misplaced_limits(pod, self.manager.device_types())
         if misplaced:

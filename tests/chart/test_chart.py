@@ -175,9 +175,11 @@ def test_the_rendered_hami_config_is_accepted_by_hami(example: Path):
         "schedulerName",
         "defaultSchedulerPolicy",
         "nodeLockExpirySeconds",
+        "forceOverwriteDefaultScheduler",
     } == (enabled | {"nvidia"}) & set(manager.infos)
     config = parse_config(data, backends=manager.infos)
     assert config.node_lock_expiry_s == 300
+    assert config.force_overwrite_default_scheduler is True  # HAMi's default
     assert config.vendor("nvidia").split_count == 10
 
 
@@ -190,6 +192,7 @@ def test_hami_values_keys_reach_the_configuration():
                     "gpuSchedulerPolicy": "binpack",
                 },
                 "nodeLockExpire": "2m",
+                "forceOverwriteDefaultScheduler": False,
             },
             "devicePlugin": {"deviceSplitCount": 4, "deviceMemoryScaling": 1.5},
             "global": {"gpuHookPath": "/opt/hami"},
@@ -199,6 +202,7 @@ def test_hami_values_keys_reach_the_configuration():
     config = parse_config(data, backends=BackendManager.from_entry_points().infos)
     assert (config.node_policy.value, config.device_policy.value) == ("spread", "binpack")
     assert config.node_lock_expiry_s == 120
+    assert config.force_overwrite_default_scheduler is False
     assert config.vendor("nvidia").split_count == 4
     assert config.vendor("nvidia").memory_scaling == 1.5
     assert data["nvidia"]["hookPath"] == "/opt/hami/vgpu"

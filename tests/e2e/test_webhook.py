@@ -114,7 +114,7 @@ class _Webhooks:
         self.core = client.CoreV1Api(cp.api_client())
         self.ports: dict[str, int] = {}
 
-    def start(self, name: str) -> int:
+    def start(self, name: str, *extra: str) -> int:
         port = free_port()
         self.cp.start_process(
             f"webhook-{self.suffix}-{name}",
@@ -146,6 +146,7 @@ class _Webhooks:
                 "admin",
                 "--log-level",
                 "debug",
+                *extra,
             ],
             env={"PYTHONUNBUFFERED": "1"},
         )
@@ -301,6 +302,33 @@ def test_auto_certificates_mutation_and_denials(webhooks, control_plane):
     assert webhooks.wait_ready("b") == ca
     again = core.read_namespaced_secret(webhooks.secret, "default")
     assert again.data == secret.data
+
+
+def test_force_overwrite_default_scheduler_false_leaves_default_scheduler_pods(
+    webhooks, control_plane
+):
+    """HAMi's ``--force-overwrite-default-scheduler=false`` (its spelling) on a real
+    kube-apiserver: a GPU pod naming no scheduler is defaulted to ``default-scheduler``
+    before the webhook sees it, and left so, as another scheduler's pod is; a pod naming
+    ours is still mutated. (The e2e tests create pods as a trusted user: that a
+    left-alone pod is still refused forged annotations is tested in tests/compat.) (With the
+    default, true, such a pod gets ours: ``test_auto_certificates_mutation_and_denials``.)"""
+    core = webhooks.core
+    port = webhooks.start("a", "--force-overwrite-default-scheduler=false")
+    url = f"https://127.0.0.1:{port}/webhook"
+    webhooks.adm.create_mutating_webhook_configuration(
+        _config(webhooks.config_name, [_webhook("pods.hami.io", url, webhooks.suffix, ["v1"])])
+    )
+    webhooks.wait_ready("a")
+    ns = _namespace(core, f"wh-nf-{webhooks.suffix}", webhooks.suffix)
+    left = _create(core, ns, _gpu_pod("unnamed", **{"nvidia.com/gpu": "1"}))
+    assert left.spec.scheduler_name == "default-scheduler"
+    assert "nvidia.com/gpucores" not in left.spec.containers[0].resources.limits
+    named = _gpu_pod("named", **{"nvidia.com/gpu": "1"})
+    named["spec"]["schedulerName"] = "hami-scheduler"
+    taken = _create(core, ns, named)
+    assert taken.spec.scheduler_name == "hami-scheduler"
+    assert "nvidia.com/gpucores" in taken.spec.containers[0].resources.limits
 
 
 def _record(name: str, body: dict) -> None:

@@ -676,6 +676,7 @@ WEBHOOK_FLAGS = {
     "--cert-dns-name": "none",
     "--kubeconfig": "in-cluster config",
     "--config": "built-in defaults",
+    "--force-overwrite-default-scheduler": "from config (on)",
     "--threads": "8",
     "--namespace-cache-seconds": "30",
     "--trusted-user": "system:serviceaccount:<ns>:hami-scheduler",
