@@ -20,7 +20,9 @@ writer the pod's author is not:
 from __future__ import annotations
 
 import fnmatch
+import functools
 import posixpath
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -67,7 +69,17 @@ def is_shim_variable(name: str, allocate_env: Iterable[str] = ()) -> bool:
     what its Allocate sets, e.g. Ascend's ``ASCEND_VISIBLE_DEVICES``)."""
     if name in SHIM_ENV or name.startswith(SHIM_ENV_PREFIXES):
         return True
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in allocate_env)
+    matcher = _matcher(tuple(allocate_env))
+    return matcher is not None and matcher.match(name) is not None
+
+
+@functools.lru_cache(maxsize=32)
+def _matcher(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    """The ``fnmatch`` patterns as one compiled regular expression (a pod may carry
+    thousands of env entries: one match each, not one per pattern)."""
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
 
 
 def _head(pattern: str) -> tuple[str, bool]:
