@@ -130,7 +130,7 @@ class NodeOverrides:
         Where parts of a device are published as devices (a MIG instance under the NVIDIA
         device plugin's ``single`` strategy, ``PARENT_UUID``), the whole device is not one:
         NVIDIA's device plugin knows it there by no index (its MIG devices are
-        ``"<gpu>:<n>"``, rm/device_map.go ``GetByIndex`` finds no ``"<gpu>"``) and HAMi's
+        ``"<gpu>:<n>"``: rm/device_map.go's ``devices.GetByIndex`` finds no ``"<gpu>"``) and HAMi's
         ``FilterDeviceToRegister`` matches no MIG device by index. Leaving the whole GPU out
         for it, or silently nothing, would both surprise; so the entry is refused.
 
@@ -141,7 +141,7 @@ class NodeOverrides:
         """
         where = f"nodeconfig[{node}].filterdevices"
         parts = [d for d in devices if PART_INDEX in d.node_local]
-        whole = {d.node_local.get(PARENT_UUID, ""): d.index for d in parts} if parts else {}
+        wholes = {d.node_local.get(PARENT_UUID, "") for d in parts} - {""}
         for index in sorted(self.exclude_indexes):
             named = sorted(str(d.node_local[PART_INDEX]) for d in parts if d.index == index)
             if named:
@@ -152,7 +152,7 @@ class NodeOverrides:
                     f"{where}.uuid"
                 )
         for uuid in sorted(self.exclude_uuids):
-            if uuid in whole:
+            if uuid in wholes:
                 named = sorted(d.uuid for d in parts if d.node_local.get(PARENT_UUID) == uuid)
                 raise ConfigError(
                     f"{where}.uuid: {uuid} is a whole GPU, but this node publishes its MIG "
