@@ -20,7 +20,6 @@ import pluggy
 
 from hami_core.errors import BackendError, ConfigError, HamiError
 from hami_core.model import (
-    MIG_PROFILE_INFO,
     BackendInfo,
     ContainerAllocation,
     ContainerDevices,
@@ -748,8 +747,8 @@ def _checked_fit(
     name: str, hook: str, request: DeviceRequest, usage: Sequence[DeviceUsage], result: Any
 ) -> FitResult:
     """``result`` when it is a ``FitResult`` placing ``request.count`` distinct devices
-    of ``usage`` (or none; for a request naming a MIG profile, distinct MIG instances,
-    several on one device allowed), else a ``BackendError`` naming the backend."""
+    of ``usage`` (or none; a device may repeat only as distinct MIG instances of it,
+    each with its ``mig`` slot), else a ``BackendError`` naming the backend."""
     if result is None:
         raise BackendError(name, f"{hook} returned None for its own vendor {request.vendor!r}")
     if not isinstance(result, FitResult):
@@ -757,11 +756,12 @@ def _checked_fit(
     if result.fits:
         uuids = [d.uuid for d in result.devices]
         known = {u.device.uuid for u in usage}
-        # a device twice only as two distinct MIG instances of it (a request naming a
-        # MIG profile asks N instances, several per GPU allowed: MIG_PROFILE_INFO)
-        slots = {(d.uuid, d.mig) if d.mig is not None else (d.uuid, None) for d in result.devices}
-        distinct = len(slots) == len(uuids) and (
-            len(set(uuids)) == len(uuids) or bool(request.info(MIG_PROFILE_INFO))
+        # a device twice only as distinct MIG instances of it (N instances of a GPU in
+        # mig mode, several per GPU allowed, as HAMi 2.10's Fit takes them)
+        slots = {(d.uuid, d.mig) for d in result.devices}
+        repeated = {u for u in uuids if uuids.count(u) > 1}
+        distinct = len(slots) == len(uuids) and all(
+            d.mig is not None for d in result.devices if d.uuid in repeated
         )
         if len(uuids) != request.count or not distinct or not set(uuids) <= known:
             raise BackendError(

@@ -81,18 +81,23 @@ class VendorSummary:
     Attributes:
         total: devices of the vendor on the node.
         free_memory_mib: free memory of each open device, ascending.
+        multi_instance: an open device is in ``mig`` mode with room for several instances
+            (``split_count`` > 1: not a ``single``-strategy instance device).
     """
 
     total: int
     free_memory_mib: tuple[int, ...]
+    multi_instance: bool = False
 
     def can_hold(self, request: DeviceRequest, memory_mib: int) -> bool:
         """False when fewer than ``request.count`` open devices have ``memory_mib`` free
-        (PROTOCOL.md §1-2: N distinct devices, each with a sharer slot and the memory);
-        a request naming a MIG profile (N instances, several per device) needs one open
-        device, the vendor's fit decides the rest."""
+        (PROTOCOL.md §1-2: N distinct devices, each with a sharer slot and the memory).
+        A request naming a MIG profile (N instances, several per device), or any request
+        on a node with a GPU in ``mig`` mode that holds several instances (HAMi 2.10
+        ``pkg/scheduler/score.go`` ``isMIGRequest`` skips its device-count check there:
+        N instances may share a GPU), needs one open device; the vendor's fit decides."""
         open_ = self.free_memory_mib
-        if request.info(MIG_PROFILE_INFO):  # N MIG instances: several may share a device
+        if request.info(MIG_PROFILE_INFO) or self.multi_instance:
             return bool(open_) and open_[-1] >= memory_mib
         if len(open_) < request.count:
             return False
@@ -469,13 +474,18 @@ def _same_inputs(old: KubeObject, new: KubeObject) -> bool:
 def _summarise(info: NodeInfo, usage: Mapping[str, DeviceUsage]) -> dict[str, VendorSummary]:
     totals: dict[str, int] = {}
     free: dict[str, list[int]] = {}
+    multi: set[str] = set()
     for u in usage.values():
         v = u.device.vendor
         totals[v] = totals.get(v, 0) + 1
         if u.device.healthy and not u.cordoned and u.used_count < u.device.split_count:
             free.setdefault(v, []).append(u.free_memory_mib)
+            if u.device.mode == "mig" and u.device.split_count > 1:
+                multi.add(v)
     return {
-        v: VendorSummary(total=n, free_memory_mib=tuple(sorted(free.get(v, ()))))
+        v: VendorSummary(
+            total=n, free_memory_mib=tuple(sorted(free.get(v, ()))), multi_instance=v in multi
+        )
         for v, n in totals.items()
     }
 

@@ -174,14 +174,23 @@ def test_vgpu_mode_selects_devices_by_inventory_mode():
     )
     assert either.scheduled
     # ... but one container's GPUs are all in one mode (the device plugin serves a
-    # container in one mode: docs/sharing-modes.md), so two GPUs of two modes do not fit.
+    # container in one mode: docs/sharing-modes.md), so two GPUs are never one of each:
+    # the two are two instances of the MIG GPU (a count on MIG GPUs is of instances, as
+    # HAMi's isMIGRequest / Fit mean it) ...
     both = p2.submit(
         pod(
             "z", container(gpu=2, gpumem=100), annotations={"nvidia.com/vgpu-mode": "hami-core,mig"}
         )
     )
-    assert not both.scheduled
-    assert both.filter.failed == {"node-1": "AllocatedCardsInsufficientRequest"}
+    assert _gpus_of(both) == ["GPU-M", "GPU-M"]
+    # ... and a pod that does not accept mig gets no instance for its count
+    shared_only = p2.submit(
+        pod("s", container(gpu=2, gpumem=100), annotations={"nvidia.com/vgpu-mode": "hami-core"})
+    )
+    assert not shared_only.scheduled
+    assert shared_only.filter.failed == {
+        "node-1": "AllocatedCardsInsufficientRequest, 1/2 CardTypeMismatch"
+    }
 
 
 def test_vgpu_mode_unknown_token_is_denied():

@@ -8,7 +8,9 @@ instance of one of its MIG profiles (``mig``).
 
 ``fit(request, node, usage, pod, policy)`` chooses ``request.count`` distinct GPUs on the
 node (a request naming a MIG profile: ``request.count`` instances of it, several on one GPU
-allowed, ``named_instances``) or explains why not; ``fit_nodes(request, nodes, pod, policy)`` is the same on every
+allowed, ``named_instances``; a request distinct GPUs cannot hold: instances of the GPUs
+in ``mig`` mode, ``several_instances``) or explains why not; ``fit_nodes(request, nodes,
+pod, policy)`` is the same on every
 ``(node, usage, allocated)`` of ``nodes``, the pod's filter annotations read once.
 """
 
@@ -20,6 +22,7 @@ import attrs
 
 from hami_core.backend import (
     ContainerDevice,
+    DeviceUsage,
     FilterKeys,
     FitCall,
     FitResult,
@@ -42,7 +45,9 @@ def one_mode(call: FitCall[None]) -> FitResult:
     """The core's fit, then MIG instances. A container's GPUs are all in one mode (the
     device plugin serves a container in one mode): on a node whose GPUs are in several
     modes (static MIG GPUs beside shared ones) a request of several GPUs takes them from
-    the first mode of ``MODE_ORDER`` that holds it whole."""
+    the first mode of ``MODE_ORDER`` that holds it whole. A request of several GPUs that
+    distinct GPUs cannot hold may still take several instances of the node's GPUs in
+    ``mig`` mode (``several_instances``, as HAMi 2.10 does)."""
     request, usage = call.request, call.usage
     if request.info(mig.PROFILE_KEY):
         return named_instances(call)
@@ -56,31 +61,67 @@ def one_mode(call: FitCall[None]) -> FitResult:
             result = call.fit(usage=group)
             if result.fits:
                 return mig.with_instances(result, group, request)
+        shared = several_instances(call)
+        if shared is not None and shared.fits:
+            return shared
         return FitResult(node_reason=ReasonCode.ALLOCATED_CARDS_INSUFFICIENT_REQUEST)
+    if not whole.fits:
+        shared = several_instances(call)
+        if shared is None:
+            return whole
+        # on a node of MIG GPUs only, the instances' reason is the one (HAMi's Fit's)
+        return shared if shared.fits or modes == {mig.MIG_MODE} else whole
     return mig.with_instances(whole, usage, request)
+
+
+def several_instances(call: FitCall[None]) -> FitResult | None:
+    """A request of N > 1 GPUs as N MIG instances of the node's GPUs in ``mig`` mode,
+    several on one GPU allowed (``instances``), for when distinct GPUs cannot hold it;
+    None when the request is of one GPU or the node has no such GPU.
+
+    HAMi 2.10 means ``nvidia.com/gpu: N`` so on a node with GPUs in ``mig`` mode: its
+    scheduler skips the device-count check there (``pkg/scheduler/score.go``
+    ``isMIGRequest``, unless the pod's ``nvidia.com/vgpu-mode`` leaves out ``mig``) and
+    its ``Fit`` takes a ``mig`` GPU again for the same container
+    (``pkg/scheduler/mig_allocation_test.go``
+    ``TestFitInDevicesAllowsMultipleMigPlacementsOnSingleGPU``: ``nvidia.com/gpu: 2``,
+    ``gpumem: 4000`` on one GPU of seven ``1g.5gb`` placements gets two of them). Here
+    distinct GPUs are tried first (the pod's filters, policy and NUMA binding whole);
+    instances of one GPU only where those cannot hold the request. A ``single``-strategy
+    instance device (one holder) never takes two."""
+    group = [u for u in call.usage if u.device.mode == mig.MIG_MODE and u.device.split_count > 1]
+    if call.request.count < 2 or not group:
+        return None
+    return instances(call, group)
 
 
 def named_instances(call: FitCall[None]) -> FitResult:
     """A request naming a MIG profile (``nvidia.com/mig-<profile>: N``): N instances of
-    that profile, one after another, each on the GPU the core's fit (filters, policy)
-    chooses with the instances already taken counted as held, so several may sit on one
-    GPU and none overlaps another. Under the NVIDIA device plugin's ``mixed`` strategy each
+    that profile (``instances``). Under the NVIDIA device plugin's ``mixed`` strategy each
     instance is one unit of ``nvidia.com/mig-<profile>`` (NVIDIA k8s-device-plugin README,
-    "MIG Support"), not a GPU. The first instance that cannot be had: that fit's no-fit
-    (``CardMigTopologyInfeasible`` on a GPU whose free instances ran out).
+    "MIG Support"), not a GPU."""
+    return instances(call, call.usage)
+
+
+def instances(call: FitCall[None], usage: Sequence[DeviceUsage]) -> FitResult:
+    """``call.request.count`` MIG instances on the GPUs of ``usage``, one after another,
+    each on the GPU the core's fit (filters, policy) chooses with the instances already
+    taken counted as held, so several may sit on one GPU and none overlaps another. The
+    first instance that cannot be had: that fit's no-fit (``CardMigTopologyInfeasible``
+    on a GPU whose free instances ran out).
 
     The answer lists the instances of one GPU next to each other, in the order they were
     chosen (``hami_order``): the device list HAMi writes for the same instances."""
     one = attrs.evolve(call.request, count=1)
-    usage = list(call.usage)
+    left = list(usage)
     chosen = []
     for _ in range(call.request.count):
-        result = mig.with_instances(call.fit(request=one, usage=usage), usage, one)
+        result = mig.with_instances(call.fit(request=one, usage=left), left, one)
         if not result.fits:
             return result
         (d,) = result.devices
         chosen.append(d)
-        usage = [mig.holding(u, d) if u.device.uuid == d.uuid else u for u in usage]
+        left = [mig.holding(u, d) if u.device.uuid == d.uuid else u for u in left]
     return FitResult(devices=hami_order(chosen))
 
 

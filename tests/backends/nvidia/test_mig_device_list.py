@@ -145,3 +145,82 @@ def test_the_monitor_reads_each_instance_of_hamis_list_at_its_position(tmp_path)
     )
     assert got == [("0", "GPU-m0", "MIG-0", "10"), ("1", "GPU-m0", "MIG-1", "11"),
                    ("2", "GPU-m0", "MIG-2", "12")]  # fmt: skip
+
+
+def hami_test_node(mode: str, placements: list[int]) -> dict[str, Any]:
+    """HAMi's ``singleNvidiaGPUNode`` (``pkg/scheduler/mig_allocation_test.go``): GPU-a,
+    count 7, 40960 MiB, in ``mode``; in mig mode one profile ``1g.5gb`` (5120 MiB, core
+    14) at the given starts."""
+    gpu: dict[str, Any] = {
+        "id": "GPU-a", "count": 7, "devmem": 40960, "devcore": 100,
+        "type": "NVIDIA A100-PCIE-40GB", "health": True, "mode": mode,
+    }  # fmt: skip
+    if mode == "mig":
+        gpu["migProfiles"] = [
+            {"name": "1g.5gb", "memoryMB": 5120, "core": 14, "sliceCount": 1,
+             "placements": [{"start": s, "size": 1} for s in placements]}
+        ]  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "node-m",
+            "annotations": {"hami.io/node-nvidia-register": json.dumps([gpu])},
+        },
+        "status": {"allocatable": {"nvidia.com/gpu": "7"}},
+    }
+
+
+def two_gpus_of_4000(mode: str = "mig") -> dict[str, Any]:
+    """HAMi's ``twoNvidiaDeviceRequest``: ``nvidia.com/gpu: 2``, ``gpumem: 4000``, with
+    ``nvidia.com/vgpu-mode``."""
+    c = {
+        "name": "workload",
+        "image": "x",
+        "resources": {"limits": {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "4000"}},
+    }
+    return pod(
+        "two-nvidia-devices",
+        c,
+        scheduler_name="hami-scheduler",
+        annotations={"nvidia.com/vgpu-mode": mode},
+    )
+
+
+def test_a_count_of_two_on_one_mig_gpu_takes_two_placements_as_hami_does():
+    # TestFitInDevicesAllowsMultipleMigPlacementsOnSingleGPU: two distinct placements on
+    # GPU-a; the device list HAMi writes for them
+    c = cluster(hami_test_node("mig", list(range(7))))
+    got = bind(c, Scheduler(c, manager()), two_gpus_of_4000())
+    assert isinstance(got, dict), got
+    ann = got["metadata"]["annotations"]
+    assert ann[ALLOCATED] == "GPU-a,NVIDIA,5120,14:GPU-a,NVIDIA,5120,14:;"
+    assert json.loads(ann[MIG]) == [
+        {"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-a", "profile": "1g.5gb",
+         "placement": {"start": 6, "size": 1}},
+        {"containerIndex": 0, "deviceIndex": 1, "gpuUUID": "GPU-a", "profile": "1g.5gb",
+         "placement": {"start": 5, "size": 1}},
+    ]  # fmt: skip
+
+
+def test_a_count_of_two_with_one_free_placement_is_card_mig_topology_infeasible():
+    # TestFitInDevicesRejectsInsufficientMigPlacementsOnSingleGPU
+    from tests.builders import pipeline
+
+    p = pipeline(hami_test_node("mig", [6]))
+    out = p.submit(two_gpus_of_4000())
+    assert out.node is None
+    assert out.filter.failed == {"node-m": "1/1 CardMigTopologyInfeasible"}
+
+
+def test_a_count_of_two_on_one_shared_gpu_is_still_node_insufficient_device():
+    # TestFitInDevicesRetainsPhysicalCountCheckForNonMigGPU; and a pod that accepts only
+    # hami-core never gets MIG instances for its count
+    from tests.builders import pipeline
+
+    p = pipeline(hami_test_node("hami-core", []))
+    out = p.submit(two_gpus_of_4000("hami-core"))
+    assert out.node is None and out.filter.failed == {"node-m": "NodeInsufficientDevice"}
+    m = pipeline(hami_test_node("mig", list(range(7))))
+    refused = m.submit(two_gpus_of_4000("hami-core"))
+    assert refused.node is None, refused

@@ -489,10 +489,18 @@ def test_a_container_of_several_gpus_never_mixes_modes():
     got = nvfit.fit(request, node, usage, {}, DevicePolicy.SPREAD)
     assert sorted(d.uuid for d in got.devices) == ["GPU-s0", "GPU-s1"]
     busy = [DeviceUsage(device=shared[0], used_count=10), *usage[1:]]
-    miss = nvfit.fit(request, node, busy, {}, DevicePolicy.SPREAD)
+    # one shared GPU left: two instances of the MIG GPU instead (HAMi's meaning of a
+    # count on MIG GPUs, fit.several_instances), never one of each mode
+    two = nvfit.fit(request, node, busy, {}, DevicePolicy.SPREAD)
+    assert [d.uuid for d in two.devices] == ["GPU-m", "GPU-m"]
+    assert len({d.mig for d in two.devices}) == 2 and all(d.mig for d in two.devices)
+    # the MIG GPU's seven instances taken too: neither mode holds two
+    full = held(*(("1g.10gb", i, 1) for i in range(7)))
+    one_left = [*busy[:2], DeviceUsage(device=static, used_count=7, mig_in_use=full)]
+    miss = nvfit.fit(request, node, one_left, {}, DevicePolicy.SPREAD)
     assert not miss.fits and miss.node_reason is ReasonCode.ALLOCATED_CARDS_INSUFFICIENT_REQUEST
     # the batch hook answers the same
-    assert nvfit.fit_nodes(request, [(node, busy, ())], {}, DevicePolicy.SPREAD) == [miss]
+    assert nvfit.fit_nodes(request, [(node, one_left, ())], {}, DevicePolicy.SPREAD) == [miss]
 
 
 def test_every_allocation_records_the_mode_it_is_served_in():
