@@ -41,7 +41,7 @@ from hami_core.errors import (
 )
 from hami_core.model import *  # noqa: F403 (every model class crosses the hooks)
 from hami_core.plugin import hookimpl
-from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.config import VendorConfig, is_extended_resource_name
 from hami_core.protocol.migallocations import (
     MigAllocation,
     decode_mig_allocations,
@@ -138,6 +138,7 @@ __all__ = [
     "fit_devices",
     "hami_annotation_keys",
     "hookimpl",
+    "is_extended_resource_name",
     "inventory_device",
     "live_pod_uids",
     "load",

@@ -24,6 +24,9 @@ RequestCharge: TypeAlias = Callable[
 #: What one allocated slice charges against the cores quota, in the resource's unit,
 #: given the container spec (a v1.Container) that holds it.
 SliceCores: TypeAlias = Callable[[ContainerDevice, Mapping[str, Any]], int]
+#: A device type's resource names under its backend's checked section (a
+#: ``hami_core.protocol.config.VendorConfig``, ``settings`` set by ``hami_check_config``).
+ConfiguredResources: TypeAlias = Callable[[Any], "ResourceNames"]
 
 
 @attrs.frozen(kw_only=True)
@@ -95,6 +98,14 @@ class DeviceTypeInfo:
             with factor 2 books 1600 MiB), or "". ``BackendManager.device_types`` folds
             it into ``resources.memory_unit_mib``, so a quota on the resource is read in
             the pod's own units, as HAMi's ``fitResourceQuota`` reads it.
+        configured_resources: for a backend of several device types whose section
+            renames each type's resources (Ascend's ``vnpus.<model>.resourceName``,
+            ``resourceMemoryName``, ``resourceCoreName``; HAMi's ``vnpus.configs[]``
+            keys), the type's names under the checked section (``ConfiguredResources``);
+            ``BackendManager.device_types`` puts its count, memory, memory-percent and
+            cores names in force, so quotas, the webhook's checks and ``hami simulate``
+            read the names pods request. None: the declared names (a backend of one
+            type: the section's common ``resource...Name`` keys).
         other_resources: further resource names the backend reads beyond ``resources``,
             as ``fnmatch`` patterns (NVIDIA: ``nvidia.com/priority`` and the NVIDIA device
             plugin's ``nvidia.com/mig-*``), so that a name of the vendor's domain that
@@ -133,6 +144,7 @@ class DeviceTypeInfo:
     request_cores_unit: CoresUnit | None = None
     other_resources: tuple[str, ...] = ()
     memory_unit_option: str = ""
+    configured_resources: ConfiguredResources | None = attrs.field(default=None, eq=False)
     allocate_env: tuple[str, ...] = ()
     protected_paths: tuple[str, ...] = ()
 

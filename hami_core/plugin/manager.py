@@ -790,10 +790,20 @@ def _configured(dtype: DeviceTypeInfo, section: VendorConfig, *, single: bool) -
     (``resourceCountName``, ``resourceMemoryName``, ``resourceMemoryPercentageName``,
     ``resourceCoreName``: HAMi's device-config keys). Those are the names its requests
     and device plugin use, so the quotas, the webhook's checks and ``hami simulate``
-    read the same ones. A backend of several types reads its names per type (HAMi's
-    ``vnpus``, ``iluvatars``); a name the vendor does not have ("") stays ""."""
+    read the same ones. A backend of several types names them per type through
+    ``DeviceTypeInfo.configured_resources`` (HAMi's ``vnpus``); a name the vendor does
+    not have ("") stays ""."""
     r = dtype.resources
-    if single:
+    if dtype.configured_resources is not None:
+        named = dtype.configured_resources(section)
+        r = attrs.evolve(
+            r,
+            count=named.count or r.count,
+            memory=(named.memory or r.memory) if r.memory else "",
+            memory_pct=(named.memory_pct or r.memory_pct) if r.memory_pct else "",
+            cores=(named.cores or r.cores) if r.cores else "",
+        )
+    elif single:
         r = attrs.evolve(
             r,
             count=section.resource_count_name or r.count,

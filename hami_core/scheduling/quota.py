@@ -52,8 +52,10 @@ def quota_device_types(manager: BackendManager) -> tuple[DeviceTypeInfo, ...]:
     backend of one device type whose section renames a resource (``resourceCountName``,
     ``resourceMemoryName``, ``resourceMemoryPercentageName``, ``resourceCoreName``, HAMi's
     ``device-config.yaml`` keys) is quoted under the new name, as its pods request it
-    (``hami_core.backend.requests.resource_names``; a backend of several device types
-    names each type's resources in its own options, so its declared names stand).
+    (``hami_core.backend.requests.resource_names``); a backend of several device types
+    that renames each type's resources in its own options (Ascend's
+    ``vnpus.<model>.resourceName``) says so by ``DeviceTypeInfo.configured_resources``,
+    already in force in ``BackendManager.device_types``.
     """
     out = []
     for t in manager.device_types():

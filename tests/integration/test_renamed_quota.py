@@ -7,6 +7,13 @@ as one on the default name is (issue #15: configs written for HAMi 2.10 work unc
 
 from __future__ import annotations
 
+import pytest
+import yaml
+
+from hami_core.cluster import MemoryCluster
+from hami_core.plugin import BackendManager
+from hami_core.protocol.config import load_config
+from hami_core.simulate.pipeline import Pipeline
 from tests.builders import gpu, node, pipeline, pod
 
 RENAMED = "example.com/vram"
@@ -65,4 +72,92 @@ def test_a_quota_on_the_default_name_no_longer_binds_a_renamed_resource():
     p = pipeline(node("node-1", [gpu("GPU-A", memory_mib=81920)]), config=CONFIG)
     _quota(p, {"limits.nvidia.com/gpumem": "1000", f"limits.{RENAMED}": "20000"})
     out = p.submit(pod("p", _vram("main", 12000), namespace="team"))
+    assert out.scheduled, out.denied
+
+
+# -- Ascend: each model renames its own resources (ascend.vnpus.<model>, HAMi's
+# vnpus.configs[]), read per device type (DeviceTypeInfo.configured_resources) -----------
+
+NPU, NPU_MEM = "example.com/npu", "example.com/npu-mem"
+OLD, OLD_MEM = "huawei.com/Ascend910B3", "huawei.com/Ascend910B3-memory"
+ASCEND_RENAMED = {
+    "ascend": {"vnpus": {"Ascend910B3": {"resourceName": NPU, "resourceMemoryName": NPU_MEM}}}
+}
+
+
+def _ascend_node() -> dict:
+    from tests.backends.ascend.test_pipeline import HAMI_910B3, ascend_node
+
+    return ascend_node("npu-1", "Ascend910B3", HAMI_910B3, count_resource=NPU)
+
+
+def _npu(name: str, **limits: str) -> dict:
+    return {"name": name, "image": "busybox", "resources": {"limits": dict(limits)}}
+
+
+def _ascend_pipeline(tmp_path, form: str):
+    pytest.importorskip("hami_ascend")
+    if form == "ours":
+        return pipeline(_ascend_node(), config=ASCEND_RENAMED)
+    # HAMi's device-config.yaml, as its chart's users write it
+    entry = {
+        "chipName": "910B3",
+        "commonWord": "Ascend910B3",
+        "resourceName": NPU,
+        "resourceMemoryName": NPU_MEM,
+    }
+    path = tmp_path / "device-config.yaml"
+    path.write_text(yaml.safe_dump({"vnpus": {"configs": [entry]}}))
+    base = BackendManager.from_entry_points(disabled=[])
+    m = base.with_config(load_config(path, backends=base.infos))
+    c = MemoryCluster()
+    c.add_node(_ascend_node())
+    return Pipeline(c, m)
+
+
+@pytest.mark.parametrize("form", ["ours", "hami"])
+def test_a_quota_on_a_renamed_ascend_model_memory_is_enforced(tmp_path, form):
+    p = _ascend_pipeline(tmp_path, form)
+    assert p.manager.device_type("Ascend910B3").resources.memory == NPU_MEM
+    _quota(p, {f"limits.{NPU_MEM}": "20000"})
+    fits = p.submit(pod("fits", _npu("main", **{NPU: "1", NPU_MEM: "16384"}), namespace="team"))
+    assert fits.scheduled, fits
+    allocated = p.cluster.get_pod("team", "fits")["metadata"]["annotations"]
+    assert allocated["hami.io/Ascend910B3-devices-allocated"].split(",")[2] == "16384"
+    over = p.submit(pod("over", _npu("main", **{NPU: "1", NPU_MEM: "16384"}), namespace="team"))
+    assert over.denied and f"limits.{NPU_MEM} 20000" in over.denied, over
+    assert "used 16384" in over.denied
+
+
+@pytest.mark.parametrize("form", ["ours", "hami"])
+def test_a_tenant_cannot_get_around_the_renamed_quota_by_the_old_names(tmp_path, form):
+    """With the quota full, the model's default names (what the tenant's manifest may
+    still say) neither reach a chip nor count as a request of ours; a quota on a default
+    name does not bind the renamed model either way."""
+    p = _ascend_pipeline(tmp_path, form)
+    _quota(p, {f"limits.{NPU_MEM}": "16384", f"limits.{NPU}": "1"})
+    assert p.submit(
+        pod("first", _npu("main", **{NPU: "1", NPU_MEM: "16384"}), namespace="team")
+    ).scheduled
+    old = p.submit(pod("old", _npu("main", **{OLD: "1", OLD_MEM: "16384"}), namespace="team"))
+    assert not old.scheduled and not old.allocations, old
+    assert OLD in old.unmanaged and OLD_MEM in old.unmanaged
+    # the renamed count alone (a whole chip) is charged too: the count quota is full
+    whole = p.submit(pod("whole", _npu("main", **{NPU: "1"}), namespace="team"))
+    assert whole.denied and f"limits.{NPU} 1" in whole.denied, whole
+    # the new count with the old memory name is a chip of the renamed count as well
+    mixed = p.submit(pod("mixed", _npu("main", **{NPU: "1", OLD_MEM: "1024"}), namespace="team"))
+    assert mixed.denied and f"limits.{NPU} 1, used 1" in mixed.denied, mixed
+    used = [
+        q
+        for q in p.cluster.list_pods()
+        if (q["metadata"].get("annotations") or {}).get("hami.io/Ascend910B3-devices-allocated")
+    ]
+    assert [q["metadata"]["name"] for q in used] == ["first"]
+
+
+def test_a_quota_on_the_default_ascend_name_no_longer_binds_the_renamed_model(tmp_path):
+    p = _ascend_pipeline(tmp_path, "ours")
+    _quota(p, {f"limits.{OLD_MEM}": "1000", f"limits.{NPU_MEM}": "20000"})
+    out = p.submit(pod("p", _npu("main", **{NPU: "1", NPU_MEM: "16384"}), namespace="team"))
     assert out.scheduled, out.denied

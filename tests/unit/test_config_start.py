@@ -135,13 +135,24 @@ def our_format_cases() -> Iterator[tuple[str, str, dict[str, Any]]]:
 #: it: a ``memoryFactor`` of 0 was silently 1 (HAMi applies a factor only when > 1).
 NUMBER_RANGES = {"Factor": (0, -1), "Seconds": (-1,), "MiB": (-1,)}
 
-#: A backend's own numbers out of range: (backend, key named, section).
+#: A backend's own values out of range: (backend, key named, section).
 NUMBERS_OUT_OF_RANGE = [
     # XIDs are positive (NVIDIA's "XID Errors" catalogue starts at 1)
     ("nvidia", "nvidia.ignoredXids[1]", {"ignoredXids": [13, -1]}),
     ("nvidia", "nvidia.ignoredXids[0]", {"ignoredXids": [0]}),
     ("ascend", "ascend.vnpus.Ascend910B3.aiCPU", {"vnpus": {"Ascend910B3": {"aiCPU": -1}}}),
     ("ascend", "ascend.vnpus.Ascend910B3.aiCore", {"vnpus": {"Ascend910B3": {"aiCore": -1}}}),
+    # a model's own resource names: extended resource names, none another's
+    (
+        "ascend",
+        "ascend.vnpus.Ascend910B3.resourceMemoryName",
+        {"vnpus": {"Ascend910B3": {"resourceMemoryName": "Not A Name"}}},
+    ),
+    (
+        "ascend",
+        "ascend.vnpus.Ascend910B4.resourceName",
+        {"vnpus": {"Ascend910B3": {"resourceName": "huawei.com/Ascend910B4"}}},
+    ),
     (
         "ascend",
         "ascend.vnpus.Ascend910B3.templates",

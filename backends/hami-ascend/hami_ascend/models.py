@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import attrs
 
-from hami_core.backend import ConfigError, VendorConfig
+from hami_core.backend import ConfigError, VendorConfig, is_extended_resource_name
 
 #: ``vnpuMode`` values: hardware vNPU templates, or HAMi's soft slicing (libvnpu).
 MODE_TEMPLATE: Final = "template"
@@ -209,6 +209,13 @@ def _checked(model: ModelSpec, *, where: str) -> ModelSpec:
             raise ConfigError(
                 f"{where}.{key}: value {getattr(model, _MODEL_KEYS[key][0])!r} is out of range"
             )
+    for key in ("resourceName", "resourceMemoryName", "resourceCoreName"):
+        name = getattr(model, _MODEL_KEYS[key][0])
+        if not is_extended_resource_name(name):
+            raise ConfigError(
+                f"{where}.{key}: {name!r} is not a Kubernetes extended resource name "
+                "(domain/name outside kubernetes.io, e.g. example.com/npu)"
+            )
     for t in model.templates:
         if t.memory_mib > model.memory_allocatable_mib:
             raise ConfigError(
@@ -340,8 +347,10 @@ def parse_settings(config: VendorConfig) -> AscendSettings:
 
     Raises:
         ConfigError: an unknown model or key under ``vnpus``, a value of the wrong type,
-            a template list that is not a list of ``{name, memory}`` mappings, or an
-            unknown ``vnpuMode``; the message names ``ascend.<key>``.
+            a template list that is not a list of ``{name, memory}`` mappings, a
+            resource name that is not an extended resource name or is another model's
+            (or another of its own), or an unknown ``vnpuMode``; the message names
+            ``ascend.<key>``.
     """
     options = config.options
     mode = parse_mode(str(options["vnpuMode"]), where="ascend.vnpuMode")
@@ -356,6 +365,19 @@ def parse_settings(config: VendorConfig) -> AscendSettings:
         vendor: _merge(model, overrides.get(vendor) or {}, where=f"ascend.vnpus.{vendor}")
         for vendor, model in known.items()
     }
+    owner: dict[str, str] = {}
+    for vendor, model in models.items():
+        for key, name in (
+            ("resourceName", model.resource_count),
+            ("resourceMemoryName", model.resource_memory),
+            ("resourceCoreName", model.resource_cores),
+        ):
+            if name in owner:
+                # one name read as two resources: a request would be counted twice
+                raise ConfigError(
+                    f"ascend.vnpus.{vendor}.{key}: {name!r} is already {owner[name]}'s"
+                )
+            owner[name] = f"ascend.vnpus.{vendor}.{key}"
     hami_core_nodes = options["hamiVnpuCore"]
     if not isinstance(hami_core_nodes, bool):
         raise ConfigError(f"ascend.hamiVnpuCore: expected true or false, got {hami_core_nodes!r}")

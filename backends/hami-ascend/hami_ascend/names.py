@@ -10,11 +10,12 @@ filters ``hami.io/use-<x>-uuid`` / ``hami.io/no-use-<x>-uuid``; the pod annotati
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
-from hami_core.backend import DeviceTypeInfo, ResourceNames, hami_annotation_keys
+from hami_core.backend import DeviceTypeInfo, ResourceNames, VendorConfig, hami_annotation_keys
 
-from .models import DEFAULT_MODELS, ModelSpec
+from .models import DEFAULT_MODELS, ModelSpec, settings
 from .rules import rules
 
 VNPU_MODE_ANNOTATION: Final = "huawei.com/vnpu-mode"
@@ -61,12 +62,27 @@ def resources(model: ModelSpec) -> ResourceNames:
     )
 
 
+def configured_resources(vendor: str) -> Callable[[VendorConfig], ResourceNames]:
+    """``DeviceTypeInfo.configured_resources`` of one model: its names under the checked
+    section (``ascend.vnpus.<vendor>.resourceName`` / ``resourceMemoryName`` /
+    ``resourceCoreName``; HAMi's ``vnpus.configs[].resourceName``, ...,
+    ``pkg/device/ascend/vnpu.go`` ``VNPUConfig``), as ``requests.read_raw`` reads pods."""
+
+    def names(config: VendorConfig) -> ResourceNames:
+        model = settings(config).model(vendor)
+        assert model is not None  # every default model is in the settings
+        return resources(model)
+
+    return names
+
+
 def device_type(model: ModelSpec) -> DeviceTypeInfo:
     """The ``DeviceTypeInfo`` of one model (its vendor key and annotation keys)."""
     x = model.vendor
     return DeviceTypeInfo(
         vendor=x,
         resources=resources(model),
+        configured_resources=configured_resources(x),
         **hami_annotation_keys(x, register_word_last=True),
         fit_rules=rules(model),
         allocate_env=ALLOCATE_ENV,
