@@ -22,6 +22,10 @@ NodeDevicesReader = Callable[[str, Mapping[str, Any]], "list[DeviceInfo] | None"
 #: Kubernetes caps all annotations of an object together at 256 KiB
 #: (``apimachinery/pkg/api/validation.TotalAnnotationSizeLimitB``).
 MAX_NODE_ANNOTATION_BYTES = 64 * 1024
+#: Largest link-score annotation decoded: the API server's cap on all of an object's
+#: annotations, 256 KiB. Every pair of GPUs is listed both ways, about 47 bytes each with
+#: NVIDIA's UUIDs: 64 KiB held 37 GPUs, and a larger node's devices were all unusable.
+MAX_LINK_SCORE_BYTES = 256 * 1024
 
 #: What a decoder may raise on hostile input besides ``AnnotationError``: Python's
 #: int-string limit (``ValueError``, 4300 digits), nesting (``RecursionError``), and the
@@ -29,11 +33,11 @@ MAX_NODE_ANNOTATION_BYTES = 64 * 1024
 DECODE_ERRORS = (AnnotationError, ValueError, TypeError, RecursionError, MemoryError)
 
 
-def _too_large(key: str, value: object) -> str | None:
+def _too_large(key: str, value: object, limit: int = MAX_NODE_ANNOTATION_BYTES) -> str | None:
     if not isinstance(value, str):
         return f"{key}: expected a string, got {type(value).__name__}"
-    if len(value) > MAX_NODE_ANNOTATION_BYTES:
-        return f"{key}: {len(value)} bytes, more than the {MAX_NODE_ANNOTATION_BYTES} read"
+    if len(value) > limit:
+        return f"{key}: {len(value)} bytes, more than the {limit} read"
     return None
 
 
@@ -100,7 +104,7 @@ def read_node(
         key = dtype.link_score_annotation
         if not key or key not in ann or dtype.vendor in unregistered:
             continue
-        score_problem = _too_large(key, ann[key])
+        score_problem = _too_large(key, ann[key], MAX_LINK_SCORE_BYTES)
         if score_problem:  # names the key already
             unregistered[dtype.vendor] = score_problem
             continue

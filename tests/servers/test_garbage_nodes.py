@@ -3,7 +3,8 @@
 import pytest
 
 from hami_core.scheduling import state
-from hami_core.scheduling.nodes import MAX_NODE_ANNOTATION_BYTES, read_node
+from hami_core.protocol.topology import encode_link_scores
+from hami_core.scheduling.nodes import MAX_LINK_SCORE_BYTES, MAX_NODE_ANNOTATION_BYTES, read_node
 from hami_core.scheduling.scheduler import Scheduler, utcnow
 from hami_core.servers.extender import create_extender_app
 from tests.builders import cluster, container, gpu, manager, node, pod
@@ -17,7 +18,7 @@ GARBAGE = {
     "deep-json": (REGISTER, "[" * 100000 + "]" * 100000, "bytes"),
     "deep-but-small": (REGISTER, "[" * 20000 + "]" * 20000, "RecursionError"),
     "oversize": (REGISTER, "[" + " " * (MAX_NODE_ANNOTATION_BYTES + 1) + "]", "bytes"),
-    "score-oversize": (SCORE, "[" + " " * (MAX_NODE_ANNOTATION_BYTES + 1) + "]", "bytes"),
+    "score-oversize": (SCORE, "[" + " " * (MAX_LINK_SCORE_BYTES + 1) + "]", "bytes"),
     "score-huge-int": (
         SCORE,
         '[{"uuid":"GPU-X","score":{"GPU-Y":' + "7" * 5000 + "}}]",
@@ -47,13 +48,29 @@ def test_read_node_marks_the_vendor_unusable_with_the_reason(case):
     assert len(info.unregistered["NVIDIA"]) < 600  # the reason is short, not the value
 
 
-@pytest.mark.parametrize("key", [REGISTER, SCORE])
-def test_an_oversize_annotation_is_named_once(key):
-    value = "[" + " " * (MAX_NODE_ANNOTATION_BYTES + 1) + "]"
+@pytest.mark.parametrize(
+    ("key", "limit"), [(REGISTER, MAX_NODE_ANNOTATION_BYTES), (SCORE, MAX_LINK_SCORE_BYTES)]
+)
+def test_an_oversize_annotation_is_named_once(key, limit):
+    value = "[" + " " * (limit + 1) + "]"
     info = read_node(garbage_node(key, value), manager().device_types(), now=utcnow())
-    assert info.unregistered["NVIDIA"] == (
-        f"{key}: {len(value)} bytes, more than the {MAX_NODE_ANNOTATION_BYTES} read"
-    )
+    assert info.unregistered["NVIDIA"] == f"{key}: {len(value)} bytes, more than the {limit} read"
+
+
+def test_the_link_scores_of_a_64_gpu_node_are_read():
+    """All pairs both ways with NVIDIA-shaped UUIDs: 189 KB for 64 GPUs (a 64 KiB cap
+    marked every GPU of a node of 38 or more unusable)."""
+    uuids = [f"GPU-{i:08x}-0000-4000-8000-{i:012x}" for i in range(64)]
+    scores = {
+        a: {b: 10 + (i + j) % 390 for j, b in enumerate(uuids) if b != a}
+        for i, a in enumerate(uuids)
+    }
+    value = encode_link_scores(scores)
+    assert 180_000 < len(value) < MAX_LINK_SCORE_BYTES
+    n = node("big", [gpu(u, index=i) for i, u in enumerate(uuids)], annotations={SCORE: value})
+    info = read_node(n, manager().device_types(), now=utcnow())
+    assert info.unregistered == {} and len(info.devices) == 64
+    assert info.link_scores[uuids[0]][uuids[63]] == scores[uuids[0]][uuids[63]]
 
 
 @pytest.mark.parametrize("case", sorted(GARBAGE))
