@@ -224,8 +224,11 @@ def _mig_holdings(
 ) -> tuple[dict[str, tuple[MigSlot, ...]], set[str]]:
     """The MIG instances ``pod`` holds per GPU, and the mig-mode GPUs its device list names
     without a readable instance for each entry (to be held whole). Instances are taken
-    only at the positions of the device list that name that GPU (a forged entry for
-    another GPU counts nothing)."""
+    at the positions of the device list that name that GPU (a forged entry for another
+    GPU counts nothing), and, failing closed, every further well-formed reservation of a
+    GPU the list names (HAMi 2.10 ``getNodesUsage`` holds a GPU's reservations beyond
+    its list entries too: ``pkg/scheduler/mig_allocation_test.go``
+    ``TestGetNodesUsageRestoresUnconsumedMigReservations``)."""
     mig_gpus = {d.uuid for d in node.devices_of(vendor) if d.mode == "mig"}
     listed = [
         (c, i, dev.uuid)
@@ -244,11 +247,15 @@ def _mig_holdings(
     slots: dict[str, tuple[MigSlot, ...]] = {}
     unread: set[str] = set()
     for c, i, uuid in listed:
-        a = at.get((c, i))
+        a = at.pop((c, i), None)
         if a is None or a.gpu_uuid != uuid:
             unread.add(uuid)
             continue
         slots[uuid] = (*slots.get(uuid, ()), a.slot)
+    named = {u for _, _, u in listed}
+    for a in at.values():
+        if a.gpu_uuid in named and a.slot not in slots.get(a.gpu_uuid, ()):
+            slots[a.gpu_uuid] = (*slots.get(a.gpu_uuid, ()), a.slot)
     return slots, unread
 
 

@@ -224,3 +224,70 @@ def test_a_count_of_two_on_one_shared_gpu_is_still_node_insufficient_device():
     m = pipeline(hami_test_node("mig", list(range(7))))
     refused = m.submit(two_gpus_of_4000("hami-core"))
     assert refused.node is None, refused
+
+
+def hami_bound(c, reservations: str, listed: str = "GPU-a,NVIDIA,5120,14:;") -> None:
+    """HAMi's ``pod-1`` bound to the node with ``reservations`` as its MIG annotation."""
+    c_ = {
+        "name": "main",
+        "image": "x",
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}},
+    }
+    p = pod("pod-1", c_, scheduler_name="hami-scheduler")
+    p["spec"]["nodeName"] = "node-m"
+    p["metadata"]["annotations"] = {
+        "hami.io/vgpu-node": "node-m",
+        ALLOCATED: listed,
+        MIG: reservations,
+    }
+    c.add_pod(p)
+    c.set_pod_phase("default", "pod-1", "Running")
+
+
+def test_a_realised_reservation_is_held_with_its_runtime_identity():
+    # TestGetNodesUsageRestoresMigAllocationByProfileAndPlacement: 1g.5gb at 6, MIG-a,
+    # GI 7, CI 0 restored; the one placement is then taken
+    from hami_core.servers.metrics import SchedulerMetrics
+    from tests.servers.test_scheduler_metrics import samples
+
+    c = cluster(hami_test_node("mig", [6]))
+    hami_bound(
+        c,
+        '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"1g.5gb",'
+        '"placement":{"start":6,"size":1},"migUUID":"MIG-a","gpuInstanceID":7,'
+        '"computeInstanceID":0}]',
+    )
+    sched = Scheduler(c, manager())
+    (series,) = samples(SchedulerMetrics(sched))["hami_node_gpu_mig_instance_info"]
+    labels = series[0]
+    assert (labels["mig_uuid"], labels["profile"], labels["gpu_instance_id"]) == (
+        "MIG-a",
+        "1g.5gb",
+        "7",
+    )
+    assert (labels["compute_instance_id"], labels["placement_start"]) == ("0", "6")
+    refused = bind(c, sched, two_gpus_of_4000())
+    assert isinstance(refused, str) and "CardMigTopologyInfeasible" in refused
+
+
+def test_reservations_beyond_the_device_list_are_held_too():
+    # TestGetNodesUsageRestoresUnconsumedMigReservations: one list entry, reservations at
+    # 6 and 5: both held (fail closed), so a pod of one instance finds no placement
+    from tests.builders import pipeline
+
+    p = pipeline(hami_test_node("mig", [5, 6]))
+    hami_bound(
+        p.cluster,
+        '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"1g.5gb",'
+        '"placement":{"start":6,"size":1}},'
+        '{"containerIndex":0,"deviceIndex":1,"gpuUUID":"GPU-a","profile":"1g.5gb",'
+        '"placement":{"start":5,"size":1}}]',
+    )
+    c_ = {
+        "name": "main",
+        "image": "x",
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}},
+    }
+    out = p.submit(pod("next", c_))
+    assert out.node is None
+    assert out.filter.failed == {"node-m": "1/1 CardMigTopologyInfeasible"}
