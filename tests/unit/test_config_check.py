@@ -47,6 +47,23 @@ def test_a_typo_in_a_backend_section_stops_the_process_at_start(tmp_path, comman
     assert key in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_typo_in_a_hami_device_config_stops_the_process_at_start(tmp_path, command):
+    """HAMi's format: a key neither HAMi nor we know, in a real process, exit 2."""
+    path = tmp_path / "device-config.yaml"
+    path.write_text("nvidia:\n  deviceSplitCount: 4\n  deviceMemoryScalling: 2\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "hami_core", *COMMANDS[command], "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "KUBECONFIG": str(tmp_path / "missing")},
+    )
+    assert out.returncode == 2, out.stderr
+    assert f"error: {path}: nvidia.deviceMemoryScalling: unknown key" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
 class Checked(ToyBackend):
     """A toy backend with an option and a check of its own."""
 
