@@ -144,6 +144,15 @@ class BackendConformance:
             ):
                 assert key.startswith("hami.io/"), f"annotation key {key!r} outside hami.io/"
             assert t.resources.memory_unit_mib >= 1
+            if t.configured_resources is not None:
+                # a name for every resource the type declares, and those are in force
+                named = t.configured_resources(manager.vendor_config(self.backend_name))
+                in_force = manager.device_type(t.vendor).resources
+                assert len(named.all()) == len(t.resources.all()), (
+                    f"{t.vendor}: configured_resources gives {named.all()} for the declared "
+                    f"{t.resources.all()}"
+                )
+                assert in_force.all() == named.all(), (in_force.all(), named.all())
             for unit in (t.cores_unit, t.resource_cores_unit):
                 assert CORES_UNITS.get(unit.name) == unit, (
                     f"{t.vendor}: cores unit {unit.name!r} is not one of hami_core.model's "
