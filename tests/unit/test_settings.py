@@ -144,3 +144,39 @@ def test_the_settings_reference_is_generated_from_the_classes():
             assert f"- `{meta.flags[0]}`" in text
             if meta.why:
                 assert f"*Why this default:* {meta.why}" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--example=true"], True),
+        (["--example=T"], True),
+        (["--example=1"], True),
+        (["--example=false"], False),
+        (["--example=F"], False),
+        (["--example=0"], False),
+        (["--example"], True),
+        (["--no-example"], False),
+        ([], False),
+    ],
+)
+def test_a_boolean_setting_takes_gos_spelling_too(args, expected):
+    """Go's ``flag`` / pflag take ``--x=<strconv.ParseBool value>`` for a boolean flag
+    (HAMi's ``--force-overwrite-default-scheduler=false``); so does every ``hami``
+    command's ``--x/--no-x`` (``settings.SettingsCommand``)."""
+    assert context("top", args).params["example"] is expected
+
+
+def test_gos_spelling_is_read_only_for_boolean_flags_and_before_double_dash():
+    from hami_core.settings import go_bool_args
+
+    command = cli.commands["top"]
+    assert go_bool_args(command, ["--output=json", "--", "--example=true"]) == [
+        "--output=json",
+        "--",
+        "--example=true",
+    ]
+    with pytest.raises(click.BadParameter, match="'yes' is not a boolean"):
+        go_bool_args(command, ["--example=yes"])  # Go's ParseBool refuses it too
+    result = CliRunner().invoke(cli, ["top", "--example=yes"])
+    assert result.exit_code == 2 and "--example" in result.output
