@@ -342,7 +342,29 @@ def online_limit(
     Raises ValueError when the ``FIT_LOAD`` head does not fit the cluster."""
     full = stream(seed, LOADS[-1])
     cuts = [len(stream(seed, load)) for load in (FIT_LOAD, *LOADS[:-1])]
-    m = _model(full, all_placed=False, cuts=cuts)
+    try:
+        return nested_limit(full, cuts, optima, math.floor(fewest_gpus / 0.95 + 1e-9), time_limit_s)
+    except ValueError as e:
+        raise ValueError(f"stream {seed}: its {FIT_LOAD}x head: {e}") from None
+
+
+def nested_limit(
+    pods: list[dict[str, str]],
+    cuts: Sequence[int],
+    optima: Sequence[float],
+    head_gpus: int,
+    time_limit_s: float,
+    *,
+    nodes_n: int = NODES,
+    gpus_n: int = GPUS,
+) -> tuple[float, float, bool]:
+    """The largest ``t`` for which one placement of ``pods`` puts all of the first
+    ``cuts[0]`` pods on at most ``head_gpus`` GPUs and, of each head ``pods[:cuts[j]]``
+    (and of all of ``pods`` last), at least ``t`` x ``optima[j - 1]`` pods: (best found,
+    upper bound, proven). ``optima`` has one value per cut after the first, plus one.
+
+    Raises ValueError when no placement puts the first head on that many GPUs."""
+    m = _model(pods, all_placed=False, cuts=cuts, nodes_n=nodes_n, gpus_n=gpus_n)
     h = m.h
     h.setOptionValue("time_limit", time_limit_s)
     h.addConstr(m.placed[0] >= cuts[0])
@@ -351,18 +373,90 @@ def online_limit(
         h.addConstr(
             sum(v for (s, g), v in m.c.items() if g == ng and m.segment[s] == 0) - SPLIT * u <= 0
         )
-    h.addConstr(sum(head_used.values()) <= math.floor(fewest_gpus / 0.95 + 1e-9))
+    h.addConstr(sum(head_used.values()) <= head_gpus)
     t = h.addVariable(lb=0, ub=1)
     for j, best in enumerate(optima):
         h.addConstr(sum(m.placed[: j + 2]) - best * t >= 0)
     h.maximize(t)
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
-        raise ValueError(f"stream {seed}: its {FIT_LOAD}x head does not fit in that many GPUs")
+        raise ValueError(f"its {cuts[0]} pods do not fit on {head_gpus} GPUs")
     info = h.getInfo()
     found = info.objective_function_value if info.primal_solution_status else 0.0
     proven = status == highspy.HighsModelStatus.kOptimal
     return found, (found if proven else info.mip_dual_bound), proven
+
+
+def nested_exhaustive(
+    pods: list[dict[str, str]],
+    cuts: Sequence[int],
+    optima: Sequence[float],
+    head_gpus: int,
+    nodes_n: int,
+    gpus_n: int,
+) -> float:
+    """``nested_limit`` by exhaustive search (small streams only); -1 if infeasible."""
+    dem = [demand(limits) for limits in pods]
+    ends = [*cuts[1:], len(pods)]
+    best = -1.0
+
+    def walk(i: int, held: tuple[tuple[int, int, int], ...], counts: list[int], head: int) -> None:
+        nonlocal best
+        if i == len(dem):
+            if bin(head).count("1") <= head_gpus:
+                best = max(best, min(n / o for n, o in zip(counts, optima, strict=True)))
+            return
+        k, m, c = dem[i]
+        for n in range(nodes_n):
+            free = [
+                n * gpus_n + g
+                for g in range(gpus_n)
+                if held[n * gpus_n + g][0] + m <= GPU_MEMORY_MIB
+                and held[n * gpus_n + g][1] + c <= 100
+                and held[n * gpus_n + g][2] < SPLIT
+            ]
+            for gs in itertools.combinations(free, k):
+                after = list(held)
+                for g in gs:
+                    after[g] = (after[g][0] + m, after[g][1] + c, after[g][2] + 1)
+                mask = sum(1 << g for g in gs) if i < cuts[0] else 0
+                more = [x + (i < e) for x, e in zip(counts, ends, strict=True)]
+                walk(i + 1, tuple(after), more, head | mask)
+        if i >= cuts[0]:  # the first head is placed whole
+            walk(i + 1, held, counts, head)
+
+    walk(0, ((0, 0, 0),) * (nodes_n * gpus_n), [0] * len(ends), 0)
+    return best
+
+
+def check_nested_model(streams: int = 12) -> None:
+    """``nested_limit`` against ``nested_exhaustive`` on small seeded streams (2 nodes x
+    2 GPUs, 4-GPU pods asking 2): 9 pods with heads of 3 and 6, the first on at most 3
+    GPUs, and 8 pods with heads of 3 and 5, the first on at most 2 (the optima the most
+    pods of each head any placement holds; over both, two answers below 1 and four
+    infeasible): raises when they differ or the program is not proven."""
+    for size, cuts, head_gpus in ((9, (3, 6), 3), (8, (3, 5), 2)):
+        for seed in range(streams):
+            rng = random.Random(seed)
+            pods = [pod_shape(rng) for _ in range(size)]
+            for limits in pods:
+                limits["nvidia.com/gpu"] = str(min(2, int(limits["nvidia.com/gpu"])))
+            optima = []
+            for n in (*cuts[1:], size):
+                m = _model(pods[:n], all_placed=False, nodes_n=2, gpus_n=2)
+                m.h.maximize(sum(m.placed))
+                optima.append(round(m.h.getInfo().objective_function_value))
+            exact = nested_exhaustive(pods, cuts, optima, head_gpus, 2, 2)
+            try:
+                found, bound, proven = nested_limit(
+                    pods, cuts, optima, head_gpus, 60.0, nodes_n=2, gpus_n=2
+                )
+            except ValueError:
+                found, bound, proven = -1.0, -1.0, True
+            if not proven or abs(found - exact) > 1e-6 or abs(bound - exact) > 1e-6:
+                raise AssertionError(
+                    f"nested model: {size} pods, seed {seed}: {found}/{bound} != {exact}"
+                )
 
 
 def _isolated(
@@ -796,6 +890,7 @@ def main() -> None:
     t0 = time.perf_counter()
     check_wc_model()
     check_head_model()
+    check_nested_model()
     print(f"packing on {NODES} nodes x {GPUS} GPUs (A100-80GB, split {SPLIT}); HiGHS optimum")
     # Arrival order: a stream of a lower demand level is a head of the same seed's longer
     # stream, so the first refusal and the longest prefix are measured once per seed, on
