@@ -289,6 +289,14 @@ def _vendor(name: str, section: object, info: BackendInfo) -> VendorConfig:
             fields[attr] = _typed(section, key, kind, None, prefix=f"{name}.")
             if key in _RESOURCE_NAME_KEYS and fields[attr]:
                 _check_resource_name(fields[attr], f"{name}.{key}")
+                if len(info.device_types) > 1:
+                    # one name for several device types would merge their requests
+                    raise ConfigError(
+                        f"{name}.{key}: hami-{name} serves {len(info.device_types)} device "
+                        f"types ({', '.join(t.vendor for t in info.device_types)}); a common "
+                        "resource name would be all of theirs (rename per type where the "
+                        "backend offers it)"
+                    )
         elif key in info.option_defaults:
             default = info.option_defaults[key]
             options[key] = _typed(section, key, type(default), default, prefix=f"{name}.")

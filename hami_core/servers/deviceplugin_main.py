@@ -72,7 +72,9 @@ class DevicePluginProcess:
             link_scores=opts.link_scores,
         )
         dtype = self.agent.dtype
-        self.resource_name = self.agent.config.resource_count_name or dtype.resources.count
+        # the names in force: the section's for a one-type backend, the type's own
+        # (configured_resources) for one of several
+        self.resource_name = dtype.resources.count
         self.cdi = (
             CdiWriter(spec_dir=Path(opts.cdi_spec_dir), backend=opts.backend) if opts.cdi else None
         )

@@ -161,3 +161,23 @@ def test_a_quota_on_the_default_ascend_name_no_longer_binds_the_renamed_model(tm
     _quota(p, {f"limits.{OLD_MEM}": "1000", f"limits.{NPU_MEM}": "20000"})
     out = p.submit(pod("p", _npu("main", **{NPU: "1", NPU_MEM: "16384"}), namespace="team"))
     assert out.scheduled, out.denied
+
+
+def test_the_device_plugin_serves_the_renamed_ascend_model_under_its_new_name():
+    """kubelet counts what the device plugin registers: the renamed model's new count
+    name (what its pods request and its quota names), the others' own."""
+    pytest.importorskip("hami_ascend")
+    from hami_core.servers.deviceplugin_main import DevicePluginProcess
+    from hami_core.servers.options import DevicePluginOptions
+    from tests.builders import manager
+
+    m = manager(ASCEND_RENAMED)
+    names = {}
+    for vendor in ("Ascend910B3", "Ascend910B4"):
+        opts = DevicePluginOptions(node_name="npu-1", backend="ascend", vendor=vendor)
+        process = DevicePluginProcess(opts, store=MemoryCluster(), manager=m)
+        names[vendor] = (process.resource_name, process.allocator.resource_name)
+    assert names == {
+        "Ascend910B3": (NPU, NPU),
+        "Ascend910B4": ("huawei.com/Ascend910B4", "huawei.com/Ascend910B4"),
+    }

@@ -123,6 +123,10 @@ def our_format_cases() -> Iterator[tuple[str, str, dict[str, Any]]]:
                         listed = isinstance(default, list)
                         named = f"{b}.{key}[0]" if listed else f"{b}.{key}"
                         yield b, named, {key: [value] if listed else value}
+        if len(INFOS[b].device_types) > 1:
+            # one common name for several device types (Ascend's models, MetaX's GPU
+            # and sGPU) would merge their requests
+            yield b, f"{b}.resourceCountName", {"resourceCountName": "example.com/x"}
     for b, (key, value) in OWN_CHECKS.items():
         if b in INFOS:
             yield b, f"{b}.{key}", {key: value}
