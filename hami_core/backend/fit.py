@@ -322,52 +322,38 @@ def node_score(
     Spread: how empty the node's devices are (100 minus the mean of each device's
     ``load`` scaled to 0..1).
 
-    Binpack: how full the devices the pod lands on are afterwards (80 %: the mean of
-    their largest used fraction of memory, compute and sharers, so sharing a device in
-    use beats opening an empty one), then how full the node's other devices that still
-    have room are (20 %). A full or exclusively held device is left out of the second
-    part: it is no reason to open another device on that node."""
+    Binpack: first, how few of the devices the pod lands on it opens (devices nobody
+    used before): a node where the pod shares devices in use always beats one where it
+    opens empty ones, so a full or exclusively held device is no reason to open another
+    device beside it. Then, among nodes that open as many, the fullest node after the
+    placement (the mean of every device's ``load`` scaled to 0..1, the pod's own share
+    included; HAMi 2.10's binpack node score, ``pkg/scheduler/policy/node_policy.go``
+    ``ComputeDefaultScore``, sums the same used fractions): pods gather on the fewest
+    nodes, and the others keep whole free devices for exclusive and multi-device pods.
+    As one number: ``100 x (shared + fullness) / (devices + 1)``, where ``devices`` is
+    how many distinct devices the pod lands on and ``shared`` how many of them were
+    already in use; ``fullness`` is below 1 while any device has room, so one more
+    shared device outweighs any difference in fullness.
+
+    The earlier binpack score (80 % how full the landing devices are, 20 % the node's
+    other devices) sent each pod to the node with the tightest landing device, which
+    spread small pods over every node; on the packing benchmark's overloaded streams
+    in arrival order this rule places as many pods before the first refusal on streams
+    1-20 and more on held-out streams (``benchmarks/packing_seeds.py``,
+    docs/performance.md "Packing")."""
     if not usage:
         return 0.0
-    before = {u.device.uuid: u for u in usage}
-    after = dict(before)
+    after = {u.device.uuid: u for u in usage}
     for d in devices:
         if d.uuid in after:
             after[d.uuid] = after[d.uuid].charged(memory_mib=d.memory_mib, cores_pct=d.cores_pct)
+    fullness = sum(min(load(u, rules) / 3, 1.0) for u in after.values()) / len(after)
     if policy is not NodePolicy.BINPACK:
-        fullness = sum(min(load(u, rules) / 3, 1.0) for u in after.values()) / len(after)
         return 100.0 - fullness * 100
-    chosen = [after[d.uuid] for d in devices if d.uuid in after]
-    landing = sum(_dominant(u, rules) for u in chosen) / len(chosen) if chosen else 0.0
-    rest = [
-        u for k, u in before.items() if k not in {d.uuid for d in devices} and _has_room(u, rules)
-    ]
-    others = sum(min(load(u, rules) / 3, 1.0) for u in rest) / len(rest) if rest else 0.0
-    return round(80.0 * landing + 20.0 * others, 9)
-
-
-def _dominant(usage: DeviceUsage, rules: FitRules) -> float:
-    """The largest used fraction of the device (memory, compute or sharers), 0..1."""
-    dev = usage.device
-    parts = [usage.used_count / dev.split_count if dev.split_count else 0.0]
-    if dev.memory_mib:
-        parts.append(usage.used_memory_mib / dev.memory_mib)
-    capacity = rules.cores_capacity(usage)
-    if capacity:
-        parts.append(usage.used_cores_pct / capacity)
-    return min(1.0, max(parts))
-
-
-def _has_room(usage: DeviceUsage, rules: FitRules) -> bool:
-    """Whether any container could still share the device (a sharer slot, memory, and
-    compute unless it does not account compute)."""
-    dev = usage.device
-    if not dev.healthy or usage.cordoned or usage.used_count >= dev.split_count:
-        return False
-    if usage.free_memory_mib <= 0:
-        return False
-    capacity = rules.cores_capacity(usage)
-    return not capacity or usage.used_cores_pct < capacity
+    before = {u.device.uuid: u for u in usage}
+    landing = {d.uuid for d in devices if d.uuid in before}
+    shared = sum(1 for uuid in landing if before[uuid].used_count > 0)
+    return round(100.0 * (shared + fullness) / (len(landing) + 1), 9)
 
 
 def fit_devices(

@@ -702,7 +702,13 @@ class Scheduler:
             if level is None:
                 level = levels[score] = extender_score(score)
             out.append((n, level))
-            if best is None or (level, score, n) > best:
+            # The highest score, ties to the smallest name: FilterResult.best's choice,
+            # so ``hami simulate`` places a pod where the extender sends it.
+            if (
+                best is None
+                or (level, score) > best[:2]
+                or ((level, score) == best[:2] and n < best[2])
+            ):
                 best = (level, score, n)
         if uid and best is not None:
             with self._expected_lock:

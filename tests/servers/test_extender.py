@@ -211,6 +211,21 @@ def test_prioritize_gives_the_node_it_reserves_the_top_score_alone():
     assert len(set(chosen)) == 3  # a burst of three spreads over three nodes' locks
 
 
+def test_prioritize_breaks_ties_as_the_filter_result_does():
+    """Equal scores go to the smallest node name in both /prioritize and
+    ``FilterResult.best`` (what ``hami simulate`` binds to), whatever the order the
+    names arrive in."""
+    c = cluster(*(node(f"n{i}", [gpu(f"GPU-{i}")]) for i in range(3)))
+    sched = Scheduler(c, manager())
+    client = create_extender_app(sched).test_client()
+    p = admitted(c, pod("p", container(gpu=1, gpumem=1000)))
+    names = ["n2", "n0", "n1"]
+    body = client.post("/prioritize", json={"Pod": p, "NodeNames": names}).get_json()
+    top = max(h["Score"] for h in body)
+    assert [h["Host"] for h in body if h["Score"] == top] == ["n0"]
+    assert sched.filter(p, names).best() == "n0"
+
+
 def test_bind_writes_the_allocation_and_counts(env):
     c, _, client, _, metrics = env
     p = admitted(c, pod("p", container(gpu=1, gpumem=3000, gpucores=30)))

@@ -149,6 +149,58 @@ def test_binpack_prefers_sharing_a_device_in_use_to_opening_one_beside_a_full_de
     assert b > a  # the full exclusive GPU is no reason to open another one beside it
 
 
+def test_binpack_node_score_shares_a_device_in_use_before_opening_one_on_a_fuller_node():
+    small = (ContainerDevice(uuid="D-1", vendor="ACME", memory_mib=100, cores_pct=10),)
+    # Node A: the fuller node (device 0 three-quarters used), but device 1 is empty: the
+    # pod would open it. Node B: device 1 a quarter used: the pod shares it.
+    node_a = [use(dev(0), count=1, memory=750, cores=75), use(dev(1))]
+    node_b = [use(dev(0)), use(dev(1), count=1, memory=250, cores=25)]
+    a = node_score(node_a, small, NodePolicy.BINPACK)
+    b = node_score(node_b, small, NodePolicy.BINPACK)
+    assert b > a
+    # Exactly: 100 x (devices shared + fullness after) / (devices landed on + 1), the
+    # fullness the mean over the node's devices of load / 3.
+    after_a = [node_a[0], use(dev(1), count=1, memory=100, cores=10)]
+    after_b = [node_b[0], use(dev(1), count=2, memory=350, cores=35)]
+    assert abs(a - 100 * (0 + sum(load(u) / 3 for u in after_a) / 2) / 2) < 1e-6
+    assert abs(b - 100 * (1 + sum(load(u) / 3 for u in after_b) / 2) / 2) < 1e-6
+
+
+def test_binpack_node_score_between_nodes_that_share_alike_is_the_fuller_node():
+    small = (ContainerDevice(uuid="D-0", vendor="ACME", memory_mib=100, cores_pct=10),)
+    # Both nodes: the pod shares device 0. Node A's device 0 is the fuller one (two
+    # sharers; the score before this rule took the node whose landing device ends
+    # fullest: A), but node B is the fuller node (device 1 half used): B, so pods gather
+    # on the fewest nodes and A keeps device 1 whole for an exclusive or multi-GPU pod.
+    node_a = [use(dev(0), count=2, memory=400, cores=40), use(dev(1))]
+    node_b = [
+        use(dev(0), count=1, memory=250, cores=25),
+        use(dev(1), count=1, memory=500, cores=50),
+    ]
+    assert node_score(node_b, small, NodePolicy.BINPACK) > node_score(
+        node_a, small, NodePolicy.BINPACK
+    )
+
+
+def test_binpack_node_score_counts_each_device_opened_by_a_multi_device_pod():
+    pair = tuple(
+        ContainerDevice(uuid=f"D-{i}", vendor="ACME", memory_mib=500, cores_pct=50) for i in (0, 1)
+    )
+    # Node A: both devices half used (the pod completes them); node B: one half used, one
+    # empty (the pod opens one); node C: both empty but node C's others are full.
+    node_a = [
+        use(dev(0), count=1, memory=500, cores=50),
+        use(dev(1), count=1, memory=500, cores=50),
+    ]
+    node_b = [use(dev(0), count=1, memory=500, cores=50), use(dev(1))]
+    node_c = [use(dev(0)), use(dev(1)), use(dev(2), count=1, memory=1000, cores=100)]
+    a, b, c = (node_score(n, pair, NodePolicy.BINPACK) for n in (node_a, node_b, node_c))
+    assert a > b > c
+    # Opening one device more always costs more than any fullness can give back.
+    assert b < 100 * 2 / 3 <= a
+    assert c < 100 * 1 / 3 <= b
+
+
 def test_binpack_ranks_devices_in_use_first_and_does_not_strand_memory():
     # Device 0: cores nearly all taken, memory mostly free; device 1: balanced.
     usages = [
