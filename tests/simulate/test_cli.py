@@ -31,7 +31,7 @@ def test_no_arguments_runs_the_bundled_example():
     assert "CardInsufficientMemory; largest that fits:" in out
     # a bar per GPU and the summary
     assert out.count("/81920 MiB") >= 8 and "/15360 MiB" in out
-    assert "Summary: 19 pods on 7 GPUs; one GPU per pod would need 25 (1 unschedulable)" in out
+    assert "Summary: 19 pods on 6 GPUs; one GPU per pod would need 25 (1 unschedulable)" in out
 
 
 def test_bundled_example_placements_are_as_the_handbook_scenarios_ask():
@@ -62,7 +62,7 @@ def test_json_output_is_the_report_as_data_and_deterministic():
     assert first.output == second.output
     data = json.loads(first.output)
     assert data["schema"] == "hami.simulate/v1"
-    assert data["summary"]["line"] == "19 pods on 7 GPUs; one GPU per pod would need 25"
+    assert data["summary"]["line"] == "19 pods on 6 GPUs; one GPU per pod would need 25"
 
 
 def test_explain_prints_one_pods_reasoning():
@@ -249,7 +249,7 @@ def test_a_real_process_exits_0_and_prints_the_report():
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    assert "Summary: 19 pods on 7 GPUs" in out.stdout
+    assert "Summary: 19 pods on 6 GPUs" in out.stdout
     assert "Traceback" not in out.stderr and "simulating" not in out.stderr
     bad = subprocess.run(
         [sys.executable, "-m", "hami_core", "simulate", "--explain", "nope"],
