@@ -49,12 +49,16 @@ SECTIONS: Final[dict[str, str]] = {
     "vastai": "vastai",
     "biren": "biren",
     "vnpus": "ascend",
+    # HAMi 2.4.1-2.7.0 (``IluvatarConfig yaml:"iluvatar"``): one chip's mapping, the
+    # per-chip ``iluvatars`` list since 2.7.1
+    "iluvatar": "iluvatar",
 }
 
-#: Every key HAMi's scheduler reads in each section (the ``yaml`` tags of its config
-#: structs, HAMi 2.10 ``pkg/device/<vendor>/{device,config}.go`` ``<Vendor>Config``;
-#: ``nvidia`` includes the inlined ``NodeDefaultConfig``). For ``iluvatars`` the keys of
-#: one list entry, for ``vnpus`` the section's own (``ascend.VNPUs``).
+#: Every key HAMi's scheduler reads in each section, in any release from 2.4 to 2.10 (the
+#: ``yaml`` tags of its config structs, ``pkg/device/<vendor>/{device,config}.go``
+#: ``<Vendor>Config``; ``nvidia`` includes the inlined ``NodeDefaultConfig``): a file
+#: HAMi's chart rendered for an earlier release must still start us. For ``iluvatars``
+#: the keys of one list entry, for ``vnpus`` the section's own (``ascend.VNPUs``).
 HAMI_KEYS: Final[dict[str, frozenset[str]]] = {
     "nvidia": frozenset(
         {
@@ -76,6 +80,8 @@ HAMI_KEYS: Final[dict[str, frozenset[str]]] = {
             "memoryFactor",
             "disableCoreLimit",
             "migProfileAllowlist",
+            # HAMi 2.5-2.9 (``MigGeometriesList``), migProfileAllowlist's predecessor
+            "knownMigGeometries",
             "gpuCorePolicy",
             "runtimeClassName",
         }
@@ -105,6 +111,11 @@ HAMI_KEYS: Final[dict[str, frozenset[str]]] = {
             "resourceNameGCUCore",
             "resourceNameVGCU",
             "resourceNameVGCUPercentage",
+            # HAMi 2.6 (``EnflameConfig`` before the GCU/DRS-GCU split)
+            "resourceCountName",
+            "resourcePercentageName",
+            "resourceMemoryName",
+            "resourceCoreName",
         }
     ),
     "kunlun": frozenset({"resourceCountName", "resourceVCountName", "resourceVMemoryName"}),
@@ -114,6 +125,7 @@ HAMI_KEYS: Final[dict[str, frozenset[str]]] = {
     "biren": frozenset({"resourceCountName"}),
     "vnpus": frozenset({"hamiVnpuCore", "configs"}),
 }
+HAMI_KEYS["iluvatar"] = HAMI_KEYS["iluvatars"]
 
 #: The keys of one ``vnpus.configs`` entry (HAMi ``pkg/device/ascend/vnpu.go``
 #: ``VNPUConfig``).
@@ -243,6 +255,10 @@ def translate(
             translated = _vnpus(section, info, warnings)
         elif key == "iluvatars":
             translated = _iluvatars(section, info, warnings)
+        elif key == "iluvatar":
+            translated = _iluvatars(
+                None if section is None else [section], info, warnings, "iluvatar"
+            )
         else:
             translated = _section(str(key), section, info, warnings)
         if translated:
@@ -266,15 +282,13 @@ def spellings(data: Mapping[str, Any], backends: Mapping[str, BackendInfo]) -> d
         out[backend] = str(key)
         for theirs, ours in RENAMES.get(str(key), {}).items():
             out[f"{backend}.{ours}"] = f"{key}.{theirs}"
-        if key == "vnpus" and isinstance(section, Mapping):
-            configs = section.get("configs") or []
+        if key == "vnpus" and isinstance(section, (Mapping, list)):
+            configs, where = _vnpu_configs(section)
             for pos, entry in enumerate(configs if isinstance(configs, list) else []):
                 if isinstance(entry, Mapping) and "commonWord" in entry:
-                    out[f"{backend}.vnpus.{entry['commonWord']}"] = f"vnpus.configs[{pos}]"
+                    out[f"{backend}.vnpus.{entry['commonWord']}"] = f"{where}[{pos}]"
                     if "runtimeClassName" in entry:
-                        out[f"{backend}.runtimeClassName"] = (
-                            f"vnpus.configs[{pos}].runtimeClassName"
-                        )
+                        out[f"{backend}.runtimeClassName"] = f"{where}[{pos}].runtimeClassName"
     return out
 
 
@@ -340,27 +354,36 @@ def _section(key: str, section: object, info: BackendInfo, warnings: list[str]) 
     return out
 
 
-def _iluvatars(section: object, info: BackendInfo, warnings: list[str]) -> dict[str, Any]:
+def _iluvatars(
+    section: object, info: BackendInfo, warnings: list[str], name: str = "iluvatars"
+) -> dict[str, Any]:
     """HAMi's per-chip list; our backend serves the four chips under HAMi's own names,
-    so an entry naming them is consistent and anything else is not implemented."""
+    so an entry naming them is consistent and anything else is not implemented.
+    ``name="iluvatar"``: HAMi 2.4.1-2.7.0's single mapping, passed as a one-entry list and
+    named in messages as the file writes it (``iluvatar.resourceCountNam``)."""
     if section is None:
         return {}
     if not isinstance(section, Sequence) or isinstance(section, str):
         raise ConfigError(f"iluvatars: expected a list, got {section!r}")
+
+    def at(pos: int) -> str:
+        return name if name == "iluvatar" else f"iluvatars[{pos}]"
+
     own = _own_names(info)
     known = {t.vendor for t in info.device_types}
     seen: set[str] = set()
     for pos, entry in enumerate(section):
-        entry = _mapping(entry, f"iluvatars[{pos}]")
+        entry = _mapping(entry, at(pos))
         for k, v in entry.items():
             if k not in HAMI_KEYS["iluvatars"]:
-                raise _unknown(f"iluvatars[{pos}].{k}", HAMI_KEYS["iluvatars"])
+                raise _unknown(f"{at(pos)}.{k}", HAMI_KEYS["iluvatars"])
             consistent = (str(k).startswith("resource") and v in own) or (
                 k in ("chipName", "commonWord") and v in known
             )
             if not consistent and k not in seen:
                 seen.add(str(k))
-                warnings.append(f"iluvatars[].{k}: not implemented by hami-{info.name}; ignored")
+                where = name if name == "iluvatar" else "iluvatars[]"
+                warnings.append(f"{where}.{k}: not implemented by hami-{info.name}; ignored")
     return {}
 
 
@@ -368,8 +391,10 @@ def _vnpus(section: object, info: BackendInfo, warnings: list[str]) -> dict[str,
     """``vnpus.configs`` (one entry per chip, keyed by ``commonWord``) onto our Ascend
     ``vnpus`` option, each entry merged over our default for that chip; a chip-level
     ``runtimeClassName`` becomes the backend's ``runtimeClassName``, ``hamiVnpuCore`` the
-    backend's ``hamiVnpuCore``."""
-    section = _mapping(section, "vnpus")
+    backend's ``hamiVnpuCore``. HAMi 2.4-2.8's ``vnpus`` is the list of entries itself
+    (``VNPUs []VNPUConfig``), read as ``configs`` and named ``vnpus[0]`` in messages."""
+    configs, where = _vnpu_configs(section)
+    section = {"configs": section} if isinstance(section, list) else _mapping(section, "vnpus")
     out: dict[str, Any] = {}
     for k in section:
         if k == "hamiVnpuCore" and k in info.option_defaults:
@@ -380,18 +405,17 @@ def _vnpus(section: object, info: BackendInfo, warnings: list[str]) -> dict[str,
             raise _unknown(f"vnpus.{k}", HAMI_KEYS["vnpus"])
         elif k != "configs":
             warnings.append(f"vnpus.{k}: not implemented by hami-{info.name}; ignored")
-    configs = section.get("configs")
     if configs is not None and (not isinstance(configs, Sequence) or isinstance(configs, str)):
-        raise ConfigError(f"vnpus.configs: expected a list, got {configs!r}")
-    entries = [_mapping(e, f"vnpus.configs[{pos}]") for pos, e in enumerate(configs or [])]
+        raise ConfigError(f"{where}: expected a list, got {configs!r}")
+    entries = [_mapping(e, f"{where}[{pos}]") for pos, e in enumerate(configs or [])]
     for pos, entry in enumerate(entries):
         for k in entry:
             if k not in HAMI_VNPU_ENTRY_KEYS:
-                raise _unknown(f"vnpus.configs[{pos}].{k}", HAMI_VNPU_ENTRY_KEYS)
+                raise _unknown(f"{where}[{pos}].{k}", HAMI_VNPU_ENTRY_KEYS)
     defaults = info.option_defaults.get("vnpus")
     if not isinstance(defaults, Mapping):
         if section.get("configs"):
-            warnings.append(f"vnpus.configs: not implemented by hami-{info.name}; ignored")
+            warnings.append(f"{where}: not implemented by hami-{info.name}; ignored")
         return out
     vnpus = {name: dict(entry) for name, entry in defaults.items()}
     seen: set[str] = set()
@@ -400,15 +424,13 @@ def _vnpus(section: object, info: BackendInfo, warnings: list[str]) -> dict[str,
         if message_key not in seen:
             seen.add(message_key)
             warnings.append(
-                f"vnpus.configs[].{message_key}: not implemented by hami-{info.name}; ignored"
+                f"{where}[].{message_key}: not implemented by hami-{info.name}; ignored"
             )
 
     for entry in entries:
         word = str(entry.get("commonWord", ""))
         if word not in vnpus:
-            warnings.append(
-                f"vnpus.configs: chip {word!r} is not known to hami-{info.name}; ignored"
-            )
+            warnings.append(f"{where}: chip {word!r} is not known to hami-{info.name}; ignored")
             continue
         if word == SUPER_POD_CHIP:
             # HAMi pairs 910C chips into whole modules only with ``superPod: true``
@@ -428,3 +450,13 @@ def _vnpus(section: object, info: BackendInfo, warnings: list[str]) -> dict[str,
                 once(str(k))
     out["vnpus"] = vnpus
     return out
+
+
+def _vnpu_configs(section: object) -> tuple[object, str]:
+    """The ``vnpus`` entries and how the file names their list: ``vnpus.configs`` (HAMi
+    2.9+, ``ascend.VNPUs``) or ``vnpus`` itself (HAMi 2.4-2.8, ``[]VNPUConfig``)."""
+    if isinstance(section, list):
+        return section, "vnpus"
+    if isinstance(section, Mapping):
+        return section.get("configs"), "vnpus.configs"
+    return None, "vnpus.configs"
