@@ -7,6 +7,7 @@ works without them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -83,14 +84,66 @@ def kubeconfig_setting(uses: str = "") -> str | None:
     )
 
 
-def config_file_setting(details: str = "") -> str | None:
-    """``--config`` (env ``HAMI_CONFIG``): the hami configuration file."""
+def config_file_setting(details: str = "", *, hami: bool = False) -> str | None:
+    """``--config`` (env ``HAMI_CONFIG``): the hami configuration file; ``hami``: also
+    HAMi's ``--device-config-file`` (its chart passes ``--device-config-file=/device-config.yaml``
+    to the scheduler binary, which serves the webhook too)."""
     return setting(  # type: ignore[no-any-return]
         None,
+        flag=("--config", "--device-config-file") if hami else "--config",
         env="HAMI_CONFIG",
         show_default="built-in defaults",
         help=f"hami configuration file (YAML, version v1){': ' + details if details else ''}.",
     )
+
+
+#: How ``--config`` names HAMi's spelling of it.
+HAMI_CONFIG_FLAG = "--device-config-file is HAMi's name for it"
+
+
+def scheduler_name_setting() -> str | None:
+    """``--scheduler-name``: overrides the configuration's ``schedulerName``. HAMi's flag
+    (``cmd/scheduler/main.go``: the name the webhook writes into ``spec.schedulerName``)."""
+    return setting(  # type: ignore[no-any-return]
+        None,
+        convert=_scheduler_name,
+        show_default="from config (hami-scheduler)",
+        help="The scheduler name: the one the webhook writes into pods' spec.schedulerName "
+        "and whose bound pods the scheduler counts. Overrides the configuration's "
+        "schedulerName (HAMi's flag).",
+    )
+
+
+def _scheduler_name(value: str | None) -> str | None:
+    if value is not None and not _DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError(f"{value!r} is not a DNS-1123 subdomain (a pod's schedulerName)")
+    return value
+
+
+#: A DNS-1123 subdomain (``spec.schedulerName``'s validation in kube-apiserver).
+_DNS_SUBDOMAIN = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+
+
+def split_host_port(value: str, flag: str) -> tuple[str, int | None]:
+    """``(host, port)`` of Go's ``HOST:PORT`` (``:9395``, ``0.0.0.0:443``,
+    ``[::1]:443``), ``(value, None)`` for a bare host (``0.0.0.0``, ``::``).
+
+    Raises:
+        ConfigError: a port that is not a number in 1-65535, naming ``flag``.
+    """
+    if value.startswith("["):
+        host, sep, port = value[1:].partition("]:")
+        if not sep:
+            return value.strip("[]"), None
+    elif value.count(":") == 1:
+        host, _, port = value.partition(":")
+    else:
+        return value, None
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"{flag} {value}: the port must be a number in 1-65535")
+    return host, int(port)
 
 
 def force_overwrite_setting() -> bool | None:
@@ -122,7 +175,17 @@ class SchedulerOptions:
         why="an open address would let anyone bind pods (issue #12 item 3).",
     )
     metrics_bind_address: str = setting(
-        "0.0.0.0", help="Address of the Prometheus metrics server (read-only)."
+        "0.0.0.0",
+        help="Address of the Prometheus metrics server (read-only). HAMi's HOST:PORT form "
+        "(its chart's :9395) also sets --metrics-port.",
+    )
+    http_bind: str | None = setting(
+        None,
+        flag="--http_bind",
+        metavar="HOST:PORT",
+        show_default="--bind-address and --port",
+        help="HAMi's spelling of --bind-address and --port together (cmd/scheduler/main.go; "
+        "its chart passes 0.0.0.0:443 with --cert_file).",
     )
     port: int = setting(
         8888,
@@ -132,11 +195,18 @@ class SchedulerOptions:
     )
     metrics_port: int = setting(9395, min=1, max=65535, help="Prometheus metrics port.")
     kubeconfig: str | None = kubeconfig_setting()
-    config: str | None = config_file_setting()
+    config: str | None = config_file_setting(HAMI_CONFIG_FLAG, hami=True)
     tls_cert_file: str | None = setting(
-        None, help="Serve the extender over HTTPS with this certificate (PEM)."
+        None,
+        flag=("--tls-cert-file", "--cert_file"),
+        help="Serve the extender over HTTPS with this certificate (PEM); --cert_file is "
+        "HAMi's name for it.",
     )
-    tls_private_key_file: str | None = setting(None, help="Private key (PEM) of --tls-cert-file.")
+    tls_private_key_file: str | None = setting(
+        None,
+        flag=("--tls-private-key-file", "--key_file"),
+        help="Private key (PEM) of --tls-cert-file; --key_file is HAMi's name for it.",
+    )
     tls_client_ca_file: str | None = setting(
         None,
         help="With --tls-cert-file: only clients presenting a certificate signed by this CA "
@@ -147,11 +217,16 @@ class SchedulerOptions:
         help="Elect a leader on a coordination.k8s.io/v1 Lease; only the leader binds.",
         why="two replicas binding at once would double-book devices.",
     )
-    lease_name: str = setting("hami-scheduler", help="Name of the Lease.")
+    lease_name: str = setting(
+        "hami-scheduler",
+        flag=("--lease-name", "--leader-elect-resource-name"),
+        help="Name of the Lease (HAMi: --leader-elect-resource-name).",
+    )
     lease_namespace: str = setting(
         "kube-system",
+        flag=("--lease-namespace", "--leader-elect-resource-namespace"),
         env="POD_NAMESPACE",
-        help="Namespace of the Lease.",
+        help="Namespace of the Lease (HAMi: --leader-elect-resource-namespace).",
         why="the release's own namespace when the chart sets POD_NAMESPACE.",
     )
     identity: str = setting(
@@ -236,6 +311,60 @@ class SchedulerOptions:
         help="key=value[,key=value]: only nodes with these labels are ours (HAMi's flag; the "
         "chart's convention is gpu=on). Others fail the filter with NodeUnregistered.",
     )
+    scheduler_name: str | None = scheduler_name_setting()
+    force_overwrite_default_scheduler: bool | None = setting(
+        None,
+        show_default="from config (on)",
+        help="Overrides the configuration's forceOverwriteDefaultScheduler. HAMi's scheduler "
+        "binary also serves its webhook, so HAMi's chart passes this flag here; the "
+        "extender itself never rewrites a pod (hami webhook does).",
+    )
+    enable_ascend: bool | None = setting(
+        None,
+        show_default="on when hami-ascend is installed",
+        help="HAMi's switch for Ascend (its chart passes --enable-ascend=true): "
+        "--enable-ascend=false serves no Ascend device, as HAMI_DISABLED_BACKENDS=ascend.",
+    )
+    enable_iluvatar: bool | None = setting(
+        None,
+        show_default="on when hami-iluvatar is installed",
+        help="HAMi's switch for Iluvatar, as --enable-ascend.",
+    )
+    legacy_metrics: bool | None = setting(
+        None,
+        show_default="off",
+        help="Accepted as HAMi's chart passes it (legacy metric names beside the new ones); "
+        "our metrics keep HAMi's names already (docs/metrics.md), so it changes nothing.",
+    )
+
+    def resolved(self) -> SchedulerOptions:
+        """These options with HAMi's address forms read: ``--http_bind HOST:PORT`` as
+        ``--bind-address``/``--port``, ``--metrics-bind-address HOST:PORT`` as
+        ``--metrics-bind-address``/``--metrics-port``.
+
+        Raises:
+            ConfigError: an address whose port is not a number in 1-65535, naming the flag.
+        """
+        changes: dict[str, Any] = {}
+        if self.http_bind is not None:
+            changes["bind_address"], port = split_host_port(self.http_bind, "--http_bind")
+            if port is None:
+                raise ConfigError(f"--http_bind {self.http_bind}: expected HOST:PORT")
+            changes["port"] = port
+        host, port = split_host_port(self.metrics_bind_address, "--metrics-bind-address")
+        if port is not None:
+            changes["metrics_bind_address"], changes["metrics_port"] = host or "0.0.0.0", port
+        if "bind_address" in changes and not changes["bind_address"]:
+            changes["bind_address"] = "0.0.0.0"  # Go's ":443": every address
+        return attrs.evolve(self, **changes) if changes else self
+
+    def disabled_backends(self) -> list[str]:
+        """The backends HAMi's ``--enable-<vendor>=false`` switch off."""
+        return [
+            name
+            for name, on in (("ascend", self.enable_ascend), ("iluvatar", self.enable_iluvatar))
+            if on is False
+        ]
 
 
 @attrs.frozen(kw_only=True)
@@ -244,6 +373,14 @@ class WebhookOptions:
 
     bind_address: str = setting("0.0.0.0", help="Address the HTTPS server listens on.")
     port: int = setting(9443, min=0, max=65535, help="HTTPS port (/webhook, /healthz, /readyz).")
+    http_bind: str | None = setting(
+        None,
+        flag="--http_bind",
+        metavar="HOST:PORT",
+        show_default="--bind-address and --port",
+        help="HAMi's spelling of --bind-address and --port together (its scheduler binary "
+        "serves the webhook; its chart passes 0.0.0.0:443).",
+    )
     cert_mode: Literal["files", "auto"] = setting(
         "files",
         choices=["files", "auto"],
@@ -253,14 +390,17 @@ class WebhookOptions:
     )
     tls_cert_file: str | None = setting(
         None,
+        flag=("--tls-cert-file", "--cert_file"),
         show_default="none; auto mode: a temporary file",
-        help="Serving certificate (PEM). In auto mode, where the generated one is written.",
+        help="Serving certificate (PEM). In auto mode, where the generated one is written. "
+        "--cert_file is HAMi's name for it.",
     )
     tls_private_key_file: str | None = setting(
         None,
+        flag=("--tls-private-key-file", "--key_file"),
         show_default="none; auto mode: a temporary file",
         help="Private key (PEM) of --tls-cert-file. In auto mode, where the generated one is "
-        "written.",
+        "written. --key_file is HAMi's name for it.",
     )
     service_name: str = setting(
         "hami-webhook",
@@ -297,7 +437,8 @@ class WebhookOptions:
         help="Extra DNS SAN of the auto-mode certificate (repeatable).",
     )
     kubeconfig: str | None = kubeconfig_setting("(quotas, namespaces, Secret, caBundle)")
-    config: str | None = config_file_setting()
+    config: str | None = config_file_setting(HAMI_CONFIG_FLAG, hami=True)
+    scheduler_name: str | None = scheduler_name_setting()
     force_overwrite_default_scheduler: bool | None = force_overwrite_setting()
     threads: int = setting(
         32,
@@ -324,6 +465,20 @@ class WebhookOptions:
         help="userInfo.username allowed to write scheduler-owned pod annotations (repeatable): "
         "the scheduler's and the device plugin's service accounts. Everyone else is denied.",
     )
+
+    def resolved(self) -> WebhookOptions:
+        """These options with HAMi's ``--http_bind HOST:PORT`` read as ``--bind-address``
+        and ``--port`` (Go's ``:443``: every address).
+
+        Raises:
+            ConfigError: no port, or one not in 1-65535, naming the flag.
+        """
+        if self.http_bind is None:
+            return self
+        host, port = split_host_port(self.http_bind, "--http_bind")
+        if port is None:
+            raise ConfigError(f"--http_bind {self.http_bind}: expected HOST:PORT")
+        return attrs.evolve(self, bind_address=host or "0.0.0.0", port=port)
 
 
 @attrs.frozen(kw_only=True)

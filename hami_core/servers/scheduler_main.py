@@ -21,7 +21,8 @@ from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.cluster.lease import LeaderElector
 from hami_core.errors import ConfigError
 from hami_core.plugin import BackendManager
-from hami_core.protocol.config import load_config
+from hami_core.plugin.manager import DISABLE_ENV
+from hami_core.protocol.config import load_config, with_overrides
 from hami_core.scheduling.handshake import request_handshakes
 from hami_core.scheduling.policy import device_policy_option, node_policy_option
 from hami_core.scheduling.scheduler import Scheduler
@@ -53,10 +54,19 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         OSError: the extender's or the metrics' port cannot be bound, or the TLS files
             cannot be loaded; the message names the address and the file.
     """
+    opts = opts.resolved()
     check_exposure(opts)
     check_lease_timing(opts)
-    manager = BackendManager.from_entry_points()
-    manager = manager.with_config(load_config(opts.config, backends=manager.infos))
+    disabled = [n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",")]
+    manager = BackendManager.from_entry_points(disabled=[*disabled, *opts.disabled_backends()])
+    config = load_config(opts.config, backends=manager.infos)
+    manager = manager.with_config(
+        with_overrides(
+            config,
+            scheduler_name=opts.scheduler_name,
+            force_overwrite_default_scheduler=opts.force_overwrite_default_scheduler,
+        )
+    )
     api = make_api_client(opts.kubeconfig)
     store = KubeCluster(api, component="hami-scheduler")
     store.start()
@@ -190,8 +200,11 @@ def check_exposure(opts: SchedulerOptions) -> None:
         raise ConfigError("--tls-client-ca-file needs --tls-cert-file and --tls-private-key-file")
     if _is_loopback(opts.bind_address) or opts.tls_client_ca_file:
         return
+    given = (
+        f"--http_bind {opts.http_bind}" if opts.http_bind else f"--bind-address {opts.bind_address}"
+    )
     raise ConfigError(
-        f"--bind-address {opts.bind_address}: the extender authenticates no client; listen on "
+        f"{given}: the extender authenticates no client; listen on "
         "loopback (run it beside kube-scheduler) or serve mutual TLS with --tls-cert-file, "
         "--tls-private-key-file and --tls-client-ca-file"
     )

@@ -91,6 +91,7 @@ def run_webhook(
             certificates that cannot be made or published.
         OSError: the port cannot be bound or the certificate files cannot be read.
     """
+    opts = opts.resolved()
     if opts.cert_mode == "files" and not (opts.tls_cert_file and opts.tls_private_key_file):
         raise ConfigError(
             "--cert-mode files needs --tls-cert-file and --tls-private-key-file "
@@ -100,7 +101,9 @@ def run_webhook(
     config = load_config(opts.config, backends=manager.infos)
     manager = manager.with_config(
         with_overrides(
-            config, force_overwrite_default_scheduler=opts.force_overwrite_default_scheduler
+            config,
+            scheduler_name=opts.scheduler_name,
+            force_overwrite_default_scheduler=opts.force_overwrite_default_scheduler,
         )
     )
     api = make_api_client(opts.kubeconfig)

@@ -676,6 +676,8 @@ WEBHOOK_FLAGS = {
     "--cert-dns-name": "none",
     "--kubeconfig": "in-cluster config",
     "--config": "built-in defaults",
+    "--http_bind": "--bind-address and --port",
+    "--scheduler-name": "from config (hami-scheduler)",
     "--force-overwrite-default-scheduler": "from config (on)",
     "--threads": "8",
     "--namespace-cache-seconds": "30",
