@@ -175,3 +175,23 @@ def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
+
+
+def duty_range(result: dict) -> tuple[float, float]:
+    """``(duty, duty had the probe never waited for a CPU)`` of a throttle_probe result
+    (``window_s``) or window line (``t0``, ``t1``): GPU time ÷ the span, and ÷ the span
+    less the launching thread's run-queue wait (``run_delay_ns``), capped at 1.
+
+    The simulated GPU idles only while nobody feeds it, so on a loaded machine the duty
+    falls short of what the shim allows by at most that wait: the shim's share lies in
+    the range. Checking a limit against it from both sides keeps the check exact on an
+    idle machine (no wait, no widening) and never lets an unthrottled probe pass (load
+    only lowers the low end)."""
+    span = result["t1"] - result["t0"] if "t1" in result else result["window_s"] * 1e9
+    busy = result["duty"] * span
+    return result["duty"], min(1.0, busy / max(span - result["run_delay_ns"], 1.0))
+
+
+def near(r: tuple[float, float], target: float, tolerance: float) -> bool:
+    """``target`` within ``tolerance`` of the range ``r`` (``duty_range``)."""
+    return r[0] - tolerance <= target <= r[1] + tolerance

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from .support import GPU0, OOM, MiB
+from .support import GPU0, OOM, MiB, duty_range, near
 
 
 def test_fork(shim):
@@ -160,7 +160,8 @@ def test_unparsable_policy_enforces_the_limit(shim, build):
             "throttle_probe", "--seconds", "1", "--warmup", "0.3", "--grid", "264", env=env
         ).stdout
     )
-    assert abs(out["duty"] - 0.30) <= 0.10, out
+    # the probe's run-queue wait on a loaded machine allowed for (support.duty_range)
+    assert near(duty_range(out), 0.30, 0.10), out
 
 
 def test_errors_of_the_driver_pass_through(shim):
