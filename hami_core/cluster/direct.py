@@ -118,6 +118,16 @@ class NodeKubeCluster(KubeCluster):
     def list_nodes(self) -> list[KubeObject]:
         return self.nodes.items() or self.live.list_nodes()
 
+    def pods_on_node(self, node: str) -> list[KubeObject]:
+        """The cache's pods of ``node`` once it has listed; before that (the device
+        plugin's first discovery and release run before ``start``), read live: an empty
+        cache would read as "no pod holds anything", and the first release would free the
+        MIG instances live pods hold. Raises ``ApiUnavailableError`` when the live read
+        fails (the caller then frees nothing)."""
+        if self.pods.wait_synced(0):
+            return super().pods_on_node(node)
+        return self.live.pods_on_node(node)
+
     def list_quotas(self, namespace: str) -> list[KubeObject]:
         return []
 

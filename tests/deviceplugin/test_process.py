@@ -276,3 +276,84 @@ def test_without_fail_on_init_error_it_idles_unregistered(
     assert kubelet.registrations == []
     assert "nvmlInit failed: Driver Not Loaded" in plugin.output()
     assert plugin.stop() == 0
+
+
+MIG_KEY = "hami.io/vgpu-mig-allocations"
+
+
+def _instances(fake_gpus: FakeGpus, lib: Path, script: str) -> list[list[object]]:
+    """Run ``script`` over the stand-in's NVML (``n``: a ``PynvmlLibrary``) and return
+    GPU 0's instances as ``[start, MIG UUID]``."""
+    body = (
+        "import json\nfrom hami_nvidia.nvml import PynvmlLibrary\nn = PynvmlLibrary()\n"
+        + script
+        + "\nprint(json.dumps([[m.start, m.mig_uuid] for m in n.mig_instances(0)]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", body],
+        env={**os.environ, **fake_gpus.env(lib)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_restart_keeps_what_live_pods_hold_and_refuses_a_changed_strategy(
+    launch, cluster: MemoryCluster, fake_gpus: FakeGpus, fake_nvml_dir: Path, tmp_path: Path
+):
+    # Dynamic MIG: a Running pod holds the 1g.10gb at slice 6 of GPU 0; the one at 5 is
+    # a leftover. The restarted process reads the pods before its caches have listed (live),
+    # so it frees the leftover only; restarted again with migstrategy single (the pod's
+    # GPU would be published as its instances) it stops, naming the pod (MIG item 3).
+    for d in fake_gpus.doc["devices"]:
+        d.update(name="NVIDIA A100-SXM4-80GB", memory_mib=81920, mig=True)
+    fake_gpus.write()
+    made = _instances(
+        fake_gpus,
+        fake_nvml_dir,
+        "n.create_mig_instance(0, 0, 6, 1)\nn.create_mig_instance(0, 0, 5, 1)",
+    )
+    held_uuid = next(u for s, u in made if s == 6)
+    gpu0 = fake_gpus.uuid(0)
+    p = gpu_pod("p", ctr("main", gpu=1, gpumem=8000))
+    p["spec"]["nodeName"] = NODE
+    p["metadata"]["annotations"] = {
+        keys.VGPU_NODE: NODE,
+        "hami.io/vgpu-devices-allocated": f"{gpu0},NVIDIA,9856,15:;",
+        MIG_KEY: json.dumps([{
+            "containerIndex": 0, "deviceIndex": 0, "gpuUUID": gpu0, "profile": "1g.10gb",
+            "placement": {"start": 6, "size": 1}, "migUUID": held_uuid,
+            "gpuInstanceID": 1, "computeInstanceID": 0,
+        }]),
+    }  # fmt: skip
+    cluster.add_pod(p)
+    cluster.set_pod_phase("default", "p", "Running")
+    node_config = tmp_path / "node-config.json"
+    node_config.write_text(json.dumps({"nodeconfig": [{"name": NODE, "operatingmode": "mig"}]}))
+
+    plugin = launch("--node-config", str(node_config))
+    wait_for(
+        lambda: (
+            "hami.io/node-nvidia-register"
+            in (cluster.get_node(NODE)["metadata"].get("annotations") or {})
+        ),
+        timeout=30,
+        what="inventory",
+    )
+    wait_for(lambda: "released MIG instance" in plugin.output(), timeout=30, what="release")
+    assert _instances(fake_gpus, fake_nvml_dir, "") == [[6, held_uuid]], plugin.output()
+    assert plugin.stop() == 0
+
+    _instances(fake_gpus, fake_nvml_dir, "n.create_mig_instance(1, 0, 0, 1)")  # single needs one
+    node_config.write_text(json.dumps({"nodeconfig": [{"name": NODE, "migstrategy": "single"}]}))
+    before = cluster.get_node(NODE)["metadata"]["annotations"]["hami.io/node-nvidia-register"]
+    again = launch("--node-config", str(node_config))
+    assert again.popen.wait(30) == 2, again.output()
+    out = again.output()
+    assert f"pod default/p holds {gpu0} (now published as its MIG instances {held_uuid})" in out
+    assert (
+        cluster.get_node(NODE)["metadata"]["annotations"]["hami.io/node-nvidia-register"] == before
+    )
+    assert _instances(fake_gpus, fake_nvml_dir, "") == [[6, held_uuid]]

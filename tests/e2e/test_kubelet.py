@@ -157,7 +157,7 @@ def _start_webhook(stack: Stack) -> None:
 
 def _start_device_plugin(
     stack: Stack, *, node_config: Path | None = None, extra: str = "", mig: bool = False
-) -> None:
+) -> subprocess.Popen:
     lib = fakenvml.build(stack.work / "fakenvml")
     nvml = stack.work / "fake-nvml.json"
     # MIG mode: the card whose profile table the stand-in serves (A100 80 GB: 7 x 1g.10gb),
@@ -171,7 +171,7 @@ def _start_device_plugin(
     config = stack.work / "hami.yaml"
     config.write_text(f"version: v1\nnvidia:\n  hookPath: {stack.hook}\n{extra}")
     more = ["--node-config", str(node_config)] if node_config else []
-    stack.cp.start_process(
+    return stack.cp.start_process(
         "device-plugin",
         [
             HAMI,
@@ -814,3 +814,36 @@ def test_a_single_strategy_node_gives_a_count_only_pod_n_instances(stack: Stack)
     assert not any(k.startswith("CUDA_") for k in env)
     migs = json.loads(ann["hami.io/vgpu-mig-allocations"])
     assert sorted(m["migUUID"] for m in migs) == sorted(made)
+
+    # migstrategy changed under the running pod (single -> none, MIG leftovers item 3):
+    # the restarted device plugin would publish the instances inside their GPUs, where
+    # the pod's MIG UUIDs no longer count as held; it refuses to start naming the pod,
+    # and the node keeps the inventory the pod was placed on.
+    register = "hami.io/node-nvidia-register"
+    before = stack.node.node()["metadata"]["annotations"][register]
+    stack.cp.stop_process("device-plugin")
+    none_config = stack.work / "node-config-none.json"
+    none_config.write_text(json.dumps({"nodeconfig": [{"name": NODE, "migstrategy": "none"}]}))
+    refusing = _start_device_plugin(stack, node_config=none_config, mig=True)
+    log_path = stack.cp.log_paths()["device-plugin"]
+    assert refusing.wait(60) == 2, log_path.read_text(errors="replace")[-4000:]
+    assert stack.cp.stop_process("device-plugin") == 2  # exited at start, as for a bad config
+    text = log_path.read_text(errors="replace")
+    assert "in another shape than live pods hold them" in text
+    assert f"pod {stack.namespace}/single-a holds MIG-" in text
+    assert "now published inside its GPU" in text
+    assert stack.node.node()["metadata"]["annotations"][register] == before
+    # the pod gone, the same configuration starts and publishes the GPUs whole
+    stack.core.delete_namespaced_pod("single-a", stack.namespace, grace_period_seconds=0)
+    stack.cp.wait_for(
+        lambda: not stack.core.list_namespaced_pod(stack.namespace).items,
+        timeout=90,
+        message="single-a gone",
+    )
+    _start_device_plugin(stack, node_config=none_config, mig=True)
+
+    def whole_gpus() -> bool:
+        devices = json.loads(stack.node.node()["metadata"]["annotations"].get(register) or "[]")
+        return sorted(d.get("id") for d in devices) == sorted(GPUS)
+
+    stack.cp.wait_for(whole_gpus, timeout=60, message="the GPUs published whole")
