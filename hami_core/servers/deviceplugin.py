@@ -209,7 +209,8 @@ class PluginServer:
     registered with kubelet.
 
     Attributes:
-        registrations: successful ``Register`` calls so far (tests, logs).
+        registrations: successful ``Register`` calls so far (tests, logs); wait for a
+            count with ``wait_registrations``.
     """
 
     def __init__(
@@ -240,6 +241,7 @@ class PluginServer:
         self.poll_s = poll_s
         self.register_timeout_s = register_timeout_s
         self.registrations = 0
+        self._counted = threading.Condition()
         self._server: grpc.Server | None = None
         self._kubelet_id: tuple[int, int, int] | None = None
         self._registered = False
@@ -258,6 +260,14 @@ class PluginServer:
     @property
     def registered(self) -> bool:
         return self._registered
+
+    def wait_registrations(self, n: int, timeout_s: float) -> int:
+        """Block until ``n`` ``Register`` calls have succeeded or ``timeout_s`` seconds
+        passed; return the count then (kubelet sees a ``Register`` before we count it:
+        the count follows the answer's round trip)."""
+        with self._counted:
+            self._counted.wait_for(lambda: self.registrations >= n, timeout_s)
+            return self.registrations
 
     def start(self) -> None:
         """Serve, try to register once, and start the thread that keeps us registered.
@@ -336,7 +346,9 @@ class PluginServer:
             return False
         self._kubelet_id = kubelet_id
         self._registered = True
-        self.registrations += 1
+        with self._counted:
+            self.registrations += 1
+            self._counted.notify_all()
         log.info(
             "registered %s (endpoint %s) with kubelet (registration #%d)",
             self.resource_name,

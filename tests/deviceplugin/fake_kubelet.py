@@ -43,6 +43,7 @@ class FakeKubelet:
         self._server: grpc.Server | None = None
         self._channel: grpc.Channel | None = None
         self._stream: Any = None
+        self._last_ctime_ns = 0
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -52,6 +53,7 @@ class FakeKubelet:
 
     def start(self) -> FakeKubelet:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        self._past_last_socket()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         rpc.add_RegistrationServicer_to_server(_Registration(self), server)
         server.add_insecure_port(f"unix://{self.socket}")
@@ -64,7 +66,28 @@ class FakeKubelet:
         if self._server is not None:
             self._server.stop(0).wait(5)
             self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            self._last_ctime_ns = self.socket.stat().st_ctime_ns
         self.socket.unlink(missing_ok=True)
+
+    def _past_last_socket(self, timeout: float = 2.0) -> None:
+        """Return once the file system stamps a new file later than the last
+        kubelet.sock: a socket re-created at once may get the same inode number, and on
+        a kernel with coarse timestamps (one tick, up to 10 ms) the same change time, so
+        the plugin could not tell it from its predecessor, which no real kubelet
+        restart (seconds) produces. Waits on the file system's clock, not a fixed time."""
+        if not self._last_ctime_ns:
+            return
+        probe = self.plugin_dir / ".clock-probe"
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                probe.touch()
+                if probe.stat().st_ctime_ns > self._last_ctime_ns:
+                    return
+        finally:
+            probe.unlink(missing_ok=True)
+        raise AssertionError(f"the file system clock did not pass {self._last_ctime_ns} ns")
 
     def restart(self) -> None:
         """Stop, empty the directory as kubelet does at start, and serve again."""
@@ -72,8 +95,7 @@ class FakeKubelet:
         for path in self.plugin_dir.iterdir():
             if path.is_socket():
                 path.unlink()
-        time.sleep(0.05)  # a new inode, as a restarted kubelet gets
-        self.start()
+        self.start()  # after the file system clock passed the old kubelet.sock's stamp
 
     # -- what the plugin did -----------------------------------------------------------
 

@@ -204,12 +204,8 @@ def test_reregisters_when_kubelet_restarts(kubelet: FakeKubelet, plugin: DeviceP
     assert request.resource_name == "nvidia.com/gpu"
     kubelet.wait_list(lambda s: len(kubelet.lists) > lists_before and len(s) == 20)
     assert plugin.server.socket_path.is_socket()
-    # The fake kubelet records a Register before answering it; the plugin counts it only
-    # once the answer is back, so under load the count can trail the kubelet by a moment.
-    deadline = time.monotonic() + 10
-    while plugin.server.registrations < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert plugin.server.registrations == 2
+    # kubelet records a Register before the plugin has its answer: wait for the count
+    assert plugin.server.wait_registrations(2, timeout_s=15) == 2
 
 
 def test_registers_once_kubelet_comes_up(cluster, nvml, short_dir: Path, tmp_path: Path) -> None:
@@ -235,13 +231,20 @@ def test_reregisters_when_only_kubelet_sock_is_recreated(
     # A kubelet that does not empty the directory: our socket stays, kubelet.sock is new
     # (possibly with the same inode number: the change time tells them apart).
     kubelet.wait_registrations(1)
+    kubelet.wait_list(all_healthy(20))
+    assert plugin.server.wait_registrations(1, timeout_s=15) == 1
+    lists_before = len(kubelet.lists)
     kubelet.stop()
     assert plugin.server.socket_path.is_socket()
-    kubelet.start()
+    kubelet.start()  # once the file system's clock passed the old kubelet.sock's stamp
 
-    kubelet.wait_registrations(2)
-    kubelet.wait_list(all_healthy(20))
-    assert plugin.server.registrations == 2
+    request = kubelet.wait_registrations(2)
+    assert request.resource_name == "nvidia.com/gpu"
+    assert request.endpoint == plugin.server.socket_name
+    # the new kubelet's own ListAndWatch stream, not the list the old one got
+    kubelet.wait_list(lambda s: len(kubelet.lists) > lists_before and all_healthy(20)(s))
+    # kubelet records a Register before the plugin has its answer: wait for the count
+    assert plugin.server.wait_registrations(2, timeout_s=15) == 2
 
 
 def test_a_paused_api_server_gets_unavailable_in_bounded_time_and_the_retry_its_answer(
