@@ -106,6 +106,7 @@ class NodeAgent:
         self.dtype = self.manager.device_type(vendor)
         self.link_scores_enabled = link_scores
         self.clock = clock
+        self._unmatched_parts: frozenset[str] = frozenset()
 
     @property
     def config(self) -> VendorConfig:
@@ -139,6 +140,14 @@ class NodeAgent:
             )
         mine = [d for d in devices if d.vendor == self.vendor]
         kept = tuple(self._preconfigured(d) for d in self.overrides.select(mine, node=self.node))
+        unmatched = self.overrides.unmatched_parts(mine)
+        if unmatched and unmatched != self._unmatched_parts:  # once per change, not per round
+            log.warning(
+                "nodeconfig[%s].filterdevices.index: no MIG instance %s on this node",
+                self.node,
+                ", ".join(sorted(unmatched)),
+            )
+        self._unmatched_parts = unmatched
         kept_uuids = {d.uuid for d in kept}
         left_out = [d.uuid for d in devices if d.vendor == self.vendor and d.uuid not in kept_uuids]
         if left_out:

@@ -165,10 +165,12 @@ class NodeOverrides:
                 "names a MIG instance, but this node publishes whole GPUs (only under "
                 "migstrategy: single is a MIG instance a device): name the GPU's index"
             )
-        unmatched = self.exclude_parts - {str(d.node_local[PART_INDEX]) for d in parts}
-        if unmatched:
-            log.warning("%s.index: no MIG instance %s on this node", where, sorted(unmatched))
         return tuple(d for d in devices if self.keeps(d))
+
+    def unmatched_parts(self, devices: Sequence[DeviceInfo]) -> frozenset[str]:
+        """The ``filterdevices.index`` part entries no device of ``devices`` carries (an
+        instance gone or not made yet: the caller logs them)."""
+        return self.exclude_parts - {str(d.node_local.get(PART_INDEX)) for d in devices}
 
 
 def load_node_overrides(path: str | Path | None, *, node: str) -> NodeOverrides:

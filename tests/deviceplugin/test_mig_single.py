@@ -325,3 +325,35 @@ def test_a_filter_entry_that_addresses_no_published_device_stops_the_start(
     )
     assert out["error"] and message in out["error"], out["error"]
     assert "nodeconfig[node-a].filterdevices" in out["error"]
+
+
+def test_an_instance_index_that_matches_nothing_is_logged_once_not_every_round(
+    two_mig_gpus, fake_nvml_dir, tmp_path
+):
+    out = run(
+        two_mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        """
+        import logging
+        seen = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                seen.append(record.getMessage())
+        logging.getLogger("hami_core.deviceplugin.agent").addHandler(Keep())
+        logging.getLogger("hami_core.deviceplugin.agent").setLevel(logging.INFO)
+        nvml = nvnode.current().nvml
+        nvml.create_mig_instance(0, 0, 0, 1)
+        nvml.create_mig_instance(1, 0, 6, 1)
+        cluster, agent, loop, allocator, state = start(
+            strategy="single", filterdevices={"index": ["0:5"]})
+        for _ in range(3):
+            agent.discover()
+        out["warnings"] = [m for m in seen if "filterdevices.index" in m]
+        out["inventory"] = len(inventory(cluster))
+        """,
+    )
+    assert out["warnings"] == [
+        "nodeconfig[node-a].filterdevices.index: no MIG instance 0:5 on this node"
+    ]
+    assert out["inventory"] == 2  # nothing left out
