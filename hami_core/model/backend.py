@@ -126,6 +126,17 @@ class DeviceTypeInfo:
             sorts mounts stably by depth), so a volume at such a path would cover the
             device plugin's: the webhook denies ``volumeMounts`` / ``volumeDevices`` at or
             under one in a container that asks for managed devices.
+        visible_devices_env: ``(variable, value)`` pairs: a variable the vendor's container
+            runtime documents as read from any container's env to choose the devices it
+            hands the container, and its value for none (NVIDIA's container toolkit:
+            ``NVIDIA_VISIBLE_DEVICES`` / ``none``, honoured from unprivileged containers by
+            default, ``accept-nvidia-visible-devices-envvar-when-unprivileged = true``; NVIDIA's
+            CUDA images set it to ``all`` in the image config). In a pod the webhook
+            mutates, every container that asks for none of the vendor's devices gets the
+            value and is denied its own other value (PROTOCOL.md §6); a backend whose
+            section has a boolean ``overwriteEnv`` option (HAMi's nvidia key) that is true
+            has it done in every other pod too. Empty: the vendor's variables only filter
+            devices already mounted (a library's, such as ``HIP_VISIBLE_DEVICES``).
     """
 
     vendor: str
@@ -147,6 +158,7 @@ class DeviceTypeInfo:
     configured_resources: ConfiguredResources | None = attrs.field(default=None, eq=False)
     allocate_env: tuple[str, ...] = ()
     protected_paths: tuple[str, ...] = ()
+    visible_devices_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def resource_cores_unit(self) -> CoresUnit:

@@ -23,6 +23,7 @@ from hami_core.model import (
     ContainerRequest,
     DeviceInfo,
     DeviceRequest,
+    MutateResult,
     PodRequest,
     collapse,
 )
@@ -49,8 +50,10 @@ from .trust import (
     changed_owned_annotations,
     env_denial,
     mount_denial,
+    no_devices_env,
     owned_annotation_keys,
     protected_path_roots,
+    visible_env_denial,
 )
 
 #: kube's own scheduler (``k8s.io/api/core/v1`` ``DefaultSchedulerName``); kube-apiserver
@@ -119,6 +122,7 @@ class Admission:
         self.trusted_users = trusted_users
         self._owned = owned_annotation_keys(manager)
         self._allocate_env = allocate_env_patterns(manager)
+        self._no_devices = no_devices_env(manager)
         self._protected_paths = protected_path_roots(manager)
 
     def container_asks(
@@ -130,6 +134,43 @@ class Admission:
             return bool(self.manager.parse_requests(pod, container, init=init))
         except InvalidInputError:
             return True
+
+    def _no_devices_ops(
+        self,
+        working: dict[str, Any],
+        parsed: list[tuple[Any, bool, str, list[DeviceRequest]]],
+        *,
+        mutating: bool,
+    ) -> AdmissionResult | list[dict[str, Any]]:
+        """The operations that give every container of ``parsed`` asking for none of a
+        vendor's devices that vendor's none value (``DeviceTypeInfo.visible_devices_env``),
+        or the denial of a container stating another value. ``mutating``: a pod the
+        webhook takes (every vendor's variable); else only those of backends whose
+        ``overwriteEnv`` is true (HAMi's nvidia key: every pod the webhook sees)."""
+        entries = [e for e in self._no_devices if mutating or e.everywhere]
+        ops: list[dict[str, Any]] = []
+        for container, _, path, reqs in parsed:
+            asked = {r.vendor for r in reqs}
+            blank = [e for e in entries if e.vendor not in asked]
+            if not blank:
+                continue
+            reason = visible_env_denial(container, blank)
+            if reason:
+                return _deny("ProtectedEnv", f"pod {pod_ref(working)}: {reason}")
+            env = {e.variable: e.none for e in blank}
+            ops += apply_mutation(working, container, path, MutateResult(env=env))
+        return ops
+
+    def _unmutated(
+        self,
+        working: dict[str, Any],
+        parsed: list[tuple[Any, bool, str, list[DeviceRequest]]],
+    ) -> AdmissionResult:
+        """The answer for a pod the webhook does not take: allowed, with the
+        ``overwriteEnv`` operations when a backend has it on (whatever the pod's
+        ``schedulerName`` and labels say: both are its author's)."""
+        ops = self._no_devices_ops(working, parsed, mutating=False)
+        return ops if isinstance(ops, AdmissionResult) else AdmissionResult(patch=tuple(ops))
 
     def _owned_denial(
         self, old: Mapping[str, Any] | None, new: Mapping[str, Any], user: str | None
@@ -217,17 +258,17 @@ class Admission:
         # The object label exempts only a pod that asks for no managed device.
         labels = meta.get("labels") or {}
         if not asks and labels.get(keys.WEBHOOK_IGNORE_LABEL) == keys.WEBHOOK_IGNORE_VALUE:
-            return AdmissionResult()
+            return self._unmutated(working, parsed)
         ours = self.manager.config.scheduler_name
         if not takes_scheduler_name(spec.get("schedulerName"), self.manager.config):
-            return AdmissionResult()
+            return self._unmutated(working, parsed)
         misplaced = misplaced_limits(pod, self.manager.device_types())
         if misplaced:
             return _deny("MisplacedLimits", f"pod {pod_ref(pod)}: {misplaced}")
         if malformed is not None:
             return _deny("InvalidRequest", f"pod {pod_ref(pod)}: {malformed}")
         if not asks:
-            return AdmissionResult()
+            return self._unmutated(working, parsed)
         patch: list[dict[str, Any]] = []
         for container, _, path, reqs in parsed:
             if not reqs:
@@ -241,6 +282,10 @@ class Admission:
                     patch += apply_mutation(working, container, path, result)
                 except InvalidInputError as exc:
                     return _deny("InvalidRequest", f"backend {backend!r} produced {exc}")
+        blank = self._no_devices_ops(working, parsed, mutating=True)
+        if isinstance(blank, AdmissionResult):
+            return blank
+        patch += blank
 
         request = PodRequest(
             namespace=str(meta.get("namespace", "default")),

@@ -26,6 +26,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+import attrs
+
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 
@@ -226,7 +228,64 @@ def allocate_env_patterns(manager: BackendManager) -> tuple[str, ...]:
     return tuple(seen)
 
 
+@attrs.frozen
+class NoDevicesEnv:
+    """A vendor's device-choosing variable and its value for none
+    (``DeviceTypeInfo.visible_devices_env``).
+
+    Attributes:
+        vendor: the vendor key (``NVIDIA``).
+        variable: the variable its container runtime reads (``NVIDIA_VISIBLE_DEVICES``).
+        none: the value that hands no device (``none``).
+        everywhere: the backend's ``overwriteEnv`` option is true: set also in pods the
+            webhook does not otherwise mutate (HAMi's nvidia ``overwriteEnv``).
+    """
+
+    vendor: str
+    variable: str
+    none: str
+    everywhere: bool
+
+
+def no_devices_env(manager: BackendManager) -> tuple[NoDevicesEnv, ...]:
+    """Every installed vendor's ``visible_devices_env``, with its backend's
+    ``overwriteEnv`` option (False when the backend has none)."""
+    out: list[NoDevicesEnv] = []
+    for t in manager.device_types():
+        options = manager.vendor_config(manager.backend_of(t.vendor)).options
+        for variable, none in t.visible_devices_env:
+            out.append(NoDevicesEnv(t.vendor, variable, none, options.get("overwriteEnv") is True))
+    return tuple(out)
+
+
+def visible_env_denial(container: Mapping[str, Any], entries: Iterable[NoDevicesEnv]) -> str | None:
+    """Why this container (one that asks for none of ``entries``' vendors' devices) is
+    denied its own ``env``, or None: an entry (any of them: the last of a name wins in
+    kubelet) naming one of the variables with another value than none, or from
+    ``valueFrom``, would have the vendor's runtime hand it devices nobody scheduled.
+
+    Names are matched exactly (env names are case-sensitive: ``nvidia_visible_devices``
+    is another variable, which no runtime reads). ``envFrom`` needs no check: an ``env``
+    entry wins over every ``envFrom`` source (Kubernetes ``EnvFromSource``), and the
+    webhook adds the none value to ``env``."""
+    wanted = {e.variable: e for e in entries}
+    for e in container.get("env") or []:
+        if not isinstance(e, Mapping) or e.get("name") not in wanted:
+            continue
+        entry = wanted[str(e["name"])]
+        if "valueFrom" in e or e.get("value") != entry.none:
+            value = "valueFrom" if "valueFrom" in e else repr(e.get("value"))
+            return (
+                f"container {container.get('name')!r}: env {entry.variable}={value} would "
+                f"have the container runtime hand it {entry.vendor} devices the scheduler "
+                f"did not assign; a container that asks for no {entry.vendor} device gets "
+                f"{entry.variable}={entry.none}"
+            )
+    return None
+
+
 __all__ = [
+    "NoDevicesEnv",
     "DISABLE_CONTROL_LABEL",
     "SHIM_ENV",
     "SHIM_ENV_PREFIXES",
@@ -235,7 +294,9 @@ __all__ = [
     "env_denial",
     "is_shim_variable",
     "mount_denial",
+    "no_devices_env",
     "owned_annotation_keys",
     "prefix_may_form_shim_variable",
     "protected_path_roots",
+    "visible_env_denial",
 ]

@@ -41,7 +41,6 @@ def test_hami_chart_default_file_loads_with_one_warning_per_unimplemented_key(in
     keys = [m.split("HAMi device-config ", 1)[1].split(":", 1)[0] for m in warned]
     assert len(keys) == len(set(keys))  # once per key
     for key in (
-        "nvidia.overwriteEnv",
         "nvidia.preConfiguredDeviceMemory",
         "nvidia.libCudaLogLevel",
     ):
@@ -50,6 +49,9 @@ def test_hami_chart_default_file_loads_with_one_warning_per_unimplemented_key(in
         # read: nodes without a hami-vnpu-core annotation do not run hami-core (ModeNotFit)
         assert "vnpus.hamiVnpuCore" not in keys
         assert cfg.vendor("ascend").options["hamiVnpuCore"] is False
+    # HAMi's overwriteEnv is read (NVIDIA_VISIBLE_DEVICES=none on GPU-less containers)
+    assert "nvidia.overwriteEnv" not in keys
+    assert isinstance(cfg.vendor("nvidia").options["overwriteEnv"], bool)
     # HAMi's MIG allowlist is read (dynamic MIG, docs/sharing-modes.md), not ignored
     assert "nvidia.migProfileAllowlist" not in keys
     assert cfg.vendor("nvidia").options["migProfileAllowlist"] == [

@@ -293,7 +293,7 @@ def test_hami_device_config_a_misspelt_section_stops_the_start(start, tmp_path):
 #: a value (a resource name other than ours where the key is a resource name). Sections
 #: missing here are those whose every HAMi key we implement (hygon, cambricon, ...).
 HAMI_NOT_OURS: dict[str, tuple[dict[str, Any], str]] = {
-    "nvidia": ({"nvidia": {"overwriteEnv": True}}, "nvidia.overwriteEnv"),
+    "nvidia": ({"nvidia": {"libCudaLogLevel": 4}}, "nvidia.libCudaLogLevel"),
     "metax": ({"metax": {"resourceVCoreName": "example.com/vcore"}}, "metax.resourceVCoreName"),
     "enflame": (
         {"enflame": {"resourceNameVGCU": "example.com/vgcu"}},

@@ -24,8 +24,11 @@ from .requests import MIG_PROFILE_ENV, mig_resources
 
 CORE_POLICIES = ("default", "force", "disable", "none")
 #: Backend options read by admission (HAMi's nvidia ``runtimeClassName``: set on pods that
-#: ask for NVIDIA devices and name none themselves).
-OPTION_DEFAULTS: dict[str, object] = {"runtimeClassName": ""}
+#: ask for NVIDIA devices and name none themselves; HAMi's nvidia ``overwriteEnv``:
+#: ``NVIDIA_VISIBLE_DEVICES=none`` on every container that asks for no NVIDIA GPU, in
+#: every pod the webhook sees, HAMi ``pkg/device/nvidia/device.go`` ``MutateAdmission``;
+#: the core does it, ``DeviceTypeInfo.visible_devices_env``).
+OPTION_DEFAULTS: dict[str, object] = {"runtimeClassName": "", "overwriteEnv": False}
 
 
 @denies_invalid_input

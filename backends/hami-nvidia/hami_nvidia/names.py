@@ -53,6 +53,11 @@ DEVICE_TYPE = DeviceTypeInfo(
     # where allocate.py mounts the shim, its preload, limits file, region and priority
     # boards (CONTAINER_HOOK_DIR), and the MPS daemon's pipe directory
     protected_paths=("/etc/ld.so.preload", "/usr/local/vgpu", "/tmp/nvidia-mps"),
+    # NVIDIA container toolkit: the runtime hook reads NVIDIA_VISIBLE_DEVICES from the
+    # container's env (image config included; `none` = no GPU, driver libraries only),
+    # also in unprivileged containers unless accept-nvidia-visible-devices-envvar-when-
+    # unprivileged is false: a container asking for no GPU would otherwise get them all
+    visible_devices_env=(("NVIDIA_VISIBLE_DEVICES", "none"),),
 )
 
 # Pod annotations (PROTOCOL.md §5): HAMi's names first, then the handbook's aliases.

@@ -1,0 +1,182 @@
+"""A container that asks for no GPU gets none (PROTOCOL.md §6-7): NVIDIA's container
+toolkit reads ``NVIDIA_VISIBLE_DEVICES`` from any unprivileged container's env by default
+(``accept-nvidia-visible-devices-envvar-when-unprivileged = true``), and NVIDIA's CUDA
+images set it to ``all``, so without ``none`` a sidecar, an init container or a plain pod
+would see every GPU of the node, unlimited and uncounted.
+
+In a pod the webhook mutates, every container asking for no NVIDIA GPU gets ``none`` and
+is denied another value; in any other pod only with HAMi's ``nvidia.overwriteEnv``."""
+
+import copy
+
+import jsonpatch
+import pytest
+
+from hami_core.plugin import BackendManager
+from hami_core.protocol.config import parse_config
+from hami_core.protocol.hamiconfig import translate
+from hami_core.webhook import Admission
+from tests.builders import container, manager, pod
+
+VAR = "NVIDIA_VISIBLE_DEVICES"
+OVERWRITE = {"nvidia": {"overwriteEnv": True}}
+
+
+def admission(config=None):
+    return Admission(manager(config))
+
+
+def sidecar(*env, name="side", envfrom=None):
+    c = container(name)
+    c["image"] = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"  # image env: =all
+    if env:
+        c["env"] = [dict(e) for e in env]
+    if envfrom is not None:
+        c["envFrom"] = envfrom
+    return c
+
+
+def gpu():
+    return container("gpu", gpu=1, gpumem=3000)
+
+
+def env_after(p, result, where, index):
+    """The env of ``spec.<where>[index]`` after the webhook's patch, as a dict."""
+    out = jsonpatch.apply_patch(copy.deepcopy(p), list(result.patch))
+    return {e["name"]: e.get("value") for e in out["spec"][where][index].get("env") or []}
+
+
+def test_a_sidecar_of_a_gpu_pod_gets_none_and_the_gpu_container_keeps_its_own():
+    p = pod("p", gpu(), sidecar())
+    out = admission().review(p)
+    assert out.allowed and out.mutated
+    assert env_after(p, out, "containers", 1)[VAR] == "none"
+    # the device container's variable is the device plugin's (Allocate sets it)
+    assert VAR not in env_after(p, out, "containers", 0)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"name": VAR, "value": "all"},
+        {"name": VAR, "value": "0,1"},
+        {"name": VAR, "value": "GPU-8a7c1b2e-0000-0000-0000-000000000000"},
+        {"name": VAR, "value": ""},  # "" is runc's behaviour, not none: still not ours
+        {"name": VAR, "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}},
+    ],
+)
+def test_a_sidecar_that_states_another_value_is_denied(entry):
+    out = admission().review(pod("p", gpu(), sidecar(entry)))
+    assert not out.allowed and out.reason == "ProtectedEnv"
+    assert "'side'" in out.message and VAR in out.message and "none" in out.message
+
+
+def test_the_last_entry_of_a_name_wins_in_kubelet_so_every_entry_is_checked():
+    entries = ({"name": VAR, "value": "none"}, {"name": VAR, "value": "all"})
+    out = admission().review(pod("p", gpu(), sidecar(*entries)))
+    assert not out.allowed and out.reason == "ProtectedEnv"
+
+
+def test_a_sidecar_that_states_none_itself_is_admitted_unchanged():
+    p = pod("p", gpu(), sidecar({"name": VAR, "value": "none"}))
+    out = admission().review(p)
+    assert out.allowed
+    assert not [op for op in out.patch if op["path"].startswith("/spec/containers/1")]
+
+
+def test_a_lowercase_name_is_another_variable_and_is_left_alone():
+    p = pod("p", gpu(), sidecar({"name": VAR.lower(), "value": "all"}))
+    out = admission().review(p)
+    assert out.allowed
+    env = env_after(p, out, "containers", 1)
+    assert env == {VAR.lower(): "all", VAR: "none"}
+
+
+def test_envfrom_carrying_it_is_outranked_by_the_env_entry_the_webhook_adds():
+    # kubelet: an env entry wins over every envFrom source (core/v1 EnvFromSource)
+    p = pod("p", gpu(), sidecar(envfrom=[{"configMapRef": {"name": "all-gpus"}}]))
+    out = admission().review(p)
+    assert out.allowed
+    assert env_after(p, out, "containers", 1)[VAR] == "none"
+
+
+def test_an_init_container_that_asks_for_no_gpu_gets_none_or_is_denied():
+    p = pod("p", gpu(), init=[sidecar(name="setup")])
+    out = admission().review(p)
+    assert out.allowed
+    assert env_after(p, out, "initContainers", 0)[VAR] == "none"
+    bad = pod("p", gpu(), init=[sidecar({"name": VAR, "value": "all"}, name="setup")])
+    out = admission().review(bad)
+    assert not out.allowed and "'setup'" in out.message
+
+
+def test_a_container_asking_for_another_vendor_gets_nvidia_none():
+    ascend = {"name": "npu", "image": "x", "resources": {"limits": {"huawei.com/Ascend910B3": "1"}}}
+    p = pod("p", ascend)
+    out = admission().review(p)
+    assert out.allowed and out.mutated
+    assert env_after(p, out, "containers", 0)[VAR] == "none"
+
+
+def test_by_default_a_pod_asking_for_no_device_is_left_as_hami_leaves_it():
+    p = pod("p", sidecar({"name": VAR, "value": "all"}))
+    out = admission().review(p)
+    assert out.allowed and out.patch == ()
+
+
+def test_overwrite_env_gives_none_to_every_container_of_a_plain_pod():
+    p = pod("p", sidecar(), sidecar(name="two"), init=[sidecar(name="setup")])
+    out = admission(OVERWRITE).review(p)
+    assert out.allowed and not out.mutated
+    assert env_after(p, out, "containers", 0)[VAR] == "none"
+    assert env_after(p, out, "containers", 1)[VAR] == "none"
+    assert env_after(p, out, "initContainers", 0)[VAR] == "none"
+    # nothing else: the pod stays kube's scheduler's
+    assert all(op["path"].endswith(("/env", "/env/-")) for op in out.patch)
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["own value", "other scheduler", "ignore label"],
+)
+def test_overwrite_env_holds_whatever_the_pods_author_writes(how):
+    env = [{"name": VAR, "value": "all"}] if how == "own value" else []
+    p = pod("p", sidecar(*env), scheduler_name="other" if how == "other scheduler" else None)
+    if how == "ignore label":
+        p["metadata"]["labels"] = {"hami.io/webhook": "ignore"}
+    out = admission(OVERWRITE).review(p)
+    if how == "own value":
+        assert not out.allowed and out.reason == "ProtectedEnv"
+    else:
+        assert out.allowed and env_after(p, out, "containers", 0)[VAR] == "none"
+
+
+def test_overwrite_env_leaves_a_gpu_container_of_another_scheduler_alone():
+    p = pod("p", gpu(), sidecar(), scheduler_name="other")
+    out = admission(OVERWRITE).review(p)
+    assert out.allowed
+    assert VAR not in env_after(p, out, "containers", 0)
+    assert env_after(p, out, "containers", 1)[VAR] == "none"
+
+
+def test_an_administrators_ignored_namespace_is_left_alone():
+    p = pod("p", sidecar({"name": VAR, "value": "all"}))
+    out = admission(OVERWRITE).review(p, namespace_labels={"hami.io/webhook": "ignore"})
+    assert out.allowed and out.patch == ()
+
+
+def test_hamis_device_config_overwrite_env_is_read():
+    base = BackendManager.from_entry_points(disabled=[])
+    translated, warnings = translate({"nvidia": {"overwriteEnv": True}}, base.infos)
+    assert not [w for w in warnings if "overwriteEnv" in w]
+    m = base.with_config(parse_config(translated, backends=base.infos))
+    assert m.vendor_config("nvidia").options["overwriteEnv"] is True
+    p = pod("p", sidecar())
+    assert env_after(p, Admission(m).review(p), "containers", 0)[VAR] == "none"
+
+
+def test_overwrite_env_must_be_a_boolean():
+    from hami_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="nvidia.overwriteEnv"):
+        manager({"nvidia": {"overwriteEnv": "yes"}})
