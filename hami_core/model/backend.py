@@ -135,8 +135,11 @@ class DeviceTypeInfo:
             mutates, every container that asks for none of the vendor's devices gets the
             value and is denied its own other value (PROTOCOL.md §6); a backend whose
             section has a boolean ``overwriteEnv`` option (HAMi's nvidia key) that is true
-            has it done in every other pod too. Empty: the vendor's variables only filter
-            devices already mounted (a library's, such as ``HIP_VISIBLE_DEVICES``).
+            has it done in every other pod too. A value of None: the runtime documents no
+            value for none (Ascend Docker Runtime's ``ASCEND_VISIBLE_DEVICES``, Moore
+            Threads' container toolkit's ``MTHREADS_VISIBLE_DEVICES``; unset hands none):
+            the variable is only denied. Empty: the vendor's variables only filter devices
+            already mounted (a library's, such as ``HIP_VISIBLE_DEVICES``).
     """
 
     vendor: str
@@ -158,7 +161,7 @@ class DeviceTypeInfo:
     configured_resources: ConfiguredResources | None = attrs.field(default=None, eq=False)
     allocate_env: tuple[str, ...] = ()
     protected_paths: tuple[str, ...] = ()
-    visible_devices_env: tuple[tuple[str, str], ...] = ()
+    visible_devices_env: tuple[tuple[str, str | None], ...] = ()
 
     @property
     def resource_cores_unit(self) -> CoresUnit:

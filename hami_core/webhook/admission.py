@@ -150,15 +150,19 @@ class Admission:
         entries = [e for e in self._no_devices if mutating or e.everywhere]
         ops: list[dict[str, Any]] = []
         for container, _, path, reqs in parsed:
+            # a variable any vendor it asks for declares is that device plugin's (several
+            # Ascend models share ASCEND_VISIBLE_DEVICES)
             asked = {r.vendor for r in reqs}
-            blank = [e for e in entries if e.vendor not in asked]
+            own = {e.variable for e in self._no_devices if e.vendor in asked}
+            blank = [e for e in entries if e.variable not in own]
             if not blank:
                 continue
             reason = visible_env_denial(container, blank)
             if reason:
                 return _deny("ProtectedEnv", f"pod {pod_ref(working)}: {reason}")
-            env = {e.variable: e.none for e in blank}
-            ops += apply_mutation(working, container, path, MutateResult(env=env))
+            env = {e.variable: e.none for e in blank if e.none is not None}
+            if env:
+                ops += apply_mutation(working, container, path, MutateResult(env=env))
         return ops
 
     def _unmutated(

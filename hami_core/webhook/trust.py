@@ -236,14 +236,15 @@ class NoDevicesEnv:
     Attributes:
         vendor: the vendor key (``NVIDIA``).
         variable: the variable its container runtime reads (``NVIDIA_VISIBLE_DEVICES``).
-        none: the value that hands no device (``none``).
+        none: the value that hands no device (``none``); None when the runtime documents
+            none (unset hands no device): then any value is denied and nothing is set.
         everywhere: the backend's ``overwriteEnv`` option is true: set also in pods the
             webhook does not otherwise mutate (HAMi's nvidia ``overwriteEnv``).
     """
 
     vendor: str
     variable: str
-    none: str
+    none: str | None
     everywhere: bool
 
 
@@ -273,13 +274,13 @@ def visible_env_denial(container: Mapping[str, Any], entries: Iterable[NoDevices
         if not isinstance(e, Mapping) or e.get("name") not in wanted:
             continue
         entry = wanted[str(e["name"])]
-        if "valueFrom" in e or e.get("value") != entry.none:
+        if "valueFrom" in e or entry.none is None or e.get("value") != entry.none:
             value = "valueFrom" if "valueFrom" in e else repr(e.get("value"))
+            rule = "may not set it" if entry.none is None else f"gets {entry.variable}={entry.none}"
             return (
                 f"container {container.get('name')!r}: env {entry.variable}={value} would "
                 f"have the container runtime hand it {entry.vendor} devices the scheduler "
-                f"did not assign; a container that asks for no {entry.vendor} device gets "
-                f"{entry.variable}={entry.none}"
+                f"did not assign; a container that asks for no {entry.vendor} device {rule}"
             )
     return None
 

@@ -212,6 +212,19 @@ def test_hami_values_keys_reach_the_configuration():
     assert hook["hostPath"]["path"] == "/opt/hami/vgpu"
 
 
+def test_overwrite_env_reaches_the_configuration_and_the_webhook_sees_every_pod():
+    """HAMi's ``nvidia.overwriteEnv`` (off by default, as HAMi's chart): on, the webhook
+    must see pods that ask for no device, so no object selector narrows its reviews."""
+    for values, expected in (({}, False), ({"devices": {"nvidia": {"overwriteEnv": True}}}, True)):
+        objs = render(values)
+        data = yaml.safe_load(find(objs, "ConfigMap", "hami-config")["data"]["hami.yaml"])
+        config = parse_config(data, backends=BackendManager.from_entry_points().infos)
+        assert config.vendor("nvidia").options["overwriteEnv"] is expected
+        (hook,) = find(objs, "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+        assert not (hook.get("objectSelector") or {}).get("matchLabels")
+        assert not (hook.get("objectSelector") or {}).get("matchExpressions")
+
+
 def test_a_gpu_policy_list_reaches_the_configuration():
     """HAMi 2.10's ordered lists (``mutex,spread``) pass the schema and keep their order."""
     objs = render({"scheduler": {"defaultSchedulerPolicy": {"gpuSchedulerPolicy": "mutex,spread"}}})

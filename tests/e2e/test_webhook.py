@@ -504,3 +504,63 @@ def test_files_mode_serves_the_given_certificate(control_plane, tmp_path):
         control_plane.wait_for(ready, timeout=60, message="webhook in files mode ready")
     finally:
         assert control_plane.stop_process(name) == 0  # SIGTERM is a clean shutdown
+
+
+def test_a_container_asking_for_no_gpu_gets_none_on_a_real_api_server(
+    webhooks, control_plane, tmp_path
+):
+    """NVIDIA's container toolkit hands a container the GPUs its ``NVIDIA_VISIBLE_DEVICES``
+    names, image env included (CUDA images: ``all``), unprivileged too by default: the
+    sidecar and init container of a GPU pod get ``none`` as stored by kube-apiserver, a
+    sidecar stating ``all`` is denied, and with HAMi's ``nvidia.overwriteEnv`` a plain pod
+    (no GPU anywhere, any ``schedulerName``, the pod's own ignore label) gets ``none``."""
+    config = tmp_path / "hami.yaml"
+    config.write_text("version: v1\nnvidia:\n  overwriteEnv: true\n")
+    core = webhooks.core
+    port = webhooks.start("a", "--config", str(config))
+    url = f"https://127.0.0.1:{port}/webhook"
+    webhooks.adm.create_mutating_webhook_configuration(
+        _config(webhooks.config_name, [_webhook("pods.hami.io", url, webhooks.suffix, ["v1"])])
+    )
+    webhooks.wait_ready("a")
+    ns = _namespace(core, f"wh-ve-{webhooks.suffix}", webhooks.suffix)
+
+    def env(c) -> dict:
+        return {e.name: e.value for e in c.env or []}
+
+    cuda = {"name": "side", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}
+    pod = _gpu_pod("gpu", **{"nvidia.com/gpu": "1"})
+    pod["spec"]["containers"].append(
+        cuda | {"envFrom": [{"configMapRef": {"name": "all-gpus", "optional": True}}]}
+    )
+    pod["spec"]["initContainers"] = [
+        cuda | {"name": "setup", "env": [{"name": "nvidia_visible_devices", "value": "all"}]}
+    ]
+    created = _create(core, ns, pod)
+    assert "NVIDIA_VISIBLE_DEVICES" not in env(created.spec.containers[0])
+    assert env(created.spec.containers[1])["NVIDIA_VISIBLE_DEVICES"] == "none"
+    assert env(created.spec.init_containers[0]) == {
+        "nvidia_visible_devices": "all",  # another variable: no runtime reads it
+        "NVIDIA_VISIBLE_DEVICES": "none",
+    }
+
+    bad = _gpu_pod("bad", **{"nvidia.com/gpu": "1"})
+    bad["spec"]["containers"].append(
+        cuda | {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
+    )
+    status, message = _denial(core, ns, bad)
+    assert status == 403 and "'side'" in message and "NVIDIA_VISIBLE_DEVICES='all'" in message
+
+    plain = {
+        "metadata": {"name": "plain", "labels": {"hami.io/webhook": "ignore"}},
+        "spec": {"schedulerName": "other-scheduler", "containers": [cuda]},
+    }
+    stored = _create(core, ns, plain)
+    assert stored.spec.scheduler_name == "other-scheduler"
+    assert env(stored.spec.containers[0]) == {"NVIDIA_VISIBLE_DEVICES": "none"}
+    plain["metadata"]["name"] = "plain-all"
+    plain["spec"]["containers"] = [
+        cuda | {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
+    ]
+    status, message = _denial(core, ns, plain)
+    assert status == 403 and "NVIDIA_VISIBLE_DEVICES" in message

@@ -180,3 +180,29 @@ def test_overwrite_env_must_be_a_boolean():
 
     with pytest.raises(ConfigError, match="nvidia.overwriteEnv"):
         manager({"nvidia": {"overwriteEnv": "yes"}})
+
+
+# Runtimes that read a device-choosing variable from any container's env but document no
+# value for none (Ascend Docker Runtime's prestart hook, Moore Threads' container toolkit):
+# unset hands none, so the webhook sets nothing and denies any value.
+@pytest.mark.parametrize(
+    "variable, value",
+    [("ASCEND_VISIBLE_DEVICES", "0-7"), ("MTHREADS_VISIBLE_DEVICES", "all")],
+)
+def test_a_sidecar_naming_another_vendors_devices_is_denied(variable, value):
+    out = admission().review(pod("p", gpu(), sidecar({"name": variable, "value": value})))
+    assert not out.allowed and out.reason == "ProtectedEnv"
+    assert variable in out.message and "may not set it" in out.message
+    # a pod the webhook does not mutate keeps HAMi's behaviour (its runtime's own config)
+    assert admission().review(pod("q", sidecar({"name": variable, "value": value}))).allowed
+
+
+def test_no_value_is_invented_for_a_runtime_without_one():
+    npu = {"name": "npu", "image": "x", "resources": {"limits": {"huawei.com/Ascend910B3": "1"}}}
+    p = pod("p", npu, sidecar())
+    out = admission().review(p)
+    assert out.allowed
+    for i in (0, 1):
+        env = env_after(p, out, "containers", i)
+        assert "ASCEND_VISIBLE_DEVICES" not in env and "MTHREADS_VISIBLE_DEVICES" not in env
+    assert env_after(p, out, "containers", 1)[VAR] == "none"

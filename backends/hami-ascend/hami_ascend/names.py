@@ -87,6 +87,10 @@ def device_type(model: ModelSpec) -> DeviceTypeInfo:
         fit_rules=rules(model),
         allocate_env=ALLOCATE_ENV,
         protected_paths=PROTECTED_PATHS,
+        # Ascend Docker Runtime's prestart hook mounts the NPUs ASCEND_VISIBLE_DEVICES
+        # names from the container's env (and sets their device cgroup); it documents no
+        # value for none, unset mounts none: denied in a container asking for no NPU
+        visible_devices_env=(("ASCEND_VISIBLE_DEVICES", None),),
     )
 
 

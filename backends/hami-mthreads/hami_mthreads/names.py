@@ -52,6 +52,10 @@ DEVICE_TYPE: Final = DeviceTypeInfo(
     cores_unit=SGPU_CORES,  # 16 to a GPU, not percent
     # what allocate.py sets: the GPUs Moore Threads' container toolkit exposes
     allocate_env=("MTHREADS_VISIBLE_DEVICES",),
+    # Moore Threads' container toolkit (runtime "mthreads") exposes the GPUs this names
+    # from the container's env (its "GPU Enumeration"); no value for none is documented:
+    # denied in a container asking for no Moore Threads GPU
+    visible_devices_env=(("MTHREADS_VISIBLE_DEVICES", None),),
 )
 
 USE_UUID, NOUSE_UUID = uuid_filter_keys("mthreads.ai")
