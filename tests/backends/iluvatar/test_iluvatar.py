@@ -168,7 +168,9 @@ def test_pipeline_chip_pods_land_on_their_chip_only():
     assert entry[0].memory_mib == 4096 and entry[0].cores_pct == 50 and entry[0].vendor == "BI-V150"
     assert decode_pod_devices(ann["hami.io/BI-V150-devices-to-allocate"]) == ((),)  # answered
     assert stored["spec"]["containers"][0]["env"] == [
-        {"name": "SOL_CONTINER_NAME", "value": "main"}
+        {"name": "SOL_CONTINER_NAME", "value": "main"},
+        # nvidia is installed too: a container asking for no NVIDIA GPU gets none
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"},
     ]
     two = p.submit(pod("v100x2", {"iluvatar.ai/MR-V100-vgpu": "2"}))
     assert two.node == "ilu-v100"
