@@ -82,6 +82,10 @@ HAMI_KEYS: Final[dict[str, frozenset[str]]] = {
             "migProfileAllowlist",
             # HAMi 2.5-2.9 (``MigGeometriesList``), migProfileAllowlist's predecessor
             "knownMigGeometries",
+            # the device plugin's per-node list (``json:"nodeconfig"``, its config.json),
+            # which HAMi's docs (docs/develop/dynamic-mig.md) show in this section too;
+            # HAMi's scheduler ignores it here, so do we (with a warning)
+            "nodeconfig",
             "gpuCorePolicy",
             "runtimeClassName",
         }

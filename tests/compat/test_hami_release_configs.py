@@ -67,7 +67,19 @@ ENFLAME_2_6 = {
         "resourcePercentageName": "enflame.com/vgcu-percentage",
     }
 }
+#: HAMi's docs/develop/dynamic-mig.md: the device plugin's ``nodeconfig`` list inside
+#: the scheduler's nvidia section (HAMi's scheduler ignores it there).
+NVIDIA_DOCS = {
+    "nvidia": {
+        "resourceCountName": "nvidia.com/gpu",
+        "nodeconfig": [
+            {"name": "nodeA", "operatingmode": "hami-core"},
+            {"name": "nodeB", "operatingmode": "mig"},
+        ],
+    }
+}
 RELEASES = {
+    "docs nvidia.nodeconfig": NVIDIA_DOCS,
     "2.9 nvidia.knownMigGeometries": NVIDIA_2_9,
     "2.7.0 iluvatar": ILUVATAR_2_7_0,
     "2.8 vnpus list": VNPUS_2_8,
