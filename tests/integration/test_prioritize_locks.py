@@ -18,25 +18,27 @@ def test_a_node_locked_by_another_pod_scores_zero_until_its_lock_is_gone():
     p = c.add_pod(pod("a", container(gpu=1, gpumem=1000), scheduler_name="hami-scheduler"))
     names = ["n0", "n1", "n2"]
     free = dict(sched.prioritize(p, names))
-    assert max(free, key=free.__getitem__) == "n2"  # equal nodes: the tie goes to n2
-    c.patch_node_annotations("n2", {NODE_LOCK: encode_lock(NOW, "default", "other")})
+    # equal nodes: the tie goes to the smallest name, as FilterResult.best() picks
+    assert max(free, key=free.__getitem__) == "n0"
+    assert free["n0"] > free["n2"]  # and no other node shares n0's score
+    c.patch_node_annotations("n0", {NODE_LOCK: encode_lock(NOW, "default", "other")})
     c.patch_node_annotations("n1", {NODE_LOCK: encode_lock(NOW, "default", "a")})  # its own
     scores = dict(sched.prioritize(p, names))
-    assert scores["n2"] == 0 and max(scores, key=scores.__getitem__) == "n1"
+    assert scores["n0"] == 0 and max(scores, key=scores.__getitem__) == "n1"
     assert sched.state.locked_by_others(
         set(names), namespace="default", pod="a", now=NOW, expiry_s=300
-    ) == {"n2"}
-    # expired, and then released: n2 is free again
+    ) == {"n0"}
+    # expired, and then released: n0 is free again
     later = NOW + dt.timedelta(seconds=301)
     assert not sched.state.locked_by_others(
         set(names), namespace="default", pod="a", now=later, expiry_s=300
     )
-    c.remove_node_annotation("n2", NODE_LOCK, value=encode_lock(NOW, "default", "other"))
+    c.remove_node_annotation("n0", NODE_LOCK, value=encode_lock(NOW, "default", "other"))
     assert not sched.state.locked_by_others(
         set(names), namespace="default", pod="a", now=NOW, expiry_s=300
     )
     # a garbage lock is no lock (as the node-lock reader treats it)
-    c.patch_node_annotations("n0", {NODE_LOCK: "garbage"})
+    c.patch_node_annotations("n2", {NODE_LOCK: "garbage"})
     assert not sched.state.locked_by_others(
-        {"n0"}, namespace="default", pod="a", now=NOW, expiry_s=300
+        {"n2"}, namespace="default", pod="a", now=NOW, expiry_s=300
     )
