@@ -270,7 +270,8 @@ class Scheduler:
         """
         request = self.pod_request(pod)
         policies = self.policies(pod)
-        names = self.state.node_names() if node_names is None else list(node_names)
+        # a node named twice is judged (and answered) once, where it first appears
+        names = self.state.node_names() if node_names is None else list(dict.fromkeys(node_names))
         if not request.wants_devices:  # not ours to judge, even on nodes we have not seen
             return FilterResult(
                 feasible=tuple(names), failed={}, fits={}, scores={}, policies=policies
@@ -541,6 +542,10 @@ class Scheduler:
         knows is judged as ``filter`` judges it: its cached object, live usage and the
         namespace's quotas; only a node the cache does not know (an autoscaler template)
         is judged from the object given, with zero usage and no quota."""
+        first: dict[str, Mapping[str, Any]] = {}  # a node given twice is judged once
+        for node in nodes:
+            first.setdefault(str((node.get("metadata") or {}).get("name", "")), node)
+        nodes = list(first.values())
         known: list[str] = []
         templates: list[Mapping[str, Any]] = []
         for node in nodes:
@@ -673,7 +678,7 @@ class Scheduler:
         there would wait for that lock, so a burst of pods does not queue behind one
         node's ``Allocate``.
         """
-        names = list(node_names)
+        names = list(dict.fromkeys(node_names))  # a node named twice is scored once
         result = self._recent.get(pod)
         if result is None or not all(n in result.fits or n in result.failed for n in names):
             result = self.filter(pod, names)  # not filtered lately (or other nodes)

@@ -57,7 +57,7 @@ def _node_names(args: Mapping[str, Any]) -> list[str] | None:
         return None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise InvalidInputError("ExtenderArgs.NodeNames must be a list of strings")
-    return names
+    return list(dict.fromkeys(names))  # each node answered once, in kube-scheduler's order
 
 
 def _nodes(args: Mapping[str, Any]) -> list[dict[str, Any]] | None:
@@ -82,7 +82,10 @@ def _nodes(args: Mapping[str, Any]) -> list[dict[str, Any]] | None:
         raise InvalidInputError(
             "ExtenderArgs.Nodes.items must be a list of Node objects with metadata.name"
         )
-    return items
+    first: dict[str, dict[str, Any]] = {}  # each node answered once, in kube-scheduler's order
+    for n in items:
+        first.setdefault(n["metadata"]["name"], n)
+    return list(first.values())
 
 
 def create_extender_app(

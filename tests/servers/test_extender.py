@@ -423,3 +423,28 @@ def test_deeply_nested_and_huge_bodies(env):
         assert "nests too deeply" in body["Error"] or "must be a JSON object" in body["Error"]
     huge = client.post("/filter", data=b" " * (65 * 1024 * 1024), content_type="application/json")
     assert huge.status_code == 413 and huge.get_json()["Error"]
+
+
+def test_a_node_named_twice_is_answered_once_in_kube_schedulers_order(env):
+    """kube-scheduler names each node once; a request naming one twice (a buggy or
+    hostile caller) gets each node once, where it first appears, not an echo."""
+    c, _, client, _, _ = env
+    p = admitted(c, pod("p", container(gpu=1, gpumem=4000)))
+    names = ["n2", "n1", "n2", "n1", "n2"]
+    body = client.post("/filter", json={"Pod": p, "NodeNames": names}).get_json()
+    assert body["NodeNames"] == ["n2", "n1"] and body["FailedNodes"] == {}
+    plain = c.add_pod(pod("plain", {"name": "c", "image": "x"}))  # not ours: every node passes
+    body = client.post("/filter", json={"Pod": plain, "NodeNames": names}).get_json()
+    assert body["NodeNames"] == ["n2", "n1"]
+    big = admitted(c, pod("big", container(gpu=1, gpumem=10000)))
+    body = client.post("/filter", json={"Pod": big, "NodeNames": ["n2", "n1", "n2"]}).get_json()
+    assert body["NodeNames"] == ["n1"] and list(body["FailedNodes"]) == ["n2"]
+    scores = client.post("/prioritize", json={"Pod": p, "NodeNames": names}).get_json()
+    assert [s["Host"] for s in scores] == ["n2", "n1"]
+    objects = {"items": [node("x1", [gpu("GPU-X")]), node("x2", [gpu("GPU-Y")])]}
+    objects["items"].append(copy.deepcopy(objects["items"][0]))
+    body = client.post("/filter", json={"Pod": p, "Nodes": objects}).get_json()
+    assert body["NodeNames"] == ["x1", "x2"]
+    assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["x1", "x2"]
+    scores = client.post("/prioritize", json={"Pod": p, "Nodes": objects}).get_json()
+    assert [s["Host"] for s in scores] == ["x1", "x2"]
