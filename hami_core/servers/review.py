@@ -79,13 +79,13 @@ class ReviewRequest:
     @property
     def is_pod_update(self) -> bool:
         """True for the UPDATE of a core/v1 Pod or of its ``status`` subresource (both
-        can change annotations)."""
-        return (
-            self.operation == "UPDATE"
-            and self.group == ""
-            and self.kind == "Pod"
-            and self.sub_resource in ("", "status")
-        )
+        can change annotations), or of its ``ephemeralcontainers`` (``kubectl debug``:
+        kind ``Pod`` from Kubernetes 1.22, ``EphemeralContainers`` on 1.16-1.21)."""
+        if self.operation != "UPDATE" or self.group != "":
+            return False
+        if self.sub_resource == "ephemeralcontainers":
+            return self.kind in ("Pod", "EphemeralContainers")
+        return self.kind == "Pod" and self.sub_resource in ("", "status")
 
     @property
     def is_pod_create(self) -> bool:

@@ -224,8 +224,8 @@ def _answer(
 def _answer_update(
     admission: Admission, review: ReviewRequest, deny: Callable[[int, str, str], dict[str, Any]]
 ) -> dict[str, Any]:
-    """An UPDATE of a pod (or its status): only the trust check on scheduler-owned
-    annotations; nothing is patched."""
+    """An UPDATE of a pod (or its status): the trust check on scheduler-owned
+    annotations; the ephemeral containers it adds are patched as ``review_update`` says."""
     new, old = review.object, review.old_object
     if not isinstance(new, dict) or not isinstance(old, dict):
         return deny(400, "a pod UPDATE needs request.object and request.oldObject", "BadRequest")
@@ -243,7 +243,11 @@ def _answer_update(
             result.message,
         )
         return deny(DENIAL_CODES.get(result.reason, 403), result.message, result.reason)
-    return review_response(review.api_version, review.uid, allowed=True)
+    patch = _checked_patch(new, result)
+    if isinstance(patch, str):
+        log.error("update of pod %s/%s (%s): %s", review.namespace, review.name, review.uid, patch)
+        return deny(500, patch, "InternalError")
+    return review_response(review.api_version, review.uid, allowed=True, patch=patch)
 
 
 def _checked_patch(original: dict[str, Any], result: AdmissionResult) -> list[dict[str, Any]] | str:

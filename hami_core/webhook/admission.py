@@ -194,14 +194,51 @@ class Admission:
     def review_update(
         self, old: Mapping[str, Any], new: Mapping[str, Any], *, user: str | None = None
     ) -> AdmissionResult:
-        """Decide for the UPDATE of a pod (or of its ``status``): denied when it adds,
-        changes or removes a scheduler-owned annotation and ``user`` is not trusted."""
+        """Decide for the UPDATE of a pod (or of its ``status`` or ``ephemeralcontainers``):
+        denied when it adds, changes or removes a scheduler-owned annotation and ``user``
+        is not trusted; ephemeral containers it adds get the none values of
+        ``visible_devices_env`` as app containers do (``_ephemeral``)."""
         for obj in (old, new):
             try:
                 check_pod_shape(obj)
             except InvalidInputError as exc:
                 return _deny("InvalidRequest", f"pod {pod_ref(new)}: {exc}")
-        return self._owned_denial(old, new, user) or AdmissionResult()
+        return self._owned_denial(old, new, user) or self._ephemeral(old, new)
+
+    def _ephemeral(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> AdmissionResult:
+        """The ephemeral containers this UPDATE adds (``kubectl debug``, through the
+        ``pods/ephemeralcontainers`` subresource) ask for no device (Kubernetes allows
+        them no resources), so each gets every vendor's none value in a pod the webhook
+        mutated (``schedulerName`` ours and a container asking for a managed device),
+        and ``overwriteEnv``'s in any pod; one stating another value is denied. The
+        subresource's object is the Pod from Kubernetes 1.22 and an
+        ``EphemeralContainers`` object (the list at the top, no spec) on 1.16-1.21, where
+        the pod's own containers are unknown and only ``overwriteEnv`` applies."""
+        legacy = new.get("kind") == "EphemeralContainers"
+        holder_new = new if legacy else new.get("spec") or {}
+        holder_old = old if legacy else old.get("spec") or {}
+        items = holder_new.get("ephemeralContainers") if isinstance(holder_new, Mapping) else None
+        if not isinstance(items, list) or not items:
+            return AdmissionResult()
+        earlier = holder_old.get("ephemeralContainers") if isinstance(holder_old, Mapping) else None
+        before = {c.get("name") for c in earlier or [] if isinstance(c, Mapping)}
+        working: dict[str, Any] = copy.deepcopy(dict(new))
+        listing = (working if legacy else working["spec"])["ephemeralContainers"]
+        where = "/ephemeralContainers" if legacy else "/spec/ephemeralContainers"
+        added: list[tuple[Any, bool, str, list[DeviceRequest]]] = [
+            (c, False, f"{where}/{i}", [])
+            for i, c in enumerate(listing)
+            if isinstance(c, dict) and c.get("name") not in before
+        ]
+        if not added:
+            return AdmissionResult()
+        mutated = (
+            not legacy
+            and (new.get("spec") or {}).get("schedulerName") == self.manager.config.scheduler_name
+            and any(self.container_asks(new, c, init=init) for c, init, _ in containers(new))
+        )
+        ops = self._no_devices_ops(working, added, mutating=mutated)
+        return ops if isinstance(ops, AdmissionResult) else AdmissionResult(patch=tuple(ops))
 
     def review(
         self,

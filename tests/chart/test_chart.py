@@ -243,7 +243,7 @@ def test_the_webhook_configuration():
     (rule,) = hook["rules"]
     assert rule["operations"] == ["CREATE", "UPDATE"]
     # a status update can carry annotations too
-    assert rule["resources"] == ["pods", "pods/status"]
+    assert rule["resources"] == ["pods", "pods/status", "pods/ephemeralcontainers"]
     ignore = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
     own_ns = {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["hami-system"]}
     assert ignore in hook["namespaceSelector"]["matchExpressions"]
@@ -455,6 +455,7 @@ def test_failure_policy_both_ways_keeps_the_release_namespace_exempt(policy: str
     assert rule["operations"] == ["CREATE", "UPDATE"] and rule["resources"] == [
         "pods",
         "pods/status",
+        "pods/ephemeralcontainers",
     ]
     assert not (hook.get("objectSelector") or {}).get("matchExpressions")
     notes = helm_python.Chart.load(CHART).render(values, name="hami", namespace="hami-system")

@@ -714,3 +714,26 @@ def test_files_mode_without_files_is_a_one_line_error():
     )
     assert out.returncode == 2
     assert "--tls-cert-file" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_an_ephemeral_container_update_is_answered_with_its_patch(client):
+    """``kubectl debug`` on a pod of ours (the ``pods/ephemeralcontainers`` UPDATE, the Pod
+    as the object from Kubernetes 1.22): the debugger, which asks for no GPU, gets
+    ``NVIDIA_VISIBLE_DEVICES=none`` in the answer; one stating ``all`` is denied."""
+    body = fixture("v1-pod-update.json")
+    req = body["request"]
+    req["subResource"] = "ephemeralcontainers"
+    for o in (req["object"], req["oldObject"]):
+        o["spec"]["schedulerName"] = "hami-scheduler"
+    debugger = {"name": "debugger", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}
+    req["object"]["spec"]["ephemeralContainers"] = [debugger]
+    out = post(client, body)["response"]
+    assert out["allowed"] is True
+    stored = jsonpatch.apply_patch(copy.deepcopy(req["object"]), decoded_patch(out))
+    assert stored["spec"]["ephemeralContainers"][0]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}
+    ]
+    debugger["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    out = post(client, body)["response"]
+    assert out["allowed"] is False and out["status"]["code"] == 403
+    assert "'debugger'" in out["status"]["message"]

@@ -206,3 +206,58 @@ def test_no_value_is_invented_for_a_runtime_without_one():
         env = env_after(p, out, "containers", i)
         assert "ASCEND_VISIBLE_DEVICES" not in env and "MTHREADS_VISIBLE_DEVICES" not in env
     assert env_after(p, out, "containers", 1)[VAR] == "none"
+
+
+def _debugged(p, *ephemeral, legacy=False):
+    """``(old, new)`` of the ``pods/ephemeralcontainers`` UPDATE that adds ``ephemeral``
+    (the Pod from Kubernetes 1.22, an ``EphemeralContainers`` object on 1.16-1.21)."""
+    old = copy.deepcopy(p)
+    if legacy:
+        meta = p["metadata"]
+        old = {"kind": "EphemeralContainers", "metadata": meta, "ephemeralContainers": []}
+        return old, {**old, "ephemeralContainers": list(ephemeral)}
+    new = copy.deepcopy(p)
+    new["spec"]["ephemeralContainers"] = list(ephemeral)
+    return old, new
+
+
+def _ours(p):
+    """``p`` as stored after the webhook mutated it."""
+    out = admission().review(p)
+    assert out.allowed
+    return jsonpatch.apply_patch(copy.deepcopy(p), list(out.patch))
+
+
+def test_kubectl_debug_with_a_cuda_image_gets_none_in_a_pod_of_ours():
+    old, new = _debugged(_ours(pod("p", gpu())), sidecar(name="debugger"))
+    out = admission().review_update(old, new)
+    assert out.allowed
+    stored = jsonpatch.apply_patch(copy.deepcopy(new), list(out.patch))
+    env = stored["spec"]["ephemeralContainers"][0]["env"]
+    assert env == [{"name": VAR, "value": "none"}]
+    bad = sidecar({"name": VAR, "value": "all"}, name="debugger")
+    out = admission().review_update(*_debugged(_ours(pod("p", gpu())), bad))
+    assert not out.allowed and "'debugger'" in out.message
+
+
+def test_an_ephemeral_container_added_earlier_is_not_patched_again():
+    first = sidecar({"name": VAR, "value": "none"}, name="one")
+    old, new = _debugged(_ours(pod("p", gpu())), first)
+    old = copy.deepcopy(new)
+    new["spec"]["ephemeralContainers"].append(sidecar(name="two"))
+    out = admission().review_update(old, new)
+    assert [op["path"] for op in out.patch] == [
+        "/spec/ephemeralContainers/1/env",
+        "/spec/ephemeralContainers/1/env/-",
+    ]
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_an_ephemeral_container_elsewhere_follows_overwrite_env(legacy):
+    plain = pod("p", sidecar())
+    old, new = _debugged(plain, sidecar(name="debugger"), legacy=legacy)
+    assert admission().review_update(old, new).patch == ()  # HAMi's default
+    out = admission(OVERWRITE).review_update(old, new)
+    stored = jsonpatch.apply_patch(copy.deepcopy(new), list(out.patch))
+    listing = stored["ephemeralContainers"] if legacy else stored["spec"]["ephemeralContainers"]
+    assert listing[0]["env"] == [{"name": VAR, "value": "none"}]
