@@ -232,6 +232,12 @@ class Admission:
         ]
         if not added:
             return AdmissionResult()
+        for c, _, path, _ in added:
+            try:  # the fields a container's check reads (env, envFrom, ...)
+                check_pod_shape({"metadata": {}, "spec": {"containers": [c]}})
+            except InvalidInputError as exc:
+                detail = str(exc).replace("pod spec.containers[0]", path.lstrip("/"))
+                return _deny("InvalidRequest", f"pod {pod_ref(new)}: {detail}")
         mutated = (
             not legacy
             and (new.get("spec") or {}).get("schedulerName") == self.manager.config.scheduler_name

@@ -270,10 +270,12 @@ def visible_env_denial(container: Mapping[str, Any], entries: Iterable[NoDevices
     entry wins over every ``envFrom`` source (Kubernetes ``EnvFromSource``), and the
     webhook adds the none value to ``env``."""
     wanted = {e.variable: e for e in entries}
-    for e in container.get("env") or []:
-        if not isinstance(e, Mapping) or e.get("name") not in wanted:
+    env = container.get("env")
+    for e in env if isinstance(env, list) else []:
+        name = e.get("name") if isinstance(e, Mapping) else None
+        if not isinstance(name, str) or name not in wanted:
             continue
-        entry = wanted[str(e["name"])]
+        entry = wanted[name]
         if "valueFrom" in e or entry.none is None or e.get("value") != entry.none:
             value = "valueFrom" if "valueFrom" in e else repr(e.get("value"))
             rule = "may not set it" if entry.none is None else f"gets {entry.variable}={entry.none}"

@@ -261,3 +261,11 @@ def test_an_ephemeral_container_elsewhere_follows_overwrite_env(legacy):
     stored = jsonpatch.apply_patch(copy.deepcopy(new), list(out.patch))
     listing = stored["ephemeralContainers"] if legacy else stored["spec"]["ephemeralContainers"]
     assert listing[0]["env"] == [{"name": VAR, "value": "none"}]
+
+
+@pytest.mark.parametrize("env", [True, "x", [1], [{"name": ["NVIDIA_VISIBLE_DEVICES"]}]])
+def test_a_malformed_ephemeral_container_is_denied_naming_it(env):
+    old, new = _debugged(_ours(pod("p", gpu())), {"name": "debugger", "image": "x", "env": env})
+    out = admission().review_update(old, new)
+    assert not out.allowed and out.reason == "InvalidRequest"
+    assert "spec/ephemeralContainers/0" in out.message
