@@ -737,3 +737,35 @@ def test_an_ephemeral_container_update_is_answered_with_its_patch(client):
     out = post(client, body)["response"]
     assert out["allowed"] is False and out["status"]["code"] == 403
     assert "'debugger'" in out["status"]["message"]
+
+
+def test_an_ephemeral_containers_object_of_kubernetes_1_20_follows_overwrite_env():
+    """On 1.16-1.21 the subresource's object is ``EphemeralContainers`` (no pod spec):
+    only ``nvidia.overwriteEnv`` applies, and the answer patches that object."""
+    app = create_webhook_app(Admission(manager({"nvidia": {"overwriteEnv": True}})))
+    meta = {"name": "p", "namespace": "default", "uid": "u1"}
+    old = {"apiVersion": "v1", "kind": "EphemeralContainers", "metadata": meta}
+    new = old | {"ephemeralContainers": [{"name": "debugger", "image": "cuda"}]}
+    kind = {"group": "", "version": "v1", "kind": "EphemeralContainers"}
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "r1",
+            "kind": kind,
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "ephemeralcontainers",
+            "name": "p",
+            "namespace": "default",
+            "operation": "UPDATE",
+            "userInfo": {"username": "tenant"},
+            "object": new,
+            "oldObject": old,
+        },
+    }
+    out = post(app.test_client(), body)["response"]
+    assert out["allowed"] is True
+    stored = jsonpatch.apply_patch(copy.deepcopy(new), decoded_patch(out))
+    assert stored["ephemeralContainers"][0]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}
+    ]
