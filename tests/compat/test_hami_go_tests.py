@@ -227,6 +227,17 @@ def test_mutate_admission_runtime_class_name():
     assert out["spec"]["runtimeClassName"] == "nvidia"
 
 
+def test_mutate_admission_overwrite_env():
+    """``TestMutateAdmission_OverwriteEnv`` (HAMi ``pkg/device/nvidia/device_test.go``):
+    with ``overwriteEnv`` a container without NVIDIA resources is no GPU container and
+    gets ``NVIDIA_VISIBLE_DEVICES=none``."""
+    p = pod("p", container())
+    out = review(p, config={"nvidia": {"overwriteEnv": True}})
+    assert out.allowed and not out.mutated  # HAMi: MutateAdmission returns false
+    env = patched(p, out)["spec"]["containers"][0]["env"]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"} in env
+
+
 def test_mutate_admission_priority_env():
     """``TestMutateAdmission_Priority``: ``nvidia.com/priority`` becomes
     ``CUDA_TASK_PRIORITY`` in the container's env."""
