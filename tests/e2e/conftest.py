@@ -139,6 +139,66 @@ def control_plane(kube_bin_dir: Path) -> Iterator[ControlPlane]:
         cp.stop()
 
 
+_SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+
+def _cluster_objects(cp: ControlPlane) -> set[tuple[str, str]]:
+    """What one e2e file may leave behind for the next on the shared control plane:
+    pods outside the system namespaces (a later file's scheduler and real kubelet node
+    would be handed them), Nodes, and MutatingWebhookConfigurations (they intercept)."""
+    from kubernetes import client
+
+    api = cp.api_client()
+    core = client.CoreV1Api(api)
+    pods = {
+        ("pod", f"{p.metadata.namespace}/{p.metadata.name}")
+        for p in core.list_pod_for_all_namespaces().items
+        if p.metadata.namespace not in _SYSTEM_NAMESPACES
+    }
+    nodes = {("node", n.metadata.name) for n in core.list_node().items}
+    hooks = {
+        ("mutatingwebhookconfiguration", h.metadata.name)
+        for h in client.AdmissionregistrationV1Api(api).list_mutating_webhook_configuration().items
+    }
+    return pods | nodes | hooks
+
+
+def _remove(cp: ControlPlane, objects: set[tuple[str, str]]) -> None:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    api = cp.api_client()
+    core = client.CoreV1Api(api)
+    for kind, name in sorted(objects):
+        try:
+            if kind == "pod":
+                ns, pod = name.split("/", 1)
+                core.delete_namespaced_pod(pod, ns, grace_period_seconds=0)
+            elif kind == "node":
+                core.delete_node(name)
+            else:
+                client.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _file_leaves_the_cluster_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each e2e file leaves the shared control plane as it found it: what it left (see
+    ``_cluster_objects``) is removed after its last test and named in a warning, so the
+    file can be fixed, and no later file depends on the order files run in."""
+    before = _cluster_objects(_active[0]) if _active else set()
+    yield
+    if not _active or not _active[0].running:
+        return
+    left = _cluster_objects(_active[0]) - before
+    if left:
+        _remove(_active[0], left)
+        shown = ", ".join(f"{k} {n}" for k, n in sorted(left))
+        request.node.warn(pytest.PytestWarning(f"left on the e2e control plane, removed: {shown}"))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """Attach the tails of the control-plane process logs to a failed e2e test's report."""

@@ -929,6 +929,22 @@ class ControlPlane:
             core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         core.delete_collection_node()
 
+    def delete_pods(self, namespaces: Iterable[str]) -> None:
+        """Delete (at once, grace 0) every pod in ``namespaces``, and wait until none is
+        listed (a pod a real kubelet runs is gone when its kubelet confirms, or its node
+        is deleted)."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client())
+        names = list(namespaces)
+        for ns in names:
+            core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        self.wait_for(
+            lambda: not any(core.list_namespaced_pod(ns).items for ns in names),
+            timeout=30,
+            message=f"no pod left in {names}",
+        )
+
     # -- waiting -----------------------------------------------------------------------
 
     def wait_for(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from tests.e2e.kubenode import BUSYBOX_IMAGE
 from tests.e2e.stub_extender import StubExtender
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "extender"
@@ -46,7 +47,8 @@ def _gpu_pod(name: str) -> dict:
             "containers": [
                 {
                     "name": "main",
-                    "image": "busybox",
+                    "image": BUSYBOX_IMAGE,  # imported by a real node, never pulled
+                    "imagePullPolicy": "Never",
                     "command": ["sleep", "3600"],
                     "resources": {"limits": {GPU: "1"}},
                 }

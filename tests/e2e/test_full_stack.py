@@ -13,6 +13,7 @@ from kubernetes import client
 from hami_core.protocol import encode_inventory
 from tests.builders import gpu
 from tests.e2e.hami_stack import HamiStack
+from tests.e2e.kubenode import BUSYBOX_IMAGE
 from tests.e2e.test_webhook import _config, _namespace, _webhook, _Webhooks
 
 
@@ -65,7 +66,8 @@ def manifest(name: str, *containers: dict[str, str]) -> str:
     specs = [
         {
             "name": f"c{i}",
-            "image": "busybox",
+            "image": BUSYBOX_IMAGE,  # imported by a real node, never pulled
+            "imagePullPolicy": "Never",
             "command": ["sleep", "3600"],
             "resources": {"limits": limits},
         }

@@ -32,6 +32,7 @@ from tests.builders import gpu
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, free_port
 from tests.e2e.hami_servers import HAMI, scheduler_argv
 from tests.e2e.hami_stack import MANAGED
+from tests.e2e.kubenode import BUSYBOX_IMAGE
 from tests.monitor.support import Container
 from tests.prometheus import (
     RULES,
@@ -251,7 +252,8 @@ def scenario(cluster: Cluster, prom: PrometheusServer) -> Cluster:
             "containers": [
                 {
                     "name": "main",
-                    "image": "busybox",
+                    "image": BUSYBOX_IMAGE,  # imported by a real node, never pulled
+                    "imagePullPolicy": "Never",
                     "resources": {
                         "limits": {
                             "nvidia.com/gpu": "1",
@@ -260,7 +262,7 @@ def scenario(cluster: Cluster, prom: PrometheusServer) -> Cluster:
                         }
                     },
                 },
-                {"name": "sidecar", "image": "busybox"},
+                {"name": "sidecar", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never"},
             ],
         },
     }

@@ -35,6 +35,7 @@ from kubernetes.client.exceptions import ApiException
 from hami_core.servers import certs
 from hami_core.servers.https import serve_https
 from tests.e2e.controlplane import free_port
+from tests.e2e.kubenode import BUSYBOX_IMAGE
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "admission"
 HAMI = str(Path(sys.executable).parent / "hami")
@@ -73,6 +74,19 @@ def _config(name: str, hooks: list[dict]) -> dict:
     }
 
 
+@pytest.fixture(autouse=True)
+def _delete_pods_created(control_plane):
+    """The pods a test leaves would outlive it on the shared control plane: pods asking
+    ``nvidia.com/gpu`` of ``hami-scheduler`` (or default-scheduler) that a later file's
+    scheduler hands to its real kubelet node (test_kubelet.py's pod then never ran,
+    the node busy pulling an image it cannot reach). Every namespace of these tests
+    carries the ``SELECT`` label."""
+    yield
+    core = client.CoreV1Api(control_plane.api_client())
+    labelled = core.list_namespace(label_selector=SELECT).items
+    control_plane.delete_pods(ns.metadata.name for ns in labelled)
+
+
 def _namespace(core: client.CoreV1Api, name: str, selector: str, **labels: str) -> str:
     body = {"metadata": {"name": name, "labels": {SELECT: selector, **labels}}}
     core.create_namespace(body)
@@ -88,7 +102,8 @@ def _gpu_pod(name: str, **limits: str) -> dict:
             "containers": [
                 {
                     "name": "main",
-                    "image": "busybox",
+                    "image": BUSYBOX_IMAGE,  # the one a real node imports: never pulled
+                    "imagePullPolicy": "Never",
                     "command": ["sleep", "3600"],
                     "resources": {"limits": dict(limits)},
                 }
@@ -248,7 +263,9 @@ def test_auto_certificates_mutation_and_denials(webhooks, control_plane):
         ns,
         {
             "metadata": {"name": "plain"},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            "spec": {
+                "containers": [{"name": "c", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never"}]
+            },
         },
     )
     assert plain.spec.scheduler_name == "default-scheduler"

@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.chart.helm import find, render
 from tests.e2e.controlplane import free_port
+from tests.e2e.kubenode import BUSYBOX_IMAGE
 
 pytest.importorskip("helm_python", reason="pip install -e '.[dev]' (helm-python-sdk)")
 pytestmark = pytest.mark.e2e
@@ -38,7 +39,8 @@ def _pod(name: str, **annotations: str) -> dict:
             "containers": [
                 {
                     "name": "main",
-                    "image": "busybox",
+                    "image": BUSYBOX_IMAGE,  # imported by a real node, never pulled
+                    "imagePullPolicy": "Never",
                     "resources": {"limits": {"nvidia.com/gpu": "1"}},
                 }
             ]
