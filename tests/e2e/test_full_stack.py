@@ -48,6 +48,7 @@ def env(control_plane, stack):
         capacity={"nvidia.com/gpu": "10"},
     )
     yield control_plane, hooks.core, ns, node
+    control_plane.delete_pods([ns])
     hooks.stop()
     control_plane.delete_node(node)
 

@@ -193,6 +193,7 @@ def cluster(control_plane: ControlPlane, build, tmp_path_factory) -> Iterator[Cl
             cp.stop_process(name)
         cp.stop_scheduler()
         with contextlib.suppress(ApiException):
+            cp.delete_pods([c.namespace])  # no namespace controller runs to delete them
             c.core.delete_namespace(c.namespace)
         for n in (c.node, c.sick, c.stale):
             with contextlib.suppress(ApiException):

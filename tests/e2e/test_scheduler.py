@@ -34,7 +34,8 @@ def stack(control_plane, tmp_path_factory):
 @pytest.fixture
 def core(control_plane, stack):
     control_plane.reset()
-    return client.CoreV1Api(control_plane.api_client())
+    yield client.CoreV1Api(control_plane.api_client())
+    control_plane.reset()  # the nodes and pods of the last test too: the next file's cluster
 
 
 def add_gpu_node(cp, name: str, gpus: list[DeviceInfo], *, raw: str | None = None) -> None:
