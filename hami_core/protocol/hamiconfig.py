@@ -177,6 +177,13 @@ RENAMES: Final[dict[str, dict[str, str]]] = {
     },
 }
 
+#: HAMi's ``nvidia.disableCoreLimit`` (``pkg/device/nvidia/device.go``): true makes its
+#: device plugin answer ``GPU_CORE_UTILIZATION_POLICY=disable``
+#: (``pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go``), our ``corePolicy:
+#: disable``.
+CORE_LIMIT_SWITCH: Final = ("nvidia", "disableCoreLimit")
+CORE_POLICY: Final = "corePolicy"
+
 #: Resource names a backend uses outside its ``ResourceNames`` (HAMi key -> value).
 FIXED_NAMES: Final[dict[str, dict[str, str]]] = {
     "nvidia": {"resourcePriorityName": "nvidia.com/priority"},
@@ -341,12 +348,17 @@ def _section(key: str, section: object, info: BackendInfo, warnings: list[str]) 
     ]
     ours = [next((t for t, o in renames.items() if o == k), k) for k in ours]
     out: dict[str, Any] = {}
+    core_off = False
     for k, v in section.items():
         name = renames.get(str(k), str(k))
         if (
             name in GENERIC_KEYS and (single or not name.startswith("resource"))
         ) or name in info.option_defaults:
             out[name] = v
+        elif (key, k) == CORE_LIMIT_SWITCH and CORE_POLICY in info.option_defaults:
+            if not isinstance(v, bool):
+                raise ConfigError(f"{key}.{k}: expected true or false, got {v!r}")
+            core_off = v
         elif k not in hami:
             raise _unknown(f"{key}.{k}", hami, ours)
         elif str(k).startswith("resource") and isinstance(v, str) and v in own:
@@ -355,6 +367,8 @@ def _section(key: str, section: object, info: BackendInfo, warnings: list[str]) 
             continue
         else:
             warnings.append(f"{key}.{k}: not implemented by hami-{info.name}; ignored")
+    if core_off:  # HAMi sets GPU_CORE_UTILIZATION_POLICY=disable whatever gpuCorePolicy says
+        out[CORE_POLICY] = "disable"
     return out
 
 

@@ -15,6 +15,7 @@ import attrs
 
 from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.model import DEVICE_POLICY_TOKENS
+from hami_core.protocol.nodeconfig import MIG_STRATEGIES
 from hami_core.scheduling.policy import device_policy_option, node_policy_option
 from hami_core.settings import setting
 
@@ -84,13 +85,17 @@ def kubeconfig_setting(uses: str = "") -> str | None:
     )
 
 
-def config_file_setting(details: str = "", *, hami: bool = False) -> str | None:
+def config_file_setting(
+    details: str = "", *, hami: bool = False, hami_flag: str = "--device-config-file"
+) -> str | None:
     """``--config`` (env ``HAMI_CONFIG``): the hami configuration file; ``hami``: also
-    HAMi's ``--device-config-file`` (its chart passes ``--device-config-file=/device-config.yaml``
-    to the scheduler binary, which serves the webhook too)."""
+    HAMi's name for it, ``hami_flag``: ``--device-config-file`` (its chart passes
+    ``--device-config-file=/device-config.yaml`` to the scheduler binary, which serves the
+    webhook too) or the device plugin's ``--config-file`` (the same file:
+    ``charts/hami/templates/device-plugin/daemonsetnvidia.yaml``)."""
     return setting(  # type: ignore[no-any-return]
         None,
-        flag=("--config", "--device-config-file") if hami else "--config",
+        flag=("--config", hami_flag) if hami else "--config",
         env="HAMI_CONFIG",
         show_default="built-in defaults",
         help=f"hami configuration file (YAML, version v1){': ' + details if details else ''}.",
@@ -544,7 +549,30 @@ class DevicePluginOptions:
     kubeconfig: str | None = kubeconfig_setting()
     config: str | None = config_file_setting(
         "split count, scaling, resource names and backend options (hami-nvidia: hookPath, "
-        "libraryPath, corePolicy, unifiedMemoryMiB, ignoredXids, healthRecoverySeconds)"
+        "libraryPath, corePolicy, unifiedMemoryMiB, ignoredXids, healthRecoverySeconds); "
+        "--config-file is HAMi's name for it (its chart passes its device-config.yaml)",
+        hami=True,
+        hami_flag="--config-file",
+    )
+    mig_strategy: str | None = setting(
+        None,
+        choices=MIG_STRATEGIES,
+        env="HAMI_MIG_STRATEGY",
+        show_default="the per-node file's migstrategy, else none",
+        help="NVIDIA's MIG strategy (HAMi's and NVIDIA's device-plugin flag): none, single "
+        "(each MIG instance its own device) or mixed. A node's migstrategy in --node-config "
+        "overrides it. Other backends have no MIG: a value but none is ignored with a "
+        "warning.",
+    )
+    disable_core_limit: bool | None = setting(
+        None,
+        env="HAMI_DISABLE_CORE_LIMIT",
+        show_default="off (the configuration's corePolicy)",
+        help="HAMi's switch off of the compute limit: --disable-core-limit=true serves "
+        "containers GPU_CORE_UTILIZATION_POLICY=disable (nvidia.corePolicy: disable, as HAMi's "
+        "nvidia.disableCoreLimit), so libvgpu.so does not throttle kernels to the pod's "
+        "cores (a pod's own core-policy annotation still applies to it); memory stays "
+        "limited. Other backends: ignored with a warning.",
     )
     node_config: str | None = setting(
         None,

@@ -14,6 +14,9 @@ FLAGS_AND_ENV = {
     "--vendor": "HAMI_VENDOR",
     "--kubeconfig": "KUBECONFIG",
     "--config": "HAMI_CONFIG",
+    "--config-file": "HAMI_CONFIG",  # HAMi's name of --config
+    "--mig-strategy": "HAMI_MIG_STRATEGY",
+    "--disable-core-limit": "HAMI_DISABLE_CORE_LIMIT",
     "--node-config": "HAMI_NODE_CONFIG",
     "--device-plugin-path": "HAMI_DEVICE_PLUGIN_PATH",
     "--socket-name": "HAMI_SOCKET_NAME",

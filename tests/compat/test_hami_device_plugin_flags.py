@@ -1,0 +1,165 @@
+"""The arguments HAMi's chart passes to its NVIDIA device plugin start ``hami
+device-plugin``, each with its meaning.
+
+HAMi 2.10 ``charts/hami/templates/device-plugin/daemonsetnvidia.yaml``, container
+``device-plugin``: ``nvidia-device-plugin --config-file=/device-config.yaml
+--mig-strategy={{ .Values.devicePlugin.migStrategy }} --disable-core-limit={{
+.Values.devicePlugin.disablecorelimit }}`` (values.yaml: ``none``, ``"false"``).
+``cmd/device-plugin/nvidia/main.go`` and ``vgpucfg.go`` for their meanings:
+``--config-file`` is the scheduler's ``device-config.yaml`` (``config.LoadConfig``),
+``--mig-strategy`` NVIDIA's none | single | mixed, ``--disable-core-limit`` the switch
+whose effect is ``GPU_CORE_UTILIZATION_POLICY=disable`` in the Allocate answer
+(``pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go``). ``hami device-plugin``
+rejected every one of them as "no such option".
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import pytest
+
+from hami_core.cli import main
+from hami_core.cluster import kube
+from hami_core.errors import ConfigError, HamiError
+from hami_core.plugin import BackendManager
+from hami_core.protocol.config import load_config
+from hami_core.protocol.nodeconfig import load_node_overrides
+from hami_core.servers import deviceplugin_main
+
+HAMI_CONFIG = "nvidia:\n  deviceSplitCount: 4\n  gpuCorePolicy: force\n"
+
+
+class Reached(HamiError):
+    """Raised where the process would first contact the API server."""
+
+
+def chart_args(config, mig_strategy: str = "none", disable_core_limit: str = "false"):
+    """The device-plugin container's command after ``nvidia-device-plugin``, as HAMi's chart
+    renders it (its defaults: ``migStrategy: "none"``, ``disablecorelimit: "false"``)."""
+    return [
+        f"--config-file={config}",
+        f"--mig-strategy={mig_strategy}",
+        f"--disable-core-limit={disable_core_limit}",
+    ]
+
+
+@pytest.fixture
+def run(monkeypatch, capsys, tmp_path):
+    """``hami device-plugin <argv>`` through ``cli.main`` up to the API server; returns
+    (stderr, the nvidia section the process would serve: its manager's ``vendor_config``)."""
+    seen: dict[str, object] = {}
+    config = tmp_path / "device-config.yaml"
+    config.write_text(HAMI_CONFIG)
+    monkeypatch.setenv("NODE_NAME", "gpu-node-1")  # the chart's downward API value
+
+    def reached(*_, **__):
+        raise Reached("reached the API server")
+
+    monkeypatch.setattr(kube, "make_api_client", reached)
+    real_vendor = deviceplugin_main.backend_vendor
+
+    def backend_vendor(opts, manager):
+        seen["opts"] = opts
+        seen["section"] = manager.vendor_config(opts.backend)
+        return real_vendor(opts, manager)
+
+    monkeypatch.setattr(deviceplugin_main, "backend_vendor", backend_vendor)
+
+    def go(argv):
+        monkeypatch.setattr(sys, "argv", ["hami", "device-plugin", *argv])
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            main()
+        return capsys.readouterr().err, seen.get("section")
+
+    go.config = config
+    return go
+
+
+def test_hami_device_plugin_takes_hamis_chart_arguments(run):
+    err, section = run(chart_args(run.config))
+    assert "reached the API server" in err, err
+    assert section.split_count == 4  # --config-file read, HAMi's device-config.yaml
+    assert section.mig_strategy == "none"
+    # --disable-core-limit=false keeps the file's policy (gpuCorePolicy: force)
+    assert section.options["corePolicy"] == "force"
+
+
+def test_the_chart_switches_change_what_the_plugin_serves(run, caplog):
+    caplog.set_level(logging.WARNING)
+    err, section = run(chart_args(run.config, "mixed", "true"))
+    assert "reached the API server" in err, err
+    assert section.mig_strategy == "mixed"
+    assert section.options["corePolicy"] == "disable"
+    assert "--disable-core-limit=true overrides nvidia.corePolicy force" in caplog.text
+
+
+def test_without_the_flags_the_configuration_is_unchanged(run):
+    err, section = run([f"--config={run.config}"])
+    assert "reached the API server" in err, err
+    assert (section.mig_strategy, section.options["corePolicy"]) == ("", "force")
+
+
+def test_a_nodes_migstrategy_still_overrides_the_flag(run, tmp_path):
+    node_config = tmp_path / "config.json"
+    node_config.write_text('{"nodeconfig": [{"name": "gpu-node-1", "migstrategy": "single"}]}')
+    err, section = run([*chart_args(run.config, "mixed"), f"--node-config={node_config}"])
+    assert "reached the API server" in err, err
+    assert section.mig_strategy == "mixed"
+    node = load_node_overrides(str(node_config), node="gpu-node-1")
+    assert node.apply(section).mig_strategy == "single"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--mig-strategy=all"],
+            "'--mig-strategy' (env var: 'HAMI_MIG_STRATEGY'): 'all' is not one of 'none', "
+            "'single', 'mixed'",
+        ),
+        (["--disable-core-limit=maybe"], "for --disable-core-limit: 'maybe' is not a boolean"),
+        (["--config-file=/nonexistent/device-config.yaml"], "/nonexistent/device-config.yaml"),
+    ],
+)
+def test_a_bad_hami_flag_value_stops_the_start_naming_it(run, argv, message):
+    err, section = run(argv)
+    assert message in err, err
+    assert section is None  # stopped before any backend served anything
+
+
+def test_another_backend_ignores_the_nvidia_switches_with_a_warning(run, caplog):
+    caplog.set_level(logging.WARNING)
+    err, section = run(["--backend=amd", *chart_args(run.config, "single", "true")])
+    assert "reached the API server" in err, err
+    assert section.mig_strategy == ""
+    assert "--mig-strategy: ignored, backend amd has no such setting" in caplog.text
+    assert "--disable-core-limit: ignored, backend amd" in caplog.text
+
+
+def test_the_chart_defaults_on_another_backend_warn_of_nothing(run, caplog):
+    caplog.set_level(logging.WARNING)
+    err, _ = run(["--backend=amd", *chart_args(run.config)])
+    assert "reached the API server" in err, err
+    assert "ignored" not in caplog.text
+
+
+@pytest.mark.parametrize(("value", "policy"), [("true", "disable"), ("false", "force")])
+def test_hamis_disable_core_limit_key_is_the_same_switch(tmp_path, value, policy):
+    """HAMi's ``nvidia.disableCoreLimit`` (``pkg/device/nvidia/device.go``) in the file,
+    formerly ignored with a warning, means what the flag means."""
+    path = tmp_path / "device-config.yaml"
+    path.write_text(f"{HAMI_CONFIG}  disableCoreLimit: {value}\n")
+    manager = BackendManager.from_entry_points()
+    manager = manager.with_config(load_config(str(path), backends=manager.infos))
+    assert manager.vendor_config("nvidia").options["corePolicy"] == policy
+
+
+def test_a_disable_core_limit_key_that_is_not_a_boolean_is_named(tmp_path):
+    path = tmp_path / "device-config.yaml"
+    path.write_text(f'{HAMI_CONFIG}  disableCoreLimit: "yes"\n')
+    manager = BackendManager.from_entry_points()
+    with pytest.raises(ConfigError, match=r"nvidia\.disableCoreLimit: expected true or false"):
+        load_config(str(path), backends=manager.infos)
