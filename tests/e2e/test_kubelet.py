@@ -631,6 +631,7 @@ def test_an_mps_node_gives_the_mps_env_and_pipe_mount_through_a_real_kubelet(sta
     (pipe / "control").write_text("")  # where the node's MPS control daemon would listen
     node_config = stack.work / "node-config.json"
     node_config.write_text(json.dumps({"nodeconfig": [{"name": NODE, "operatingmode": "mps"}]}))
+    registered = stack.plugin_log().count("registered nvidia.com/gpu")
     stack.cp.stop_process("device-plugin")
     _start_device_plugin(stack, node_config=node_config, extra=f"  mpsPipeDirectory: {pipe}\n")
 
@@ -640,10 +641,18 @@ def test_an_mps_node_gives_the_mps_env_and_pipe_mount_through_a_real_kubelet(sta
         return bool(devices) and all(d.get("mode") == "mps" for d in devices)
 
     stack.cp.wait_for(inventory_in_mps, timeout=60, message="the inventory in mps mode")
+    # allocatable still says 20 from the plugin before (kubelet keeps a stopped plugin's
+    # devices a while): a pod admitted before the new one registers is refused
+    # "Requested: 1, Available: 0", so wait for its registration first
+    stack.cp.wait_for(
+        lambda: stack.plugin_log().count("registered nvidia.com/gpu") > registered,
+        timeout=90,
+        message="the plugin registered again",
+    )
     stack.cp.wait_for(
         lambda: stack.node.allocatable("nvidia.com/gpu") == "20",
         timeout=90,
-        message="the plugin registered again",
+        message="nvidia.com/gpu allocatable 20 again",
     )
     script = (
         "env; echo MPS_PIPE_LS=$(ls /tmp/nvidia-mps); "
