@@ -216,6 +216,7 @@ def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None
     from hami_core.cluster.direct import NodeKubeCluster
     from hami_core.cluster.kube import make_api_client, set_request_timeout
 
+    opts = opts.resolved()
     set_request_timeout(opts.api_timeout_s)
     manager = BackendManager.from_entry_points()
     config = load_config(opts.config, backends=manager.infos)

@@ -7,6 +7,7 @@ works without them.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -526,6 +527,12 @@ class MonitorOptions:
     threads: int = 4
 
 
+#: Where HAMi's device plugin reads its per-node config.json, no flag naming it
+#: (``ConfigFilePath``, ``pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go``;
+#: its chart mounts the ConfigMap at ``/config``).
+HAMI_NODE_CONFIG_PATH = "/config/config.json"
+
+
 @attrs.frozen(kw_only=True)
 class DevicePluginOptions:
     """The settings of ``hami device-plugin`` (``hami device-plugin --help``)."""
@@ -577,10 +584,12 @@ class DevicePluginOptions:
     node_config: str | None = setting(
         None,
         env="HAMI_NODE_CONFIG",
-        show_default="none",
+        show_default=f"{HAMI_NODE_CONFIG_PATH} where that file exists, else none",
         help="Per-node overrides in HAMi's device-plugin config.json shape (JSON or YAML): "
         '{"nodeconfig": [{"name": NODE, "devicesplitcount": N, "devicememoryscaling": F, '
-        '"devicecorescaling": F, "filterdevices": {"uuid": [...], "index": [...]}}]}.',
+        '"devicecorescaling": F, "filterdevices": {"uuid": [...], "index": [...]}}]}. '
+        f"HAMi's device plugin reads it at {HAMI_NODE_CONFIG_PATH}, where its chart "
+        "mounts it without a flag.",
     )
     plugin_dir: str = setting(
         DEFAULT_PLUGIN_DIR,
@@ -676,6 +685,14 @@ class DevicePluginOptions:
     metrics_bind_address: str = setting(
         "0.0.0.0", env="HAMI_METRICS_BIND_ADDRESS", help="Address of --metrics-port."
     )
+
+    def resolved(self) -> DevicePluginOptions:
+        """These options with HAMi's fixed per-node file: ``--node-config`` unset and
+        ``HAMI_NODE_CONFIG_PATH`` a file (HAMi's chart mounts its config.json there and
+        names it to no flag) reads that file; an explicit ``--node-config`` is kept."""
+        if self.node_config is None and os.path.isfile(HAMI_NODE_CONFIG_PATH):
+            return attrs.evolve(self, node_config=HAMI_NODE_CONFIG_PATH)
+        return self
 
 
 #: Each server command and its settings, in ``hami --help`` order (docs/settings.md).

@@ -26,7 +26,7 @@ from hami_core.errors import ConfigError, HamiError
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
 from hami_core.protocol.nodeconfig import load_node_overrides
-from hami_core.servers import deviceplugin_main
+from hami_core.servers import deviceplugin_main, options
 
 HAMI_CONFIG = "nvidia:\n  deviceSplitCount: 4\n  gpuCorePolicy: force\n"
 
@@ -66,6 +66,15 @@ def run(monkeypatch, capsys, tmp_path):
         return real_vendor(opts, manager)
 
     monkeypatch.setattr(deviceplugin_main, "backend_vendor", backend_vendor)
+    real_overrides = deviceplugin_main.load_node_overrides
+
+    def load_node_overrides(path, *, node):
+        seen["node"] = out = real_overrides(path, node=node)
+        return out
+
+    monkeypatch.setattr(deviceplugin_main, "load_node_overrides", load_node_overrides)
+    # HAMi's fixed per-node path, absent unless a test writes it
+    monkeypatch.setattr(options, "HAMI_NODE_CONFIG_PATH", str(tmp_path / "config" / "config.json"))
 
     def go(argv):
         monkeypatch.setattr(sys, "argv", ["hami", "device-plugin", *argv])
@@ -75,6 +84,7 @@ def run(monkeypatch, capsys, tmp_path):
         return capsys.readouterr().err, seen.get("section")
 
     go.config = config
+    go.seen = seen
     return go
 
 
@@ -163,3 +173,33 @@ def test_a_disable_core_limit_key_that_is_not_a_boolean_is_named(tmp_path):
     manager = BackendManager.from_entry_points()
     with pytest.raises(ConfigError, match=r"nvidia\.disableCoreLimit: expected true or false"):
         load_config(str(path), backends=manager.infos)
+
+
+def test_the_chart_command_reads_hamis_per_node_file_at_its_fixed_path(run, tmp_path):
+    """HAMi's chart mounts the device plugin's config.json at /config and names it to no
+    flag (HAMi reads ``ConfigFilePath``); with no --node-config we read it there too."""
+    fixed = tmp_path / "config" / "config.json"
+    fixed.parent.mkdir()
+    fixed.write_text('{"nodeconfig": [{"name": "gpu-node-1", "devicesplitcount": 7}]}')
+    err, section = run(chart_args(run.config))
+    assert "reached the API server" in err, err
+    assert run.seen["opts"].node_config == str(fixed)
+    assert run.seen["node"].apply(section).split_count == 7
+
+
+def test_an_explicit_node_config_wins_over_the_fixed_path(run, tmp_path):
+    fixed = tmp_path / "config" / "config.json"
+    fixed.parent.mkdir()
+    fixed.write_text('{"nodeconfig": [{"name": "gpu-node-1", "devicesplitcount": 7}]}')
+    ours = tmp_path / "ours.json"
+    ours.write_text('{"nodeconfig": [{"name": "gpu-node-1", "devicesplitcount": 3}]}')
+    err, section = run([*chart_args(run.config), f"--node-config={ours}"])
+    assert "reached the API server" in err, err
+    assert run.seen["node"].apply(section).split_count == 3
+
+
+def test_without_the_fixed_file_no_per_node_file_is_read(run):
+    err, section = run(chart_args(run.config))
+    assert "reached the API server" in err, err
+    assert run.seen["opts"].node_config is None
+    assert run.seen["node"].apply(section).split_count == 4
