@@ -524,6 +524,13 @@ class MonitorOptions:
         "/proc",
         help="procfs of the host's PID namespace (the DaemonSet runs with hostPID).",
     )
+    legacy_metrics: bool | None = setting(
+        None,
+        show_default="off",
+        help="Accepted as HAMi's chart passes it to its vGPUmonitor (legacy metric names "
+        "beside the new ones); our metrics keep HAMi's names already (docs/metrics.md), so "
+        "it changes nothing.",
+    )
     threads: int = 4
 
 

@@ -203,3 +203,19 @@ def test_without_the_fixed_file_no_per_node_file_is_read(run):
     assert "reached the API server" in err, err
     assert run.seen["opts"].node_config is None
     assert run.seen["node"].apply(section).split_count == 4
+
+
+def test_hami_monitor_takes_the_vgpu_monitor_argument_of_the_same_daemonset(monkeypatch, capsys):
+    """The DaemonSet's ``vgpu-monitor`` container runs ``vGPUmonitor --legacy-metrics=true``
+    (chart value ``legacyMetrics``); ``hami monitor`` took no such option."""
+    from hami_core.servers import monitor
+
+    def reached(*_, **__):
+        raise Reached("reached the API server")
+
+    monkeypatch.setattr(monitor, "make_api_client", reached)
+    monkeypatch.setattr(sys, "argv", ["hami", "monitor", "--node-name=n", "--legacy-metrics=true"])
+    with pytest.raises(SystemExit):
+        main()
+    err = capsys.readouterr().err
+    assert "reached the API server" in err, err
