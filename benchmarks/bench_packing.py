@@ -367,6 +367,9 @@ def nested_limit(
     m = _model(pods, all_placed=False, cuts=cuts, nodes_n=nodes_n, gpus_n=gpus_n)
     h = m.h
     h.setOptionValue("time_limit", time_limit_s)
+    # One thread: HiGHS 1.16 aborted ("free(): invalid pointer") on stream 4's program
+    # with its default threads, at 45 and 60 s, in fresh processes too (see _isolated).
+    h.setOptionValue("threads", 1)
     h.addConstr(m.placed[0] >= cuts[0])
     head_used = {ng: h.addBinary() for ng in m.used}
     for ng, u in head_used.items():
@@ -466,19 +469,21 @@ def _isolated(
     fewest: float,
     time_limit_s: float,
 ) -> tuple[float, float, bool] | None:
-    """``fn(seed, optima, fewest, limit)`` in a child process, again at three quarters
-    of the time limit if the child dies; None if it dies twice. HiGHS 1.16 aborted
-    ("free(): invalid pointer") on one of these programs at one time limit (stream 4 at
-    60 s, not at 20 s): a solver crash costs that figure, not the run."""
+    """``fn(seed, optima, fewest, limit)`` in a child process, again at half and a
+    quarter of the time limit if the child dies; None if it dies each time. HiGHS 1.16
+    aborted ("free(): invalid pointer") on stream 4's program at 45 and 60 s with its
+    default threads, also in fresh processes (``nested_limit`` now solves on one
+    thread, which ran it twice to the same answer): a solver crash costs that figure,
+    not the run. A forked child hung on the parent's solver threads, hence spawn."""
     limit = time_limit_s
-    for _ in range(2):
+    for _ in range(3):
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
             try:
                 return pool.submit(fn, seed, optima, fewest, limit).result()
             except BrokenProcessPool:
                 print(f"(the solver aborted on stream {seed} at {limit:.0f} s)")
-        limit *= 0.75
+        limit /= 2
     return None
 
 
