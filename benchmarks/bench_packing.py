@@ -153,6 +153,17 @@ def run_stream(
     return placed, len(used), first_refusal, work
 
 
+def _highs() -> highspy.Highs:
+    """A quiet HiGHS instance on one thread. HiGHS 1.16 aborted ("free(): invalid
+    pointer") on stream 4's online program with its default threads, at 45 and 60 s, in
+    fresh processes too (see ``_isolated``); the thread count is fixed for a process at
+    its first solve, so every program here uses the same one."""
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    return h
+
+
 def longest_prefix(pods: list[dict[str, str]]) -> int:
     """The most pods of the stream's head, in arrival order and none left out, that any
     placement holds (binary search over the exact feasibility of each prefix)."""
@@ -210,8 +221,7 @@ def _model(
         groups[key] = groups.get(key, 0) + 1
     entries = sorted(groups)
     kinds = [shape for _, shape in entries]
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = _highs()
     h.setOptionValue("time_limit", TIME_LIMIT_S)
     h.setOptionValue("mip_rel_gap", 0.0)
     nodes = range(nodes_n)
@@ -367,9 +377,6 @@ def nested_limit(
     m = _model(pods, all_placed=False, cuts=cuts, nodes_n=nodes_n, gpus_n=gpus_n)
     h = m.h
     h.setOptionValue("time_limit", time_limit_s)
-    # One thread: HiGHS 1.16 aborted ("free(): invalid pointer") on stream 4's program
-    # with its default threads, at 45 and 60 s, in fresh processes too (see _isolated).
-    h.setOptionValue("threads", 1)
     h.addConstr(m.placed[0] >= cuts[0])
     head_used = {ng: h.addBinary() for ng in m.used}
     for ng, u in head_used.items():
@@ -390,6 +397,33 @@ def nested_limit(
     return found, (found if proven else info.mip_dual_bound), proven
 
 
+GpuState = tuple[tuple[int, int, int], ...]
+
+
+def _placements_of(
+    held: GpuState, pod: tuple[int, int, int], nodes_n: int, gpus_n: int
+) -> list[tuple[GpuState, int]]:
+    """Every way to place ``pod`` (devices, MiB, cores per device) beside ``held`` ((MiB,
+    cores, containers) per GPU, node-major), for the exhaustive searches: each set of
+    ``devices`` GPUs of one node that can take it, as (the GPUs after, their bit mask)."""
+    k, m, c = pod
+    out = []
+    for n in range(nodes_n):
+        free = [
+            n * gpus_n + g
+            for g in range(gpus_n)
+            if held[n * gpus_n + g][0] + m <= GPU_MEMORY_MIB
+            and held[n * gpus_n + g][1] + c <= 100
+            and held[n * gpus_n + g][2] < SPLIT
+        ]
+        for gs in itertools.combinations(free, k):
+            after = list(held)
+            for g in gs:
+                after[g] = (after[g][0] + m, after[g][1] + c, after[g][2] + 1)
+            out.append((tuple(after), sum(1 << g for g in gs)))
+    return out
+
+
 def nested_exhaustive(
     pods: list[dict[str, str]],
     cuts: Sequence[int],
@@ -403,28 +437,15 @@ def nested_exhaustive(
     ends = [*cuts[1:], len(pods)]
     best = -1.0
 
-    def walk(i: int, held: tuple[tuple[int, int, int], ...], counts: list[int], head: int) -> None:
+    def walk(i: int, held: GpuState, counts: list[int], head: int) -> None:
         nonlocal best
         if i == len(dem):
             if bin(head).count("1") <= head_gpus:
                 best = max(best, min(n / o for n, o in zip(counts, optima, strict=True)))
             return
-        k, m, c = dem[i]
-        for n in range(nodes_n):
-            free = [
-                n * gpus_n + g
-                for g in range(gpus_n)
-                if held[n * gpus_n + g][0] + m <= GPU_MEMORY_MIB
-                and held[n * gpus_n + g][1] + c <= 100
-                and held[n * gpus_n + g][2] < SPLIT
-            ]
-            for gs in itertools.combinations(free, k):
-                after = list(held)
-                for g in gs:
-                    after[g] = (after[g][0] + m, after[g][1] + c, after[g][2] + 1)
-                mask = sum(1 << g for g in gs) if i < cuts[0] else 0
-                more = [x + (i < e) for x, e in zip(counts, ends, strict=True)]
-                walk(i + 1, tuple(after), more, head | mask)
+        more = [x + (i < e) for x, e in zip(counts, ends, strict=True)]
+        for after, mask in _placements_of(held, dem[i], nodes_n, gpus_n):
+            walk(i + 1, after, more, head | (mask if i < cuts[0] else 0))
         if i >= cuts[0]:  # the first head is placed whole
             walk(i + 1, held, counts, head)
 
@@ -472,8 +493,8 @@ def _isolated(
     """``fn(seed, optima, fewest, limit)`` in a child process, again at half and a
     quarter of the time limit if the child dies; None if it dies each time. HiGHS 1.16
     aborted ("free(): invalid pointer") on stream 4's program at 45 and 60 s with its
-    default threads, also in fresh processes (``nested_limit`` now solves on one
-    thread, which ran it twice to the same answer): a solver crash costs that figure,
+    default threads, also in fresh processes (every program now solves on one thread,
+    which ran it twice to the same answer: ``_highs``): a solver crash costs that figure,
     not the run. A forked child hung on the parent's solver threads, hence spawn."""
     limit = time_limit_s
     for _ in range(3):
@@ -537,27 +558,15 @@ def head_exhaustive(
     dem = [demand(limits) for limits in pods]
     best = -1
 
-    def walk(i: int, held: tuple[tuple[int, int, int], ...], total: int, head: int) -> None:
+    def walk(i: int, held: GpuState, total: int, head: int) -> None:
         nonlocal best
         if total + len(dem) - i < target or head + max(0, prefix - i) <= best:
             return
         if i == len(dem):
             best = head
             return
-        k, m, c = dem[i]
-        for n in range(nodes_n):
-            free = [
-                n * gpus_n + g
-                for g in range(gpus_n)
-                if held[n * gpus_n + g][0] + m <= GPU_MEMORY_MIB
-                and held[n * gpus_n + g][1] + c <= 100
-                and held[n * gpus_n + g][2] < SPLIT
-            ]
-            for gs in itertools.combinations(free, k):
-                after = list(held)
-                for g in gs:
-                    after[g] = (after[g][0] + m, after[g][1] + c, after[g][2] + 1)
-                walk(i + 1, tuple(after), total + 1, head + (i < prefix))
+        for after, _ in _placements_of(held, dem[i], nodes_n, gpus_n):
+            walk(i + 1, after, total + 1, head + (i < prefix))
         walk(i + 1, held, total, head)
 
     walk(0, ((0, 0, 0),) * (nodes_n * gpus_n), 0, 0)
@@ -608,8 +617,7 @@ def wc_optimum(
         raise ValueError("wc_optimum models exclusivity by compute: every pod needs cores")
     nodes = range(nodes_n)
     gpus = [(n, g) for n in nodes for g in range(gpus_n)]
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = _highs()
     h.setOptionValue("time_limit", time_limit_s)
     z = {(i, n): h.addBinary() for i in range(len(pods)) for n in nodes}
     a = {(i, ng): h.addBinary() for i in range(len(pods)) for ng in gpus}
@@ -669,31 +677,18 @@ def wc_exhaustive(pods: list[dict[str, str]], nodes_n: int, gpus_n: int) -> int:
     dem = [demand(limits) for limits in pods]
     best = 0
 
-    def walk(i: int, held: tuple[tuple[int, int, int], ...], placed: int) -> None:
+    def walk(i: int, held: GpuState, placed: int) -> None:
         nonlocal best
         if placed + len(dem) - i <= best:
             return
         if i == len(dem):
             best = placed
             return
-        k, m, c = dem[i]
-        branches = []
-        for n in range(nodes_n):
-            free = [
-                n * gpus_n + g
-                for g in range(gpus_n)
-                if held[n * gpus_n + g][0] + m <= GPU_MEMORY_MIB
-                and held[n * gpus_n + g][1] + c <= 100
-                and held[n * gpus_n + g][2] < SPLIT
-            ]
-            branches += itertools.combinations(free, k)
+        branches = _placements_of(held, dem[i], nodes_n, gpus_n)
         if not branches:
             walk(i + 1, held, placed)
-        for gs in branches:
-            after = list(held)
-            for g in gs:
-                after[g] = (after[g][0] + m, after[g][1] + c, after[g][2] + 1)
-            walk(i + 1, tuple(after), placed + 1)
+        for after, _ in branches:
+            walk(i + 1, after, placed + 1)
 
     walk(0, ((0, 0, 0),) * (nodes_n * gpus_n), 0)
     return best
@@ -756,8 +751,7 @@ def fits_after(held: Held, pods: list[dict[str, str]]) -> bool:
     for limits in pods:
         shapes[demand(limits)] = shapes.get(demand(limits), 0) + 1
     kinds = sorted(shapes)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = _highs()
     h.setOptionValue("time_limit", TIME_LIMIT_S)
     gpus = [(n, g) for n in range(NODES) for g in range(GPUS)]
     y = {
