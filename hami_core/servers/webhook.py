@@ -29,6 +29,7 @@ from werkzeug.exceptions import HTTPException
 
 from hami_core.errors import HamiError, NotFoundError
 from hami_core.webhook import Admission, AdmissionResult
+from hami_core.webhook.mutation import apply_patch
 
 from .review import MalformedReview, ReviewRequest, parse_review, review_response
 
@@ -257,7 +258,7 @@ def _checked_patch(original: dict[str, Any], result: AdmissionResult) -> list[di
     if not patch:
         return patch
     try:
-        jsonpatch.apply_patch(original, patch)
+        apply_patch(original, patch)
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         return f"internal error: the patch does not apply to the submitted pod: {exc}"
     return patch

@@ -17,7 +17,6 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 import attrs
-import jsonpatch
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.deviceplugin.allocate import finish_allocation
@@ -34,6 +33,7 @@ from hami_core.model import (
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.scheduler import FilterResult, Scheduler
 from hami_core.webhook.admission import DEFAULT_SCHEDULER, Admission, takes_scheduler_name
+from hami_core.webhook.mutation import apply_patch
 
 from .kubechecks import kube_reason
 from .kubelet import allocate_pod
@@ -134,7 +134,7 @@ class Pipeline:
                 namespace=namespace, name=name, denied=review.message, wants_devices=True
             )
         if review.patch:
-            obj = jsonpatch.apply_patch(obj, list(review.patch))
+            obj = apply_patch(obj, review.patch)
         stored = self.cluster.add_pod(obj)
         uid = stored["metadata"]["uid"]
         patch = tuple(review.patch)

@@ -6,7 +6,6 @@ import copy
 from typing import Any, ClassVar
 
 import attrs
-import jsonpatch
 import pytest
 
 from hami_core.model import (
@@ -27,7 +26,7 @@ from hami_core.model import (
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.nodeclass import relabel
 from hami_core.scheduling.scoring import vendor_score
-from hami_core.webhook.mutation import apply_mutation
+from hami_core.webhook.mutation import apply_mutation, apply_patch
 from hami_core.webhook.trust import is_shim_variable
 
 from .hostwrites import host_writes
@@ -492,7 +491,7 @@ class BackendConformance:
         patched = copy.deepcopy(pod)
         ops = apply_mutation(patched, patched["spec"]["containers"][1], "/spec/containers/1", res)
         # the operations the webhook answers with reproduce the mutated pod
-        assert jsonpatch.apply_patch(copy.deepcopy(pod), ops) == patched
+        assert apply_patch(copy.deepcopy(pod), ops) == patched
         after_container = patched["spec"]["containers"][1]
         assert self._request(manager, after_container) == before, "mutation changed the request"
         assert patched["spec"]["containers"][0] == pod["spec"]["containers"][0]

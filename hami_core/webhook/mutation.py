@@ -8,6 +8,7 @@ and re-diff per container).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import jsonpatch
@@ -16,6 +17,23 @@ from hami_core.errors import InvalidInputError
 from hami_core.model import MutateResult
 from hami_core.protocol.patches import pointer_token
 from hami_core.protocol.quantity import parse_quantity_int
+
+
+def apply_patch(doc: Any, ops: Any, *, in_place: bool = False) -> Any:
+    """``doc`` with the RFC 6902 operations ``ops`` applied (a new document unless
+    ``in_place``), sharing no object with ``ops``.
+
+    jsonpatch 1.33 (our declared floor) puts an ``add`` operation's value object into the
+    document as it is, so a later operation appending into that list or map changes the
+    earlier operation's value too: a patch checked or applied that way and then sent or
+    applied again adds those entries twice. The operations are copied first.
+
+    Raises:
+        jsonpatch.JsonPatchException, jsonpatch.JsonPointerException: an operation does
+            not apply (from jsonpatch).
+    """
+    return jsonpatch.apply_patch(doc, copy.deepcopy(list(ops)), in_place=in_place)
+
 
 #: Large enough for any quantity a backend states (memory in bytes would not fit int32).
 _QUANTITY_MAX = 2**62
@@ -77,7 +95,7 @@ def apply_mutation(
     if result.patch:
         raw = [dict(op) for op in result.patch]
         try:
-            jsonpatch.apply_patch(pod, raw, in_place=True)
+            apply_patch(pod, raw, in_place=True)
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
             raise InvalidInputError(f"a patch that does not apply: {exc}") from None
         ops.extend(raw)

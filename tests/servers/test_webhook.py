@@ -28,6 +28,7 @@ from hami_core.servers.https import make_https_server, serve_https
 from hami_core.servers.review import parse_review, review_response
 from hami_core.servers.webhook import NamespaceLabels, create_webhook_app
 from hami_core.webhook import Admission, AdmissionResult
+from hami_core.webhook.mutation import apply_patch
 from tests.builders import manager
 from tests.toy_backend import ToyBackend
 
@@ -769,3 +770,33 @@ def test_an_ephemeral_containers_object_of_kubernetes_1_20_follows_overwrite_env
     assert stored["ephemeralContainers"][0]["env"] == [
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}
     ]
+
+
+def test_a_patch_applied_to_check_it_is_sent_unchanged():
+    """jsonpatch 1.33 (the declared floor, run by tests/packaging/test_floors.py) put an
+    ``add`` operation's value object into the document as it was, so the webhook's check
+    that its patch applies (an ``env`` list added, then an entry appended into it) grew
+    the first operation's value, and the answer added the entry twice. ``apply_patch``
+    copies the operations: they are the same after, and applying them twice gives the
+    same document."""
+    ops = [
+        {"op": "add", "path": "/spec/containers/0/env", "value": []},
+        {
+            "op": "add",
+            "path": "/spec/containers/0/env/-",
+            "value": {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"},
+        },
+    ]
+    sent = copy.deepcopy(ops)
+    pod = {"spec": {"containers": [{"name": "sidecar"}]}}
+    first = apply_patch(copy.deepcopy(pod), ops)
+    assert ops == sent
+    again = apply_patch(copy.deepcopy(pod), ops)
+    assert first == again
+    assert first["spec"]["containers"][0]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}
+    ]
+    in_place = copy.deepcopy(pod)
+    apply_patch(in_place, ops, in_place=True)
+    in_place["spec"]["containers"][0]["env"].append({"name": "LATER", "value": "x"})
+    assert ops == sent  # the document shares no object with the operations
