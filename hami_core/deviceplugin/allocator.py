@@ -56,6 +56,7 @@ from hami_core.scheduling.usage import is_live
 from .allocate import finish_allocation
 from .cdi import CdiWriter
 from .devices import physical_uuid, preferred_allocation
+from .done import vendors_waiting
 from .optout import allowed_container
 from .pending import Candidates, PendingPod, consumed, find_candidates, select_pod
 from .progress import ProgressOverlay
@@ -385,7 +386,11 @@ class Allocator:
             **written,
         }
         done = [c.name for c in pending.remaining[:n]]
-        final = not any(rest)
+        # The pod is done when every vendor it asks for is (``done``): with another
+        # vendor's containers still waiting as last read, this answer is final only if
+        # the write of its progress shows them answered meanwhile (``_commit``).
+        others = vendors_waiting(pod, self.manager, besides=self.vendor) if not any(rest) else ()
+        final = not any(rest) and not others
         if final:
             # The last containers: progress and phase in one write, so a failure leaves
             # the pod retryable (entries still there) rather than answered but
@@ -395,18 +400,34 @@ class Allocator:
             "pod %s: answered containers %s; %s",
             pending.ref,
             done,
-            "bind-phase success" if final else "more to come",
+            "bind-phase success"
+            if final
+            else f"{', '.join(others)} still to come"
+            if others
+            else "more to come",
         )
         if self._after_answer is None:
-            self.store.patch_pod_metadata(pending.namespace, pending.name, annotations=progress)
-            if final:
-                self._release(pending, lock_value)
+            self._commit(
+                pending,
+                progress,
+                final=final,
+                lock_value=lock_value,
+                others_waited=bool(others),
+                once=True,
+            )
             return answers
         # Kubelet gets its answer now; what it answered is this process's from here on
         # (the overlay), and reaches the API server right after.
         self._overlay.record(uid, progress)
         self._after_answer(
-            functools.partial(self._commit, pending, progress, final=final, lock_value=lock_value)
+            functools.partial(
+                self._commit,
+                pending,
+                progress,
+                final=final,
+                lock_value=lock_value,
+                others_waited=bool(others),
+            )
         )
         return answers
 
@@ -417,17 +438,43 @@ class Allocator:
         *,
         final: bool,
         lock_value: str | None,
+        others_waited: bool = False,
+        once: bool = False,
     ) -> None:
         """The writes of an answered call, off kubelet's critical path: the lock first
         (the node's next bind waits for it; only the pod a lock names is ever served, so
         releasing it before the phase write serves no other pod), then the progress, tried
-        again over a brief outage. A pod gone meanwhile needs neither."""
+        again over a brief outage. A pod gone meanwhile needs neither.
+
+        When this vendor's containers are all answered but another vendor's were still
+        waiting as last read (``others_waited``), the pod the progress write returns
+        decides: the API server applies writes one at a time, so of two vendors' device
+        plugins finishing together the later write sees the other's progress, and that one sets ``bind-phase: success`` and frees the lock
+        (both may: each write is idempotent, and the release is the owner's only).
+
+        Args:
+            once: no ``after_answer``: the progress first, once, a failure raised (the
+                caller fails the call and the pod stays retryable), then the lock.
+        """
+        if once:
+            after = self.store.patch_pod_metadata(
+                pending.namespace, pending.name, annotations=progress
+            )
+            if final:
+                self._release(pending, lock_value)
+            elif others_waited:
+                self._finish_if_done(pending, after, lock_value)
+            return
         if final:
             self._release(pending, lock_value)
         uid = str((pending.pod.get("metadata") or {}).get("uid") or "")
         for attempt, wait_s in enumerate((*COMMIT_WAITS_S, None)):
             try:
-                self.store.patch_pod_metadata(pending.namespace, pending.name, annotations=progress)
+                after = self.store.patch_pod_metadata(
+                    pending.namespace, pending.name, annotations=progress
+                )
+                if others_waited:
+                    self._finish_if_done(pending, after, lock_value)
                 return
             except NotFoundError:
                 self._overlay.forget(uid)
@@ -446,6 +493,29 @@ class Allocator:
                     "pod %s: progress write failed, again in %.1fs: %s", pending.ref, wait_s, exc
                 )
                 time.sleep(wait_s)
+
+    def _finish_if_done(self, pending: PendingPod, pod: KubeObject, lock_value: str | None) -> None:
+        """After this vendor's last progress write: when ``pod`` (as that write returned
+        it) has no other vendor waiting, the pod is done: free the lock, then set
+        ``bind-phase: success``. A failed phase write is logged only: every container
+        has its devices, and the lock is free (an owner whose lists are all answered
+        holds nothing, ``_answered``)."""
+        others = vendors_waiting(pod, self.manager, besides=self.vendor)
+        if others:
+            log.info("pod %s: waiting for %s", pending.ref, ", ".join(others))
+            return
+        log.info("pod %s: every vendor answered; bind-phase success", pending.ref)
+        self._release(pending, lock_value)
+        uid = str((pending.pod.get("metadata") or {}).get("uid") or "")
+        phase = {keys.BIND_PHASE: keys.BIND_PHASE_SUCCESS}
+        if self._after_answer is not None:
+            self._overlay.record(uid, phase)
+        try:
+            self.store.patch_pod_metadata(pending.namespace, pending.name, annotations=phase)
+        except NotFoundError:
+            self._overlay.forget(uid)
+        except HamiError as exc:
+            log.error("pod %s: answered, but bind-phase success not written: %s", pending.ref, exc)
 
     def _release(self, pending: PendingPod, lock_value: str | None) -> None:
         """Release the node lock if ``pending`` owns it: one conditional write when the
@@ -523,7 +593,7 @@ class Allocator:
             or not is_live(pod)
             or bool(meta.get("deletionTimestamp"))
             or phase in (keys.BIND_PHASE_SUCCESS, keys.BIND_PHASE_FAILED)
-            or self._answered(meta)
+            or (pod is not None and self._answered(pod))
         )
         if dead:
             try:
@@ -537,16 +607,20 @@ class Allocator:
             except HamiError as exc:
                 log.error("cannot release the lock of node %s: %s", self.node, exc)
 
-    def _answered(self, meta: Mapping[str, Any]) -> bool:
-        """The owner still says ``allocating`` but every container has had its devices
-        (its phase write failed): holding the lock for it would block the node."""
+    def _answered(self, pod: KubeObject) -> bool:
+        """The owner still says ``allocating`` but every container has had its devices,
+        of every vendor it asks for (its phase write failed): holding the lock for it
+        would block the node."""
+        meta = pod.get("metadata") or {}
         value = (meta.get("annotations") or {}).get(self.dtype.to_allocate_annotation)
         if value is None:
             return False  # still being bound: the scheduler writes it with the phase
         try:
-            return not any(decode_pod_devices(value))
+            if any(decode_pod_devices(value)):
+                return False
         except HamiError:
             return False
+        return not vendors_waiting(pod, self.manager, besides=self.vendor)
 
     def _event(self, pod: KubeObject, message: str) -> None:
         try:
