@@ -54,7 +54,9 @@ SECTIONS: Final[dict[str, str]] = {
     "iluvatar": "iluvatar",
 }
 
-#: Every key HAMi's scheduler reads in each section, in any release from 2.4 to 2.10 (the
+#: Every key HAMi's scheduler reads in each section, in any release from 2.4 to 2.10 and
+#: the master after it (``tests/fixtures/hami/device-config``: each release's chart
+#: rendered; ``tests/compat/test_hami_chart_device_configs.py`` loads them all) (the
 #: ``yaml`` tags of its config structs, ``pkg/device/<vendor>/{device,config}.go``
 #: ``<Vendor>Config``; ``nvidia`` includes the inlined ``NodeDefaultConfig``): a file
 #: HAMi's chart rendered for an earlier release must still start us. For ``iluvatars``
@@ -103,7 +105,11 @@ HAMI_KEYS: Final[dict[str, frozenset[str]]] = {
         {"resourceCountName", "resourceMemoryName", "resourceCoreName", "memoryFactor"}
     ),
     "cambricon": frozenset({"resourceCountName", "resourceMemoryName", "resourceCoreName"}),
-    "mthreads": frozenset({"resourceCountName", "resourceMemoryName", "resourceCoreName"}),
+    "mthreads": frozenset(
+        # memoryPerCard: HAMi after 2.10 (``MthreadsConfig.MemoryPerCard``, chart default
+        # ``[96]``), the card sizes in 512 MiB units (hami-mthreads' option of that name)
+        {"resourceCountName", "resourceMemoryName", "resourceCoreName", "memoryPerCard"}
+    ),
     "iluvatars": frozenset(
         {"commonWord", "chipName", "resourceCountName", "resourceMemoryName", "resourceCoreName"}
     ),

@@ -13,7 +13,7 @@ from hami_core.backend import (
 )
 
 from . import BACKEND_NAME, VENDOR, allocate, fit, inventory, requests
-from .names import DEVICE_TYPE
+from .names import DEVICE_TYPE, OPTION_DEFAULTS, memory_per_card
 
 
 @hookimpl
@@ -22,7 +22,13 @@ def hami_backend_info() -> BackendInfo:
         name=BACKEND_NAME,
         device_types=(DEVICE_TYPE,),
         description="Moore Threads GPUs shared as sGPUs (512 MiB memory units, 16 cores)",
+        option_defaults=OPTION_DEFAULTS,
     )
+
+
+@hookimpl
+def hami_check_config(config: VendorConfig) -> None:
+    memory_per_card(config)
 
 
 @hookimpl

@@ -3,13 +3,18 @@
 - ``mthreads.com/vgpu`` (count) must be a whole number above 0; memory or cores without
   a count ask nothing of this vendor (HAMi: a container is this vendor's only when it
   names the count resource).
-- One GPU: ``mthreads.com/sgpu-memory`` in 512 MiB units, only 2, 4, 8, 16, 32, 64 or 96
-  (HAMi ``legalMemoryslices``); ``mthreads.com/sgpu-core`` 0..16 of the GPU's 16 cores.
-  Without memory the webhook writes a whole GPU (96 units, 16 cores), as HAMi's does;
-  96 units are read as the whole GPU (100 % of its memory, whatever its size).
-- More than one GPU: whole GPUs; the webhook writes ``count x 96`` units and
-  ``count x 16`` cores whatever was stated (HAMi does the same) and annotates the pod
-  with ``mthreads.com/request-gpu-num``. The stated totals are divided per GPU.
+- Card sizes: the section's ``memoryPerCard`` (512 MiB units per card model, default
+  ``[96]``, the MTT S4000; ``[160]`` an MTT S5000; ``[96, 160]`` a cluster of both).
+- One GPU: ``mthreads.com/sgpu-memory`` in 512 MiB units, only the powers of two from 2
+  below a card size or a card size itself (HAMi ``legalMemoryslices``; 2 ... 64, 96 by
+  default); ``mthreads.com/sgpu-core`` 0..16 of the GPU's 16 cores. Without memory the
+  webhook writes a whole GPU (the card size, 16 cores), as HAMi's does; with one card
+  size, that size is read as the whole GPU (100 % of its memory, whatever the GPU
+  reports). With several sizes a stated size is that much memory, and the webhook
+  writes no memory for a whole GPU (which size is unknown until fit).
+- More than one GPU: whole GPUs; the webhook writes ``count x`` the card size (one size
+  only) and ``count x 16`` cores whatever was stated (HAMi does the same) and annotates
+  the pod with ``mthreads.com/request-gpu-num``. The stated totals are divided per GPU.
 """
 
 from __future__ import annotations
@@ -32,10 +37,10 @@ from hami_core.backend import (
 from . import VENDOR
 from .names import (
     CORES_PER_GPU,
-    LEGAL_MEMORY_UNITS,
     MEMORY_UNIT_MIB,
-    MEMORY_UNITS_PER_GPU,
     REQUEST_GPU_NUM,
+    legal_memory_units,
+    memory_per_card,
     resources,
 )
 
@@ -47,7 +52,8 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
         is stated), ``cores_pct`` = sGPU cores / count (of 16 per GPU).
     Raises:
         InvalidInputError: a count of 0 or below, a malformed quantity, a one-GPU memory
-            outside 2, 4, 8, 16, 32, 64, 96, or cores above 16 per GPU.
+            not legal for any card size (``legal_memory_units``), or cores above 16 per
+            GPU.
     """
     names = resources(config)
     cname = container.get("name", "?")
@@ -60,20 +66,21 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
         return DeviceRequest(vendor=VENDOR, count=count, memory_pct=100, cores_pct=CORES_PER_GPU)
     memory_units = read_quantity(container, names.memory, maximum=(2**31 - 1) // MEMORY_UNIT_MIB)
     cores = read_quantity(container, names.cores)
-    if memory_units is not None and memory_units not in LEGAL_MEMORY_UNITS:
+    sizes = memory_per_card(config)
+    legal = legal_memory_units(sizes)
+    if memory_units is not None and memory_units not in legal:
         raise InvalidInputError(
             f"container {cname!r}: {names.memory} {memory_units} is not a valid sGPU memory "
-            f"(units of {MEMORY_UNIT_MIB} MiB); valid values are "
-            f"{', '.join(map(str, LEGAL_MEMORY_UNITS))}"
+            f"(units of {MEMORY_UNIT_MIB} MiB); valid values are {', '.join(map(str, legal))}"
         )
     if cores is not None and cores > CORES_PER_GPU:
         raise InvalidInputError(
             f"container {cname!r}: {names.cores} {cores} is above the {CORES_PER_GPU} "
             "sGPU cores of one GPU"
         )
-    if memory_units is None or memory_units == MEMORY_UNITS_PER_GPU:
-        # 96 units is what HAMi's webhook writes for a whole GPU; taking it as 100 % keeps
-        # a whole-GPU request placeable on GPUs with less than 48 GiB.
+    if memory_units is None or (len(sizes) == 1 and memory_units == sizes[0]):
+        # the card size is what HAMi's webhook writes for a whole GPU; taking it as 100 %
+        # keeps a whole-GPU request placeable on GPUs reporting a little less.
         cores = CORES_PER_GPU if cores is None else cores
         return DeviceRequest(vendor=VENDOR, count=1, memory_pct=100, cores_pct=cores)
     return DeviceRequest(
@@ -88,9 +95,11 @@ def parse_request(container: Mapping[str, Any], config: VendorConfig) -> DeviceR
 def mutate(
     pod: Mapping[str, Any], container: Mapping[str, Any], container_path: str, config: VendorConfig
 ) -> MutateResult | None:
-    """HAMi's ``MutateAdmission``: whole GPUs written as ``count x 96`` memory units and
-    ``count x 16`` cores for a count above 1 or a request without memory (limits and
-    requests both), ``mthreads.com/request-gpu-num`` on the pod for a count above 1.
+    """HAMi's ``MutateAdmission``: whole GPUs written as ``count x`` the card size in
+    memory units (with one ``memoryPerCard`` size; with several, memory is left as
+    stated) and ``count x 16`` cores for a count above 1 or a request without memory
+    (limits and requests both), ``mthreads.com/request-gpu-num`` on the pod for a count
+    above 1.
 
     Returns: None for a container without ``mthreads.com/vgpu``; a denial naming the
         container, the resource and the value for an illegal one.
@@ -102,7 +111,9 @@ def mutate(
     values = stated_quantities(container, (names.count, names.memory, names.cores))
     whole = req.count > 1 or resource_value(container, names.memory) is None
     if whole:
-        values[names.memory] = str(req.count * MEMORY_UNITS_PER_GPU)
+        sizes = memory_per_card(config)
+        if len(sizes) == 1:
+            values[names.memory] = str(req.count * sizes[0])
         values[names.cores] = str(req.count * CORES_PER_GPU)
     patch: list[dict[str, Any]] = []
     if req.count > 1:

@@ -102,6 +102,51 @@ def test_webhook_writes_whole_gpus_and_the_gpu_count_annotation():
     }
 
 
+# -- memoryPerCard (HAMi after 2.10: MTT S5000, 160 units; mixed clusters) -----------
+
+S5000 = VendorConfig(options={"memoryPerCard": [160]})
+MIXED = VendorConfig(options={"memoryPerCard": [160, 96]})
+
+
+def test_the_card_size_sets_the_legal_memory_values():
+    assert requests.parse_request(ctr(count="1", mem="128"), S5000) == DeviceRequest(
+        vendor="Mthreads", count=1, memory_mib=128 * 512, cores_pct=0
+    )
+    # the card size itself is the whole GPU, as 96 is by default
+    whole = requests.parse_request(ctr(count="1", mem="160", cores="4"), S5000)
+    assert whole == DeviceRequest(vendor="Mthreads", count=1, memory_pct=100, cores_pct=4)
+    with pytest.raises(InvalidInputError, match="valid values are 2, 4, 8, 16, 32, 64, 128, 160"):
+        requests.parse_request(ctr(count="1", mem="96"), S5000)
+
+
+def test_a_tenant_cannot_state_a_size_the_cluster_has_no_card_of():
+    for mem in ("128", "160"):  # S5000 sizes, on the default S4000 cluster
+        with pytest.raises(InvalidInputError, match="valid values are 2, 4, 8, 16, 32, 64, 96$"):
+            requests.parse_request(ctr(count="1", mem=mem), CFG)
+
+
+def test_a_mixed_cluster_admits_either_models_values_as_memory():
+    # 96 units is 48 GiB there, not "a whole GPU": an S5000 keeps its other 32 GiB
+    assert requests.parse_request(ctr(count="1", mem="96"), MIXED) == DeviceRequest(
+        vendor="Mthreads", count=1, memory_mib=96 * 512, cores_pct=0
+    )
+    assert requests.parse_request(ctr(count="1", mem="128"), MIXED).memory_mib == 128 * 512
+
+
+def test_the_webhook_writes_the_card_size_and_nothing_when_sizes_differ():
+    from hami_core.testing import mutated
+
+    def limits(config, **kw):
+        p = {"metadata": {}, "spec": {"containers": [ctr(**kw)]}}
+        res = requests.mutate(p, p["spec"]["containers"][0], "/spec/containers/0", config)
+        return mutated(p, "/spec/containers/0", res)["spec"]["containers"][0]["resources"]["limits"]
+
+    assert limits(S5000, count="2")["mthreads.com/sgpu-memory"] == "320"
+    assert limits(S5000, count="1")["mthreads.com/sgpu-memory"] == "160"
+    mixed = limits(MIXED, count="2")
+    assert "mthreads.com/sgpu-memory" not in mixed and mixed["mthreads.com/sgpu-core"] == "32"
+
+
 # -- inventory (Test_GetNodeDevices) -------------------------------------------------
 
 
