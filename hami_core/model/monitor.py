@@ -22,12 +22,17 @@ class RegionDevice:
         memory_limit_bytes: the memory limit the container's processes enforce (bytes;
             0 when unknown or fenced).
         cores_limit_pct: compute limit in percent of the device, 0 = unlimited.
+        exited_busy_ns: GPU time of the kernels of processes that have left (ns); with
+            every listed process's ``busy_ns`` it is the container's cumulative GPU time.
+        exited_launches: kernel launches of processes that have left.
     """
 
     index: int
     uuid: str
     memory_limit_bytes: int = 0
     cores_limit_pct: int = 0
+    exited_busy_ns: int = 0
+    exited_launches: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -38,8 +43,8 @@ class ProcessDeviceSample:
         buffer_bytes: memory the hooks charged for the process's allocations (bytes).
         context_bytes: memory beyond the allocations that the driver attributes to the
             process (context, page rounding, pool caches; bytes).
-        busy_ns: cumulative measured GPU time of the process's kernels (ns).
-        launches: cumulative kernel launches seen.
+        busy_ns: cumulative GPU time of the process's kernels (ns).
+        launches: cumulative kernel launches.
         oversubscribed_bytes: the part of ``buffer_bytes`` served from host memory
             instead of the device's (memory oversubscription; bytes).
     """

@@ -443,11 +443,14 @@ def _container_names(pod: Pod) -> set[str]:
 
 
 def _readings(usage: ContainerUsage, live: frozenset[tuple[int, int]]) -> list[_DeviceReading]:
-    """Per device of the file: its limit and the sums over live processes only."""
+    """Per device of the file: its limit, memory summed over live processes only, and
+    GPU time and launches as counters that never go back: every listed process's (a
+    dead one's until its slot is reclaimed) plus those of processes that left."""
     alive = [p for p in usage.processes if (p.pid, p.start_time_ticks) in live]
     out = []
     for d in usage.devices:
         samples = [p.devices[d.uuid] for p in alive if d.uuid in p.devices]
+        listed = [p.devices[d.uuid] for p in usage.processes if d.uuid in p.devices]
         out.append(
             _DeviceReading(
                 vdevice_index=d.index,
@@ -455,8 +458,8 @@ def _readings(usage: ContainerUsage, live: frozenset[tuple[int, int]]) -> list[_
                 limit_bytes=d.memory_limit_bytes,
                 buffer_bytes=sum(s.buffer_bytes for s in samples),
                 context_bytes=sum(s.context_bytes for s in samples),
-                busy_ns=sum(s.busy_ns for s in samples),
-                launches=sum(s.launches for s in samples),
+                busy_ns=d.exited_busy_ns + sum(s.busy_ns for s in listed),
+                launches=d.exited_launches + sum(s.launches for s in listed),
                 oversubscribed_bytes=sum(s.oversubscribed_bytes for s in samples),
             )
         )

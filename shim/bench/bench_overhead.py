@@ -6,7 +6,10 @@ shim/tests/programs/bench.c under the library. In one process it times the hooke
 entry points (what an application linked to libcuda calls) against the driver's own
 definitions, alternating rounds, and reports medians. Two configurations:
 
-  memory limit only      the launch hook is a pass-through
+  memory limit only      nothing waits; the launch is counted and its GPU time taken
+                         from a sample or its kernel's estimate (throttle.c,
+                         observe_begin): on the stand-in about 40 ns more than the
+                         pass-through it was before (Dec 2026, 2 shared cores)
   + compute limit 50%    every launch goes through the throttle's bookkeeping
                          (two CUDA events, estimate, clock update; the stand-in
                          kernels take no GPU time so the throttle never sleeps)

@@ -121,6 +121,17 @@ static uint64_t *oversub_at(unsigned i, unsigned d)
 
 static void zero_slot_usage(unsigned i)
 {
+    /* The container's GPU time and launches outlive the process: moved to the device
+     * table, so the monitor's counters never go back when a process leaves. */
+    for (unsigned d = 0; d < REGION_MAX_DEVICES; d++) {
+        struct region_slot_device *sd = &slot_at(i)->dev[d];
+        uint64_t busy = __atomic_exchange_n(&sd->busy_ns, 0, __ATOMIC_RELAXED);
+        uint64_t launches = __atomic_exchange_n(&sd->launches, 0, __ATOMIC_RELAXED);
+        if (busy)
+            __atomic_add_fetch(&g_map->devices[d].exited_busy_ns, busy, __ATOMIC_RELAXED);
+        if (launches)
+            __atomic_add_fetch(&g_map->devices[d].exited_launches, launches, __ATOMIC_RELAXED);
+    }
     memset(slot_at(i)->dev, 0, sizeof slot_at(i)->dev);
     memset(oversub_at(i, 0), 0, REGION_MAX_DEVICES * sizeof(uint64_t));
 }

@@ -56,14 +56,16 @@ struct region_device {
     int64_t tat_ns;             /* throttle virtual time, CLOCK_MONOTONIC ns */
     uint32_t sm_limit;          /* percent of the device, 0 = unlimited */
     uint32_t flags;             /* REGION_DEV_* */
-    uint64_t reserved[4];
+    uint64_t exited_busy_ns;    /* busy_ns of the slots of processes that left, ns */
+    uint64_t exited_launches;   /* launches of the slots of processes that left */
+    uint64_t reserved[2];
 };
 
 struct region_slot_device {
     uint64_t used_bytes;      /* device memory charged by the hooks, bytes */
     uint64_t untracked_bytes; /* NVML per-process usage beyond used_bytes, bytes */
-    uint64_t busy_ns;         /* measured GPU time of throttled launches, ns */
-    uint64_t launches;        /* kernel launches seen by the throttle */
+    uint64_t busy_ns;         /* GPU time of the process's kernel launches, ns */
+    uint64_t launches;        /* kernel launches of the process */
 };
 
 struct region_slot {

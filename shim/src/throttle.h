@@ -9,6 +9,10 @@
  * kernel's measured time arrives, the booking is corrected by the difference. The
  * control quantity is time, so the gain is the same on a GPU with 8 SMs or 144: no
  * SM count, grid size or thread count enters it (SHIM.md lesson 7).
+ *
+ * Every launch, throttled or not, is counted in the region (busy_ns, launches) for the
+ * monitor's per-container utilisation; an unthrottled one never waits and is measured
+ * only on a sample (throttle.c, observe_begin).
  */
 #ifndef HAMI_THROTTLE_H
 #define HAMI_THROTTLE_H

@@ -190,6 +190,72 @@ def test_kernel_time_shows_as_utilization_and_last_kernel(build, manager, root, 
             stop(busy)
 
 
+# 40 launches of one 2 ms wave each: 80 ms of GPU time (the stand-in's kernels take
+# ceil(grid / SMs) x STUB_WAVE_US).
+_WORK = ("init", "ctx", "0", "alloc", "10m", "launch", "40", "64")
+_WORK_NS = 40 * 2_000_000
+_UNTHROTTLED = {
+    "memory_only": {},
+    "policy_disable": {"CUDA_DEVICE_SM_LIMIT": "50", "GPU_CORE_UTILIZATION_POLICY": "disable"},
+    "policy_default_alone": {"CUDA_DEVICE_SM_LIMIT": "50"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(_UNTHROTTLED))
+def test_unthrottled_containers_show_their_kernel_time(build, manager, root, tmp_path, case):
+    """Issue 24 item 10: a container without a compute limit (the common memory-only
+    pod), or whose limit is off, shows the GPU time its kernels took, like a throttled
+    one; before, the shim counted busy time only on its throttled path and these read 0."""
+    ctr = Container(build, root, UID_A, "main", tmp_path)
+    env = {"STUB_WAVE_US": "2000", **_UNTHROTTLED[case]}
+    idle = ctr.hold("init", "ctx", "0", "alloc", "10m", **env)
+    clock = Clock()
+    pods = [pod(UID_A, "trainer", "main")]
+    monitor = NodeMonitor(manager, root=str(root), node_name=NODE, pods=lambda: pods, clock=clock)
+    busy = None
+    try:
+        monitor.collect()
+        busy = ctr.hold(*_WORK, **env)
+        clock.now += 1.0
+        second = {f.name: f for f in monitor.collect()}
+        [(labels, util)] = second["hami_container_device_utilization_ratio"].samples
+        assert labels == ("team-a", "trainer", "main", "0", GPU0)
+        # 80 ms in a 1 s window is 8 %; sampling may miss the last few in flight.
+        assert 0.5 * _WORK_NS / 1e7 <= util <= 1.1 * _WORK_NS / 1e7, util
+        assert second["hami_container_last_kernel_elapsed_seconds"].samples == [(labels, 0.0)]
+    finally:
+        stop(idle)
+        if busy is not None:
+            stop(busy)
+
+
+@pytest.mark.parametrize("case", ["memory_only", "throttled"])
+def test_kernel_time_of_a_process_that_exited_still_counts(build, manager, root, tmp_path, case):
+    """A process that ran its kernels and exited between two scans: its GPU time stays
+    in the container's total (the region keeps what exited processes ran), so the
+    interval shows it instead of a drop to 0."""
+    ctr = Container(build, root, UID_A, "main", tmp_path)
+    env = {"STUB_WAVE_US": "2000"}
+    if case == "throttled":
+        env.update(CUDA_DEVICE_SM_LIMIT="50", GPU_CORE_UTILIZATION_POLICY="force")
+    idle = ctr.hold("init", "ctx", "0", "alloc", "10m", **env)
+    clock = Clock()
+    pods = [pod(UID_A, "trainer", "main")]
+    monitor = NodeMonitor(manager, root=str(root), node_name=NODE, pods=lambda: pods, clock=clock)
+    try:
+        monitor.collect()
+        ctr.shim.run("probe", *_WORK, env=ctr.shim.env(**env))
+        clock.now += 1.0
+        second = {f.name: f for f in monitor.collect()}
+        [(_, util)] = second["hami_container_device_utilization_ratio"].samples
+        assert 0.5 * _WORK_NS / 1e7 <= util <= 1.1 * _WORK_NS / 1e7, util
+        clock.now += 1.0
+        third = {f.name: f for f in monitor.collect()}
+        assert third["hami_container_device_utilization_ratio"].samples[0][1] == 0.0
+    finally:
+        stop(idle)
+
+
 def test_hostile_and_corrupt_files_are_skipped_counted_and_logged_once(
     build, region_reader, manager, root, tmp_path, caplog
 ):

@@ -44,7 +44,9 @@ def parse_usage(name: str, data: bytes) -> ContainerUsage | None:
 
     Per process and device: ``buffer_bytes`` = the hooks' ``used_bytes`` (allocations),
     ``context_bytes`` = NVML's ``untracked_bytes`` (context, rounding, caches),
-    ``oversubscribed_bytes`` = the host-backed part of ``buffer_bytes``.
+    ``oversubscribed_bytes`` = the host-backed part of ``buffer_bytes``; ``busy_ns`` and
+    ``launches`` as the shim counts them (every launch, throttled or not), and per device
+    those of processes that left.
     Returns: None for another file name; an empty ``ContainerUsage`` while the region
         is being created (header all zero).
     Raises:
@@ -64,6 +66,8 @@ def parse_usage(name: str, data: bytes) -> ContainerUsage | None:
             uuid=d.uuid,
             memory_limit_bytes=d.mem_limit_bytes,
             cores_limit_pct=d.sm_limit_percent,
+            exited_busy_ns=d.exited_busy_ns,
+            exited_launches=d.exited_launches,
         )
         for d in region.devices
     )

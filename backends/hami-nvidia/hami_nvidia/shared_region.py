@@ -57,7 +57,7 @@ HEADER_SIZE = 4096  # offset of slot 0
 DEVICES_OFFSET = 256  # device table follows the 256-byte header
 
 HEADER_STRUCT = struct.Struct(f"<8sIIIIIIQQIIII{LOCK_LEN}s{REASON_LEN}s")
-DEVICE_STRUCT = struct.Struct(f"<{UUID_LEN}sQQqII32s")
+DEVICE_STRUCT = struct.Struct(f"<{UUID_LEN}sQQqIIQQ16s")
 SLOT_HEAD_STRUCT = struct.Struct("<iIQiIQ32s")
 SLOT_DEVICE_STRUCT = struct.Struct("<QQQQ")
 SLOT_SIZE = SLOT_HEAD_STRUCT.size + MAX_DEVICES * SLOT_DEVICE_STRUCT.size
@@ -96,6 +96,8 @@ LAYOUT: dict[str, tuple[int, int]] = {
     "region_device.tat_ns": (112, 8),
     "region_device.sm_limit": (120, 4),
     "region_device.flags": (124, 4),
+    "region_device.exited_busy_ns": (128, 8),
+    "region_device.exited_launches": (136, 8),
     "region_slot_device.used_bytes": (0, 8),
     "region_slot_device.untracked_bytes": (8, 8),
     "region_slot_device.busy_ns": (16, 8),
@@ -159,6 +161,11 @@ class DeviceEntry:
             or missing limit); see ``Region.fence_reason``.
         throttled: the compute throttle was active when last checked.
         throttle_clock_ns: the throttle's virtual clock (CLOCK_MONOTONIC ns).
+        exited_busy_ns: GPU time of the kernels of the container's processes that have
+            left (their slots were freed or reclaimed; ns). With the live slots' ``busy_ns``
+            it makes a counter that never goes back when a process exits. 0 in files
+            written by a library older than this field (the bytes were reserved, zero).
+        exited_launches: kernel launches of those processes, likewise.
     """
 
     index: int
@@ -169,6 +176,8 @@ class DeviceEntry:
     fenced: bool
     throttled: bool
     throttle_clock_ns: int
+    exited_busy_ns: int = 0
+    exited_launches: int = 0
 
 
 @dataclass(frozen=True)
@@ -179,9 +188,10 @@ class DeviceUsage:
         used_bytes: device memory charged by the library's hooks (bytes).
         untracked_bytes: NVML's per-process usage beyond ``used_bytes`` (context,
             page rounding; bytes), counted against the limit too.
-        busy_ns: measured GPU time of throttled launches (ns; only counted while the
-            compute limit is active).
-        launches: kernel launches seen while a compute limit was configured.
+        busy_ns: GPU time of the process's kernel launches (ns): measured for every
+            throttled launch; for unthrottled ones (no compute limit, or the limit off)
+            measured on a sample and estimated per kernel for the rest.
+        launches: kernel launches of the process.
         oversubscribed_bytes: the part of ``used_bytes`` served from host-backed
             managed memory (``CUDA_OVERSUBSCRIBE``; bytes; 0 in version-1 files).
     """
@@ -271,8 +281,10 @@ class Region:
         )
 
     def busy_ns(self, uuid: str) -> int:
-        """Measured GPU time of the container's throttled launches on ``uuid`` (ns)."""
-        return sum(p.devices[uuid].busy_ns for p in self.processes if uuid in p.devices)
+        """GPU time of the container's kernels on ``uuid`` (ns): its live processes'
+        and those that left (``DeviceEntry.exited_busy_ns``)."""
+        exited = sum(d.exited_busy_ns for d in self.devices if d.uuid == uuid)
+        return exited + sum(p.devices[uuid].busy_ns for p in self.processes if uuid in p.devices)
 
 
 def _cstr(raw: bytes) -> str:
@@ -322,8 +334,8 @@ def parse_region(data: bytes | bytearray | memoryview | mmap.mmap, path: str = "
 
     devices = []
     for i in range(min(device_count, MAX_DEVICES)):
-        uuid, limit, total, tat, sm, dflags, _ = DEVICE_STRUCT.unpack_from(
-            data, DEVICES_OFFSET + i * DEVICE_STRUCT.size
+        uuid, limit, total, tat, sm, dflags, exited_busy, exited_launches, _ = (
+            DEVICE_STRUCT.unpack_from(data, DEVICES_OFFSET + i * DEVICE_STRUCT.size)
         )
         devices.append(
             DeviceEntry(
@@ -335,6 +347,8 @@ def parse_region(data: bytes | bytearray | memoryview | mmap.mmap, path: str = "
                 fenced=bool(dflags & DEV_FENCED),
                 throttled=bool(dflags & DEV_THROTTLED),
                 throttle_clock_ns=tat,
+                exited_busy_ns=exited_busy,
+                exited_launches=exited_launches,
             )
         )
 

@@ -24,7 +24,8 @@ int main(void)
     F(region_header, device_count); F(region_header, slot_hwm); F(region_header, flags);
     F(region_header, fence_reason);
     F(region_device, uuid); F(region_device, mem_limit); F(region_device, mem_total); F(region_device, tat_ns);
-    F(region_device, sm_limit); F(region_device, flags);
+    F(region_device, sm_limit); F(region_device, flags); F(region_device, exited_busy_ns);
+    F(region_device, exited_launches);
     F(region_slot_device, used_bytes); F(region_slot_device, untracked_bytes); F(region_slot_device, busy_ns);
     F(region_slot_device, launches);
     F(region_slot, pid); F(region_slot, flags); F(region_slot, start_time); F(region_slot, priority);
