@@ -14,8 +14,10 @@ from .charge import (
     Charge,
     collapse,
     device_charges,
+    effective_request,
     init_containers_finished,
-    sequential_init_count,
+    init_flags,
+    is_sidecar,
     vendor_charge,
 )
 from .cores import (
@@ -114,6 +116,8 @@ __all__ = [
     "device_charges",
     "device_cores",
     "init_containers_finished",
-    "sequential_init_count",
+    "is_sidecar",
+    "effective_request",
+    "init_flags",
     "vendor_charge",
 ]

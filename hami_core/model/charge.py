@@ -1,29 +1,34 @@
 """What a pod holds: the one place the init-container rule is written (PROTOCOL.md §1).
 
-Init containers run one after another, app containers together. While an init container
-may still run, the pod's charge is ``max(largest init container, sum of app containers)``
-(field by field); once every init container has terminated with exit code 0 the pod holds
-what its app containers hold and nothing more. The same rule gives a device's usage
-(memory, cores and the time-slice count), a namespace's quota usage and the webhook's
-quota check, so the three can never disagree.
+Kubernetes' rule for a pod's effective request (``resourcehelper.PodRequests``, with
+KEP-753's native sidecars), for every resource: app containers run together; a
+*sidecar* (an init container with ``restartPolicy: Always``, on by default from 1.29)
+starts in its place among the init containers and then runs for the pod's whole life;
+every other init container runs to completion, alone but for the sidecars declared
+before it. So, field by field,
 
-A restartable init container (``restartPolicy: Always``: Kubernetes' sidecar, KEP-753,
-on by default from 1.29) keeps running beside the app containers, and every init
-container after it runs beside it. So only the init containers before the first
-restartable one are sequential (``sequential_init_count``); from it on they are charged,
-fitted and reused as app containers, as kube-scheduler sums a sidecar into the pod's
-requests. (HAMi 2.10 charges sidecars at the peak, a TODO in its
-``CollapseInitContainerUsage``: a pod would then run twice what it is charged.)
+    pod = max(apps + all sidecars, max over plain init i of (init_i + sidecars before i))
+
+and once every plain init container has terminated with exit code 0 the pod holds its
+app containers and sidecars only. ``effective_request`` is that rule; device usage
+(memory, cores, time slices), the namespace quota (scheduler and webhook), the fit
+driver's views and ``hami simulate`` (devices, CPU, memory) all go through it, so they
+can never disagree.
+
+HAMi 2.10 charges a sidecar at the init peak (a TODO in its
+``CollapseInitContainerUsage``): a pod would then run twice what it is charged.
 
 Source: HAMi 2.10 ``pkg/device/initContainer.go`` (``CollapseInitContainerUsage``,
 ``AppContainersOnlyDeviceUsage``) and ``pkg/util/util.go``
 (``AllInitContainersSucceeded``); the shrink is asserted by
-``pkg/scheduler/scheduler_test.go::Test_onUpdatePod_InitContainerShrink``.
+``pkg/scheduler/scheduler_test.go::Test_onUpdatePod_InitContainerShrink``; Kubernetes
+``pkg/api/v1/resource/helpers.go`` ``PodRequests`` and kubelet's
+``IsRestartableInitContainer`` (``restartPolicy`` compared with ``Always`` exactly).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -31,6 +36,10 @@ import attrs
 from .allocation import PodDevices
 
 K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+#: The one ``restartPolicy`` value that makes an init container a sidecar (KEP-753).
+SIDECAR_RESTART_POLICY = "Always"
 
 
 @attrs.frozen
@@ -64,76 +73,97 @@ class Charge:
         )
 
 
+def is_sidecar(container: object) -> bool:
+    """True when ``container`` (an entry of ``spec.initContainers``) is a sidecar: its
+    ``restartPolicy`` is exactly ``Always``, as kubelet's ``IsRestartableInitContainer``
+    reads it. Any other value makes it a plain init container here as in kubelet (the
+    webhook denies such a value: ``protocol.pods.check_pod_shape``)."""
+    return (
+        isinstance(container, Mapping) and container.get("restartPolicy") == SIDECAR_RESTART_POLICY
+    )
+
+
+def init_flags(pod: Mapping[str, Any]) -> tuple[bool, ...]:
+    """Per init container of ``pod``, in spec order: True for a plain init container (runs
+    to completion), False for a sidecar. App containers, after them in the device list
+    (PROTOCOL.md §3), are never plain init containers."""
+    inits = (pod.get("spec") or {}).get("initContainers") or []
+    return tuple(not is_sidecar(c) for c in inits)
+
+
 def init_containers_finished(pod: Mapping[str, Any]) -> bool:
-    """True once every init container of ``pod`` has terminated with exit code 0.
+    """True once every plain init container of ``pod`` has terminated with exit code 0.
 
     Read from ``status.initContainerStatuses`` (Kubernetes ``ContainerStatus.state.
-    terminated.exitCode``). Every init container named in ``spec.initContainers`` must have
-    such a status; a pod without init containers, a pod whose statuses are missing,
-    partial, running, waiting or failed (non-zero exit, being restarted) is not finished.
-    Only the sequential init containers (``sequential_init_count``) are asked: a
-    restartable ("sidecar") one is charged as an app container, whatever its status says.
-    HAMi's ``AllInitContainersSucceeded`` asks the same of the statuses present.
+    terminated.exitCode``). Every plain init container named in ``spec.initContainers``
+    must have such a status; a pod without plain init containers, a pod whose statuses
+    are missing, partial, malformed, running, waiting or failed (non-zero exit, being
+    restarted) is not finished. Sidecars are not asked (they run for the pod's life and
+    are charged as app containers, whatever their status says). HAMi's
+    ``AllInitContainersSucceeded`` asks the same of the statuses present.
     """
-    spec_inits = ((pod.get("spec") or {}).get("initContainers") or [])[: sequential_init_count(pod)]
-    if not spec_inits:
+    inits = (pod.get("spec") or {}).get("initContainers") or []
+    plain = [c for c in inits if not is_sidecar(c)]
+    if not plain:
         return False
     statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
-    done: set[str] = set()
-    for s in statuses:
-        if not isinstance(s, Mapping):
+    if not all(isinstance(s, Mapping) for s in statuses):
+        return False
+    state = {str(s.get("name", "")): (s.get("state") or {}) for s in statuses}
+    for c in plain:
+        if not isinstance(c, Mapping) or c.get("name") not in state:
             return False
-        terminated = (s.get("state") or {}).get("terminated")
+        st = state[c["name"]]
+        terminated = st.get("terminated") if isinstance(st, Mapping) else None
         if not isinstance(terminated, Mapping) or terminated.get("exitCode") != 0:
             return False
-        done.add(str(s.get("name", "")))
-    return all(isinstance(c, Mapping) and c.get("name") in done for c in spec_inits)
+    return True
+
+
+def effective_request(
+    containers: Iterable[tuple[bool, Mapping[K, V]]],
+    plus: Callable[[V, V], V],
+    peak: Callable[[V, V], V],
+    *,
+    init_finished: bool = False,
+) -> dict[K, V]:
+    """The rule itself (module docstring), per key, for any measure.
+
+    Args:
+        containers: ``(is_plain_init, {key: value})`` per container, **in wire order**
+            (init containers and sidecars in spec order, then app containers: PROTOCOL.md
+            §3): a plain init container runs beside the sidecars before it only.
+        plus: two values running at once (``operator.add``, ``Charge.plus``).
+        peak: the larger of two values that run one after another (``max``,
+            ``Charge.peak``).
+        init_finished: True once every plain init container terminated with exit code 0
+            (``init_containers_finished``): they then count for nothing.
+
+    Returns:
+        key -> the pod's value; keys held only by plain init containers drop out when
+        ``init_finished``.
+    """
+    running: dict[K, V] = {}  # sidecars so far, then sidecars and app containers
+    inits: dict[K, V] = {}
+    for is_init, values in containers:
+        for key, value in values.items():
+            if not is_init:
+                running[key] = plus(running[key], value) if key in running else value
+            elif not init_finished:
+                beside = plus(running[key], value) if key in running else value
+                inits[key] = peak(inits[key], beside) if key in inits else beside
+    out = dict(running)
+    for key, value in inits.items():
+        out[key] = peak(out[key], value) if key in out else value
+    return out
 
 
 def collapse(
     containers: Iterable[tuple[bool, Mapping[K, Charge]]], *, init_finished: bool = False
 ) -> dict[K, Charge]:
-    """The rule itself: per key, a pod's charge from its containers' charges.
-
-    Args:
-        containers: ``(is_init, {key: charge})`` per container, in any order; the key is a
-            device uuid (device usage) or a vendor key (quota).
-        init_finished: True once every init container terminated with exit code 0
-            (``init_containers_finished``): init containers then count for nothing.
-
-    Returns:
-        key -> ``max(largest init, sum of apps)`` field by field, or the apps' sum when
-        ``init_finished``; keys held only by init containers drop out then.
-    """
-    init: dict[K, Charge] = {}
-    apps: dict[K, Charge] = {}
-    for is_init, charges in containers:
-        for key, charge in charges.items():
-            if is_init:
-                if not init_finished:
-                    init[key] = init.get(key, Charge()).peak(charge)
-            else:
-                apps[key] = apps.get(key, Charge()).plus(charge)
-    out = dict(apps)
-    for key, charge in init.items():
-        out[key] = out.get(key, Charge()).peak(charge)
-    return out
-
-
-def sequential_init_count(pod: Mapping[str, Any]) -> int:
-    """How many of ``pod``'s init containers run one after another: those before the
-    first restartable one (``restartPolicy: Always``, Kubernetes' sidecar: it and every
-    init container after it run beside the app containers). They are the first entries
-    of the pod's device list (PROTOCOL.md §3)."""
-    inits = (pod.get("spec") or {}).get("initContainers") or []
-    for i, c in enumerate(inits):
-        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
-            return i
-    return len(inits)
-
-
-def _init_count(pod: Mapping[str, Any]) -> int:
-    return sequential_init_count(pod)
+    """``effective_request`` of ``Charge`` values: per key (a device uuid for device
+    usage, a vendor key for quota), what the pod holds; ``containers`` in wire order."""
+    return effective_request(containers, Charge.plus, Charge.peak, init_finished=init_finished)
 
 
 def device_charges(pod: Mapping[str, Any], devices: PodDevices) -> dict[str, Charge]:
@@ -148,14 +178,15 @@ def device_charges(pod: Mapping[str, Any], devices: PodDevices) -> dict[str, Cha
         uuid -> ``Charge`` (memory MiB, cores percent, time slices); an init container
         takes one slice of a device however it appears, app containers one each.
     """
-    n_init = _init_count(pod)
+    plain = init_flags(pod)
     per_container = []
     for pos, container in enumerate(devices):
+        is_init = pos < len(plain) and plain[pos]
         charges: dict[str, Charge] = {}
         for d in container:
             c, held = Charge(d.memory_mib, d.cores_pct, 1), charges.get(d.uuid, Charge())
-            charges[d.uuid] = held.peak(c) if pos < n_init else held.plus(c)
-        per_container.append((pos < n_init, charges))
+            charges[d.uuid] = held.peak(c) if is_init else held.plus(c)
+        per_container.append((is_init, charges))
     return collapse(per_container, init_finished=init_containers_finished(pod))
 
 
@@ -165,10 +196,10 @@ def vendor_charge(pod: Mapping[str, Any], devices: PodDevices) -> Charge:
 
     Args and rule as ``device_charges``.
     """
-    n_init = _init_count(pod)
+    plain = init_flags(pod)
     per_container = [
         (
-            pos < n_init,
+            pos < len(plain) and plain[pos],
             {
                 0: Charge(
                     sum(d.memory_mib for d in container),

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from hami_core.errors import InvalidInputError
-from hami_core.model.charge import sequential_init_count
+from hami_core.model.charge import SIDECAR_RESTART_POLICY, init_flags
 
 Pod = Mapping[str, Any]
 
@@ -17,13 +17,14 @@ def containers(pod: Pod) -> Iterator[tuple[Mapping[str, Any], bool, str]]:
     """Yield ``(container, is_init, json_path)``: init containers first, then app
     containers, each in spec order (the order of PROTOCOL.md §3's device list).
 
-    ``is_init`` is True only for a sequential init container (``sequential_init_count``):
-    a restartable one (``restartPolicy: Always``) and the init containers after it run
-    beside the app containers and are charged and fitted as they are."""
+    ``is_init`` is True only for a plain init container (``hami_core.model.init_flags``):
+    a sidecar (``restartPolicy: Always``) runs beside the app containers and is charged
+    and fitted as they are; a plain init container after it still runs to completion,
+    beside the sidecars declared before it (``hami_core.model.effective_request``)."""
     spec = pod.get("spec") or {}
-    sequential = sequential_init_count(pod)
+    plain = init_flags(pod)
     for i, c in enumerate(spec.get("initContainers") or []):
-        yield c, i < sequential, f"/spec/initContainers/{i}"
+        yield c, plain[i], f"/spec/initContainers/{i}"
     for i, c in enumerate(spec.get("containers") or []):
         yield c, False, f"/spec/containers/{i}"
 
@@ -96,6 +97,16 @@ def check_pod_shape(pod: object) -> None:
                     f"pod spec.{key}[{i}].resources must hold limits and requests objects"
                 )
             _check_container_fields(c, f"pod spec.{key}[{i}]")
+            policy = c.get("restartPolicy")
+            if key == "initContainers" and policy not in (None, SIDECAR_RESTART_POLICY):
+                # kubelet honours only "Always" (a sidecar, KEP-753) and the API server
+                # refuses anything else: read otherwise, a pod could be charged as one
+                # kind and run as the other
+                raise InvalidInputError(
+                    f"pod spec.initContainers[{i}].restartPolicy {str(policy)[:64]!r} is not "
+                    f"valid: an init container's restartPolicy may only be "
+                    f"{SIDECAR_RESTART_POLICY!r} (a sidecar) or unset"
+                )
     status = pod.get("status")
     if status is None:
         return

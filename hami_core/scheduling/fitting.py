@@ -1,9 +1,12 @@
 """The fit driver: a whole pod on one node, container by container.
 
-Init containers are fitted one at a time against the node's usage (they run one after
-another); app containers are fitted cumulatively (they run together). The pod's
-charge per device is then ``max(largest init, sum of apps)`` (``hami_core.model.charge``;
-a pod being placed has not started, so its init containers always count).
+Containers are fitted in wire order (init containers and sidecars in spec order, then
+app containers). Sidecars and app containers are fitted cumulatively (they run
+together); a plain init container is fitted against the node's usage plus the pod's
+sidecars placed so far, i.e. those declared before it (it runs beside them only), and
+charges nothing further. The pod's charge per device is then Kubernetes' rule,
+``hami_core.model.effective_request`` (a pod being placed has not started, so its init
+containers always count).
 """
 
 from __future__ import annotations
@@ -150,7 +153,10 @@ def fit_pod_nodes(
             views = [
                 tuple(
                     _with_taken(u, taken[i])
-                    for u in (nodes[i][1] if container.init else working[i]).values()
+                    # ``working`` holds the node's usage plus the pod's sidecars and app
+                    # containers placed so far; in wire order a plain init container
+                    # comes before every app container, so it sees the sidecars before it
+                    for u in working[i].values()
                     if u.device.vendor == req.vendor
                 )
                 for i in alive

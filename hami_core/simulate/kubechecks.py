@@ -20,11 +20,14 @@ didn't tolerate``, ``Insufficient cpu``, ``Insufficient memory``, ``Too many pod
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 from hami_core.errors import QuantityError
+from hami_core.model import effective_request
+from hami_core.protocol.pods import containers
 from hami_core.protocol.quantity import parse_quantity_exact
 from hami_core.scheduling.usage import is_live
 
@@ -45,10 +48,10 @@ def _quantity(value: object, resource: str) -> Decimal:
 
 
 def pod_requests(pod: Mapping[str, Any], names: Sequence[str] = CHECKED) -> dict[str, Decimal]:
-    """The pod's effective request per resource of ``names``: the larger of the largest
-    init container and the sum of the app containers (Kubernetes' rule; a restartable
-    init container, a sidecar, is added to both: KEP-753); a container's
-    request is its ``requests``, else its ``limits`` (the API server's default)."""
+    """The pod's effective request per resource of ``names``, by Kubernetes' rule
+    (``hami_core.model.effective_request``: sidecars beside the app containers and beside
+    the init containers declared after them); a container's request is its
+    ``requests``, else its ``limits`` (the API server's default)."""
 
     def of(container: Mapping[str, Any]) -> dict[str, Decimal]:
         res = container.get("resources") or {}
@@ -60,27 +63,7 @@ def pod_requests(pod: Mapping[str, Any], names: Sequence[str] = CHECKED) -> dict
                 out[name] = _quantity(raw, name)
         return out
 
-    spec = pod.get("spec") or {}
-    apps: dict[str, Decimal] = {}
-    for c in spec.get("containers") or []:
-        for k, v in of(c).items():
-            apps[k] = apps.get(k, Decimal(0)) + v
-    # kube-scheduler's sum (KEP-753): a sidecar (restartPolicy: Always) runs beside the
-    # app containers and beside every init container started after it
-    sidecars: dict[str, Decimal] = {}
-    inits: dict[str, Decimal] = {}
-    for c in spec.get("initContainers") or []:
-        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
-            for k, v in of(c).items():
-                sidecars[k] = sidecars.get(k, Decimal(0)) + v
-            continue
-        for k, v in of(c).items():
-            inits[k] = max(inits.get(k, Decimal(0)), v + sidecars.get(k, Decimal(0)))
-    for k, v in sidecars.items():
-        apps[k] = apps.get(k, Decimal(0)) + v
-    for k, v in inits.items():
-        apps[k] = max(apps.get(k, Decimal(0)), v)
-    return apps
+    return effective_request(((init, of(c)) for c, init, _ in containers(pod)), operator.add, max)
 
 
 def _matches_expression(labels: Mapping[str, str], expr: Mapping[str, Any]) -> bool:

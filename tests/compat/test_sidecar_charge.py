@@ -11,7 +11,7 @@ is charged for both: in the device usage, at fit, in the namespace quota and in
 ``hami simulate``'s CPU model.
 """
 
-from hami_core.model import Charge, ContainerDevice, device_charges, sequential_init_count
+from hami_core.model import Charge, ContainerDevice, device_charges, init_flags
 from hami_core.protocol.pods import containers
 from hami_core.simulate.kubechecks import pod_requests
 from hami_core.simulate.report import build_report
@@ -32,16 +32,16 @@ def _terminated(name):
     return {"name": name, "state": {"terminated": {"exitCode": 0}}}
 
 
-def test_only_init_containers_before_the_first_sidecar_are_sequential():
+def test_a_sidecar_is_the_only_init_container_charged_as_an_app_container():
     p = pod("p", container("app"), init=[container("i1"), _sidecar("s"), container("i2")])
-    assert sequential_init_count(p) == 1
+    assert init_flags(p) == (True, False, True)
     assert [(c["name"], init) for c, init, _ in containers(p)] == [
         ("i1", True),
         ("s", False),
-        ("i2", False),
+        ("i2", True),
         ("app", False),
     ]
-    assert sequential_init_count(pod("q", container("app"), init=[container("i")])) == 1
+    assert init_flags(pod("q", container("app"), init=[container("i")])) == (True,)
 
 
 def test_a_sidecar_and_the_app_on_one_gpu_are_summed():
