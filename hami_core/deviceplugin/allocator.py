@@ -160,6 +160,7 @@ class Allocator:
         node_devices: Callable[[], Sequence[DeviceInfo]] = tuple,
         after_answer: Callable[[Callable[[], None]], None] | None = None,
         state: NodeState | None = None,
+        observe_pods: bool = True,
     ) -> None:
         """Args:
         store: the cluster (pods and the node).
@@ -183,6 +184,10 @@ class Allocator:
         state: the node-local records handed to ``hami_allocate`` (the device
             plugin: ``FileNodeState`` under ``--state-dir``); default one in memory
             (``hami simulate``, tests: nothing written on the host).
+        observe_pods: before answering a pod that carries a MIG reservation, hand
+            the backend the node's pods (``hami_release``, ``observe_holders``), so
+            it knows which instances other live pods hold now; ``hami simulate``,
+            which realises no instance, passes False.
         """
         self._after_answer = after_answer
         self._overlay = ProgressOverlay()
@@ -198,6 +203,7 @@ class Allocator:
         self.resource_name = resource_name or self.dtype.resources.count
         self.node_devices = node_devices
         self.state: NodeState = state if state is not None else MemoryNodeState()
+        self.observe_pods = observe_pods
         self._lock = threading.Lock()
         #: Recent answers by kubelet's device IDs, for a retried Allocate:
         #: ids -> (monotonic time, (namespace, name, uid), answers).
@@ -263,6 +269,7 @@ class Allocator:
                     log.info("Allocate %s again: answering as before", [list(k) for k in key])
                     return again
                 raise self._no_match(cands, counts)
+            self.observe_holders(pending.pod)
             try:
                 answers = self._answer(pending, len(requests), lock_value=cands.lock_value)
             except (HamiError, OSError) as exc:
@@ -275,6 +282,31 @@ class Allocator:
                 raise AllocateFailedError(pending.ref, exc) from exc
             self._remember(key, pending, answers)
             return answers
+
+    def observe_holders(self, pod: KubeObject) -> None:
+        """When ``pod`` carries a MIG reservation (the vendor's ``mig_annotation``), run
+        the backend's ``hami_release`` on the node's pods first (from the watch cache):
+        it learns which instances the live pods hold now, so ``Allocate`` never hands
+        ``pod`` an instance another live pod holds, and frees those of pods gone since
+        the last round, so a slot the scheduler gave again is not refused for a pod that
+        has ended. A failure is logged: the backend then decides on the last pods it
+        read (it refuses an instance whose holder it cannot tell)."""
+        key = self.dtype.mig_annotation
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        if not (self.observe_pods and key and key in annotations):
+            return
+        try:
+            freed = self.manager.release(
+                self.manager.backend_of(self.vendor),
+                self.store.pods_on_node(self.node),
+                self.node_devices(),
+                state=self.state,
+            )
+        except HamiError as exc:
+            log.warning("cannot read which pods hold this node's MIG instances: %s", exc)
+            return
+        for line in freed:
+            log.info("released %s", line)
 
     def _candidates(self) -> Candidates:
         return find_candidates(

@@ -20,6 +20,7 @@ from hami_core.model import DeviceInfo
 from .agent import NodeAgent
 from .allocator import Allocator
 from .cdi import CdiWriter
+from .migwarn import UnreadableReservations
 from .state import DeviceState
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,9 @@ class HealthLoop:
         self.register_interval_s = register_interval_s
         self.cdi = cdi
         self.allocator = allocator
+        self.unreadable = UnreadableReservations(
+            store, agent.manager.device_type(agent.vendor).mig_annotation
+        )
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._scores_for: tuple[str, ...] | None = None
@@ -91,7 +95,8 @@ class HealthLoop:
 
     def release(self, devices: tuple[DeviceInfo, ...]) -> None:
         """Let the backend free what no pod on the node holds (``hami_release``); an
-        unreadable pod list or a driver error frees nothing this round."""
+        unreadable pod list or a driver error frees nothing this round. A live pod's
+        unreadable MIG reservation is reported on it once (``migwarn``)."""
         try:
             pods = self.store.pods_on_node(self.node)
             if self.allocator is not None:
@@ -103,6 +108,8 @@ class HealthLoop:
             return
         for line in freed:
             log.info("released %s", line)
+        for line in self.unreadable.check(pods):
+            log.warning("unreadable MIG reservation of pod %s (reported on the pod)", line)
 
     def start(self) -> None:
         """Run the loop on a daemon thread (after ``first_round``)."""

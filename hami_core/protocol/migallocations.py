@@ -65,8 +65,8 @@ def decode_mig_allocations(value: str) -> tuple[MigAllocation, ...]:
     entries for one container and device.
 
     Raises:
-        AnnotationError: not JSON, not an array of objects, or any rule above broken
-            (the message names the entry).
+        AnnotationError: not JSON (nesting too deep included), not an array of objects,
+            or any rule above broken (the message names the entry).
     """
     if not value:
         return ()
@@ -74,6 +74,8 @@ def decode_mig_allocations(value: str) -> tuple[MigAllocation, ...]:
         data = json.loads(value)
     except ValueError as exc:
         raise AnnotationError(f"not JSON: {exc}") from None
+    except RecursionError:  # a pod's author can nest arrays deeper than the parser goes
+        raise AnnotationError("not JSON: nested too deep") from None
     if not isinstance(data, list):
         raise AnnotationError("not a JSON array")
     out: list[MigAllocation] = []

@@ -94,6 +94,7 @@ def allocate_pod(
             write_file=_no_host_file,
             node_devices=_returns(devices),
             state=state,
+            observe_pods=False,
         )
         value = annotations.get(manager.device_type(vendor).to_allocate_annotation)
         per_vendor[vendor] = decode_pod_devices(value) if value else ()

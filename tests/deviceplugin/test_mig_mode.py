@@ -401,3 +401,134 @@ def test_hamis_device_list_of_three_instances_of_one_gpu_gets_those_three_in_ord
         (i, by_start[s]) for i, s in enumerate((6, 5, 4))
     ]
     assert "CUDA_DEVICE_MEMORY_LIMIT_0" not in out["envs"]  # MIG: no shim
+
+
+# -- issue 24 item 14: an instance another live pod holds; one unreadable reservation ----
+
+FORGE = """
+def bind_only(cluster, agent, name, **limits):
+    created = cluster.add_pod(gpu_pod(name, ctr("main", **limits)))
+    Scheduler(cluster, agent.manager).bind("default", name, uid=created["metadata"]["uid"],
+                                           node=NODE)
+    return json.loads(cluster.get_pod("default", name)["metadata"]["annotations"][
+        "hami.io/vgpu-mig-allocations"])
+
+def forge_onto(cluster, name, victim):
+    # The tenant patches its own pod after bind: its reservation now names the victim's
+    # instance (same GPU, profile and placement), realised triple copied too.
+    mine = json.loads(cluster.get_pod("default", name)["metadata"]["annotations"][
+        "hami.io/vgpu-mig-allocations"])
+    theirs = json.loads(victim["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"])[0]
+    for k in ("profile", "placement", "migUUID", "gpuInstanceID", "computeInstanceID"):
+        if k in theirs:
+            mine[0][k] = theirs[k]
+    cluster.patch_pod_metadata("default", name,
+                               annotations={"hami.io/vgpu-mig-allocations": json.dumps(mine)})
+
+def allocate_one(cluster, allocator, state, name):
+    uuid = cluster.get_pod("default", name)["metadata"]["annotations"][
+        "hami.io/vgpu-devices-allocated"].split(",")[0]
+    ids = sorted(i for i in state.known_ids() if i.startswith(uuid))
+    try:
+        (answer,) = allocator.allocate([[ids[0]]])
+    except HamiError as exc:
+        return {"error": str(exc)}
+    return {"envs": dict(answer.envs)}
+"""
+
+
+@pytest.mark.parametrize("mode", ["mig", None], ids=["dynamic", "static"])
+def test_a_tenant_forging_its_reservation_onto_a_live_pods_instance_is_refused(
+    mig_gpus, fake_nvml_dir, tmp_path, mode
+):
+    out = run(
+        mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        FORGE
+        + textwrap.dedent(f"""
+        MODE = {mode!r}
+        if MODE is None:   # static: what an admin made, two 1g.10gb
+            nvml = nvnode.current().nvml
+            nvml.create_mig_instance(0, 0, 0, 1)
+            nvml.create_mig_instance(0, 0, 1, 1)
+        cluster, agent, loop, allocator, state = start(MODE)
+        out["victim"] = place(cluster, agent, allocator, state, "victim", gpu=1, gpumem=5000)
+        out["before"] = instances()
+        bind_only(cluster, agent, "evil", gpu=1, gpumem=5000)
+        forge_onto(cluster, "evil", out["victim"]["pod"])
+        out["evil"] = allocate_one(cluster, allocator, state, "evil")
+        out["phase"] = cluster.get_pod("default", "evil")["metadata"]["annotations"][
+            "hami.io/bind-phase"]
+        out["after"] = instances()
+        """),
+    )
+    (held,) = mig_ann(out["victim"]["pod"])
+    assert "envs" not in out["evil"], out["evil"]  # never the victim's MIG UUID
+    assert "default/victim" in out["evil"]["error"] and "holds" in out["evil"]["error"]
+    assert out["phase"] == "failed"
+    assert out["after"] == out["before"]  # the victim's instance untouched, nothing made
+    assert held["migUUID"] in [u for *_, u in out["after"]]
+
+
+def test_a_slot_freed_by_a_gone_pod_is_handed_to_the_next_pod_without_waiting_for_a_round(
+    mig_gpus, fake_nvml_dir, tmp_path
+):
+    # The scheduler frees a slot once its pod is gone; the next pod placed there must get
+    # it at Allocate although no release round ran in between (no false "held").
+    out = run(
+        mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        FORGE
+        + textwrap.dedent("""
+        cluster, agent, loop, allocator, state = start("mig")
+        out["a"] = place(cluster, agent, allocator, state, "a", gpu=1, gpumem=5000)
+        cluster.delete_pod("default", "a")
+        out["b"] = place(cluster, agent, allocator, state, "b", gpu=1, gpumem=5000)
+        out["after"] = instances()
+        """),
+    )
+    assert "failed" not in out["b"], out["b"]
+    (ia,) = mig_ann(out["a"]["pod"])
+    (ib,) = mig_ann(out["b"]["pod"])
+    assert ib["placement"] == ia["placement"]
+    assert out["b"]["envs"] == {"NVIDIA_VISIBLE_DEVICES": ib["migUUID"]}
+    assert [u for *_, u in out["after"]] == [ib["migUUID"]]
+
+
+@pytest.mark.parametrize("bad", ['"{not json"', '"[" * 100000'], ids=["not-json", "deep"])
+def test_one_unreadable_reservation_skips_only_that_pod_and_is_reported(
+    mig_gpus, fake_nvml_dir, tmp_path, bad
+):
+    out = run(
+        mig_gpus,
+        fake_nvml_dir,
+        tmp_path,
+        FORGE
+        + f"BAD = {bad}\n"
+        + textwrap.dedent("""
+        cluster, agent, loop, allocator, state = start("mig")
+        out["gone"] = place(cluster, agent, allocator, state, "gone", gpu=1, gpumem=5000)
+        out["bad"] = place(cluster, agent, allocator, state, "bad", gpu=1, gpumem=15000)
+        out["ok"] = place(cluster, agent, allocator, state, "ok", gpu=1, gpumem=30000)
+        cluster.delete_pod("default", "gone")
+        cluster.patch_pod_metadata("default", "bad",
+                                   annotations={"hami.io/vgpu-mig-allocations": BAD})
+        nvnode.current().mig.clock = lambda: time.monotonic() + 3600
+        loop.release(state.devices)
+        loop.release(state.devices)   # a second round: still one event, not one per round
+        out["after"] = instances()
+        out["events"] = [[e.name, e.type, e.reason, e.message] for e in cluster.events]
+        """),
+    )
+    (gone,) = mig_ann(out["gone"]["pod"])
+    (bad,) = mig_ann(out["bad"]["pod"])
+    (ok,) = mig_ann(out["ok"]["pod"])
+    left = {u for *_, u in out["after"]}
+    # the gone pod's instance is freed although another pod's reservation is unreadable;
+    # the pod with the unreadable reservation keeps the instance it was given
+    assert left == {bad["migUUID"], ok["migUUID"]}, (gone, left)
+    warned = [e for e in out["events"] if e[0] == "bad" and e[1] == "Warning"]
+    assert len(warned) == 1, out["events"]
+    assert "hami.io/vgpu-mig-allocations" in warned[0][3]

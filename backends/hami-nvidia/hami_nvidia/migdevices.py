@@ -302,24 +302,110 @@ def container_position(pod: Mapping[str, Any], container: Mapping[str, Any]) -> 
     return names.index(name)
 
 
+#: A slot as reservations name it: (GPU UUID, first memory slice, slices).
+SlotKey = tuple[str, int, int]
+
+
+def _pod_ref(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+
+
 @attrs.define
 class MigManager:
     """Creates, finds and frees this node's MIG instances over one NVML. Thread-safe
-    through NVML's own lock; ``created`` remembers recent creations (``CREATE_GRACE_S``)."""
+    through NVML's own lock; ``created`` remembers recent creations (``CREATE_GRACE_S``).
+
+    Who holds an instance comes from two sources: the reservations of the node's live
+    pods (``claims``, read by ``observe`` from the pod list the device plugin hands over
+    before each ``Allocate`` of a MIG pod and at each release round) and the instances
+    this process handed out (``given``: the device plugin's own record, which a pod's
+    author cannot rewrite). ``realise`` never hands a pod an instance another live pod
+    holds by either."""
 
     nvml: Nvml
     clock: Callable[[], float] = time.monotonic
     created: dict[tuple[int, int], float] = attrs.field(factory=dict)
+    #: slot -> {pod UID: "namespace/name"} of the live pods whose readable reservation
+    #: names it, as of the last ``observe``; None before the first.
+    claims: dict[SlotKey, dict[str, str]] | None = None
+    #: (GPU index, GPU instance id) -> (pod UID, "namespace/name") this process gave it to;
+    #: entries of pods no longer live are dropped by ``observe``.
+    given: dict[tuple[int, int], tuple[str, str]] = attrs.field(factory=dict)
 
-    def realise(self, device: DeviceInfo, slot: MigSlot, *, dynamic: bool) -> NvmlMigInstance:
-        """The instance of ``slot`` on ``device``: the existing one at exactly that
-        profile and placement (a static instance, or a retried Allocate), else, in
-        dynamic mode, a new one.
+    def observe(self, pods: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Read who claims which slot from ``pods`` (every pod bound to the node; finished
+        ones hold nothing) into ``claims``, and forget what was given to pods no longer
+        live. A pod whose ``hami.io/vgpu-mig-allocations`` cannot be read is skipped
+        (logged): it claims nothing by its reservation, and keeps what ``given`` says
+        it was handed.
+
+        Returns:
+            One line per pod skipped, ``"<namespace>/<name>: <why>"``.
+        """
+        claims: dict[SlotKey, dict[str, str]] = {}
+        live: set[str] = set()
+        skipped = []
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            meta = pod.get("metadata") or {}
+            uid = str(meta.get("uid") or "")
+            live.add(uid)
+            ann = meta.get("annotations") or {}
+            try:
+                allocations = decode_mig_allocations(str(ann.get(MIG_KEY) or ""))
+            except HamiError as exc:
+                line = f"{_pod_ref(pod)}: {MIG_KEY}: {exc}"
+                log.error("%s; its reservation is skipped", line)
+                skipped.append(line)
+                continue
+            for a in allocations:
+                key = (a.gpu_uuid, a.slot.placement.start, a.slot.placement.size)
+                claims.setdefault(key, {})[uid] = _pod_ref(pod)
+        self.claims = claims
+        self.given = {k: v for k, v in self.given.items() if v[0] in live}
+        return skipped
+
+    def holders(self, device: DeviceInfo, instance: NvmlMigInstance, pod_uid: str) -> list[str]:
+        """The live pods other than ``pod_uid`` that hold ``instance`` of ``device``:
+        by their reservation (``claims``) or by this process's record (``given``), as
+        ``namespace/name``.
+
+        Raises:
+            HamiError: no pod list was read yet (``observe``): who holds it is unknown.
+        """
+        if self.claims is None:
+            raise HamiError(
+                f"GPU {device.uuid}: cannot tell which pods hold its MIG instances (the "
+                "node's pod list was not read yet); not handing out an existing instance"
+            )
+        key = (device.uuid, instance.start, instance.size)
+        out = {ref for uid, ref in self.claims.get(key, {}).items() if uid != pod_uid}
+        owner = self.given.get((device.index, instance.gpu_instance_id))
+        if owner is not None and owner[0] != pod_uid:
+            out.add(owner[1])
+        return sorted(out)
+
+    def realise(
+        self,
+        device: DeviceInfo,
+        slot: MigSlot,
+        *,
+        dynamic: bool,
+        pod: Mapping[str, Any] | None = None,
+    ) -> NvmlMigInstance:
+        """The instance of ``slot`` on ``device`` for ``pod``: the existing one at
+        exactly that profile and placement (a static instance, or a retried Allocate)
+        when no other live pod holds it (``holders``), else, in dynamic mode, a new one.
 
         Raises:
             HamiError: the GPU does not offer the slot, a static instance is missing,
-                or NVML refuses.
+                the instance at the slot is held by another live pod (named), or NVML
+                refuses.
         """
+        meta = (pod or {}).get("metadata") or {}
+        uid, ref = str(meta.get("uid") or ""), _pod_ref(pod or {})
         profile = next((p for p in device.mig_profiles if p.name == slot.profile), None)
         if profile is None or slot.placement not in profile.placements:
             raise HamiError(
@@ -334,6 +420,14 @@ class MigManager:
                     and (m.start, m.size) == (slot.placement.start, slot.placement.size)
                     and m.mig_uuid
                 ):
+                    others = self.holders(device, m, uid)
+                    if others:
+                        raise HamiError(
+                            f"GPU {device.uuid}: the MIG instance {slot.profile} at slice "
+                            f"{slot.placement.start} is one live pod {', '.join(others)} "
+                            f"holds; pod {ref}'s reservation names it too (refused)"
+                        )
+                    self.given[(device.index, m.gpu_instance_id)] = (uid, ref)
                     return m
             if not dynamic:
                 raise HamiError(
@@ -346,14 +440,16 @@ class MigManager:
         except NvmlError as exc:
             raise HamiError(f"GPU {device.uuid}: MIG instance {slot.profile}: {exc}") from exc
         self.created[(device.index, made.gpu_instance_id)] = self.clock()
+        self.given[(device.index, made.gpu_instance_id)] = (uid, ref)
         log.info(
-            "created MIG instance %s (%s at slice %d, GI %d CI %s) on GPU %s",
+            "created MIG instance %s (%s at slice %d, GI %d CI %s) on GPU %s for pod %s",
             made.mig_uuid,
             slot.profile,
             made.start,
             made.gpu_instance_id,
             made.compute_instance_id,
             device.uuid,
+            ref,
         )
         return made
 
@@ -364,45 +460,31 @@ class MigManager:
         *,
         grace_s: float = CREATE_GRACE_S,
     ) -> list[str]:
-        """Destroy the dynamic instances no live pod names (HAMi's reconcile): a pod
+        """Destroy the dynamic instances no live pod holds (HAMi's reconcile): a pod
         holds the instances of its ``hami.io/vgpu-mig-allocations`` until it has
-        finished or is gone. An unreadable annotation on a live pod frees nothing
-        this round (fail closed). Instances made in the last ``grace_s`` seconds are
-        kept.
+        finished or is gone, and those this process gave it (``given``). A live pod's
+        unreadable annotation skips only that pod's reservation (``observe``, logged):
+        every other instance no one holds is still freed. Instances made in the last
+        ``grace_s`` seconds are kept. GPUs this process did not discover (``hami
+        simulate``'s inventory) are left alone.
 
         Raises:
             NvmlError: NVML fails (nothing more is destroyed this round).
         """
-        held: set[tuple[str, int, int]] = set()
-        for pod in pods:
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            ann = (pod.get("metadata") or {}).get("annotations") or {}
-            try:
-                allocations = decode_mig_allocations(str(ann.get(MIG_KEY) or ""))
-            except HamiError as exc:
-                meta = pod.get("metadata") or {}
-                log.error(
-                    "pod %s/%s: %s: %s; no MIG instance is released this round",
-                    meta.get("namespace"),
-                    meta.get("name"),
-                    MIG_KEY,
-                    exc,
-                )
-                return []
-            held |= {
-                (a.gpu_uuid, a.slot.placement.start, a.slot.placement.size) for a in allocations
-            }
+        self.observe(pods)
+        held = set(self.claims or {})
         now = self.clock()
         self.created = {k: t for k, t in self.created.items() if now - t < grace_s}
         freed = []
         for device in devices:
-            if device.mode != MIG_MODE:
+            if device.mode != MIG_MODE or ON_NODE not in device.node_local:
                 continue
             for m in self.nvml.mig_instances(device.index):
                 if (device.uuid, m.start, m.size) in held:
                     continue
                 if (device.index, m.gpu_instance_id) in self.created:
+                    continue
+                if (device.index, m.gpu_instance_id) in self.given:
                     continue
                 self.nvml.destroy_mig_instance(device.index, m.gpu_instance_id)
                 freed.append(
@@ -466,7 +548,7 @@ def mig_allocation(
                 else f"MIG-of-{dev.uuid}:{slot.profile}@{slot.placement.start}"
             )
             continue
-        made = manager.realise(node_device, slot, dynamic=dynamic)
+        made = manager.realise(node_device, slot, dynamic=dynamic, pod=pod)
         if is_instance(node_device) and made.mig_uuid != node_device.uuid:
             raise HamiError(
                 f"MIG instance {node_device.uuid}: the instance at slice "

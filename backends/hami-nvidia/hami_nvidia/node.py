@@ -146,8 +146,10 @@ class NvidiaNode:
     ) -> list[str] | None:
         """Destroy dynamic MIG instances no live pod holds (``MigManager.release``);
         None on a node that is not in dynamic MIG mode (static instances are the
-        administrator's)."""
+        administrator's: only who holds which is read, ``MigManager.observe``, so
+        ``Allocate`` hands none to a second pod)."""
         if config.operating_mode != DYNAMIC:
+            self.mig.observe(pods)
             return None
         return self.mig.release(pods, devices, grace_s=float(config.options[GRACE_KEY]))
 
