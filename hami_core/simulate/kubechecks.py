@@ -4,7 +4,8 @@ kube-scheduler runs its filter plugins before it asks the extender, and only the
 that pass reach ``/filter``. The simulation does the same for the plugins whose inputs a
 ``kubectl get nodes,pods -o yaml`` snapshot holds: ``NodeName``, ``NodeUnschedulable``,
 ``NodeAffinity`` (``nodeSelector`` and required node affinity), ``TaintToleration``
-(``NoSchedule`` / ``NoExecute``) and ``NodeResourcesFit`` (CPU, memory, ephemeral
+(``NoSchedule`` / ``NoExecute``), ``NodePorts`` (host ports the node's pods already
+use) and ``NodeResourcesFit`` (CPU, memory, ephemeral
 storage and pod count against the node's allocatable minus the requests of the live pods
 already there). Resources a node does not state in ``status.allocatable`` are not
 checked (a hand-written cluster file rarely states CPU); device resources are the
@@ -15,7 +16,9 @@ when it states it.
 Messages are kube-scheduler 1.20's (``pkg/scheduler/framework/plugins/*``):
 ``node(s) didn't match the requested hostname``, ``node(s) were unschedulable``,
 ``node(s) didn't match Pod's node affinity``, ``node(s) had taint {k: v}, that the pod
-didn't tolerate``, ``Insufficient cpu``, ``Insufficient memory``, ``Too many pods``.
+didn't tolerate``, ``node(s) didn't have free ports for the requested pod ports``,
+``Insufficient cpu``, ``Insufficient memory``, ``Too many pods``. The filters that look
+at other pods' affinity and spread are ``podtopology``'s.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ HOSTNAME = "node(s) didn't match the requested hostname"
 UNSCHEDULABLE = "node(s) were unschedulable"
 AFFINITY = "node(s) didn't match Pod's node affinity"
 TOO_MANY_PODS = "Too many pods"
+#: The host IP a port without ``hostIP`` binds (every address).
+ANY_IP = "0.0.0.0"
+PORTS = "node(s) didn't have free ports for the requested pod ports"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
 
@@ -151,6 +157,39 @@ def untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str:
     return ""
 
 
+def host_ports(pod: Mapping[str, Any]) -> set[tuple[str, str, int]]:
+    """``(hostIP, protocol, hostPort)`` of the pod's app containers' ports with a host
+    port (kube-scheduler 1.20 ``nodeports.getContainerPorts``; ``HostPortInfo``'s
+    defaults: IP ``0.0.0.0``, protocol ``TCP``); unreadable entries are left out."""
+    out = set()
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        ports = c.get("ports") if isinstance(c, Mapping) else None
+        for p in ports if isinstance(ports, list) else ():
+            port = p.get("hostPort") if isinstance(p, Mapping) else None
+            if isinstance(port, int) and not isinstance(port, bool) and port > 0:
+                ip = str(p.get("hostIP") or ANY_IP)
+                out.add((ip, str(p.get("protocol") or "TCP"), port))
+    return out
+
+
+def ports_conflict(pod: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]) -> bool:
+    """``HostPortInfo.CheckConflict``: the same protocol and port on the same IP, or
+    on any IP when either side binds ``0.0.0.0``; finished pods hold no port."""
+    wanted = host_ports(pod)
+    if not wanted:
+        return False
+    uid = (pod.get("metadata") or {}).get("uid")
+    used: set[tuple[str, str, int]] = set()
+    for p in pods_on_node:
+        if is_live(p) and (p.get("metadata") or {}).get("uid") != uid:
+            used |= host_ports(p)
+    for ip, proto, port in wanted:
+        for uip, uproto, uport in used:
+            if (uproto, uport) == (proto, port) and (ANY_IP in (ip, uip) or ip == uip):
+                return True
+    return False
+
+
 def insufficient(
     pod: Mapping[str, Any],
     node: Mapping[str, Any],
@@ -200,4 +239,6 @@ def kube_reason(
     taint = untolerated_taint(pod, node)
     if taint:
         return taint
+    if ports_conflict(pod, pods_on_node):
+        return PORTS
     return ", ".join(insufficient(pod, node, pods_on_node, extended))

@@ -39,7 +39,9 @@ A **cluster file** has one of two forms, told apart automatically:
    yaml`` prints them (a ``v1 List``, ``*List`` kinds or plain documents). Nodes are kept
    as they are (their HAMi inventory annotations are the devices); live pods that carry
    a device allocation (``hami.io/vgpu-devices-allocated`` and the like) are kept with
-   their UID and count as existing usage; ``ResourceQuota`` objects are kept.
+   their UID and count as existing usage; ``ResourceQuota`` objects are kept, and
+   ``Namespace`` objects (``kubectl get nodes,pods,resourcequotas,namespaces``) for
+   their labels.
 
 **Workloads** are files or directories (searched recursively for ``*.yaml``, ``*.yml``
 and ``*.json``, in sorted order), each holding one or more documents: ``Pod``,
@@ -122,6 +124,8 @@ class LoadedCluster:
         bound_pods: other live pods bound to a node (snapshot form only): they hold no
             device but count for kube-scheduler's CPU, memory and pod-count checks.
         quotas: ResourceQuota objects.
+        namespaces: Namespace objects (snapshot form only): their labels are what a
+            pod affinity term's ``namespaceSelector`` reads.
         ignored_pods: snapshot pods left out (finished, or bound to no node).
         warnings: one line per thing that was skipped.
     """
@@ -132,12 +136,17 @@ class LoadedCluster:
     pods: tuple[dict[str, Any], ...] = ()
     bound_pods: tuple[dict[str, Any], ...] = ()
     quotas: tuple[dict[str, Any], ...] = ()
+    namespaces: tuple[dict[str, Any], ...] = ()
     ignored_pods: int = 0
     warnings: tuple[str, ...] = ()
 
     def to_memory(self) -> MemoryCluster:
-        """A fresh ``MemoryCluster`` holding the nodes, existing pods and quotas."""
+        """A fresh ``MemoryCluster`` holding the nodes, existing pods, quotas and
+        namespaces' labels."""
         cluster = MemoryCluster()
+        for ns in self.namespaces:
+            meta = ns.get("metadata") or {}
+            cluster.label_namespace(str(meta.get("name", "")), meta.get("labels") or {})
         for node in self.nodes:
             cluster.add_node(node)
         for pod in (*self.pods, *self.bound_pods):
@@ -676,6 +685,7 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
     pods: list[dict[str, Any]] = []
     bound_pods: list[dict[str, Any]] = []
     quotas: list[dict[str, Any]] = []
+    namespaces: list[dict[str, Any]] = []
     skipped: dict[str, int] = {}
     warnings: list[str] = []
     ignored = 0
@@ -708,6 +718,9 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
         elif kind == "ResourceQuota":
             _name_of(obj, where)
             quotas.append(obj)
+        elif kind == "Namespace":
+            _name_of(obj, where)
+            namespaces.append(obj)
         else:
             what = str(kind or "object without kind")
             skipped[what] = skipped.get(what, 0) + 1
@@ -727,6 +740,7 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
         pods=tuple(pods),
         bound_pods=tuple(bound_pods),
         quotas=tuple(quotas),
+        namespaces=tuple(namespaces),
         ignored_pods=ignored,
         warnings=tuple(warnings),
     )

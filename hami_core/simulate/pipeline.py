@@ -32,11 +32,13 @@ from hami_core.model import (
 )
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.scheduler import FilterResult, Scheduler
+from hami_core.scheduling.usage import is_live
 from hami_core.webhook.admission import DEFAULT_SCHEDULER, Admission, takes_scheduler_name
 from hami_core.webhook.mutation import apply_patch
 
 from .kubechecks import kube_reason
 from .kubelet import allocate_pod
+from .podtopology import NAMESPACE_NAME_LABEL, prepare
 
 #: Pods of kube-scheduler itself (the webhook keeps them only when they ask no device).
 
@@ -111,6 +113,20 @@ class Pipeline:
                 names.update(map(str, status.get(section) or {}))
         return names
 
+    def _assigned(self, node: str) -> list[Mapping[str, Any]]:
+        """The live pods bound to ``node`` (``spec.nodeName``): what kube-scheduler's
+        snapshot holds for it."""
+        return [
+            p
+            for p in self.cluster.pods_on_node(node)
+            if is_live(p) and (p.get("spec") or {}).get("nodeName") == node
+        ]
+
+    def _namespace_labels(self, namespace: str) -> dict[str, str]:
+        """A namespace's labels: the cluster file's Namespace object's, and the name
+        label kube-apiserver (1.21+) puts on every namespace."""
+        return {**self.cluster.namespace_labels(namespace), NAMESPACE_NAME_LABEL: namespace}
+
     def submit(self, pod: Mapping[str, Any]) -> Outcome:
         """Admit, schedule, bind and allocate one pod; the pod stays in the cluster when
         admitted (Pending when unschedulable)."""
@@ -154,11 +170,13 @@ class Pipeline:
             )
         kube_failed: dict[str, str] = {}
         passing: list[str] = []
-        for node_obj in self.cluster.list_nodes():
+        nodes = self.cluster.list_nodes()
+        topology = prepare(stored, nodes, self._assigned, ns_labels=self._namespace_labels)
+        for node_obj in nodes:
             node_name = str(node_obj["metadata"]["name"])
             reason = kube_reason(
                 stored, node_obj, self.cluster.pods_on_node(node_name), extended=foreign
-            )
+            ) or topology.reason(node_obj)
             if reason:
                 kube_failed[node_name] = reason
             else:

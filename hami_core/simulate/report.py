@@ -47,6 +47,9 @@ Report (``build_report``)::
             "migPlacement": {"start": int, "size": int} | null,   # and its slices
             "memoryMiB": int, "coresPct": int, "coresUnit": str}],
          "wholeCardGpus": int,                   # GPUs it would hold without sharing
+         "notModelled": [str],                   # what kube-scheduler weighs for it and
+                                                 # the run did not (preferred affinity,
+                                                 # ScheduleAnyway spread, volumes, ...)
          "explanation": null | [                 # unschedulable pods only: one per node
            {"node": str, "reason": str,          # "2/4 CardInsufficientMemory, ..."
             "container": str | null, "vendor": str | null,   # the container that failed
@@ -318,6 +321,7 @@ def _pod_entry(
         "devices": device_entries(out.allocation, run.request, devices, types),
         "wholeCardGpus": whole_card_gpus(run.request) if status == PLACED else 0,
         "explanation": _explanation(run, devices, types) if status == UNSCHEDULABLE else None,
+        "notModelled": list(run.not_modelled),
     }
 
 
@@ -793,6 +797,10 @@ def render_text(report: Mapping[str, Any], *, warnings: bool = True) -> str:
         if group:
             lines += ["", f"{title} ({len(group)})"]
             lines += [f"  {_key(p)}: {p['message']}" for p in group]
+    partial = [p for p in pods if p.get("notModelled")]
+    if partial:
+        lines += ["", f"Not modelled ({len(partial)}): the answer may differ for these pods"]
+        lines += [f"  {_key(p)}: {line}" for p in partial for line in p["notModelled"]]
     unschedulable = [p for p in pods if p["status"] == UNSCHEDULABLE]
     if unschedulable:
         lines += ["", f"Unschedulable ({len(unschedulable)})"]

@@ -31,6 +31,7 @@ from hami_core.scheduling.policy import device_policy_option, node_policy_option
 
 from .loader import LoadedCluster, WorkloadPod, Workloads, load_cluster, load_workloads
 from .pipeline import Outcome, Pipeline
+from .podtopology import not_modelled
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,15 @@ class PodRun:
         request: its device requests as admitted (after the webhook's defaults), one
             entry per container, init containers first; None when denied or unreadable.
         observed: the cluster it saw, when it was the pod to explain.
+        not_modelled: what kube-scheduler would weigh for this pod and the run did not
+            (``podtopology.not_modelled``), one line each.
     """
 
     workload: WorkloadPod
     outcome: Outcome
     request: PodRequest | None = None
     observed: Observation | None = None
+    not_modelled: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -201,9 +205,10 @@ def simulate(
     pipeline = Pipeline(memory, manager, node_policy=node_policy, device_policy=device_policy)
     seen: set[str] = set()
     runs: list[PodRun] = []
+    namespaces = frozenset(str((n.get("metadata") or {}).get("name")) for n in cluster.namespaces)
     for pos, wp in enumerate(workloads.pods):
         observed = _observe(pipeline) if pos == explain_at else None
-        runs.append(_submit(pipeline, wp, seen, observed))
+        runs.append(_submit(pipeline, wp, seen, observed, namespaces))
         if progress is not None:
             progress(1)
     config = manager.config
@@ -221,7 +226,11 @@ def simulate(
 
 
 def _submit(
-    pipeline: Pipeline, wp: WorkloadPod, seen: set[str], observed: Observation | None
+    pipeline: Pipeline,
+    wp: WorkloadPod,
+    seen: set[str],
+    observed: Observation | None,
+    namespaces: frozenset[str] = frozenset(),
 ) -> PodRun:
     ns, name = wp.namespace, wp.name
     if wp.key in seen or _exists(pipeline, ns, name):
@@ -245,7 +254,12 @@ def _submit(
             request = pipeline.scheduler.pod_request(stored)
         except HamiError:
             request = None
-    return PodRun(workload=wp, outcome=outcome, request=request, observed=observed)
+    skipped: tuple[str, ...] = ()
+    if not outcome.denied and not outcome.left_to:
+        skipped = tuple(not_modelled(wp.pod, described_namespaces=namespaces))
+    return PodRun(
+        workload=wp, outcome=outcome, request=request, observed=observed, not_modelled=skipped
+    )
 
 
 def _exists(pipeline: Pipeline, namespace: str, name: str) -> bool:

@@ -259,6 +259,7 @@ def test_json_schema_keys_are_stable():
             "devices",
             "wholeCardGpus",
             "explanation",
+            "notModelled",
             "schedulerName",
             "admission",
             "containers",
