@@ -331,3 +331,32 @@ def test_a_tenant_cannot_make_the_check_explode_or_lie():
     assert status["huge-0"] == "placed"
     # a nil labelSelector matches no pod (LabelSelectorAsSelector(nil) = Nothing): both fit
     assert status["nil-0"] == status["nil-1"] == "placed"
+
+
+def test_namespace_selector_reads_the_snapshots_namespace_labels():
+    """``namespaceSelector`` matches namespaces by their labels: the snapshot's
+    Namespace objects give them; without any, the report says what was assumed."""
+    from hami_core.simulate.loader import parse_cluster, read_documents
+
+    docs = read_documents(EXAMPLES / "snapshot.yaml")
+    prod = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}
+    prod["metadata"]["labels"] = {"tier": "prod"}
+    selector = {"matchLabels": {"tier": "prod"}}
+    other = replicas(1, labels={"app": "web"}, name="other", ns="shop")
+    other[0]["spec"]["nodeSelector"] = {HOST: "gpu-a100-01"}
+    picky = replicas(
+        1, labels={"app": "x"}, affinity=anti({"app": "web"}, namespaceSelector=selector)
+    )
+    picky[0]["spec"]["nodeSelector"] = {HOST: "gpu-a100-01"}
+    pods = tuple(WorkloadPod(pod=p, source="t") for p in (*other, *picky))
+
+    with_ns = parse_cluster([*docs, prod], source="s", manager=MGR)
+    sim = simulate(with_ns, Workloads(pods=pods), MGR)
+    assert placed(sim) == {"other-0": "gpu-a100-01", "web-0": None}
+    assert build_report(sim)["pods"][1]["notModelled"] == []
+
+    without = parse_cluster(docs, source="s", manager=MGR)
+    sim = simulate(without, Workloads(pods=pods), MGR)
+    assert placed(sim)["web-0"] == "gpu-a100-01"  # no labels known: no match
+    (line,) = build_report(sim)["pods"][1]["notModelled"]
+    assert "namespaceSelector" in line and "no Namespace objects" in line
