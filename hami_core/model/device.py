@@ -141,6 +141,9 @@ class NodeInfo:
         unregistered: vendor key -> reason, for vendors whose inventory annotation is
             missing-but-expected, malformed or stale. Such a node is reported
             ``NodeUnregistered`` for that vendor; other nodes are unaffected.
+        ignored: annotation key -> why, for optional annotations that could not be read
+            and were left out (PROTOCOL.md §2: link scores); the node's devices are
+            unaffected. Readers log it.
     """
 
     name: str
@@ -148,6 +151,7 @@ class NodeInfo:
     cordoned_uuids: frozenset[str] = frozenset()
     link_scores: Mapping[str, Mapping[str, int]] = attrs.field(factory=dict)
     unregistered: Mapping[str, str] = attrs.field(factory=dict)
+    ignored: Mapping[str, str] = attrs.field(factory=dict)
 
     def devices_of(self, vendor: str) -> tuple[DeviceInfo, ...]:
         """The node's devices of one vendor key, in inventory order."""

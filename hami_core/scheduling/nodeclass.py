@@ -90,6 +90,7 @@ class _Canon:
             self(info.cordoned_uuids) if info.cordoned_uuids else (),
             self(info.link_scores) if info.link_scores else (),
             self(info.unregistered) if info.unregistered else (),
+            self(info.ignored) if info.ignored else (),
         )
 
     def device(self, d: DeviceInfo) -> Hashable:
@@ -156,7 +157,7 @@ class _Canon:
 #: The fields ``_Canon`` reads by name, per model type (a unit test checks each type
 #: has exactly these, so a new field cannot be left out of the signature unnoticed).
 CANON_FIELDS = {
-    NodeInfo: ("name", "devices", "cordoned_uuids", "link_scores", "unregistered"),
+    NodeInfo: ("name", "devices", "cordoned_uuids", "link_scores", "unregistered", "ignored"),
     DeviceInfo: (
         "uuid",
         "vendor",

@@ -58,6 +58,13 @@ def read_node(
     handshake left ``Requesting_`` for over 60 s while the node's allocatable count is 0,
     marks that vendor unregistered on that node with the reason
     (``NodeInfo.unregistered``); the scheduler keeps serving other nodes.
+
+    An unreadable *optional* annotation costs only what it describes (PROTOCOL.md §2):
+    link scores are then left out (topology-aware placement ranks that vendor's devices
+    by spread) and named in ``NodeInfo.ignored``; an unreadable handshake is no evidence
+    of a dead device plugin; an unreadable node lock protects nothing. The one exception
+    is ``hami.io/device-cordon`` too large to read: it may name any device, so none of
+    the node's is handed out.
     """
     meta = node.get("metadata") or {}
     name = str(meta.get("name", ""))
@@ -65,6 +72,7 @@ def read_node(
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     devices: list[DeviceInfo] = []
     unregistered: dict[str, str] = {}
+    ignored: dict[str, str] = {}
     for dtype in device_types:
         if reader is not None:
             try:
@@ -102,18 +110,21 @@ def read_node(
     link_scores: dict[str, dict[str, int]] = {}
     for dtype in device_types:
         key = dtype.link_score_annotation
-        if not key or key not in ann or dtype.vendor in unregistered:
+        if not key or key not in ann or key in ignored:
             continue
         score_problem = _too_large(key, ann[key], MAX_LINK_SCORE_BYTES)
-        if score_problem:  # names the key already
-            unregistered[dtype.vendor] = score_problem
+        if score_problem:
+            ignored[key] = score_problem
             continue
         try:
-            link_scores.update(decode_link_scores(ann[key], node=name))
+            scores = decode_link_scores(ann[key], node=name)
         except DECODE_ERRORS as exc:
-            # Topology is a preference, but an unreadable one says the node is not what it
-            # claims: mark the node's devices of that vendor unusable with the reason.
-            unregistered[dtype.vendor] = f"{key}: {_reason(exc)}"
+            # Optional: an unreadable one costs what it describes (topology-aware
+            # placement on this node, which falls back to spread), never the devices.
+            ignored[key] = _reason(exc)
+            continue
+        if dtype.vendor not in unregistered:
+            link_scores.update(scores)
     cordon = ann.get(DEVICE_CORDON, "")
     if _too_large(DEVICE_CORDON, cordon):
         cordon = ""
@@ -129,6 +140,7 @@ def read_node(
         cordoned_uuids=cordoned,
         link_scores=link_scores,
         unregistered=unregistered,
+        ignored=ignored,
     )
 
 

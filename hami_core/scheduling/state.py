@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import itertools
+import logging
 import threading
 from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import Any
@@ -50,6 +51,8 @@ from .nodeclass import labels_of, node_signature
 from .nodes import NodeDevicesReader, read_node
 from .quota import QuotaLimit, quota_limits
 from .usage import PodHoldings, usage_from_holdings
+
+log = logging.getLogger(__name__)
 
 #: Fit results memoised per node generation (distinct pod shapes seen on that node).
 MEMO_PER_NODE = 32
@@ -177,6 +180,7 @@ class ClusterState:
         self._quotas: dict[str, dict[str, KubeObject]] = {}
         self._limits: dict[str, tuple[QuotaLimit, ...]] = {}
         self.problems: list[str] = []  # unreadable allocations, for the caller's log
+        self._ignored_logged: set[str] = set()  # node annotations left out, told once
         self._generations = 0
         self._locks: dict[str, str] = {}  # node name -> its node-lock annotation, if any
         self._classes: dict[Hashable, int] = {}  # node signature -> class id
@@ -322,6 +326,13 @@ class ClusterState:
             name = str((obj.get("metadata") or {}).get("name", ""))
             why = f"cannot read node: {type(exc).__name__}"
             return NodeInfo(name=name, unregistered={t.vendor: why for t in self._types}), _FAR
+        for key, why in sorted(info.ignored.items()):
+            message = f"node {info.name}: optional annotation {key} ignored: {why}"
+            if message not in self._ignored_logged:  # once per node and reason
+                if len(self._ignored_logged) > 4096:
+                    self._ignored_logged.clear()
+                self._ignored_logged.add(message)
+                log.warning("%s (the node's devices stay usable)", message)
         until = _FAR
         ann = (obj.get("metadata") or {}).get("annotations") or {}
         for t in self._types:

@@ -76,7 +76,7 @@ from hami_core.protocol.annotations import VGPU_NODE
 from hami_core.protocol.config import MAX_SPLIT_COUNT
 from hami_core.protocol.inventory import decode_mig_profiles, encode_inventory
 from hami_core.protocol.quantity import INT32_MAX, parse_quantity_exact
-from hami_core.protocol.topology import decode_link_scores, encode_link_scores
+from hami_core.protocol.topology import encode_link_scores
 from hami_core.scheduling.nodes import read_node
 from hami_core.scheduling.usage import is_live, pod_allocation
 
@@ -758,17 +758,11 @@ def _node_problems(nodes: Mapping[str, Mapping[str, Any]], manager: BackendManag
         )
         for vendor, reason in sorted(info.unregistered.items()):
             out.append(f"node {name}: {vendor} devices unusable: {reason}")
-        annotations = (nodes[name].get("metadata") or {}).get("annotations") or {}
-        for key in sorted({t.link_score_annotation for t in types} - {""}):
-            score = annotations.get(key)
-            if score is None:
-                continue
-            try:
-                decode_link_scores(score, node=name)
-            except InvalidInputError as exc:
-                out.append(
-                    f"node {name}: link scores ignored (topology-aware falls back to spread): {exc}"
-                )
+        for key, reason in sorted(info.ignored.items()):
+            out.append(
+                f"node {name}: link scores ignored ({key}; topology-aware falls back to "
+                f"spread, the devices stay usable): {reason}"
+            )
         for d in info.devices:
             if d.uuid in owner:
                 out.append(f"node {name}: device {d.uuid} is also on node {owner[d.uuid]}")

@@ -317,6 +317,37 @@ def test_nvidia_gpu_topology_single_card_keeps_the_well_linked_ones():
     assert _devices(out) == [[("f", 1024, 20)]]
 
 
+# -- pkg/device/nvidia/device_test.go::TestFit_TopologyNegativeScores (issue 24 item 2) --
+
+#: HAMi's pair scores, written as the node annotation (each side listed).
+NEGATIVE = {
+    "dev-0": {"dev-1": -5, "dev-2": -3},
+    "dev-1": {"dev-0": -5, "dev-2": -1},
+    "dev-2": {"dev-0": -3, "dev-1": -1},
+}
+
+
+def _negative_node():
+    from hami_core.protocol.topology import encode_link_scores
+
+    cards = [gpu(u, index=i, memory_mib=8192) for i, u in enumerate(NEGATIVE)]
+    return node(
+        "node-1", cards, annotations={"hami.io/node-nvidia-score": encode_link_scores(NEGATIVE)}
+    )
+
+
+@pytest.mark.parametrize(("n", "expected"), [(1, ["dev-0"]), (2, ["dev-1", "dev-2"])])
+def test_nvidia_topology_negative_scores(n, expected):
+    """Negative scores are scores (HAMi's writer may rank links below 0): the node is
+    registered and topology-aware placement compares their sums as HAMi does. One GPU:
+    the lowest sum to the others (dev-0, -8); two: the pair of highest score (-1). Before
+    issue 24 the node was ``NodeUnregistered``."""
+    p = pipeline(_negative_node())
+    out = p.submit(pod("t", _c(n=n, mem=100, cores=10), annotations={POLICY: "topology-aware"}))
+    assert out.scheduled, out
+    assert sorted(u for u, _, _ in _devices(out)[0]) == expected
+
+
 def test_multi_type_partition_keeps_each_vendors_devices_apart():
     """``Test_fitInDevices_MultiTypePartition``: one container asking two vendors' devices
     gets one entry per vendor, each holding only that vendor's device (HAMi's bug leaked

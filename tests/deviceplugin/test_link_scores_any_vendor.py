@@ -64,11 +64,13 @@ def test_a_third_vendors_published_scores_reach_the_scheduler():
     assert info.link_scores["TOY-1"] == {"TOY-0": 100, "TOY-2": 100}
 
 
-def test_an_unreadable_score_marks_only_that_vendor():
+def test_an_unreadable_score_is_ignored_never_the_vendor():
+    """Issue 24 item 2: link scores are optional; unreadable, they are left out."""
     manager = BackendManager.from_plugins({"toy": LinkedToy()})
     node = {"metadata": {"name": "n1", "annotations": {KEY: "{not json"}}}
     info = read_node(node, manager.device_types(), now=T0)
-    assert KEY in info.unregistered["TOY"]
+    assert info.unregistered == {} and info.link_scores == {}
+    assert "not valid JSON" in info.ignored[KEY]
 
 
 def test_link_scores_without_a_declared_key_fail_at_load():

@@ -18,18 +18,31 @@ GARBAGE = {
     "deep-json": (REGISTER, "[" * 100000 + "]" * 100000, "bytes"),
     "deep-but-small": (REGISTER, "[" * 20000 + "]" * 20000, "RecursionError"),
     "oversize": (REGISTER, "[" + " " * (MAX_NODE_ANNOTATION_BYTES + 1) + "]", "bytes"),
+    "cordon-oversize": (
+        "hami.io/device-cordon",
+        "x," * (MAX_NODE_ANNOTATION_BYTES // 2 + 1),
+        "bytes",
+    ),
+}
+
+
+#: Optional annotations (issue 24 item 2): unreadable, they cost what they describe (the
+#: node's link scores: topology-aware placement falls back to spread), never the devices.
+OPTIONAL_GARBAGE = {
     "score-oversize": (SCORE, "[" + " " * (MAX_LINK_SCORE_BYTES + 1) + "]", "bytes"),
     "score-huge-int": (
         SCORE,
         '[{"uuid":"GPU-X","score":{"GPU-Y":' + "7" * 5000 + "}}]",
         "ValueError",
     ),
-    "score-deep": (SCORE, "[" * 30000 + "]" * 30000, "RecursionError"),
-    "cordon-oversize": (
-        "hami.io/device-cordon",
-        "x," * (MAX_NODE_ANNOTATION_BYTES // 2 + 1),
-        "bytes",
+    "score-beyond-int64": (
+        SCORE,
+        '[{"uuid":"GPU-X","score":{"GPU-Y":' + "9" * 30 + "}}]",
+        "64-bit",
     ),
+    "score-deep": (SCORE, "[" * 30000 + "]" * 30000, "RecursionError"),
+    "score-not-json": (SCORE, "{", "not valid JSON"),
+    "score-not-int": (SCORE, '[{"uuid":"GPU-X","score":{"GPU-Y":"high"}}]', "64-bit integer"),
 }
 
 
@@ -48,13 +61,51 @@ def test_read_node_marks_the_vendor_unusable_with_the_reason(case):
     assert len(info.unregistered["NVIDIA"]) < 600  # the reason is short, not the value
 
 
-@pytest.mark.parametrize(
-    ("key", "limit"), [(REGISTER, MAX_NODE_ANNOTATION_BYTES), (SCORE, MAX_LINK_SCORE_BYTES)]
-)
-def test_an_oversize_annotation_is_named_once(key, limit):
-    value = "[" + " " * (limit + 1) + "]"
+@pytest.mark.parametrize("case", sorted(OPTIONAL_GARBAGE))
+def test_an_unreadable_optional_annotation_costs_only_what_it_describes(case):
+    key, value, hint = OPTIONAL_GARBAGE[case]
     info = read_node(garbage_node(key, value), manager().device_types(), now=utcnow())
-    assert info.unregistered["NVIDIA"] == f"{key}: {len(value)} bytes, more than the {limit} read"
+    assert info.unregistered == {}
+    assert [d.uuid for d in info.devices] == ["GPU-X"]
+    assert info.link_scores == {}
+    assert hint in info.ignored[key] and len(info.ignored[key]) < 600
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["Requesting_garbage", "x" * (MAX_NODE_ANNOTATION_BYTES + 10), "Requesting_" + "9" * 5000, "_"],
+)
+def test_an_unreadable_handshake_is_no_evidence_against_the_node(value):
+    """The audit of issue 24 item 2: the handshake is optional (a dead device plugin is
+    proven only by a readable ``Requesting_`` older than 60 s)."""
+    n = garbage_node("hami.io/node-handshake", value)
+    n["status"]["allocatable"]["nvidia.com/gpu"] = "0"  # the case that counts
+    info = read_node(n, manager().device_types(), now=utcnow())
+    assert info.unregistered == {} and [d.uuid for d in info.devices] == ["GPU-X"]
+
+
+@pytest.mark.parametrize("value", ["garbage", "x" * 70000, "2026-13-01T00:00:00Z,ns,p", ",,"])
+def test_an_unreadable_node_lock_protects_nothing(value):
+    """The audit of issue 24 item 2: a lock no one can read is taken at the next bind."""
+    c = cluster(garbage_node("hami.io/mutex.lock", value))
+    p = c.add_pod(pod("p", container(gpu=1, gpumem=1000), scheduler_name="hami-scheduler"))
+    meta = p["metadata"]
+    assert Scheduler(c, manager()).bind("default", "p", uid=meta["uid"], node="bad") is not None
+    assert c.get_pod("default", "p")["spec"]["nodeName"] == "bad"
+
+
+def test_an_oversize_annotation_is_named_once():
+    limit = MAX_NODE_ANNOTATION_BYTES
+    value = "[" + " " * (limit + 1) + "]"
+    info = read_node(garbage_node(REGISTER, value), manager().device_types(), now=utcnow())
+    assert (
+        info.unregistered["NVIDIA"] == f"{REGISTER}: {len(value)} bytes, more than the {limit} read"
+    )
+    value = "[" + " " * (MAX_LINK_SCORE_BYTES + 1) + "]"
+    info = read_node(garbage_node(SCORE, value), manager().device_types(), now=utcnow())
+    assert info.ignored == {
+        SCORE: f"{SCORE}: {len(value)} bytes, more than the {MAX_LINK_SCORE_BYTES} read"
+    }
 
 
 def test_the_link_scores_of_a_64_gpu_node_are_read():
@@ -89,6 +140,26 @@ def test_filter_and_prioritize_serve_the_good_nodes(case):
     assert resp.status_code == 200
     scores = {h["Host"]: h["Score"] for h in resp.get_json()}
     assert scores["bad"] == 0 and scores["good"] > 0
+
+
+@pytest.mark.parametrize("case", sorted(OPTIONAL_GARBAGE))
+def test_a_node_with_unreadable_link_scores_still_serves(case, caplog):
+    """Before: ``NodeUnregistered`` for the node's every GPU. Now a topology-aware pod
+    fits there, with one warning naming the node and the annotation."""
+    key, value, _ = OPTIONAL_GARBAGE[case]
+    c = cluster(node("good", [gpu("GPU-G")]), garbage_node(key, value))
+    sched = Scheduler(c, manager())
+    client = create_extender_app(sched, is_leader=lambda: True).test_client()
+    policy = {"hami.io/gpu-scheduler-policy": "topology-aware"}
+    for name in ("p", "q"):
+        p = admitted(c, pod(name, container(gpu=1, gpumem=1000), annotations=policy))
+        with caplog.at_level("WARNING"):
+            resp = client.post("/filter", json=real_filter_args(p, ["good", "bad"]))
+        assert resp.status_code == 200
+        body = resp.get_json()
+        assert "bad" in body["NodeNames"] and "bad" not in (body["FailedNodes"] or {}), body
+    warned = [r.getMessage() for r in caplog.records if key in r.getMessage()]
+    assert len(warned) == 1 and "node bad" in warned[0] and "stay usable" in warned[0]
 
 
 def test_an_exception_anywhere_in_one_node_marks_only_that_node(monkeypatch):

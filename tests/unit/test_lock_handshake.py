@@ -128,9 +128,27 @@ def test_link_scores_protocol_shape_and_symmetry():
     assert decode_link_scores(encode_link_scores(scores), node="n1") == scores
 
 
+def test_negative_link_scores_are_scores_and_one_sided_pairs_keep_theirs():
+    """HAMi's ``TestFit_TopologyNegativeScores`` values; a pair listed on one side only
+    keeps its negative score (a missing other side is not a 0 that wins)."""
+    value = '[{"uuid": "a", "score": {"b": -5, "c": -3}}, {"uuid": "b", "score": {"a": -5}}]'
+    scores = decode_link_scores(value, node="n1")
+    assert scores == {"a": {"b": -5, "c": -3}, "b": {"a": -5}, "c": {"a": -3}}
+    assert decode_link_scores(encode_link_scores(scores), node="n1") == scores
+
+
 @pytest.mark.parametrize(
     "value",
-    ["{", "{}", '[{"score":{}}]', '[{"uuid":"a","score":{"b":"x"}}]', '[{"uuid":"a","score":[1]}]'],
+    [
+        "{",
+        "{}",
+        '[{"score":{}}]',
+        '[{"uuid":"a","score":{"b":"x"}}]',
+        '[{"uuid":"a","score":[1]}]',
+        '[{"uuid":"a","score":{"b":9223372036854775808}}]',
+        '[{"uuid":"a","score":{"b":1.5}}]',
+        '[{"uuid":"a","score":{"b":true}}]',
+    ],
 )
 def test_link_scores_malformed(value):
     with pytest.raises(AnnotationError, match="node n1"):

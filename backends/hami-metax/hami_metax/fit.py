@@ -223,7 +223,7 @@ def _table(value: str, n: int) -> float:
     try:
         table = json.loads(value)
         return float(table.get(str(n), 0)) if isinstance(table, dict) else 0.0
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError):
         return 0.0
 
 

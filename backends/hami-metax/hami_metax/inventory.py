@@ -4,7 +4,8 @@
   ``metax-tech.com/gpu`` (MetaX's gpu-device plugin): GPU ``i`` is ``<node>-metax-<i>``,
   one container at a time, 65536 MiB, 100 cores. The node's
   ``metax-tech.com/gpu.topology.losses`` / ``.scores`` (JSON ``{"<n GPUs>": value}``,
-  written by MetaX's plugin) are kept on each device for scoring.
+  written by MetaX's plugin) are kept on each device for scoring; an unreadable one
+  is left out with a warning (the node is then scored as without it).
 - ``Metax-SGPU`` (``sdevice.go`` ``getMetaxSDevices``, ``protocol.go``): the JSON array
   ``metax-tech.com/node-gpu-devices`` of MetaX's sgpu-device plugin; per GPU ``uuid``,
   ``model``, ``totalDevCount`` (sharers), ``totalCompute``, ``totalVRam`` (MiB), ``numa``,
@@ -15,6 +16,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +38,8 @@ from .names import (
     WHOLE_GPU_MEMORY_MIB,
 )
 
+log = logging.getLogger(__name__)
+
 
 def whole_gpus(node: Mapping[str, Any]) -> list[DeviceInfo] | None:
     """``Metax-GPU`` devices from capacity; None when the node states none."""
@@ -42,6 +47,19 @@ def whole_gpus(node: Mapping[str, Any]) -> list[DeviceInfo] | None:
     if not stated or not stated[0]:
         return None
     ann = annotations_of(node)
+    tables = []
+    for key in (TOPOLOGY_LOSSES, TOPOLOGY_SCORES):
+        if key not in ann:
+            continue
+        problem = table_problem(ann[key])
+        if problem:
+            # Optional: an unreadable table costs its topology score (the core's node
+            # score is used instead), never the node's GPUs.
+            _warn_once(
+                f"node {(node.get('metadata') or {}).get('name', '')}: {key} ignored: {problem}"
+            )
+            continue
+        tables.append((key, ann[key]))
     return numbered_devices(
         node,
         GPU,
@@ -50,8 +68,44 @@ def whole_gpus(node: Mapping[str, Any]) -> list[DeviceInfo] | None:
         split_count=1,
         memory_mib=WHOLE_GPU_MEMORY_MIB,
         cores_pct=100,
-        custom=tuple((k, ann[k]) for k in (TOPOLOGY_LOSSES, TOPOLOGY_SCORES) if k in ann),
+        custom=tuple(tables),
     )
+
+
+#: Largest topology table read (bytes): one entry per GPU count, a few dozen bytes.
+MAX_TABLE_BYTES = 4096
+_warned: set[str] = set()
+
+
+def table_problem(value: object) -> str | None:
+    """Why a topology table (JSON ``{"<n GPUs>": number}``) cannot be read, or None."""
+    if not isinstance(value, str):
+        return f"expected a string, got {type(value).__name__}"
+    if len(value) > MAX_TABLE_BYTES:
+        return f"{len(value)} bytes, more than the {MAX_TABLE_BYTES} read"
+    try:
+        table = json.loads(value)
+    except (ValueError, RecursionError) as exc:
+        return f"not JSON ({type(exc).__name__})"
+    if not isinstance(table, dict):
+        return "not a JSON object"
+    for n, v in table.items():
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            return f"the value for {n[:20]!r} is not a number"
+        try:
+            if not math.isfinite(float(v)):
+                return f"the value for {n[:20]!r} is not finite"
+        except OverflowError:
+            return f"the value for {n[:20]!r} is too large"
+    return None
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        if len(_warned) > 1024:
+            _warned.clear()
+        _warned.add(message)
+        log.warning("%s (the node's GPUs stay usable, scored without it)", message)
 
 
 def _field(item: Mapping[str, Any], key: str, kind: type, where: str) -> Any:

@@ -172,6 +172,46 @@ def test_whole_gpu_inventory_from_capacity():
     assert devices[0].info("metax-tech.com/gpu.topology.losses") == TABLE
 
 
+@pytest.mark.parametrize(
+    "table",
+    [
+        "{",
+        "[1, 2]",
+        '{"2": "x"}',
+        '{"2": 1e999}',
+        '{"2": ' + "9" * 400 + "}",
+        "[" * 5000 + "]" * 5000,
+        '{"2": 1' + " " * 5000 + "}",
+    ],
+    ids=["not-json", "not-object", "not-number", "infinite", "beyond-float", "deep", "oversize"],
+)
+def test_an_unreadable_topology_table_costs_only_its_score(table, caplog):
+    """Issue 24 item 2: the table is optional; unreadable, the GPUs stay usable and are
+    scored as on a node without tables (the core's node score), with a warning. Before,
+    an unreadable table read as 0 loss: the best score, or an uncaught OverflowError."""
+    with caplog.at_level("WARNING"):
+        devices = inventory.whole_gpus(
+            node(
+                "mx",
+                capacity={"metax-tech.com/gpu": "2"},
+                annotations={"metax-tech.com/gpu.topology.losses": table},
+            )
+        )
+    plain = inventory.whole_gpus(node("mx", capacity={"metax-tech.com/gpu": "2"}))
+    assert devices == plain
+    assert any("gpu.topology.losses ignored" in r.getMessage() for r in caplog.records)
+    usage = [DeviceUsage(device=d) for d in devices]
+    two = tuple(
+        ContainerDevice(uuid=d.uuid, vendor="Metax-GPU", memory_mib=65536, cores_pct=100)
+        for d in devices
+    )
+    got = fit.score(
+        "Metax-GPU", usage, two, NodePolicy.BINPACK, pod={}, topology_aware_default=False
+    )
+    assert got == fit.gpu_score([DeviceUsage(device=d) for d in plain], two, NodePolicy.BINPACK)
+    assert got != 100.0
+
+
 def sdev(uuid, *, index, qos="", zone=0, count=16):
     return DeviceInfo(
         uuid=uuid,
