@@ -26,7 +26,8 @@ Everything a backend needs from the core is here, so a backend's imports say
   patch of a container's resources), ``live_pod_uids`` (the pods a node-local record
   may still be held for, in ``hami_release``), ``hami_annotation_keys`` (a vendor's four
   annotation keys from HAMi's naming pattern), ``package_version`` (a backend's
-  ``__version__``).
+  ``__version__``), ``remove_tree`` (a tenant-written host tree removed with bounded
+  descriptors and work, never following links).
 
 ``docs/writing-a-backend.md`` walks a new vendor through it.
 """
@@ -65,6 +66,7 @@ from .fit import (
     same_device_rules,
     type_matches,
 )
+from .hostfs import remove_tree
 from .inventory import (
     WHOLE_CORES_PCT,
     capacity_quantities,
@@ -138,6 +140,7 @@ __all__ = [
     "fit_devices",
     "hami_annotation_keys",
     "hookimpl",
+    "remove_tree",
     "is_extended_resource_name",
     "inventory_device",
     "live_pod_uids",

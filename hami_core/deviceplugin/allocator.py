@@ -35,6 +35,7 @@ import contextlib
 import functools
 import logging
 import os
+import stat
 import threading
 import time
 from collections import OrderedDict
@@ -43,6 +44,7 @@ from typing import Any
 
 import attrs
 
+from hami_core.backend import remove_tree
 from hami_core.cluster.base import ClusterStore, KubeObject
 from hami_core.errors import AnnotationError, HamiError, InvalidInputError, NotFoundError
 from hami_core.model import ContainerAllocation, DeviceInfo, MemoryNodeState, NodeState
@@ -120,6 +122,41 @@ def make_shared_dir(path: str) -> None:
     os.chmod(path, 0o1777)
 
 
+def make_shared_file(path: str, size: int) -> None:
+    """Create a file a container writes through a file mount (``shared_files``):
+    ``size`` bytes of zeros (sparse), mode 0666 (the container's processes may run as
+    any user), in a directory of the device plugin's (0755: the container cannot add
+    files beside it). A regular file already there is kept (a restarted container's
+    processes may map it); anything else there (a link, a directory an older version
+    left writable) is removed first, never followed.
+
+    Raises:
+        OSError: the file or its directory cannot be made.
+    """
+    directory = os.path.dirname(path) or "."
+    name = os.path.basename(path)
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        # a directory made writable (01777) by an older version becomes the host's
+        os.fchmod(dir_fd, 0o755)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, 0o666, dir_fd=dir_fd)
+        except FileExistsError:
+            if stat.S_ISREG(os.lstat(name, dir_fd=dir_fd).st_mode):
+                return
+            remove_tree(name, dir_fd=dir_fd)
+            fd = os.open(name, flags, 0o666, dir_fd=dir_fd)
+        try:
+            os.ftruncate(fd, size)
+            os.fchmod(fd, 0o666)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dir_fd)
+
+
 def write_host_file(path: str, content: str) -> None:
     """Write a file a container sees read-only (0644, owned by the device plugin),
     atomically: a temporary file renamed over ``path``, never following a link."""
@@ -156,6 +193,7 @@ class Allocator:
         cdi: CdiWriter | None = None,
         make_dir: Callable[[str], None] = make_shared_dir,
         write_file: Callable[[str, str], None] = write_host_file,
+        make_file: Callable[[str, int], None] = make_shared_file,
         resource_name: str | None = None,
         node_devices: Callable[[], Sequence[DeviceInfo]] = tuple,
         after_answer: Callable[[Callable[[], None]], None] | None = None,
@@ -172,6 +210,8 @@ class Allocator:
         make_dir: creates the host directory of a writable mount.
         write_file: writes a file of ``ContainerAllocation.files`` on the host
             (``hami simulate`` writes none).
+        make_file: creates a file of ``ContainerAllocation.shared_files`` on the host
+            (path, size in bytes).
         resource_name: the extended resource served (for messages); default the
             vendor's default count resource.
         node_devices: the devices discovered on this node, handed to ``hami_allocate``
@@ -200,6 +240,7 @@ class Allocator:
         self.cdi = cdi
         self.make_dir = make_dir
         self.write_file = write_file
+        self.make_file = make_file
         self.resource_name = resource_name or self.dtype.resources.count
         self.node_devices = node_devices
         self.state: NodeState = state if state is not None else MemoryNodeState()
@@ -405,8 +446,10 @@ class Allocator:
                 pmeta["annotations"] = {**(pmeta.get("annotations") or {}), **own}
                 pod = {**pod, "metadata": pmeta}
             for mount in alloc.mounts:
-                if not mount.read_only:
+                if not mount.read_only and mount.host_path not in alloc.shared_files:
                     self.make_dir(mount.host_path)
+            for host_path, size in alloc.shared_files.items():
+                self.make_file(host_path, size)
             for host_path, content in alloc.files.items():
                 self.write_file(host_path, content)
             if self.cdi is not None:

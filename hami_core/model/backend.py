@@ -254,6 +254,13 @@ class ContainerAllocation:
         pod_annotations: pod annotations the device plugin writes with its progress
             (e.g. the runtime identity of NVIDIA MIG instances it created); only keys the
             backend's ``DeviceTypeInfo`` owns (``mig_annotation``) are written.
+        shared_files: host path -> size in bytes of a file the container writes (e.g.
+            the shim's shared region): the device plugin creates it before it answers,
+            zero-filled (sparse) and mode 0666, in a directory of its own (0755), and
+            keeps one that is already there; a writable mount of that path mounts the
+            file alone. A container's writable host paths should be such files, never
+            directories: a writable host directory lets a tenant fill the node's disk
+            (issue 24 item 16); the monitor truncates a file grown past its size.
     """
 
     envs: Mapping[str, str] = attrs.field(factory=dict)
@@ -263,6 +270,7 @@ class ContainerAllocation:
     annotations: Mapping[str, str] = attrs.field(factory=dict)
     files: Mapping[str, str] = attrs.field(factory=dict)
     pod_annotations: Mapping[str, str] = attrs.field(factory=dict)
+    shared_files: Mapping[str, int] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)

@@ -11,13 +11,14 @@ The HTTP edge is ``hami_core.servers.monitor``.
 
 from .families import Family
 from .files import UntrustedFileError, read_tenant_file
-from .node import MonitorStats, NodeMonitor
+from .node import MonitorStats, NodeMonitor, Scan
 from .procs import live_processes
 
 __all__ = [
     "Family",
     "MonitorStats",
     "NodeMonitor",
+    "Scan",
     "UntrustedFileError",
     "live_processes",
     "read_tenant_file",

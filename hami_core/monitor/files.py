@@ -113,6 +113,44 @@ def read_tenant_file(
         os.close(fd)
 
 
+def cap_tenant_file(name: str, max_bytes: int, *, dir_fd: int) -> int:
+    """Truncate a tenant-writable file grown past ``max_bytes`` back to it.
+
+    The container's region file is its only writable host path (the device plugin
+    creates and sizes it, ``ContainerAllocation.shared_files``), but a write past its
+    end still takes the node's disk: the monitor cuts it back on every scan, so a tenant
+    holds at most what it can write between two scans.
+
+    Args:
+        name: file name inside ``dir_fd``.
+        max_bytes: the largest size a writer that follows the format makes, bytes.
+    Returns: bytes cut off (0 when it was within ``max_bytes``, absent, a link or not
+        a regular file: those are the reader's to report).
+    Raises:
+        OSError: the file cannot be opened for writing or truncated.
+    """
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return 0
+    if not stat.S_ISREG(st.st_mode) or st.st_size <= max_bytes:
+        return 0
+    try:
+        fd = os.open(
+            name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except FileNotFoundError:
+        return 0
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size <= max_bytes:
+            return 0
+        os.ftruncate(fd, max_bytes)
+        return st.st_size - max_bytes
+    finally:
+        os.close(fd)
+
+
 def _classify(path: str, exc: OSError) -> UntrustedFileError:
     import errno
 

@@ -13,14 +13,22 @@ of the file); a corrupt, foreign or hostile file is skipped with one log line an
 counter instead of failing the scrape; the directories of pods that no longer exist are
 removed after ``grace_s`` (HAMi never collects them); the memory limit shown is the
 scheduler's allocation (a pod annotation tenants cannot write), not the region's.
+
+Against a tenant (issue 24 item 16): one malformed pod or directory is skipped and
+counted (``hami_monitor_scan_errors_total``), never the whole scan; a gone pod's tree is
+removed with bounded descriptors and work per scan (``remove_tree``), whatever its
+depth; per-series state lives only while its series is scanned, and one container has
+at most ``MAX_SERIES_PER_CONTAINER`` series (the rest dropped and counted); ``latest``
+serves one scan to every request within its age, so a client looping /metrics costs
+one scan per ``max_age_s``, not one per request.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,6 +36,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from hami_core.backend import remove_tree
 from hami_core.errors import AnnotationError, HamiError, InvalidInputError
 from hami_core.model import ContainerUsage, DeviceTypeInfo, HostDevice
 from hami_core.protocol.devicelist import decode_pod_devices
@@ -36,7 +45,7 @@ from hami_core.scheduling.podspec import containers
 from hami_core.scheduling.usage import is_live, pod_allocation
 
 from .families import Family
-from .files import UntrustedFileError, open_directory, read_tenant_file
+from .files import UntrustedFileError, cap_tenant_file, open_directory, read_tenant_file
 from .procs import live_processes
 
 log = logging.getLogger(__name__)
@@ -78,11 +87,38 @@ class MonitorStats:
             ``unreadable``, ``short-read``, ``corrupt``), one count per file and scan.
         removed_directories: directories of gone pods removed.
         host_errors: scans whose host figures failed, per backend.
+        scan_errors: unexpected failures per part of a scan: ``pod`` (one pod object),
+            ``container`` (one container directory), ``scan`` (the scan as a whole; the
+            families collected before it are still served).
+        series_dropped: container series over ``MAX_SERIES_PER_CONTAINER``, per scan.
+        truncated_files: usage files cut back to their largest size (a tenant writing
+            past the end of its region to fill the node's disk), and the bytes cut.
     """
 
     skipped: dict[str, int] = attrs.field(factory=dict)
     removed_directories: int = 0
     host_errors: dict[str, int] = attrs.field(factory=dict)
+    scan_errors: dict[str, int] = attrs.field(factory=dict)
+    series_dropped: int = 0
+    truncated_files: int = 0
+    truncated_bytes: int = 0
+
+
+@attrs.frozen
+class Scan:
+    """One scan's result, shared by every request that asks within its age.
+
+    Attributes:
+        families: the metric families.
+        at: when it was made (the monitor's monotonic clock, seconds).
+        seq: its number (1 for the first scan); a new number is a new scan.
+        error: why the scan failed as a whole (its families are partial), else None.
+    """
+
+    families: list[Family]
+    at: float
+    seq: int
+    error: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -99,6 +135,13 @@ class _DeviceReading:
 
 class NodeMonitor:
     """Reads one node's container directories and host devices. Thread-safe."""
+
+    #: Most device series one container has: a region holds 16 devices (shim
+    #: ``REGION_MAX_DEVICES``, HAMi-core's ``CUDA_DEVICE_MAX_COUNT``).
+    MAX_SERIES_PER_CONTAINER = 16
+    #: Most removal operations (unlink, rmdir, rename) one scan spends on gone pods'
+    #: directories; the rest waits for the next scan.
+    REMOVAL_BUDGET = 20_000
 
     def __init__(
         self,
@@ -137,18 +180,73 @@ class NodeMonitor:
         self._logged: dict[str, str] = {}
         self._busy: dict[tuple[str, str, str], tuple[float, int]] = {}
         self._kernels: dict[tuple[str, str, str], tuple[int, float | None]] = {}
+        self._seen_series: set[tuple[str, str, str]] = set()
+        self._removal_budget = self.REMOVAL_BUDGET
+        self._last: Scan | None = None
+        self._seq = 0
 
     # -- public ----------------------------------------------------------------------
 
     def collect(self) -> list[Family]:
-        """One scan: the node's metric families (PROTOCOL.md §9, node monitor)."""
+        """One fresh scan: the node's metric families (PROTOCOL.md §9, node monitor).
+        Never raises: a failure is counted and the families made before it are
+        returned (``latest`` also says why)."""
+        return self._scan().families
+
+    def latest(self, max_age_s: float) -> Scan:
+        """The last scan if it is at most ``max_age_s`` old, else a new one.
+
+        Concurrent callers share one scan: one scans while the others wait for it, and
+        then take it (single flight), so N requests cost one scan, not N.
+
+        Args:
+            max_age_s: the oldest scan served, seconds (0: always a new one, unless
+                another caller's scan completes while this one waits for it).
+        Raises:
+            ValueError: ``max_age_s`` is negative or not a number.
+        """
+        if not max_age_s >= 0 or math.isinf(max_age_s):
+            raise ValueError(f"max_age_s must be a finite number >= 0, got {max_age_s!r}")
+        asked = self.clock()
+        last = self._last
+        if last is not None and asked - last.at <= max_age_s:
+            return last
         with self._lock:
-            now = self.clock()
-            families = _families()
+            last = self._last
+            # made while this caller waited for the lock, or young enough
+            if last is not None and (last.at >= asked or self.clock() - last.at <= max_age_s):
+                return last
+            return self._scan_locked()
+
+    def state_size(self) -> int:
+        """How many series the monitor keeps state for (utilisation, last kernel)."""
+        return len(self._busy.keys() | self._kernels.keys())
+
+    def _scan(self) -> Scan:
+        with self._lock:
+            return self._scan_locked()
+
+    def _scan_locked(self) -> Scan:
+        now = self.clock()
+        families = _families()
+        self._seen_series = set()
+        self._removal_budget = self.REMOVAL_BUDGET
+        error: str | None = None
+        try:
             self._collect_host(families)
             self._collect_containers(families, now)
-            self._collect_own(families)
-            return list(families.values())
+        except Exception as exc:  # one bug or hostile input must not end every scrape
+            self._count_error("scan")
+            error = f"{type(exc).__name__}: {exc}"
+            self._log_once("scan", error, "the scan failed; serving what it read: %s")
+            log.debug("scan failure", exc_info=True)
+        else:
+            self._logged.pop("scan", None)
+            self._forget_unseen_series()
+        self._collect_own(families)
+        self._seq += 1
+        self._last = Scan(families=list(families.values()), at=now, seq=self._seq, error=error)
+        return self._last
 
     # -- host devices ----------------------------------------------------------------
 
@@ -189,10 +287,15 @@ class NodeMonitor:
         if pods is not None:
             by_uid = {}
             for pod in pods:
-                uid = (pod.get("metadata") or {}).get("uid")
-                if uid:
-                    by_uid[str(uid)] = pod
-                self._mig_info(f, pod)
+                uid = None
+                try:
+                    uid = (pod.get("metadata") or {}).get("uid")
+                    if uid:
+                        by_uid[str(uid)] = pod
+                    self._mig_info(f, pod)
+                except Exception as exc:  # a malformed pod object: skip it, count it
+                    self._count_error("pod")
+                    self._log_once("pod", str(exc), "skipped a malformed pod: %s", f"{uid}: {exc}")
         try:
             root_fd = open_directory(self.root)
         except FileNotFoundError:
@@ -213,37 +316,78 @@ class NodeMonitor:
                 match = DIRECTORY_NAME.match(entry)
                 if match is None:
                     continue  # not a directory the device plugin made: leave it alone
-                uid, container = match.group(1), match.group(2)
                 seen.add(entry)
                 if by_uid is None:
                     continue
-                owner = by_uid.get(uid)
-                if owner is None:
-                    self._maybe_remove(root_fd, entry, now)
-                    continue
-                self._missing_since.pop(entry, None)
-                if container not in _container_names(owner):
-                    continue
-                readings = self._read_container(root_fd, entry, live)
-                allocated = self._allocated_bytes(owner, container)
-                readings = [
-                    attrs.evolve(r, limit_bytes=allocated[r.uuid]) if r.uuid in allocated else r
-                    for r in readings
-                ]
-                meta = owner.get("metadata") or {}
-                self._emit(
-                    f,
-                    str(meta.get("namespace", "")),
-                    str(meta.get("name", "")),
-                    uid,
-                    container,
-                    readings,
-                    now,
-                )
+                try:
+                    self._collect_container(f, root_fd, entry, match, by_uid, live, now)
+                except Exception as exc:  # one directory or pod must not end the scan
+                    self._count_error("container")
+                    where = f"{self.root.rstrip('/')}/{entry}"
+                    self._log_once(where, str(exc), "skipped a container: %s", f"{where}: {exc}")
         finally:
             os.close(root_fd)
         for gone in set(self._missing_since) - seen:
             del self._missing_since[gone]
+        prefix = f"{self.root.rstrip('/')}/"
+        for key in [k for k in self._logged if k.startswith(prefix)]:
+            if key[len(prefix) :].split("/", 1)[0] not in seen:
+                del self._logged[key]
+
+    def _collect_container(
+        self,
+        f: dict[str, Family],
+        root_fd: int,
+        entry: str,
+        match: re.Match[str],
+        by_uid: dict[str, Pod],
+        live: frozenset[tuple[int, int]],
+        now: float,
+    ) -> None:
+        uid, container = match.group(1), match.group(2)
+        owner = by_uid.get(uid)
+        if owner is None:
+            self._maybe_remove(root_fd, entry, now)
+            return
+        self._missing_since.pop(entry, None)
+        if container not in _container_names(owner):
+            return
+        readings = self._read_container(root_fd, entry, live)
+        allocated = self._allocated_bytes(owner, container)
+        readings = [
+            attrs.evolve(r, limit_bytes=allocated[r.uuid]) if r.uuid in allocated else r
+            for r in readings
+        ]
+        readings = self._bounded(readings, allocated)
+        meta = owner.get("metadata") or {}
+        self._emit(
+            f,
+            str(meta.get("namespace", "")),
+            str(meta.get("name", "")),
+            uid,
+            container,
+            readings,
+            now,
+        )
+
+    def _bounded(
+        self, readings: list[_DeviceReading], allocated: Mapping[str, int]
+    ) -> list[_DeviceReading]:
+        """At most ``MAX_SERIES_PER_CONTAINER`` readings, one per UUID: the devices the
+        scheduler allocated first, then in the region's order; the rest are counted."""
+        unique: dict[str, _DeviceReading] = {}
+        for r in sorted(readings, key=lambda r: r.uuid not in allocated):
+            unique.setdefault(r.uuid, r)
+        kept = list(unique.values())[: self.MAX_SERIES_PER_CONTAINER]
+        self.stats.series_dropped += len(readings) - len(kept)
+        return kept
+
+    def _forget_unseen_series(self) -> None:
+        """Drop the state of series this scan did not make (a device UUID a region no
+        longer names, a container that stopped): the state follows the series."""
+        for table in (self._busy, self._kernels):
+            for key in [k for k in table if k not in self._seen_series]:
+                del table[key]
 
     def _read_container(
         self, root_fd: int, entry: str, live: frozenset[tuple[int, int]]
@@ -261,6 +405,7 @@ class NodeMonitor:
             for backend, files in self._usage_files().items():
                 for fname, size in files.items():
                     path = f"{where}/{fname}"
+                    self._cap(dir_fd, fname, max(size), path)
                     try:
                         data = read_tenant_file(fname, size, dir_fd=dir_fd, where=where)
                         usage = self.backends.parse_usage(backend, fname, data)
@@ -279,6 +424,19 @@ class NodeMonitor:
         finally:
             os.close(dir_fd)
         return readings
+
+    def _cap(self, dir_fd: int, name: str, max_bytes: int, path: str) -> None:
+        """Cut a usage file grown past its largest size back to it (a tenant filling
+        the node's disk through its one writable host file), counted and logged."""
+        try:
+            cut = cap_tenant_file(name, max_bytes, dir_fd=dir_fd)
+        except OSError as exc:
+            self._log_once(f"{path}:cap", str(exc), "cannot truncate an oversized file: %s")
+            return
+        if cut:
+            self.stats.truncated_files += 1
+            self.stats.truncated_bytes += cut
+            log.warning("%s: grown %d bytes past its %d; truncated", path, cut, max_bytes)
 
     def _mig_info(self, f: dict[str, Family], pod: Pod) -> None:
         """``hami_mig_device_info`` of a live pod's realised MIG devices: those of its
@@ -354,6 +512,7 @@ class NodeMonitor:
             labels = (namespace, pod, container, str(r.vdevice_index), r.uuid)
             used = r.buffer_bytes + r.context_bytes
             key = (uid, container, r.uuid)
+            self._seen_series.add(key)
             util = self._utilization(key, r.busy_ns, now)
             f["hami_vgpu_memory_used_bytes"].add(labels, used)
             f["hami_vgpu_memory_limit_bytes"].add(labels, r.limit_bytes)
@@ -397,15 +556,23 @@ class NodeMonitor:
         if now - since < self.grace_s:
             return
         path = f"{self.root.rstrip('/')}/{entry}"
+        if self._removal_budget <= 0:
+            return
+        spent = [0]
         try:
-            # rmtree works on descriptors and never follows links inside the tree
-            # (shutil.rmtree.avoids_symlink_attacks on Linux).
-            shutil.rmtree(entry, dir_fd=root_fd)
-        except FileNotFoundError:
-            pass
+            # descriptor-based, never follows a link, bounded in depth and work: a tree
+            # the tenant made thousands deep or wide is removed over several scans
+            done = remove_tree(entry, dir_fd=root_fd, max_entries=self._removal_budget, spent=spent)
         except OSError as exc:
             self._log_once(path, str(exc), "cannot remove the directory of a gone pod: %s")
+            self._removal_budget = 0
             return
+        finally:
+            self._removal_budget -= spent[0]
+        if not done:
+            self._log_once(path, "partial", "removing the large directory of a gone pod: %s")
+            return
+        self._logged.pop(path, None)
         del self._missing_since[entry]
         self.stats.removed_directories += 1
         for key in [k for k in self._busy if f"{k[0]}_{k[1]}" == entry]:
@@ -422,6 +589,14 @@ class NodeMonitor:
         f["hami_monitor_directories_removed_total"].add((), self.stats.removed_directories)
         for backend, n in sorted(self.stats.host_errors.items()):
             f["hami_monitor_host_errors_total"].add((backend,), n)
+        for part, n in sorted(self.stats.scan_errors.items()):
+            f["hami_monitor_scan_errors_total"].add((part,), n)
+        f["hami_monitor_series_dropped_total"].add((), self.stats.series_dropped)
+        f["hami_monitor_files_truncated_total"].add((), self.stats.truncated_files)
+        f["hami_monitor_truncated_bytes_total"].add((), self.stats.truncated_bytes)
+
+    def _count_error(self, part: str) -> None:
+        self.stats.scan_errors[part] = self.stats.scan_errors.get(part, 0) + 1
 
     def _skip(self, path: str, reason: str, message: str) -> None:
         self.stats.skipped[reason] = self.stats.skipped.get(reason, 0) + 1
@@ -591,6 +766,30 @@ def _families() -> dict[str, Family]:
             "hami_monitor_host_errors_total",
             "Scrapes whose host figures failed, per backend.",
             ("backend",),
+            "counter",
+        ),
+        (
+            "hami_monitor_scan_errors_total",
+            "Unexpected failures skipped in a scan, per part (pod, container, scan).",
+            ("part",),
+            "counter",
+        ),
+        (
+            "hami_monitor_files_truncated_total",
+            "Usage files a tenant grew past their size, truncated back.",
+            (),
+            "counter",
+        ),
+        (
+            "hami_monitor_truncated_bytes_total",
+            "Bytes cut off usage files grown past their size.",
+            (),
+            "counter",
+        ),
+        (
+            "hami_monitor_series_dropped_total",
+            "Container device series dropped over the per-container cap.",
+            (),
             "counter",
         ),
     ]

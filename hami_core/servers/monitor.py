@@ -14,13 +14,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hami_core.cluster.kube import Informer, make_api_client
 from hami_core.errors import ConfigError
-from hami_core.monitor import Family, NodeMonitor
+from hami_core.monitor import Family, NodeMonitor, Scan
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
 
@@ -49,26 +49,74 @@ class FamilyCollector(Collector):
 
 
 def monitor_registry(monitor: NodeMonitor) -> CollectorRegistry:
-    """A registry whose only collector is ``monitor`` (one scan per scrape)."""
+    """A registry whose only collector is ``monitor`` (one fresh scan per collect)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FamilyCollector(monitor.collect))
     return registry
 
 
-def create_monitor_app(monitor: NodeMonitor, *, is_ready: Callable[[], bool] = lambda: True) -> Any:
-    """WSGI app: ``/metrics`` (Prometheus text format) and ``/healthz``."""
-    metrics_app = make_wsgi_app(monitor_registry(monitor))
+def render_scan(scan: Scan) -> bytes:
+    """One scan in the Prometheus text format (``CONTENT_TYPE_LATEST``)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FamilyCollector(lambda: scan.families))
+    return generate_latest(registry)
+
+
+#: Default oldest scan /metrics and /healthz serve, seconds (``--scan-max-age``).
+SCAN_MAX_AGE_S = 5.0
+
+
+def create_monitor_app(
+    monitor: NodeMonitor,
+    *,
+    is_ready: Callable[[], bool] = lambda: True,
+    scan_max_age_s: float = SCAN_MAX_AGE_S,
+) -> Any:
+    """WSGI app: ``/metrics`` (Prometheus text format), ``/healthz`` and ``/readyz``.
+
+    Every request within ``scan_max_age_s`` of the last scan is served that scan,
+    rendered once (``NodeMonitor.latest``: concurrent requests share one scan), so a
+    client looping /metrics costs one scan per ``scan_max_age_s`` and Prometheus' own
+    scrape never queues behind a line of full scans. /metrics always answers 200 with
+    what the scan read; /healthz answers 503 with the reason while the last scan failed
+    as a whole (``hami_monitor_scan_errors_total{part="scan"}`` counts them), so a
+    broken monitor shows in its probe rather than only in missing series.
+    """
+    rendered: dict[int, bytes] = {}
+    render_lock = threading.Lock()
+
+    def metrics_text() -> bytes:
+        scan = monitor.latest(scan_max_age_s)
+        with render_lock:
+            body = rendered.get(scan.seq)
+            if body is None:
+                body = render_scan(scan)
+                rendered.clear()
+                rendered[scan.seq] = body
+            return body
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         path = environ.get("PATH_INFO", "")
-        if path in ("/healthz", "/readyz"):
-            ok = path == "/healthz" or is_ready()
+        if path == "/healthz":
+            scan = monitor.latest(scan_max_age_s)
+            if scan.error is not None:
+                start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+                return [f"the last scan failed: {scan.error}\n".encode(errors="replace")]
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"ok\n"]
+        if path == "/readyz":
+            ok = is_ready()
             start_response(
                 "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")]
             )
             return [b"ok\n" if ok else b"pods not listed yet\n"]
         if path in ("/metrics", "/"):
-            return metrics_app(environ, start_response)
+            body = metrics_text()
+            start_response(
+                "200 OK",
+                [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))],
+            )
+            return [body]
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"not found\n"]
 
@@ -108,7 +156,9 @@ def run_monitor(opts: MonitorOptions, *, stop: threading.Event | None = None) ->
         grace_s=opts.gc_grace_s,
         proc_root=opts.proc_root,
     )
-    app = create_monitor_app(monitor, is_ready=lambda: pods.wait_synced(0))
+    app = create_monitor_app(
+        monitor, is_ready=lambda: pods.wait_synced(0), scan_max_age_s=opts.scan_max_age_s
+    )
     # waitress with slow-client guards (metrics_http): a tenant's idle or slow connections
     # must not make Prometheus' scrape of this node fail
     server = create_guarded_server(

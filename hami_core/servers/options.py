@@ -524,6 +524,16 @@ class MonitorOptions:
         "/proc",
         help="procfs of the host's PID namespace (the DaemonSet runs with hostPID).",
     )
+    scan_max_age_s: float = setting(
+        5.0,
+        flag="--scan-max-age",
+        unit="seconds",
+        min=0,
+        max=300,
+        help="Oldest scan /metrics and /healthz serve; requests within it share one scan.",
+        why="a client looping /metrics costs one scan per period, not one per request, "
+        "so Prometheus' scrape stays inside its timeout.",
+    )
     legacy_metrics: bool | None = setting(
         None,
         show_default="off",

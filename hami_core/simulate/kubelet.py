@@ -42,6 +42,10 @@ def _no_host_dir(path: str) -> None:
     """The simulator creates no host directory."""
 
 
+def _no_shared_file(path: str, size: int) -> None:
+    """``hami simulate`` creates no file on the host."""
+
+
 def _no_host_file(path: str, content: str) -> None:
     """The simulator writes no host file (the answer still names it)."""
 
@@ -92,6 +96,7 @@ def allocate_pod(
             known_ids=_returns(known),
             make_dir=_no_host_dir,
             write_file=_no_host_file,
+            make_file=_no_shared_file,
             node_devices=_returns(devices),
             state=state,
             observe_pods=False,

@@ -91,12 +91,13 @@ def test_the_pod_gets_its_limits_then_success_and_the_lock_is_released(
     assert answer.envs["NVIDIA_VISIBLE_DEVICES"] == uuid
     assert answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
     assert answer.envs["CUDA_DEVICE_SM_LIMIT"] == "30"
-    shared = next(m for m in answer.mounts if not m.read_only)
-    assert shared.host_path == str(
-        tmp_path / "vgpu" / "containers" / f"{pod['metadata']['uid']}_main"
+    region = next(m for m in answer.mounts if not m.read_only)
+    assert region.host_path == str(
+        tmp_path / "vgpu" / "containers" / f"{pod['metadata']['uid']}_main" / "vgpu.cache"
     )
-    assert Path(shared.host_path).is_dir()
-    assert stat.S_IMODE(Path(shared.host_path).stat().st_mode) == 0o1777
+    assert Path(region.host_path).is_file()
+    assert stat.S_IMODE(Path(region.host_path).stat().st_mode) == 0o666
+    assert stat.S_IMODE(Path(region.host_path).parent.stat().st_mode) == 0o755
     after = ann(cluster, "p")
     assert after[keys.BIND_PHASE] == "success"
     assert after["hami.io/vgpu-devices-to-allocate"] == ";"  # consumed
@@ -557,14 +558,14 @@ def test_a_device_id_repeated_in_one_request_is_refused_before_anything_changes(
     assert lock(cluster) is not None
 
 
-def test_a_host_directory_that_cannot_be_made_fails_the_pod(cluster, nvidia, bound_pod: BindPod):
+def test_a_host_file_that_cannot_be_made_fails_the_pod(cluster, nvidia, bound_pod: BindPod):
     bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1)), NODE)
 
-    def refuse(path: str) -> None:
+    def refuse(path: str, size: int) -> None:
         raise PermissionError(13, "Permission denied", path)
 
     with pytest.raises(AllocateFailedError) as err:
-        allocator(cluster, nvidia, make_dir=refuse).allocate([ids_on(UUIDS[0])])
+        allocator(cluster, nvidia, make_file=refuse).allocate([ids_on(UUIDS[0])])
 
     assert str(err.value).startswith("pod default/p: [Errno 13] Permission denied")
     assert ann(cluster, "p")[keys.BIND_PHASE] == "failed"
@@ -637,7 +638,8 @@ def test_cdi_mode_answers_names_and_writes_the_spec(
     assert "CUDA_DEVICE_MEMORY_LIMIT_0=3000m" in device["containerEdits"]["env"]
     assert f"NVIDIA_VISIBLE_DEVICES={uuid}" in device["containerEdits"]["env"]
     mounts = {m["containerPath"]: m for m in device["containerEdits"]["mounts"]}
-    assert mounts["/usr/local/vgpu/shared"]["options"][0] == "rw"
+    assert mounts["/usr/local/vgpu/shared"]["options"][0] == "ro"
+    assert mounts["/usr/local/vgpu/shared/vgpu.cache"]["options"][0] == "rw"
     assert ann(cluster, "p")[keys.BIND_PHASE] == "success"
 
     assert writer.sweep([uid]) == []
@@ -707,3 +709,43 @@ def test_the_opt_out_fails_closed_when_the_namespace_cannot_be_read(cluster, nvi
     (uuid,) = assigned(cluster, "p")[0]
     (answer,) = allocator(cluster, nvidia).allocate([ids_on(uuid)])
     assert "/etc/ld.so.preload" in {m.container_path for m in answer.mounts}
+
+
+def test_a_containers_only_writable_host_paths_are_files_the_host_made_and_sized(
+    cluster, nvidia, bound_pod: BindPod, tmp_path: Path
+):
+    """Issue 24 item 16 (d): the region's directory (and a high-priority container's
+    board entry) was mounted writable, an unbounded host path a tenant could fill the
+    node's disk through. Every writable mount is now one file the device plugin created
+    at its format's size (0666), in a directory of its own the container sees read-only;
+    what an older version's writable directory left at the region's path (a tenant's
+    symlink to a host file) is replaced, not followed."""
+    c = ctr("main", gpu=1, gpumem=3000, priority=0)
+    pod = bound_pod(cluster, nvidia, gpu_pod("p", c), NODE)
+    (uuid,) = assigned(cluster, "p")[0]
+    uid = pod["metadata"]["uid"]
+    old = tmp_path / "vgpu" / "containers" / f"{uid}_main"
+    old.mkdir(parents=True)
+    old.chmod(0o1777)
+    secret = tmp_path / "host-secret"
+    secret.write_text("keep")
+    (old / "vgpu.cache").symlink_to(secret)
+
+    (answer,) = allocator(cluster, nvidia).allocate([ids_on(uuid)])
+
+    from hami_nvidia.shared_region import FILE_SIZE
+
+    writable = [m for m in answer.mounts if not m.read_only]
+    assert sorted(m.container_path for m in writable) == sorted(
+        ["/usr/local/vgpu/shared/vgpu.cache", f"/usr/local/vgpu/priority-beat/{uuid}/beat"]
+    )
+    sizes = {"vgpu.cache": FILE_SIZE, "beat": 8}
+    for m in writable:
+        host = Path(m.host_path)
+        st = host.lstat()
+        assert stat.S_ISREG(st.st_mode) and st.st_size == sizes[host.name], m
+        assert stat.S_IMODE(st.st_mode) == 0o666
+        assert stat.S_IMODE(host.parent.stat().st_mode) == 0o755, "the directory is the host's"
+    shared = {m.container_path: m for m in answer.mounts}["/usr/local/vgpu/shared"]
+    assert shared.read_only and Path(shared.host_path) == old
+    assert secret.read_text() == "keep"

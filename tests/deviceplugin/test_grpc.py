@@ -157,7 +157,9 @@ def test_allocate_over_grpc(
     mounts = {m.container_path: m for m in answer.mounts}
     shared = mounts["/usr/local/vgpu/shared"]
     assert shared.host_path == str(tmp_path / "vgpu" / "containers" / f"{uid}_main")
-    assert not shared.read_only and Path(shared.host_path).is_dir()
+    assert shared.read_only and Path(shared.host_path).is_dir()
+    region = mounts["/usr/local/vgpu/shared/vgpu.cache"]
+    assert not region.read_only and Path(region.host_path).is_file()
     assert mounts["/usr/local/vgpu/libvgpu.so"].read_only
     after = cluster.get_pod("default", "p")["metadata"]["annotations"]
     assert after[keys.BIND_PHASE] == "success"

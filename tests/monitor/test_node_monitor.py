@@ -64,7 +64,7 @@ def test_region_of_the_real_shim_appears_with_exact_values_and_labels(
     )
     pods = [pod(UID_A, "trainer", "main")]
     monitor = NodeMonitor(manager, root=str(root), node_name=NODE, pods=lambda: pods)
-    served = Served(create_monitor_app(monitor))
+    served = Served(create_monitor_app(monitor, scan_max_age_s=0))  # every scrape scans
     try:
         m = scrape(served.url)
         base = {"namespace": "team-a", "pod": "trainer", "container": "main"}

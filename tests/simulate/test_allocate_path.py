@@ -70,7 +70,7 @@ def test_the_simulator_writes_nothing_on_the_host(tmp_path):
     out, _ = submit(pod_with_init(), hook_path=str(hook))
     files = [path for a in out.allocations.values() for path in a.files]
     dirs = [m.host_path for a in out.allocations.values() for m in a.mounts if not m.read_only]
-    assert files and dirs  # the answers name the limits file and the shared-region dir
+    assert files and dirs  # the answers name the limits file and the shared region
     assert all(p.startswith(str(hook)) for p in files + dirs)
     assert not hook.exists() and not any(os.path.exists(p) for p in files + dirs)
 

@@ -20,6 +20,10 @@ from hami_core.backend import (
 from .mig import MIG_MODE
 from .migdevices import DYNAMIC, check_allowlist, mig_allocation
 from .names import CORE_POLICY, PRIORITY_RESOURCE, VGPU_MODE
+from .shared_region import FILE_SIZE
+
+#: The region's file name in a container's directory (the monitor reads it there).
+REGION_FILE = "vgpu.cache"
 
 #: Where the shim, its preload file and the per-container regions live inside containers.
 CONTAINER_HOOK_DIR = "/usr/local/vgpu"
@@ -99,28 +103,37 @@ def priority_board(hook_path: str, uuid: str) -> str:
     return f"{hook_path.rstrip('/')}/priority/{uuid}"
 
 
+#: Size of a beat file: one CLOCK_MONOTONIC time in ns (shim/src/priority.h).
+BEAT_FILE_SIZE = 8
+
+
 def priority_mounts(
     hook_path: str, pod_uid: str, container: str, uuids: Sequence[str], priority: object
-) -> tuple[list[Mount], dict[str, str]]:
+) -> tuple[list[Mount], dict[str, str], dict[str, int]]:
     """The priority board of each GPU (read-only), and for a high-priority container its
-    own writable entry in each; plus a small file that makes each board exist on the host
-    before kubelet mounts it (a read-only hostPath must exist)."""
+    own beat file in each, writable (the file alone: the entry's directory is the
+    host's, so a tenant cannot fill the disk or plant a tree there); plus a small file
+    that makes each board exist on the host before kubelet mounts it (a read-only
+    hostPath must exist). Returns: mounts, ``files``, ``shared_files``."""
     mounts: list[Mount] = []
     files: dict[str, str] = {}
+    shared: dict[str, int] = {}
     for uuid in uuids:
         board = priority_board(hook_path, uuid)
         files[f"{board}/.gpu"] = f"{uuid}\n"
         mounts.append(Mount(container_path=f"{CONTAINER_PRIORITY_BOARD}/{uuid}", host_path=board))
         # As the shim reads CUDA_TASK_PRIORITY (written from the same value): "0" is high.
         if priority is not None and str(priority).strip() == str(HIGH_PRIORITY):
+            beat = f"{board}/{pod_uid}_{container}/beat"
+            shared[beat] = BEAT_FILE_SIZE
             mounts.append(
                 Mount(
-                    container_path=f"{CONTAINER_PRIORITY_BEAT}/{uuid}",
-                    host_path=f"{board}/{pod_uid}_{container}",
+                    container_path=f"{CONTAINER_PRIORITY_BEAT}/{uuid}/beat",
+                    host_path=beat,
                     read_only=False,
                 )
             )
-    return mounts, files
+    return mounts, files, shared
 
 
 def container_dir(hook_path: str, pod_uid: str, container: str) -> str:
@@ -207,9 +220,10 @@ def allocate(
     ``CUDA_DEVICE_MEMORY_SHARED_CACHE``, ``CUDA_OVERSUBSCRIBE`` (memory scaling > 1),
     ``GPU_CORE_UTILIZATION_POLICY``, ``CUDA_TASK_PRIORITY``. Mounts: the shim (read-only),
     ``/etc/ld.so.preload`` unless the container sets ``CUDA_DISABLE_CONTROL=true``, the
-    writable per-container directory the monitor reads, each GPU's priority board
-    (``priority_mounts``: read-only, plus the container's own entry writable when its
-    ``nvidia.com/priority`` is 0), and the same variables as a
+    per-container directory the monitor reads (read-only) with its region file
+    (writable, created and sized by the device plugin: ``shared_files``), each GPU's priority board
+    (``priority_mounts``: read-only, plus the container's own beat file writable when
+    its ``nvidia.com/priority`` is 0), and the same variables as a
     read-only limits file (``/usr/local/vgpu/limits``) that the shim prefers to the
     environment, so a container's own env cannot raise its share (PROTOCOL.md §7).
     """
@@ -252,7 +266,7 @@ def allocate(
         envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{d.memory_mib}m"
         envs[f"CUDA_DEVICE_SM_LIMIT_{i}"] = str(d.cores_pct)
     envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].cores_pct)
-    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{CONTAINER_HOOK_DIR}/shared/vgpu.cache"
+    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{CONTAINER_HOOK_DIR}/shared/{REGION_FILE}"
     if config.memory_scaling > 1:
         envs["CUDA_OVERSUBSCRIBE"] = "true"
     policy = first_annotation(meta.get("annotations") or {}, CORE_POLICY) or str(opts["corePolicy"])
@@ -262,11 +276,17 @@ def allocate(
         envs["CUDA_TASK_PRIORITY"] = str(priority)
 
     library = str(opts["libraryPath"]) or f"{hook}/libvgpu.so"
+    # The region's directory read-only, the region file alone writable, created and
+    # sized by the device plugin: a writable host directory would let a tenant fill the
+    # node's disk (issue 24 item 16); the monitor truncates a region grown past its size.
+    shared_dir = container_dir(hook, str(meta.get("uid", "")), name)
+    region = f"{shared_dir}/{REGION_FILE}"
     mounts = [
         Mount(container_path=f"{CONTAINER_HOOK_DIR}/libvgpu.so", host_path=library),
+        Mount(container_path=f"{CONTAINER_HOOK_DIR}/shared", host_path=shared_dir),
         Mount(
-            container_path=f"{CONTAINER_HOOK_DIR}/shared",
-            host_path=container_dir(hook, str(meta.get("uid", "")), name),
+            container_path=f"{CONTAINER_HOOK_DIR}/shared/{REGION_FILE}",
+            host_path=region,
             read_only=False,
         ),
     ]
@@ -276,7 +296,7 @@ def allocate(
     )
     if not disabled:
         mounts.append(Mount(container_path="/etc/ld.so.preload", host_path=f"{hook}/ld.so.preload"))
-    board_mounts, board_files = priority_mounts(
+    board_mounts, board_files, beat_files = priority_mounts(
         hook, str(meta.get("uid", "")), name, [d.uuid for d in devices], priority
     )
     mounts.extend(board_mounts)
@@ -287,5 +307,8 @@ def allocate(
     mounts.append(Mount(container_path=CONTAINER_LIMITS_FILE, host_path=host_limits))
     content = "".join(f"{k}={v}\n" for k, v in sorted(file_values.items()))
     return ContainerAllocation(
-        envs=envs, mounts=tuple(mounts), files={host_limits: content, **board_files}
+        envs=envs,
+        mounts=tuple(mounts),
+        files={host_limits: content, **board_files},
+        shared_files={region: FILE_SIZE, **beat_files},
     )

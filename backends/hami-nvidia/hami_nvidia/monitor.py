@@ -18,6 +18,7 @@ from hami_core.backend import (
     RegionDevice,
 )
 
+from .allocate import REGION_FILE
 from .discover import model_name
 from .nvml import NvmlMissingError, PynvmlLibrary
 from .shared_region import (
@@ -27,9 +28,6 @@ from .shared_region import (
     RegionNotReadyError,
     parse_region,
 )
-
-#: The region's file name in a container's directory (allocate.py sets the env to it).
-REGION_FILE = "vgpu.cache"
 
 
 def usage_files() -> dict[str, tuple[int, ...]]:

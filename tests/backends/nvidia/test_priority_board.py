@@ -78,3 +78,41 @@ def test_the_backends_release_hook_includes_the_boards(tmp_path):
         f"priority board entry {board}/{GONE}_main (pod gone)",
     )
     assert not (board / f"{GONE}_main").exists()
+
+
+def test_a_deep_tree_in_an_entry_is_removed_over_rounds_and_never_fails_one(tmp_path):
+    """Issue 24 item 16 (e): an entry a tenant made 1200 directories deep made
+    ``shutil.rmtree`` raise (recursion, a descriptor per level) on every round, so
+    ``hami_release`` failed every round and no entry was ever removed again. Removal is
+    bounded per round, goes on, and the other gone entries are still removed."""
+    from hami_core.backend import remove_tree
+    from tests.monitor.test_monitor_tenant_faults import nest
+
+    board = tmp_path / "priority" / GPU
+    board.mkdir(parents=True)
+    nest(board / f"{GONE}_deep", 1200)
+    (board / f"{DONE}_main").mkdir()
+    old = time.time() - 10 * priority_board.GRACE_S
+    for name in (f"{GONE}_deep", f"{DONE}_main"):
+        os.utime(board / name, (old, old))
+    devices = [DeviceInfo(uuid=GPU, vendor="NVIDIA", index=0, memory_mib=1, cores_pct=100)]
+    cfg = config(tmp_path)
+    freed: list[str] = []
+    try:
+        for _ in range(20):
+            freed += priority_board.release([], devices, cfg)
+            if not os.listdir(board):
+                break
+    finally:
+        left = os.listdir(board)
+        fd = os.open(board, os.O_RDONLY | os.O_DIRECTORY)
+        try:  # a deep tree left behind would break pytest's cleanup of later sessions
+            for name in left:
+                while not remove_tree(name, dir_fd=fd):
+                    pass
+        finally:
+            os.close(fd)
+    assert left == []
+    assert sorted(freed) == sorted(
+        f"priority board entry {board}/{n} (pod gone)" for n in (f"{GONE}_deep", f"{DONE}_main")
+    )

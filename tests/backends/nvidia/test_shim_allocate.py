@@ -65,12 +65,14 @@ def test_every_container_sees_its_gpus_priority_boards_read_only():
     assert CONTAINER_LIMITS_FILE in mounts
 
 
-def test_only_a_high_priority_container_gets_its_own_entry_writable():
+def test_only_a_high_priority_container_gets_its_own_beat_file_writable():
     out = allocate(POD, container("0"), DEVICES, config(), ())
     mounts = {m.container_path: m for m in out.mounts}
     for uuid in UUIDS:
-        own = mounts[f"/usr/local/vgpu/priority-beat/{uuid}"]
-        assert (own.host_path, own.read_only) == (f"/hook/priority/{uuid}/u-1_main", False)
+        own = mounts[f"/usr/local/vgpu/priority-beat/{uuid}/beat"]
+        host = f"/hook/priority/{uuid}/u-1_main/beat"
+        assert (own.host_path, own.read_only) == (host, False)
+        assert out.shared_files[host] == 8, "the file alone, made and sized by the host"
     assert limits_of(out)["CUDA_TASK_PRIORITY"] == "0"
     for low in (container("1"), container(None)):
         paths = [m.container_path for m in allocate(POD, low, DEVICES, config(), ()).mounts]
