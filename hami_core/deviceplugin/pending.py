@@ -28,7 +28,7 @@ from hami_core.errors import AnnotationError, NotFoundError
 from hami_core.model import ContainerDevices, DeviceTypeInfo, PodDevices
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
-from hami_core.protocol.lock import DEFAULT_LOCK_EXPIRY_S, NodeLock, decode_lock
+from hami_core.protocol.lock import DEFAULT_LOCK_EXPIRY_S, NodeLock, decode_lock, taken_for_bind
 from hami_core.protocol.pods import containers, pod_ref
 from hami_core.scheduling.usage import is_live
 
@@ -113,11 +113,6 @@ class Candidates:
     lock_value: str | None = None
 
 
-#: How far ``hami.io/bind-time`` may be from the lock's stamp (HAMi's scheduler takes
-#: the two from separate clock reads; ours writes the lock's own stamp).
-BIND_TIME_SLACK_S = 60
-
-
 def find_candidates(
     store: ClusterStore,
     *,
@@ -198,11 +193,7 @@ def find_candidates(
 
 def _bound_under(pod: KubeObject, lock: NodeLock) -> bool:
     ann = (pod.get("metadata") or {}).get("annotations") or {}
-    try:
-        bind_time = int(ann.get(keys.BIND_TIME) or "")
-    except ValueError:
-        return False
-    return abs(bind_time - lock.acquired_at.timestamp()) <= BIND_TIME_SLACK_S
+    return bool(taken_for_bind(lock, ann.get(keys.BIND_TIME)))
 
 
 def select_pod(

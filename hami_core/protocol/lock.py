@@ -10,6 +10,10 @@ from hami_core.errors import AnnotationError
 
 #: Default lock lifetime: HAMi's 5 minutes.
 DEFAULT_LOCK_EXPIRY_S = 300.0
+#: How far a bound pod's ``hami.io/bind-time`` may be from its lock's stamp for the lock
+#: to be that bind's (HAMi's scheduler takes the two from separate clock reads; ours
+#: writes the lock's own stamp).
+BIND_TIME_SLACK_S = 60
 
 
 @attrs.frozen(kw_only=True)
@@ -75,3 +79,17 @@ def decode_lock(value: str) -> NodeLock:
     if not parts[1] or not parts[2]:
         raise AnnotationError(f"node lock {value!r}: empty namespace or pod name")
     return NodeLock(acquired_at=at.astimezone(dt.UTC), namespace=parts[1], pod=parts[2])
+
+
+def taken_for_bind(lock: NodeLock, bind_time: str | None) -> bool | None:
+    """Whether ``lock`` was taken for the bind that wrote ``bind_time`` (the owner pod's
+    ``hami.io/bind-time``, unix seconds, written by the scheduler with the Binding): the
+    two stamps at most ``BIND_TIME_SLACK_S`` apart. None when ``bind_time`` is missing or
+    unreadable (nothing to tell by). A lock stamped long after its owner was bound (a
+    retried bind that re-took it) is not that bind's: no device plugin serves the pod
+    under it (``deviceplugin.pending``) and it protects nothing."""
+    try:
+        stamp = int(bind_time or "")
+    except ValueError:
+        return None
+    return abs(stamp - lock.acquired_at.timestamp()) <= BIND_TIME_SLACK_S

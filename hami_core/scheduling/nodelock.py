@@ -7,10 +7,12 @@ plugin after Allocate; expires ``expiry_s`` after its stamp, and a stamp in the 
 once when the owner pod is gone, finished or bound to another node, and once older than
 ``takeover_after_s`` (the longest a bind can take) when the owner is not bound at all
 (a scheduler that died mid-bind); a lock whose owner is bound to this node waits for the
-device plugin's Allocate, and no longer once kubelet reports the owner ``Running`` (every
-container passed Allocate: nodes whose devices a vendor's own device plugin serves, such as
-Moore Threads' or AWS Neuron's, never release our lock). Re-taking by the same pod is
-idempotent.
+device plugin's Allocate, and no longer once the owner is allocated (``hami.io/bind-phase``
+``success`` or ``failed``), once kubelet reports it ``Running`` (every container passed
+Allocate: nodes whose devices a vendor's own device plugin serves, such as Moore Threads'
+or AWS Neuron's, never release our lock), or when the lock was not taken for the owner's
+bind (its stamp far from the owner's ``hami.io/bind-time``: a retried bind re-took it).
+Re-taking by the same pod is idempotent.
 """
 
 from __future__ import annotations
@@ -22,8 +24,20 @@ from typing import Any
 
 from hami_core.cluster.base import ClusterStore
 from hami_core.errors import AnnotationError, ConflictError, NotFoundError
-from hami_core.protocol.annotations import NODE_LOCK
-from hami_core.protocol.lock import DEFAULT_LOCK_EXPIRY_S, NodeLock, decode_lock, encode_lock
+from hami_core.protocol.annotations import (
+    BIND_PHASE,
+    BIND_PHASE_FAILED,
+    BIND_PHASE_SUCCESS,
+    BIND_TIME,
+    NODE_LOCK,
+)
+from hami_core.protocol.lock import (
+    DEFAULT_LOCK_EXPIRY_S,
+    NodeLock,
+    decode_lock,
+    encode_lock,
+    taken_for_bind,
+)
 
 from .usage import is_live
 
@@ -47,8 +61,12 @@ def acquire_node_lock(
     wait_s: float = 0.0,
     takeover_after_s: float = LONGEST_BIND_S,
     wait: Callable[[float], object] | None = None,
-) -> None:
+) -> str | None:
     """Take the lock of ``node`` for ``namespace/pod``.
+
+    Returns:
+        The lock value written, or None when the lock already named the pod (an earlier
+        bind of it took it: only that bind's outcome may release it).
 
     Args:
         takeover_after_s: a lock whose owner is not bound to any node is taken over
@@ -69,7 +87,7 @@ def acquire_node_lock(
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            _try_acquire(
+            return _try_acquire(
                 store,
                 node,
                 namespace=namespace,
@@ -78,7 +96,6 @@ def acquire_node_lock(
                 expiry_s=expiry_s,
                 takeover_after_s=takeover_after_s,
             )
-            return
         except LockHeldError:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -99,7 +116,7 @@ def _try_acquire(
     now: dt.datetime,
     expiry_s: float,
     takeover_after_s: float,
-) -> None:
+) -> str | None:
     for attempt in range(_ATTEMPTS):
         # First from the cache (no read: the write's resourceVersion precondition refuses
         # a stale one with 409), then live after a conflict.
@@ -110,19 +127,18 @@ def _try_acquire(
             lock = _decode(current)
             if lock is not None:
                 if lock.owned_by(namespace, pod):
-                    return
+                    return None
                 if _holds(store, lock, node, now, expiry_s=expiry_s, takeover_s=takeover_after_s):
                     owner = f"{lock.namespace}/{lock.pod}" if lock.pod else "an unnamed owner"
                     raise LockHeldError(
                         f"node {node} is locked by {owner} since {lock.acquired_at:%Y-%m-%dT%H:%M:%SZ}"
                     )
+        value = encode_lock(now, namespace, pod)
         try:
             store.patch_node_annotations(
-                node,
-                {NODE_LOCK: encode_lock(now, namespace, pod)},
-                resource_version=meta.get("resourceVersion"),
+                node, {NODE_LOCK: value}, resource_version=meta.get("resourceVersion")
             )
-            return
+            return value
         except ConflictError:
             continue
     raise ConflictError(f"node {node} changed {_ATTEMPTS} times while taking its lock")
@@ -197,6 +213,14 @@ def _holds(
     bound_to = (owner.get("spec") or {}).get("nodeName")
     if bound_to:
         if bound_to != node:
+            return False
+        ann = (owner.get("metadata") or {}).get("annotations") or {}
+        if ann.get(BIND_PHASE) in (BIND_PHASE_SUCCESS, BIND_PHASE_FAILED):
+            return False  # allocated (or failed): no device plugin needs the lock for it
+        if taken_for_bind(lock, ann.get(BIND_TIME)) is False:
+            # Stamped long after the owner was bound (a retried bind of a bound pod took
+            # it, e.g. after an API-server restart): not its bind's lock, and no device
+            # plugin serves the owner under it.
             return False
         # Bound here: wait for the device plugin's Allocate. kubelet allocates every
         # container's devices at pod admission, before any container starts, so a Running

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import attrs
 
 from hami_core.cluster.base import ClusterStore, KubeObject
-from hami_core.errors import ConflictError, HamiError, InvalidInputError
+from hami_core.errors import ConflictError, HamiError, InvalidInputError, NotFoundError
 from hami_core.model import (
     PERCENT,
     Allocation,
@@ -41,7 +41,13 @@ from hami_core.protocol.migallocations import encode_mig_allocations, mig_alloca
 
 from .fitting import ContainerMiss, NodeFit, fit_pod, fit_pod_nodes
 from .nodeclass import LazyFits, SharedFit, Unshareable, mentions, relabel
-from .nodelock import LONGEST_BIND_S, acquire_node_lock, holds_node_lock, release_node_lock
+from .nodelock import (
+    LONGEST_BIND_S,
+    acquire_node_lock,
+    holds_node_lock,
+    release_node_lock,
+    release_node_lock_value,
+)
 from .nodes import read_node
 from .podspec import read_pod_request
 from .policy import Policies, resolve_policies, with_device_policy
@@ -743,8 +749,13 @@ class Scheduler:
 
         Binds of one pod uid are serialised in this process (kube-scheduler retries a
         bind after its 5 s extender timeout while the first may still run). A retried
-        bind of a pod already bound to ``node`` answers None; a pod bound by someone
-        else is left alone.
+        bind of a pod already bound to ``node`` answers None, also when this process's
+        cache still showed it unbound (after an API-server restart): the Binding's
+        refusal is checked live, the lock this call wrote is given back and a lock an
+        earlier bind of the pod holds is left to it. A Binding whose answer was lost is
+        checked live too: landed, it is a success and keeps its lock; unknown (the API
+        server unreachable), the lock stays, to be taken over if the pod stays unbound
+        (PROTOCOL.md §4). A pod bound by someone else is left alone.
 
         Returns:
             The allocation, or None for a pod that asks no managed device or is
@@ -789,7 +800,7 @@ class Scheduler:
         now = self.clock()
         started = time.monotonic()
         try:
-            acquire_node_lock(
+            written = acquire_node_lock(
                 self.store,
                 node,
                 namespace=namespace,
@@ -832,19 +843,18 @@ class Scheduler:
                 # seen annotated but unbound (an update of a pod kube-scheduler has
                 # assumed but not yet seen bound sends it back to its queue).
                 self.store.bind_pod(namespace, name, uid=uid, node=node, annotations=wire)
-            except ConflictError:
-                live = self._live_pod(namespace, name)
-                bound_to = (live.get("spec") or {}).get("nodeName")
-                if not bound_to:
-                    raise
-                if bound_to == node and _carries(live, annotations):
-                    log.info("pod %s/%s was bound to %s meanwhile", namespace, name, node)
+            except HamiError as exc:
+                outcome = self._binding_outcome(pod, node, annotations, exc, written=written)
+                if outcome is _BOUND_BY_US:
                     return allocation
-                raise ConflictError(
-                    f"pod {namespace}/{name} was bound to {bound_to} by someone else"
-                ) from None
+                if outcome is _BOUND_BEFORE:
+                    return None
+                raise
+        except _KeepLock as keep:
+            self._event(pod, "Warning", "BindingFailed", f"node {node}: {keep.cause}")
+            raise keep.cause from None
         except Exception as exc:
-            self._undo(pod, node)
+            self._undo(pod, node, written=written)
             self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
             raise
         try:
@@ -895,13 +905,92 @@ class Scheduler:
                 out[dtype.mig_annotation] = encode_mig_allocations(instances)
         return out
 
-    def _undo(self, pod: KubeObject, node: str) -> None:
-        """Release our lock after a failed bind. Nothing else to undo: the pod is
-        written only by the Binding itself, which is all or nothing."""
+    def _binding_outcome(
+        self,
+        pod: KubeObject,
+        node: str,
+        annotations: Mapping[str, str | None],
+        exc: HamiError,
+        *,
+        written: str | None,
+    ) -> object:
+        """What became of a Binding that answered ``exc``, from the pod as the API server
+        has it now: ``_BOUND_BY_US`` (it landed: a lost answer, or a race with our own
+        retry), ``_BOUND_BEFORE`` (the pod was already bound here, by an earlier bind:
+        a retried bind whose cache still showed it unbound; the lock this call wrote is
+        released, one held for that earlier bind is left to it), else None (not bound:
+        the caller undoes). Raises ``_KeepLock`` when the outcome cannot be known (the
+        API server unreachable after an answer that may hide a Binding that landed: the
+        lock stays for the device plugin, and is taken over once older than the longest
+        bind if the pod stays unbound, PROTOCOL.md §4), or ``ConflictError`` when the pod
+        is bound to another node."""
         meta = pod["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        try:
+            live = self._live_pod(namespace, name)
+        except HamiError:
+            if isinstance(exc, ConflictError):
+                return None  # refused, not lost: nothing landed
+            raise _KeepLock(exc) from None
+        if (live.get("metadata") or {}).get("uid") != meta.get("uid"):
+            return None
+        bound_to = (live.get("spec") or {}).get("nodeName")
+        if not bound_to:
+            return None
+        if bound_to != node:
+            raise ConflictError(
+                f"pod {namespace}/{name} was bound to {bound_to} by someone else"
+            ) from None
+        if _carries(live, annotations):
+            log.info("pod %s/%s was bound to %s meanwhile", namespace, name, node)
+            return _BOUND_BY_US
+        log.info(
+            "pod %s/%s was already bound to %s: a retried bind, nothing written",
+            namespace,
+            name,
+            node,
+        )
+        if written is not None:
+            self._release_written(node, written)
+        return _BOUND_BEFORE
+
+    def _undo(self, pod: KubeObject, node: str, *, written: str | None) -> None:
+        """Release the lock after a failed bind. Nothing else to undo: the pod is
+        written only by the Binding itself, which is all or nothing. The lock this call
+        wrote goes (one conditional write: a takeover meanwhile is left alone); a lock an
+        earlier bind of the pod took (``written`` None) goes only when the pod, read
+        live, is not bound here (that bind's device plugin would need it)."""
+        meta = pod["metadata"]
+        if written is not None:
+            self._release_written(node, written)
+            return
+        try:
+            live = self._live_pod(meta["namespace"], meta["name"])
+        except NotFoundError:
+            live = None
+        except HamiError as exc:
+            log.warning(
+                "bind rollback: pod %s/%s unreadable, the lock of %s is left to expire or "
+                "be taken over: %s",
+                meta["namespace"],
+                meta["name"],
+                node,
+                exc,
+            )
+            return
+        if live is not None and (live.get("spec") or {}).get("nodeName") == node:
+            return
         try:
             release_node_lock(self.store, node, namespace=meta["namespace"], pod=meta["name"])
         except HamiError as exc:
+            log.error("bind rollback: cannot release the lock of %s: %s", node, exc)
+
+    def _release_written(self, node: str, value: str) -> None:
+        try:
+            release_node_lock_value(self.store, node, value)
+        except HamiError as exc:
+            # Left behind, it names a pod that is not bound here (taken over after the
+            # longest bind) or bound and past this bind (PROTOCOL.md §4): never held long.
             log.error("bind rollback: cannot release the lock of %s: %s", node, exc)
 
     def _observe_lock(self, started: float, *, acquired: bool) -> None:
@@ -913,6 +1002,19 @@ class Scheduler:
             self.events.record_event(pod, type=type_, reason=reason, message=message)
         except Exception as exc:  # events are best effort; never fail a bind for one
             log.warning("cannot record event %s: %s", reason, exc)
+
+
+#: ``Scheduler._binding_outcome``'s answers.
+_BOUND_BY_US = object()
+_BOUND_BEFORE = object()
+
+
+class _KeepLock(Exception):
+    """The Binding's outcome is unknown: raise ``cause`` without releasing the lock."""
+
+    def __init__(self, cause: HamiError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _unique_top(scores: list[tuple[str, int]], best: str) -> list[tuple[str, int]]:

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from hami_core.cli import cli
-from hami_core.errors import ConflictError
+from hami_core.errors import ConflictError, HamiError
 from hami_core.protocol import encode_lock
 from hami_core.scheduling.nodelock import LONGEST_BIND_S
 from hami_core.scheduling.scheduler import Scheduler
@@ -249,3 +249,148 @@ def test_the_default_lock_wait_is_well_under_the_extender_timeout():
     bad = CliRunner().invoke(cli, ["scheduler", "--bind-lock-wait", "-1"])
     assert bad.exit_code != 0 and "--bind-lock-wait" in bad.output
     assert SchedulerOptions().bind_lock_wait_s < LONGEST_BIND_S
+
+
+# -- issue 24 item 13: a lock left behind after an API-server restart ------------------
+
+
+class Unavailable(HamiError):
+    """What the store raises when the API server does not answer (``ApiUnavailableError``)."""
+
+    grpc_code = "UNAVAILABLE"
+
+
+def _bound_here(c, name, *, phase, bind_time):
+    add(c, name, node_name="n1")
+    c.patch_pod_metadata(
+        "default",
+        name,
+        annotations={"hami.io/bind-phase": phase, "hami.io/bind-time": str(bind_time)},
+    )
+
+
+@pytest.mark.parametrize("phase", ["success", "failed"])
+def test_an_allocated_owner_frees_the_lock_at_once(env, phase):
+    """The fault run: the lock names a pod bound here with ``bind-phase: success`` that
+    no kubelet runs (a fake node; it stays Pending). Before: held 300 s."""
+    c, sched, _ = env
+    _bound_here(c, "done", phase=phase, bind_time=int(T0.timestamp()))
+    _locked_by(c, "done")
+    p = add(c, "p")
+    sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert lock_of(c).endswith(",default,p")
+
+
+def test_a_lock_stamped_long_after_its_owners_bind_is_free(env):
+    """A retried bind re-took the lock of a pod bound 10 minutes earlier and still
+    ``allocating``: no device plugin serves the pod under that lock (its bind-time is not
+    the lock's era), so it protects nothing."""
+    c, sched, _ = env
+    _bound_here(c, "old", phase="allocating", bind_time=int(T0.timestamp()) - 600)
+    _locked_by(c, "old")
+    p = add(c, "p")
+    sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert lock_of(c).endswith(",default,p")
+
+
+def _stale_cache(c, monkeypatch, name):
+    """The scheduler's cache keeps ``name`` as it is now (unbound), as after an API-server
+    restart before the watch catches up; live reads see the truth."""
+    before = c.get_pod("default", name)
+    real_get = c.get_pod
+    stale = {"on": True}
+
+    def cached(ns, n):
+        return before if n == name and stale["on"] else real_get(ns, n)
+
+    monkeypatch.setattr(c, "get_pod", cached)
+    monkeypatch.setattr(c, "read_pod_live", real_get, raising=False)
+    return lambda: stale.update(on=False)  # the watch caught up
+
+
+def test_a_retried_bind_with_a_stale_cache_leaves_the_first_binds_lock(env, monkeypatch):
+    """The first bind landed and holds the lock for the device plugin; the retry (its
+    cache still shows the pod unbound) answers None and leaves that lock alone. Before:
+    it answered ConflictError and released the lock, so Allocate found no lock."""
+    c, sched, clock = env
+    p = add(c, "p")
+    caught_up = _stale_cache(c, monkeypatch, "p")
+    assert sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1") is not None
+    held = lock_of(c)
+    assert held.endswith(",default,p")
+
+    clock["now"] = T0 + dt.timedelta(seconds=6)  # kube-scheduler's retry, after its timeout
+    assert sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1") is None
+    assert lock_of(c) == held
+    caught_up()
+    assert ann(c, "p")["hami.io/bind-phase"] == "allocating"
+    assert ann(c, "p")["hami.io/bind-time"] == str(int(T0.timestamp()))  # the first bind's
+
+
+@pytest.mark.parametrize("release_fails", [False, True])
+def test_a_retried_bind_of_an_allocated_pod_leaves_no_lock_in_the_way(
+    env, monkeypatch, release_fails
+):
+    """The fault run's sequence: the pod was bound and allocated (lock released by the
+    device plugin); kube-scheduler's retry, after the API server restarted, takes the lock
+    from a stale cache. It gives back what it wrote; and when even that write fails, the
+    lock (its owner allocated) stops no other bind."""
+    c, sched, clock = env
+    p = add(c, "p")
+    caught_up = _stale_cache(c, monkeypatch, "p")
+    sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    c.patch_pod_metadata("default", "p", annotations={"hami.io/bind-phase": "success"})
+    c.patch_node_annotations("n1", {"hami.io/mutex.lock": None})  # the device plugin's
+    clock["now"] = T0 + dt.timedelta(seconds=20)
+    if release_fails:
+        monkeypatch.setattr(
+            c, "remove_node_annotation", lambda *a, **k: (_ for _ in ()).throw(Unavailable("down"))
+        )
+
+    assert sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1") is None
+    assert (lock_of(c) is not None) is release_fails
+
+    caught_up()
+    q = add(c, "q")
+    assert sched.bind("default", "q", uid=q["metadata"]["uid"], node="n1") is not None
+    assert lock_of(c).endswith(",default,q")
+
+
+def test_a_binding_whose_answer_was_lost_keeps_its_lock(env, monkeypatch):
+    """The Binding landed but its answer did not (the API server was killed): the pod is
+    bound here and waits for Allocate, which needs the lock. Before: the rollback freed
+    it and answered an error."""
+    c, sched, _ = env
+    p = add(c, "p")
+    real_bind = c.bind_pod
+
+    def lost(*a, **k):
+        real_bind(*a, **k)
+        raise Unavailable("connection reset")
+
+    monkeypatch.setattr(c, "bind_pod", lost)
+    assert sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1") is not None
+    assert lock_of(c).endswith(",default,p")
+    assert c.get_pod("default", "p")["spec"]["nodeName"] == "n1"
+
+
+def test_an_unknown_binding_outcome_keeps_the_lock_only_for_the_longest_bind(env, monkeypatch):
+    """Neither the Binding nor the pod can be read: the lock stays (the device plugin
+    would need it if the Binding landed), and with the pod unbound it is taken over once
+    older than the longest bind."""
+    c, sched, clock = env
+    p = add(c, "p")
+
+    def down(*a, **k):
+        raise Unavailable("connection refused")
+
+    monkeypatch.setattr(c, "bind_pod", down)
+    monkeypatch.setattr(c, "read_pod_live", down, raising=False)
+    with pytest.raises(Unavailable):
+        sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    assert lock_of(c).endswith(",default,p")
+    monkeypatch.undo()
+    q = add(c, "q")
+    clock["now"] = T0 + dt.timedelta(seconds=LONGEST_BIND_S + 1)
+    sched.bind("default", "q", uid=q["metadata"]["uid"], node="n1")
+    assert lock_of(c).endswith(",default,q")
