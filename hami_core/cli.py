@@ -123,13 +123,16 @@ def backends(output: str) -> None:
     HAMI_DISABLED_BACKENDS (comma-separated) are skipped.
     """
     manager = BackendManager.from_entry_points()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "name": r.name,
             "version": r.version,
             "vendors": list(r.info.vendors),
             "hooks": list(r.hooks),
             "description": r.info.description,
+            # what runs the vendor's nodes (charts/hami/backends.yaml is made from these)
+            "hamiDevicePlugin": r.serves_nodes,
+            "vendorDevicePlugin": r.info.vendor_device_plugin,
         }
         for r in manager.backends
     ]
@@ -142,6 +145,8 @@ def backends(output: str) -> None:
     for row in rows:
         click.echo(f"{row['name']} {row['version']}  vendors: {', '.join(row['vendors'])}")
         click.echo(f"  hooks: {', '.join(row['hooks'])}")
+        if row["vendorDevicePlugin"]:
+            click.echo(f"  nodes: {row['vendorDevicePlugin']}")
 
 
 def _start_logging(level: str) -> None:

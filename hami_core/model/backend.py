@@ -206,6 +206,15 @@ class BackendInfo:
             for a new pod shape and relabels the answer for the others
             (``hami_core.scheduling.nodeclass``); the conformance kit checks the
             property. False (the default): every node is fitted on its own.
+        vendor_device_plugin: what runs this vendor's nodes in place of hami's device
+            plugin, as in HAMi: the vendor's device plugin (and where to get it) that
+            publishes the inventory the scheduler reads and serves kubelet's Allocate.
+            "" (the default): hami's device plugin runs them (the backend implements
+            ``hami_discover``). Non-empty on a backend that also implements
+            ``hami_discover``: the vendor's plugin is the default node side and hami's is
+            the alternative (never both on one node: both would register the same
+            resources with kubelet). The chart deploys hami's device plugin by this
+            (``charts/hami/backends.yaml``) and prints it for the user to install.
     """
 
     name: str
@@ -213,6 +222,7 @@ class BackendInfo:
     description: str = ""
     option_defaults: Mapping[str, Any] = attrs.field(factory=dict)
     fit_by_node_class: bool = False
+    vendor_device_plugin: str = ""
 
     @property
     def vendors(self) -> tuple[str, ...]:

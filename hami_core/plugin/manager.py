@@ -80,6 +80,12 @@ class BackendRecord:
     info: BackendInfo
     hooks: tuple[str, ...]
 
+    @property
+    def serves_nodes(self) -> bool:
+        """Whether hami's device plugin can run this backend's nodes: it implements
+        ``hami_discover`` (else its ``info.vendor_device_plugin`` runs them)."""
+        return "hami_discover" in self.hooks
+
 
 class BackendManager:
     """Loads backends and is the only caller of their hooks.

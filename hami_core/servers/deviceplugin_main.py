@@ -163,6 +163,24 @@ def backend_vendor(opts: DevicePluginOptions, manager: BackendManager) -> str:
     return vendor
 
 
+def check_serves_nodes(opts: DevicePluginOptions, manager: BackendManager) -> None:
+    """Refuse a backend whose nodes hami's device plugin cannot run (no
+    ``hami_discover``), before anything is contacted, naming what runs them
+    (``BackendInfo.vendor_device_plugin``): it would otherwise exit later on every node
+    with "is the driver installed?".
+
+    Raises:
+        ConfigError: ``--backend`` cannot discover devices.
+    """
+    record = next(r for r in manager.backends if r.name == opts.backend)
+    if not record.serves_nodes:
+        instead = record.info.vendor_device_plugin or "the vendor's own device plugin"
+        raise ConfigError(
+            f"--backend {opts.backend!r}: hami's device plugin cannot serve these nodes "
+            f"(hami-{opts.backend} has no discovery); they are run by {instead}"
+        )
+
+
 #: The backend whose devices have MIG and whose shim limits compute (``corePolicy``).
 NVIDIA = "nvidia"
 
@@ -223,6 +241,7 @@ def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None
     manager = manager.with_config(with_plugin_flags(config, opts))
     # every file and flag checked before the API server is contacted or a port bound
     backend_vendor(opts, manager)
+    check_serves_nodes(opts, manager)
     overrides = load_node_overrides(opts.node_config, node=opts.node_name)
     store = NodeKubeCluster(make_api_client(opts.kubeconfig), node=opts.node_name)
     process = DevicePluginProcess(

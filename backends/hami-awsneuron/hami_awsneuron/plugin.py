@@ -23,6 +23,9 @@ def hami_backend_info() -> BackendInfo:
         name=BACKEND_NAME,
         device_types=(DEVICE_TYPE,),
         description="AWS Inferentia / Trainium devices and NeuronCores (contiguous ranges)",
+        vendor_device_plugin=(
+            "AWS's Neuron device plugin (capacity aws.amazon.com/neuron and aws.amazon.com/neuroncore)"
+        ),
         option_defaults=OPTION_DEFAULTS,
     )
 

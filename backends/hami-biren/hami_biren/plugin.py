@@ -29,6 +29,9 @@ def hami_backend_info() -> BackendInfo:
         name=BACKEND_NAME,
         device_types=(DEVICE_TYPE,),
         description="Biren GPUs shared by count (birentech.com/gpu)",
+        vendor_device_plugin=(
+            "HAMi's biren-device-plugin (Project-HAMi/biren-device-plugin), which writes hami.io/node-biren-register and serves Allocate"
+        ),
     )
 
 

@@ -24,6 +24,9 @@ def hami_backend_info() -> BackendInfo:
         name=BACKEND_NAME,
         device_types=DEVICE_TYPES,
         description="Enflame GCUs, whole or cut into DRS slices by the node's profiles",
+        vendor_device_plugin=(
+            "Enflame's GCU device plugin (whole GCUs, capacity enflame.com/gcu) and its gcushare device plugin (DRS GCUs, enflame.com/gcu-drs-capacity)"
+        ),
     )
 
 

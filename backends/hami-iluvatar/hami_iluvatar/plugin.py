@@ -17,6 +17,9 @@ def hami_backend_info() -> BackendInfo:
         name=BACKEND_NAME,
         device_types=DEVICE_TYPES,
         description="Iluvatar CoreX GPUs (MR-V100, MR-V50, BI-V150, BI-V100) shared as vGPUs",
+        vendor_device_plugin=(
+            "Iluvatar's device plugin with the CoreX runtime, which writes hami.io/node-<chip>-register and applies the vGPU limits"
+        ),
     )
 
 

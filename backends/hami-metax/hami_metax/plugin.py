@@ -25,6 +25,9 @@ def hami_backend_info() -> BackendInfo:
         name=BACKEND_NAME,
         device_types=DEVICE_TYPES,
         description="MetaX GPUs, whole (topology-scored) or shared as sGPUs with QoS policies",
+        vendor_device_plugin=(
+            "MetaX's gpu-device and sgpu-device plugins (capacity metax-tech.com/gpu, annotation metax-tech.com/node-gpu-devices)"
+        ),
         option_defaults=OPTION_DEFAULTS,
     )
 

@@ -22,6 +22,9 @@ def hami_backend_info() -> BackendInfo:
         name=BACKEND_NAME,
         device_types=(DEVICE_TYPE,),
         description="Moore Threads GPUs shared as sGPUs (512 MiB memory units, 16 cores)",
+        vendor_device_plugin=(
+            "Moore Threads' device plugin of MT CloudNative Toolkits (capacity mthreads.com/sgpu-core and mthreads.com/sgpu-memory)"
+        ),
         option_defaults=OPTION_DEFAULTS,
     )
 

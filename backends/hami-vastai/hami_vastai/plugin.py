@@ -26,6 +26,9 @@ def hami_backend_info() -> BackendInfo:
         name=BACKEND_NAME,
         device_types=(DEVICE_TYPE,),
         description="Vastai accelerators shared by count; dies packed onto AI cards",
+        vendor_device_plugin=(
+            "Vastai's device plugin, which writes hami.io/node-va-register and serves Allocate"
+        ),
     )
 
 

@@ -149,8 +149,32 @@ imagePullSecrets:
 {{- end -}}
 {{- end -}}
 
+{{/* hami.nodeSide: (dict "root" $ "name" "biren" "dev" .Values.devices.biren): what runs
+     the backend's nodes, "hami" (this chart's device-plugin DaemonSet) or "vendor" (the
+     vendor's own device plugin, which the user installs). devices.<name>.devicePlugin
+     when set, else derived from backends.yaml (generated from the backends by
+     scripts/chart-backends.py): hami's where it can serve the vendor (hami_discover) and
+     the backend names no vendor device plugin. */}}
+{{- define "hami.nodeSide" -}}
+{{- $facts := index (.root.Files.Get "backends.yaml" | fromYaml) .name | default dict -}}
+{{- $hami := and $facts.hamiDevicePlugin (not $facts.vendorDevicePlugin) -}}
+{{- .dev.devicePlugin | default (ternary "hami" "vendor" $hami) -}}
+{{- end -}}
+
 {{/* Checks that the schema cannot express. */}}
 {{- define "hami.validate" -}}
+{{- $facts := .Files.Get "backends.yaml" | fromYaml -}}
+{{- range $name, $dev := .Values.devices -}}
+{{- if $dev.enabled -}}
+{{- $fact := index $facts $name | default dict -}}
+{{- if not (hasKey $facts $name) -}}
+{{- fail (printf "devices.%s: no backend of that name in the hami image (backends.yaml: %s)" $name (keys $facts | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- if and (eq (include "hami.nodeSide" (dict "root" $ "name" $name "dev" $dev)) "hami") (not $fact.hamiDevicePlugin) -}}
+{{- fail (printf "devices.%s.devicePlugin: hami's device plugin cannot serve %s (it would exit 2 on every node); leave devicePlugin unset and install %s" $name $name $fact.vendorDevicePlugin) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if le (int .Values.scheduler.extender.httpTimeoutSeconds) (int .Values.scheduler.extender.bindLockWaitSeconds) -}}
 {{- fail (printf "scheduler.extender.httpTimeoutSeconds (%v) must be greater than scheduler.extender.bindLockWaitSeconds (%v): kube-scheduler would cut off a bind that waits for a node lock" .Values.scheduler.extender.httpTimeoutSeconds .Values.scheduler.extender.bindLockWaitSeconds) -}}
 {{- end -}}
