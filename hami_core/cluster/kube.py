@@ -188,6 +188,12 @@ def call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return json.loads(data) if data else {}
 
 
+#: How long a watch re-opened after a break must have been open before the cache is
+#: trusted again (seconds): a watch resumed from the last version sends what was missed
+#: at once; a re-list replaces the whole cache in one step.
+SETTLE_S = 5.0
+
+
 def _rv(obj: Mapping[str, Any]) -> int:
     try:
         return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
@@ -226,6 +232,25 @@ class Informer:
         #: ``time.monotonic()`` of the last list or watch event applied (None before the
         #: first list): how fresh the cache is, for the scheduler's metrics.
         self.last_update_monotonic: float | None = None
+        self._watch_opened: float | None = None  # monotonic, while a watch is open
+        self._gap_since: float | None = None  # the watch broke: events may be missing
+
+    def settled(self, *, settle_s: float = SETTLE_S) -> bool:
+        """True when the cache can be trusted to hold every change up to about now: a
+        watch is open, and since the last time the watch broke (an API-server restart, a
+        dropped connection, 410 Gone) one has been open for ``settle_s`` (it delivers what
+        was missed first, from the last version applied). False before the first list.
+        Callers that must not act on a stale object read it live meanwhile."""
+        opened = self._watch_opened
+        if opened is None or not self._synced.is_set():
+            return False
+        gap = self._gap_since
+        if gap is None:
+            return True
+        if opened > gap and time.monotonic() - opened >= settle_s:
+            self._gap_since = None
+            return True
+        return False
 
     def add_handler(self, handler: Callable[[KubeObject | None, KubeObject | None], None]) -> None:
         """Call ``handler(old, new)`` after every change of the cache (``old`` None: added,
@@ -357,9 +382,11 @@ class Informer:
             except GoneError:
                 log.info("%s watch expired (410 Gone): re-listing", self.name)
                 rv = self._progress = None
+                self._gap_since = self._gap_since or time.monotonic()
             except Exception as exc:  # dropped connections, API server restarts
                 if self._stop.is_set():
                     break
+                self._gap_since = self._gap_since or time.monotonic()
                 rv = self._progress or rv  # resume after the last event applied
                 self._stop.wait(backoff.failed(exc))
 
@@ -388,6 +415,7 @@ class Informer:
         self._resp = resp
         self._progress = rv
         on_event()  # the API server answered: reachable again
+        self._watch_opened = time.monotonic()
         try:
             status = getattr(resp, "status", 200)
             if isinstance(status, int) and not 200 <= status < 300:
@@ -414,6 +442,7 @@ class Informer:
                 if new_rv:
                     rv = self._progress = str(new_rv)
         finally:
+            self._watch_opened = None
             self._resp = None
             resp.close()
             resp.release_conn()
@@ -529,6 +558,11 @@ class KubeCluster:
         )
         self._remember(self.pods, pod)
         return pod
+
+    def pods_settled(self) -> bool:
+        """``Informer.settled`` of the pod cache: False while it may miss recent changes
+        (after an API-server restart), when a bind reads its pod live."""
+        return self.pods.settled()
 
     def read_pod_live(self, namespace: str, name: str) -> KubeObject:
         """The pod as the API server has it now, bypassing the cache (a bind's rollback

@@ -775,6 +775,12 @@ class Scheduler:
 
     def _bind(self, namespace: str, name: str, *, uid: str, node: str) -> Allocation | None:
         pod = self.store.get_pod(namespace, name)
+        settled = getattr(self.store, "pods_settled", None)
+        if settled is not None and not (pod.get("spec") or {}).get("nodeName") and not settled():
+            # The pod cache may lag (its watch broke: an API-server restart, when
+            # kube-scheduler retries the binds that timed out): a pod already bound must
+            # not take a lock, so read it live (only in such a window: a bind reads nothing).
+            pod = self._live_pod(namespace, name)
         if (pod.get("metadata") or {}).get("uid") != uid:
             raise ConflictError(
                 f"pod {namespace}/{name} has uid {pod['metadata'].get('uid')}, not {uid}"

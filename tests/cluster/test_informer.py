@@ -194,3 +194,34 @@ def test_the_node_index_follows_every_change():
     assert inf.indexed("n1") == [] and [p["metadata"]["name"] for p in inf.indexed("n2")] == ["q"]
     inf.remove(pod("q", 5))
     assert inf.indexed("n2") == []
+
+
+def test_the_cache_is_settled_only_a_while_after_a_broken_watch_reopens():
+    """Issue 24 item 13: after an API-server restart the pod cache may miss a Binding;
+    ``settled`` says so until the re-opened watch has had time to deliver what it missed
+    (the scheduler then reads a pod live before taking a node lock)."""
+    reopened = {"go": False}
+    api = FakeApi(
+        [node_list(10, "a")],
+        [[ConnectionResetError("API server killed")], []],
+    )
+    real = api.__call__
+
+    def gated(*a, **k):  # the API server comes back only when the test says so
+        if k.get("watch") and len(api.watched_from) == 1 and not reopened["go"]:
+            raise ConnectionRefusedError("down")
+        return real(*a, **k)
+
+    inf = kube.Informer("pods", gated)
+    assert not inf.settled(settle_s=0.2)  # never listed
+    inf.start()
+    assert inf.wait_synced(5)
+    wait(lambda: len(api.watched_from) >= 1)
+    wait(lambda: inf._gap_since is not None)
+    assert not inf.settled(settle_s=0.2)  # the watch broke: the cache may lag
+    reopened["go"] = True
+    wait(lambda: inf._watch_opened is not None)
+    assert not inf.settled(settle_s=0.2)  # just re-opened: still catching up
+    time.sleep(0.3)
+    assert inf.settled(settle_s=0.2)
+    inf.stop()

@@ -394,3 +394,29 @@ def test_an_unknown_binding_outcome_keeps_the_lock_only_for_the_longest_bind(env
     clock["now"] = T0 + dt.timedelta(seconds=LONGEST_BIND_S + 1)
     sched.bind("default", "q", uid=q["metadata"]["uid"], node="n1")
     assert lock_of(c).endswith(",default,q")
+
+
+def test_a_retried_bind_after_a_restart_takes_no_lock(env, monkeypatch):
+    """While the pod cache is not settled (its watch broke: the API server restarted),
+    a bind whose cached pod is unbound reads it live first: a pod already bound takes no
+    lock at all, not even for the span of the bind."""
+    c, sched, clock = env
+    p = add(c, "p")
+    caught_up = _stale_cache(c, monkeypatch, "p")
+    sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1")
+    c.patch_pod_metadata("default", "p", annotations={"hami.io/bind-phase": "success"})
+    c.patch_node_annotations("n1", {"hami.io/mutex.lock": None})
+    writes = []
+    real_patch = c.patch_node_annotations
+    monkeypatch.setattr(
+        c, "patch_node_annotations", lambda *a, **k: writes.append(a) or real_patch(*a, **k)
+    )
+    monkeypatch.setattr(c, "pods_settled", lambda: False, raising=False)
+    clock["now"] = T0 + dt.timedelta(seconds=20)
+
+    assert sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1") is None
+    assert writes == [] and lock_of(c) is None
+    caught_up()
+    monkeypatch.setattr(c, "pods_settled", lambda: True, raising=False)
+    q = add(c, "q")  # a settled cache: no read, as before
+    assert sched.bind("default", "q", uid=q["metadata"]["uid"], node="n1") is not None
