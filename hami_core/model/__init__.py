@@ -42,7 +42,14 @@ from .device import (
 from .fit import FitResult
 from .fitrules import Chooser, CoresCapacity, ExtraCheck, FitRules, LinkGroup, device_cores
 from .mig import MIG_PROFILE_INFO, MigPlacement, MigProfile, MigSlot
-from .monitor import ContainerUsage, HostDevice, ProcessDeviceSample, ProcessSample, RegionDevice
+from .monitor import (
+    ContainerUsage,
+    HostDevice,
+    HostProcess,
+    ProcessDeviceSample,
+    ProcessSample,
+    RegionDevice,
+)
 from .nodestate import MemoryNodeState, NodeState, ScopedNodeState
 from .policy import (
     DEVICE_POLICY_TOKENS,
@@ -92,6 +99,7 @@ __all__ = [
     "FitRules",
     "LinkGroup",
     "HostDevice",
+    "HostProcess",
     "MigPlacement",
     "MigProfile",
     "MigSlot",

@@ -86,6 +86,21 @@ class ContainerUsage:
 
 
 @attrs.frozen(kw_only=True)
+class HostProcess:
+    """One process holding device memory, as the host's driver accounts it (NVML
+    ``nvmlDeviceGetComputeRunningProcesses`` / ``...GraphicsRunningProcesses``).
+
+    Attributes:
+        pid: the process id in the host's PID namespace (the driver's view).
+        memory_used_bytes: device memory the driver attributes to it on this device
+            (bytes; NVML ``usedGpuMemory``).
+    """
+
+    pid: int
+    memory_used_bytes: int
+
+
+@attrs.frozen(kw_only=True)
 class HostDevice:
     """One physical device as the host's driver reports it (NVML for NVIDIA).
 
@@ -97,6 +112,8 @@ class HostDevice:
         memory_total_bytes: physical device memory (bytes).
         utilization_pct: share of the last sample period a kernel ran, 0..100.
         memory_utilization_pct: share of the period memory was read or written, 0..100.
+        processes: the processes holding its memory, one entry per host PID; None when
+            the driver cannot say (then no container is measured from the host).
     """
 
     index: int
@@ -106,3 +123,4 @@ class HostDevice:
     memory_total_bytes: int = 0
     utilization_pct: float = 0.0
     memory_utilization_pct: float = 0.0
+    processes: tuple[HostProcess, ...] | None = None

@@ -46,6 +46,8 @@ from hami_core.scheduling.usage import is_live, pod_allocation
 
 from .families import Family
 from .files import UntrustedFileError, cap_tenant_file, open_directory, read_tenant_file
+from .hostusage import HostMeasure, measure
+from .overuse import Overuse, OveruseEnforcer
 from .procs import live_processes
 
 log = logging.getLogger(__name__)
@@ -153,6 +155,8 @@ class NodeMonitor:
         grace_s: float = 300.0,
         proc_root: str = "/proc",
         clock: Callable[[], float] = time.monotonic,
+        overuse: OveruseEnforcer | None = None,
+        overuse_tolerance_bytes: int = 0,
     ) -> None:
         """Args:
         backends: the loaded backends (``BackendManager``).
@@ -165,6 +169,11 @@ class NodeMonitor:
         grace_s: seconds a directory whose pod is gone is kept before removal.
         proc_root: where procfs is mounted (tests point it elsewhere).
         clock: monotonic seconds.
+        overuse: what to do about a container over its allocation measured from the
+            host (Events, evictions); None: metrics only.
+        overuse_tolerance_bytes: bytes a container may hold beyond its allocation,
+            measured from the host, before it is an overuse (the metric shows the
+            whole excess regardless).
         """
         self.backends = backends
         self.root = root
@@ -173,6 +182,8 @@ class NodeMonitor:
         self.grace_s = grace_s
         self.proc_root = proc_root
         self.clock = clock
+        self.overuse = overuse
+        self.overuse_tolerance_bytes = overuse_tolerance_bytes
         self.stats = MonitorStats()
         self._lock = threading.Lock()
         self._files: dict[str, dict[str, tuple[int, ...]]] | None = None
@@ -233,8 +244,9 @@ class NodeMonitor:
         self._removal_budget = self.REMOVAL_BUDGET
         error: str | None = None
         try:
-            self._collect_host(families)
-            self._collect_containers(families, now)
+            host = self._collect_host(families)
+            pods = self._collect_containers(families, now)
+            self._collect_host_usage(families, host, pods)
         except Exception as exc:  # one bug or hostile input must not end every scrape
             self._count_error("scan")
             error = f"{type(exc).__name__}: {exc}"
@@ -250,7 +262,8 @@ class NodeMonitor:
 
     # -- host devices ----------------------------------------------------------------
 
-    def _collect_host(self, f: dict[str, Family]) -> None:
+    def _collect_host(self, f: dict[str, Family]) -> list[HostDevice]:
+        out: list[HostDevice] = []
         for record in self.backends.backends:
             name = record.name
             try:
@@ -260,6 +273,7 @@ class NodeMonitor:
                 self._log_once(f"host:{name}", str(exc), f"backend {name}: no host figures: %s")
                 continue
             self._logged.pop(f"host:{name}", None)
+            out.extend(devices or ())
             for d in devices or ():
                 labels = (self.node_name, str(d.index), d.uuid, d.device_type)
                 f["hami_host_gpu_memory_used_bytes"].add(labels, d.memory_used_bytes)
@@ -269,6 +283,74 @@ class NodeMonitor:
                 )
                 f["hami_gpu_memory_used_bytes"].add(labels, d.memory_used_bytes)
                 f["hami_gpu_memory_total_bytes"].add(labels, d.memory_total_bytes)
+        return out
+
+    def _collect_host_usage(
+        self, f: dict[str, Family], devices: list[HostDevice], pods: dict[str, Pod] | None
+    ) -> None:
+        """Each container's device memory from NVML's per-process accounting and the
+        processes' cgroups (``hostusage``), against the scheduler's allocation; a
+        container over it (beyond ``overuse_tolerance_bytes``) goes to ``overuse``.
+        Only pods with a HAMi allocation are held to one (a pod of another device
+        plugin, the MPS daemon, is shown but not judged)."""
+        if pods is None:
+            return
+        host: HostMeasure = measure(devices, pods, proc_root=self.proc_root)
+        if not host.attributable:
+            self._log_once(
+                "hostpid",
+                "no",
+                "not in the host's PID namespace (hostPID): NVML's process ids cannot be "
+                "attributed, so no container is measured from the host (%s)",
+                self.proc_root,
+            )
+        index = {d.uuid: d.index for d in devices}
+        for uuid, used in sorted(host.unattributed.items()):
+            f["hami_host_gpu_unattributed_memory_bytes"].add(
+                (self.node_name, str(index.get(uuid, "")), uuid), used
+            )
+        found: list[Overuse] = []
+        for r in host.readings:
+            pod = pods[r.pod_uid]
+            meta = pod.get("metadata") or {}
+            allocated = self._allocated_bytes(pod, r.container)
+            order = list(allocated)
+            labels = (
+                str(meta.get("namespace", "")),
+                str(meta.get("name", "")),
+                r.container,
+                str(order.index(r.device_uuid)) if r.device_uuid in allocated else "",
+                r.device_uuid,
+            )
+            f["hami_container_device_memory_host_bytes"].add(labels, r.used_bytes)
+            if not self._has_allocation(pod):
+                continue
+            limit = allocated.get(r.device_uuid, 0)
+            f["hami_container_device_memory_over_allocation_bytes"].add(
+                labels, max(0, r.used_bytes - limit)
+            )
+            if r.used_bytes > limit + self.overuse_tolerance_bytes:
+                found.append(
+                    Overuse(
+                        pod=pod,
+                        container=r.container,
+                        device_uuid=r.device_uuid,
+                        used_bytes=r.used_bytes,
+                        limit_bytes=limit,
+                        pids=r.pids,
+                    )
+                )
+        if self.overuse is not None:
+            self.overuse.handle(found)
+
+    def _has_allocation(self, pod: Pod) -> bool:
+        """Whether the scheduler allocated the pod any device (a readable
+        ``*-devices-allocated`` annotation naming one)."""
+        try:
+            allocation = pod_allocation(pod, self.backends.device_types())
+        except AnnotationError:
+            return False
+        return any(slices for per_pod in allocation.values() for slices in per_pod)
 
     # -- containers ------------------------------------------------------------------
 
@@ -281,7 +363,9 @@ class NodeMonitor:
             self._files = files
         return self._files
 
-    def _collect_containers(self, f: dict[str, Family], now: float) -> None:
+    def _collect_containers(self, f: dict[str, Family], now: float) -> dict[str, Pod] | None:
+        """The container directories' metrics; returns this node's pods by UID (None
+        while they are not listed)."""
         pods = self.pods()
         by_uid: dict[str, Pod] | None = None
         if pods is not None:
@@ -299,16 +383,16 @@ class NodeMonitor:
         try:
             root_fd = open_directory(self.root)
         except FileNotFoundError:
-            return
+            return by_uid
         except UntrustedFileError as exc:
             self._log_once("root", str(exc), "monitor root unusable: %s")
-            return
+            return by_uid
         try:
             entries = sorted(os.listdir(root_fd))
         except OSError as exc:
             self._log_once("root", str(exc), "cannot list the monitor root: %s")
             os.close(root_fd)
-            return
+            return by_uid
         live = live_processes(self.proc_root)
         seen: set[str] = set()
         try:
@@ -333,6 +417,7 @@ class NodeMonitor:
         for key in [k for k in self._logged if k.startswith(prefix)]:
             if key[len(prefix) :].split("/", 1)[0] not in seen:
                 del self._logged[key]
+        return by_uid
 
     def _collect_container(
         self,
@@ -592,6 +677,12 @@ class NodeMonitor:
         for part, n in sorted(self.stats.scan_errors.items()):
             f["hami_monitor_scan_errors_total"].add((part,), n)
         f["hami_monitor_series_dropped_total"].add((), self.stats.series_dropped)
+        if self.overuse is not None:
+            o = self.overuse.stats
+            f["hami_monitor_overuse_total"].add((), o.found)
+            f["hami_monitor_overuse_events_total"].add((), o.events)
+            f["hami_monitor_overuse_evictions_total"].add((), o.evictions)
+            f["hami_monitor_overuse_action_failures_total"].add((), o.failures)
         f["hami_monitor_files_truncated_total"].add((), self.stats.truncated_files)
         f["hami_monitor_truncated_bytes_total"].add((), self.stats.truncated_bytes)
 
@@ -772,6 +863,51 @@ def _families() -> dict[str, Family]:
             "hami_monitor_scan_errors_total",
             "Unexpected failures skipped in a scan, per part (pod, container, scan).",
             ("part",),
+            "counter",
+        ),
+        (
+            # Ours (issue 24 item 19): from the host, not from the tenant-written region.
+            "hami_container_device_memory_host_bytes",
+            "Device memory a container's processes hold, bytes, measured from the host "
+            "(NVML per process, attributed by cgroup).",
+            CONTAINER_LABELS,
+            "gauge",
+        ),
+        (
+            "hami_container_device_memory_over_allocation_bytes",
+            "Device memory a container holds beyond what the scheduler allocated it, "
+            "bytes, measured from the host (0 within it).",
+            CONTAINER_LABELS,
+            "gauge",
+        ),
+        (
+            "hami_host_gpu_unattributed_memory_bytes",
+            "Device memory held by processes of no pod on this node, bytes (NVML).",
+            ("node", "device_index", "device_uuid"),
+            "gauge",
+        ),
+        (
+            "hami_monitor_overuse_total",
+            "Containers seen over their allocation from the host, per scan and device.",
+            (),
+            "counter",
+        ),
+        (
+            "hami_monitor_overuse_events_total",
+            "Warning Events written about containers over their allocation.",
+            (),
+            "counter",
+        ),
+        (
+            "hami_monitor_overuse_evictions_total",
+            "Evictions requested of pods over their allocation (hami.io/overuse-policy: evict).",
+            (),
+            "counter",
+        ),
+        (
+            "hami_monitor_overuse_action_failures_total",
+            "Events or evictions about overuse that the API server refused.",
+            (),
             "counter",
         ),
         (

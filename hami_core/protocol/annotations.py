@@ -45,3 +45,14 @@ SCHEDULER_OWNED = (VGPU_NODE, VGPU_TIME, BIND_PHASE, BIND_TIME, DEVICE_ALLOCATED
 DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
 DISABLE_CONTROL_LABEL = "hami.io/disable-control"
 DISABLE_CONTROL_ALLOW = "allow"
+
+#: What the node monitor does about a container whose device memory, measured from the
+#: host (NVML per process), is over its allocation: ``report`` (a metric and a Warning
+#: Event) or ``evict`` (also an eviction through the Eviction API). Read from the pod's
+#: annotation, the namespace's label (an administrator's) and ``hami monitor
+#: --overuse-policy``; the strictest wins, so a tenant can ask for eviction of its own
+#: pod but never opt out of reporting (PROTOCOL.md §6).
+OVERUSE_POLICY = "hami.io/overuse-policy"
+OVERUSE_REPORT = "report"
+OVERUSE_EVICT = "evict"
+OVERUSE_POLICIES = (OVERUSE_REPORT, OVERUSE_EVICT)

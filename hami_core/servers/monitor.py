@@ -2,7 +2,9 @@
 
 The domain logic is ``hami_core.monitor.NodeMonitor``; this module renders its families
 with prometheus_client, watches this node's pods (a node-scoped informer,
-``fieldSelector=spec.nodeName=<node>``) and serves through ``metrics_http``'s guarded waitress server.
+``fieldSelector=spec.nodeName=<node>``), writes Events and evictions about containers
+over their allocation (``overuse``) and serves through ``metrics_http``'s guarded
+waitress server.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from prometheus_client.registry import Collector
 from hami_core.cluster.kube import Informer, make_api_client
 from hami_core.errors import ConfigError
 from hami_core.monitor import Family, NodeMonitor, Scan
+from hami_core.monitor.overuse import OveruseEnforcer
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
 
 from .metrics_http import create_guarded_server
 from .options import MonitorOptions
+from .overuse import KubeOveruseActions, NamespacePolicies
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +152,11 @@ def run_monitor(opts: MonitorOptions, *, stop: threading.Event | None = None) ->
     def node_pods() -> list[Any] | None:
         return pods.items() if pods.wait_synced(0) else None
 
+    enforcer = OveruseEnforcer(
+        KubeOveruseActions(core, node_name=opts.node_name),
+        default_policy=opts.overuse_policy,
+        namespace_policy=NamespacePolicies(core),
+    )
     monitor = NodeMonitor(
         manager,
         root=opts.containers_dir,
@@ -155,6 +164,8 @@ def run_monitor(opts: MonitorOptions, *, stop: threading.Event | None = None) ->
         pods=node_pods,
         grace_s=opts.gc_grace_s,
         proc_root=opts.proc_root,
+        overuse=enforcer,
+        overuse_tolerance_bytes=opts.overuse_tolerance_mib << 20,
     )
     app = create_monitor_app(
         monitor, is_ready=lambda: pods.wait_synced(0), scan_max_age_s=opts.scan_max_age_s

@@ -524,6 +524,26 @@ class MonitorOptions:
         "/proc",
         help="procfs of the host's PID namespace (the DaemonSet runs with hostPID).",
     )
+    overuse_policy: str = setting(
+        "report",
+        choices=("report", "evict"),
+        help="What to do about a container whose device memory, measured from the host "
+        "(NVML per process), is over its allocation: report (a metric and a Warning "
+        "Event) or evict (also an eviction). A namespace's label or a pod's annotation "
+        "hami.io/overuse-policy can only make it stricter.",
+        why="the shim runs inside the tenant's process; only the host's measure holds "
+        "against a tenant that bypasses it, and eviction is the operator's choice.",
+    )
+    overuse_tolerance_mib: int = setting(
+        0,
+        unit="MiB",
+        min=0,
+        max=1 << 20,
+        help="Device memory a container may hold beyond its allocation, measured from "
+        "the host, before it counts as over (Events, evictions).",
+        why="the shim charges the CUDA context to the limit, so an honest container "
+        "stays within it.",
+    )
     scan_max_age_s: float = setting(
         5.0,
         flag="--scan-max-age",

@@ -52,12 +52,22 @@ def test_the_monitor_daemonset_reads_the_hook_paths_containers_with_the_host_pid
     assert ds["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
 
 
-def test_the_monitor_may_only_read_pods():
+def test_the_monitor_reads_pods_and_writes_only_events_and_evictions():
+    """Issue 24 item 19: Events and evictions about containers over their allocation,
+    the namespace's policy label; nothing else is written."""
     objs = render()
     role = find(objs, "ClusterRole", "hami-monitor")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
     ]
+    ds = find(objs, "DaemonSet", "hami-monitor")
+    assert "--overuse-policy=report" in container(ds, "monitor")["command"]
+    evicting = render({"monitor": {"overusePolicy": "evict"}})
+    ds = find(evicting, "DaemonSet", "hami-monitor")
+    assert "--overuse-policy=evict" in container(ds, "monitor")["command"]
     binding = find(objs, "ClusterRoleBinding", "hami-monitor")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "hami-monitor", "namespace": "hami-system"}

@@ -230,3 +230,37 @@ def test_the_stand_in_is_loaded_by_name_through_the_library_path(
     assert out["lib"] == "libnvidia-ml.so.1"
     assert out["driver"] == "550.54.15"
     assert out["maps"] == [str(fake_nvml_dir / "libnvidia-ml.so.1")]
+
+
+def test_per_process_device_memory_through_pynvml(fake_gpus: FakeGpus, fake_nvml_dir: Path):
+    """Issue 24 item 19: the monitor's host measure, through the real pynvml and the
+    stand-in's per-process calls. GPU 0: two compute processes and one also holding a
+    graphics context (counted once, the larger figure), one the driver cannot size
+    (``NVML_VALUE_NOT_AVAILABLE``: left out); GPU 1: none. A driver without the ``_v3``
+    calls answers through ``_v2``; a GPU without per-process accounting says so (None)."""
+    gib = 1 << 30
+    fake_gpus.doc["devices"][0]["processes"] = [
+        {"pid": 4242, "used_bytes": 5 * gib},
+        {"pid": 4343, "used_bytes": gib},
+        {"pid": 4343, "used_bytes": 2 * gib, "type": "graphics"},
+        {"pid": 4444, "used_bytes": -1},
+    ]
+    fake_gpus.write()
+    body = """
+        from hami_nvidia.monitor import host_devices
+        from hami_nvidia.nvml import PynvmlLibrary
+        out["v3"] = [[d.uuid, [[p.pid, p.memory_used_bytes] for p in d.processes]]
+                     for d in host_devices(PynvmlLibrary())]
+        edit(lambda doc: doc["devices"][0].setdefault("fail", {}).update(
+            {"nvmlDeviceGetComputeRunningProcesses_v3": 13,
+             "nvmlDeviceGetGraphicsRunningProcesses_v3": 13}))
+        out["v2"] = [[p.pid, p.memory_used_bytes] for p in host_devices(PynvmlLibrary())[0].processes]
+        edit(lambda doc: doc["devices"][1].setdefault("fail", {}).update(
+            {"nvmlDeviceGetComputeRunningProcesses_v3": 3}))
+        out["unsupported"] = host_devices(PynvmlLibrary())[1].processes
+        """
+    out = run(fake_gpus, fake_nvml_dir, body)
+    expected = [[4242, 5 * gib], [4343, 2 * gib]]
+    assert out["v3"] == [[gpu_uuid(0), expected], [gpu_uuid(1), []]]
+    assert out["v2"] == expected
+    assert out["unsupported"] is None

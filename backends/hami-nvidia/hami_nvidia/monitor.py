@@ -12,6 +12,7 @@ import threading
 from hami_core.backend import (
     ContainerUsage,
     HostDevice,
+    HostProcess,
     InvalidInputError,
     ProcessDeviceSample,
     ProcessSample,
@@ -95,8 +96,9 @@ class _Holder:
 
 
 def host_devices(nvml: PynvmlLibrary | None = None) -> list[HostDevice] | None:
-    """NVML's figures of every GPU (memory used/total in bytes, utilization 0..100),
-    with the inventory's model names; None when there is no NVIDIA driver.
+    """NVML's figures of every GPU (memory used/total in bytes, utilization 0..100, the
+    device memory of each process by host PID), with the inventory's model names; None
+    when there is no NVIDIA driver.
 
     Raises:
         NvmlError: NVML fails to initialise or to count the GPUs.
@@ -119,6 +121,9 @@ def host_devices(nvml: PynvmlLibrary | None = None) -> list[HostDevice] | None:
             memory_total_bytes=u.memory_total_bytes,
             utilization_pct=u.utilization_pct,
             memory_utilization_pct=u.memory_utilization_pct,
+            processes=None
+            if u.processes is None
+            else tuple(HostProcess(pid=pid, memory_used_bytes=b) for pid, b in u.processes),
         )
         for u in usage
     ]

@@ -50,7 +50,9 @@ NVLINK_MAX_LINKS = 18
 
 @attrs.frozen(kw_only=True)
 class NvmlUsage:
-    """What one GPU is doing now (NVML): bytes in use of total, utilization 0..100."""
+    """What one GPU is doing now (NVML): bytes in use of total, utilization 0..100, and
+    per process (host PID) the bytes it holds; ``processes`` None when NVML cannot
+    list them (an old driver, a MIG-enabled GPU queried without instance handles)."""
 
     index: int
     uuid: str
@@ -59,6 +61,7 @@ class NvmlUsage:
     memory_total_bytes: int
     utilization_pct: float
     memory_utilization_pct: float
+    processes: tuple[tuple[int, int], ...] | None = None
 
 
 class NvmlError(HamiError):
@@ -294,6 +297,7 @@ class PynvmlLibrary(PynvmlMig):
                         ):
                             raise
                         gpu_pct = mem_pct = 0.0
+                    processes = running_processes(pynvml, handle)
                 except NvmlError as exc:
                     log.warning("GPU %d: no figures from NVML: %s", index, exc)
                     continue
@@ -306,6 +310,7 @@ class PynvmlLibrary(PynvmlMig):
                         memory_total_bytes=total,
                         utilization_pct=gpu_pct,
                         memory_utilization_pct=mem_pct,
+                        processes=processes,
                     )
                 )
             return out
@@ -421,6 +426,49 @@ class PynvmlLibrary(PynvmlMig):
                 key = normalise_bus_id(bus)
                 peers[key] = peers.get(key, 0) + 1
             return peers
+
+
+#: The per-process calls, newest first: ``_v3`` (driver >= 510), ``_v2``; both fill
+#: ``nvmlProcessInfo_v2_t`` (pid, usedGpuMemory, gpuInstanceId, computeInstanceId).
+_RUNNING = (
+    ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3"),
+    ("nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v2"),
+)
+
+
+def running_processes(pynvml: Any, handle: Any) -> tuple[tuple[int, int], ...] | None:
+    """``(host PID, device memory bytes)`` of every process with a compute or graphics
+    context on the device, one entry per PID (a process in both lists counts once, with
+    the larger figure); None when NVML has no per-process accounting here.
+
+    Source: NVML API reference, ``nvmlDeviceGetComputeRunningProcesses_v3`` and
+    ``nvmlDeviceGetGraphicsRunningProcesses_v3`` (``usedGpuMemory`` in bytes, PIDs of
+    the host's namespace; ``NVML_VALUE_NOT_AVAILABLE`` when the driver cannot say, as
+    under Windows WDDM). An older driver without ``_v3`` answers the ``_v2`` names.
+
+    Raises:
+        NvmlError: a call failed otherwise (the GPU is lost, NVML uninitialised).
+    """
+    for names in _RUNNING:
+        fns = [getattr(pynvml, name, None) for name in names]
+        if any(fn is None for fn in fns):
+            continue
+        used: dict[int, int] = {}
+        try:
+            for name, fn in zip(names, fns, strict=True):
+                for p in _call(name, fn, handle):
+                    if p.usedGpuMemory is None:  # not available (pynvml maps it to None)
+                        continue
+                    pid = int(p.pid)
+                    used[pid] = max(used.get(pid, 0), int(p.usedGpuMemory))
+        except NvmlError as exc:
+            if exc.code == NVML_ERROR_FUNCTION_NOT_FOUND:
+                continue  # an older driver: try the previous version
+            if exc.code == NVML_ERROR_NOT_SUPPORTED:
+                return None
+            raise
+        return tuple(sorted(used.items()))
+    return None
 
 
 def _reason(exc: BaseException) -> str:

@@ -17,6 +17,8 @@
  *        "bus_id": "00000000:3B:00.0", "mig": false,
  *        "events": true,                        // false: no event types supported
  *        "nvlinks": [{"peer": 1, "links": 2}],  // active NVLinks to another device index
+ *        "processes": [{"pid": 4242, "used_bytes": 1073741824,   // host PID, usedGpuMemory
+ *                       "type": "compute"}],    // or "graphics"; used_bytes -1: N/A
  *        "fail": {"nvmlDeviceGetMemoryInfo": 15}}
  *     ],
  *     "events": [{"device": 0, "xid": 79},     // delivered once each, in order; device -1:
@@ -65,6 +67,8 @@ enum {
 #define MAX_FAILS 16
 #define MAX_LINKS 18
 #define MAX_EVENTS 256
+#define MAX_PROCS 64
+#define NVML_VALUE_NOT_AVAILABLE_ULL 0xFFFFFFFFFFFFFFFFULL
 
 typedef struct {
     unsigned long long total, free, used;
@@ -88,7 +92,15 @@ struct mig_profile {
     unsigned start[MAX_PLACEMENTS], size[MAX_PLACEMENTS];
 };
 
+struct fake_process {
+    unsigned int pid;
+    unsigned long long used_bytes;
+    int graphics;
+};
+
 struct fake_device {
+    struct fake_process procs[MAX_PROCS];
+    int nprocs;
     struct mig_profile mig_profiles[MAX_MIG_PROFILES];
     int nmig_profiles;
     int index;
@@ -391,6 +403,18 @@ static int reload(void) {
         fd->events = jbool(d, "events", 1);
         load_mig_profiles(fd, jget(d, "mig_profiles"));
         fd->nfails = jfails(d, fd->fails);
+        fd->nprocs = 0;
+        const struct jval *procs = jget(d, "processes");
+        for (int k = 0; procs && procs->t == J_ARR && k < procs->n && k < MAX_PROCS; k++) {
+            const struct jval *pr = procs->items[k];
+            struct fake_process *fp = &fd->procs[fd->nprocs++];
+            char type[16];
+            jcopy(type, sizeof type, pr, "type", "compute");
+            fp->pid = (unsigned)jint(pr, "pid", 0);
+            long long used = jint(pr, "used_bytes", 0);
+            fp->used_bytes = used < 0 ? NVML_VALUE_NOT_AVAILABLE_ULL : (unsigned long long)used;
+            fp->graphics = !strcmp(type, "graphics");
+        }
         for (int l = 0; l < MAX_LINKS; l++) fd->link_peer[l] = -1;
         const struct jval *links = jget(d, "nvlinks");
         int next = 0;
@@ -1169,4 +1193,71 @@ static int mig_uuid_of(nvmlDevice_t handle, char *uuid, unsigned int length) {
     char text[96];
     mig_uuid_text(g, text, sizeof text);
     LEAVE_MIG(copy_out(uuid, length, text), 0);
+}
+
+/* ---- per-process accounting -------------------------------------------------------
+ * nvmlDeviceGet{Compute,Graphics}RunningProcesses[_v2|_v3] (nvml.h): *count in/out; a
+ * NULL array (or a count too small) answers INSUFFICIENT_SIZE with the count needed,
+ * zero processes answer SUCCESS with *count 0. _v2 and _v3 fill nvmlProcessInfo_v2_t
+ * (the same layout); the unversioned call the older nvmlProcessInfo_v1_t. PIDs are the
+ * host's (the driver's view), whatever namespace the caller runs in. */
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t;
+
+static nvmlReturn_t running(nvmlDevice_t device, unsigned int *count, void *out, int graphics,
+                            int v1, const char *fn) {
+    ENTER_DEV(device, fn);
+    if (count == NULL) { LEAVE(NVML_ERROR_INVALID_ARGUMENT); }
+    unsigned int n = 0;
+    for (int i = 0; i < device->nprocs; i++) n += device->procs[i].graphics == graphics;
+    if (n == 0) { *count = 0; LEAVE(NVML_SUCCESS); }
+    if (out == NULL || *count < n) { *count = n; LEAVE(NVML_ERROR_INSUFFICIENT_SIZE); }
+    unsigned int k = 0;
+    for (int i = 0; i < device->nprocs; i++) {
+        const struct fake_process *p = &device->procs[i];
+        if (p->graphics != graphics) continue;
+        if (v1) {
+            nvmlProcessInfo_v1_t *o = (nvmlProcessInfo_v1_t *)out + k;
+            o->pid = p->pid;
+            o->usedGpuMemory = p->used_bytes;
+        } else {
+            nvmlProcessInfo_v2_t *o = (nvmlProcessInfo_v2_t *)out + k;
+            o->pid = p->pid;
+            o->usedGpuMemory = p->used_bytes;
+            o->gpuInstanceId = 0xFFFFFFFFu;
+            o->computeInstanceId = 0xFFFFFFFFu;
+        }
+        k++;
+    }
+    *count = n;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v2_t *p) {
+    return running(d, c, p, 0, 0, "nvmlDeviceGetComputeRunningProcesses_v3");
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v2_t *p) {
+    return running(d, c, p, 0, 0, "nvmlDeviceGetComputeRunningProcesses_v2");
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v1_t *p) {
+    return running(d, c, p, 0, 1, "nvmlDeviceGetComputeRunningProcesses");
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v2_t *p) {
+    return running(d, c, p, 1, 0, "nvmlDeviceGetGraphicsRunningProcesses_v3");
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v2_t *p) {
+    return running(d, c, p, 1, 0, "nvmlDeviceGetGraphicsRunningProcesses_v2");
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v1_t *p) {
+    return running(d, c, p, 1, 1, "nvmlDeviceGetGraphicsRunningProcesses");
 }
