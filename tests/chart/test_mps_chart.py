@@ -107,3 +107,44 @@ def test_the_schema_names_a_bad_mps_value(bad: str, names: str):
     with pytest.raises(helm_python.HelmValuesError) as info:
         chart.validate_schema(yaml.safe_load(bad))
     assert names in str(info.value)
+
+
+def _plugin(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    (ds,) = [
+        o
+        for o in objs
+        if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "hami-device-plugin-nvidia"
+    ]
+    return ds
+
+
+def test_per_container_isolation_wires_the_device_plugin_and_refuses_the_node_daemon():
+    """mpsIsolation: per-container (issue 24 item 15): the device plugin runs the daemons,
+    so it gets the pipe root, the host PID namespace and the driver's compute binaries;
+    the node daemon (compute mode EXCLUSIVE_PROCESS, one server per GPU) cannot run too."""
+    objs = render({"devicePlugin": {"mpsIsolation": "per-container"}})
+    assert _nvidia_options(objs)["mpsIsolation"] == "per-container"
+    spec = _plugin(objs)["spec"]["template"]["spec"]
+    assert spec["hostPID"] is True
+    (c,) = [c for c in spec["containers"] if any(e["name"] == "NODE_NAME" for e in c["env"])]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    volumes = {v["name"]: v.get("hostPath", {}).get("path") for v in spec["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert volumes["mps-pipe"] == mounts["mps-pipe"] == "/tmp/nvidia-mps"
+    with pytest.raises(Exception, match="mpsDaemon.enabled needs devicePlugin.mpsIsolation"):
+        render({"devicePlugin": {"mpsIsolation": "per-container", "mpsDaemon": {"enabled": True}}})
+
+
+def test_shared_isolation_leaves_the_device_plugin_as_it_was():
+    objs = render({})
+    assert _nvidia_options(objs)["mpsIsolation"] == "shared"
+    spec = _plugin(objs)["spec"]["template"]["spec"]
+    assert "hostPID" not in spec and "mps-pipe" not in {v["name"] for v in spec["volumes"]}
+
+
+def test_the_schema_names_a_bad_isolation():
+    chart = helm_python.Chart.load(CHART)
+    with pytest.raises(helm_python.HelmValuesError) as info:
+        chart.validate_schema({"devicePlugin": {"mpsIsolation": "per-pod"}})
+    assert "/devicePlugin/mpsIsolation" in str(info.value)

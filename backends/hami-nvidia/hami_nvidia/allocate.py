@@ -17,6 +17,8 @@ from hami_core.backend import (
     resource_value,
 )
 
+from . import mps
+from .discover import DISCOVERED
 from .mig import MIG_MODE
 from .migdevices import DYNAMIC, check_allowlist, mig_allocation
 from .names import CORE_POLICY, PRIORITY_RESOURCE, VGPU_MODE
@@ -36,6 +38,11 @@ OPTION_DEFAULTS: dict[str, Any] = {
     # and the daemon's /dev/shm ("" = not mounted; the daemon and its clients must share it).
     "mpsPipeDirectory": "/tmp/nvidia-mps",
     "mpsShmDirectory": "",
+    # "shared": one control daemon for the node (the chart's), the shares only in the
+    # client's env; "per-container": the device plugin runs a control daemon per
+    # container under mpsPipeDirectory whose server holds the shares (hami_nvidia.mps).
+    "mpsIsolation": "shared",
+    "mpsControlBinary": "nvidia-cuda-mps-control",
 }
 
 #: The device mode (inventory ``mode``, PROTOCOL.md §2) served through NVIDIA MPS.
@@ -56,7 +63,9 @@ def check_config(config: VendorConfig) -> None:
         ConfigError: ``corePolicy`` is not one of ``CORE_POLICIES``,
             ``healthRecoverySeconds`` / ``unifiedMemoryMiB`` / ``migReleaseGraceSeconds``
             is negative, ``migProfileAllowlist`` is malformed, or
-            ``mpsPipeDirectory`` / ``mpsShmDirectory`` is not an absolute path, an
+            ``mpsPipeDirectory`` / ``mpsShmDirectory`` is not an absolute path (or too
+            long for per-container pipe directories), ``mpsIsolation`` is not one of
+            ``mps.ISOLATIONS``, ``mpsControlBinary`` is empty, an
             ``ignoredXids`` item is not a positive integer (XIDs are numbered from 1:
             NVIDIA's "XID Errors" catalogue; NVML ``nvmlEventData_t.eventData``).
     """
@@ -76,6 +85,16 @@ def check_config(config: VendorConfig) -> None:
         value = opts[key]
         if not isinstance(value, str) or ((value or required) and not value.startswith("/")):
             raise ConfigError(f"nvidia.{key}: must be an absolute host path, got {value!r}")
+    if opts["mpsIsolation"] not in mps.ISOLATIONS:
+        raise ConfigError(
+            f"nvidia.mpsIsolation: {opts['mpsIsolation']!r} is not one of {', '.join(mps.ISOLATIONS)}"
+        )
+    if not isinstance(opts["mpsControlBinary"], str) or not opts["mpsControlBinary"].strip():
+        raise ConfigError("nvidia.mpsControlBinary: must name the MPS control program")
+    if opts["mpsIsolation"] == mps.PER_CONTAINER:
+        why = mps.check_root(str(opts["mpsPipeDirectory"]))
+        if why:
+            raise ConfigError(f"nvidia.mpsPipeDirectory: {why}")
 
 
 #: Where the limits file is mounted (read-only) in the container: the shim reads its
@@ -141,7 +160,13 @@ def container_dir(hook_path: str, pod_uid: str, container: str) -> str:
     return f"{hook_path.rstrip('/')}/containers/{pod_uid}_{container}"
 
 
-def mps_allocation(devices: ContainerDevices, config: VendorConfig) -> ContainerAllocation:
+def mps_allocation(
+    devices: ContainerDevices,
+    config: VendorConfig,
+    pod: Mapping[str, Any] | None = None,
+    container: Mapping[str, Any] | None = None,
+    on_node: bool = True,
+) -> ContainerAllocation:
     """What a container whose devices are all in MPS mode gets: the MPS client's
     variables and the daemon's pipe directory, and none of the shim's (MPS enforces the
     share; the shim is neither mounted nor preloaded).
@@ -161,8 +186,19 @@ def mps_allocation(devices: ContainerDevices, config: VendorConfig) -> Container
       device, ``<device ordinal>=<MiB>M`` pairs, comma separated (NVIDIA's format,
       e.g. ``0=1024M,1=2048M``).
 
+    With ``mpsIsolation: per-container`` the same shares are also the server defaults of
+    a control daemon of the container's own (``mps.ensure``, started here, before the
+    container), whose directory is what is mounted at ``/tmp/nvidia-mps``: a client that
+    drops or raises the variables still gets them. With ``shared`` (the node's daemon)
+    the variables are the only carrier of the share (docs/sharing-modes.md). Not
+    ``on_node`` (``hami simulate``: devices read back from the inventory), nothing is
+    started and the mount names the directory the daemon would have.
+
     Raises:
-        HamiError: a device has a negative share (a corrupt allocation).
+        HamiError: a device has a negative share (a corrupt allocation), the pod has no
+            UID (per-container), or the container's daemon cannot be started with its
+            limits (``mps.MpsError``: Allocate fails rather than start the container
+            without them).
     """
     opts = config.options
     envs = {"NVIDIA_VISIBLE_DEVICES": ",".join(d.uuid for d in devices)}
@@ -173,10 +209,31 @@ def mps_allocation(devices: ContainerDevices, config: VendorConfig) -> Container
     envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
         f"{i}={d.memory_mib}M" for i, d in enumerate(devices)
     )
+    pipe_dir = str(opts["mpsPipeDirectory"])
+    if opts["mpsIsolation"] == mps.PER_CONTAINER:
+        uid = str(((pod or {}).get("metadata") or {}).get("uid") or "")
+        name = str((container or {}).get("name") or "")
+        if not uid or not name:
+            raise HamiError("MPS per-container isolation needs the pod's UID and container name")
+        limits = mps.MpsLimits(
+            threads_pct=threads if 0 < threads < 100 else 100,
+            memory_mib=tuple(d.memory_mib for d in devices),
+        )
+        if on_node:
+            pipe_dir = mps.ensure(
+                str(opts["mpsControlBinary"]),
+                str(opts["mpsPipeDirectory"]),
+                uid,
+                name,
+                [d.uuid for d in devices],
+                limits,
+            )
+        else:
+            pipe_dir = f"{pipe_dir.rstrip('/')}/{mps.container_dir_name(uid, name)}"
     mounts = [
         Mount(
             container_path=CONTAINER_MPS_PIPE_DIR,
-            host_path=str(opts["mpsPipeDirectory"]),
+            host_path=pipe_dir,
             read_only=False,  # clients open the daemon's pipes for writing
         )
     ]
@@ -245,7 +302,8 @@ def allocate(
             "does not accept"
         )
     if modes == {MPS_MODE}:
-        return mps_allocation(devices, config)
+        on_node = any(DISCOVERED in d.node_local for d in node_devices)
+        return mps_allocation(devices, config, pod, container, on_node=on_node)
     if modes == {MIG_MODE}:
         from . import node
 

@@ -18,6 +18,8 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import attrs
+
 from hami_core.backend import ConfigError, DeviceInfo, VendorConfig, inventory_device
 
 from . import VENDOR
@@ -28,6 +30,9 @@ log = logging.getLogger(__name__)
 #: Where hosts mount sysfs; containers that see the host's at another path set
 #: ``HAMI_NVIDIA_SYSFS_ROOT``.
 DEFAULT_SYSFS_ROOT = "/sys"
+#: ``DeviceInfo.node_local`` key of every GPU this device plugin discovered: absent from
+#: an inventory read back (``hami simulate``), where Allocate must start nothing.
+DISCOVERED = "nvidiaDiscovered"
 MODEL_PREFIX = "NVIDIA"
 
 
@@ -80,17 +85,16 @@ def device_infos(
                     "to the MiB this GPU may hand out"
                 )
             total = unified
-        out.append(
-            inventory_device(
-                config,
-                uuid=gpu.uuid,
-                vendor=VENDOR,
-                model=model_name(gpu.name),
-                index=gpu.index,
-                memory_mib=total,
-                numa=numa(gpu.bus_id),
-                mode="mig" if gpu.mig_enabled else "hami-core",
-                healthy=healthy(gpu.uuid),
-            )
+        device = inventory_device(
+            config,
+            uuid=gpu.uuid,
+            vendor=VENDOR,
+            model=model_name(gpu.name),
+            index=gpu.index,
+            memory_mib=total,
+            numa=numa(gpu.bus_id),
+            mode="mig" if gpu.mig_enabled else "hami-core",
+            healthy=healthy(gpu.uuid),
         )
+        out.append(attrs.evolve(device, node_local={**device.node_local, DISCOVERED: "1"}))
     return out

@@ -19,7 +19,7 @@ from hami_core.backend import (
     hookimpl,
 )
 
-from . import admission, allocate, fit, monitor, node, priority_board, requests, shim
+from . import admission, allocate, fit, monitor, mps, node, priority_board, requests, shim
 from .names import DEVICE_TYPE
 
 
@@ -105,4 +105,7 @@ def hami_release(
 ) -> list[str] | None:
     freed = list(node.current().release(pods, devices, config) or [])
     freed += priority_board.release(pods, devices, config)
+    opts = config.options
+    if opts["mpsIsolation"] == mps.PER_CONTAINER:
+        freed += mps.release(str(opts["mpsControlBinary"]), str(opts["mpsPipeDirectory"]), pods)
     return freed or None

@@ -26,6 +26,9 @@ mps (NVIDIA MPS as the device plugin configures its clients): starts a control d
     and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M`` and one with 100; ``ok`` when the
     limited client's allocation past 2 GiB fails, one under it succeeds, and its matmul
     throughput is at most 60 % of the unlimited client's. Stops the daemon (``quit``).
+    Then ``server_side`` (``mpsIsolation: per-container``): a fresh daemon whose server
+    defaults are 25 % and 2048M, as the device plugin sets them; ``ok`` only when a
+    client without the variables and one that raises them both fail past 2 GiB.
 mig (dynamic MIG through the device plugin's own code, hami_nvidia.nvml.PynvmlLibrary
     over pynvml): with MIG mode on (``--enable-mig`` turns it on with ``nvidia-smi -mig 1``
     and off again at the end; that needs an idle GPU and may need a reset), lists the
@@ -277,6 +280,7 @@ def check_mps(gpu: int) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             daemon.send_signal(signal.SIGKILL)
         shutil.rmtree(tmp, ignore_errors=True)
+    report["server_side"] = check_mps_server_side(control, gpu)
     lim, unl = report["limited"], report["unlimited"]
     if lim.get("matmuls_per_s") and unl.get("matmuls_per_s"):
         report["throughput_ratio"] = round(lim["matmuls_per_s"] / unl["matmuls_per_s"], 3)
@@ -285,6 +289,50 @@ def check_mps(gpu: int) -> dict[str, Any]:
         and lim.get("over_cap") == "OutOfMemoryError"
         and unl.get("over_cap") == "allocated (NOT LIMITED)"
         and report.get("throughput_ratio", 1.0) <= 0.6
+        and report["server_side"].get("ok") is True
+    )
+    return report
+
+
+def check_mps_server_side(control: str, gpu: int) -> dict[str, Any]:
+    """``mpsIsolation: per-container`` (docs/sharing-modes.md, "What MPS enforces"): a
+    daemon of its own with the server defaults the device plugin sets (2048M on device 0,
+    25 %); ``ok`` when a client with no MPS variables and one that raises them both fail
+    past 2 GiB: the limit is held by the server, not by the client's env."""
+    tmp = tempfile.mkdtemp(prefix="hami-mps-")
+    pipe, logs = os.path.join(tmp, "pipe"), os.path.join(tmp, "log")
+    os.makedirs(pipe)
+    os.makedirs(logs)
+    denv = dict(
+        clean_env(),
+        CUDA_VISIBLE_DEVICES=str(gpu),
+        CUDA_MPS_PIPE_DIRECTORY=pipe,
+        CUDA_MPS_LOG_DIRECTORY=logs,
+    )
+    report: dict[str, Any] = {}
+    subprocess.run([control, "-d"], env=denv, check=True, timeout=60)
+    try:
+        for command in (
+            "set_default_active_thread_percentage 25",
+            "set_default_device_pinned_mem_limit 0 2048M",
+        ):
+            subprocess.run([control], input=command + "\n", text=True, env=denv, timeout=30)
+        base = dict(clean_env(), CUDA_VISIBLE_DEVICES=str(gpu), CUDA_MPS_PIPE_DIRECTORY=pipe)
+        report["no_env"] = child(MEMORY_CHILD, ["2048"], base)
+        report["raised_env"] = child(
+            MEMORY_CHILD,
+            ["2048"],
+            dict(
+                base,
+                CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="100",
+                CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=65536M",
+            ),
+        )
+    finally:
+        subprocess.run([control], input="quit\n", text=True, env=denv, timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+    report["ok"] = all(
+        report[k].get("over_cap") == "OutOfMemoryError" for k in ("no_env", "raised_env")
     )
     return report
 
