@@ -585,6 +585,33 @@ def test_a_volume_over_the_limits_file_is_denied_and_past_the_webhook_would_cove
         stack.core.delete_namespaced_pod("cover", ns, grace_period_seconds=0)
 
 
+def test_a_tenant_can_write_its_region_but_not_fill_the_hosts_disk(stack: Stack):
+    """Issue 24 item 16 (d), through real containerd and runc: the region's directory is
+    read-only in the container and only the region file, which the device plugin made
+    at the region's size, is writable over it (a file mount inside a read-only
+    directory mount)."""
+    shared = "/usr/local/vgpu/shared"
+    script = (
+        f"(echo x > {shared}/fill && echo NEW_FILE=yes) || echo NEW_FILE=no; "
+        f"(mkdir {shared}/d && echo NEW_DIR=yes) || echo NEW_DIR=no; "
+        f"(printf hello | dd of={shared}/vgpu.cache conv=notrunc 2>/dev/null "
+        "&& echo REGION_WRITE=yes) || echo REGION_WRITE=no; env; exec sleep 3600"
+    )
+    body = _tenant_pod("disk-fill")
+    body["spec"]["containers"][0]["command"] = ["/bin/sh", "-c", script]
+    stack.core.create_namespaced_pod(stack.namespace, body)
+    pod = stack.wait_running("disk-fill")
+    env = stack.env_of(pod)
+    assert (env["NEW_FILE"], env["NEW_DIR"], env["REGION_WRITE"]) == ("no", "no", "yes")
+    host = stack.hook / "containers" / f"{pod['metadata']['uid']}_main"
+    assert sorted(p.name for p in host.iterdir()) == ["vgpu.cache"]
+    from hami_nvidia.shared_region import FILE_SIZE
+
+    region = host / "vgpu.cache"
+    assert region.stat().st_size == FILE_SIZE and region.read_bytes()[:5] == b"hello"
+    stack.core.delete_namespaced_pod("disk-fill", stack.namespace, grace_period_seconds=0)
+
+
 # -- MPS mode (issue #17 item 3): last, it restarts the device plugin in MPS mode ------
 
 
