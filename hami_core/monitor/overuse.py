@@ -165,6 +165,8 @@ class OveruseEnforcer:
         if text in OVERUSE_POLICIES:
             return text
         if (where, text) not in self._warned:
+            if len(self._warned) >= 1024:  # tenants choose these values: stay bounded
+                self._warned.clear()
             self._warned.add((where, text))
             log.warning("%s: %s=%r is not report or evict; ignored", where, OVERUSE_POLICY, value)
         return None
