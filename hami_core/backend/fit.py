@@ -16,7 +16,8 @@ steps; the defaults are NVIDIA's behaviour:
   read it (default: the inventory's ``devcore``); ``None`` for a device that does not
   account compute (its cores are not checked). Ascend reads HAMi's AI Core count as 100 %.
 - ``extra_check``: one more per-device check after the sharing checks, e.g. Kunlunxin's
-  "a card cut in quarters takes no half". The size hints do not apply it.
+  "a card cut in quarters takes no half", NVIDIA's MIG placements. The size hints apply
+  it too: a size they name is accepted.
 - ``link_group``: a group id per device (Ascend HCCS groups); a request of several devices
   takes them from one group when one group can hold them all.
 - ``choose``: the vendor's own selection among the feasible devices (910C paired modules,
@@ -441,46 +442,56 @@ def _largest(
     """Most memory (MiB) / cores (percent) per device that a request of the same count
     and the same other dimension would get, or None when even 1 MiB / 1 percent would
     not fit (the device is excluded for another reason: compute exhausted, exclusivity,
-    split count, filters). ``rules.extra_check`` is left out: it judges the request as
-    stated, not the probe sizes."""
-    probe_rules = attrs.evolve(rules, extra_check=None)
+    split count, filters). Every check runs on the probe, ``rules.extra_check`` included
+    (a MIG GPU's placements, a card's partitions): a size named here is one the same
+    check accepts (``largest_accepted``), never free memory no request can get."""
 
     def fits_with(u: DeviceUsage, *, memory_mib: int, cores_pct: int) -> bool:
         probe = attrs.evolve(
             request, count=1, memory_mib=memory_mib, memory_pct=0, cores_pct=cores_pct
         )
-        return device_reason(u, probe, filters, probe_rules) is None
+        return device_reason(u, probe, filters, rules) is None
+
+    def memory_room(u: DeviceUsage) -> int | None:
+        cores = min(request.cores_pct, free_cores(u, rules))
+        return largest_accepted(
+            lambda m: fits_with(u, memory_mib=m, cores_pct=cores), u.free_memory_mib
+        )
+
+    def cores_room(u: DeviceUsage) -> int | None:
+        memory = max(1, min(request.memory_on(u.device), u.free_memory_mib))
+        return largest_accepted(
+            lambda c: fits_with(u, memory_mib=memory, cores_pct=c), free_cores(u, rules)
+        )
 
     k = request.count - 1
     # Each probe shrinks the other dimension to what is free, so a request short of both
     # memory and cores gets both hints; whatever else blocks a device still excludes it.
-    mem_room = sorted(
-        (
-            u.free_memory_mib
-            for u in ordered
-            if fits_with(
-                u, memory_mib=1, cores_pct=min(request.cores_pct, free_cores(u, probe_rules))
-            )
-        ),
-        reverse=True,
-    )
-    cores_room = sorted(
-        (
-            free_cores(u, probe_rules)
-            for u in ordered
-            if free_cores(u, probe_rules) > 0
-            and fits_with(
-                u,
-                memory_mib=max(1, min(request.memory_on(u.device), u.free_memory_mib)),
-                cores_pct=1,
-            )
-        ),
-        reverse=True,
-    )
-    return (
-        mem_room[k] if len(mem_room) > k else None,
-        cores_room[k] if len(cores_room) > k else None,
-    )
+    mem = sorted((r for r in map(memory_room, ordered) if r is not None), reverse=True)
+    cores = sorted((r for r in map(cores_room, ordered) if r is not None), reverse=True)
+    return (mem[k] if len(mem) > k else None, cores[k] if len(cores) > k else None)
+
+
+def largest_accepted(accepts: Callable[[int], bool], most: int) -> int | None:
+    """The largest ``n`` in ``1..most`` that ``accepts``: ``most`` itself when accepted
+    (a check that takes only one size, as a Kunlunxin card already cut in quarters, takes
+    what is free), else found by bisection (a check that accepts a size accepts the
+    smaller ones: free memory, cores, a MIG profile that holds it). Whatever is returned
+    was accepted; None when neither ``most`` nor 1 is."""
+    if most < 1:
+        return None
+    if accepts(most):
+        return most
+    if not accepts(1):
+        return None
+    good, bad = 1, most
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if accepts(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
 
 
 def _by(

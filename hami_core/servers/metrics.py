@@ -11,8 +11,9 @@ registration (for the alert rules in ``charts/hami/rules``).
 Units as HAMi writes them: bytes; core ratios in percent of a device (0..100), except
 for vendors whose ``DeviceTypeInfo.cores_unit`` is not percent, whose core gauges carry
 the device list's value as HAMi does (AMD compute units, AWS Neuron core masks, Moore
-Threads sGPU cores; PROTOCOL.md §9);
-``hami_node_gpu_memory_allocated_ratio`` as a fraction (0..1, allocated / total).
+Threads sGPU cores; PROTOCOL.md §9); on a GPU in ``mig`` mode the compute slices its
+instances hold (``hami_core.model.migusage``: a full GPU is 100, not the 105 its seven
+``1g`` instances book); ``hami_node_gpu_memory_allocated_ratio`` as a fraction (0..1, allocated / total).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from hami_core.errors import AnnotationError
 from hami_core.model import PERCENT, CoresUnit, DeviceInfo, DeviceTypeInfo, DeviceUsage
+from hami_core.model.migusage import held_cores_pct
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.handshake import decode_handshake
@@ -177,11 +179,11 @@ class AllocationCollector(Collector):
                     u.used_memory_mib * MIB,
                 )
                 g.shared.add_metric(labels, u.used_count)
-                g.core_alloc.add_metric(labels, u.used_cores_pct)
+                g.core_alloc.add_metric(labels, held_cores_pct(u))
                 unit, capacity = _compute(by_vendor.get(d.vendor), u)
                 if capacity > 0:
                     uuid_compute[uuid] = (unit, capacity)
-                    used = unit.amount(u.used_cores_pct)
+                    used = unit.amount(held_cores_pct(u))
                     g.core_share.add_metric(labels, used / capacity)
                     g.core_units_limit.add_metric([*labels, unit.symbol], capacity)
                     g.core_units_alloc.add_metric([*labels, unit.symbol], used)

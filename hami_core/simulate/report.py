@@ -63,6 +63,8 @@ Report (``build_report``)::
          "migInstance": str | null,             # a MIG instance as a device (the single
                                                  # strategy): its profile
          "memoryMiB": int, "usedMemoryMiB": int, "coresPct": int, "usedCoresPct": int,
+         "freeMemoryMiB": int,                   # what pods can still be given (a MIG GPU:
+                                                 # what further instances could hold)
          "coresUnit": str, "splitCount": int, "sharers": int,      # containers sharing it
          "pods": [str],                          # "namespace/name" of the pods on it
          "healthy": bool, "cordoned": bool}],
@@ -94,7 +96,7 @@ Explanation (``build_explanation``, ``--explain POD``)::
          "devices": [
            {"uuid": str, "index": int, "vendor": str, "model": str,
             "memoryMiB": int, "usedMemoryMiB": int | null, "coresPct": int,
-            "usedCoresPct": int | null, "coresUnit": str,
+            "usedCoresPct": int | null, "freeMemoryMiB": int | null, "coresUnit": str,
             "splitCount": int, "sharers": int | null,
             "reason": str | null,                # why it was rejected, null if usable
             "takes": null | {"memoryMiB": int, "coresPct": int}}]}],   # on a fitting node
@@ -125,6 +127,7 @@ from hami_core.model import (
     ReasonCode,
     collapse,
 )
+from hami_core.model.migusage import held_cores_pct, usable_free_memory_mib
 from hami_core.protocol.annotations import GPU_SCHEDULER_POLICY, NODE_SCHEDULER_POLICY
 from hami_core.scheduling.fitting import NodeFit
 from hami_core.scheduling.scheduler import FilterResult
@@ -493,7 +496,8 @@ def _gpu_entries(
                     "memoryMiB": d.memory_mib,
                     "usedMemoryMiB": u.used_memory_mib,
                     "coresPct": unit.amount(_capacity(types, u)),
-                    "usedCoresPct": unit.amount(u.used_cores_pct),
+                    "usedCoresPct": unit.amount(held_cores_pct(u)),
+                    "freeMemoryMiB": usable_free_memory_mib(u),
                     "coresUnit": unit.name,
                     "splitCount": d.split_count,
                     "sharers": u.used_count,
@@ -643,7 +647,8 @@ def _explain_node(
                 "memoryMiB": d.memory_mib,
                 "usedMemoryMiB": u.used_memory_mib if u is not None else None,
                 "coresPct": unit.amount(_capacity(types, u or DeviceUsage(device=d))),
-                "usedCoresPct": unit.amount(u.used_cores_pct) if u is not None else None,
+                "usedCoresPct": unit.amount(held_cores_pct(u)) if u is not None else None,
+                "freeMemoryMiB": usable_free_memory_mib(u) if u is not None else None,
                 "coresUnit": unit.name,
                 "splitCount": d.split_count,
                 "sharers": u.used_count if u is not None else None,
@@ -864,6 +869,16 @@ def _with_mode(model: str, mode: str, mig_profile: str | None = None) -> str:
     return f"{model} ({mode})" if mode and mode != "hami-core" else model
 
 
+def _memory_ratio(g: Mapping[str, Any]) -> str:
+    """``used/total MiB``, and what can still be given where that is less than the rest
+    (a MIG GPU: ``68992/81920 MiB, 0 MiB usable``)."""
+    text = f"{g['usedMemoryMiB']}/{g['memoryMiB']} MiB"
+    free = g.get("freeMemoryMiB")
+    if free is not None and free < max(0, g["memoryMiB"] - g["usedMemoryMiB"]):
+        text += f", {free} MiB usable"
+    return text
+
+
 def _gpu_lines(gpus: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = []
     for g in gpus:
@@ -874,7 +889,7 @@ def _gpu_lines(gpus: Sequence[Mapping[str, Any]]) -> list[str]:
                 f"#{g['index']}",
                 _with_mode(g["model"], g["mode"], g["migInstance"]),
                 bar(g["usedMemoryMiB"], g["memoryMiB"]),
-                f"{g['usedMemoryMiB']}/{g['memoryMiB']} MiB",
+                _memory_ratio(g),
                 _cores_ratio(g, lead=True),
                 _plural(len(g["pods"]), "pod") + flags,
             ]
@@ -923,7 +938,7 @@ def render_explanation(data: Mapping[str, Any]) -> str:
                 used = [f"{d['memoryMiB']} MiB", _cores_asked(d), ""]
             else:
                 used = [
-                    f"used {d['usedMemoryMiB']}/{d['memoryMiB']} MiB",
+                    f"used {_memory_ratio(d)}",
                     _cores_ratio(d),
                     f"{d['sharers']}/{d['splitCount']} sharers",
                 ]

@@ -10,6 +10,7 @@ import attrs
 from hami_core.cluster.base import ClusterStore
 from hami_core.errors import NotFoundError
 from hami_core.model import CORES_UNITS, PERCENT, CoresUnit
+from hami_core.model.migusage import held_cores_pct, is_mig_gpu, usable_free_memory_mib
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.scheduling.usage import pod_holdings, pod_ref, requested_vendors
@@ -43,6 +44,8 @@ class DeviceRow:
         sharers / split_count: containers sharing it now / at most.
         pods: ``namespace/name`` of the pods holding it, sorted.
         memory_used_mib, utilization_pct: from the monitor, None when not known.
+        memory_usable_mib: on a device that cannot hand out all the memory it has left
+            (a MIG GPU: ``hami_core.model.migusage``), what it can, MiB; None: all of it.
     """
 
     node: str
@@ -62,6 +65,7 @@ class DeviceRow:
     memory_used_mib: float | None = None
     utilization_pct: float | None = None
     cores_unit: str = PERCENT.name
+    memory_usable_mib: int | None = None
 
     @property
     def unit(self) -> CoresUnit:
@@ -80,7 +84,8 @@ class DeviceRow:
         nothing new lands there)."""
         if not self.healthy or self.cordoned:
             return 0
-        return max(0, self.memory_total_mib - self.memory_allocated_mib)
+        left = max(0, self.memory_total_mib - self.memory_allocated_mib)
+        return left if self.memory_usable_mib is None else min(left, self.memory_usable_mib)
 
     def as_json(self) -> dict[str, Any]:
         out = attrs.asdict(self)
@@ -244,13 +249,14 @@ def build_view(
                     memory_total_mib=d.memory_mib,
                     memory_allocated_mib=u.used_memory_mib,
                     cores_total_pct=unit.amount(capacity),
-                    cores_allocated_pct=unit.amount(u.used_cores_pct),
+                    cores_allocated_pct=unit.amount(held_cores_pct(u)),
                     cores_unit=unit.name,
                     sharers=u.used_count,
                     split_count=d.split_count,
                     pods=tuple(sorted(holders.get(uuid, []))),
                     memory_used_mib=use.memory_used_mib if use else None,
                     utilization_pct=use.utilization_pct if use else None,
+                    memory_usable_mib=usable_free_memory_mib(u) if is_mig_gpu(d) else None,
                 )
             )
         if not rows and not info.unregistered:

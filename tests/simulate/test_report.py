@@ -303,6 +303,7 @@ def test_json_schema_keys_are_stable():
             "usedMemoryMiB",
             "coresPct",
             "usedCoresPct",
+            "freeMemoryMiB",
             "coresUnit",
             "splitCount",
             "sharers",

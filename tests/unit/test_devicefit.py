@@ -68,7 +68,7 @@ def test_cores_capacity_rescales_checks_and_load():
     assert load(half, rules) == round(100 / 1000 + 60 / 100 + 1 / 4, 9)
 
 
-def test_extra_check_runs_last_and_not_in_the_hints():
+def test_extra_check_runs_last_and_in_the_hints():
     def no_sharing(usage, request):
         return ReasonCode.CARD_TYPE_MISMATCH if usage.used_count else None
 
@@ -76,7 +76,19 @@ def test_extra_check_runs_last_and_not_in_the_hints():
     shared = use(dev(0), count=1, memory=100, cores=10)
     result = fit(REQ, [shared], rules)
     assert result.device_reasons == {"D-0": ReasonCode.CARD_TYPE_MISMATCH}
-    assert (result.largest_memory_mib, result.largest_cores_pct) == (900, 90)
+    # the hints name only sizes the same checks accept (issue 24 item 5): none here,
+    # where 900 MiB / 90 % are free but the check refuses any size
+    assert (result.largest_memory_mib, result.largest_cores_pct) == (None, None)
+
+    def at_most_half(usage, request):
+        return ReasonCode.CARD_TYPE_MISMATCH if request.memory_mib > 500 else None
+
+    result = fit(
+        DeviceRequest(vendor="ACME", count=1, memory_mib=800),
+        [shared],
+        FitRules(extra_check=at_most_half),
+    )
+    assert result.largest_memory_mib == 500  # not the 900 free
     # an earlier check still wins
     big = DeviceRequest(vendor="ACME", count=1, memory_mib=950)
     assert fit(big, [shared], rules).device_reasons == {"D-0": ReasonCode.CARD_INSUFFICIENT_MEMORY}

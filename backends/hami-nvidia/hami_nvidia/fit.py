@@ -22,12 +22,14 @@ import attrs
 
 from hami_core.backend import (
     ContainerDevice,
+    DeviceRequest,
     DeviceUsage,
     FilterKeys,
     FitCall,
     FitResult,
     ReasonCode,
     VendorFit,
+    largest_accepted,
     load,
     type_matches,
 )
@@ -111,11 +113,38 @@ def instances(call: FitCall[None], usage: Sequence[DeviceUsage]) -> FitResult:
     on a GPU whose free instances ran out).
 
     The answer lists the instances of one GPU next to each other, in the order they were
-    chosen (``hami_order``): the device list HAMi writes for the same instances."""
-    one = attrs.evolve(call.request, count=1)
+    chosen (``hami_order``): the device list HAMi writes for the same instances.
+
+    On a no-fit of several instances, ``largest_memory_mib`` / ``largest_cores_pct`` are
+    the most memory / compute per instance that ``count`` instances would get here (the
+    same steps, bisected: ``largest_accepted``), not what one more instance could get."""
+    result = _instances(call, usage, call.request)
+    request = call.request
+    if result.fits or request.count < 2:
+        return result
+
+    def accepts(changed: DeviceRequest) -> bool:
+        return _instances(call, usage, changed).fits
+
+    most_memory = max((u.free_memory_mib for u in usage), default=0)
+    return attrs.evolve(
+        result,
+        largest_memory_mib=largest_accepted(
+            lambda m: accepts(attrs.evolve(request, memory_mib=m, memory_pct=0)), most_memory
+        ),
+        largest_cores_pct=largest_accepted(
+            lambda c: accepts(attrs.evolve(request, cores_pct=c)), 100
+        ),
+    )
+
+
+def _instances(
+    call: FitCall[None], usage: Sequence[DeviceUsage], request: DeviceRequest
+) -> FitResult:
+    one = attrs.evolve(request, count=1)
     left = list(usage)
     chosen = []
-    for _ in range(call.request.count):
+    for _ in range(request.count):
         result = mig.with_instances(call.fit(request=one, usage=left), left, one)
         if not result.fits:
             return result

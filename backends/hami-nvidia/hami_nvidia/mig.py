@@ -9,7 +9,15 @@ that still holds the request's memory (then the fewest slices), on the first pla
 that overlaps no held instance; placements of ``1g`` and ``3g`` profiles are tried from
 the highest start down, the others from the lowest up (HAMi's order: the small and the
 half profiles fill from the top, so ``2g``/``4g``/``7g`` keep their low starts free).
-No such profile and placement: ``CardMigTopologyInfeasible``. A request that names a
+No such profile and placement: ``CardMigTopologyInfeasible``.
+
+A request's compute (``nvidia.com/gpucores``) is a floor on the profile's SM share, as
+its memory is on the profile's memory: ``gpucores: 50`` takes the smallest profile with at
+least 50 % of the SMs (a ``4g`` on an A100), never a smaller one silently (HAMi 2.10 reads
+memory only and hands out a ``1g`` at 15 %). A GPU none of whose profiles has that much
+compute: ``CardInsufficientCore``. The core's percent check is not applied to a GPU in
+``mig`` mode (``cores_capacity``: None): the profiles' rounded-up shares add up past 100
+(seven ``1g`` book 105 %) and the placements are the real limit. A request that names a
 profile (the NVIDIA device plugin's ``nvidia.com/mig-<profile>`` resources) takes
 exactly that profile, N of them for ``nvidia.com/mig-<profile>: N`` (several on one GPU
 allowed: ``fit.named_instances`` books each with ``holding`` before choosing the next).
@@ -64,36 +72,58 @@ def choose_instance(
     memory_mib: int,
     *,
     profile: str = "",
+    cores_pct: int = 0,
 ) -> tuple[MigProfile, MigSlot] | None:
-    """The profile and instance a request of ``memory_mib`` MiB gets on ``device``.
+    """The profile and instance a request of ``memory_mib`` MiB and ``cores_pct`` percent
+    of the SMs gets on ``device``.
 
     Args:
         device: a GPU in ``mig`` mode (its ``mig_profiles``).
         in_use: the instances held on it.
         memory_mib: the request's memory per device, MiB.
         profile: the profile the request names, or "" for any.
+        cores_pct: the request's compute per device, percent: the profile's share of the
+            SMs (``MigProfile.cores_pct``) must be at least this.
 
     Returns:
         ``(profile, slot)``, or None when no profile with a free placement holds it.
     """
     occupied = [s.placement for s in in_use]
-    candidates = sorted(
-        (p for p in device.mig_profiles if not profile or p.name == profile),
-        key=lambda p: (p.memory_mib, p.slice_count, p.name),
-    )
-    for p in candidates:
-        if p.memory_mib < memory_mib:
-            continue
+    for p in _candidates(device, memory_mib, profile, cores_pct):
         placement = free_placement(p, occupied)
         if placement is not None:
             return p, MigSlot(profile=p.name, placement=placement)
     return None
 
 
+def _candidates(
+    device: DeviceInfo, memory_mib: int, profile: str, cores_pct: int
+) -> list[MigProfile]:
+    """The profiles that hold the request, least memory, then fewest slices first."""
+    return sorted(
+        (
+            p
+            for p in device.mig_profiles
+            if (not profile or p.name == profile)
+            and p.memory_mib >= memory_mib
+            and p.cores_pct >= cores_pct
+        ),
+        key=lambda p: (p.memory_mib, p.slice_count, p.cores_pct, p.name),
+    )
+
+
+def cores_capacity(usage: DeviceUsage) -> int | None:
+    """The NVIDIA ``FitRules.cores_capacity``: None for a GPU in ``mig`` mode (its
+    compute is checked per profile by ``check``), else the inventory's ``devcore``."""
+    return None if usage.device.mode == MIG_MODE else usage.device.cores_pct
+
+
 def check(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode | None:
     """The NVIDIA fit's last per-device step (``FitRules.extra_check``): a request that
     names a profile fits only GPUs in mig mode; on a GPU in mig mode the request needs an
-    instance (``choose_instance``) and the GPU no share outside its instances."""
+    instance (``choose_instance``, its memory and compute) and the GPU no share outside
+    its instances. No profile of the GPU has the compute asked: ``CardInsufficientCore``;
+    none with a free placement holds the request: ``CardMigTopologyInfeasible``."""
     dev = usage.device
     named = request.info(PROFILE_KEY)
     if dev.mode != MIG_MODE:
@@ -101,7 +131,14 @@ def check(usage: DeviceUsage, request: DeviceRequest) -> ReasonCode | None:
     if usage.used_count > len(usage.mig_in_use):
         return ReasonCode.CARD_MIG_TOPOLOGY_INFEASIBLE
     memory = 0 if named else request.memory_on(dev)
-    if choose_instance(dev, usage.mig_in_use, memory, profile=named) is None:
+    cores = request.cores_pct
+    if choose_instance(dev, usage.mig_in_use, memory, profile=named, cores_pct=cores) is None:
+        if (
+            cores
+            and not _candidates(dev, memory, named, cores)
+            and _candidates(dev, memory, named, 0)
+        ):
+            return ReasonCode.CARD_INSUFFICIENT_CORE
         return ReasonCode.CARD_MIG_TOPOLOGY_INFEASIBLE
     return None
 
@@ -155,7 +192,9 @@ def with_instances(
             out.append(d)
             continue
         memory = 0 if named else request.memory_on(u.device)
-        chosen = choose_instance(u.device, u.mig_in_use, memory, profile=named)
+        chosen = choose_instance(
+            u.device, u.mig_in_use, memory, profile=named, cores_pct=request.cores_pct
+        )
         if chosen is None:  # check() said it fits: cannot happen
             return FitResult(device_reasons={d.uuid: ReasonCode.CARD_MIG_TOPOLOGY_INFEASIBLE})
         profile, slot = chosen

@@ -27,7 +27,8 @@ DEVICE_TYPE = DeviceTypeInfo(
     link_score_annotation="hami.io/node-nvidia-score",
     # HAMi 2.10 pkg/device/nvidia/mig_allocations.go: the MIG instances chosen at bind
     mig_annotation="hami.io/vgpu-mig-allocations",
-    fit_rules=FitRules(extra_check=mig.check),
+    # a GPU in mig mode: compute per profile (mig.check), not the core's percent check
+    fit_rules=FitRules(cores_capacity=mig.cores_capacity, extra_check=mig.check),
     # read beyond the sharing resources: the priority limit and MIG profile requests
     # (requests.MIG_RESOURCE's shape, <slices>g.<GB>gb[+me]: a misspelt profile such as
     # nvidia.com/mig-1g.10g is no resource of ours, kube-scheduler leaves it Pending)
