@@ -354,3 +354,59 @@ def test_least_privilege_rbac_as_the_api_server_authorizes_it(cluster: Cluster):
     assert not _can(cluster, dp, "delete", "pods", namespace="default")
     assert not _can(cluster, dp, "create", "pods/binding", namespace="default")
     assert not _can(cluster, dp, "update", "nodes/status", name="gpu-1", namespace="")
+
+
+def test_what_rbac_on_1_20_can_and_cannot_narrow(cluster: Cluster):
+    """Issue 24 item 17, through the real 1.20 authorizer (SubjectAccessReview: what
+    ``kubectl auth can-i --as=system:serviceaccount:...`` asks). What is proven: the
+    webhook's token reaches no other webhook configuration and cannot create, replace or
+    delete its own; the device plugin's and the monitor's reach no subresource that
+    would let them set a pod's status, evict it or bind it. What 1.20 RBAC cannot narrow
+    is asserted as such (docs/threat-model.md, "The components' own credentials"): the
+    device plugin may patch any pod, in any namespace, and any Node; RBAC sees neither
+    fields nor which node a pod is on, so "only hami.io/ annotations of the pods on my
+    node" needs the 1.30+ ValidatingAdmissionPolicies (rbac.admissionPolicies)."""
+    manifests = cluster.render({})
+    rbac_kinds = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+    rbac = [o for o in objects(manifests) if o["kind"] in rbac_kinds]
+    result = cluster.apply({"rbac": yaml.safe_dump_all(rbac)}, dry_run=False)
+    assert result.returncode == 0, result.stderr
+
+    wh, dp, mon = "hami-webhook", "hami-device-plugin", "hami-monitor"
+    adm = "admissionregistration.k8s.io"
+
+    def webhook_can(verb: str, resource: str, name: str = "") -> bool:
+        return _can(cluster, wh, verb, resource, name=name, group=adm, namespace="")
+
+    assert webhook_can("patch", "mutatingwebhookconfigurations", "hami-webhook")
+    for verb in ("update", "delete"):
+        assert not webhook_can(verb, "mutatingwebhookconfigurations", "hami-webhook"), verb
+    assert not webhook_can("create", "mutatingwebhookconfigurations")
+    assert not webhook_can("list", "mutatingwebhookconfigurations")
+    assert not webhook_can("patch", "mutatingwebhookconfigurations", "other-webhook")
+    assert not webhook_can("patch", "validatingwebhookconfigurations", "hami-webhook")
+    assert not webhook_can("create", "validatingadmissionpolicies")
+
+    # the device plugin and the monitor: no status, eviction, binding, ephemeral containers
+    for sa in (dp, mon):
+        for verb, resource in (
+            ("update", "pods/status"),
+            ("patch", "pods/status"),
+            ("create", "pods/eviction"),
+            ("create", "pods/binding"),
+            ("patch", "pods/ephemeralcontainers"),
+            ("update", "nodes/status"),
+        ):
+            ns = "" if resource.startswith("nodes") else "default"
+            assert not _can(cluster, sa, verb, resource, name="x", namespace=ns), (sa, resource)
+    assert not _can(cluster, mon, "patch", "pods", namespace="default")
+    assert not _can(cluster, mon, "patch", "nodes", name="gpu-1", namespace="")
+
+    # what RBAC on 1.20 cannot narrow (the documented limit, not a wish)
+    assert _can(cluster, dp, "patch", "pods", name="any", namespace="kube-system")
+    assert _can(cluster, dp, "patch", "nodes", name="not-its-node", namespace="")
+
+
+def test_the_admission_policies_are_refused_by_a_1_20_cluster(cluster: Cluster):
+    with pytest.raises(Exception, match="rbac.admissionPolicies.enabled needs Kubernetes 1.30"):
+        cluster.render({"rbac": {"admissionPolicies": {"enabled": True}}})

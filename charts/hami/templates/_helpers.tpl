@@ -163,6 +163,9 @@ imagePullSecrets:
 
 {{/* Checks that the schema cannot express. */}}
 {{- define "hami.validate" -}}
+{{- if and .Values.rbac.admissionPolicies.enabled (lt (include "hami.kubeMinor" . | int) 30) -}}
+{{- fail (printf "rbac.admissionPolicies.enabled needs Kubernetes 1.30 or later (ValidatingAdmissionPolicy v1, and service-account tokens that name their node); this cluster is %s" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
 {{- $facts := .Files.Get "backends.yaml" | fromYaml -}}
 {{- range $name, $dev := .Values.devices -}}
 {{- if $dev.enabled -}}
