@@ -361,11 +361,12 @@ def test_what_rbac_on_1_20_can_and_cannot_narrow(cluster: Cluster):
     ``kubectl auth can-i --as=system:serviceaccount:...`` asks). What is proven: the
     webhook's token reaches no other webhook configuration and cannot create, replace or
     delete its own; the device plugin's and the monitor's reach no subresource that
-    would let them set a pod's status, evict it or bind it. What 1.20 RBAC cannot narrow
-    is asserted as such (docs/threat-model.md, "The components' own credentials"): the
-    device plugin may patch any pod, in any namespace, and any Node; RBAC sees neither
-    fields nor which node a pod is on, so "only hami.io/ annotations of the pods on my
-    node" needs the 1.30+ ValidatingAdmissionPolicies (rbac.admissionPolicies)."""
+    would let them set a pod's status or bind it (nor, for the device plugin, evict it).
+    What 1.20 RBAC cannot narrow is asserted as such (docs/threat-model.md, "The
+    components' own credentials"): the device plugin may patch any pod, in any
+    namespace, and any Node, and the monitor evict any pod; RBAC sees neither fields nor
+    which node a pod is on, so "only hami.io/ annotations of the pods on my node" needs
+    the 1.30+ ValidatingAdmissionPolicies (rbac.admissionPolicies)."""
     manifests = cluster.render({})
     rbac_kinds = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
     rbac = [o for o in objects(manifests) if o["kind"] in rbac_kinds]
@@ -387,24 +388,26 @@ def test_what_rbac_on_1_20_can_and_cannot_narrow(cluster: Cluster):
     assert not webhook_can("patch", "validatingwebhookconfigurations", "hami-webhook")
     assert not webhook_can("create", "validatingadmissionpolicies")
 
-    # the device plugin and the monitor: no status, eviction, binding, ephemeral containers
+    # the device plugin and the monitor: no status, binding, ephemeral containers
     for sa in (dp, mon):
         for verb, resource in (
             ("update", "pods/status"),
             ("patch", "pods/status"),
-            ("create", "pods/eviction"),
             ("create", "pods/binding"),
             ("patch", "pods/ephemeralcontainers"),
             ("update", "nodes/status"),
         ):
             ns = "" if resource.startswith("nodes") else "default"
             assert not _can(cluster, sa, verb, resource, name="x", namespace=ns), (sa, resource)
+    assert not _can(cluster, dp, "create", "pods/eviction", name="x", namespace="default")
     assert not _can(cluster, mon, "patch", "pods", namespace="default")
     assert not _can(cluster, mon, "patch", "nodes", name="gpu-1", namespace="")
 
     # what RBAC on 1.20 cannot narrow (the documented limit, not a wish)
     assert _can(cluster, dp, "patch", "pods", name="any", namespace="kube-system")
     assert _can(cluster, dp, "patch", "nodes", name="not-its-node", namespace="")
+    # the monitor's overuse eviction (hami.io/overuse-policy: evict) reaches any pod
+    assert _can(cluster, mon, "create", "pods/eviction", name="any", namespace="kube-system")
 
 
 def test_the_admission_policies_are_refused_by_a_1_20_cluster(cluster: Cluster):
