@@ -20,6 +20,7 @@ from hami_core.model import (
     Allocation,
     ContainerDevices,
     DevicePolicy,
+    DevicePolicyChain,
     DeviceUsage,
     FitResult,
     MigSlot,
@@ -29,6 +30,7 @@ from hami_core.model import (
 )
 from hami_core.plugin import BackendManager
 
+from .policy import default_device_chain, holds_exclusively
 from .quota import QuotaLimit, charge_of, quota_violation
 
 
@@ -74,17 +76,27 @@ def fit_pod(
     policy: DevicePolicy,
     quota_limits: tuple[QuotaLimit, ...] = (),
     quota_used: Mapping[tuple[str, str], int] | None = None,
+    default_chain: DevicePolicyChain | None = None,
 ) -> NodeFit:
     """Place every container of ``request`` on ``node`` given current ``usage``.
 
     Args:
         usage: uuid -> usage of every device of the node, excluding this pod.
         quota_limits / quota_used: the namespace's device quotas and their usage.
+        default_chain: as ``fit_pod_nodes``'.
 
     Returns:
         A ``NodeFit``; never raises for "does not fit".
     """
-    (fit,) = fit_pod_nodes(pod, request, [(node, usage)], manager, policy=policy, batch=False)
+    (fit,) = fit_pod_nodes(
+        pod,
+        request,
+        [(node, usage)],
+        manager,
+        policy=policy,
+        batch=False,
+        default_chain=default_chain,
+    )
     if fit.allocation is None or not quota_limits:
         return fit
     charge = {
@@ -108,6 +120,7 @@ def fit_pod_nodes(
     *,
     policy: DevicePolicy,
     batch: bool = True,
+    default_chain: DevicePolicyChain | None = None,
 ) -> list[NodeFit]:
     """``fit_pod`` (without quota) on many nodes at once: container by container, each
     request goes to its backend in one call for every node still in the running
@@ -118,6 +131,16 @@ def fit_pod_nodes(
     Args:
         nodes: ``(node, usage)`` pairs; usage as ``fit_pod``'s, excluding this pod.
         batch: False to call ``hami_fit`` per node (one node, or isolating a failure).
+        default_chain: the device policy of a pod that names none (the scheduler's
+            override or the configured default: ``policy.default_device_chain``); None
+            reads the configuration's.
+
+    ``mutex`` (HAMi#3038) is kept here, for every vendor, before any backend is asked:
+    a device a live ``mutex`` pod holds (``DeviceUsage.holders``,
+    ``policy.holds_exclusively``) is refused to every pod, and a ``mutex`` pod is refused
+    every device another container uses (below its time-slice count; a full one is left
+    to the backend's own reason, HAMi's order), both ``ExclusiveDeviceAllocateConflict``;
+    the backend sees the other devices only.
 
     Returns:
         One ``NodeFit`` per node, in order; never raises for "does not fit".
@@ -146,20 +169,27 @@ def fit_pod_nodes(
     # Not even the same instance again: an init container's would be free to reuse, but
     # one instance per container keeps every reservation of the pod distinct.
     taken: list[dict[str, tuple[MigSlot, ...]]] = [{} for _ in nodes]
+    chain = default_chain or default_device_chain(manager.config)
+    exclusive = holds_exclusively((pod.get("metadata") or {}).get("annotations") or {}, chain)
     for pos, container in enumerate(request.containers):
         for req in container.devices:
             if not alive:
                 break
-            views = [
+            # ``working`` holds the node's usage plus the pod's sidecars and app
+            # containers placed so far; in wire order a plain init container comes
+            # before every app container, so it sees the sidecars before it
+            everything = [
                 tuple(
                     _with_taken(u, taken[i])
-                    # ``working`` holds the node's usage plus the pod's sidecars and app
-                    # containers placed so far; in wire order a plain init container
-                    # comes before every app container, so it sees the sidecars before it
                     for u in working[i].values()
                     if u.device.vendor == req.vendor
                 )
                 for i in alive
+            ]
+            refused = [_mutex_refused(all_of, exclusive, chain) for all_of in everything]
+            views = [
+                tuple(u for u in all_of if u.device.uuid not in no)
+                for all_of, no in zip(everything, refused, strict=True)
             ]
             # HAMi's ``allocated``: the earlier containers of the same kind (init
             # containers run one after another, app containers together).
@@ -176,15 +206,28 @@ def fit_pod_nodes(
                 )
                 for i, v in zip(alive, views, strict=True)
             ]
-            results = (
-                manager.fit_nodes(req, items, pod=pod, policy=policy)
+            # a node whose every device mutex refused is not asked
+            asked = [k for k, (_, v, _) in enumerate(items) if v or not refused[k]]
+            answers = iter(
+                manager.fit_nodes(req, [items[k] for k in asked], pod=pod, policy=policy)
                 if batch
                 else [
-                    manager.fit(req, n, u, pod=pod, policy=policy, allocated=a) for n, u, a in items
+                    manager.fit(req, n, u, pod=pod, policy=policy, allocated=a)
+                    for n, u, a in (items[k] for k in asked)
                 ]
             )
+            was_asked = set(asked)
+            results = [
+                _with_refused(
+                    next(answers) if k in was_asked else FitResult(),
+                    refused[k],
+                    req.count,
+                    len(everything[k]),
+                )
+                for k in range(len(items))
+            ]
             still: list[int] = []
-            for i, vendor_usage, result in zip(alive, views, results, strict=True):
+            for i, vendor_usage, result in zip(alive, everything, results, strict=True):
                 node = nodes[i][0]
                 if not result.fits:
                     summary = (
@@ -226,6 +269,40 @@ def fit_pod_nodes(
     done = [f for f in out if f is not None]
     assert len(done) == len(nodes)  # every node ended placed or with its reason
     return done
+
+
+def _mutex_refused(
+    usage: Sequence[DeviceUsage], exclusive: bool, chain: DevicePolicyChain
+) -> dict[str, ReasonCode]:
+    """The devices of ``usage`` that ``mutex`` refuses to the pod (``fit_pod_nodes``):
+    those a live ``mutex`` pod holds, and, when the pod itself is ``mutex``
+    (``exclusive``), those another container uses below their time-slice count."""
+    out = {}
+    for u in usage:
+        held_by_mutex = any(holds_exclusively(h, chain) for h in u.holders)
+        shared = exclusive and 0 < u.used_count < u.device.split_count
+        if held_by_mutex or shared:
+            out[u.device.uuid] = ReasonCode.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    return out
+
+
+def _with_refused(
+    result: FitResult, refused: Mapping[str, ReasonCode], count: int, devices: int
+) -> FitResult:
+    """The backend's ``result`` on the devices ``mutex`` left, with the refused ones'
+    reasons added; a node that has ``count`` devices is not short of devices (HAMi's
+    ``AllocatedCardsInsufficientRequest`` when some are usable, as ``countshared``)."""
+    if not refused:
+        return result
+    node_reason = result.node_reason
+    if node_reason is ReasonCode.NODE_INSUFFICIENT_DEVICE and devices >= count:
+        usable = devices - len(refused) - len(result.device_reasons)
+        node_reason = ReasonCode.ALLOCATED_CARDS_INSUFFICIENT_REQUEST if usable > 0 else None
+    return attrs.evolve(
+        result,
+        device_reasons={**refused, **result.device_reasons},
+        node_reason=node_reason,
+    )
 
 
 def _with_taken(usage: DeviceUsage, taken: Mapping[str, tuple[MigSlot, ...]]) -> DeviceUsage:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -111,6 +112,35 @@ def resolve_policies(
         device_chain=chain,
         weights=weights,
     )
+
+
+def default_device_chain(
+    config: HamiConfig, device: DevicePolicy | DevicePolicyChain | None = None
+) -> DevicePolicyChain:
+    """The device policy of a pod that names none: ``device`` (a server's override) or
+    the configured default (``resolve_policies``' fallback)."""
+    return resolve_policies({}, config, device=device).device_chain
+
+
+def holds_exclusively(annotations: Mapping[str, Any], default: DevicePolicyChain) -> bool:
+    """True when a pod with ``annotations`` is placed, or holds its devices, under
+    ``mutex`` (HAMi#3038): its ``hami.io/gpu-scheduler-policy`` names it, or it names no
+    policy and ``default`` (``default_device_chain``) does. A device such a pod holds
+    takes no other pod, and such a pod takes no device another pod holds. An unreadable
+    value counts as ``mutex`` (fail closed: the scheduler places no such pod and the
+    webhook lets no placed pod change it, so only a pod that bypassed both has one)."""
+    if GPU_SCHEDULER_POLICY not in annotations:
+        return default.mutex
+    return _names_mutex(str(annotations[GPU_SCHEDULER_POLICY]))
+
+
+@functools.lru_cache(maxsize=256)
+def _names_mutex(value: str) -> bool:
+    # read for every holder of every device a fit looks at: a handful of distinct values
+    try:
+        return DevicePolicyChain.parse(value).mutex
+    except ValueError:
+        return True
 
 
 def with_device_policy(pod: Mapping[str, Any], chain: DevicePolicyChain) -> Mapping[str, Any]:

@@ -50,7 +50,7 @@ from .nodelock import (
 )
 from .nodes import read_node
 from .podspec import read_pod_request
-from .policy import Policies, resolve_policies, with_device_policy
+from .policy import Policies, default_device_chain, resolve_policies, with_device_policy
 from .quota import (
     QuotaLimit,
     charge_of,
@@ -189,6 +189,12 @@ class Scheduler:
         return resolve_policies(
             pod, self.manager.config, node=self._node_policy, device=self._device_policy
         )
+
+    def default_device_chain(self) -> DevicePolicyChain:
+        """The device policy of a pod that names none (this scheduler's override, else
+        the configured default): what a holder without the annotation was placed under
+        (``fitting.fit_pod_nodes``' ``mutex``)."""
+        return default_device_chain(self.manager.config, self._device_policy)
 
     def node_info(self, node: Mapping[str, Any]) -> NodeInfo:
         """A node's devices and registration state."""
@@ -458,6 +464,7 @@ class Scheduler:
                 [(n.info, n.usage or {}) for n in nodes],
                 self.manager,
                 policy=policies.device,
+                default_chain=self.default_device_chain(),
             )
         except Exception:
             for node in nodes:
@@ -516,7 +523,15 @@ class Scheduler:
         policies: Policies,
     ) -> Entry:
         """One node's fit (without quota), its score and its quota charge."""
-        fit = fit_pod(pod, request, node.info, usage, self.manager, policy=policies.device)
+        fit = fit_pod(
+            pod,
+            request,
+            node.info,
+            usage,
+            self.manager,
+            policy=policies.device,
+            default_chain=self.default_device_chain(),
+        )
         return self._scored(pod, node, usage, fit, policies)
 
     def _scored(
@@ -641,6 +656,7 @@ class Scheduler:
                     policy=policies.device,
                     quota_limits=limits,
                     quota_used=used,
+                    default_chain=self.default_device_chain(),
                 )
                 fits[info.name] = fit
                 if fit.allocation is not None:

@@ -203,7 +203,32 @@ class Admission:
                 check_pod_shape(obj)
             except InvalidInputError as exc:
                 return _deny("InvalidRequest", f"pod {pod_ref(new)}: {exc}")
-        return self._owned_denial(old, new, user) or self._ephemeral(old, new)
+        return (
+            self._owned_denial(old, new, user)
+            or self._placed_policy_denial(old, new, user)
+            or self._ephemeral(old, new)
+        )
+
+    def _placed_policy_denial(
+        self, old: Mapping[str, Any], new: Mapping[str, Any], user: str | None
+    ) -> AdmissionResult | None:
+        """A placed pod (bound, or its bind in flight: ``hami.io/vgpu-node``) keeps the
+        ``hami.io/gpu-scheduler-policy`` it was placed under: whether its devices take
+        other pods follows from it (``mutex``, HAMi#3038), so a tenant sharing a GPU
+        cannot write ``mutex`` afterwards to keep every later pod off it."""
+        if user is not None and user in self.trusted_users:
+            return None
+        key = keys.GPU_SCHEDULER_POLICY
+        old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+        old_ann, new_ann = old_meta.get("annotations") or {}, new_meta.get("annotations") or {}
+        placed = (old.get("spec") or {}).get("nodeName") or old_ann.get(keys.VGPU_NODE)
+        if not placed or old_ann.get(key) == new_ann.get(key):
+            return None
+        return _deny(
+            "PlacedPolicyChange",
+            f"pod {pod_ref(new)}: annotation {key} cannot change once the pod is placed "
+            "(the devices it holds take other pods or not by it)",
+        )
 
     def _ephemeral(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> AdmissionResult:
         """The ephemeral containers this UPDATE adds (``kubectl debug``, through the

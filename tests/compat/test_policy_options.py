@@ -87,9 +87,16 @@ def test_mutex_list_as_the_default_reaches_the_fit():
     assert _gpus_of(p.submit(pod("b", container(gpu=1, gpumem=100)))) == ["GPU-1"]
     third = p.submit(pod("c", container(gpu=1, gpumem=100)))
     assert third.filter.failed == {"node-1": "2/2 ExclusiveDeviceAllocateConflict"}
-    # a pod's own annotation still wins over the flag
+    # a GPU a pod placed under the default mutex holds takes no other pod, whatever
+    # its policy (HAMi#3038)
     own = p.submit(pod("d", container(gpu=1, gpumem=100), annotations={POLICY: "binpack"}))
-    assert _gpus_of(own) == ["GPU-0"]
+    assert own.filter.failed == {"node-1": "2/2 ExclusiveDeviceAllocateConflict"}
+    # a pod's own annotation still wins over the flag: placed under binpack, it shares
+    p.cluster.delete_pod("default", "a")
+    first = p.submit(pod("e", container(gpu=1, gpumem=100), annotations={POLICY: "binpack"}))
+    assert _gpus_of(first) == ["GPU-0"]
+    shared = p.submit(pod("f", container(gpu=1, gpumem=100), annotations={POLICY: "binpack"}))
+    assert _gpus_of(shared) == ["GPU-0"]
 
 
 def test_spread_numa_default_breaks_ties_by_numa():
@@ -203,10 +210,10 @@ def test_scheduler_takes_hamis_policy_flag_names(monkeypatch):
     chain = device_policy_option(opts.gpu_policy, "--gpu-policy")
     p = pipeline(_two_gpus(), device_policy=chain)
     assert _gpus_of(p.submit(pod("a", container(gpu=1, gpumem=100)))) == ["GPU-0"]
-    assert _gpus_of(p.submit(pod("b", container(gpu=1, gpumem=100)))) == ["GPU-1"]
-    # a tenant's annotation still chooses for its own pod only, never the default
+    # a tenant's annotation still chooses for its own pod only, never the default: it
+    # shares no GPU a default-mutex pod holds (HAMi#3038), and leaves the default as it was
     mine = p.submit(pod("c", container(gpu=1, gpumem=100), annotations={POLICY: "binpack"}))
-    assert _gpus_of(mine) == ["GPU-0"]
+    assert _gpus_of(mine) == ["GPU-1"]
     after = p.submit(pod("d", container(gpu=1, gpumem=100)))
     assert after.filter.failed == {"node-1": "2/2 ExclusiveDeviceAllocateConflict"}
 
