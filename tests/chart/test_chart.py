@@ -477,3 +477,18 @@ def test_the_ha_example_fails_closed_with_kube_system_exempt():
         "values": ["hami-system", "kube-system"],
     } in hook["namespaceSelector"]["matchExpressions"]
     assert find(objs, "Deployment", "hami-webhook")["spec"]["replicas"] == 2
+
+
+@pytest.mark.parametrize(("value", "want"), [([96, 160], [96, 160]), (160, [160])])
+def test_hamis_mthreads_memory_per_card_value_reaches_the_configuration(value, want):
+    """HAMi's chart after 2.10: devices.mthreads.memoryPerCard, a list (or a legacy
+    scalar, which HAMi's template writes as a one-item list)."""
+    values = {"devices": {"mthreads": {"enabled": True, "memoryPerCard": value}}}
+    text = find(render(values), "ConfigMap", "hami-config")["data"]["hami.yaml"]
+    config = parse_config(yaml.safe_load(text), backends=BackendManager.from_entry_points().infos)
+    assert config.vendor("mthreads").options["memoryPerCard"] == want
+
+
+def test_a_bad_memory_per_card_value_is_refused_by_the_schema():
+    with pytest.raises(Exception, match="memoryPerCard"):
+        render({"devices": {"mthreads": {"enabled": True, "memoryPerCard": ["big"]}}})
