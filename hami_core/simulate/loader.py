@@ -50,15 +50,20 @@ and ``*.json``, in sorted order), each holding one or more documents: ``Pod``,
 template; ``List`` items are read in order; ``ResourceQuota`` objects join the cluster;
 other kinds are skipped with a warning.
 
-Errors: unreadable or malformed input raises ``InvalidInputError`` with a one-line
-message naming the file (and the document or key); nothing here raises anything else
-for bad input.
+Errors: a file that cannot be read or parsed (YAML/JSON syntax), and the simple form's
+bad fields, raise ``InvalidInputError`` with a one-line message naming the file (and the
+document or key); nothing here raises anything else for bad input. A malformed *object*
+never stops the run, as a real API server refuses only that object: a workload the API
+server would refuse becomes a ``WorkloadPod`` with ``rejected`` set (its message, see
+``apiserver``), reported denied; a snapshot object it could not have stored, and a
+document that is not an object, is left out with a warning.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -69,16 +74,18 @@ import attrs
 import yaml
 
 from hami_core.cluster.memory import MemoryCluster
-from hami_core.errors import AnnotationError, InvalidInputError, QuantityError
+from hami_core.errors import AnnotationError, InvalidInputError
 from hami_core.model import DEVICE_MODES, DeviceInfo, MigProfile
 from hami_core.plugin import BackendManager
 from hami_core.protocol.annotations import VGPU_NODE
 from hami_core.protocol.config import MAX_SPLIT_COUNT
 from hami_core.protocol.inventory import decode_mig_profiles, encode_inventory
-from hami_core.protocol.quantity import INT32_MAX, parse_quantity_exact
+from hami_core.protocol.quantity import INT32_MAX
 from hami_core.protocol.topology import encode_link_scores
 from hami_core.scheduling.nodes import read_node
 from hami_core.scheduling.usage import is_live, pod_allocation
+
+from . import apiserver
 
 #: Most pods one run places: Kubernetes' limit for one cluster ("Considerations for
 #: large clusters", kubernetes.io: no more than 150,000 pods). A replica count past it
@@ -161,12 +168,16 @@ class WorkloadPod:
     """One pod to submit, as it would be created from its manifest.
 
     Attributes:
-        pod: the Pod object (JSON form, no ``status``, no server-set metadata).
+        pod: the Pod object (JSON form, no ``status``, no server-set metadata); for a
+            rejected object, a placeholder with its name and namespace.
         source: where it came from, e.g. ``workloads/web.yaml: Deployment web``.
+        rejected: kube-apiserver's refusal of the object (``Pod "p" is invalid: ...``),
+            or "": the run reports it denied and goes on.
     """
 
     pod: dict[str, Any]
     source: str
+    rejected: str = ""
 
     @property
     def namespace(self) -> str:
@@ -263,22 +274,30 @@ def read_documents(path: Path) -> list[Any]:
     return [d for d in docs if d is not None]
 
 
-def _objects(docs: Iterable[Any], shown: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(where, object)`` for every Kubernetes object, ``List`` items flattened."""
+def _objects(
+    docs: Iterable[Any], shown: str, warnings: list[str]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, object)`` for every Kubernetes object, ``List`` items flattened; a
+    document or item that is not an object is skipped with a line in ``warnings`` (as
+    ``kubectl apply`` refuses that one and goes on)."""
     for n, doc in enumerate(docs, start=1):
         where = f"{shown}: document {n}"
         if not isinstance(doc, dict):
-            raise InvalidInputError(f"{where}: expected a Kubernetes object, got {_kind(doc)}")
+            warnings.append(f"{where}: expected a Kubernetes object, got {_kind(doc)}; skipped")
+            continue
         kind = doc.get("kind")
         if isinstance(kind, str) and (kind == "List" or kind.endswith("List")):
             items = doc.get("items") or []
             if not isinstance(items, list):
-                raise InvalidInputError(f"{where}: {kind}.items must be a list")
+                warnings.append(f"{where}: {kind}.items must be a list; skipped")
+                continue
             for i, item in enumerate(items):
                 if not isinstance(item, dict):
-                    raise InvalidInputError(
-                        f"{where}: item {i}: expected a Kubernetes object, got {_kind(item)}"
+                    warnings.append(
+                        f"{where}: item {i}: expected a Kubernetes object, got {_kind(item)}; "
+                        "skipped"
                     )
+                    continue
                 item_kind = item.get("kind") or kind.removesuffix("List")
                 yield f"{where} item {i}", {**item, "kind": item_kind}
         else:
@@ -690,12 +709,25 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
     warnings: list[str] = []
     ignored = 0
     types = manager.device_types()
-    for where, obj in _objects(docs, shown):
+    for where, obj in _objects(docs, shown, warnings):
         kind = obj.get("kind")
+        if kind not in ("Node", "Pod", "ResourceQuota", "Namespace"):
+            what = str(kind or "object without kind")
+            skipped[what] = skipped.get(what, 0) + 1
+            continue
+        # An object its API server could not have stored (a hand edit, a truncated
+        # file) is left out with a line saying why; the rest of the snapshot runs.
+        obj = apiserver.without_nulls(obj)
+        problem = snapshot_problem(obj, str(kind))
+        if problem:
+            warnings.append(f"{where}: {kind} skipped: {problem}")
+            if kind == "Pod":
+                ignored += 1
+            continue
+        name = obj["metadata"]["name"]
         if kind == "Node":
-            nodes[_name_of(obj, where)] = obj
+            nodes[name] = obj
         elif kind == "Pod":
-            name = _name_of(obj, where)
             try:
                 holds = bool(pod_allocation(obj, types))
             except InvalidInputError as exc:
@@ -716,14 +748,9 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
             else:
                 ignored += 1
         elif kind == "ResourceQuota":
-            _name_of(obj, where)
             quotas.append(obj)
-        elif kind == "Namespace":
-            _name_of(obj, where)
-            namespaces.append(obj)
         else:
-            what = str(kind or "object without kind")
-            skipped[what] = skipped.get(what, 0) + 1
+            namespaces.append(obj)
     if not nodes:
         raise InvalidInputError(
             f"{shown}: no nodes: expected a simple cluster (a 'nodes' list) or a "
@@ -819,15 +846,18 @@ def load_workloads(paths: Sequence[str | Path]) -> Workloads:
     files = workload_files(paths)
     for f in files:
         shown = display_path(f)
-        for where, obj in _objects(read_documents(f), shown):
+        for where, obj in _objects(read_documents(f), shown, warnings):
             kind = obj.get("kind")
             if kind == "Pod":
-                pods.append(WorkloadPod(pod=_pod(obj, where), source=f"{shown}: Pod"))
+                pods.append(_pod(obj, where, shown))
             elif kind in REPLICATED_KINDS:
                 pods.extend(_expand(obj, where, shown, REPLICATED_KINDS[str(kind)]))
             elif kind == "ResourceQuota":
-                _name_of(obj, where)
-                quotas.append(obj)
+                problem = snapshot_problem(obj, "ResourceQuota")
+                if problem:
+                    warnings.append(f"{where}: ResourceQuota skipped: {problem}")
+                else:
+                    quotas.append(obj)
             else:
                 meta = obj.get("metadata")
                 name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
@@ -848,100 +878,106 @@ def load_workloads(paths: Sequence[str | Path]) -> Workloads:
     )
 
 
-def _pod(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A Pod as ``kubectl create`` would send it: no status, no server-set metadata."""
-    name = _name_of(obj, where)
-    pod = copy.deepcopy(dict(obj))
+def _generated_name(meta: Mapping[str, Any], where: str) -> str:
+    """``metadata.name``, else ``generateName`` plus five characters, as the API server
+    completes it (derived from ``where``: the same input gives the same name)."""
+    name = meta.get("name")
+    if isinstance(name, str) and name:
+        return name
+    prefix = meta.get("generateName")
+    if isinstance(prefix, str) and prefix:
+        digest = hashlib.sha256(where.encode()).hexdigest()
+        return prefix + "".join(_NAME_SUFFIX[int(c, 16) % len(_NAME_SUFFIX)] for c in digest[:5])
+    return ""
+
+
+#: The characters the API server's name generator draws from (``utilrand.String``).
+_NAME_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def _rejected(obj: Mapping[str, Any], where: str, source: str, message: str) -> WorkloadPod:
+    """An object the API server refuses: a placeholder pod carrying its name and the
+    refusal, so the report lists it (denied by kube-apiserver) and the run goes on."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name, ns = _generated_name(meta, where), meta.get("namespace")
+    placeholder = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns if isinstance(ns, str) and ns else "default"},
+        "spec": {},
+    }
+    return WorkloadPod(pod=placeholder, source=source, rejected=message)
+
+
+def _pod(obj: Mapping[str, Any], where: str, shown: str) -> WorkloadPod:
+    """A Pod as ``kubectl create`` would send it: no status, no server-set metadata;
+    one the API server cannot decode is a rejected placeholder (its validation runs in
+    ``Pipeline.submit``, after the mutating webhook, as the API server orders them)."""
+    source = f"{shown}: Pod"
+    problem = apiserver.decode_problem(obj, kind="Pod")
+    if problem:
+        return _rejected(obj, where, source, apiserver.undecodable_message("Pod", problem))
+    pod = apiserver.without_nulls(copy.deepcopy(dict(obj)))
     pod.pop("status", None)
     pod["apiVersion"] = pod.get("apiVersion") or "v1"
-    meta = pod["metadata"]
+    meta = pod.setdefault("metadata", {})
     for key in _SERVER_FIELDS:
         meta.pop(key, None)
     meta["namespace"] = str(meta.get("namespace") or "default")
-    meta["name"] = name
-    _check_spec(pod.get("spec"), f"{where} (Pod {name})")
-    return pod
-
-
-def _check_spec(spec: Any, where: str) -> None:
-    if not isinstance(spec, dict):
-        raise InvalidInputError(f"{where}: spec must be a mapping")
-    containers = spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise InvalidInputError(f"{where}: spec.containers must be a non-empty list")
-    for key in ("initContainers", "containers"):
-        items = spec.get(key) or []
-        if not isinstance(items, list):
-            raise InvalidInputError(f"{where}: spec.{key} must be a list")
-        for i, c in enumerate(items):
-            cwhere = f"{where}: spec.{key}[{i}]"
-            if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not c["name"]:
-                raise InvalidInputError(f"{cwhere}: a container needs a name")
-            resources = c.get("resources") or {}
-            if not isinstance(resources, dict):
-                raise InvalidInputError(f"{cwhere}: resources must be a mapping")
-            for part in ("limits", "requests"):
-                value = resources.get(part) or {}
-                if not isinstance(value, dict):
-                    raise InvalidInputError(f"{cwhere}: resources.{part} must be a mapping")
-                for rname, qty in value.items():
-                    if not isinstance(qty, str | int | float) or isinstance(qty, bool):
-                        raise InvalidInputError(
-                            f"{cwhere}: resources.{part}.{rname} must be a quantity, got {qty!r}"
-                        )
-            _check_extended_requests(resources, cwhere)
-
-
-def _check_extended_requests(resources: Mapping[str, Any], where: str) -> None:
-    """kube-apiserver's rule for resources that cannot be overcommitted (extended
-    resources such as ``nvidia.com/gpu``): a request needs a limit, and equals it
-    (Kubernetes ``pkg/apis/core/validation`` ``ValidateResourceRequirements``: "Limit must
-    be set for non overcommitable resources", "must be equal to ... limit"). A pod
-    breaking it never reaches a scheduler, so it must not be placed here either.
-    Quantities that do not parse are left to the webhook, which denies them."""
-    limits = resources.get("limits") or {}
-    for rname, qty in (resources.get("requests") or {}).items():
-        name = str(rname)
-        if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
-            continue
-        if rname not in limits:
-            raise InvalidInputError(
-                f"{where}: resources.requests.{name} has no limit; Kubernetes requires "
-                "limits for extended resources (they cannot be overcommitted)"
-            )
-        try:
-            request = parse_quantity_exact(qty, resource=name)
-            limit = parse_quantity_exact(limits[rname], resource=name)
-        except QuantityError:
-            continue
-        if request != limit:
-            raise InvalidInputError(
-                f"{where}: resources.requests.{name} ({qty}) must equal its limit "
-                f"({limits[rname]}), as Kubernetes requires for extended resources"
-            )
+    meta["name"] = _generated_name(meta, where)
+    if not meta["name"]:
+        errors = apiserver.validate_pod(pod)
+        return _rejected(obj, where, source, apiserver.invalid_message("Pod", "", errors))
+    return WorkloadPod(pod=pod, source=source)
 
 
 def _expand(obj: Mapping[str, Any], where: str, shown: str, count_key: str) -> list[WorkloadPod]:
+    """The pods a workload's controller creates (``<name>-<i>``), or one rejected
+    placeholder when the API server refuses the workload itself (undecodable, or
+    invalid: its template is validated when it is created).
+
+    Raises:
+        InvalidInputError: a replica count past ``MAX_PODS`` (a typo that would only
+            exhaust memory).
+    """
     kind = str(obj["kind"])
-    name = _name_of(obj, where)
-    where = f"{where} ({kind} {name})"
-    meta = obj["metadata"]
-    spec = obj.get("spec")
-    if not isinstance(spec, dict):
-        raise InvalidInputError(f"{where}: spec must be a mapping")
-    count = _int_field(spec, count_key, where, default=1, maximum=MAX_PODS)
-    if kind == "Job" and isinstance(spec.get("completions"), int):
-        count = min(count, spec["completions"])
-    template = spec.get("template")
-    if not isinstance(template, dict):
-        raise InvalidInputError(f"{where}: spec.template must be a mapping")
-    tmeta = _metadata(template, f"{where}: spec.template")
-    _check_spec(template.get("spec"), f"{where}: spec.template")
+    meta = obj.get("metadata")
+    name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+    source = f"{shown}: {kind} {name}".rstrip()
+    problem = apiserver.decode_problem(obj, kind=kind)
+    count = obj["spec"].get(count_key) if not problem else None
+    if (
+        not problem
+        and count is not None
+        and (not isinstance(count, int) or isinstance(count, bool))
+    ):
+        problem = f"spec.{count_key} must be an integer"
+    if problem:
+        return [_rejected(obj, where, source, apiserver.undecodable_message(kind, problem))]
+    spec = obj["spec"]
+    count = 1 if count is None else count
+    errors = apiserver.validate_template(obj)
+    if count < 0:
+        errors.append(
+            f"spec.{count_key}: Invalid value: {count}: must be greater than or equal to 0"
+        )
+    if errors:
+        return [_rejected(obj, where, source, apiserver.invalid_message(kind, name, errors))]
+    if count > MAX_PODS:
+        raise InvalidInputError(
+            f"{where} ({kind} {name}): {count_key} must be at most {MAX_PODS}, got {count!r}"
+        )
+    completions = spec.get("completions")
+    if kind == "Job" and isinstance(completions, int) and not isinstance(completions, bool):
+        count = min(count, max(completions, 0))
+    template = spec["template"]
+    tmeta = template.get("metadata") or {}
     out = []
     for i in range(count):
         pod_meta: dict[str, Any] = {
             "name": f"{name}-{i}",
-            "namespace": str(meta.get("namespace") or "default"),
+            "namespace": str(obj["metadata"].get("namespace") or "default"),
         }
         for key in ("labels", "annotations"):
             if tmeta.get(key):
@@ -952,8 +988,29 @@ def _expand(obj: Mapping[str, Any], where: str, shown: str, count_key: str) -> l
             "metadata": pod_meta,
             "spec": copy.deepcopy(template["spec"]),
         }
-        out.append(WorkloadPod(pod=pod, source=f"{shown}: {kind} {name}"))
+        out.append(WorkloadPod(pod=pod, source=source))
     return out
+
+
+def snapshot_problem(obj: Mapping[str, Any], kind: str) -> str | None:
+    """Why a snapshot's ``kind`` object could not have come from an API server (no
+    name, a field of the wrong type), or None; the object is then left out."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return "metadata must be a mapping"
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return "no metadata.name"
+    if kind == "Pod":
+        status = obj.get("status")
+        if status is not None and not isinstance(status, Mapping):
+            return "status must be a mapping"
+        return apiserver.decode_problem(obj, kind="Pod")
+    if kind == "Node":
+        return apiserver.node_problem(obj)
+    if kind == "ResourceQuota":
+        return apiserver.quota_problem(obj)
+    return apiserver.decode_problem({"metadata": meta, "spec": {"containers": []}}, kind="Pod")
 
 
 __all__ = [

@@ -36,11 +36,19 @@ from hami_core.scheduling.usage import is_live
 from hami_core.webhook.admission import DEFAULT_SCHEDULER, Admission, takes_scheduler_name
 from hami_core.webhook.mutation import apply_patch
 
+from .apiserver import (
+    decode_problem,
+    invalid_message,
+    undecodable_message,
+    validate_pod,
+    without_nulls,
+)
 from .kubechecks import kube_reason
 from .kubelet import allocate_pod
 from .podtopology import NAMESPACE_NAME_LABEL, prepare
 
-#: Pods of kube-scheduler itself (the webhook keeps them only when they ask no device).
+#: Who denied a pod (``Outcome.denied_by``).
+WEBHOOK, KUBE_APISERVER = "webhook", "kube-apiserver"
 
 
 @attrs.frozen(kw_only=True)
@@ -49,7 +57,9 @@ class Outcome:
 
     Attributes:
         namespace, name: the pod.
-        denied: the webhook's denial message, or "".
+        denied: the denial message, or "".
+        denied_by: who denied it: ``webhook`` (HAMi's admission webhook) or
+            ``kube-apiserver`` (its validation of the object, ``apiserver``).
         node: where it was bound, or None.
         allocation: its devices, or None (unschedulable, denied, or no devices).
         filter: the filter result (per-node reasons), None when denied.
@@ -66,6 +76,7 @@ class Outcome:
     namespace: str
     name: str
     denied: str = ""
+    denied_by: str = WEBHOOK
     node: str | None = None
     allocation: Allocation | None = None
     filter: FilterResult | None = None
@@ -131,7 +142,17 @@ class Pipeline:
         """Admit, schedule, bind and allocate one pod; the pod stays in the cluster when
         admitted (Pending when unschedulable)."""
         meta = pod.get("metadata") or {}
+        meta = meta if isinstance(meta, Mapping) else {}
         namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name", ""))
+        pod = without_nulls(pod)
+        problem = decode_problem(pod, kind="Pod")
+        if problem:
+            return Outcome(
+                namespace=namespace,
+                name=name,
+                denied=undecodable_message("Pod", problem),
+                denied_by=KUBE_APISERVER,
+            )
         obj = copy.deepcopy(dict(pod))
         obj.setdefault("metadata", {})["namespace"] = namespace
         # A stable uid (the API server would pick one): the device plugin's answer names
@@ -151,6 +172,16 @@ class Pipeline:
             )
         if review.patch:
             obj = apply_patch(obj, review.patch)
+        # kube-apiserver validates the object after the mutating webhooks: one it
+        # refuses is never stored, and the run goes on with the next
+        errors = validate_pod(obj)
+        if errors:
+            return Outcome(
+                namespace=namespace,
+                name=name,
+                denied=invalid_message("Pod", name, errors),
+                denied_by=KUBE_APISERVER,
+            )
         stored = self.cluster.add_pod(obj)
         uid = stored["metadata"]["uid"]
         patch = tuple(review.patch)

@@ -331,8 +331,11 @@ def prepare(
         affinity_counts: dict[tuple[str, str], int] = {}
         anti_counts: dict[tuple[str, str], int] = {}
         for _, node_labels, other in placed:
-            for t in _terms(other, "podAntiAffinity"):
-                _count(existing_anti, t, node_labels, t.matches(pod, ns_labels))
+            try:
+                for t in _terms(other, "podAntiAffinity"):
+                    _count(existing_anti, t, node_labels, t.matches(pod, ns_labels))
+            except SelectorError:
+                pass  # no API server stores it; a hand-edited snapshot must not block all
             if affinity and all(t.matches(other, ns_labels) for t in affinity):
                 for t in affinity:
                     _count(affinity_counts, t, node_labels, True)

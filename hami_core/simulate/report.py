@@ -25,6 +25,7 @@ Report (``build_report``)::
                    | "unmanaged",                # asks resources no installed backend has
          "node": str | null,
          "message": str,                         # the denial, error or reason, else ""
+         "deniedBy": "webhook" | "kube-apiserver" | null,   # who denied it (denied only)
          "schedulerName": str,                   # after the webhook
          "admission": [RFC 6902 op],             # what the webhook changed (defaults,
                                                  # schedulerName), [] when nothing
@@ -317,6 +318,7 @@ def _pod_entry(
         "status": status,
         "node": out.node,
         "message": out.denied or out.error or _why(run),
+        "deniedBy": out.denied_by if out.denied else None,
         "schedulerName": _scheduler_name(run),
         "admission": [dict(op) for op in out.admission_patch],
         "containers": _container_answers(run),
@@ -786,10 +788,14 @@ def render_text(report: Mapping[str, Any], *, warnings: bool = True) -> str:
         if not any(r[-1] for r in rows[1:]):
             rows = [r[:-1] for r in rows]  # no pod with several containers
         lines += _table(rows)
-    denied = [p for p in pods if p["status"] == DENIED]
-    if denied:
-        lines += ["", f"Denied by the webhook ({len(denied)})"]
-        lines += [f"  {_key(p)}: {_message(p)}" for p in denied]
+    for who, title in (
+        ("kube-apiserver", "Refused by kube-apiserver"),
+        ("webhook", "Denied by the webhook"),
+    ):
+        denied = [p for p in pods if p["status"] == DENIED and p.get("deniedBy", "webhook") == who]
+        if denied:
+            lines += ["", f"{title} ({len(denied)})"]
+            lines += [f"  {_key(p)}: {_message(p)}" for p in denied]
     errors = [p for p in pods if p["status"] == ERROR]
     if errors:
         lines += ["", f"Errors ({len(errors)})"]

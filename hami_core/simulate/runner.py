@@ -30,7 +30,7 @@ from hami_core.protocol.config import HamiConfig, load_config, with_overrides
 from hami_core.scheduling.policy import device_policy_option, node_policy_option
 
 from .loader import LoadedCluster, WorkloadPod, Workloads, load_cluster, load_workloads
-from .pipeline import Outcome, Pipeline
+from .pipeline import KUBE_APISERVER, Outcome, Pipeline
 from .podtopology import not_modelled
 
 log = logging.getLogger(__name__)
@@ -233,6 +233,9 @@ def _submit(
     namespaces: frozenset[str] = frozenset(),
 ) -> PodRun:
     ns, name = wp.namespace, wp.name
+    if wp.rejected:
+        outcome = Outcome(namespace=ns, name=name, denied=wp.rejected, denied_by=KUBE_APISERVER)
+        return PodRun(workload=wp, outcome=outcome, observed=observed)
     if wp.key in seen or _exists(pipeline, ns, name):
         # The API server answers AlreadyExists; replacing the pod would free its devices.
         outcome = Outcome(namespace=ns, name=name, error=f"pod {wp.key} already exists")

@@ -260,6 +260,7 @@ def test_json_schema_keys_are_stable():
             "wholeCardGpus",
             "explanation",
             "notModelled",
+            "deniedBy",
             "schedulerName",
             "admission",
             "containers",
