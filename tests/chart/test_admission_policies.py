@@ -295,3 +295,30 @@ def test_the_webhook_policy_is_left_out_where_the_webhook_writes_no_configuratio
         o["metadata"]["name"] for o in render(manual) if o["kind"] == "ValidatingAdmissionPolicy"
     }
     assert names == {"hami-device-plugin-writes"}
+
+
+def test_the_device_plugins_and_monitors_rbac_is_pinned():
+    """Any widening of what the node agents hold fails here first (what these rules
+    cannot narrow is docs/threat-model.md's; the policies above narrow it on 1.30+)."""
+    objs = render({})
+    rules = {
+        name: [
+            (
+                tuple(r["apiGroups"]),
+                tuple(r["resources"]),
+                tuple(r["verbs"]),
+                r.get("resourceNames"),
+            )
+            for r in find(objs, "ClusterRole", name)["rules"]
+        ]
+        for name in ("hami-device-plugin", "hami-monitor")
+    }
+    assert rules["hami-device-plugin"] == [
+        (("",), ("nodes",), ("get", "list", "watch", "patch"), None),
+        (("",), ("pods",), ("get", "list", "watch", "patch"), None),
+        (("",), ("namespaces",), ("get",), None),
+        (("", "events.k8s.io"), ("events",), ("create", "patch"), None),
+    ]
+    for _group, resources, verbs, _ in rules["hami-monitor"]:
+        assert not {"patch", "update", "delete", "deletecollection"} & set(verbs), resources
+        assert "secrets" not in resources and "nodes" not in resources
