@@ -315,3 +315,15 @@ def test_the_profile_list_of_a_gpu_without_slice_counts_reads_booked_cores_cappe
     )
     assert held_cores_pct(usage) == 100
     assert usable_free_memory_mib(usage) == 0
+
+
+def test_a_count_only_pod_with_default_memory_is_exclusive_on_mig_too():
+    # gpucores 100 by HAMi's default (no memory resource stated): a whole-GPU instance,
+    # as it would hold a shared GPU alone; a second such pod finds none
+    p = pipeline(mig_node(), config={"nvidia": {"defaultMemory": 5000}})
+    first = p.submit(pod("a", container(gpu=1)))
+    assert first.node == "node-m", first
+    (d,) = first.allocation.all_devices()
+    assert (d.mig.profile, d.cores_pct) == ("7g.80gb", 100)
+    second = p.submit(pod("b", container(gpu=1)))
+    assert second.node is None
