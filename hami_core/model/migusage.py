@@ -61,6 +61,19 @@ def held_cores_pct(usage: DeviceUsage) -> int:
     return min(100, round(100 * slices / total))
 
 
+def instance_cores_pct(device: DeviceInfo, booked: int) -> float:
+    """The compute of one MIG instance of ``device`` that the device list books at
+    ``booked`` percent (its profile's rounded-up ``core``), percent of the GPU: the
+    profile's compute slices of ``compute_slices`` (a ``1g`` of an A100: 14.29, not 15),
+    so a full GPU's instances sum to 100. ``booked`` itself where the profiles of that
+    ``core`` differ in slices or carry none, and on other devices."""
+    total = compute_slices(device) if is_mig_gpu(device) else 0
+    slices = {p.slice_count for p in device.mig_profiles if p.cores_pct == booked}
+    if not total or len(slices) != 1 or min(slices) <= 0:
+        return float(booked)
+    return 100 * slices.pop() / total
+
+
 def usable_free_memory_mib(usage: DeviceUsage) -> int:
     """Free memory, MiB, that pods can still be given on the device: on a MIG GPU the
     most memory a set of non-overlapping instances at placements no held instance

@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from hami_core.errors import AnnotationError
 from hami_core.model import PERCENT, CoresUnit, DeviceInfo, DeviceTypeInfo, DeviceUsage
-from hami_core.model.migusage import held_cores_pct
+from hami_core.model.migusage import held_cores_pct, instance_cores_pct
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.handshake import decode_handshake
@@ -162,6 +162,7 @@ class AllocationCollector(Collector):
         uuid_node: dict[str, str] = {}
         uuid_index: dict[str, int] = {}
         uuid_compute: dict[str, tuple[CoresUnit, int]] = {}
+        uuid_device: dict[str, DeviceInfo] = {}
         for node in store.list_nodes():
             info = self.scheduler.node_info(node)
             for vendor in sorted(info.unregistered):
@@ -171,6 +172,7 @@ class AllocationCollector(Collector):
                 d = u.device
                 uuid_node[uuid] = info.name
                 uuid_index[uuid] = d.index
+                uuid_device[uuid] = d
                 labels = [info.name, uuid, str(d.index), device_type(d)]
                 g.mem_limit.add_metric(labels, d.memory_mib * MIB)
                 g.core_limit.add_metric(labels, d.cores_pct)
@@ -209,7 +211,11 @@ class AllocationCollector(Collector):
                 g.pod_cores.add_metric(labels, slice_.cores_pct)
                 if slice_.uuid in uuid_compute:
                     unit, capacity = uuid_compute[slice_.uuid]
-                    g.pod_core_share.add_metric(labels, unit.amount(slice_.cores_pct) / capacity)
+                    # a MIG instance: its compute slices, not its profile's rounded share
+                    held = instance_cores_pct(
+                        uuid_device[slice_.uuid], unit.amount(slice_.cores_pct)
+                    )
+                    g.pod_core_share.add_metric(labels, held / capacity)
                 mig_positions[pos] = slice_.uuid
             self._mig_instances(g, pod, types, mig_positions, uuid_node, uuid_index)
         self._quotas(g, types)

@@ -212,6 +212,9 @@ def test_a_full_mig_gpu_reads_100_percent_and_no_free_memory_in_top_and_metrics(
     m = samples(SchedulerMetrics(sched))
     assert [v for _, v in m["hami_gpu_core_allocated_ratio"]] == [100.0]
     assert [v for _, v in m["hami_gpu_core_allocated_share"]] == [1.0]
+    # per container, each 1g is a seventh of the GPU: the shares add up to 1, not 1.05
+    shares = [v for _, v in m["hami_vgpu_core_allocated_share"]]
+    assert len(shares) == 7 and abs(sum(shares) - 1.0) < 1e-9, shares
 
 
 def test_held_compute_and_usable_memory_of_partly_used_mig_gpus():
