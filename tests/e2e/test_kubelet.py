@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -702,6 +704,80 @@ def test_an_mps_node_gives_the_mps_env_and_pipe_mount_through_a_real_kubelet(sta
     assert env["PRELOAD"] == "none"  # and the shim is not preloaded
     assert not any(k.startswith("CUDA_DEVICE_") for k in env)
     assert not (stack.hook / "containers" / f"{pod['metadata']['uid']}_main.limits").exists()
+
+
+def test_per_container_mps_holds_the_share_in_the_containers_own_daemon(stack: Stack):
+    """mpsIsolation: per-container (issue 24 item 15) through a real kubelet: Allocate
+    starts the container's control daemon (the stand-in, tests/deviceplugin/mps_standin)
+    with its share as server defaults, kubelet mounts that daemon's directory at
+    /tmp/nvidia-mps, and a client without any MPS variable still gets the share."""
+    from hami_nvidia import mps
+
+    standin = Path(__file__).resolve().parents[1] / "deviceplugin" / "mps_standin"
+    control = str(standin / "nvidia-cuda-mps-control")
+    root = Path(tempfile.mkdtemp(prefix="mpse", dir="/tmp"))  # a socket path is short
+    node_config = stack.work / "node-config.json"
+    node_config.write_text(json.dumps({"nodeconfig": [{"name": NODE, "operatingmode": "mps"}]}))
+    registered = stack.plugin_log().count("registered nvidia.com/gpu")
+    stack.cp.stop_process("device-plugin")
+    _start_device_plugin(
+        stack,
+        node_config=node_config,
+        extra=(
+            f"  mpsPipeDirectory: {root}\n  mpsIsolation: per-container\n"
+            f"  mpsControlBinary: {control}\n"
+        ),
+    )
+    stack.cp.wait_for(
+        lambda: stack.plugin_log().count("registered nvidia.com/gpu") > registered,
+        timeout=90,
+        message="the plugin registered again",
+    )
+    stack.cp.wait_for(
+        lambda: stack.node.allocatable("nvidia.com/gpu") == "20",
+        timeout=90,
+        message="nvidia.com/gpu allocatable 20 again",
+    )
+    body = _tenant_pod("mps-own", annotations={"nvidia.com/vgpu-mode": "mps"})
+    main = body["spec"]["containers"][0]
+    main["command"] = [
+        "/bin/sh",
+        "-c",
+        "env; echo MPS_PIPE_LS=$(ls /tmp/nvidia-mps); exec sleep 3600",
+    ]
+    main["resources"]["limits"]["nvidia.com/gpucores"] = "40"
+    stack.core.create_namespaced_pod(stack.namespace, body)
+    try:
+        pod = stack.wait_running("mps-own")
+        env = stack.env_of(pod)
+        assert "control" in env["MPS_PIPE_LS"].split()  # its own daemon's socket
+        pipe = root / mps.container_dir_name(pod["metadata"]["uid"], "main")
+        client_env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
+        out = subprocess.run(
+            [sys.executable, str(standin / "mps_app.py"), "3500"],
+            env={**client_env, "CUDA_MPS_PIPE_DIRECTORY": str(pipe)},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+        assert json.loads(out.stdout) == {
+            "mps": True,
+            "threads": 40.0,
+            "limit_mib": 3000,
+            "alloc_ok": False,
+        }
+    finally:
+        stack.core.delete_namespaced_pod("mps-own", stack.namespace, grace_period_seconds=0)
+        for sock in root.glob("*/control"):
+            subprocess.run(
+                [control],
+                input="quit\n",
+                text=True,
+                timeout=10,
+                check=False,
+                env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(sock.parent)},
+            )
 
 
 # -- MIG (issue #17 items 1-2): last, it restarts the device plugin in dynamic MIG mode ---
