@@ -17,6 +17,7 @@ from hami_core.errors import ConfigError, HamiError
 from hami_core.extras import MissingExtraError, extra_of_module, require_extra
 from hami_core.options import SimulateOptions, TopOptions
 from hami_core.plugin import BackendManager
+from hami_core.protocol.documents import printable
 from hami_core.servers.options import (
     DevicePluginOptions,
     MonitorOptions,
@@ -44,9 +45,10 @@ class ConfigFailure(click.ClickException):
 def failure(exc: HamiError) -> click.ClickException:
     """How a command reports ``exc``: ``ConfigFailure`` (exit 2) for a ``ConfigError``,
     else click's one-line error (exit 1)."""
+    message = printable(str(exc), keep_newlines=True)  # names from files and servers
     if isinstance(exc, ConfigError):
-        return ConfigFailure(str(exc))
-    return click.ClickException(str(exc))
+        return ConfigFailure(message)
+    return click.ClickException(message)
 
 
 class _Cli(click.Group):
@@ -61,7 +63,7 @@ class _Cli(click.Group):
         try:
             return super().invoke(ctx)
         except ConfigError as exc:
-            raise ConfigFailure(str(exc)) from None
+            raise ConfigFailure(printable(str(exc), keep_newlines=True)) from None
 
     def _plugin_commands(self) -> dict[str, Any]:
         disabled = {n.strip() for n in os.environ.get("HAMI_DISABLED_BACKENDS", "").split(",")}

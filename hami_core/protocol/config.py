@@ -37,10 +37,11 @@ from typing import Any, Final
 import attrs
 import yaml
 
-from hami_core.errors import ConfigError
+from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.model import BackendInfo, DevicePolicy, DevicePolicyChain, NodePolicy
 
-from . import hamiconfig
+from . import documents, hamiconfig
+from .documents import shown
 from .quantity import INT32_MAX
 
 log = logging.getLogger(__name__)
@@ -192,14 +193,13 @@ def load_config(path: str | Path | None, *, backends: Mapping[str, BackendInfo])
     """
     if path is None:
         return parse_config({"version": CONFIG_VERSION}, backends=backends)
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: {yaml_problem(exc)}") from exc
+    data = read_config_document(path)
     spelled: dict[str, str] = {}
-    if hamiconfig.is_hami_device_config(data):
+    try:
+        hami_document = hamiconfig.is_hami_device_config(data)
+    except ConfigError as exc:  # a ConfigMap whose embedded document is malformed
+        raise ConfigError(f"{path}: {exc}") from None
+    if hami_document:
         # HAMi's scheduler device-config.yaml as it is (PROTOCOL.md §1b)
         spelled = hamiconfig.spellings(data, backends)
         try:
@@ -233,15 +233,19 @@ def parse_config(data: object, *, backends: Mapping[str, BackendInfo]) -> HamiCo
         raise ConfigError("the configuration must be a mapping")
     version = data.get("version")
     if version != CONFIG_VERSION:
-        raise ConfigError(f"version: expected {CONFIG_VERSION!r}, got {version!r}")
+        raise ConfigError(f"version: expected {shown(CONFIG_VERSION)}, got {shown(version)}")
     unknown = [k for k in data if k not in _TOP_KEYS and k not in backends]
     if unknown:
         allowed = ", ".join([*_TOP_KEYS, *sorted(backends)])
-        raise ConfigError(f"unknown key {unknown[0]!r} (allowed: {allowed})")
+        raise ConfigError(f"unknown key {shown(unknown[0])} (allowed: {allowed})")
 
     scheduler_name = _typed(data, "schedulerName", str, DEFAULT_SCHEDULER_NAME)
-    if not scheduler_name:
-        raise ConfigError("schedulerName: must not be empty")
+    if not is_dns_subdomain(scheduler_name):
+        raise ConfigError(
+            f"schedulerName: {shown(scheduler_name)} is not a DNS-1123 subdomain (lower-case "
+            "letters, digits, '-' and '.', at most 253), as kube-apiserver requires of a "
+            "pod's spec.schedulerName"
+        )
     policies = data.get("defaultSchedulerPolicy")
     policies = {} if policies is None else policies
     if not isinstance(policies, Mapping):
@@ -339,7 +343,7 @@ def is_extended_resource_name(name: str) -> bool:
 def _check_resource_name(name: str, where: str) -> None:
     if not is_extended_resource_name(name):
         raise ConfigError(
-            f"{where}: {name!r} is not a Kubernetes extended resource name "
+            f"{where}: {shown(name)} is not a Kubernetes extended resource name "
             "(domain/name outside kubernetes.io, e.g. example.com/gpu)"
         )
 
@@ -376,7 +380,7 @@ def _check_named_option(key: str, value: Any, where: str) -> None:
             item of a list.
     """
     if key.endswith("TimeoutSeconds") and isinstance(value, (int, float)) and not value > 0:
-        raise ConfigError(f"{where}: must be > 0 seconds, got {value!r}")
+        raise ConfigError(f"{where}: must be > 0 seconds, got {shown(value)}")
     for ending, ok, allowed in _NUMBER_RANGES:
         if not key.endswith(ending):
             continue
@@ -384,11 +388,11 @@ def _check_named_option(key: str, value: Any, where: str) -> None:
         for pos, item in items:
             if isinstance(item, (int, float)) and not isinstance(item, bool) and not ok(item):
                 at = where if pos is None else f"{where}[{pos}]"
-                raise ConfigError(f"{at}: must be {allowed}, got {item!r}")
+                raise ConfigError(f"{at}: must be {allowed}, got {shown(item)}")
         break
-    if key == "runtimeClassName" and value and not _DNS1123_SUBDOMAIN.fullmatch(value):
+    if key == "runtimeClassName" and value and not is_dns_subdomain(value):
         raise ConfigError(
-            f"{where}: {value!r} is not a RuntimeClass name (a DNS-1123 subdomain: "
+            f"{where}: {shown(value)} is not a RuntimeClass name (a DNS-1123 subdomain: "
             "lower-case alphanumerics, '-' and '.')"
         )
     if key.startswith("resource") and key.endswith("Name") and isinstance(value, str) and value:
@@ -405,7 +409,29 @@ def _check_items(items: list[Any], default: list[Any], where: str) -> None:
         try:
             _typed({"v": item}, "v", kind, None)
         except ConfigError:
-            raise ConfigError(f"{where}[{pos}]: expected {kind.__name__}, got {item!r}") from None
+            raise ConfigError(
+                f"{where}[{pos}]: expected {kind.__name__}, got {shown(item)}"
+            ) from None
+
+
+def is_dns_subdomain(value: str) -> bool:
+    """Whether ``value`` is a DNS-1123 subdomain: what kube-apiserver requires of a
+    RuntimeClass name and of a pod's ``spec.schedulerName`` (apimachinery
+    ``IsDNS1123Subdomain``, applied by ``ValidatePodSpec``)."""
+    return _DNS1123_SUBDOMAIN.fullmatch(value) is not None
+
+
+def read_config_document(path: str | Path) -> Any:
+    """The one YAML document of a configuration file, read with ``documents``' bounds
+    (size, nesting, alias expansion, UTF-8, integer length).
+
+    Raises:
+        ConfigError: the file cannot be read or parsed; the message names the file.
+    """
+    try:
+        return documents.load_yaml(documents.read_text(path))
+    except InvalidInputError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -423,10 +449,10 @@ def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any, *, prefi
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"{prefix}{key}: expected {kind.__name__}, got {value!r}")
+        raise ConfigError(f"{prefix}{key}: expected {kind.__name__}, got {shown(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         # YAML's .nan / .inf are floats, but no scaling factor or duration can be one
-        raise ConfigError(f"{prefix}{key}: must be a finite number, got {value!r}")
+        raise ConfigError(f"{prefix}{key}: must be a finite number, got {shown(value)}")
     return value
 
 
@@ -438,5 +464,5 @@ def _enum(data: Mapping[str, Any], key: str, kind: Any, default: Any) -> Any:
     except ValueError:
         allowed = ", ".join(m.value for m in kind)
         raise ConfigError(
-            f"defaultSchedulerPolicy.{key}: {data[key]!r} is not one of {allowed}"
+            f"defaultSchedulerPolicy.{key}: {shown(data[key])} is not one of {allowed}"
         ) from None

@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from hami_core.errors import ConfigError
+from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.model import BackendInfo
 
 #: HAMi section -> our backend name.
@@ -224,9 +224,12 @@ def unwrap_configmap(data: object) -> object:
     if isinstance(data, Mapping) and data.get("kind") == "ConfigMap":
         inner = (data.get("data") or {}).get("device-config.yaml")
         if isinstance(inner, str):
-            import yaml
+            from . import documents
 
-            return yaml.safe_load(inner)
+            try:
+                return documents.load_yaml(inner)
+            except InvalidInputError as exc:
+                raise ConfigError(f"data.device-config.yaml: {exc}") from None
     return data
 
 

@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import yaml
 
 from hami_core.errors import ConfigError
 from hami_core.model import PARENT_UUID, PART_INDEX, DeviceInfo
-from hami_core.protocol.config import MAX_SPLIT_COUNT, VendorConfig, yaml_problem
+from hami_core.protocol.config import MAX_SPLIT_COUNT, VendorConfig, read_config_document
+from hami_core.protocol.documents import shown
 
 log = logging.getLogger(__name__)
 
@@ -182,12 +182,7 @@ def load_node_overrides(path: str | Path | None, *, node: str) -> NodeOverrides:
     """
     if path is None:
         return NodeOverrides()
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:  # one line with the position, as for the main file
-        raise ConfigError(f"{path}: {yaml_problem(exc)}") from exc
+    data = read_config_document(path)
     try:
         return parse_node_overrides(data, node=node)
     except ConfigError as exc:
@@ -205,7 +200,7 @@ def parse_node_overrides(data: object, *, node: str) -> NodeOverrides:
         raise ConfigError("the per-node configuration must be a mapping with 'nodeconfig'")
     unknown = [k for k in data if k != "nodeconfig"]
     if unknown:
-        raise ConfigError(f"unknown key {unknown[0]!r} (allowed: nodeconfig)")
+        raise ConfigError(f"unknown key {shown(unknown[0])} (allowed: nodeconfig)")
     entries = data.get("nodeconfig") or []
     if not isinstance(entries, list):
         raise ConfigError("nodeconfig: must be a list")
@@ -214,7 +209,7 @@ def parse_node_overrides(data: object, *, node: str) -> NodeOverrides:
     for pos, entry in enumerate(entries):
         parsed_name, parsed = _entry(entry, pos)
         if parsed_name in seen:
-            raise ConfigError(f"nodeconfig: node {parsed_name!r} is listed twice")
+            raise ConfigError(f"nodeconfig: node {shown(parsed_name)} is listed twice")
         seen.add(parsed_name)
         if parsed_name == node:
             found = parsed
@@ -237,12 +232,14 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
     mode = entry.get("operatingmode")
     if mode not in (*OPERATING_MODES, "", None):
         raise ConfigError(
-            f"{where}.operatingmode: {mode!r} is not supported "
+            f"{where}.operatingmode: {shown(mode)} is not supported "
             f"(one of {', '.join(OPERATING_MODES)})"
         )
     mig = entry.get("migstrategy", "none")
     if mig not in (*MIG_STRATEGIES, "", None):
-        raise ConfigError(f"{where}.migstrategy: {mig!r} is not one of {', '.join(MIG_STRATEGIES)}")
+        raise ConfigError(
+            f"{where}.migstrategy: {shown(mig)} is not one of {', '.join(MIG_STRATEGIES)}"
+        )
     split = _number(entry, "devicesplitcount", int, where)
     if split is not None and not 1 <= split <= MAX_SPLIT_COUNT:
         raise ConfigError(
@@ -275,7 +272,7 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
     for key in ("enablenumatopology", "enablegetpreferredallocation"):
         value = entry.get(key)
         if value is not None and not isinstance(value, bool):
-            raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
+            raise ConfigError(f"{where}.{key}: expected true or false, got {shown(value)}")
         flags[key] = value
     if flags["enablegetpreferredallocation"] is False:
         log.info(
@@ -314,11 +311,11 @@ def _number(entry: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
         return None
     value = entry[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
+        raise ConfigError(f"{where}.{key}: expected a number, got {shown(value)}")
     if kind is int:
         if isinstance(value, float) and not value.is_integer():
-            raise ConfigError(f"{where}.{key}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}.{key}: expected an integer, got {shown(value)}")
         return int(value)
     if not math.isfinite(value):
-        raise ConfigError(f"{where}.{key}: must be a finite number, got {value!r}")
+        raise ConfigError(f"{where}.{key}: must be a finite number, got {shown(value)}")
     return float(value)

@@ -8,7 +8,6 @@ works without them.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -16,6 +15,8 @@ import attrs
 
 from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.model import DEVICE_POLICY_TOKENS
+from hami_core.protocol.config import is_dns_subdomain
+from hami_core.protocol.documents import shown
 from hami_core.protocol.nodeconfig import MIG_STRATEGIES
 from hami_core.scheduling.policy import device_policy_option, node_policy_option
 from hami_core.settings import setting
@@ -121,15 +122,9 @@ def scheduler_name_setting() -> str | None:
 
 
 def _scheduler_name(value: str | None) -> str | None:
-    if value is not None and not _DNS_SUBDOMAIN.fullmatch(value):
-        raise ValueError(f"{value!r} is not a DNS-1123 subdomain (a pod's schedulerName)")
+    if value is not None and not is_dns_subdomain(value):
+        raise ValueError(f"{shown(value)} is not a DNS-1123 subdomain (a pod's schedulerName)")
     return value
-
-
-#: A DNS-1123 subdomain (``spec.schedulerName``'s validation in kube-apiserver).
-_DNS_SUBDOMAIN = re.compile(
-    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-)
 
 
 def split_host_port(value: str, flag: str) -> tuple[str, int | None]:

@@ -64,7 +64,6 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import hashlib
-import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -77,8 +76,10 @@ from hami_core.cluster.memory import MemoryCluster
 from hami_core.errors import AnnotationError, InvalidInputError
 from hami_core.model import DEVICE_MODES, DeviceInfo, MigProfile
 from hami_core.plugin import BackendManager
+from hami_core.protocol import documents
 from hami_core.protocol.annotations import VGPU_NODE
 from hami_core.protocol.config import MAX_SPLIT_COUNT
+from hami_core.protocol.documents import shown as _shown
 from hami_core.protocol.inventory import decode_mig_profiles, encode_inventory
 from hami_core.protocol.quantity import INT32_MAX
 from hami_core.protocol.topology import encode_link_scores
@@ -250,27 +251,13 @@ def read_documents(path: Path) -> list[Any]:
         InvalidInputError: unreadable file or malformed YAML/JSON; the message names
             the file, the line and the column.
     """
-    shown = display_path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"{shown}: cannot read: {exc}") from None
-    if path.suffix == ".json":
-        try:
-            return [json.loads(text)] if text.strip() else []
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(
-                f"{shown}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-            ) from None
-    try:
-        docs = list(yaml.load_all(text, Loader=_LOADER))  # a safe loader: _LOADER
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = exc.problem or exc.context or "malformed"
-        raise InvalidInputError(f"{shown}: invalid YAML{where}: {problem}") from None
-    except yaml.YAMLError as exc:
-        raise InvalidInputError(f"{shown}: invalid YAML: {exc}") from None
+        text = documents.read_text(path, limit_bytes=documents.SNAPSHOT_LIMIT_BYTES)
+        if path.suffix == ".json":
+            return [documents.load_json(text)] if text.strip() else []
+        docs = documents.load_yaml_all(text, _LOADER)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{display_path(path)}: {exc}") from None
     return [d for d in docs if d is not None]
 
 
@@ -316,7 +303,7 @@ def _str_map(value: Any, where: str, what: str) -> dict[str, str]:
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise InvalidInputError(
-                f"{where}: {what} values must be strings (quote them): {k}: {v!r}"
+                f"{where}: {what} values must be strings (quote them): {k}: {_shown(v)}"
             )
     return dict(value)
 
@@ -400,7 +387,9 @@ def _simple_cluster(
 ) -> LoadedCluster:
     unknown = sorted(set(doc) - {"nodes", "quotas"})
     if unknown:
-        raise InvalidInputError(f"{shown}: unknown key {unknown[0]!r} (expected nodes, quotas)")
+        raise InvalidInputError(
+            f"{shown}: unknown key {_shown(unknown[0])} (expected nodes, quotas)"
+        )
     nodes_in = doc.get("nodes")
     if not isinstance(nodes_in, list) or not nodes_in:
         raise InvalidInputError(f"{shown}: nodes must be a non-empty list")
@@ -412,11 +401,11 @@ def _simple_cluster(
         node, node_uuids = _simple_node(entry, where, manager, unserved)
         name = node["metadata"]["name"]
         if name in nodes:
-            raise InvalidInputError(f"{where}: node {name!r} is listed twice")
+            raise InvalidInputError(f"{where}: node {_shown(name)} is listed twice")
         for uuid in node_uuids:
             if uuid in uuids:
                 raise InvalidInputError(
-                    f"{where}: device uuid {uuid!r} is also on node {uuids[uuid]!r}"
+                    f"{where}: device uuid {_shown(uuid)} is also on node {_shown(uuids[uuid])}"
                 )
             uuids[uuid] = name
         nodes[name] = node
@@ -424,7 +413,7 @@ def _simple_cluster(
         _simple_quota(q, f"{shown}: quotas[{i}]") for i, q in enumerate(_list(doc, "quotas", shown))
     )
     warnings = tuple(
-        f"{shown}: no installed backend serves vendor {vendor!r}, so its {n} GPU(s) are "
+        f"{shown}: no installed backend serves vendor {_shown(vendor)}, so its {n} GPU(s) are "
         "left out ("
         + ("pip install hami-nvidia)" if vendor == "NVIDIA" else "install its backend)")
         for vendor, n in sorted((unserved or {}).items())
@@ -462,9 +451,11 @@ def _int_field(
     if value is None:
         raise InvalidInputError(f"{where}: {key} is required")
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidInputError(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
+        raise InvalidInputError(
+            f"{where}: {key} must be an integer >= {minimum}, got {_shown(value)}"
+        )
     if value > maximum:
-        raise InvalidInputError(f"{where}: {key} must be at most {maximum}, got {value!r}")
+        raise InvalidInputError(f"{where}: {key} must be at most {maximum}, got {_shown(value)}")
     return value
 
 
@@ -476,7 +467,7 @@ def _simple_node(
     unknown = sorted(set(entry) - _NODE_KEYS)
     if unknown:
         raise InvalidInputError(
-            f"{where}: unknown key {unknown[0]!r} (expected {', '.join(sorted(_NODE_KEYS))})"
+            f"{where}: unknown key {_shown(unknown[0])} (expected {', '.join(sorted(_NODE_KEYS))})"
         )
     name = entry.get("name")
     if not isinstance(name, str) or not name:
@@ -537,7 +528,7 @@ def _gpu_group(
     unknown = sorted(set(group) - _GPU_KEYS)
     if unknown:
         raise InvalidInputError(
-            f"{where}: unknown key {unknown[0]!r} (expected {', '.join(sorted(_GPU_KEYS))})"
+            f"{where}: unknown key {_shown(unknown[0])} (expected {', '.join(sorted(_GPU_KEYS))})"
         )
     vendor = group.get("vendor", "NVIDIA")
     if not isinstance(vendor, str) or not vendor:
@@ -547,7 +538,7 @@ def _gpu_group(
     except KeyError:
         served = ", ".join(manager.vendors) or "none"
         raise InvalidInputError(
-            f"{where}: no installed backend serves vendor {vendor!r} (installed: {served})"
+            f"{where}: no installed backend serves vendor {_shown(vendor)} (installed: {served})"
         ) from None
     model = group.get("model")
     if not isinstance(model, str) or not model:
@@ -683,7 +674,7 @@ def _simple_quota(entry: Any, where: str) -> dict[str, Any]:
     unknown = sorted(set(entry) - _QUOTA_KEYS)
     if unknown:
         raise InvalidInputError(
-            f"{where}: unknown key {unknown[0]!r} (expected hard, name, namespace)"
+            f"{where}: unknown key {_shown(unknown[0])} (expected hard, name, namespace)"
         )
     hard = entry.get("hard")
     if not isinstance(hard, dict) or not hard:

@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 
 from hami_core.model import CORES_UNITS, PERCENT
+from hami_core.protocol.documents import printable
 
 from .view import TopView
 
@@ -34,41 +35,46 @@ def render_table(view: TopView, *, wide: bool = False) -> str:
     monitor figures were given), compute allocated of total in the vendor's unit
     (``30/100%``, ``76/304 CU``, ``1/2 NeuronCores``; per unit on node rows), utilization,
     sharers of
-    the split count, health, and the pods holding the device (``wide``: all of them;
-    else the first two and a count).
+    the split count, health, the mode (``shim``, ``mps``, ``mig`` with the instances
+    held) and the pods holding the device (the first two and a count).
+
+    ``wide`` adds the device's UUID, its free memory, and every pod with its slice
+    (``ns/pod(20000MiB,30%)``, ``ns/pod(mig 1g.10gb)``).
+
+    Every name comes from the cluster or a file: cells are ``printable`` (no terminal
+    escape sequence or bidirectional override reaches the terminal).
     """
-    header = [
-        "NODE",
-        "GPU",
-        "TYPE",
-        "HEALTH",
-        "MEMORY ALLOC/TOTAL",
-        "USED",
-        "CORES",
-        "UTIL",
-        "SHARERS",
-        "PODS",
-    ]
+    header = ["NODE", "GPU", "TYPE", "MODE", "HEALTH", "MEMORY ALLOC/TOTAL", "USED", "CORES"]
+    header += ["UTIL", "SHARERS", "PODS"]
+    if wide:
+        header[2:2] = ["UUID"]
+        header[-1:-1] = ["MEMORY FREE"]
     rows = [header]
     for d in view.devices:
         health = "ok" if d.healthy else "UNHEALTHY"
         if d.cordoned:
             health += ",cordoned"
-        pods = list(d.pods) if wide or len(d.pods) <= 2 else [*d.pods[:2], f"+{len(d.pods) - 2}"]
-        rows.append(
-            [
-                d.node,
-                str(d.index),
-                d.model or d.vendor,
-                health,
-                f"{d.memory_allocated_mib}/{d.memory_total_mib} MiB ({_pct(d.memory_allocated_mib, d.memory_total_mib)})",
-                _used(d.memory_used_mib),
-                d.unit.show_ratio(d.cores_allocated_pct, d.cores_total_pct),
-                "-" if d.utilization_pct is None else f"{d.utilization_pct:.0f}%",
-                f"{d.sharers}/{d.split_count}",
-                ",".join(pods) or "-",
-            ]
-        )
+        if wide:
+            pods = [s.show(d.unit) for s in d.slices] or list(d.pods)
+        else:
+            pods = list(d.pods) if len(d.pods) <= 2 else [*d.pods[:2], f"+{len(d.pods) - 2}"]
+        row = [
+            d.node,
+            str(d.index),
+            d.model or d.vendor,
+            d.mode_shown,
+            health,
+            f"{d.memory_allocated_mib}/{d.memory_total_mib} MiB ({_pct(d.memory_allocated_mib, d.memory_total_mib)})",
+            _used(d.memory_used_mib),
+            d.unit.show_ratio(d.cores_allocated_pct, d.cores_total_pct),
+            "-" if d.utilization_pct is None else f"{d.utilization_pct:.0f}%",
+            f"{d.sharers}/{d.split_count}",
+            ",".join(pods) or "-",
+        ]
+        if wide:
+            row[2:2] = [d.uuid]
+            row[-1:-1] = [f"{d.memory_free_mib} MiB"]
+        rows.append(row)
     lines = _columns(rows)
     node_rows = [
         [
@@ -103,7 +109,7 @@ def render_table(view: TopView, *, wide: bool = False) -> str:
         f"{t['memory_allocated_mib']} MiB allocated ({_pct(t['memory_allocated_mib'], t['memory_total_mib'])}), "
         f"compute {_cores(t['cores_by_unit'])} allocated"
     )
-    return "\n".join([*lines, "", *_columns(node_rows), "", summary]) + "\n"
+    return "\n".join([*lines, "", *_columns(node_rows), "", printable(summary)]) + "\n"
 
 
 def render_json(view: TopView) -> str:
@@ -115,5 +121,6 @@ def render_json(view: TopView) -> str:
 
 
 def _columns(rows: list[list[str]]) -> list[str]:
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

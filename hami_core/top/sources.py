@@ -4,15 +4,15 @@ cluster form of ``hami simulate``), and a Prometheus for the monitors' figures."
 
 from __future__ import annotations
 
-import json
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from hami_core.cluster.memory import MemoryCluster
-from hami_core.errors import HamiError
+from hami_core.errors import HamiError, InvalidInputError
 from hami_core.plugin import BackendManager
+from hami_core.protocol import documents
 from hami_core.simulate.loader import load_cluster
 
 from .view import DeviceUse
@@ -67,18 +67,61 @@ def usage_from_prometheus(url: str, *, timeout_s: float = 10.0) -> dict[str, Dev
     }
 
 
+#: Bytes of one Prometheus answer read at most (an instant vector of 10 000 GPUs is ~3 MiB).
+ANSWER_LIMIT_BYTES = 32 * 1024 * 1024
+
+
 def _query(url: str, expr: str, timeout_s: float) -> dict[str, float]:
+    """``device_uuid`` -> value of an instant-vector query.
+
+    The answer is someone else's: read up to ``ANSWER_LIMIT_BYTES``, parsed with
+    ``documents``' bounds, and any shape other than Prometheus' documented one
+    (``{"status": "success", "data": {"resultType": "vector", "result": [{"metric":
+    {...}, "value": [<time>, "<number>"]}]}}``, HTTP API ``/api/v1/query``) refused.
+
+    Raises:
+        HamiError: unreachable, an error answer, or a malformed one (the message bounded
+            and printable).
+    """
     full = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+    where = f"Prometheus at {documents.shown_text(url, 120)}"
     try:
         with urllib.request.urlopen(full, timeout=timeout_s) as resp:
-            body = json.loads(resp.read())
-    except (OSError, ValueError) as exc:
-        raise HamiError(f"Prometheus at {url}: {exc}") from None
-    if body.get("status") != "success":
-        raise HamiError(f"Prometheus at {url}: {body.get('error') or body}")
-    out = {}
-    for r in body["data"]["result"]:
-        uuid = r["metric"].get("device_uuid")
-        if uuid:
-            out[str(uuid)] = float(r["value"][1])
-    return out
+            raw = documents.read_limited(resp, limit_bytes=ANSWER_LIMIT_BYTES)
+    except urllib.error.HTTPError as exc:  # Prometheus answers errors as JSON with 4xx/5xx
+        raw = _error_body(exc)
+        if not raw:
+            raise HamiError(
+                f"{where}: HTTP {exc.code} {documents.shown_text(str(exc.reason))}"
+            ) from None
+    except OSError as exc:
+        raise HamiError(f"{where}: {documents.shown_text(str(exc))}") from None
+    except InvalidInputError as exc:
+        raise HamiError(f"{where}: answer {exc}") from None
+    try:
+        body = documents.load_json(raw)
+    except InvalidInputError as exc:
+        raise HamiError(f"{where}: the answer is not Prometheus' JSON: {exc}") from None
+    if not isinstance(body, dict) or body.get("status") != "success":
+        error = body.get("error") if isinstance(body, dict) else None
+        shown = documents.shown_text(str(error)) if error else documents.shown(body)
+        raise HamiError(f"{where}: {shown}")
+    try:
+        out = {}
+        for r in body["data"]["result"]:
+            uuid = r["metric"].get("device_uuid")
+            if uuid:
+                out[str(uuid)] = float(r["value"][1])
+        return out
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
+        raise HamiError(
+            f"{where}: malformed answer to {expr!r} ({type(exc).__name__}: "
+            f"{documents.shown_text(str(exc), 80)})"
+        ) from None
+
+
+def _error_body(exc: urllib.error.HTTPError) -> bytes:
+    try:
+        return documents.read_limited(exc, limit_bytes=ANSWER_LIMIT_BYTES)
+    except (OSError, InvalidInputError):
+        return b""

@@ -31,6 +31,39 @@ class DeviceUse:
     utilization_pct: float
 
 
+#: How ``hami top`` names a device's mode (``DeviceInfo.mode``): who enforces the share.
+MODE_NAMES = {"hami-core": "shim", "mps": "mps", "mig": "mig"}
+
+
+@attrs.frozen(kw_only=True)
+class PodSlice:
+    """What one pod holds of one device.
+
+    Attributes:
+        pod: ``namespace/name``.
+        memory_mib / cores_pct: the slice (MiB; percent of the device, as ``Charge``).
+        mig_profiles: the MIG instances it holds there (``1g.10gb``), on a ``mig`` GPU.
+        whole: True when its allocation could not be read and it holds the device whole
+            (PROTOCOL.md §6, fail closed).
+    """
+
+    pod: str
+    memory_mib: int = 0
+    cores_pct: int = 0
+    mig_profiles: tuple[str, ...] = ()
+    whole: bool = False
+
+    def show(self, unit: CoresUnit) -> str:
+        """``ns/pod(20000MiB,30%)``, ``ns/pod(mig 1g.10gb)``, ``ns/pod(whole)``."""
+        if self.whole:
+            return f"{self.pod}(whole)"
+        if self.mig_profiles:
+            return f"{self.pod}(mig {'+'.join(self.mig_profiles)})"
+        if not unit.accounted:
+            return f"{self.pod}({self.memory_mib}MiB)"
+        return f"{self.pod}({self.memory_mib}MiB,{unit.show(unit.amount(self.cores_pct))})"
+
+
 @attrs.frozen(kw_only=True)
 class DeviceRow:
     """One device.
@@ -46,6 +79,9 @@ class DeviceRow:
         memory_used_mib, utilization_pct: from the monitor, None when not known.
         memory_usable_mib: on a device that cannot hand out all the memory it has left
             (a MIG GPU: ``hami_core.model.migusage``), what it can, MiB; None: all of it.
+        mode: the device's mode (``DeviceInfo.mode``: ``hami-core``, ``mps``, ``mig``).
+        mig_instances: on a ``mig`` GPU, the profiles of the instances live pods hold.
+        slices: what each holder has of it, in ``pods`` order.
     """
 
     node: str
@@ -66,6 +102,21 @@ class DeviceRow:
     utilization_pct: float | None = None
     cores_unit: str = PERCENT.name
     memory_usable_mib: int | None = None
+    mode: str = "hami-core"
+    mig_instances: tuple[str, ...] = ()
+    slices: tuple[PodSlice, ...] = ()
+
+    @property
+    def mode_shown(self) -> str:
+        """``shim``, ``mps``, ``mig`` or, with instances held, ``mig 1g.10gb x2,3g.40gb``."""
+        name = MODE_NAMES.get(self.mode, self.mode)
+        if not self.mig_instances:
+            return name
+        counts: dict[str, int] = {}
+        for profile in self.mig_instances:
+            counts[profile] = counts.get(profile, 0) + 1
+        held = ",".join(f"{p} x{n}" if n > 1 else p for p, n in counts.items())
+        return f"{name} {held}"
 
     @property
     def unit(self) -> CoresUnit:
@@ -91,6 +142,10 @@ class DeviceRow:
         out = attrs.asdict(self)
         out["pods"] = list(self.pods)
         out["memory_free_mib"] = self.memory_free_mib
+        out["mig_instances"] = list(self.mig_instances)
+        out["slices"] = [
+            {**attrs.asdict(s), "mig_profiles": list(s.mig_profiles)} for s in self.slices
+        ]
         return out
 
 
@@ -217,7 +272,7 @@ def build_view(
         if selector and any(labels.get(k) != v for k, v in selector.items()):
             continue
         info = scheduler.node_info(node)
-        holders: dict[str, list[str]] = {}
+        holders: dict[str, list[PodSlice]] = {}
         for pod in store.pods_on_node(name):
             held = pod_holdings(
                 pod,
@@ -227,7 +282,16 @@ def build_view(
                 requested_vendors=requested_vendors(pod, manager),
             )
             for uuid in {*held.charges, *held.whole}:
-                holders.setdefault(uuid, []).append(pod_ref(pod))
+                charge = held.charges.get(uuid)
+                holders.setdefault(uuid, []).append(
+                    PodSlice(
+                        pod=pod_ref(pod),
+                        memory_mib=charge.memory_mib if charge else 0,
+                        cores_pct=charge.cores_pct if charge else 0,
+                        mig_profiles=tuple(m.profile for m in held.mig.get(uuid, ())),
+                        whole=uuid in held.whole,
+                    )
+                )
         rows = []
         for uuid, u in scheduler.node_usage(info).items():
             d = u.device
@@ -237,6 +301,7 @@ def build_view(
             dtype = by_vendor.get(d.vendor)
             unit = dtype.cores_unit if dtype is not None else PERCENT
             capacity = dtype.cores_capacity(u) if dtype is not None else d.cores_pct
+            slices = tuple(sorted(holders.get(uuid, []), key=lambda h: h.pod))
             rows.append(
                 DeviceRow(
                     node=name,
@@ -253,7 +318,10 @@ def build_view(
                     cores_unit=unit.name,
                     sharers=u.used_count,
                     split_count=d.split_count,
-                    pods=tuple(sorted(holders.get(uuid, []))),
+                    pods=tuple(h.pod for h in slices),
+                    slices=slices,
+                    mode=d.mode,
+                    mig_instances=tuple(sorted(m.profile for m in u.mig_in_use)),
                     memory_used_mib=use.memory_used_mib if use else None,
                     utilization_pct=use.utilization_pct if use else None,
                     memory_usable_mib=usable_free_memory_mib(u) if is_mig_gpu(d) else None,

@@ -58,6 +58,7 @@ def test_the_bundled_example_as_a_table():
         "NODE",
         "GPU",
         "TYPE",
+        "MODE",
         "HEALTH",
         "MEMORY",
         "ALLOC/TOTAL",

@@ -94,7 +94,7 @@ def test_yaml_syntax_errors_are_one_line_with_the_position(tmp_path):
     with pytest.raises(ConfigError) as exc:
         load_config(bad, backends=BACKENDS)
     assert "\n" not in str(exc.value)
-    assert "bad.yaml: line 4, column 1:" in str(exc.value)
+    assert "bad.yaml: invalid YAML at line 4, column 1:" in str(exc.value)
 
 
 def test_unknown_vendor_key_lists_the_allowed_ones():

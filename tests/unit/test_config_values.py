@@ -129,6 +129,9 @@ def test_node_overrides_file_errors_are_one_line_naming_the_file(tmp_path):
     with pytest.raises(ConfigError) as exc:
         load_node_overrides(bad, node="n1")
     assert "\n" not in str(exc.value)
-    assert str(exc.value).startswith(f"{bad}: line 1, column 5:")
-    with pytest.raises(ConfigError, match=r"missing\.yaml: No such file or directory$"):
+    # libyaml marks the end of the stream: the line after the last one
+    assert str(exc.value).startswith(f"{bad}: invalid YAML at line 2, column 1:")
+    with pytest.raises(
+        ConfigError, match=r"missing\.yaml: cannot read: No such file or directory$"
+    ):
         load_node_overrides(tmp_path / "missing.yaml", node="n1")
