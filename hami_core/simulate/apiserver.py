@@ -22,7 +22,16 @@ same. Two stages, in the API server's order:
    "must be equal to nvidia.com/gpu limit"), ``nodeSelector``, tolerations' operators,
    node and pod (anti-)affinity (selector operators and values, ``topologyKey``), and
    ``topologySpreadConstraints`` (``maxSkew``, ``topologyKey``, ``whenUnsatisfiable``,
-   no duplicate pair).
+   no duplicate pair). Defaulting comes first (``SetDefaults_Pod``: a limit without a
+   request is also the request).
+
+The texts are kube-apiserver 1.20's, held word for word against the real server by
+``tests/e2e/test_apiserver_messages.py``, quirks included: a fractional extended
+resource prints Go's ``resource.Quantity{...}`` struct; a pod affinity term's selector
+errors sit under ``...[i].matchExpressions.matchExpressions[j]``; a topology spread
+constraint's ``labelSelector`` is not validated (kube-scheduler then cannot read it);
+the defaulted request of a limit is refused with it. Where Go lists several errors of
+one map in random order, they are sorted here.
 
 Not checked: fields that never change a placement (``image``, probes, volumes' own
 shape, env); a manifest without ``image`` still runs here, as the bundled examples do.
@@ -167,14 +176,18 @@ def dns1123_subdomain(value: str) -> list[str]:
 
 
 def qualified_name(value: str) -> list[str]:
-    """``IsQualifiedName``: ``[prefix/]name``, the prefix a DNS subdomain."""
+    """``IsQualifiedName``: ``[prefix/]name``, the prefix a DNS subdomain; an empty name
+    part gets both the emptiness and the pattern message, as kube's does."""
     parts = value.split("/")
+    out = []
     if len(parts) == 1:
-        prefix, name = "", parts[0]
+        name = parts[0]
     elif len(parts) == 2:
         prefix, name = parts
         if not prefix:
-            return ["prefix part must be non-empty"]
+            out.append("prefix part must be non-empty")
+        else:
+            out += [f"prefix part {m}" for m in dns1123_subdomain(prefix)]
     else:
         return [
             "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and "
@@ -183,12 +196,11 @@ def qualified_name(value: str) -> list[str]:
             "[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. "
             "'example.com/MyName')"
         ]
-    out = [f"prefix part {m}" for m in dns1123_subdomain(prefix)] if prefix else []
     if not name:
         out.append("name part must be non-empty")
     elif len(name) > 63:
         out.append("name part must be no more than 63 characters")
-    if name and not _QUALIFIED_NAME.match(name):
+    if not _QUALIFIED_NAME.match(name):
         out.append(QUALIFIED_NAME_MSG)
     return out
 
@@ -269,16 +281,94 @@ def overcommit_allowed(name: str) -> bool:
 
 
 def _resource_name(name: str, path: str) -> list[str]:
-    """``validateContainerResourceName``."""
+    """``validateContainerResourceName`` (after ``validateResourceName``)."""
     msgs = qualified_name(name)
     if msgs:
         return [_invalid(path, name, m) for m in msgs]
     if "/" not in name:
+        out = []
+        if name not in _STANDARD and not _is_hugepages(name):
+            out.append(_invalid(path, name, "must be a standard resource type or fully qualified"))
         if name not in _STANDARD_CONTAINER and not _is_hugepages(name):
-            return [_invalid(path, name, "must be a standard resource for containers")]
-    elif not _is_native(name) and not is_extended(name):
+            out.append(_invalid(path, name, "must be a standard resource for containers"))
+        return out
+    if not _is_native(name) and not is_extended(name):
         return [_invalid(path, name, "doesn't follow extended resource name standard")]
     return []
+
+
+def _go_quantity(raw: Any) -> str:
+    """How kube-apiserver 1.20 prints a ``resource.Quantity`` value in a field error
+    (``%#v`` of the struct: ``resource.Quantity{i:resource.int64Amount{value:500,
+    scale:-3}, ...}``), for the quantities ``ParseQuantity`` keeps as an int64 amount;
+    others (beyond int64, fractional binary suffixes, whose struct names a pointer) as
+    the text written."""
+    text = str(raw).strip()
+    m = _QUANTITY.match(text)
+    if not m:
+        return _show(text)
+    sign, whole, frac, suffix = m.group(1), m.group(2), m.group(3) or "", m.group(4)
+    num = whole.lstrip("0") or "0"
+    if suffix in _DECIMAL_SUFFIX:
+        fmt, exponent = "DecimalSI", _DECIMAL_SUFFIX[suffix]
+    elif suffix and suffix[0] in "eE":
+        fmt, exponent = "DecimalExponent", int(suffix[1:])
+    else:
+        return _show(text)  # binary suffixes with a fraction: an inf.Dec pointer
+    if 18 - (len(num) + len(frac)) < 0:
+        return _show(text)
+    scale = exponent - len(frac)
+    shifted = num + frac
+    value = int(shifted)
+    if scale < -9 or value >= 2**63:
+        return _show(text)
+    canonical = scale % 3 == 0 and not shifted.endswith("000") and shifted[0] != "0"
+    if sign == "-":
+        value = -value
+    cached = json.dumps(text) if canonical else '""'
+    return (
+        f"resource.Quantity{{i:resource.int64Amount{{value:{value}, scale:{scale}}}, "
+        f"d:resource.infDecAmount{{Dec:(*inf.Dec)(nil)}}, s:{cached}, Format:{json.dumps(fmt)}}}"
+    )
+
+
+_QUANTITY = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[-+]?[0-9]*)\Z")
+_DECIMAL_SUFFIX = {
+    "": 0,
+    "n": -9,
+    "u": -6,
+    "m": -3,
+    "k": 3,
+    "M": 6,
+    "G": 9,
+    "T": 12,
+    "P": 15,
+    "E": 18,
+}
+#: ``IsStandardResourceName`` (``standardResources``), hugepages aside.
+_STANDARD = frozenset(
+    {
+        "cpu",
+        "memory",
+        "ephemeral-storage",
+        "requests.cpu",
+        "requests.memory",
+        "requests.ephemeral-storage",
+        "limits.cpu",
+        "limits.memory",
+        "limits.ephemeral-storage",
+        "pods",
+        "quotas",
+        "services",
+        "replicationcontrollers",
+        "secrets",
+        "persistentvolumeclaims",
+        "configmaps",
+        "services.nodeports",
+        "services.loadbalancers",
+        "requests.storage",
+    }
+)
 
 
 def _amount(value: Any) -> Decimal | None:
@@ -300,8 +390,9 @@ def _resources(resources: Mapping[str, Any], path: str) -> list[str]:
     out = []
     limits = resources.get("limits") or {}
     requests = resources.get("requests") or {}
+    # Go ranges over a map in random order; several errors are listed sorted here
     for section, values in (("limits", limits), ("requests", requests)):
-        for rname, raw in values.items():
+        for rname, raw in sorted(values.items(), key=lambda kv: str(kv[0])):
             name, fpath = str(rname), f"{path}.{section}[{rname}]"
             out += _resource_name(name, fpath)
             amount = _amount(raw)
@@ -310,8 +401,8 @@ def _resources(resources: Mapping[str, Any], path: str) -> list[str]:
             if amount < 0:
                 out.append(_invalid(fpath, str(raw), "must be greater than or equal to 0"))
             if is_extended(name) and amount != amount.to_integral_value():
-                out.append(_invalid(fpath, str(raw), "must be an integer"))
-    for rname, raw in requests.items():
+                out.append(f"{fpath}: Invalid value: {_go_quantity(raw)}: must be an integer")
+    for rname, raw in sorted(requests.items(), key=lambda kv: str(kv[0])):
         name = str(rname)
         request = _amount(raw)
         if name in limits:
@@ -335,11 +426,13 @@ def _resources(resources: Mapping[str, Any], path: str) -> list[str]:
 
 
 def _containers(spec: Mapping[str, Any], path: str) -> list[str]:
+    """``validateContainers`` then ``validateInitContainers`` (1.20's order: an init
+    container named as an app container is the duplicate)."""
     out = []
     if not spec.get("containers"):
         out.append(_required(f"{path}.containers"))
     names: set[str] = set()
-    for key in ("initContainers", "containers"):
+    for key in ("containers", "initContainers"):
         for i, c in enumerate(spec.get(key) or []):
             cpath = f"{path}.{key}[{i}]"
             name = str(c.get("name") or "")
@@ -414,7 +507,9 @@ def _pod_affinity_terms(section: Mapping[str, Any], path: str) -> list[str]:
     rpath = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
     for i, term in enumerate(section.get("requiredDuringSchedulingIgnoredDuringExecution") or []):
         tpath = f"{rpath}[{i}]"
-        out += _selector(term.get("labelSelector"), f"{tpath}.labelSelector")
+        # 1.20's path for the term's selector (validatePodAffinityTerm passes
+        # fldPath.Child("matchExpressions") to ValidateLabelSelector)
+        out += _selector(term.get("labelSelector"), f"{tpath}.matchExpressions")
         out += _selector(term.get("namespaceSelector"), f"{tpath}.namespaceSelector")
         key = str(term.get("topologyKey") or "")
         if not key:
@@ -457,7 +552,8 @@ def _spread(constraints: list[Any], path: str) -> list[str]:
                 _duplicate(f"{cpath}.{{topologyKey, whenUnsatisfiable}}", f"{{{key}, {when}}}")
             )
         pairs.add(pair)
-        out += _selector(c.get("labelSelector"), f"{cpath}.labelSelector")
+        # 1.20 does not validate the constraint's labelSelector: kube-scheduler then
+        # fails to read it (podtopology.SelectorError)
     return out
 
 
@@ -494,10 +590,28 @@ def _spec(spec: Mapping[str, Any], path: str) -> list[str]:
 
 def validate_pod(pod: Mapping[str, Any]) -> list[str]:
     """``ValidatePodCreate``'s errors for a decodable pod (``decode_problem`` is None),
-    one ``<field>: <type>: <detail>`` line each, [] when valid."""
-    return _object_meta(pod.get("metadata") or {}, named=True) + _spec(
-        pod.get("spec") or {}, "spec"
-    )
+    one ``<field>: <type>: <detail>`` line each, [] when valid; after the API server's
+    defaulting (``SetDefaults_Pod``: a limit without a request is also the request)."""
+    spec = default_requests(pod.get("spec") or {})
+    return _object_meta(pod.get("metadata") or {}, named=True) + _spec(spec, "spec")
+
+
+def default_requests(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``spec`` whose containers' (and init containers') requests hold every
+    limit that has no request (kube-apiserver's ``SetDefaults_Pod``)."""
+    out = dict(spec)
+    for key in ("initContainers", "containers"):
+        items = []
+        for c in spec.get(key) or []:
+            res = c.get("resources") or {}
+            limits = res.get("limits") or {}
+            if limits:
+                requests = {**limits, **(res.get("requests") or {})}
+                c = {**c, "resources": {**res, "requests": requests}}
+            items.append(c)
+        if key in spec:
+            out[key] = items
+    return out
 
 
 def validate_template(obj: Mapping[str, Any]) -> list[str]:
@@ -773,6 +887,7 @@ __all__ = [
     "QUALIFIED_KINDS",
     "aggregate",
     "decode_problem",
+    "default_requests",
     "invalid_message",
     "is_extended",
     "node_problem",

@@ -321,11 +321,15 @@ def prepare(
         affinity = _terms(pod, "podAffinity", incoming=True)
         anti = _terms(pod, "podAntiAffinity", incoming=True)
         constraints = _constraints(pod)
+        # Without terms or constraints of its own, only pods with anti-affinity matter
+        # (kube-scheduler's HavePodsWithAffinityList, for the same reason: speed).
+        every = bool(affinity or anti or constraints)
         placed = [
             (node, _labels(node), other)
             for node in nodes
             for other in pods_on(str((node.get("metadata") or {}).get("name", "")))
             if (other.get("metadata") or {}).get("uid") != uid
+            and (every or _has_anti_affinity(other))
         ]
         existing_anti: dict[tuple[str, str], int] = {}
         affinity_counts: dict[tuple[str, str], int] = {}
@@ -356,6 +360,11 @@ def prepare(
         spread_min=spread_min,
         ns_labels=ns_labels,
     )
+
+
+def _has_anti_affinity(pod: Mapping[str, Any]) -> bool:
+    affinity = (pod.get("spec") or {}).get("affinity")
+    return isinstance(affinity, Mapping) and bool(affinity.get("podAntiAffinity"))
 
 
 def _count(counts: dict[tuple[str, str], int], t: _Term, labels: Labels, hit: bool) -> None:

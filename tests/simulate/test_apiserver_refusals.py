@@ -97,15 +97,25 @@ def test_every_resource_rule_of_the_api_server_is_a_denial_with_its_message():
             'spec.containers[0].resources.requests: Invalid value: "2": '
             "must be equal to example.com/fpga limit",
         ),
+        # kube-apiserver 1.20 prints the Quantity struct here (%#v), and its defaulting
+        # made the limit the request too: both are refused (tests/e2e/
+        # test_apiserver_messages.py holds these texts against the real server)
         "fraction": (
             {"limits": {"example.com/fpga": "500m"}},
-            'spec.containers[0].resources.limits[example.com/fpga]: Invalid value: "500m": '
-            "must be an integer",
+            "[spec.containers[0].resources.limits[example.com/fpga]: Invalid value: "
+            "resource.Quantity{i:resource.int64Amount{value:500, scale:-3}, "
+            'd:resource.infDecAmount{Dec:(*inf.Dec)(nil)}, s:"500m", Format:"DecimalSI"}: '
+            "must be an integer, spec.containers[0].resources.requests[example.com/fpga]: "
+            "Invalid value: resource.Quantity{i:resource.int64Amount{value:500, scale:-3}, "
+            'd:resource.infDecAmount{Dec:(*inf.Dec)(nil)}, s:"500m", Format:"DecimalSI"}: '
+            "must be an integer]",
         ),
         "negative": (
             {"limits": {"example.com/fpga": "-1"}},
-            'spec.containers[0].resources.limits[example.com/fpga]: Invalid value: "-1": '
-            "must be greater than or equal to 0",
+            '[spec.containers[0].resources.limits[example.com/fpga]: Invalid value: "-1": '
+            "must be greater than or equal to 0, "
+            'spec.containers[0].resources.requests[example.com/fpga]: Invalid value: "-1": '
+            "must be greater than or equal to 0]",
         ),
         "hugepages": (
             {
@@ -121,9 +131,15 @@ def test_every_resource_rule_of_the_api_server_is_a_denial_with_its_message():
             "must be less than or equal to cpu limit",
         ),
         "badname": (
-            {"limits": {"gpus": 1}},
+            {"limits": {"gpus": 1}, "requests": {"gpus": 1}},
+            '[spec.containers[0].resources.limits[gpus]: Invalid value: "gpus": '
+            "must be a standard resource type or fully qualified, "
             'spec.containers[0].resources.limits[gpus]: Invalid value: "gpus": '
-            "must be a standard resource for containers",
+            "must be a standard resource for containers, "
+            'spec.containers[0].resources.requests[gpus]: Invalid value: "gpus": '
+            "must be a standard resource type or fully qualified, "
+            'spec.containers[0].resources.requests[gpus]: Invalid value: "gpus": '
+            "must be a standard resource for containers]",
         ),
     }
     pods = [with_resources(name, res) for name, (res, _) in cases.items()]
