@@ -25,7 +25,19 @@ handshake is deferred to the worker that serves the connection, each request get
 deadlines (``handshake_timeout_s`` for the handshake, ``read_timeout_s`` to receive the
 request line, headers and body, ``request_timeout_s`` in all; a watchdog shuts the socket
 of a connection past one), and one client address may keep at most ``max_per_client``
-workers busy at once; its further connections are closed.
+workers busy at once (its *share*).
+
+A connection from an address whose share is busy waits, without a worker, until one of
+that address's requests ends (issue 24 item 12). kube-apiserver is one address, and its
+HTTP/1.1 client opens one connection per review in flight: a Deployment or Job scale-up
+puts 48 and more reviews in flight at once, and when those past the share were closed,
+the API server reported ``failed calling webhook ... EOF`` for 180 of 200 creations
+(``failurePolicy: Fail`` refuses those pods; ``Ignore`` admits them unmutated). Waiting
+is bounded: at most ``max_waiting_per_client`` connections per address (more are closed
+at once) and for at most ``handshake_timeout_s`` each, so a tenant's address parks
+sockets, never workers, and not for long. The admission is made where cheroot hands a
+ready connection to the worker queue (``process_conn``), so a waiting connection is
+owned by the guard alone until it is handed a slot.
 
 The read deadline is what keeps many slow clients (a tenant's pods, each its own address,
 trickling headers or a body: slowloris) from holding every worker: the API server sends
@@ -39,6 +51,7 @@ before the application runs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -46,6 +59,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -70,6 +84,10 @@ REQUEST_TIMEOUT_S = 30.0
 #: Seconds a connection may take to send its request (handshake included) while others
 #: wait for a worker: the API server needs milliseconds; a slow client yields its worker.
 PRESSURE_READ_S = 0.5
+#: Connections one address may have waiting for its share of workers; more are closed.
+#: kube-apiserver's default ``--max-mutating-requests-inflight`` is 200, so it never has
+#: more pod creations in flight than this at one webhook.
+MAX_WAITING_PER_CLIENT = 1024
 #: The socket of the connection a worker thread serves (for the body reader below).
 _serving = threading.local()
 
@@ -99,35 +117,65 @@ class _Guard:
         read_s: float,
         request_s: float,
         pressure_s: float = PRESSURE_READ_S,
+        max_waiting_per_client: int = MAX_WAITING_PER_CLIENT,
     ) -> None:
         self.max_per_client = max_per_client
         self.handshake_s = handshake_s
         self.read_s = read_s
         self.request_s = request_s
         self.pressure_s = pressure_s
+        self.max_waiting = max_waiting_per_client
         self.queued: Callable[[], int] = lambda: 0
+        #: hands a connection that was given a slot to the worker queue (set by the server)
+        self.dispatch: Callable[[Any], None] = lambda conn: None
         self._lock = threading.Lock()
         self._busy: dict[str, int] = {}
+        # address -> connections waiting for a slot of its share: (give up at, connection)
+        self._waiting: dict[str, deque[tuple[float, Any]]] = {}
         # id(sock) -> (deadline, sock, receiving since (monotonic) or None when serving)
         self._deadlines: dict[int, tuple[float, socket.socket, float | None]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="https-deadlines", daemon=True)
         self._thread.start()
 
-    def enter(self, client: str) -> bool:
+    def admit(self, client: str, conn: Any) -> bool | None:
+        """A slot of ``client``'s share for ``conn``: True when taken (dispatch it now),
+        False when ``conn`` waits for one (``leave`` dispatches it), None when the
+        address already has ``max_waiting`` connections waiting (close ``conn``)."""
         with self._lock:
-            if self._busy.get(client, 0) >= self.max_per_client:
-                return False
-            self._busy[client] = self._busy.get(client, 0) + 1
-            return True
+            busy = self._busy.get(client, 0)
+            if busy < self.max_per_client:
+                self._busy[client] = busy + 1
+                return True
+            waiting = self._waiting.setdefault(client, deque())
+            if len(waiting) >= self.max_waiting:
+                return None
+            waiting.append((time.monotonic() + self.handshake_s, conn))
+            return False
 
     def leave(self, client: str) -> None:
+        """A request of ``client`` ended: its slot goes to the oldest connection of the
+        same address that waits for one, else it is freed."""
         with self._lock:
-            left = self._busy.get(client, 1) - 1
-            if left > 0:
-                self._busy[client] = left
-            else:
-                self._busy.pop(client, None)
+            waiting = self._waiting.get(client)
+            successor = waiting.popleft()[1] if waiting else None
+            if waiting is not None and not waiting:
+                del self._waiting[client]
+            if successor is None:
+                left = self._busy.get(client, 1) - 1
+                if left > 0:
+                    self._busy[client] = left
+                else:
+                    self._busy.pop(client, None)
+        if successor is not None:
+            self.dispatch(successor)
+
+    def drop_waiting(self) -> list[Any]:
+        """Every waiting connection, no longer waiting (to close at shutdown)."""
+        with self._lock:
+            conns = [conn for waiting in self._waiting.values() for _, conn in waiting]
+            self._waiting.clear()
+        return conns
 
     def arm(self, sock: socket.socket, seconds: float, *, receiving: bool = False) -> None:
         now = time.monotonic()
@@ -160,6 +208,16 @@ class _Guard:
                     or (pressed and since is not None and now - since > self.pressure_s)
                 ]
                 socks = [self._deadlines.pop(k)[1] for k in late]
+                expired = []
+                for client in list(self._waiting):
+                    waiting = self._waiting[client]
+                    while waiting and waiting[0][0] <= now:
+                        expired.append(waiting.popleft()[1])
+                    if not waiting:
+                        del self._waiting[client]
+            for conn in expired:  # waited for its share past the handshake deadline
+                with contextlib.suppress(Exception):
+                    conn.close()
             for sock in socks:
                 # The plain socket's shutdown: unblocks the worker's read at once.
                 with contextlib.suppress(OSError):
@@ -172,12 +230,9 @@ class _GuardedConnection(HTTPConnection):
     guard: _Guard
 
     def communicate(self) -> bool:
-        client = str(getattr(self, "remote_addr", "") or "")
-        if not self.guard.enter(client):
-            log.warning(
-                "closing a connection from %s: %d requests busy", client, self.guard.max_per_client
-            )
-            return False
+        """Serve one request; the connection holds a slot of its address's share
+        (taken by ``_GuardedServer.process_conn``), given back here."""
+        client = _client_of(self)
         sock = self.socket
         try:
             if isinstance(sock, ssl.SSLSocket) and not getattr(self, "_handshaken", False):
@@ -196,6 +251,33 @@ class _GuardedConnection(HTTPConnection):
             _serving.sock = None
             self.guard.disarm(sock)
             self.guard.leave(client)
+
+
+def _client_of(conn: Any) -> str:
+    """The address a connection comes from (its share is counted per address)."""
+    return str(getattr(conn, "remote_addr", "") or "")
+
+
+class _GuardedServer(Server):
+    """cheroot's WSGI server whose dispatch of a ready connection to the worker queue
+    takes a slot of the connection's address's share first (``_Guard.admit``)."""
+
+    guard: _Guard
+
+    def process_conn(self, conn: Any) -> None:
+        client = _client_of(conn)
+        admitted = self.guard.admit(client, conn)
+        if admitted:
+            super().process_conn(conn)
+        elif admitted is None:
+            log.warning(
+                "closing a connection from %s: %d requests busy and %d waiting",
+                client,
+                self.guard.max_per_client,
+                self.guard.max_waiting,
+            )
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 @contextlib.contextmanager
@@ -265,6 +347,7 @@ class HttpsServer:
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         read_timeout_s: float = READ_TIMEOUT_S,
+        max_waiting_per_client: int = MAX_WAITING_PER_CLIENT,
     ) -> None:
         """Load the key pair and bind the socket.
 
@@ -278,7 +361,9 @@ class HttpsServer:
             client_ca_file: PEM CA bundle; when given, clients must present a
                 certificate it signed (``ssl.CERT_REQUIRED``).
             max_per_client: workers one client address may keep busy at once
-                (default: half the threads, at least 2).
+                (default: half the threads, at least 2); its further connections wait.
+            max_waiting_per_client: connections of one address that may wait for its
+                share (each at most ``handshake_timeout_s``); more are closed at once.
             handshake_timeout_s, read_timeout_s, request_timeout_s: the per-connection
                 deadlines (seconds): the TLS handshake, receiving the whole request after
                 it, and the request in all.
@@ -301,6 +386,7 @@ class HttpsServer:
             handshake_s=handshake_timeout_s,
             read_s=read_timeout_s,
             request_s=request_timeout_s,
+            max_waiting_per_client=max_waiting_per_client,
         )
         guard = self._guard
 
@@ -308,7 +394,12 @@ class HttpsServer:
             pass
 
         Connection.guard = guard
-        self._server = Server(
+
+        class GuardedServer(_GuardedServer):
+            pass
+
+        GuardedServer.guard = guard
+        self._server = GuardedServer(
             (host, port),
             _read_body_first(app),
             numthreads=threads,
@@ -321,6 +412,8 @@ class HttpsServer:
         self._server.prepare()  # binds now, so errors surface here and port 0 is resolved
         pool = self._server.requests
         guard.queued = lambda: int(pool.qsize)
+        # a slot handed over by ``leave``: straight to the worker queue, not admitted again
+        guard.dispatch = functools.partial(Server.process_conn, self._server)
         self.error: BaseException | None = None
 
     @property
@@ -347,6 +440,9 @@ class HttpsServer:
         timeout, 5 s) and release the port. Safe to call more than once."""
         self._server.stop()
         self._guard.stop()
+        for conn in self._guard.drop_waiting():
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 def make_https_server(

@@ -256,3 +256,135 @@ def test_many_slow_clients_from_many_addresses_do_not_stop_reviews(pki, mode):
     finally:
         stop.set()
         server.close()
+
+
+# -- issue 24 item 12: the API server is one address that opens a connection per review --
+
+
+def _slow_app(seconds: float, seen: dict):
+    """A WSGI app that answers after ``seconds`` and records, per client address, how
+    many of its requests ran at once (``seen[address] = peak``)."""
+    lock = threading.Lock()
+    running: dict[str, int] = {}
+
+    def app(environ, start_response):
+        who = environ.get("REMOTE_ADDR", "")
+        with lock:
+            running[who] = running.get(who, 0) + 1
+            seen[who] = max(seen.get(who, 0), running[who])
+        try:
+            time.sleep(seconds)
+        finally:
+            with lock:
+                running[who] -= 1
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    return app
+
+
+def _serve_app(pki, app, **kw):
+    server = HttpsServer(
+        app, host="127.0.0.1", port=0, cert_file=pki["cert"], key_file=pki["key"], **kw
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def _burst(pki, port, n: int, *, source: str = "127.0.0.1") -> list[str]:
+    """``n`` requests at once from ``source``, each on its own TLS connection (what the API
+    server's HTTP/1.1 client does for reviews in flight); the errors seen, one per failure."""
+    ctx = ssl.create_default_context(cadata=pki["ca_pem"].decode())
+    go = threading.Barrier(n)
+    errors: list[str] = []
+
+    def one() -> None:
+        try:
+            raw = socket.create_connection(
+                ("127.0.0.1", port), timeout=20, source_address=(source, 0)
+            )
+            go.wait(10)
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                s.sendall(b"GET /x HTTP/1.1\r\nHost: hami\r\nConnection: close\r\n\r\n")
+                data = b""
+                while chunk := s.recv(4096):
+                    data += chunk
+            if not data.startswith(b"HTTP/1.1 200"):
+                errors.append(f"answer {data[:40]!r}")
+        except (OSError, threading.BrokenBarrierError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return errors
+
+
+def test_a_burst_from_one_address_waits_for_its_share_instead_of_being_closed(pki):
+    """Issue 24 item 12: kube-apiserver (one address, HTTP/1.1) opens a connection per
+    review in flight; with 48 creations at once through the default 32 workers, the
+    connections past the per-address cap (16) were closed and the API server reported
+    ``failed calling webhook: EOF``. They now wait for a worker of the address's share:
+    every request is answered, and the address still never holds more than its share."""
+    seen: dict[str, int] = {}
+    server, thread = _serve_app(pki, _slow_app(0.2, seen), threads=4, max_per_client=2)
+    try:
+        errors = _burst(pki, server.port, 24)
+        assert errors == []
+        assert seen["127.0.0.1"] == 2  # its share was used, and not exceeded
+    finally:
+        server.close()
+        thread.join(10)
+
+
+def test_a_tenant_holding_its_share_does_not_stop_the_api_servers_burst(pki):
+    """The other side of the share: a tenant address that parks 40 connections in slow
+    TLS handshakes (each would hold a worker 30 s) keeps at most its share busy, and a
+    burst of 24 reviews from the API server's address is all answered meanwhile."""
+    seen: dict[str, int] = {}
+    server, thread = _serve_app(
+        pki, _slow_app(0.05, seen), threads=4, max_per_client=2, handshake_timeout_s=30
+    )
+    try:
+        slow = [slow_client(server.port) for _ in range(40)]
+        time.sleep(0.3)
+        start = time.monotonic()
+        assert _burst(pki, server.port, 24) == []
+        assert time.monotonic() - start < 10
+        assert OTHER_CLIENT not in seen  # the tenant's handshakes never reached the app
+        for s in slow:
+            s.close()
+    finally:
+        server.close()
+        thread.join(10)
+
+
+def test_connections_waiting_for_a_share_are_bounded_and_expire(pki):
+    """A tenant cannot park connections without bound: past ``max_waiting_per_client``
+    they are closed at once, and a waiting one is closed at the handshake deadline."""
+    server, thread = _serve_app(
+        pki,
+        _slow_app(0.0, {}),
+        threads=4,
+        max_per_client=1,
+        max_waiting_per_client=3,
+        handshake_timeout_s=1.0,
+    )
+    try:
+        first = slow_client(server.port)
+        time.sleep(0.3)  # it holds the address's one worker
+        waiting = [slow_client(server.port) for _ in range(3)]
+        time.sleep(0.3)
+        over = slow_client(server.port)
+        start = time.monotonic()
+        assert over.recv(100) == b""  # closed: no room to wait
+        assert time.monotonic() - start < 0.8
+        for s in [first, *waiting]:
+            assert s.recv(100) == b""  # the one served and the waiting all by ~2 s
+        assert time.monotonic() - start < 4.0
+    finally:
+        server.close()
+        thread.join(10)
