@@ -129,7 +129,8 @@ class _Webhooks:
         self.core = client.CoreV1Api(cp.api_client())
         self.ports: dict[str, int] = {}
 
-    def start(self, name: str, *extra: str) -> int:
+    def start(self, name: str, *extra: str, threads: int | None = 4) -> int:
+        """Start replica ``name``; ``threads=None`` keeps the server's default workers."""
         port = free_port()
         self.cp.start_process(
             f"webhook-{self.suffix}-{name}",
@@ -152,8 +153,7 @@ class _Webhooks:
                 self.secret,
                 "--webhook-config-name",
                 self.config_name,
-                "--threads",
-                "4",
+                *(["--threads", str(threads)] if threads is not None else []),
                 "--namespace-cache-seconds",
                 "1",
                 # the e2e scheduler and device plugin write pods with the admin token

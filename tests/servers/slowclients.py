@@ -1,11 +1,14 @@
 """Slow clients for the /metrics guards: idle connections (slowloris), requests dripped a
 byte at a time, responses read a trickle at a time, each from its own loopback address
-(127.0.0.0/8 is all local on Linux) so the scraper's 127.0.0.1 is a separate client."""
+(127.0.0.0/8 is all local on Linux) so the scraper's 127.0.0.1 is a separate client;
+and ``tls_loris``, the same against the HTTPS servers (webhook, extender)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -88,6 +91,36 @@ def is_open(s: socket.socket) -> bool:
         s.setblocking(True)
 
 
+def tls_loris(port: int, address: str, stop: threading.Event, mode: str) -> None:
+    """A client from ``address`` that keeps one TLS connection to 127.0.0.1:``port``
+    sending as slowly as it can until ``stop`` (re-connecting when cut): with ``mode``
+    "headers" or "body" a ``POST /webhook`` whose headers or body come one piece a second,
+    with "handshake" a TLS handshake that never ends."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    while not stop.is_set():
+        try:
+            s = socket.socket()
+            s.bind((address, 0))
+            s.settimeout(10)
+            s.connect(("127.0.0.1", port))
+            if mode == "handshake":
+                s.sendall(b"\x16\x03\x01")
+                while not stop.is_set() and s.recv(1):
+                    pass
+                continue
+            t = ctx.wrap_socket(s)
+            head = b"POST /webhook HTTP/1.1\r\nHost: x\r\n"
+            if mode == "body":
+                head += b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+            t.sendall(head)
+            while not stop.is_set():
+                t.sendall(b" " if mode == "body" else b"X-a: b\r\n")
+                time.sleep(1)
+        except OSError:
+            time.sleep(0.05)
+
+
 def scrape(port: int, timeout_s: float) -> tuple[dict[str, list[float]], float]:
     """``({metric family: [sample values]}, seconds taken)`` of one full /metrics GET from
     127.0.0.1 (raises on a short or failed read)."""
@@ -99,4 +132,13 @@ def scrape(port: int, timeout_s: float) -> tuple[dict[str, list[float]], float]:
     return families, took
 
 
-__all__ = ["REQUEST", "closed_by_server", "connect", "crowd", "has_data", "is_open", "scrape"]
+__all__ = [
+    "REQUEST",
+    "closed_by_server",
+    "connect",
+    "crowd",
+    "has_data",
+    "is_open",
+    "scrape",
+    "tls_loris",
+]

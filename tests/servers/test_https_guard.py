@@ -18,6 +18,7 @@ from hami_core.servers.scheduler_main import SchedulerOptions, check_exposure
 from hami_core.servers.webhook import create_webhook_app
 from hami_core.webhook import Admission
 from tests.builders import manager
+from tests.servers.slowclients import tls_loris
 from tests.servers.test_webhook import pod_review
 
 OTHER_CLIENT = "127.0.0.2"  # a second source address on loopback: another client
@@ -204,35 +205,6 @@ def test_the_scheduler_cli_refuses_an_open_address_before_contacting_anything():
     assert "--metrics-bind-address" in help_text
 
 
-def _loris(port, address, stop, mode):
-    """A client from its own address that keeps one connection sending as slowly as it
-    can (re-connecting when cut): headers or body one piece a second, or a handshake
-    that never ends."""
-    ctx = ssl.create_default_context()
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-    while not stop.is_set():
-        try:
-            s = socket.socket()
-            s.bind((address, 0))
-            s.settimeout(10)
-            s.connect(("127.0.0.1", port))
-            if mode == "handshake":
-                s.sendall(b"\x16\x03\x01")
-                while not stop.is_set() and s.recv(1):
-                    pass
-                continue
-            t = ctx.wrap_socket(s)
-            head = b"POST /webhook HTTP/1.1\r\nHost: x\r\n"
-            if mode == "body":
-                head += b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
-            t.sendall(head)
-            while not stop.is_set():
-                t.sendall(b" " if mode == "body" else b"X-a: b\r\n")
-                time.sleep(1)
-        except OSError:
-            time.sleep(0.05)
-
-
 @pytest.mark.parametrize("mode", ["headers", "body", "handshake"])
 def test_many_slow_clients_from_many_addresses_do_not_stop_reviews(pki, mode):
     """Issue #12 item 10, found again by the attack run: 16 slowloris clients, each from
@@ -243,7 +215,7 @@ def test_many_slow_clients_from_many_addresses_do_not_stop_reviews(pki, mode):
     stop = threading.Event()
     clients = [
         threading.Thread(
-            target=_loris, args=(server.port, f"127.0.1.{i + 1}", stop, mode), daemon=True
+            target=tls_loris, args=(server.port, f"127.0.1.{i + 1}", stop, mode), daemon=True
         )
         for i in range(32)
     ]
