@@ -394,12 +394,7 @@ class HttpsServer:
             pass
 
         Connection.guard = guard
-
-        class GuardedServer(_GuardedServer):
-            pass
-
-        GuardedServer.guard = guard
-        self._server = GuardedServer(
+        self._server = _GuardedServer(
             (host, port),
             _read_body_first(app),
             numthreads=threads,
@@ -407,6 +402,7 @@ class HttpsServer:
             request_queue_size=LISTEN_BACKLOG,
             server_name="hami",
         )
+        self._server.guard = guard
         self._server.ssl_adapter = adapter
         self._server.ConnectionClass = Connection
         self._server.prepare()  # binds now, so errors surface here and port 0 is resolved
