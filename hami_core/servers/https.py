@@ -29,7 +29,8 @@ workers busy at once (its *share*).
 
 A connection from an address whose share is busy waits, without a worker, until one of
 that address's requests ends (issue 24 item 12). kube-apiserver is one address, and its
-HTTP/1.1 client opens one connection per review in flight: a Deployment or Job scale-up
+webhook client (HTTP/1.1 only: it offers no ``h2`` by ALPN, so HTTP/2 would not change
+this) opens one connection per review in flight: a Deployment or Job scale-up
 puts 48 and more reviews in flight at once, and when those past the share were closed,
 the API server reported ``failed calling webhook ... EOF`` for 180 of 200 creations
 (``failurePolicy: Fail`` refuses those pods; ``Ignore`` admits them unmutated). Waiting
