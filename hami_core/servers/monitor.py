@@ -127,6 +127,20 @@ def create_monitor_app(
     return app
 
 
+def scan_periodically(monitor: NodeMonitor, interval_s: float, stop: threading.Event) -> None:
+    """Scan at least every ``interval_s`` seconds until ``stop`` is set, whether or not
+    anyone scrapes: a scan is what truncates grown regions, removes gone pods'
+    directories and runs the host-side overuse check (Events, evictions). A scrape in
+    between makes the next one unnecessary (``NodeMonitor.latest`` with ``interval_s``
+    as the age), so scrapes and this loop never scan twice within the interval. A scan
+    that fails is logged and retried at the next interval; it never ends the loop."""
+    while not stop.wait(interval_s):
+        try:
+            monitor.latest(interval_s)
+        except Exception:  # a bug in a scan must not end enforcement for good
+            log.exception("periodic scan failed")
+
+
 def run_monitor(opts: MonitorOptions, *, stop: threading.Event | None = None) -> None:
     """Serve until SIGTERM / SIGINT (or ``stop`` is set).
 
@@ -184,6 +198,13 @@ def run_monitor(opts: MonitorOptions, *, stop: threading.Event | None = None) ->
         signal.signal(signal.SIGTERM, shutdown)
         signal.signal(signal.SIGINT, shutdown)
     server.start()
+    scanner = threading.Thread(
+        target=scan_periodically,
+        args=(monitor, opts.scan_interval_s, done),
+        name="monitor-scan",
+        daemon=True,
+    )
+    scanner.start()
     log.info(
         "hami monitor for node %s on %s:%s, reading %s",
         opts.node_name,

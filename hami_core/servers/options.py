@@ -549,6 +549,18 @@ class MonitorOptions:
         why="a client looping /metrics costs one scan per period, not one per request, "
         "so Prometheus' scrape stays inside its timeout.",
     )
+    scan_interval_s: float = setting(
+        10.0,
+        flag="--scan-interval",
+        unit="seconds",
+        min=1,
+        max=300,
+        help="The monitor scans on its own at least this often, scraped or not: the "
+        "host-side overuse check (Events, evictions), the truncation of grown regions and "
+        "the removal of gone pods' directories do not wait for a scrape.",
+        why="enforcement that ran only when Prometheus or a probe asked would stop with "
+        "them; 10 s is Prometheus' common scrape interval.",
+    )
     legacy_metrics: bool | None = setting(
         None,
         show_default="off",

@@ -410,3 +410,49 @@ def test_within_the_allocation_and_the_tolerance_nothing_happens(tmp_path):
 def test_a_bad_node_default_is_refused_at_start():
     with pytest.raises(ValueError, match="'off' is not one of report, evict"):
         OveruseEnforcer(Cluster(), default_policy="off")
+
+
+@pytest.mark.timeout(30)
+def test_a_container_over_its_slice_is_evicted_with_nobody_scraping(tmp_path):
+    """Enforcement runs on the monitor's own clock (``--scan-interval``): no Prometheus,
+    no probe, still an eviction within two intervals."""
+    import threading
+    import time
+
+    from hami_core.servers.monitor import scan_periodically
+
+    host = Host(tmp_path)
+    host.process(4242, cgroup_of(UID_A, CID_A), gpu=GPU0, used=5 * GiB)
+    cluster = Cluster()
+    monitor = monitor_for(tmp_path, host, [over_pod()], cluster, default_policy="evict")
+    stop = threading.Event()
+    loop = threading.Thread(target=scan_periodically, args=(monitor, 0.05, stop), daemon=True)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not cluster.evictions and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        loop.join(5)
+    assert cluster.evictions == ["trainer"]
+    assert not loop.is_alive(), "the loop ends when asked"
+
+
+def test_a_failing_scan_does_not_end_the_periodic_loop():
+    import threading
+
+    from hami_core.servers.monitor import scan_periodically
+
+    calls: list[float] = []
+    stop = threading.Event()
+
+    class Broken:
+        def latest(self, max_age_s: float) -> None:
+            calls.append(max_age_s)
+            if len(calls) >= 3:
+                stop.set()
+            raise RuntimeError("a bug in a scan")
+
+    scan_periodically(Broken(), 0.01, stop)  # type: ignore[arg-type]
+    assert calls == [0.01, 0.01, 0.01]
