@@ -40,7 +40,11 @@ def test_a_later_pod_of_any_policy_cannot_join_a_mutex_held_gpu():
     for policy in (None, "binpack", "spread", "topology-aware", "numa", "binpack,spread"):
         ann = {POLICY: policy} if policy else None
         out = p.submit(
-            pod(f"later-{policy or 'none'}", container(gpu=1, gpumem=1000), annotations=ann)
+            pod(
+                f"later-{(policy or 'none').replace(',', '-')}",
+                container(gpu=1, gpumem=1000),
+                annotations=ann,
+            )
         )
         assert not out.scheduled, policy
         assert "1/1 ExclusiveDeviceAllocateConflict" in out.filter.failed["node-1"], policy
