@@ -86,9 +86,9 @@ REQUEST_TIMEOUT_S = 30.0
 #: wait for a worker: the API server needs milliseconds; a slow client yields its worker.
 PRESSURE_READ_S = 0.5
 #: Connections one address may have waiting for its share of workers; more are closed.
-#: kube-apiserver's default ``--max-mutating-requests-inflight`` is 200, so it never has
-#: more pod creations in flight than this at one webhook.
-MAX_WAITING_PER_CLIENT = 1024
+#: kube-apiserver's default ``--max-mutating-requests-inflight`` is 200, so it has no more
+#: pod creations in flight than fit here beside its share; each is an open file.
+MAX_WAITING_PER_CLIENT = 256
 #: The socket of the connection a worker thread serves (for the body reader below).
 _serving = threading.local()
 
@@ -442,6 +442,24 @@ class HttpsServer:
                 conn.close()
 
 
+def raise_open_files_limit() -> int:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit, as Go servers do at
+    start, and return the soft limit now in force. Every connection, waiting or idle, is
+    an open file, and a container's soft limit may be the kernel's default, 1024. Never
+    raises: a limit that cannot be changed is kept (and logged)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == hard:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError) as exc:
+        log.warning("open files limit stays %d (hard %d): %s", soft, hard, exc)
+        return soft
+    return hard
+
+
 def make_https_server(
     app: Callable[..., Any],
     *,
@@ -454,8 +472,10 @@ def make_https_server(
 ) -> HttpsServer:
     """A bound ``HttpsServer``; call ``run()`` (blocking) and later ``close()``.
 
-    See ``HttpsServer`` for the arguments and errors.
+    See ``HttpsServer`` for the arguments and errors. Raises the open files limit
+    (``raise_open_files_limit``).
     """
+    raise_open_files_limit()
     return HttpsServer(
         app,
         host=host,

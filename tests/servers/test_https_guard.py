@@ -360,3 +360,26 @@ def test_connections_waiting_for_a_share_are_bounded_and_expire(pki):
     finally:
         server.close()
         thread.join(10)
+
+
+def test_the_production_servers_raise_the_open_files_soft_limit(pki, monkeypatch):
+    """Every waiting or idle connection is an open file: ``make_https_server`` (the
+    extender) and ``serve_https`` (the webhook) raise the soft ``RLIMIT_NOFILE`` to the
+    hard limit at start, as Go servers do: a container's soft limit may be the kernel's
+    default, 1024."""
+    import resource
+
+    from hami_core.servers.https import make_https_server
+
+    set_to: list[tuple[int, int]] = []
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (1024, 65536))
+    monkeypatch.setattr(resource, "setrlimit", lambda what, lim: set_to.append(lim))
+    server = make_https_server(
+        create_webhook_app(Admission(manager())),
+        host="127.0.0.1",
+        port=0,
+        cert_file=pki["cert"],
+        key_file=pki["key"],
+    )
+    server.close()
+    assert set_to == [(65536, 65536)]
