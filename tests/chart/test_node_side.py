@@ -126,3 +126,11 @@ def test_hamis_device_plugin_for_such_a_vendor_stops_at_start_naming_what_runs_i
     assert "hami's device plugin cannot serve these nodes" in err
     assert " ".join(records[backend].info.vendor_device_plugin.split()) in " ".join(err.split())
     assert REACHED not in err  # refused before the API server is contacted
+
+
+def test_a_backend_of_your_own_image_gets_hamis_device_plugin_as_before():
+    """A backend backends.yaml does not know (installed into your own image, e.g.
+    docs/writing-a-backend.md's example) is deployed as asked: its capability is unknown
+    here, and refusing it would break that image."""
+    values = {"devices": {"example": {"enabled": True, "customresources": ["example.com/dev"]}}}
+    assert _daemonsets(values) == {"nvidia", "example"}

@@ -156,8 +156,10 @@ imagePullSecrets:
      scripts/chart-backends.py): hami's where it can serve the vendor (hami_discover) and
      the backend names no vendor device plugin. */}}
 {{- define "hami.nodeSide" -}}
-{{- $facts := index (.root.Files.Get "backends.yaml" | fromYaml) .name | default dict -}}
-{{- $hami := and $facts.hamiDevicePlugin (not $facts.vendorDevicePlugin) -}}
+{{- $all := .root.Files.Get "backends.yaml" | fromYaml -}}
+{{- $facts := index $all .name | default dict -}}
+{{- /* a backend the file does not know (built into your own image): hami's, as asked */ -}}
+{{- $hami := or (not (hasKey $all .name)) (and $facts.hamiDevicePlugin (not $facts.vendorDevicePlugin)) -}}
 {{- .dev.devicePlugin | default (ternary "hami" "vendor" $hami) -}}
 {{- end -}}
 
@@ -170,10 +172,7 @@ imagePullSecrets:
 {{- range $name, $dev := .Values.devices -}}
 {{- if $dev.enabled -}}
 {{- $fact := index $facts $name | default dict -}}
-{{- if not (hasKey $facts $name) -}}
-{{- fail (printf "devices.%s: no backend of that name in the hami image (backends.yaml: %s)" $name (keys $facts | sortAlpha | join ", ")) -}}
-{{- end -}}
-{{- if and (eq (include "hami.nodeSide" (dict "root" $ "name" $name "dev" $dev)) "hami") (not $fact.hamiDevicePlugin) -}}
+{{- if and (hasKey $facts $name) (eq (include "hami.nodeSide" (dict "root" $ "name" $name "dev" $dev)) "hami") (not $fact.hamiDevicePlugin) -}}
 {{- fail (printf "devices.%s.devicePlugin: hami's device plugin cannot serve %s (it would exit 2 on every node); leave devicePlugin unset and install %s" $name $name $fact.vendorDevicePlugin) -}}
 {{- end -}}
 {{- end -}}
