@@ -31,6 +31,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from hami_core.protocol import annotations as keys
+from hami_core.protocol import decode_pod_devices
 from tests.deviceplugin import fakenvml
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, free_port
 from tests.e2e.hami_servers import HAMI, scheduler_argv, start_webhook
@@ -295,6 +296,67 @@ def test_pods_on_the_same_gpu_get_their_own_values_back_to_back(stack: Stack):
     assert got == {"gpu-b": (first, "5000m", "50"), "gpu-c": (first, "2000m", "20")}
     assert stack.env_of(stack.pod("gpu-a"))["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
     assert stack.node_lock() is None
+
+
+def test_a_native_sidecar_on_kubelet_1_20_is_a_plain_init_container(stack: Stack):
+    """Kubernetes 1.20 predates native sidecars (KEP-753, 1.28): kube-apiserver drops
+    ``restartPolicy`` from an init container when it decodes the pod, before admission,
+    so every component sees, charges and runs a plain init container
+    (docs/PROTOCOL.md §1). init 10000 MiB + app 8000 MiB on one 16384 MiB GPU: as a
+    sidecar (18000 at once) it would not fit; as a plain init container it holds 10000
+    while it may run, and the app's 8000 once it terminated with exit code 0, when a
+    further 8000 MiB pod fits beside it."""
+    first = stack.assigned_uuid(stack.pod("gpu-a"))
+    other = next(g for g in GPUS if g != first)
+    body = gpu_pod_body("sidecar", gpumem=8000, gpucores=0)
+    body["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": other}
+    side = {
+        **body["spec"]["containers"][0],
+        "name": "side",
+        "restartPolicy": "Always",  # a sidecar from 1.28 on
+        "command": ["/bin/sh", "-c", "env"],  # on 1.20 it must end for the app to start
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000"}},
+    }
+    body["spec"]["initContainers"] = [side]
+    stack.core.create_namespaced_pod(stack.namespace, body)
+    try:
+        pod = stack.wait_running("sidecar")
+        assert "restartPolicy" not in pod["spec"]["initContainers"][0]  # dropped by 1.20
+        ann = pod["metadata"]["annotations"]
+        assert ann[keys.BIND_PHASE] == "success" and stack.node_lock() is None
+        # one entry per container, init first, both on the GPU asked for (PROTOCOL.md §3)
+        assert [
+            [(d.uuid, d.memory_mib) for d in c]
+            for c in decode_pod_devices(ann["hami.io/vgpu-devices-allocated"])
+        ] == [[(other, 10000)], [(other, 8000)]]
+        (status,) = pod["status"]["initContainerStatuses"]
+        assert status["state"]["terminated"]["exitCode"] == 0
+        # the device plugin served the init container its own limit (kubelet asked for it)
+        meta = pod["metadata"]
+        init_env = stack.node.pod_log(meta["namespace"], meta["name"], meta["uid"], "side")
+        assert f"NVIDIA_VISIBLE_DEVICES={other}" in init_env.splitlines()
+        assert "CUDA_DEVICE_MEMORY_LIMIT_0=10000m" in init_env.splitlines()
+        env = stack.env_of(pod)
+        assert (env["NVIDIA_VISIBLE_DEVICES"], env["CUDA_DEVICE_MEMORY_LIMIT_0"]) == (
+            other,
+            "8000m",
+        )
+        # the init container finished: the pod holds 8000, and 8000 more fit (not 10000)
+        stack.create_gpu_pod("beside", gpumem=8000, gpucores=0, gpu_uuid=other)
+        beside = stack.wait_running("beside")
+        assert stack.assigned_uuid(beside) == other
+    finally:
+        for name in ("beside", "sidecar"):
+            with contextlib.suppress(ApiException):
+                stack.core.delete_namespaced_pod(name, stack.namespace, grace_period_seconds=0)
+        stack.cp.wait_for(
+            lambda: (
+                not {"beside", "sidecar"}
+                & {p.metadata.name for p in stack.core.list_namespaced_pod(stack.namespace).items}
+            ),
+            timeout=60,
+            message="the sidecar test's pods gone",
+        )
 
 
 def test_after_a_kubelet_restart_the_plugin_registers_again(stack: Stack):
