@@ -301,21 +301,19 @@ def test_pods_on_the_same_gpu_get_their_own_values_back_to_back(stack: Stack):
 def test_a_native_sidecar_on_kubelet_1_20_is_a_plain_init_container(stack: Stack):
     """Kubernetes 1.20 predates native sidecars (KEP-753, 1.28): kube-apiserver drops
     ``restartPolicy`` from an init container when it decodes the pod, before admission,
-    so every component sees, charges and runs a plain init container
-    (docs/PROTOCOL.md §1). init 10000 MiB + app 8000 MiB on one 16384 MiB GPU: as a
-    sidecar (18000 at once) it would not fit; as a plain init container it holds 10000
-    while it may run, and the app's 8000 once it terminated with exit code 0, when a
-    further 8000 MiB pod fits beside it."""
+    so the webhook, the scheduler, the device plugin and kubelet all see a plain init
+    container: it runs to completion before the app container starts, and the pod's
+    device list has its (empty) entry first (docs/PROTOCOL.md §1, §3)."""
     first = stack.assigned_uuid(stack.pod("gpu-a"))
     other = next(g for g in GPUS if g != first)
     body = gpu_pod_body("sidecar", gpumem=8000, gpucores=0)
     body["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": other}
     side = {
-        **body["spec"]["containers"][0],
         "name": "side",
+        "image": BUSYBOX_IMAGE,
+        "imagePullPolicy": "Never",
         "restartPolicy": "Always",  # a sidecar from 1.28 on
-        "command": ["/bin/sh", "-c", "env"],  # on 1.20 it must end for the app to start
-        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000"}},
+        "command": ["/bin/sh", "-c", "echo side-ran"],  # on 1.20 it must end for the app
     }
     body["spec"]["initContainers"] = [side]
     stack.core.create_namespaced_pod(stack.namespace, body)
@@ -324,39 +322,63 @@ def test_a_native_sidecar_on_kubelet_1_20_is_a_plain_init_container(stack: Stack
         assert "restartPolicy" not in pod["spec"]["initContainers"][0]  # dropped by 1.20
         ann = pod["metadata"]["annotations"]
         assert ann[keys.BIND_PHASE] == "success" and stack.node_lock() is None
-        # one entry per container, init first, both on the GPU asked for (PROTOCOL.md §3)
-        assert [
-            [(d.uuid, d.memory_mib) for d in c]
-            for c in decode_pod_devices(ann["hami.io/vgpu-devices-allocated"])
-        ] == [[(other, 10000)], [(other, 8000)]]
+        entries = decode_pod_devices(ann["hami.io/vgpu-devices-allocated"])
+        assert [[(d.uuid, d.memory_mib) for d in c] for c in entries] == [[], [(other, 8000)]]
         (status,) = pod["status"]["initContainerStatuses"]
         assert status["state"]["terminated"]["exitCode"] == 0
-        # the device plugin served the init container its own limit (kubelet asked for it)
-        meta = pod["metadata"]
-        init_env = stack.node.pod_log(meta["namespace"], meta["name"], meta["uid"], "side")
-        assert f"NVIDIA_VISIBLE_DEVICES={other}" in init_env.splitlines()
-        assert "CUDA_DEVICE_MEMORY_LIMIT_0=10000m" in init_env.splitlines()
         env = stack.env_of(pod)
         assert (env["NVIDIA_VISIBLE_DEVICES"], env["CUDA_DEVICE_MEMORY_LIMIT_0"]) == (
             other,
             "8000m",
         )
-        # the init container finished: the pod holds 8000, and 8000 more fit (not 10000)
-        stack.create_gpu_pod("beside", gpumem=8000, gpucores=0, gpu_uuid=other)
-        beside = stack.wait_running("beside")
-        assert stack.assigned_uuid(beside) == other
     finally:
-        for name in ("beside", "sidecar"):
-            with contextlib.suppress(ApiException):
-                stack.core.delete_namespaced_pod(name, stack.namespace, grace_period_seconds=0)
-        stack.cp.wait_for(
-            lambda: (
-                not {"beside", "sidecar"}
-                & {p.metadata.name for p in stack.core.list_namespaced_pod(stack.namespace).items}
-            ),
-            timeout=60,
-            message="the sidecar test's pods gone",
+        _delete_and_wait(stack, "sidecar")
+
+
+def test_kubelet_1_20_refuses_an_init_container_asking_for_gpu_memory(stack: Stack):
+    """What 1.20 cannot run, sidecar or not: kubelet before 1.31 drops the extended
+    resources the node does not advertise (``nvidia.com/gpumem``, ``gpucores``: only
+    ``nvidia.com/gpu`` is a device-plugin resource) from app containers' requests only
+    (``removeMissingExtendedResources``, kubernetes#124255, fixed by #124273), so a pod
+    whose init container asks for them is refused at kubelet admission after it was
+    placed. The placement is consistent (the init container's entry first) and leaves no
+    node lock behind."""
+    body = gpu_pod_body("gpu-init", gpumem=8000, gpucores=0)
+    init = {**body["spec"]["containers"][0], "name": "init", "command": ["/bin/true"]}
+    init["resources"] = {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"}}
+    body["spec"]["initContainers"] = [init]
+    stack.core.create_namespaced_pod(stack.namespace, body)
+    try:
+
+        def refused() -> dict[str, Any] | None:
+            pod = stack.pod("gpu-init")
+            return pod if (pod.get("status") or {}).get("phase") == "Failed" else None
+
+        pod = stack.cp.wait_for(refused, timeout=120, message="kubelet refuses gpu-init")
+        assert pod["status"]["reason"] == "OutOfnvidia.com/gpumem", pod["status"]
+        # placed as a plain init container, its entry first (the device list kept for
+        # accounting: the pod is finished, so it holds nothing now)
+        entries = decode_pod_devices(
+            pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
         )
+        assert [[d.memory_mib for d in c] for c in entries] == [[2000], [8000]]
+        stack.cp.wait_for(lambda: stack.node_lock() is None, timeout=60, message="no node lock")
+    finally:
+        _delete_and_wait(stack, "gpu-init")
+
+
+def _delete_and_wait(stack: Stack, *names: str) -> None:
+    for name in names:
+        with contextlib.suppress(ApiException):
+            stack.core.delete_namespaced_pod(name, stack.namespace, grace_period_seconds=0)
+    stack.cp.wait_for(
+        lambda: (
+            not set(names)
+            & {p.metadata.name for p in stack.core.list_namespaced_pod(stack.namespace).items}
+        ),
+        timeout=60,
+        message=f"{', '.join(names)} gone",
+    )
 
 
 def test_after_a_kubelet_restart_the_plugin_registers_again(stack: Stack):
