@@ -479,42 +479,120 @@ def _selector(selector: Any, path: str) -> list[str]:
     return out
 
 
-_NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-
-
-def _node_affinity(node: Mapping[str, Any], path: str) -> list[str]:
-    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
-    if required is None:
-        return []
-    rpath = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
-    terms = required.get("nodeSelectorTerms") or []
-    if not terms:
-        return [
-            _required(f"{rpath}.nodeSelectorTerms", "must have at least one node selector term")
-        ]
+def _node_requirement(e: Mapping[str, Any], path: str) -> list[str]:
+    """``ValidateNodeSelectorRequirement``."""
+    op, values = e.get("operator"), e.get("values") or []
     out = []
-    for i, term in enumerate(terms):
-        for j, e in enumerate(term.get("matchExpressions") or []):
-            epath = f"{rpath}.nodeSelectorTerms[{i}].matchExpressions[{j}]"
-            op = e.get("operator")
-            if op not in _NODE_OPERATORS:
-                out.append(_invalid(f"{epath}.operator", str(op), "not a valid selector operator"))
+    if op in ("In", "NotIn"):
+        if not values:
+            out.append(
+                _required(f"{path}.values", "must be specified when `operator` is 'In' or 'NotIn'")
+            )
+    elif op in ("Exists", "DoesNotExist"):
+        if values:
+            out.append(
+                _forbidden(
+                    f"{path}.values",
+                    "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                )
+            )
+    elif op in ("Gt", "Lt"):
+        if len(values) != 1:
+            out.append(
+                _required(
+                    f"{path}.values",
+                    "must be specified single value when `operator` is 'Lt' or 'Gt'",
+                )
+            )
+    else:
+        out.append(_invalid(f"{path}.operator", str(op), "not a valid selector operator"))
+    key = str(e.get("key", ""))
+    return out + [_invalid(f"{path}.key", key, m) for m in qualified_name(key)]
+
+
+def _node_field_requirement(e: Mapping[str, Any], path: str) -> list[str]:
+    """``ValidateNodeFieldSelectorRequirement`` (``metadata.name`` only)."""
+    op, values = e.get("operator"), e.get("values") or []
+    out = []
+    if op in ("In", "NotIn"):
+        if len(values) != 1:
+            out.append(
+                _required(
+                    f"{path}.values",
+                    "must be only one value when `operator` is 'In' or 'NotIn' for node "
+                    "field selector",
+                )
+            )
+    else:
+        out.append(_invalid(f"{path}.operator", str(op), "not a valid selector operator"))
+    key = str(e.get("key", ""))
+    if key != "metadata.name":
+        out.append(_invalid(f"{path}.key", key, "not a valid field selector key"))
+    else:
+        for i, v in enumerate(values):
+            out += [_invalid(f"{path}.values[{i}]", str(v), m) for m in dns1123_subdomain(str(v))]
     return out
 
 
+def _node_selector_term(term: Mapping[str, Any], path: str) -> list[str]:
+    """``ValidateNodeSelectorTerm``."""
+    out = []
+    for j, e in enumerate(term.get("matchExpressions") or []):
+        out += _node_requirement(e, f"{path}.matchExpressions[{j}]")
+    for j, e in enumerate(term.get("matchFields") or []):
+        out += _node_field_requirement(e, f"{path}.matchFields[{j}]")
+    return out
+
+
+def _weight(term: Mapping[str, Any], path: str) -> list[str]:
+    weight = term.get("weight", 0)
+    if not 1 <= weight <= 100:
+        return [_invalid(f"{path}.weight", weight, "must be in the range 1-100")]
+    return []
+
+
+def _node_affinity(node: Mapping[str, Any], path: str) -> list[str]:
+    """``validateNodeAffinity``: the required selector, then the preferred terms."""
+    out = []
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is not None:
+        tpath = f"{path}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+        terms = required.get("nodeSelectorTerms") or []
+        if not terms:
+            out.append(_required(tpath, "must have at least one node selector term"))
+        for i, term in enumerate(terms):
+            out += _node_selector_term(term, f"{tpath}[{i}]")
+    ppath = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
+    for i, term in enumerate(node.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+        out += _weight(term, f"{ppath}[{i}]")
+        out += _node_selector_term(term.get("preference") or {}, f"{ppath}[{i}].preference")
+    return out
+
+
+def _pod_affinity_term(term: Mapping[str, Any], tpath: str) -> list[str]:
+    """``validatePodAffinityTerm``."""
+    # 1.20's path for the term's selector (it passes fldPath.Child("matchExpressions")
+    # to ValidateLabelSelector)
+    out = _selector(term.get("labelSelector"), f"{tpath}.matchExpressions")
+    out += _selector(term.get("namespaceSelector"), f"{tpath}.namespaceSelector")
+    key = str(term.get("topologyKey") or "")
+    if not key:
+        out.append(_required(f"{tpath}.topologyKey", "can not be empty"))
+    return out + [_invalid(f"{tpath}.topologyKey", key, m) for m in qualified_name(key)]
+
+
 def _pod_affinity_terms(section: Mapping[str, Any], path: str) -> list[str]:
+    """``validatePodAffinity``: the required terms, then the weighted ones."""
     out = []
     rpath = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
     for i, term in enumerate(section.get("requiredDuringSchedulingIgnoredDuringExecution") or []):
-        tpath = f"{rpath}[{i}]"
-        # 1.20's path for the term's selector (validatePodAffinityTerm passes
-        # fldPath.Child("matchExpressions") to ValidateLabelSelector)
-        out += _selector(term.get("labelSelector"), f"{tpath}.matchExpressions")
-        out += _selector(term.get("namespaceSelector"), f"{tpath}.namespaceSelector")
-        key = str(term.get("topologyKey") or "")
-        if not key:
-            out.append(_required(f"{tpath}.topologyKey", "can not be empty"))
-        out += [_invalid(f"{tpath}.topologyKey", key, m) for m in qualified_name(key)]
+        out += _pod_affinity_term(term, f"{rpath}[{i}]")
+    ppath = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
+    for i, term in enumerate(section.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+        out += _weight(term, f"{ppath}[{i}]")
+        out += _pod_affinity_term(
+            term.get("podAffinityTerm") or {}, f"{ppath}[{i}].podAffinityTerm"
+        )
     return out
 
 
@@ -716,6 +794,9 @@ def _selector_problem(selector: Any, path: str) -> str | None:
     if problem:
         return problem
     for i, e in enumerate(selector.get("matchExpressions") or []):
+        for key in ("key", "operator"):
+            if e.get(key) is not None and not isinstance(e[key], str):
+                return f"{path}.matchExpressions[{i}].{key} must be a string"
         values = e.get("values")
         if values is not None and (
             not isinstance(values, list) or not all(isinstance(v, str) for v in values)
@@ -787,6 +868,21 @@ def _affinity_problem(affinity: Mapping[str, Any], path: str) -> str | None:
         )
         if problem:
             return problem
+        inner = "preference" if kind == "nodeAffinity" else "podAffinityTerm"
+        for i, term in enumerate(
+            section.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+        ):
+            tpath = f"{spath}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            weight = term.get("weight")
+            if weight is not None and (not isinstance(weight, int) or isinstance(weight, bool)):
+                return f"{tpath}.weight must be an integer"
+            problem = _map(term.get(inner), f"{tpath}.{inner}") or (
+                _node_term_problem(term.get(inner) or {}, f"{tpath}.{inner}")
+                if kind == "nodeAffinity"
+                else _term_problem(term.get(inner) or {}, f"{tpath}.{inner}")
+            )
+            if problem:
+                return problem
         if kind == "nodeAffinity":
             if required is None:
                 continue
@@ -796,34 +892,51 @@ def _affinity_problem(affinity: Mapping[str, Any], path: str) -> str | None:
             if problem:
                 return problem
             for i, term in enumerate(required.get("nodeSelectorTerms") or []):
-                for part in ("matchExpressions", "matchFields"):
-                    problem = _list_of_maps(
-                        term.get(part), f"{rpath}.nodeSelectorTerms[{i}].{part}"
-                    )
-                    if problem:
-                        return problem
+                problem = _node_term_problem(term, f"{rpath}.nodeSelectorTerms[{i}]")
+                if problem:
+                    return problem
             continue
         problem = _list_of_maps(required, rpath)
         if problem:
             return problem
         for i, term in enumerate(required or []):
-            tpath = f"{rpath}[{i}]"
-            problem = _first(
-                _selector_problem(term.get("labelSelector"), f"{tpath}.labelSelector"),
-                _selector_problem(term.get("namespaceSelector"), f"{tpath}.namespaceSelector"),
-                None
-                if term.get("namespaces") is None
-                or (
-                    isinstance(term["namespaces"], list)
-                    and all(isinstance(n, str) for n in term["namespaces"])
-                )
-                else f"{tpath}.namespaces must be a list of strings",
-                None
-                if term.get("topologyKey") is None or isinstance(term["topologyKey"], str)
-                else f"{tpath}.topologyKey must be a string",
-            )
+            problem = _term_problem(term, f"{rpath}[{i}]")
             if problem:
                 return problem
+    return None
+
+
+def _term_problem(term: Mapping[str, Any], tpath: str) -> str | None:
+    """A ``PodAffinityTerm`` whose fields have the wrong types."""
+    namespaces = term.get("namespaces")
+    return _first(
+        _selector_problem(term.get("labelSelector"), f"{tpath}.labelSelector"),
+        _selector_problem(term.get("namespaceSelector"), f"{tpath}.namespaceSelector"),
+        None
+        if namespaces is None
+        or (isinstance(namespaces, list) and all(isinstance(n, str) for n in namespaces))
+        else f"{tpath}.namespaces must be a list of strings",
+        None
+        if term.get("topologyKey") is None or isinstance(term["topologyKey"], str)
+        else f"{tpath}.topologyKey must be a string",
+    )
+
+
+def _node_term_problem(term: Mapping[str, Any], tpath: str) -> str | None:
+    """A ``NodeSelectorTerm`` whose fields have the wrong types."""
+    for part in ("matchExpressions", "matchFields"):
+        problem = _list_of_maps(term.get(part), f"{tpath}.{part}")
+        if problem:
+            return problem
+        for j, e in enumerate(term.get(part) or []):
+            values = e.get("values")
+            if values is not None and (
+                not isinstance(values, list) or not all(isinstance(v, str) for v in values)
+            ):
+                return f"{tpath}.{part}[{j}].values must be a list of strings"
+            for key in ("key", "operator"):
+                if e.get(key) is not None and not isinstance(e[key], str):
+                    return f"{tpath}.{part}[{j}].{key} must be a string"
     return None
 
 

@@ -701,7 +701,7 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
     ignored = 0
     types = manager.device_types()
     for where, obj in _objects(docs, shown, warnings):
-        kind = obj.get("kind")
+        kind = obj.get("kind") if isinstance(obj.get("kind"), str) else None
         if kind not in ("Node", "Pod", "ResourceQuota", "Namespace"):
             what = str(kind or "object without kind")
             skipped[what] = skipped.get(what, 0) + 1
@@ -838,7 +838,7 @@ def load_workloads(paths: Sequence[str | Path]) -> Workloads:
     for f in files:
         shown = display_path(f)
         for where, obj in _objects(read_documents(f), shown, warnings):
-            kind = obj.get("kind")
+            kind = obj.get("kind") if isinstance(obj.get("kind"), str) else None
             if kind == "Pod":
                 pods.append(_pod(obj, where, shown))
             elif kind in REPLICATED_KINDS:

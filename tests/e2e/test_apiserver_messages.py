@@ -60,6 +60,59 @@ CASES = [
         ],
     ),
     pod("dup", initContainers=[{"name": "c", "image": "busybox"}]),
+    pod(
+        "node-affinity",
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "zone", "operator": "In"},
+                                {"key": "gen", "operator": "Gt", "values": ["1", "2"]},
+                                {"key": "x", "operator": "Exists", "values": ["a"]},
+                                {"key": "bad key", "operator": "Near", "values": ["a"]},
+                            ],
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": ["A_b"]},
+                                {"key": "spec.x", "operator": "Exists"},
+                            ],
+                        }
+                    ]
+                },
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 0,
+                        "preference": {"matchExpressions": [{"key": "k", "operator": "In"}]},
+                    }
+                ],
+            }
+        },
+    ),
+    pod(
+        "node-affinity-empty",
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}
+            }
+        },
+    ),
+    pod(
+        "preferred-pod",
+        affinity={
+            "podAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 101,
+                        "podAffinityTerm": {
+                            "labelSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]},
+                            "topologyKey": "",
+                        },
+                    }
+                ]
+            }
+        },
+    ),
     pod("tol-empty-key", tolerations=[{"operator": "Equal", "value": "v"}]),
     pod("cpu-over", **res(limits={"cpu": "1"}, requests={"cpu": "2"})),
     pod("bad-resource", **res(limits={"gpus": "1"})),

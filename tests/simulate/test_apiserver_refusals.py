@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami_core.cli import cli
+from hami_core.simulate import loader
+from hami_core.simulate.apiserver import without_nulls
 from hami_core.simulate.loader import (
     WorkloadPod,
     Workloads,
@@ -271,48 +273,72 @@ json_values = st.recursive(
     ),
     max_leaves=8,
 )
-PATHS = [
-    ("metadata",),
-    ("metadata", "name"),
-    ("metadata", "labels"),
-    ("metadata", "labels", "app"),
-    ("metadata", "annotations"),
-    ("spec",),
-    ("spec", "containers"),
-    ("spec", "containers", 0),
-    ("spec", "containers", 0, "name"),
-    ("spec", "containers", 0, "resources"),
-    ("spec", "containers", 0, "resources", "limits"),
-    ("spec", "containers", 0, "resources", "limits", "nvidia.com/gpu"),
-    ("spec", "containers", 0, "resources", "requests"),
-    ("spec", "containers", 0, "resources", "requests", "nvidia.com/gpu"),
-    ("spec", "containers", 0, "ports"),
-    ("spec", "initContainers"),
-    ("spec", "nodeSelector"),
-    ("spec", "tolerations"),
-    ("spec", "affinity"),
-    ("spec", "affinity", "podAntiAffinity"),
-    ("spec", "affinity", "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution"),
-    ("spec", "affinity", "nodeAffinity"),
-    ("spec", "topologySpreadConstraints"),
-    ("spec", "schedulerName"),
-    ("spec", "nodeName"),
-    ("spec", "volumes"),
-    ("status",),
-]
 
 
 def base_pod(i):
+    """A pod using every field the simulation reads (the fuzz corrupts any of them)."""
     pod = gpu_pod(f"pod-{i}", gpu=1, gpumem=1000)
     pod["metadata"]["labels"] = {"app": "web"}
-    pod["spec"]["affinity"] = {
+    spec = pod["spec"]
+    spec["affinity"] = {
         "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "x"}
-            ]
-        }
+            ],
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 5,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchExpressions": [{"key": "a", "operator": "Exists"}]},
+                        "topologyKey": "k",
+                    },
+                }
+            ],
+        },
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [{"key": "gpu", "operator": "In", "values": ["on"]}],
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "NotIn", "values": ["x"]}
+                        ],
+                    }
+                ]
+            }
+        },
     }
+    spec["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+            "matchLabelKeys": ["app"],
+        }
+    ]
+    spec["tolerations"] = [{"key": "a", "operator": "Equal", "value": "b", "effect": "NoSchedule"}]
+    spec["nodeSelector"] = {"gpu": "on"}
+    spec["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    spec["initContainers"] = [
+        {"name": "init", "restartPolicy": "Always", "resources": {"limits": {"cpu": "1"}}}
+    ]
+    spec["volumes"] = [{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]
     return pod
+
+
+def _paths(obj, prefix=()):
+    if prefix:
+        yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, (*prefix, i))
+
+
+PATHS = [*_paths(base_pod(0)), ("status",)]
 
 
 def corrupt(pod, path, value):
@@ -368,14 +394,15 @@ def test_random_malformed_pods_never_abort_the_run_and_each_is_reported(workload
         if isinstance(pod.get("spec"), dict):
             pod["spec"]["nodeName"] = "gpu-a100-01"
         snapshot_pods.append({**pod, "kind": "Pod"})
+    base = parse_cluster(docs, source="s", manager=MGR)
     cluster = parse_cluster([*docs, *snapshot_pods], source="s", manager=MGR)
-    kept = {p["metadata"]["name"] for p in (*cluster.pods, *cluster.bound_pods)}
-    for pod in snapshot_pods:
-        meta = pod.get("metadata")
-        name = meta.get("name") if isinstance(meta, dict) else None
-        if not (isinstance(name, str) and name in kept):
-            # left out: a warning says so, or it was finished / unbound (counted)
-            assert cluster.warnings or cluster.ignored_pods, pod
+    # every snapshot pod is kept, or counted as left out; a malformed one with a warning
+    pods_in = len(base.pods) + len(base.bound_pods) + base.ignored_pods + len(snapshot_pods)
+    assert len(cluster.pods) + len(cluster.bound_pods) + cluster.ignored_pods == pods_in
+    malformed_pods = sum(
+        1 for p in snapshot_pods if loader.snapshot_problem(without_nulls(p), "Pod")
+    )
+    assert sum("Pod skipped" in w for w in cluster.warnings) == malformed_pods
     sim = simulate(cluster, workloads_of(workload), MGR)
     report = build_report(sim)
     json.dumps(report)
