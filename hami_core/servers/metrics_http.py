@@ -18,9 +18,13 @@ worker. What waitress does not bound is added here:
   resets the idle clock).
 - ``MAX_PER_CLIENT``: open connections one client address may hold; a further one is
   closed at accept, so one noisy client cannot take the slots Prometheus needs.
-- ``CONNECTION_LIMIT``: open connections in all (waitress stops accepting at the limit
-  and resumes as guarded connections are closed, so a scrape waits at most about
-  ``IDLE_TIMEOUT_S`` + ``CLEANUP_INTERVAL_S`` even when many addresses attack at once).
+- ``CONNECTION_LIMIT``: open connections in all. At the limit a new connection is still
+  accepted and takes the place of the quietest connection (no request being served, no
+  response pending) of the address holding the most; only when every connection is busy
+  is the new one closed. waitress's own limit stops accepting instead, which left a
+  scrape in the listen backlog behind the reconnections of a crowd on several addresses
+  for several idle timeouts (issue 24 attack run): now an address that holds one
+  connection, as Prometheus does, keeps it while any address holds more.
 
 Prometheus' own scrape needs one connection and its default ``scrape_timeout`` is 10 s
 (Prometheus ``config/config.go``); its HTTP client (Go ``net/http``) reconnects when an
@@ -56,6 +60,8 @@ CLEANUP_INTERVAL_S = 1
 MAX_PER_CLIENT = 8
 CONNECTION_LIMIT = 100
 THREADS = 4
+#: Seconds between two warnings of one kind about one client address.
+LOG_INTERVAL_S = 60.0
 
 
 class _DeadlineChannel(HTTPChannel):  # type: ignore[misc]
@@ -109,7 +115,8 @@ def _drop(channel: _DeadlineChannel) -> None:
             channel.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
         channel.handle_close()
 
-    channel.server.trigger.pull_trigger(close)
+    with contextlib.suppress(OSError):  # the trigger is closed: the server is stopping
+        channel.server.trigger.pull_trigger(close)
 
 
 _LINGER_RESET = struct.pack("ii", 1, 0)
@@ -133,6 +140,63 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
         self.max_per_client = max_per_client
         super().__init__(*args, **kwargs)
 
+    def readable(self) -> bool:
+        """waitress's, except that the listening socket is always read: the connection
+        limit is kept by ``handle_accept`` (a new connection displaces a quiet one)
+        rather than by leaving connections in the listen backlog."""
+        now = time.time()  # waitress's clock for its maintenance (the idle timeout)
+        due: float = getattr(self, "next_channel_cleanup", 0.0)
+        if now >= due:
+            self.next_channel_cleanup = now + self.adj.cleanup_interval
+            self.maintenance(now)
+        return bool(self.accepting)
+
+    def _open_channels(self) -> list[HTTPChannel]:
+        return [
+            ch
+            for ch in list(self._map.values())
+            if isinstance(ch, HTTPChannel) and not ch.will_close
+        ]
+
+    def _make_room(self, channels: list[HTTPChannel]) -> bool:
+        """Drop one quiet connection (no request being served, no response pending) of
+        the address holding the most connections, the longest quiet first; False when
+        every connection is busy."""
+        per_address: dict[str, int] = {}
+        for ch in channels:
+            per_address[ch.addr[0]] = per_address.get(ch.addr[0], 0) + 1
+        quiet = [
+            ch
+            for ch in channels
+            if isinstance(ch, _DeadlineChannel)
+            and not ch.requests
+            and not ch.total_outbufs_len
+            and not _unacked(ch)
+        ]
+        if not quiet:
+            return False
+        victim = min(quiet, key=lambda ch: (-per_address[ch.addr[0]], ch.last_activity))
+        self._log_limited(
+            f"room:{victim.addr[0]}",
+            "metrics: %d connections open (the limit); closing quiet ones of %s",
+            len(channels),
+            victim.addr[0],
+        )
+        _drop(victim)
+        return True
+
+    def _log_limited(self, key: str, fmt: str, *args: Any) -> None:
+        """A warning at most once per ``LOG_INTERVAL_S`` per ``key``: a client that
+        reconnects in a loop must not write a log line per connection."""
+        now = time.monotonic()
+        logged = self.__dict__.setdefault("_logged_at", {})
+        if now - logged.get(key, -LOG_INTERVAL_S) < LOG_INTERVAL_S:
+            return
+        if len(logged) >= 1024:  # keys name client addresses: stay bounded
+            logged.clear()
+        logged[key] = now
+        log.warning(fmt, *args)
+
     def handle_accept(self) -> None:
         try:
             accepted = self.accept()
@@ -142,17 +206,21 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
             return
         conn, addr = accepted
         peer = addr[0] if isinstance(addr, tuple) else addr
-        held = sum(
-            1
-            for ch in list(self._map.values())
-            if isinstance(ch, HTTPChannel) and not ch.will_close and ch.addr[0] == peer
-        )
+        channels = self._open_channels()
+        held = sum(1 for ch in channels if ch.addr[0] == peer)
         if held >= self.max_per_client:
-            log.warning(
+            self._log_limited(
+                f"cap:{peer}",
                 "metrics: %s already holds %d connections (the most one client may); "
-                "closing its new one",
+                "closing its new ones",
                 peer,
                 held,
+            )
+            conn.close()
+            return
+        if len(channels) >= self.adj.connection_limit and not self._make_room(channels):
+            self._log_limited(
+                "busy", "metrics: all %d connections are busy; closing new ones", len(channels)
             )
             conn.close()
             return
