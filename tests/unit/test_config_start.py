@@ -175,6 +175,7 @@ OWN_CHECKS = {
     "ascend": ("vnpuMode", "tempalte"),
     "nvidia": ("corePolicy", "forced"),
     "kunlun": ("memoryTiersMiB", [49152, 24576]),
+    "mthreads": ("memoryPerCard", [0]),
 }
 
 

@@ -146,6 +146,7 @@ HOOK_TESTS = {
     "kunlun.hami_check_config": "tests/unit/test_config_start.py::test_a_backends_own_check_stops_the_start_naming_the_key[kunlun]",
     "metax.hami_bind_annotations": "tests/backends/metax/test_appclass.py::test_a_pod_of_another_scheduler_is_no_holder",
     "metax.hami_node_devices": "tests/backends/metax/test_appclass.py::test_a_pod_of_another_scheduler_is_no_holder",
+    "mthreads.hami_check_config": "tests/unit/test_config_start.py::test_a_backends_own_check_stops_the_start_naming_the_key[mthreads]",
     "mthreads.hami_bind_annotations": "tests/backends/mthreads/test_mthreads.py::test_pipeline_all_containers_of_a_pod_on_one_gpu",
     "mthreads.hami_node_devices": "tests/backends/mthreads/test_mthreads.py::test_pipeline_all_containers_of_a_pod_on_one_gpu",
     "nvidia.hami_check_config": "tests/unit/test_config_start.py::test_a_backends_own_check_stops_the_start_naming_the_key[nvidia]",
