@@ -8,13 +8,14 @@ Semantics follow kube-scheduler's plugins (``pkg/scheduler/framework/plugins/``)
   those its ``namespaceSelector`` matches (an empty selector: every namespace), the
   pod's own when both are unset (``GetNamespacesFromPodAffinityTerm``); a nil
   ``labelSelector`` matches no pod (``metav1.LabelSelectorAsSelector``). A node is
-  refused when (1) an existing pod's required anti-affinity term matches the incoming
-  pod and the node shares that term's topology domain with the existing pod
-  (``satisfiesExistingPodsAntiAffinity``), (2) the node lacks a topology key of the
+  refused, checked in this order as 1.20 does, when (1) it lacks a topology key of the
   pod's required affinity, or its domain holds no pod matching all the terms — unless
   no pod anywhere matches and the pod matches its own terms, the first of a series
-  (``satisfyPodAffinity``), (3) its domain holds a pod matching a required
-  anti-affinity term. Each refusal carries kube-scheduler's two reasons.
+  (``satisfyPodAffinity``), (2) its domain holds a pod matching a required
+  anti-affinity term of the pod (``satisfyPodAntiAffinity``), (3) an existing pod's
+  required anti-affinity term matches the incoming pod and the node shares that
+  term's topology domain with the existing pod (``satisfyExistingPodsAntiAffinity``).
+  Each refusal carries kube-scheduler's two reasons.
 - ``podtopologyspread/filtering.go``: only nodes passing the pod's ``nodeSelector``
   and required node affinity (``nodeAffinityPolicy: Honor``, the default), tolerated
   taints when ``nodeTaintsPolicy: Honor`` (default ``Ignore``), and carrying every
@@ -256,14 +257,17 @@ class PodTopologyCheck:
         spread = self._spread(labels)
         if spread:
             return spread
-        if any(self.existing_anti_counts.get(pair, 0) > 0 for pair in labels.items()):
-            return f"{AFFINITY_NOT_MATCH}, {EXISTING_ANTI_AFFINITY}"
+        # kube-scheduler 1.20's order (held against it by tests/e2e/
+        # test_pod_topology_real.py): the pod's affinity, its anti-affinity, then the
+        # existing pods' anti-affinity
         if self.affinity and not self._affinity_fits(labels):
             return f"{AFFINITY_NOT_MATCH}, {AFFINITY_RULES}"
         for t in self.anti_affinity:
             value = labels.get(t.topology_key)
             if value is not None and self.anti_affinity_counts.get((t.topology_key, value), 0):
                 return f"{AFFINITY_NOT_MATCH}, {ANTI_AFFINITY_RULES}"
+        if any(self.existing_anti_counts.get(pair, 0) > 0 for pair in labels.items()):
+            return f"{AFFINITY_NOT_MATCH}, {EXISTING_ANTI_AFFINITY}"
         return ""
 
     def _affinity_fits(self, labels: Labels) -> bool:
