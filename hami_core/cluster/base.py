@@ -23,6 +23,12 @@ class ClusterStore(Protocol):
 
     Errors: ``NotFoundError`` for a missing object, ``ConflictError`` when a
     ``resource_version`` precondition fails (the caller re-reads and retries).
+
+    Reads may come from a cache that lags the API server. Four members say how far to
+    trust it, and every store answers each (none is optional, none is probed):
+    ``read_pod_live`` and ``pods_settled`` (the scheduler's bind), ``live`` (the device
+    plugin's ``Allocate``, whose kubelet call may follow the bind faster than a watch),
+    ``namespace_labels`` (the device plugin's opt-out).
     """
 
     def list_nodes(self) -> list[KubeObject]:
@@ -56,6 +62,34 @@ class ClusterStore(Protocol):
 
     def get_pod(self, namespace: str, name: str) -> KubeObject:
         """One pod. Raises ``NotFoundError``."""
+        ...
+
+    def read_pod_live(self, namespace: str, name: str) -> KubeObject:
+        """One pod as the API server has it now, never from a cache (a bind's rollback
+        decides on it); a store without a cache answers ``get_pod``. Raises
+        ``NotFoundError``."""
+        ...
+
+    def pods_settled(self) -> bool:
+        """True when the pod reads can be trusted to hold every change up to about now;
+        False while a cache may miss recent ones (before its first list, or after its
+        watch broke: an API-server restart), when the caller reads live. Always True for
+        a store without a cache."""
+        ...
+
+    @property
+    def live(self) -> ClusterStore | None:
+        """The same reads without the cache, for a caller whose cached read may have
+        missed what just happened; None where the reads are current already (no cache)
+        or the store has no such view (the scheduler's cluster-wide caches: a caller
+        there uses ``read_pod_live``)."""
+        ...
+
+    def namespace_labels(self, name: str) -> dict[str, str]:
+        """The labels of namespace ``name`` (an administrator's, never a pod author's);
+        empty for a namespace without labels. Raises ``NotFoundError`` for a missing
+        namespace where the store knows namespaces (the API server's), and the store's
+        errors when they cannot be read."""
         ...
 
     def patch_node_annotations(

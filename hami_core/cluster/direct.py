@@ -15,7 +15,7 @@ import functools
 
 from kubernetes import client as k8s
 
-from .base import KubeObject
+from .base import ClusterStore, KubeObject
 from .kube import Informer, KubeCluster, _pod_nodes, call
 
 
@@ -23,7 +23,8 @@ class DirectKubeCluster(KubeCluster):
     """``KubeCluster`` without caches; ``start()`` / ``stop()`` do nothing.
 
     ``list_pods`` / ``pods_on_node`` list only pods bound to ``node`` (the only pods a
-    node agent has business with). Quotas are not read.
+    node agent has business with). Quotas are not read. ``namespace_labels`` is
+    ``KubeCluster``'s (read live).
     """
 
     cache_writes = False
@@ -70,15 +71,21 @@ class DirectKubeCluster(KubeCluster):
         )
         return pod
 
+    def read_pod_live(self, namespace: str, name: str) -> KubeObject:
+        """``get_pod``: every read is live already."""
+        return self.get_pod(namespace, name)
+
+    def pods_settled(self) -> bool:
+        """Always True: no cache to lag."""
+        return True
+
+    @property
+    def live(self) -> ClusterStore | None:
+        """None: every read is live already."""
+        return None
+
     def list_quotas(self, namespace: str) -> list[KubeObject]:
         return []
-
-    def namespace_labels(self, name: str) -> dict[str, str]:
-        """The labels of namespace ``name`` (an administrator's, never a pod author's:
-        the device plugin honours an opt-out only where one is set). Raises
-        ``NotFoundError``, ``ApiUnavailableError``."""
-        ns: KubeObject = call(f"get namespace {name}", self.core.read_namespace, name)
-        return dict((ns.get("metadata") or {}).get("labels") or {})
 
 
 class NodeKubeCluster(KubeCluster):
@@ -86,8 +93,10 @@ class NodeKubeCluster(KubeCluster):
     (list+watch with the field selectors ``metadata.name=<node>`` and
     ``spec.nodeName=<node>``: one small watch per node, not the cluster's pods), so
     ``Allocate`` reads nothing from the API server. A cache may lag kubelet, which calls
-    ``Allocate`` as soon as it sees the pod bound: ``live`` reads the same data on
-    demand, for the caller to retry a miss. Quotas are not read.
+    ``Allocate`` as soon as it sees the pod bound: ``live`` (a ``DirectKubeCluster``)
+    reads the same data on demand, for the caller to retry a miss. ``read_pod_live`` and
+    ``namespace_labels`` are ``KubeCluster``'s (read live); ``pods_settled`` is the pod
+    cache's. Quotas are not read.
     """
 
     def __init__(
@@ -106,7 +115,12 @@ class NodeKubeCluster(KubeCluster):
             index_fn=_pod_nodes,
         )
         self._informers = (self.nodes, self.pods)
-        self.live = DirectKubeCluster(api_client, node=node, component=component)
+        self._direct = DirectKubeCluster(api_client, node=node, component=component)
+
+    @property
+    def live(self) -> ClusterStore | None:
+        """``ClusterStore.live``: the node's data read on demand."""
+        return self._direct
 
     def start(self, *, timeout_s: float = 30.0) -> None:
         """Start the watches without waiting for them: until they have listed, reads
@@ -116,7 +130,7 @@ class NodeKubeCluster(KubeCluster):
             inf.start()
 
     def list_nodes(self) -> list[KubeObject]:
-        return self.nodes.items() or self.live.list_nodes()
+        return self.nodes.items() or self._direct.list_nodes()
 
     def pods_on_node(self, node: str) -> list[KubeObject]:
         """The cache's pods of ``node`` once it has listed; before that (the device
@@ -126,12 +140,7 @@ class NodeKubeCluster(KubeCluster):
         fails (the caller then frees nothing)."""
         if self.pods.wait_synced(0):
             return super().pods_on_node(node)
-        return self.live.pods_on_node(node)
+        return self._direct.pods_on_node(node)
 
     def list_quotas(self, namespace: str) -> list[KubeObject]:
         return []
-
-    def namespace_labels(self, name: str) -> dict[str, str]:
-        """``DirectKubeCluster.namespace_labels`` (read live: asked only for a container
-        that sets ``CUDA_DISABLE_CONTROL``)."""
-        return self.live.namespace_labels(name)

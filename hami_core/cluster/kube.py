@@ -36,7 +36,7 @@ from hami_core.protocol.annotations import VGPU_NODE
 from hami_core.protocol.config import yaml_problem
 
 from .backoff import Backoff
-from .base import KubeObject, Listener
+from .base import ClusterStore, KubeObject, Listener
 
 log = logging.getLogger(__name__)
 
@@ -572,6 +572,20 @@ class KubeCluster:
         )
         self._remember(self.pods, pod)
         return pod
+
+    @property
+    def live(self) -> ClusterStore | None:
+        """``ClusterStore.live``: None. Its caches span the cluster and a view without
+        them would list every pod per read; its callers (the scheduler's bind) read the
+        one pod they decide on with ``read_pod_live``."""
+        return None
+
+    def namespace_labels(self, name: str) -> dict[str, str]:
+        """The labels of namespace ``name``, read from the API server (asked only for a
+        container that sets ``CUDA_DISABLE_CONTROL``, so not cached). Raises
+        ``NotFoundError``, ``ApiUnavailableError``."""
+        ns: KubeObject = call(f"get namespace {name}", self.core.read_namespace, name)
+        return dict((ns.get("metadata") or {}).get("labels") or {})
 
     def list_quotas(self, namespace: str) -> list[KubeObject]:
         return [

@@ -19,7 +19,7 @@ import attrs
 from hami_core.errors import ConflictError, InvalidInputError, NotFoundError
 from hami_core.protocol.annotations import VGPU_NODE
 
-from .base import KubeObject, Listener
+from .base import ClusterStore, KubeObject, Listener
 
 
 @attrs.frozen
@@ -38,7 +38,14 @@ class Event:
 
 
 class MemoryCluster:
-    """A ``ClusterStore`` in memory. Thread-safe; objects are copied in and out."""
+    """A ``ClusterStore`` in memory. Thread-safe; objects are copied in and out.
+
+    It is its own truth, with no cache to lag: ``read_pod_live`` is ``get_pod``,
+    ``pods_settled`` is always True and ``live`` is None.
+    """
+
+    #: ``ClusterStore.live``: no cache, so no view without one.
+    live: ClusterStore | None = None
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -165,6 +172,14 @@ class MemoryCluster:
     def get_pod(self, namespace: str, name: str) -> KubeObject:
         with self._lock:
             return copy.deepcopy(self._pod(namespace, name))
+
+    def read_pod_live(self, namespace: str, name: str) -> KubeObject:
+        """``get_pod``: this store is the truth."""
+        return self.get_pod(namespace, name)
+
+    def pods_settled(self) -> bool:
+        """Always True: nothing lags."""
+        return True
 
     def patch_node_annotations(
         self,

@@ -296,7 +296,7 @@ class Allocator:
             uuids = [frozenset(physical_uuid(i) for i in ids) for ids in requests]
             cands = self._candidates()
             pending = select_pod(cands.pods, counts, kubelet_uuids=uuids)
-            live = getattr(self.store, "live", None)
+            live = self.store.live
             if pending is None and live is not None:  # the caches may lag kubelet
                 cands = find_candidates(
                     live, node=self.node, dtype=self.dtype, adjust=self._overlay.apply
@@ -427,9 +427,7 @@ class Allocator:
         pod = pending.pod
         written: dict[str, str] = {}
         for container in pending.remaining[:n]:
-            spec = allowed_container(
-                container.spec, pending.namespace, getattr(self.store, "namespace_labels", None)
-            )
+            spec = allowed_container(container.spec, pending.namespace, self.store.namespace_labels)
             alloc = self.manager.allocate(
                 self.vendor,
                 pod,

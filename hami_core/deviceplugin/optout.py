@@ -32,28 +32,25 @@ def sets_opt_out(container: Mapping[str, Any]) -> bool:
 def allowed_container(
     container: Mapping[str, Any],
     namespace: str,
-    namespace_labels: Callable[[str], Mapping[str, str]] | None,
+    namespace_labels: Callable[[str], Mapping[str, str]],
 ) -> Mapping[str, Any]:
     """``container`` as the backend may see it: unchanged unless it sets
     ``CUDA_DISABLE_CONTROL`` in a namespace not labelled ``hami.io/disable-control: allow``
-    (or whose labels cannot be read, or with no way to read them), then a copy without it.
+    (or whose labels cannot be read), then a copy without it.
 
     Args:
         container: the container spec (``v1.Container`` JSON), read only.
         namespace: the pod's namespace.
         namespace_labels: namespace name -> its labels (the store's
-            ``namespace_labels``); None when the store cannot read namespaces.
+            ``namespace_labels``); a ``HamiError`` it raises keeps the limiter on.
     """
     if not sets_opt_out(container):
         return container
     labels: Mapping[str, str] = {}
-    if namespace_labels is not None:
-        try:
-            labels = namespace_labels(namespace)
-        except HamiError as exc:
-            log.warning(
-                "cannot read namespace %s's labels (%s): the limiter stays on", namespace, exc
-            )
+    try:
+        labels = namespace_labels(namespace)
+    except HamiError as exc:
+        log.warning("cannot read namespace %s's labels (%s): the limiter stays on", namespace, exc)
     if labels.get(keys.DISABLE_CONTROL_LABEL) == keys.DISABLE_CONTROL_ALLOW:
         return container
     log.warning(

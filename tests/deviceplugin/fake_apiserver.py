@@ -4,8 +4,9 @@
 Serves only what the device plugin uses (``NodeKubeCluster``): get / merge-patch a
 node, a JSON patch (``test`` + ``remove`` of an annotation) of a node, list nodes with
 ``fieldSelector=metadata.name=<node>``, get / merge-patch a pod, list pods with
-``fieldSelector=spec.nodeName=<node>``, create an ``events.k8s.io/v1`` Event. A node or
-pod watch (``watch=true``, what an informer opens after its list) is held open without
+``fieldSelector=spec.nodeName=<node>``, get a namespace (every one exists; its labels are
+the ``MemoryCluster``'s ``label_namespace``), list resource quotas (none), create an
+``events.k8s.io/v1`` Event. A node, pod or quota watch (``watch=true``, what an informer opens after its list) is held open without
 events until its ``timeoutSeconds`` or ``stop()``, so the plugin's caches stay as first
 listed and its live reads are exercised. Errors are ``Status`` objects with the codes the
 API server uses (404, 409, 422). Every request is recorded in ``requests``.
@@ -30,6 +31,8 @@ _NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
 _POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
 _PODS = re.compile(r"^/api/v1/pods$")
 _NODES = re.compile(r"^/api/v1/nodes$")
+_NAMESPACE = re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")
+_QUOTAS = re.compile(r"^/api/v1/resourcequotas$")
 _EVENTS = re.compile(r"^/apis/events\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/events$")
 
 
@@ -102,7 +105,8 @@ class FakeApiServer:
             body = json.loads(raw or b"{}")
         query = urllib.parse.parse_qs(url.query)
         watch = (query.get("watch") or [""])[0] == "true"
-        if method == "GET" and (_PODS.match(url.path) or _NODES.match(url.path)) and watch:
+        listed = _PODS.match(url.path) or _NODES.match(url.path) or _QUOTAS.match(url.path)
+        if method == "GET" and listed and watch:
             h.send_response(200)
             h.send_header("Content-Type", "application/json")
             h.end_headers()
@@ -166,6 +170,17 @@ class FakeApiServer:
                 if node is None or (p.get("spec") or {}).get("nodeName") == node
             ]
             return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+        if (m := _NAMESPACE.match(path)) and method == "GET":
+            labels = self.cluster.namespace_labels(m["name"])
+            meta = {"name": m["name"], "labels": labels}
+            return 200, {"kind": "Namespace", "apiVersion": "v1", "metadata": meta}
+        if _QUOTAS.match(path) and method == "GET":
+            return 200, {
+                "kind": "ResourceQuotaList",
+                "apiVersion": "v1",
+                "metadata": {},
+                "items": [],
+            }
         if (m := _EVENTS.match(path)) and method == "POST":
             with self._lock:
                 self.events.append(body)
