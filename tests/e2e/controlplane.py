@@ -580,6 +580,27 @@ class ControlPlane:
                 )
             time.sleep(0.2)
 
+    def kill_apiserver(self) -> None:
+        """SIGKILL kube-apiserver (etcd keeps the data); :meth:`restart_apiserver` brings
+        it back on the same address, certificates and tokens, so every client's
+        kubeconfig still holds."""
+        proc = self._procs.get("kube-apiserver")
+        if proc is None:
+            raise ControlPlaneError("kube-apiserver is not running")
+        self._apiserver_argv = proc.argv
+        proc.popen.send_signal(signal.SIGKILL)
+        proc.popen.wait(10)
+        self.stop_process("kube-apiserver")
+
+    def restart_apiserver(self) -> None:
+        """Start kube-apiserver again as it was started (after :meth:`kill_apiserver`);
+        return once ``/readyz`` says ok."""
+        argv = getattr(self, "_apiserver_argv", None)
+        if argv is None:
+            raise ControlPlaneError("kill_apiserver() first")
+        self.start_process("kube-apiserver", argv)
+        self._wait_ready()
+
     def stop(self) -> None:
         """Stop every process (reverse start order) and remove the scratch dir."""
         with contextlib.suppress(Exception):
