@@ -41,7 +41,7 @@ from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.model import BackendInfo, DevicePolicy, DevicePolicyChain, NodePolicy
 
 from . import documents, hamiconfig
-from .documents import shown
+from .documents import shown, shown_key, shown_message
 from .quantity import INT32_MAX
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class HamiConfig:
         the file writes it, after the file's path: what a backend's
         ``hami_check_config`` raises, shown as ``load_config`` shows its own errors."""
         message = hamiconfig.as_written(message, self.spelled)
-        return f"{self.source}: {message}" if self.source else message
+        return shown_message(f"{self.source}: {message}" if self.source else message)
 
     def vendor(self, backend: str) -> VendorConfig:
         """The section of ``backend`` as the file states it (common defaults when the file
@@ -198,20 +198,22 @@ def load_config(path: str | Path | None, *, backends: Mapping[str, BackendInfo])
     try:
         hami_document = hamiconfig.is_hami_device_config(data)
     except ConfigError as exc:  # a ConfigMap whose embedded document is malformed
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(shown_message(f"{path}: {exc}")) from None
     if hami_document:
         # HAMi's scheduler device-config.yaml as it is (PROTOCOL.md §1b)
         spelled = hamiconfig.spellings(data, backends)
         try:
             data, notes = hamiconfig.translate(data, backends)
         except ConfigError as exc:  # names the key as the file writes it already
-            raise ConfigError(f"{path}: {exc}") from exc
+            raise ConfigError(shown_message(f"{path}: {exc}")) from exc
         for note in notes:
-            log.warning("%s: HAMi device-config %s", path, note)
+            log.warning("%s", shown_message(f"{path}: HAMi device-config {note}"))
     try:
         config = parse_config(data, backends=backends)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {hamiconfig.as_written(str(exc), spelled)}") from exc
+        raise ConfigError(
+            shown_message(f"{path}: {hamiconfig.as_written(str(exc), spelled)}")
+        ) from exc
     return attrs.evolve(config, source=str(path), spelled=spelled)
 
 
@@ -252,7 +254,7 @@ def parse_config(data: object, *, backends: Mapping[str, BackendInfo]) -> HamiCo
         raise ConfigError("defaultSchedulerPolicy: must be a mapping")
     for key in policies:
         if key not in ("nodeSchedulerPolicy", "gpuSchedulerPolicy"):
-            raise ConfigError(f"defaultSchedulerPolicy.{key}: unknown key")
+            raise ConfigError(f"defaultSchedulerPolicy.{shown_key(key)}: unknown key")
     node_policy = _enum(policies, "nodeSchedulerPolicy", NodePolicy, NodePolicy.BINPACK)
     device_chain = None
     if "gpuSchedulerPolicy" in policies:
@@ -309,7 +311,7 @@ def _vendor(name: str, section: object, info: BackendInfo) -> VendorConfig:
             _check_named_option(key, options[key], f"{name}.{key}")
         else:
             allowed = ", ".join([*_VENDOR_KEYS, *sorted(info.option_defaults)])
-            raise ConfigError(f"{name}.{key}: unknown key (allowed: {allowed})")
+            raise ConfigError(f"{name}.{shown_key(key)}: unknown key (allowed: {allowed})")
     cfg = VendorConfig(**fields, options=options)
     checks = (
         ("deviceSplitCount", 1 <= cfg.split_count <= MAX_SPLIT_COUNT, f"1..{MAX_SPLIT_COUNT}"),
@@ -322,7 +324,7 @@ def _vendor(name: str, section: object, info: BackendInfo) -> VendorConfig:
     for key, ok, allowed in checks:
         if not ok:
             raise ConfigError(
-                f"{name}.{key}: value {section.get(key)!r} is out of range ({allowed})"
+                f"{name}.{key}: value {shown(section.get(key))} is out of range ({allowed})"
             )
     return cfg
 
@@ -429,9 +431,9 @@ def read_config_document(path: str | Path) -> Any:
         ConfigError: the file cannot be read or parsed; the message names the file.
     """
     try:
-        return documents.load_yaml(documents.read_text(path))
+        return documents.load_yaml(documents.read_text(path), budget=documents.CONFIG_NODE_BUDGET)
     except InvalidInputError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(shown_message(f"{path}: {exc}")) from None
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:

@@ -38,8 +38,16 @@ SNAPSHOT_LIMIT_BYTES = 512 * 1024 * 1024
 #: Nodes (mappings, sequences and scalars, each alias counted where it is used) one
 #: document may expand to; a 50 000-pod snapshot is ~10 million.
 NODE_BUDGET = 50_000_000
+#: Nodes a configuration file may expand to (hami's, HAMi's device-config, the per-node
+#: file): the largest HAMi chart's is a few hundred, a per-node file of 5000 nodes ~100 000.
+#: Small, so that no error message or warning built from a value can be costly.
+CONFIG_NODE_BUDGET = 1_000_000
 #: Nesting a document may have; a Kubernetes object nests ~20 deep.
 MAX_DEPTH = 200
+#: Characters of a key or name from a document shown in a message at most.
+KEY_SHOWN = 80
+#: Characters of a whole error message about a configuration file at most.
+MESSAGE_SHOWN = 500
 
 
 def read_text(path: str | Path, *, limit_bytes: int = CONFIG_LIMIT_BYTES) -> str:
@@ -86,13 +94,14 @@ def decode(raw: bytes) -> str:
         raise InvalidInputError(f"not UTF-8 text: byte 0x{bad} at offset {exc.start}") from None
 
 
-def load_yaml_all(text: str, loader: Any = None) -> list[Any]:
+def load_yaml_all(text: str, loader: Any = None, *, budget: int = NODE_BUDGET) -> list[Any]:
     """Every document of ``text`` (YAML, so JSON too); when ``text`` has anchors, each
     checked by ``check_size`` (libyaml bounds nesting at 1000 itself).
 
     Args:
         loader: a safe loader class (default: libyaml's ``CSafeLoader`` where PyYAML has
             it, else ``SafeLoader``); never a loader that builds Python objects.
+        budget: nodes one document may expand to (``check_size``).
     Raises:
         InvalidInputError: malformed YAML (with line and column), an integer too long to
             convert, nesting or expansion beyond the bounds.
@@ -114,17 +123,17 @@ def load_yaml_all(text: str, loader: Any = None) -> list[Any]:
         raise InvalidInputError(f"invalid YAML: {_value_problem(exc)}") from None
     if "&" in text:  # an anchor: aliases may expand (no anchor, no alias)
         for doc in docs:
-            check_size(doc)
+            check_size(doc, budget=budget)
     return docs
 
 
-def load_yaml(text: str, loader: Any = None) -> Any:
+def load_yaml(text: str, loader: Any = None, *, budget: int = NODE_BUDGET) -> Any:
     """The one document of ``text`` (None when empty); see ``load_yaml_all``.
 
     Raises:
         InvalidInputError: as ``load_yaml_all``, or more than one document.
     """
-    docs = load_yaml_all(text, loader)
+    docs = load_yaml_all(text, loader, budget=budget)
     if len(docs) > 1:
         raise InvalidInputError(f"expected one YAML document, found {len(docs)}")
     return docs[0] if docs else None
@@ -221,6 +230,20 @@ def shown(value: object) -> str:
         return text if len(text) <= 160 else text[:157] + "..."
     except ValueError:  # an int beyond CPython's 4300-digit conversion limit
         return f"<an integer of {value.bit_length() if isinstance(value, int) else '?'} bits>"
+
+
+def shown_key(key: object) -> str:
+    """A key or name from a document (a mapping key, a node name) for a message:
+    ``str(key)`` cut at ``KEY_SHOWN`` characters and made ``printable``; unquoted, as
+    the path ``nvidia.deviceSplitCount`` names it."""
+    return shown_text(key if isinstance(key, str) else shown(key), KEY_SHOWN)
+
+
+def shown_message(text: str) -> str:
+    """A whole message about a document (an error with the path of its file in front)
+    cut at ``MESSAGE_SHOWN`` characters and made ``printable`` on one line: whatever
+    part of it came from the document, it is bounded and cannot act on a terminal."""
+    return shown_text(text, MESSAGE_SHOWN)
 
 
 def shown_text(text: str, limit: int = 200) -> str:

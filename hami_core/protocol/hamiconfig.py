@@ -34,6 +34,8 @@ from typing import Any, Final
 from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.model import BackendInfo
 
+from .documents import shown, shown_key
+
 #: HAMi section -> our backend name.
 SECTIONS: Final[dict[str, str]] = {
     "nvidia": "nvidia",
@@ -227,7 +229,7 @@ def unwrap_configmap(data: object) -> object:
             from . import documents
 
             try:
-                return documents.load_yaml(inner)
+                return documents.load_yaml(inner, budget=documents.CONFIG_NODE_BUDGET)
             except InvalidInputError as exc:
                 raise ConfigError(f"data.device-config.yaml: {exc}") from None
     return data
@@ -262,7 +264,8 @@ def translate(
         backend = SECTIONS.get(str(key))
         if backend is None:
             raise ConfigError(
-                f"{key}: not a HAMi device-config section (HAMi's: {', '.join(SECTIONS)})"
+                f"{shown_key(key)}: not a HAMi device-config section "
+                f"(HAMi's: {', '.join(SECTIONS)})"
             )
         info = backends.get(backend)
         if info is None:
@@ -305,7 +308,7 @@ def spellings(data: Mapping[str, Any], backends: Mapping[str, BackendInfo]) -> d
         if key == "vnpus" and isinstance(section, (Mapping, list)):
             configs, where = _vnpu_configs(section)
             for pos, entry in enumerate(configs if isinstance(configs, list) else []):
-                if isinstance(entry, Mapping) and "commonWord" in entry:
+                if isinstance(entry, Mapping) and isinstance(entry.get("commonWord"), str):
                     out[f"{backend}.vnpus.{entry['commonWord']}"] = f"{where}[{pos}]"
                     if "runtimeClassName" in entry:
                         out[f"{backend}.runtimeClassName"] = f"{where}[{pos}].runtimeClassName"
@@ -335,7 +338,7 @@ def _mapping(value: object, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        raise ConfigError(f"{where}: expected a mapping, got {shown(value)}")
     return value
 
 
@@ -366,16 +369,16 @@ def _section(key: str, section: object, info: BackendInfo, warnings: list[str]) 
             out[name] = v
         elif (key, k) == CORE_LIMIT_SWITCH and CORE_POLICY in info.option_defaults:
             if not isinstance(v, bool):
-                raise ConfigError(f"{key}.{k}: expected true or false, got {v!r}")
+                raise ConfigError(f"{key}.{shown_key(k)}: expected true or false, got {shown(v)}")
             core_off = v
         elif k not in hami:
-            raise _unknown(f"{key}.{k}", hami, ours)
+            raise _unknown(f"{key}.{shown_key(k)}", hami, ours)
         elif str(k).startswith("resource") and isinstance(v, str) and v in own:
             continue  # HAMi names the resource we already use: consistent
         elif FIXED_NAMES.get(key, {}).get(str(k)) == v:
             continue
         else:
-            warnings.append(f"{key}.{k}: not implemented by hami-{info.name}; ignored")
+            warnings.append(f"{key}.{shown_key(k)}: not implemented by hami-{info.name}; ignored")
     if core_off:  # HAMi sets GPU_CORE_UTILIZATION_POLICY=disable whatever gpuCorePolicy says
         out[CORE_POLICY] = "disable"
     return out
@@ -391,7 +394,7 @@ def _iluvatars(
     if section is None:
         return {}
     if not isinstance(section, Sequence) or isinstance(section, str):
-        raise ConfigError(f"iluvatars: expected a list, got {section!r}")
+        raise ConfigError(f"iluvatars: expected a list, got {shown(section)}")
 
     def at(pos: int) -> str:
         return name if name == "iluvatar" else f"iluvatars[{pos}]"
@@ -403,14 +406,16 @@ def _iluvatars(
         entry = _mapping(entry, at(pos))
         for k, v in entry.items():
             if k not in HAMI_KEYS["iluvatars"]:
-                raise _unknown(f"{at(pos)}.{k}", HAMI_KEYS["iluvatars"])
+                raise _unknown(f"{at(pos)}.{shown_key(k)}", HAMI_KEYS["iluvatars"])
             consistent = (str(k).startswith("resource") and v in own) or (
                 k in ("chipName", "commonWord") and v in known
             )
             if not consistent and k not in seen:
                 seen.add(str(k))
                 where = name if name == "iluvatar" else "iluvatars[]"
-                warnings.append(f"{where}.{k}: not implemented by hami-{info.name}; ignored")
+                warnings.append(
+                    f"{where}.{shown_key(k)}: not implemented by hami-{info.name}; ignored"
+                )
     return {}
 
 
@@ -429,16 +434,16 @@ def _vnpus(section: object, info: BackendInfo, warnings: list[str]) -> dict[str,
             # (HAMi ``pkg/device/ascend/device.go`` ``Fit``, ``ModeNotFit``)
             out[k] = section[k]
         elif k not in HAMI_KEYS["vnpus"]:
-            raise _unknown(f"vnpus.{k}", HAMI_KEYS["vnpus"])
+            raise _unknown(f"vnpus.{shown_key(k)}", HAMI_KEYS["vnpus"])
         elif k != "configs":
-            warnings.append(f"vnpus.{k}: not implemented by hami-{info.name}; ignored")
+            warnings.append(f"vnpus.{shown_key(k)}: not implemented by hami-{info.name}; ignored")
     if configs is not None and (not isinstance(configs, Sequence) or isinstance(configs, str)):
-        raise ConfigError(f"{where}: expected a list, got {configs!r}")
+        raise ConfigError(f"{where}: expected a list, got {shown(configs)}")
     entries = [_mapping(e, f"{where}[{pos}]") for pos, e in enumerate(configs or [])]
     for pos, entry in enumerate(entries):
         for k in entry:
             if k not in HAMI_VNPU_ENTRY_KEYS:
-                raise _unknown(f"{where}[{pos}].{k}", HAMI_VNPU_ENTRY_KEYS)
+                raise _unknown(f"{where}[{pos}].{shown_key(k)}", HAMI_VNPU_ENTRY_KEYS)
     defaults = info.option_defaults.get("vnpus")
     if not isinstance(defaults, Mapping):
         if section.get("configs"):
@@ -455,9 +460,12 @@ def _vnpus(section: object, info: BackendInfo, warnings: list[str]) -> dict[str,
             )
 
     for entry in entries:
-        word = str(entry.get("commonWord", ""))
+        raw_word = entry.get("commonWord", "")
+        word = raw_word if isinstance(raw_word, str) else ""
         if word not in vnpus:
-            warnings.append(f"{where}: chip {word!r} is not known to hami-{info.name}; ignored")
+            warnings.append(
+                f"{where}: chip {shown(raw_word)} is not known to hami-{info.name}; ignored"
+            )
             continue
         if word == SUPER_POD_CHIP:
             # HAMi pairs 910C chips into whole modules only with ``superPod: true``
@@ -474,7 +482,7 @@ def _vnpus(section: object, info: BackendInfo, warnings: list[str]) -> dict[str,
                 if v:
                     out["runtimeClassName"] = v
             elif k != "commonWord":
-                once(str(k))
+                once(shown_key(k))
     out["vnpus"] = vnpus
     return out
 

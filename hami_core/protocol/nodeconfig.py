@@ -39,7 +39,7 @@ import attrs
 from hami_core.errors import ConfigError
 from hami_core.model import PARENT_UUID, PART_INDEX, DeviceInfo
 from hami_core.protocol.config import MAX_SPLIT_COUNT, VendorConfig, read_config_document
-from hami_core.protocol.documents import shown
+from hami_core.protocol.documents import shown, shown_key, shown_message
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ def load_node_overrides(path: str | Path | None, *, node: str) -> NodeOverrides:
     try:
         return parse_node_overrides(data, node=node)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(shown_message(f"{path}: {exc}")) from None
 
 
 def parse_node_overrides(data: object, *, node: str) -> NodeOverrides:
@@ -223,11 +223,11 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
     name = entry.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name: must be a node name")
-    where = f"nodeconfig[{name}]"
+    where = f"nodeconfig[{shown_key(name)}]"
     for key in entry:
         if key not in _NODE_KEYS:
             raise ConfigError(
-                f"{where}.{key}: unknown key (allowed: {', '.join(sorted(_NODE_KEYS))})"
+                f"{where}.{shown_key(key)}: unknown key (allowed: {', '.join(sorted(_NODE_KEYS))})"
             )
     mode = entry.get("operatingmode")
     if mode not in (*OPERATING_MODES, "", None):
@@ -243,13 +243,13 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
     split = _number(entry, "devicesplitcount", int, where)
     if split is not None and not 1 <= split <= MAX_SPLIT_COUNT:
         raise ConfigError(
-            f"{where}.devicesplitcount: must be between 1 and {MAX_SPLIT_COUNT}, got {split}"
+            f"{where}.devicesplitcount: must be between 1 and {MAX_SPLIT_COUNT}, got {shown(split)}"
         )
     memory = _number(entry, "devicememoryscaling", float, where)
     core = _number(entry, "devicecorescaling", float, where)
     for key, value in (("devicememoryscaling", memory), ("devicecorescaling", core)):
         if value is not None and value <= 0:
-            raise ConfigError(f"{where}.{key}: must be > 0, got {value}")
+            raise ConfigError(f"{where}.{key}: must be > 0, got {shown(value)}")
     filters = entry.get("filterdevices") or {}
     if not isinstance(filters, Mapping) or set(filters) - {"uuid", "index"}:
         raise ConfigError(f"{where}.filterdevices: must be a mapping of 'uuid' and 'index' lists")
@@ -267,7 +267,7 @@ def _entry(entry: object, pos: int) -> tuple[str, NodeOverrides]:
         )
     pre = _number(entry, "preconfigureddevicememory", int, where)
     if pre is not None and pre < 0:
-        raise ConfigError(f"{where}.preconfigureddevicememory: must be >= 0, got {pre}")
+        raise ConfigError(f"{where}.preconfigureddevicememory: must be >= 0, got {shown(pre)}")
     flags = {}
     for key in ("enablenumatopology", "enablegetpreferredallocation"):
         value = entry.get(key)
