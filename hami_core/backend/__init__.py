@@ -22,7 +22,9 @@ Everything a backend needs from the core is here, so a backend's imports say
   devices), ``IndexedDevices`` (a runtime told devices by node index), ``run_tool`` /
   ``ToolRunner`` / ``ConfiguredTool`` (a management tool with a timeout, behind a
   protocol tests fake; its command and timeout named by section options), ``scaled`` /
-  ``inventory_device`` (the one scaling, rounded down), ``set_resources`` (the admission
+  ``inventory_device`` (the one scaling, rounded down), ``registered_devices`` /
+  ``decode_inventory`` (a node's register annotation read as the core reads it, for a
+  ``hami_node_devices`` that adds a vendor's facts), ``set_resources`` (the admission
   patch of a container's resources), ``live_pod_uids`` (the pods a node-local record
   may still be held for, in ``hami_release``), ``hami_annotation_keys`` (a vendor's four
   annotation keys from HAMi's naming pattern), ``package_version`` (a backend's
@@ -69,10 +71,13 @@ from .fit import (
 )
 from .hostfs import remove_tree
 from .inventory import (
+    MAX_NODE_ANNOTATION_BYTES,
     WHOLE_CORES_PCT,
     capacity_quantities,
+    decode_inventory,
     inventory_device,
     numbered_devices,
+    registered_devices,
     scaled,
 )
 from .names import (
@@ -108,6 +113,7 @@ __all__ = [
     "DEFAULT_TOOL_TIMEOUT_S",
     "GENERIC",
     "INT32_MAX",
+    "MAX_NODE_ANNOTATION_BYTES",
     "UNKNOWN_VERSION",
     "WHOLE_CORES_PCT",
     "AnnotationKeys",
@@ -132,6 +138,7 @@ __all__ = [
     "configured_tool_output",
     "first_annotation",
     "countshared",
+    "decode_inventory",
     "decode_mig_allocations",
     "denies_invalid_input",
     "discovered",
@@ -155,6 +162,7 @@ __all__ = [
     "pointer_token",
     "rank_groups",
     "read_quantity",
+    "registered_devices",
     "read_stated",
     "resource_names",
     "resource_value",

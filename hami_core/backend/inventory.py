@@ -1,6 +1,8 @@
-"""What discovery states in the inventory: scaled capacity (PROTOCOL.md §2); and the
-devices HAMi reads from a node's ``status.capacity`` for vendors whose own device plugin
-publishes no inventory annotation."""
+"""What discovery states in the inventory: scaled capacity (PROTOCOL.md §2); the devices
+a node's register annotation states, read as the core reads them (for a backend's
+``hami_node_devices`` that adds facts of its own); and the devices HAMi reads from a
+node's ``status.capacity`` for vendors whose own device plugin publishes no inventory
+annotation."""
 
 from __future__ import annotations
 
@@ -14,7 +16,21 @@ import attrs
 from hami_core.errors import AnnotationError, QuantityError
 from hami_core.model import DeviceInfo
 from hami_core.protocol.config import VendorConfig
+from hami_core.protocol.inventory import MAX_NODE_ANNOTATION_BYTES, decode_inventory
 from hami_core.protocol.quantity import parse_quantity_int
+
+from .requests import annotations_of
+
+__all__ = [
+    "MAX_NODE_ANNOTATION_BYTES",
+    "WHOLE_CORES_PCT",
+    "capacity_quantities",
+    "decode_inventory",
+    "inventory_device",
+    "numbered_devices",
+    "registered_devices",
+    "scaled",
+]
 
 #: The compute of one whole device before scaling, percent.
 WHOLE_CORES_PCT = 100
@@ -119,3 +135,21 @@ def numbered_devices(
     first = DeviceInfo(uuid=f"{prefix}-0", vendor=vendor, model=vendor, custom=custom)
     first = attrs.evolve(first, split_count=split_count, memory_mib=memory_mib, cores_pct=cores_pct)
     return [attrs.evolve(first, index=i, uuid=f"{prefix}-{i}") for i in range(count)]
+
+
+def registered_devices(
+    node: Mapping[str, Any], register_annotation: str, *, vendor: str
+) -> tuple[DeviceInfo, ...] | None:
+    """The devices of ``vendor`` that ``node``'s ``register_annotation`` states
+    (``hami.io/node-<x>-register``, PROTOCOL.md §2, JSON or legacy form), decoded as the
+    core decodes them; None without the annotation, or with one that is not a string or
+    is over ``MAX_NODE_ANNOTATION_BYTES`` (the core then reads it and reports why).
+
+    Raises:
+        AnnotationError: a malformed inventory (the decoder's message names the node).
+    """
+    value = annotations_of(node).get(register_annotation)
+    if not isinstance(value, str) or len(value) > MAX_NODE_ANNOTATION_BYTES:
+        return None
+    name = str((node.get("metadata") or {}).get("name", ""))
+    return decode_inventory(value, node=name, vendor=vendor)

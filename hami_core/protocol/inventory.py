@@ -23,6 +23,10 @@ from typing import Any
 from hami_core.errors import AnnotationError
 from hami_core.model import DEVICE_MODES, DeviceInfo, MigPlacement, MigProfile
 
+#: Largest node annotation value decoded (bytes). A node of 16 GPUs registers about 4 KiB;
+#: Kubernetes caps all annotations of an object together at 256 KiB
+#: (``apimachinery/pkg/api/validation.TotalAnnotationSizeLimitB``).
+MAX_NODE_ANNOTATION_BYTES = 64 * 1024
 #: A vendor's own mode token: what a device list or a label value can carry.
 _MODE_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _JSON_FIELDS = ("id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "health")

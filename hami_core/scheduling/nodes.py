@@ -10,7 +10,7 @@ from hami_core.errors import AnnotationError, QuantityError
 from hami_core.model import DeviceInfo, DeviceTypeInfo, NodeInfo
 from hami_core.protocol.annotations import DEVICE_CORDON
 from hami_core.protocol.handshake import decode_handshake
-from hami_core.protocol.inventory import decode_inventory
+from hami_core.protocol.inventory import MAX_NODE_ANNOTATION_BYTES, decode_inventory
 from hami_core.protocol.quantity import parse_quantity_int
 from hami_core.protocol.topology import decode_link_scores
 
@@ -18,10 +18,6 @@ from hami_core.protocol.topology import decode_link_scores
 #: (``BackendManager.node_devices``, the ``hami_node_devices`` hook).
 NodeDevicesReader = Callable[[str, Mapping[str, Any]], "list[DeviceInfo] | None"]
 
-#: Largest node annotation value decoded (bytes). A node of 16 GPUs registers about 4 KiB;
-#: Kubernetes caps all annotations of an object together at 256 KiB
-#: (``apimachinery/pkg/api/validation.TotalAnnotationSizeLimitB``).
-MAX_NODE_ANNOTATION_BYTES = 64 * 1024
 #: Largest link-score annotation decoded: the API server's cap on all of an object's
 #: annotations, 256 KiB. Every pair of GPUs is listed both ways, about 47 bytes each with
 #: NVIDIA's UUIDs: 64 KiB held 37 GPUs, and a larger node's devices were all unusable.

@@ -17,9 +17,7 @@ from typing import Any, Final
 
 import attrs
 
-from hami_core.backend import DeviceInfo, annotations_of
-from hami_core.protocol.inventory import decode_inventory
-from hami_core.scheduling.nodes import MAX_NODE_ANNOTATION_BYTES
+from hami_core.backend import DeviceInfo, annotations_of, registered_devices
 
 from .models import AscendSettings
 
@@ -46,12 +44,11 @@ def node_devices(
     Raises:
         AnnotationError: a malformed inventory (the core's decoder's message).
     """
-    value = annotations_of(node).get(register_annotation)
-    if not isinstance(value, str) or len(value) > MAX_NODE_ANNOTATION_BYTES:
+    devices = registered_devices(node, register_annotation, vendor=vendor)
+    if devices is None:
         return None
-    name = str((node.get("metadata") or {}).get("name", ""))
     flag = (HAMI_CORE_NODE, "true" if runs_hami_core(node, cfg) else "false")
     return [
         attrs.evolve(d, custom=(*(kv for kv in d.custom if kv[0] != HAMI_CORE_NODE), flag))
-        for d in decode_inventory(value, node=name, vendor=vendor)
+        for d in devices
     ]

@@ -15,8 +15,7 @@ from typing import Any
 
 import attrs
 
-from hami_core.backend import DeviceInfo, annotations_of
-from hami_core.protocol.inventory import decode_inventory
+from hami_core.backend import DeviceInfo, annotations_of, decode_inventory
 
 from . import VENDOR
 from .names import AIC, DEVICE_TYPE, STRATEGY
