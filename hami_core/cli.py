@@ -340,7 +340,7 @@ def simulate(workloads: tuple[str, ...], **opts: Any) -> None:
         click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
         for warning in data.get("warnings") or ():
-            click.echo(f"warning: {warning}", err=True)
+            click.echo(printable(f"warning: {warning}"), err=True)
         click.echo(text, nl=False)
 
 

@@ -130,6 +130,7 @@ from hami_core.model import (
 )
 from hami_core.model.migusage import held_cores_pct, usable_free_memory_mib
 from hami_core.protocol.annotations import GPU_SCHEDULER_POLICY, NODE_SCHEDULER_POLICY
+from hami_core.protocol.documents import printable
 from hami_core.scheduling.fitting import NodeFit
 from hami_core.scheduling.scheduler import FilterResult
 from hami_core.scheduling.scoring import extender_score
@@ -749,7 +750,8 @@ def bar(used: int, total: int, width: int = BAR_WIDTH) -> str:
 def render_text(report: Mapping[str, Any], *, warnings: bool = True) -> str:
     """The report as text: placements, denied and unschedulable pods with their
     explanation, a bar per GPU, the summary line; ``warnings=False`` leaves the
-    warnings out (``hami simulate`` prints them on stderr)."""
+    warnings out (``hami simulate`` prints them on stderr). Control and bidirectional
+    characters of names a manifest or snapshot carries are escaped (``printable``)."""
     lines: list[str] = []
     c, pol, summary = report["cluster"], report["policies"], report["summary"]
     existing = f", {_plural(c['existingPods'], 'existing pod')}" if c["existingPods"] else ""
@@ -839,7 +841,7 @@ def render_text(report: Mapping[str, Any], *, warnings: bool = True) -> str:
         counts.append(f"{_plural(summary['withoutDevices'], 'pod')} without GPUs")
     tail = f" ({', '.join(counts)})" if counts else ""
     lines += ["", f"Summary: {summary['line']}{tail}"]
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines) + "\n", keep_newlines=True)
 
 
 def _key(pod: Mapping[str, Any]) -> str:
@@ -921,7 +923,7 @@ def render_explanation(data: Mapping[str, Any]) -> str:
     if data["status"] == ERROR:
         lines.append(f"  error: {data['message']}")
     if not adm["allowed"]:
-        return "\n".join(lines) + "\n"
+        return printable("\n".join(lines) + "\n", keep_newlines=True)
     lines.append(f"  request: {describe_request(data['request'])}")
     pol = data["policies"]
     if pol is not None:
@@ -980,7 +982,7 @@ def render_explanation(data: Mapping[str, Any]) -> str:
                 f"    {d['container']}: #{d['index']} {d['uuid']} {d['model']}, "
                 f"{d['memoryMiB']} MiB, {_cores_asked(d)}"
             )
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines) + "\n", keep_newlines=True)
 
 
 __all__ = [

@@ -422,3 +422,12 @@ def test_names_that_would_rewrite_the_terminal_are_escaped_in_the_refusal():
     assert entry["status"] == "denied"
     assert "\u202e" not in entry["message"] and "\x1b" not in entry["message"]
     assert "\\u202e" in entry["message"]
+
+
+def test_the_text_report_escapes_what_would_rewrite_the_terminal():
+    """A pod name (refused, so listed as written) carrying an escape sequence and a bidi
+    override prints escaped in the text report."""
+    evil = gpu_pod("evil\x1b[2J\u202e", gpu=1)
+    text = render_text(build_report(run(CLUSTER, [evil], mgr=MGR)))
+    assert "\x1b" not in text and "\u202e" not in text
+    assert "default/evil\\x1b[2J\\u202e: " in text
