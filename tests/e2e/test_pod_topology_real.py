@@ -11,7 +11,9 @@ from kubernetes import client
 
 from hami_core.simulate.podtopology import (
     AFFINITY_NOT_MATCH,
+    AFFINITY_RULES,
     ANTI_AFFINITY_RULES,
+    EXISTING_ANTI_AFFINITY,
     SPREAD_NOT_MATCH,
 )
 from tests.builders import container, gpu, pipeline, pod
@@ -127,3 +129,41 @@ def test_topology_spread_refuses_as_kube_scheduler_does(control_plane, core):
 
 def control_plane_label(cp, name, labels):
     client.CoreV1Api(cp.api_client()).patch_node(name, {"metadata": {"labels": labels}})
+
+
+def test_existing_anti_affinity_and_required_affinity_refuse_as_kube_scheduler(control_plane, core):
+    """An existing pod's anti-affinity keeps a matching pod (with no terms of its own)
+    off its zone; a pod whose required affinity matches no pod (nor itself) is refused."""
+    app = unique("guard")
+    a1, a2 = unique("a1"), unique("a2")
+    gpus = {n: [gpu(f"GPU-{n}")] for n in (a1, a2)}
+    for n in (a1, a2):
+        add_gpu_node(control_plane, n, gpus[n])
+        control_plane_label(control_plane, n, {ZONE: "z1"})
+    sim = pipeline(*(labelled_node(n, gpus[n], {ZONE: "z1"}) for n in (a1, a2)))
+    guard = pod(f"{app}-guard", container(gpu=1, gpumem=1000))
+    guard["spec"]["nodeSelector"] = {HOST: a1}
+    guard["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"team": app}}, "topologyKey": ZONE}
+            ]
+        }
+    }
+    noisy = pod(f"{app}-noisy", container(gpu=1, gpumem=1000))
+    noisy["metadata"]["labels"] = {"team": app}
+    lonely = pod(f"{app}-lonely", container(gpu=1, gpumem=1000))
+    lonely["spec"]["affinity"] = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"db": app}}, "topologyKey": HOST}
+            ]
+        }
+    }
+    got = place(control_plane, core, sim, [guard, noisy, lonely])
+    assert got[guard["metadata"]["name"]][1] == a1
+    for p, reason in ((noisy, EXISTING_ANTI_AFFINITY), (lonely, AFFINITY_RULES)):
+        simulated, real, messages = got[p["metadata"]["name"]]
+        assert simulated.node is None and real is None, (p["metadata"]["name"], messages)
+        assert any(f"2 {reason}" in m for m in messages), messages
+        assert set(simulated.filter.failed.values()) == {f"{AFFINITY_NOT_MATCH}, {reason}"}
