@@ -1,7 +1,7 @@
 """Running a vendor's management tool (``npu-smi``, ``hy-smi``, ``cnmon``, ``xpu-smi``).
 
 Discovery talks to the hardware through a ``ToolRunner`` so that tests hand it a fake
-that prints a recorded output (STYLE.md 5: hardware behind a small protocol).
+that prints a recorded output (hardware behind a small protocol).
 """
 
 from __future__ import annotations

@@ -335,7 +335,7 @@ class SchedulerOptions:
         None,
         show_default="off",
         help="Accepted as HAMi's chart passes it (legacy metric names beside the new ones); "
-        "our metrics keep HAMi's names already (docs/metrics.md), so it changes nothing.",
+        "our metrics keep HAMi's names already (docs/monitoring.md), so it changes nothing.",
     )
 
     def resolved(self) -> SchedulerOptions:
@@ -565,7 +565,7 @@ class MonitorOptions:
         None,
         show_default="off",
         help="Accepted as HAMi's chart passes it to its vGPUmonitor (legacy metric names "
-        "beside the new ones); our metrics keep HAMi's names already (docs/metrics.md), so "
+        "beside the new ones); our metrics keep HAMi's names already (docs/monitoring.md), so "
         "it changes nothing.",
     )
     threads: int = 4
