@@ -20,24 +20,38 @@ DOC = ROOT / "docs" / "architecture.md"
 CORE = ROOT / "hami_core"
 
 
+def importlinter() -> dict[str, object]:
+    """The ``[tool.importlinter]`` table of pyproject.toml."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return dict(data["tool"]["importlinter"])
+
+
 def contracts() -> list[dict[str, object]]:
     """The import-linter contracts of pyproject.toml."""
-    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    found = data["tool"]["importlinter"]["contracts"]
-    assert found, "pyproject.toml declares no import-linter contract"
+    found = importlinter()["contracts"]
+    assert isinstance(found, list) and found, "pyproject.toml declares no import-linter contract"
     return list(found)
 
 
+def root_packages() -> set[str]:
+    """Our packages in the import graph: ``hami_core`` and the backends it holds."""
+    roots = importlinter().get("root_packages") or [importlinter().get("root_package")]
+    assert isinstance(roots, list)
+    return {str(r) for r in roots}
+
+
 def contract_modules() -> set[str]:
-    """Every module of ours a contract names: sources, forbidden ones, layers (a layer
-    ``a | b`` names both), whatever the contract's type calls the field."""
+    """Every module of ours (under a root package) a contract names: sources, forbidden
+    ones, layers (a layer ``a | b`` names both), whatever the contract's type calls the
+    field."""
     names: set[str] = set()
+    ours = root_packages()
 
     def walk(value: object) -> None:
         if isinstance(value, str):
             for part in value.split("|"):
                 part = part.strip().removeprefix("(").removesuffix(")").strip()
-                if part == "hami_core" or part.startswith("hami_core."):
+                if part.split(".")[0] in ours:
                     names.add(part)
         elif isinstance(value, list):
             for item in value:
