@@ -17,7 +17,7 @@ from hami_core.errors import ConfigError, HamiError
 from hami_core.extras import MissingExtraError, extra_of_module, require_extra
 from hami_core.options import SimulateOptions, TopOptions
 from hami_core.plugin import BackendManager
-from hami_core.protocol.documents import printable
+from hami_core.protocol.documents import printable, shown_text
 from hami_core.servers.options import (
     DevicePluginOptions,
     MonitorOptions,
@@ -27,6 +27,8 @@ from hami_core.servers.options import (
 from hami_core.settings import SettingsCommand, click_options
 
 COMMANDS_GROUP = "hami.commands"
+#: Characters of one warning of ``hami simulate`` shown at most.
+WARNING_SHOWN = 500
 
 
 class ConfigFailure(click.ClickException):
@@ -339,8 +341,10 @@ def simulate(workloads: tuple[str, ...], **opts: Any) -> None:
     elif o.output == "yaml":
         click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
+        # names come from the snapshot and the workloads: nothing they hold may act on
+        # the terminal (JSON and YAML escape it themselves)
         for warning in data.get("warnings") or ():
-            click.echo(printable(f"warning: {warning}"), err=True)
+            click.echo(f"warning: {shown_text(str(warning), WARNING_SHOWN)}", err=True)
         click.echo(text, nl=False)
 
 
@@ -363,7 +367,7 @@ def main() -> None:
         click.echo("aborted", err=True)
         sys.exit(130)
     except HamiError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {printable(str(exc), keep_newlines=True)}", err=True)
         sys.exit(2)
     except ModuleNotFoundError as exc:
         # A command (of the core or of a backend) reached a module of an extra that is

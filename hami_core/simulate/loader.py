@@ -276,7 +276,9 @@ def _objects(
         if isinstance(kind, str) and (kind == "List" or kind.endswith("List")):
             items = doc.get("items") or []
             if not isinstance(items, list):
-                warnings.append(f"{where}: {kind}.items must be a list; skipped")
+                warnings.append(
+                    f"{where}: {documents.shown_key(kind)}.items must be a list; skipped"
+                )
                 continue
             for i, item in enumerate(items):
                 if not isinstance(item, dict):
@@ -292,7 +294,7 @@ def _objects(
 
 
 def _kind(value: Any) -> str:
-    return "a list" if isinstance(value, list) else f"{type(value).__name__} {value!r:.40}"
+    return "a list" if isinstance(value, list) else f"{type(value).__name__} {_shown(value)}"
 
 
 def _str_map(value: Any, where: str, what: str) -> dict[str, str]:
@@ -303,7 +305,8 @@ def _str_map(value: Any, where: str, what: str) -> dict[str, str]:
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise InvalidInputError(
-                f"{where}: {what} values must be strings (quote them): {k}: {_shown(v)}"
+                f"{where}: {what} values must be strings (quote them): "
+                f"{documents.shown_key(k)}: {_shown(v)}"
             )
     return dict(value)
 
@@ -323,7 +326,8 @@ def _name_of(obj: Mapping[str, Any], where: str) -> str:
     meta = _metadata(obj, where)
     name = meta.get("name")
     if not isinstance(name, str) or not name:
-        raise InvalidInputError(f"{where}: {obj.get('kind', 'object')} without metadata.name")
+        kind = documents.shown_key(obj.get("kind", "object"))
+        raise InvalidInputError(f"{where}: {kind} without metadata.name")
     return name
 
 
