@@ -187,6 +187,33 @@ class DeviceTypeInfo:
 
 
 @attrs.frozen(kw_only=True)
+class DevicePluginFlags:
+    """HAMi's device-plugin flags as ``hami device-plugin`` was given them (HAMi's chart
+    passes them to every vendor's plugin); None: not given. A backend that reads them
+    names them in ``BackendInfo.device_plugin_flags`` and applies them in
+    ``hami_device_plugin_flags``.
+
+    Attributes:
+        mig_strategy: ``--mig-strategy`` (``none``, ``single``, ``mixed``).
+        disable_core_limit: ``--disable-core-limit`` (True: switch the compute limit off).
+    """
+
+    mig_strategy: str | None = None
+    disable_core_limit: bool | None = None
+
+    def given(self) -> tuple[str, ...]:
+        """The flags given with a value that would change something (``--mig-strategy``
+        other than ``none``, ``--disable-core-limit=true``): what a backend that does not
+        read them ignores with a warning."""
+        out = []
+        if self.mig_strategy not in (None, "none"):
+            out.append("--mig-strategy")
+        if self.disable_core_limit is True:
+            out.append("--disable-core-limit")
+        return tuple(out)
+
+
+@attrs.frozen(kw_only=True)
 class BackendInfo:
     """The answer of ``hami_backend_info``.
 
@@ -215,6 +242,10 @@ class BackendInfo:
             the alternative (never both on one node: both would register the same
             resources with kubelet). The chart deploys hami's device plugin by this
             (``charts/hami/backends.yaml``) and prints it for the user to install.
+        device_plugin_flags: the flags of ``DevicePluginFlags`` this backend reads
+            (``"--mig-strategy"``, ``"--disable-core-limit"``), applied by its
+            ``hami_device_plugin_flags``; the device plugin logs any other given as
+            ignored. Empty (the default): it reads none.
     """
 
     name: str
@@ -223,6 +254,7 @@ class BackendInfo:
     option_defaults: Mapping[str, Any] = attrs.field(factory=dict)
     fit_by_node_class: bool = False
     vendor_device_plugin: str = ""
+    device_plugin_flags: tuple[str, ...] = ()
 
     @property
     def vendors(self) -> tuple[str, ...]:

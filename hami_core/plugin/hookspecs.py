@@ -30,6 +30,7 @@ from hami_core.model import (
     ContainerDevices,
     ContainerUsage,
     DeviceInfo,
+    DevicePluginFlags,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
@@ -73,6 +74,22 @@ def hami_check_config(config: VendorConfig) -> object | None:
         ``config.settings``. None when the section needs no more than the core's checks.
     Raises: ``ConfigError`` naming the key as ``<backend>.<key>`` (e.g.
         ``ascend.vnpuMode``).
+    """
+
+
+@_hookspec
+def hami_device_plugin_flags(flags: DevicePluginFlags, config: VendorConfig) -> VendorConfig | None:
+    """Apply HAMi's device-plugin flags this backend reads to its configuration section.
+
+    Called by: the device plugin at start, for its own backend only, when the backend
+    names flags in ``BackendInfo.device_plugin_flags``; before the configuration is
+    checked (``hami_check_config`` then checks what this returns; a node's entry of
+    ``--node-config`` still overrides it later).
+    Args:
+        flags: what was given (None: a flag not given).
+        config: the section as the configuration file states it (``VendorConfig()``
+            without one); ``settings`` not yet set.
+    Returns: the section to serve (``attrs.evolve`` of ``config``), or None to keep it.
     """
 
 

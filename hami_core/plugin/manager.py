@@ -25,6 +25,7 @@ from hami_core.model import (
     ContainerDevices,
     ContainerUsage,
     DeviceInfo,
+    DevicePluginFlags,
     DevicePolicy,
     DeviceRequest,
     DeviceTypeInfo,
@@ -440,6 +441,33 @@ class BackendManager:
         if value is not None and not 0 <= value <= 100:
             raise BackendError(name, f"hami_score returned {value}, outside 0..100")
         return None if value is None else float(value)
+
+    def with_device_plugin_flags(
+        self, backend: str, flags: DevicePluginFlags, config: HamiConfig
+    ) -> HamiConfig:
+        """``config`` with ``backend``'s section under HAMi's device-plugin ``flags``, as
+        its ``hami_device_plugin_flags`` applies them; each flag given (``flags.given``)
+        that the backend does not read (``BackendInfo.device_plugin_flags``) is logged as
+        ignored. An unknown ``backend``: ``config`` unchanged (the caller names it).
+
+        Raises:
+            BackendError: the hook answered something other than a ``VendorConfig``.
+        """
+        info = self.infos.get(backend)
+        if info is None:
+            return config
+        for flag in flags.given():
+            if flag not in info.device_plugin_flags:
+                log.warning("%s: ignored, backend %s has no such setting", flag, backend)
+        if not info.device_plugin_flags:
+            return config
+        stated = config.vendors.get(backend) or VendorConfig()
+        section = self._call_one(
+            backend, "hami_device_plugin_flags", VendorConfig, flags=flags, config=stated
+        )
+        if section is None:
+            return config
+        return attrs.evolve(config, vendors={**config.vendors, backend: section})
 
     def prepare_node(self, backend: str) -> list[str]:
         """Let one backend install its node-side files; returns the paths it names."""

@@ -11,8 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from hami_core.cluster.base import ClusterStore
 from hami_core.deviceplugin.agent import NodeAgent
 from hami_core.deviceplugin.allocator import Allocator
@@ -21,8 +19,9 @@ from hami_core.deviceplugin.loop import HealthLoop
 from hami_core.deviceplugin.nodestate import FileNodeState
 from hami_core.deviceplugin.state import DeviceState
 from hami_core.errors import ConfigError, HamiError
+from hami_core.model import DevicePluginFlags
 from hami_core.plugin import BackendManager
-from hami_core.protocol.config import HamiConfig, VendorConfig, load_config
+from hami_core.protocol.config import HamiConfig, load_config
 from hami_core.protocol.nodeconfig import NodeOverrides, load_node_overrides
 
 from .deviceplugin import DevicePluginServicer, PluginServer
@@ -181,46 +180,18 @@ def check_serves_nodes(opts: DevicePluginOptions, manager: BackendManager) -> No
         )
 
 
-#: The backend whose devices have MIG and whose shim limits compute (``corePolicy``).
-NVIDIA = "nvidia"
-
-
-def with_plugin_flags(config: HamiConfig, opts: DevicePluginOptions) -> HamiConfig:
-    """``config`` with the section of ``opts.backend`` under HAMi's device-plugin flags:
-    ``--mig-strategy`` as its ``migstrategy`` (a node's entry of ``--node-config`` still
-    overrides it, as ``NodeOverrides.apply`` runs later), ``--disable-core-limit=true`` as
-    ``corePolicy: disable`` (HAMi: ``GPU_CORE_UTILIZATION_POLICY=disable`` in the
-    Allocate answer, ``pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go``).
-    For another backend, which has neither, a value that would change something is
-    logged as ignored. ``--disable-core-limit=false`` (the chart's default) keeps the
-    configuration's ``corePolicy``."""
-    mig = opts.mig_strategy
-    core_off = opts.disable_core_limit is True
-    if opts.backend != NVIDIA:
-        for flag, given in (
-            ("--mig-strategy", mig not in (None, "none")),
-            ("--disable-core-limit", core_off),
-        ):
-            if given:
-                log.warning(
-                    "%s: ignored, backend %s has no such setting (NVIDIA's only)",
-                    flag,
-                    opts.backend,
-                )
-        return config
-    if mig is None and not core_off:
-        return config
-    section = config.vendors.get(NVIDIA) or VendorConfig()
-    changes: dict[str, Any] = {}
-    if mig is not None:
-        changes["mig_strategy"] = mig
-    if core_off:
-        stated = section.options.get("corePolicy")
-        if stated not in (None, "disable", "none"):
-            log.warning("--disable-core-limit=true overrides nvidia.corePolicy %s", stated)
-        changes["options"] = {**section.options, "corePolicy": "disable"}
-    vendors = {**config.vendors, NVIDIA: attrs.evolve(section, **changes)}
-    return attrs.evolve(config, vendors=vendors)
+def with_plugin_flags(
+    config: HamiConfig, opts: DevicePluginOptions, manager: BackendManager
+) -> HamiConfig:
+    """``config`` with the section of ``opts.backend`` under HAMi's device-plugin flags
+    (``--mig-strategy``, ``--disable-core-limit``), as that backend declares and applies
+    them (``BackendInfo.device_plugin_flags``, ``hami_device_plugin_flags``; NVIDIA's:
+    ``hami_nvidia.plugin_flags``); a flag given to a backend that does not read it is
+    logged as ignored (``BackendManager.with_device_plugin_flags``)."""
+    flags = DevicePluginFlags(
+        mig_strategy=opts.mig_strategy, disable_core_limit=opts.disable_core_limit
+    )
+    return manager.with_device_plugin_flags(opts.backend, flags, config)
 
 
 def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None = None) -> None:
@@ -238,7 +209,7 @@ def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None
     set_request_timeout(opts.api_timeout_s)
     manager = BackendManager.from_entry_points()
     config = load_config(opts.config, backends=manager.infos)
-    manager = manager.with_config(with_plugin_flags(config, opts))
+    manager = manager.with_config(with_plugin_flags(config, opts, manager))
     # every file and flag checked before the API server is contacted or a port bound
     backend_vendor(opts, manager)
     check_serves_nodes(opts, manager)

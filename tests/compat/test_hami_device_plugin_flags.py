@@ -15,18 +15,22 @@ rejected every one of them as "no such option".
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 
+import attrs
 import pytest
 
 from hami_core.cli import main
 from hami_core.cluster import kube
 from hami_core.errors import ConfigError, HamiError
-from hami_core.plugin import BackendManager
-from hami_core.protocol.config import load_config
+from hami_core.model import DevicePluginFlags
+from hami_core.plugin import BackendManager, hookimpl
+from hami_core.protocol.config import HamiConfig, load_config
 from hami_core.protocol.nodeconfig import load_node_overrides
 from hami_core.servers import deviceplugin_main, options
+from tests.toy_backend import ToyBackend
 
 HAMI_CONFIG = "nvidia:\n  deviceSplitCount: 4\n  gpuCorePolicy: force\n"
 
@@ -219,3 +223,58 @@ def test_hami_monitor_takes_the_vgpu_monitor_argument_of_the_same_daemonset(monk
         main()
     err = capsys.readouterr().err
     assert "reached the API server" in err, err
+
+
+class FlagReader:
+    """A backend other than NVIDIA that reads ``--mig-strategy`` (a vendor's own, to show
+    the core holds no vendor's flags: the backend declares and applies them)."""
+
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+
+    @hookimpl
+    def hami_backend_info(self):
+        return attrs.evolve(ToyBackend.info("reader"), device_plugin_flags=("--mig-strategy",))
+
+    @hookimpl
+    def hami_device_plugin_flags(self, flags, config):
+        self.seen.append(flags)
+        return attrs.evolve(config, mig_strategy=flags.mig_strategy)
+
+
+def test_a_backend_declares_and_applies_the_flags_it_reads(caplog):
+    caplog.set_level(logging.WARNING)
+    reader = FlagReader()
+    manager = BackendManager.from_plugins({"reader": reader})
+    flags = DevicePluginFlags(mig_strategy="single", disable_core_limit=True)
+    config = manager.with_device_plugin_flags("reader", flags, HamiConfig())
+    assert config.vendors["reader"].mig_strategy == "single"
+    assert reader.seen == [flags]
+    # the flag it does not declare is ignored, with a warning naming it
+    assert "--disable-core-limit: ignored, backend reader has no such setting" in caplog.text
+    assert "--mig-strategy: ignored" not in caplog.text
+    # a backend that declares none keeps its section, every flag given ignored
+    toy = BackendManager.from_plugins({"toy": ToyBackend()})
+    assert toy.with_device_plugin_flags("toy", flags, HamiConfig()) == HamiConfig()
+    assert "--mig-strategy: ignored, backend toy has no such setting" in caplog.text
+
+
+def test_the_core_names_no_vendor_for_the_flags():
+    """The device plugin's start holds no vendor's name: what a flag means is its
+    backend's (``hami_nvidia.plugin_flags`` for NVIDIA's two)."""
+    source = inspect.getsource(deviceplugin_main)
+    assert '"nvidia"' not in source and "NVIDIA =" not in source
+    info = BackendManager.from_entry_points().infos["nvidia"]
+    assert set(info.device_plugin_flags) == {"--mig-strategy", "--disable-core-limit"}
+
+
+def test_a_backend_answering_the_flags_with_garbage_is_named():
+    class Garbage(FlagReader):
+        @hookimpl
+        def hami_device_plugin_flags(self, flags, config):
+            return {"migstrategy": "single"}
+
+    manager = BackendManager.from_plugins({"reader": Garbage()})
+    flags = DevicePluginFlags(mig_strategy="single")
+    with pytest.raises(HamiError, match="reader.*hami_device_plugin_flags returned dict"):
+        manager.with_device_plugin_flags("reader", flags, HamiConfig())

@@ -150,6 +150,7 @@ HOOK_TESTS = {
     "mthreads.hami_bind_annotations": "tests/backends/mthreads/test_mthreads.py::test_pipeline_all_containers_of_a_pod_on_one_gpu",
     "mthreads.hami_node_devices": "tests/backends/mthreads/test_mthreads.py::test_pipeline_all_containers_of_a_pod_on_one_gpu",
     "nvidia.hami_check_config": "tests/unit/test_config_start.py::test_a_backends_own_check_stops_the_start_naming_the_key[nvidia]",
+    "nvidia.hami_device_plugin_flags": "tests/compat/test_hami_device_plugin_flags.py::test_the_chart_switches_change_what_the_plugin_serves",
     "nvidia.hami_discover": "tests/deviceplugin/test_agent.py::test_a_health_change_is_published_with_a_new_handshake",
     "nvidia.hami_link_scores": "tests/deviceplugin/test_agent.py::test_link_scores_are_published_when_enabled",
     "nvidia.hami_parse_usage": "tests/monitor/test_node_monitor.py::test_hostile_and_corrupt_files_are_skipped_counted_and_logged_once",

@@ -10,6 +10,7 @@ from hami_core.backend import (
     ContainerDevices,
     ContainerUsage,
     DeviceInfo,
+    DevicePluginFlags,
     DevicePolicy,
     DeviceRequest,
     DeviceUsage,
@@ -19,7 +20,18 @@ from hami_core.backend import (
     hookimpl,
 )
 
-from . import admission, allocate, fit, monitor, mps, node, priority_board, requests, shim
+from . import (
+    admission,
+    allocate,
+    fit,
+    monitor,
+    mps,
+    node,
+    plugin_flags,
+    priority_board,
+    requests,
+    shim,
+)
 from .names import DEVICE_TYPE
 
 
@@ -35,7 +47,13 @@ def hami_backend_info() -> BackendInfo:
             **node.OPTION_DEFAULTS,
         },
         fit_by_node_class=True,  # fit and score read UUIDs only through the usage given
+        device_plugin_flags=plugin_flags.FLAGS,
     )
+
+
+@hookimpl
+def hami_device_plugin_flags(flags: DevicePluginFlags, config: VendorConfig) -> VendorConfig | None:
+    return plugin_flags.apply_flags(flags, config)
 
 
 @hookimpl
