@@ -21,9 +21,20 @@ from typing import Any, Protocol
 
 import attrs
 
-from hami_core.backend import HamiError
-
+from .nvml_errors import NvmlError, NvmlMissingError, nvml_call, reason_of
 from .nvml_mig import NvmlMigInstance, NvmlMigProfile, PynvmlMig
+
+__all__ = [
+    "Nvml",
+    "NvmlError",
+    "NvmlGpu",
+    "NvmlMissingError",
+    "NvmlUsage",
+    "PynvmlLibrary",
+    "XidEvent",
+    "normalise_bus_id",
+    "running_processes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,24 +73,6 @@ class NvmlUsage:
     utilization_pct: float
     memory_utilization_pct: float
     processes: tuple[tuple[int, int], ...] | None = None
-
-
-class NvmlError(HamiError):
-    """An NVML call failed.
-
-    Attributes:
-        call: the NVML function, e.g. ``nvmlDeviceGetMemoryInfo``.
-        code: the ``nvmlReturn_t`` value (0 when unknown).
-    """
-
-    def __init__(self, call: str, code: int, reason: str) -> None:
-        super().__init__(f"{call} failed: {reason} (NVML error {code})")
-        self.call = call
-        self.code = code
-
-
-class NvmlMissingError(NvmlError):
-    """``libnvidia-ml.so.1`` cannot be loaded: no NVIDIA driver on this node."""
 
 
 @attrs.frozen(kw_only=True)
@@ -198,11 +191,11 @@ class PynvmlLibrary(PynvmlMig):
             except pynvml.NVMLError as exc:
                 code = int(getattr(exc, "value", 0) or 0)
                 if code == NVML_ERROR_LIBRARY_NOT_FOUND:
-                    raise NvmlMissingError("nvmlInit", code, _reason(exc)) from None
+                    raise NvmlMissingError("nvmlInit", code, reason_of(exc)) from None
                 raise NvmlError(
                     "nvmlInit",
                     code,
-                    f"{_reason(exc)}: NVML does not initialise; is the NVIDIA driver loaded "
+                    f"{reason_of(exc)}: NVML does not initialise; is the NVIDIA driver loaded "
                     "and libnvidia-ml.so.1 the one of that driver?",
                 ) from None
             self._started = True
@@ -212,27 +205,31 @@ class PynvmlLibrary(PynvmlMig):
             self.start()
             import pynvml
 
-            count = _call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
+            count = nvml_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
             return [self._gpu(pynvml, index) for index in range(count)]
 
     def _gpu(self, pynvml: Any, index: int) -> NvmlGpu:
         try:
-            handle = _call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
-            uuid = str(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
+            handle = nvml_call(
+                "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index
+            )
+            uuid = str(nvml_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
         except NvmlError as exc:
             return NvmlGpu(index=index, uuid="", error=str(exc))
         try:
             try:
-                memory = _call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
+                memory = nvml_call(
+                    "nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle
+                )
                 memory_mib: int | None = int(memory.total) // (1 << 20) or None
             except NvmlError as exc:
                 if exc.code != NVML_ERROR_NOT_SUPPORTED:
                     raise
                 memory_mib = None  # unified memory
-            pci = _call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, handle)
+            pci = nvml_call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, handle)
             bus_id = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
             try:
-                current, _pending = _call(
+                current, _pending = nvml_call(
                     "nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, handle
                 )
                 mig = int(current) == 1
@@ -240,7 +237,7 @@ class PynvmlLibrary(PynvmlMig):
                 if exc.code not in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
                     raise
                 mig = False
-            name = str(_call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle))
+            name = str(nvml_call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle))
         except NvmlError as exc:
             return NvmlGpu(index=index, uuid=uuid, error=str(exc))
         return NvmlGpu(
@@ -267,15 +264,15 @@ class PynvmlLibrary(PynvmlMig):
             import pynvml
 
             out = []
-            for index in range(_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)):
+            for index in range(nvml_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)):
                 try:
-                    handle = _call(
+                    handle = nvml_call(
                         "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index
                     )
-                    uuid = str(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
-                    name = str(_call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle))
+                    uuid = str(nvml_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
+                    name = str(nvml_call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle))
                     try:
-                        mem = _call(
+                        mem = nvml_call(
                             "nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle
                         )
                         used, total = int(mem.used), int(mem.total)
@@ -284,7 +281,7 @@ class PynvmlLibrary(PynvmlMig):
                             raise
                         used = total = 0  # unified memory: no device memory figures
                     try:
-                        rates = _call(
+                        rates = nvml_call(
                             "nvmlDeviceGetUtilizationRates",
                             pynvml.nvmlDeviceGetUtilizationRates,
                             handle,
@@ -320,10 +317,10 @@ class PynvmlLibrary(PynvmlMig):
             self.start()
             import pynvml
 
-            handle = _call(
+            handle = nvml_call(
                 "nvmlDeviceGetHandleByUUID", pynvml.nvmlDeviceGetHandleByUUID, uuid.encode()
             )
-            _call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
+            nvml_call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
 
     def watch(self) -> list[str]:
         with self._lock:
@@ -331,16 +328,16 @@ class PynvmlLibrary(PynvmlMig):
             import pynvml
 
             if self._events is None:
-                self._events = _call("nvmlEventSetCreate", pynvml.nvmlEventSetCreate)
+                self._events = nvml_call("nvmlEventSetCreate", pynvml.nvmlEventSetCreate)
             unsupported = []
             wanted = EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC | EVENT_SINGLE_BIT_ECC
-            for index in range(_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)):
-                handle = _call(
+            for index in range(nvml_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)):
+                handle = nvml_call(
                     "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index
                 )
-                uuid = str(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
+                uuid = str(nvml_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
                 try:
-                    supported = _call(
+                    supported = nvml_call(
                         "nvmlDeviceGetSupportedEventTypes",
                         pynvml.nvmlDeviceGetSupportedEventTypes,
                         handle,
@@ -349,7 +346,7 @@ class PynvmlLibrary(PynvmlMig):
                     if not mask & EVENT_XID_CRITICAL:
                         unsupported.append(uuid)
                     if mask:
-                        _call(
+                        nvml_call(
                             "nvmlDeviceRegisterEvents",
                             pynvml.nvmlDeviceRegisterEvents,
                             handle,
@@ -376,7 +373,7 @@ class PynvmlLibrary(PynvmlMig):
             code = int(getattr(exc, "value", 0) or 0)
             if code == NVML_ERROR_TIMEOUT:
                 return None
-            raise NvmlError("nvmlEventSetWait", code, _reason(exc)) from None
+            raise NvmlError("nvmlEventSetWait", code, reason_of(exc)) from None
         uuid: str | None
         try:
             uuid = str(pynvml.nvmlDeviceGetUUID(data.device)) if data.device else None
@@ -389,10 +386,10 @@ class PynvmlLibrary(PynvmlMig):
             self.start()
             import pynvml
 
-            a = _call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index_a)
-            b = _call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index_b)
+            a = nvml_call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index_a)
+            b = nvml_call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index_b)
             return int(
-                _call(
+                nvml_call(
                     "nvmlDeviceGetTopologyCommonAncestor",
                     pynvml.nvmlDeviceGetTopologyCommonAncestor,
                     a,
@@ -405,16 +402,18 @@ class PynvmlLibrary(PynvmlMig):
             self.start()
             import pynvml
 
-            handle = _call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
+            handle = nvml_call(
+                "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index
+            )
             peers: dict[str, int] = {}
             for link in range(NVLINK_MAX_LINKS):
                 try:
-                    active = _call(
+                    active = nvml_call(
                         "nvmlDeviceGetNvLinkState", pynvml.nvmlDeviceGetNvLinkState, handle, link
                     )
                     if not active:
                         continue
-                    pci = _call(
+                    pci = nvml_call(
                         "nvmlDeviceGetNvLinkRemotePciInfo",
                         pynvml.nvmlDeviceGetNvLinkRemotePciInfo,
                         handle,
@@ -456,7 +455,7 @@ def running_processes(pynvml: Any, handle: Any) -> tuple[tuple[int, int], ...] |
         used: dict[int, int] = {}
         try:
             for name, fn in zip(names, fns, strict=True):
-                for p in _call(name, fn, handle):
+                for p in nvml_call(name, fn, handle):
                     if p.usedGpuMemory is None:  # not available (pynvml maps it to None)
                         continue
                     pid = int(p.pid)
@@ -469,19 +468,3 @@ def running_processes(pynvml: Any, handle: Any) -> tuple[tuple[int, int], ...] |
             raise
         return tuple(sorted(used.items()))
     return None
-
-
-def _reason(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:
-        return type(exc).__name__
-
-
-def _call(name: str, fn: Any, *args: Any) -> Any:
-    import pynvml
-
-    try:
-        return fn(*args)
-    except pynvml.NVMLError as exc:
-        raise NvmlError(name, int(getattr(exc, "value", 0) or 0), _reason(exc)) from None

@@ -21,6 +21,8 @@ from typing import Any
 
 import attrs
 
+from .nvml_errors import NvmlError, nvml_call
+
 #: NVML_GPU_INSTANCE_PROFILE_COUNT of nvml.h 12.x (profile ids are 0 .. count-1).
 GPU_INSTANCE_PROFILE_COUNT = 0x12
 #: A compute instance covering a whole GPU instance of n compute slices
@@ -40,12 +42,10 @@ def _listed(item_type: Any, name: str, fn: Any, parent: Any, profile_id: int) ->
     Raises:
         NvmlError: any other NVML failure.
     """
-    from .nvml import NvmlError, _call
-
     arr = (item_type * MAX_INSTANCES)()
     count = ctypes.c_uint(MAX_INSTANCES)
     try:
-        _call(name, fn, parent, profile_id, arr, ctypes.byref(count))
+        nvml_call(name, fn, parent, profile_id, arr, ctypes.byref(count))
     except NvmlError as exc:
         if exc.code in _ABSENT:
             return []
@@ -108,14 +108,10 @@ class PynvmlMig:
     start: Callable[[], None]
 
     def _handle(self, pynvml: Any, index: int) -> Any:
-        from .nvml import _call
-
-        return _call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
+        return nvml_call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
 
     def mig_profiles(self, index: int) -> list[NvmlMigProfile]:
         """The GPU instance profiles GPU ``index`` offers, with their placements."""
-        from .nvml import NvmlError, _call
-
         with self._lock:
             self.start()
             import pynvml
@@ -124,7 +120,7 @@ class PynvmlMig:
             out = []
             for pid in range(GPU_INSTANCE_PROFILE_COUNT):
                 try:
-                    info = _call(
+                    info = nvml_call(
                         "nvmlDeviceGetGpuInstanceProfileInfoV",
                         pynvml.nvmlDeviceGetGpuInstanceProfileInfo,
                         handle,
@@ -136,7 +132,7 @@ class PynvmlMig:
                     raise
                 arr = (pynvml.c_nvmlGpuInstancePlacement_t * MAX_PLACEMENTS)()
                 count = ctypes.c_uint(MAX_PLACEMENTS)
-                _call(
+                nvml_call(
                     "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
                     pynvml.nvmlDeviceGetGpuInstancePossiblePlacements,
                     handle,
@@ -162,8 +158,6 @@ class PynvmlMig:
 
     def mig_instances(self, index: int) -> list[NvmlMigInstance]:
         """Every GPU instance of GPU ``index``, its compute instance and MIG UUID."""
-        from .nvml import _call
-
         with self._lock:
             self.start()
             import pynvml
@@ -179,7 +173,7 @@ class PynvmlMig:
                     handle,
                     pid,
                 ):
-                    info = _call("nvmlGpuInstanceGetInfo", pynvml.nvmlGpuInstanceGetInfo, gi)
+                    info = nvml_call("nvmlGpuInstanceGetInfo", pynvml.nvmlGpuInstanceGetInfo, gi)
                     ci = self._compute_instance(pynvml, gi)
                     gid = int(info.id)
                     out.append(
@@ -212,24 +206,20 @@ class PynvmlMig:
         ]
 
     def _compute_instance(self, pynvml: Any, gi: Any) -> int | None:
-        from .nvml import _call
-
         for ci in self._compute_instances(pynvml, gi):
-            info = _call("nvmlComputeInstanceGetInfo", pynvml.nvmlComputeInstanceGetInfo, ci)
+            info = nvml_call("nvmlComputeInstanceGetInfo", pynvml.nvmlComputeInstanceGetInfo, ci)
             return int(info.id)
         return None
 
     def _mig_uuids(self, pynvml: Any, handle: Any) -> dict[tuple[int, int], tuple[str, int]]:
         """``(GPU instance id, compute instance id)`` -> the MIG device's UUID and index."""
-        from .nvml import NvmlError, _call
-
         out: dict[tuple[int, int], tuple[str, int]] = {}
-        total = _call(
+        total = nvml_call(
             "nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle
         )
         for i in range(int(total)):
             try:
-                mig = _call(
+                mig = nvml_call(
                     "nvmlDeviceGetMigDeviceHandleByIndex",
                     pynvml.nvmlDeviceGetMigDeviceHandleByIndex,
                     handle,
@@ -239,9 +229,11 @@ class PynvmlMig:
                 if exc.code in _ABSENT:
                     continue  # fewer MIG devices than the maximum
                 raise
-            gi = _call("nvmlDeviceGetGpuInstanceId", pynvml.nvmlDeviceGetGpuInstanceId, mig)
-            ci = _call("nvmlDeviceGetComputeInstanceId", pynvml.nvmlDeviceGetComputeInstanceId, mig)
-            uuid = str(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, mig))
+            gi = nvml_call("nvmlDeviceGetGpuInstanceId", pynvml.nvmlDeviceGetGpuInstanceId, mig)
+            ci = nvml_call(
+                "nvmlDeviceGetComputeInstanceId", pynvml.nvmlDeviceGetComputeInstanceId, mig
+            )
+            uuid = str(nvml_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, mig))
             out[(int(gi), int(ci))] = (uuid, i)
         return out
 
@@ -255,14 +247,12 @@ class PynvmlMig:
         Raises:
             NvmlError: NVML refused (the placement is taken: INSUFFICIENT_RESOURCES).
         """
-        from .nvml import NvmlError, _call
-
         with self._lock:
             self.start()
             import pynvml
 
             handle = self._handle(pynvml, index)
-            info = _call(
+            info = nvml_call(
                 "nvmlDeviceGetGpuInstanceProfileInfoV",
                 pynvml.nvmlDeviceGetGpuInstanceProfileInfo,
                 handle,
@@ -270,7 +260,7 @@ class PynvmlMig:
             )
             placement = pynvml.c_nvmlGpuInstancePlacement_t()
             placement.start, placement.size = start, size
-            gi = _call(
+            gi = nvml_call(
                 "nvmlDeviceCreateGpuInstanceWithPlacement",
                 pynvml.nvmlDeviceCreateGpuInstanceWithPlacement,
                 handle,
@@ -285,23 +275,23 @@ class PynvmlMig:
                         3,
                         f"no compute instance profile covers {info.sliceCount} slices",
                     )
-                ci_info = _call(
+                ci_info = nvml_call(
                     "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
                     pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo,
                     gi,
                     cpid,
                     COMPUTE_ENGINE_SHARED,
                 )
-                _call(
+                nvml_call(
                     "nvmlGpuInstanceCreateComputeInstance",
                     pynvml.nvmlGpuInstanceCreateComputeInstance,
                     gi,
                     ci_info.id,
                 )
             except NvmlError:
-                _call("nvmlGpuInstanceDestroy", pynvml.nvmlGpuInstanceDestroy, gi)
+                nvml_call("nvmlGpuInstanceDestroy", pynvml.nvmlGpuInstanceDestroy, gi)
                 raise
-            gid = int(_call("nvmlGpuInstanceGetInfo", pynvml.nvmlGpuInstanceGetInfo, gi).id)
+            gid = int(nvml_call("nvmlGpuInstanceGetInfo", pynvml.nvmlGpuInstanceGetInfo, gi).id)
         made = [m for m in self.mig_instances(index) if m.gpu_instance_id == gid]
         if not made or not made[0].mig_uuid:
             raise NvmlError("nvmlDeviceGetMigDeviceHandleByIndex", 6, "new MIG device not found")
@@ -310,15 +300,13 @@ class PynvmlMig:
     def destroy_mig_instance(self, index: int, gpu_instance_id: int) -> None:
         """Destroy the compute instances of GPU instance ``gpu_instance_id`` of GPU
         ``index``, then the GPU instance; one already gone is no error."""
-        from .nvml import NvmlError, _call
-
         with self._lock:
             self.start()
             import pynvml
 
             handle = self._handle(pynvml, index)
             try:
-                gi = _call(
+                gi = nvml_call(
                     "nvmlDeviceGetGpuInstanceById",
                     pynvml.nvmlDeviceGetGpuInstanceById,
                     handle,
@@ -329,5 +317,5 @@ class PynvmlMig:
                     return
                 raise
             for ci in self._compute_instances(pynvml, gi):
-                _call("nvmlComputeInstanceDestroy", pynvml.nvmlComputeInstanceDestroy, ci)
-            _call("nvmlGpuInstanceDestroy", pynvml.nvmlGpuInstanceDestroy, gi)
+                nvml_call("nvmlComputeInstanceDestroy", pynvml.nvmlComputeInstanceDestroy, ci)
+            nvml_call("nvmlGpuInstanceDestroy", pynvml.nvmlGpuInstanceDestroy, gi)
