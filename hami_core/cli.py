@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from importlib.metadata import entry_points
 from typing import Any
@@ -17,6 +16,7 @@ from hami_core.errors import ConfigError, HamiError
 from hami_core.extras import MissingExtraError, extra_of_module, require_extra
 from hami_core.options import SimulateOptions, TopOptions
 from hami_core.plugin import BackendManager
+from hami_core.plugin.manager import disabled_backends
 from hami_core.protocol.documents import printable, shown_text
 from hami_core.servers.options import (
     DevicePluginOptions,
@@ -68,7 +68,7 @@ class _Cli(click.Group):
             raise ConfigFailure(printable(str(exc), keep_newlines=True)) from None
 
     def _plugin_commands(self) -> dict[str, Any]:
-        disabled = {n.strip() for n in os.environ.get("HAMI_DISABLED_BACKENDS", "").split(",")}
+        disabled = disabled_backends()
         return {ep.name: ep for ep in entry_points(group=COMMANDS_GROUP) if ep.name not in disabled}
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -50,6 +50,16 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "hami.backends"
 DISABLE_ENV = "HAMI_DISABLED_BACKENDS"
 
+
+def disabled_backends(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The backend names ``HAMI_DISABLED_BACKENDS`` lists (comma-separated, spaces around
+    a name and empty entries ignored), read from ``environ`` (default ``os.environ``):
+    the one reading of the variable, for the managers and for ``hami``'s backend
+    commands."""
+    value = (os.environ if environ is None else environ).get(DISABLE_ENV, "")
+    return frozenset(n.strip() for n in value.split(",") if n.strip())
+
+
 T = TypeVar("T")
 
 
@@ -186,9 +196,7 @@ class BackendManager:
         Raises:
             BackendError: an entry point fails to import or breaks the contract.
         """
-        if disabled is None:
-            disabled = [n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",")]
-        blocked = {n for n in disabled if n}
+        blocked = disabled_backends() if disabled is None else {n for n in disabled if n}
         plugins: dict[str, object] = {}
         versions: dict[str, str] = {}
         found = sorted(entry_points(group=group), key=lambda e: e.name)

@@ -21,7 +21,7 @@ from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.cluster.lease import LeaderElector
 from hami_core.errors import ConfigError
 from hami_core.plugin import BackendManager
-from hami_core.plugin.manager import DISABLE_ENV
+from hami_core.plugin.manager import disabled_backends
 from hami_core.protocol.config import load_config, with_overrides
 from hami_core.scheduling.handshake import request_handshakes
 from hami_core.scheduling.policy import device_policy_option, node_policy_option
@@ -57,8 +57,9 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     opts = opts.resolved()
     check_exposure(opts)
     check_lease_timing(opts)
-    disabled = [n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",")]
-    manager = BackendManager.from_entry_points(disabled=[*disabled, *opts.disabled_backends()])
+    manager = BackendManager.from_entry_points(
+        disabled=[*disabled_backends(), *opts.disabled_backends()]
+    )
     config = load_config(opts.config, backends=manager.infos)
     manager = manager.with_config(
         with_overrides(
