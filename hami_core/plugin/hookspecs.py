@@ -186,8 +186,14 @@ def hami_parse_request(
 ) -> DeviceRequest | None:
     """Read one container's request for this backend's devices, defaults applied.
 
-    Called by: the webhook (validation, quota), the scheduler (filter, bind) and the
-    device plugin (matching Allocate to a pod), for every container of a pod.
+    Called by (``BackendManager.parse_requests``), for every container of a pod: the
+    webhook (whether a container asks for devices, validation, the new pod's quota
+    charge, and which vendors existing pods' allocations count for); the scheduler
+    (filter, bind; which vendors a pod's allocation counts for in usage,
+    quota and its metrics); the device plugin after it answers ``Allocate``, to learn
+    which vendors each container asks, so an entry no container asks for does not hold
+    the pod unallocated (``deviceplugin/done.py``; matching ``Allocate`` to a pod reads
+    the pod's annotations, not this hook); ``hami top`` and ``hami simulate``.
     Args:
         pod: the pod; container: one of its containers; init: True for an init container.
         config: this backend's configuration section.
