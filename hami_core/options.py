@@ -1,6 +1,9 @@
-"""The settings of ``hami top`` and ``hami simulate``, each stated once
-(``hami_core.settings``; the server processes' are in ``hami_core.servers.options``).
-Their positional arguments (NODES, WORKLOADS) stay with the commands."""
+"""The settings of the client commands, ``hami top`` and ``hami simulate``, each stated
+once, and ``all_commands``: every command with generated options (the server
+processes' classes are in ``hami_core.servers.options``, which also holds the setting
+builders both kinds share; the machinery is ``hami_core.settings``, whose docstring
+says where a new setting goes). Their positional arguments (NODES, WORKLOADS) stay with
+the commands."""
 
 from __future__ import annotations
 

@@ -20,6 +20,22 @@ command-line option; a plain attrs field is not (set only by code)::
 Bad values stop the command at start with the flag named (click's usage error, exit
 status 2), before anything is contacted.
 
+Where the settings are (this module is only the machinery; it knows no setting):
+
+- ``hami_core.servers.options``: the four server processes' classes (``hami scheduler``,
+  ``webhook``, ``device-plugin``, ``monitor``) and the setting builders several
+  commands share (``kubeconfig_setting``, ``config_file_setting``, ``policy_text``,
+  ``label_pairs``, ...). It lives beside the servers it configures yet imports nothing
+  of their extras (flask, grpc, prometheus_client), so every ``--help`` works without
+  them and the client commands may import it;
+- ``hami_core.options``: the client commands' classes (``hami top``, ``hami
+  simulate``), built from those shared builders, and ``all_commands`` (every command
+  and its class: ``docs/settings.md`` is generated from it by
+  ``scripts/gen-settings-doc.py``).
+
+A new setting is one ``setting(...)`` field in its command's class; a new command's
+class goes in the module of its kind and into ``all_commands``.
+
 A boolean setting is a ``--x/--no-x`` flag pair; ``SettingsCommand`` also takes Go's
 spelling ``--x=false`` / ``--x=true`` (HAMi's flags are Go ``flag`` / pflag booleans:
 ``--force-overwrite-default-scheduler=false``), so a HAMi command line carries over.

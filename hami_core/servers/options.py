@@ -1,8 +1,11 @@
 """The settings of the four server processes, each stated once: default, flag, help,
 unit, environment variable and why that default (``hami_core.settings``). ``hami
 scheduler|webhook|monitor|device-plugin`` generate their options from these classes,
-and the processes take an instance. Imports nothing of the server extras, so ``--help``
-works without them.
+and the processes take an instance. Also the setting builders every command shares
+(``kubeconfig_setting``, ``config_file_setting``, ``force_overwrite_setting``,
+``policy_text``, ``label_pairs``): the client commands' settings
+(``hami_core.options``) are built from them. Imports nothing of the server extras, so
+``--help`` works without them and the client commands may import it (a test holds it).
 """
 
 from __future__ import annotations

@@ -180,3 +180,19 @@ def test_gos_spelling_is_read_only_for_boolean_flags_and_before_double_dash():
         go_bool_args(command, ["--example=yes"])  # Go's ParseBool refuses it too
     result = CliRunner().invoke(cli, ["top", "--example=yes"])
     assert result.exit_code == 2 and "--example" in result.output
+
+
+def test_every_commands_settings_import_none_of_the_server_extras():
+    """The split of the settings (``hami_core.settings`` says it) rests on this: the
+    server processes' settings module, which the client commands' settings import its
+    shared builders from, loads without flask, grpc or prometheus_client."""
+    code = (
+        "import sys, hami_core.options, hami_core.servers.options\n"
+        "bad = sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'flask', 'grpc', 'prometheus_client', 'waitress', 'cheroot'})\n"
+        "assert not bad, bad\n"
+    )
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
