@@ -4,10 +4,13 @@ cluster form of ``hami simulate``), and a Prometheus for the monitors' figures."
 
 from __future__ import annotations
 
+import math
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.errors import HamiError, InvalidInputError
@@ -56,8 +59,13 @@ def usage_from_prometheus(url: str, *, timeout_s: float = 10.0) -> dict[str, Dev
     node monitors (``hami_host_gpu_memory_used_bytes``, ``hami_host_gpu_utilization_ratio``;
     HTTP API ``/api/v1/query``).
 
+    A sample that no GPU can have (``NaN``, ``±Inf``, which Prometheus writes for an
+    empty or overflowing expression, or a negative value) is left out: that device
+    then shows no figure, and ``-o json`` stays JSON.
+
     Raises:
-        HamiError: Prometheus cannot be reached or answers an error.
+        HamiError: Prometheus cannot be reached, answers an error, or does not answer
+            whole within ``timeout_s`` (seconds, for each query in all).
     """
     memory = _query(url, "max by (device_uuid) (hami_host_gpu_memory_used_bytes)", timeout_s)
     util = _query(url, "max by (device_uuid) (hami_host_gpu_utilization_ratio)", timeout_s)
@@ -86,8 +94,9 @@ def _query(url: str, expr: str, timeout_s: float) -> dict[str, float]:
     full = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
     where = f"Prometheus at {documents.shown_text(url, 120)}"
     try:
+        deadline = time.monotonic() + timeout_s
         with urllib.request.urlopen(full, timeout=timeout_s) as resp:
-            raw = documents.read_limited(resp, limit_bytes=ANSWER_LIMIT_BYTES)
+            raw = _read_by(resp, deadline, timeout_s)
     except urllib.error.HTTPError as exc:  # Prometheus answers errors as JSON with 4xx/5xx
         raw = _error_body(exc)
         if not raw:
@@ -110,14 +119,37 @@ def _query(url: str, expr: str, timeout_s: float) -> dict[str, float]:
         out = {}
         for r in body["data"]["result"]:
             uuid = r["metric"].get("device_uuid")
-            if uuid:
-                out[str(uuid)] = float(r["value"][1])
+            value = float(r["value"][1])
+            if uuid and math.isfinite(value) and value >= 0:
+                out[str(uuid)] = value
         return out
     except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
         raise HamiError(
             f"{where}: malformed answer to {expr!r} ({type(exc).__name__}: "
             f"{documents.shown_text(str(exc), 80)})"
         ) from None
+
+
+def _read_by(stream: IO[bytes], deadline: float, timeout_s: float) -> bytes:
+    """The whole answer, at most ``ANSWER_LIMIT_BYTES``, by ``deadline`` (monotonic):
+    urllib's timeout bounds each socket read only, so an answer trickled a byte at a
+    time would otherwise hold ``hami top`` for as long as the sender likes.
+
+    Raises:
+        InvalidInputError: longer than the bound, or not whole by the deadline.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if time.monotonic() > deadline:
+            raise InvalidInputError(f"not whole within {timeout_s:g}s; gave up")
+        chunk = stream.read1(65536)  # type: ignore[attr-defined]
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > ANSWER_LIMIT_BYTES:
+            raise InvalidInputError(f"larger than {ANSWER_LIMIT_BYTES} bytes; refused")
+        chunks.append(chunk)
 
 
 def _error_body(exc: urllib.error.HTTPError) -> bytes:
