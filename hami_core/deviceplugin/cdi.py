@@ -10,6 +10,11 @@ device nodes answer would have held. Kubelet >= 1.28 passes the names through
 ``ContainerAllocateResponse.cdi_devices``; older kubelets ignore that field, so the same
 names also go into the annotation ``cdi.k8s.io/hami-<backend>`` that containerd >= 1.7
 and CRI-O read. Spec files of pods no longer on the node are removed by ``sweep``.
+
+Not a replacement for a vendor's container toolkit: the spec holds only what the
+backend's answer holds. NVIDIA's answer has no device nodes and no driver libraries
+(``/dev/nvidia*``, ``libcuda.so`` come from NVIDIA's toolkit acting on
+``NVIDIA_VISIBLE_DEVICES``), and no container runtime consumes these specs in a test.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ exactly the ones ``hami scheduler`` writes.
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -645,6 +646,30 @@ def test_cdi_mode_answers_names_and_writes_the_spec(
     assert writer.sweep([uid]) == []
     assert writer.sweep([]) == [writer.spec_path(uid, "main")]
     assert not writer.spec_path(uid, "main").exists()
+
+
+def test_the_cdi_spec_holds_what_readme_says_and_no_device_node_or_driver(
+    cluster, nvidia, bound_pod: BindPod, tmp_path: Path
+):
+    """``--cdi`` is not an alternative to NVIDIA's container toolkit: the spec carries
+    hami's env and mounts only; ``/dev/nvidia*`` and the driver's libraries still come
+    from the toolkit acting on ``NVIDIA_VISIBLE_DEVICES``. README says exactly that."""
+    pod = bound_pod(cluster, nvidia, gpu_pod("p", ctr("main", gpu=1, gpumem=3000)), NODE)
+    uid = pod["metadata"]["uid"]
+    (uuid,) = assigned(cluster, "p")[0]
+    writer = CdiWriter(spec_dir=tmp_path / "cdi", backend="nvidia")
+    allocator(cluster, nvidia, cdi=writer).allocate([ids_on(uuid)])
+    edits = json.loads(writer.spec_path(uid, "main").read_text())["devices"][0]["containerEdits"]
+
+    assert set(edits) == {"env", "mounts"}  # no deviceNodes, no hooks
+    paths = {m["containerPath"] for m in edits["mounts"]}
+    assert not [p for p in paths if re.search(r"libcuda|libnvidia|nvidia-smi|^/dev/", p)]
+    assert "/usr/local/vgpu/libvgpu.so" in paths and "/etc/ld.so.preload" in paths
+
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    assert "or CDI: `hami device-plugin --cdi`" not in readme
+    assert "no device nodes and no driver libraries" in readme
+    assert "no container runtime consumes the spec in any test" in readme
 
 
 def test_the_limits_reach_the_container_as_a_read_only_file_env_cannot_override(
