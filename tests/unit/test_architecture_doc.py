@@ -162,9 +162,22 @@ def test_the_map_names_functions_that_exist():
     assert not missing, f"docs/architecture.md names functions the code lacks: {missing}"
 
 
-@pytest.mark.parametrize("package", core_packages())
+def _plates() -> list[str]:
+    """Every package's ``__init__.py``: the core's, the backends', the example's."""
+    inits = [str(Path(*p.split(".")) / "__init__.py") for p in core_packages()]
+    inits += sorted(
+        str(p.relative_to(ROOT))
+        for p in [
+            *ROOT.glob("backends/*/hami_*/**/__init__.py"),
+            *ROOT.glob("examples/*/*/__init__.py"),
+        ]
+    )
+    return inits
+
+
+@pytest.mark.parametrize("package", _plates())
 def test_every_package_says_what_it_holds(package):
-    init = ROOT / Path(*package.split(".")) / "__init__.py"
+    init = ROOT / package
     doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
     assert len(doc.split()) >= 8, f"{package}/__init__.py does not say what the package holds"
     assert not re.fullmatch(r"\s*See [\w./-]+\.?\s*", doc), f"{package}: a pointer, not a plate"
