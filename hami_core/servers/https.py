@@ -89,6 +89,9 @@ PRESSURE_READ_S = 0.5
 #: kube-apiserver's default ``--max-mutating-requests-inflight`` is 200, so it has no more
 #: pod creations in flight than fit here beside its share; each is an open file.
 MAX_WAITING_PER_CLIENT = 256
+#: Bytes of a request body read at most when the application states no limit (Flask's
+#: ``MAX_CONTENT_LENGTH``): the extender's largest, 5000 nodes' ``ExtenderArgs``.
+MAX_BODY_BYTES = 64 * 1024 * 1024
 #: The socket of the connection a worker thread serves (for the body reader below).
 _serving = threading.local()
 
@@ -302,10 +305,18 @@ def _naming_the_files(*paths: str) -> Iterator[None]:
         ) from exc
 
 
-def _read_body_first(app: Callable[..., Any]) -> Callable[..., Any]:
+def _read_body_first(app: Callable[..., Any], max_body_bytes: int) -> Callable[..., Any]:
     """WSGI middleware: read the whole body under the read deadline (the connection's
     socket is cut when it passes), then give the application the rest of the request
-    deadline. A body that does not arrive in time ends the connection before ``app`` runs."""
+    deadline. A body that does not arrive in time ends the connection before ``app`` runs.
+
+    At most ``max_body_bytes`` are read: a declared ``Content-Length`` above it is
+    answered 413 at once, unread, and a body without one (chunked) is read up to one byte
+    more and refused the same way. Reading first must not hold more than the
+    application would accept: a client declaring gigabytes and sending them as fast as
+    the network goes would otherwise have them held in memory for the whole read
+    deadline, per worker (issue 24 attack run).
+    """
 
     def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         stream = environ.get("wsgi.input")
@@ -314,7 +325,11 @@ def _read_body_first(app: Callable[..., Any]) -> Callable[..., Any]:
                 length = int(environ.get("CONTENT_LENGTH") or -1)
             except ValueError:
                 length = -1
-            body = stream.read(length) if length >= 0 else stream.read()
+            if length > max_body_bytes:
+                return _too_large(start_response, max_body_bytes)
+            body = stream.read(length) if length >= 0 else stream.read(max_body_bytes + 1)
+            if len(body) > max_body_bytes:
+                return _too_large(start_response, max_body_bytes)
             environ["wsgi.input"] = io.BytesIO(body)
             environ["CONTENT_LENGTH"] = str(len(body))
         sock = getattr(_serving, "sock", None)
@@ -325,6 +340,30 @@ def _read_body_first(app: Callable[..., Any]) -> Callable[..., Any]:
         return app(environ, start_response)
 
     return wrapped
+
+
+def _body_limit(app: Any, stated: int | None) -> int:
+    """``stated``, else the application's own limit (a Flask app's
+    ``MAX_CONTENT_LENGTH``), else ``MAX_BODY_BYTES``."""
+    if stated is not None:
+        return stated
+    config = getattr(app, "config", None)
+    own = config.get("MAX_CONTENT_LENGTH") if isinstance(config, dict) else None
+    return int(own) if isinstance(own, int) and own > 0 else MAX_BODY_BYTES
+
+
+def _too_large(start_response: Callable[..., Any], limit: int) -> list[bytes]:
+    """A 413 that closes the connection (the rest of the body is never read)."""
+    body = f"request body over {limit} bytes\n".encode()
+    start_response(
+        "413 Request Entity Too Large",
+        [
+            ("Content-Type", "text/plain; charset=utf-8"),
+            ("Content-Length", str(len(body))),
+            ("Connection", "close"),
+        ],
+    )
+    return [body]
 
 
 class HttpsServer:
@@ -349,6 +388,7 @@ class HttpsServer:
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         read_timeout_s: float = READ_TIMEOUT_S,
         max_waiting_per_client: int = MAX_WAITING_PER_CLIENT,
+        max_body_bytes: int | None = None,
     ) -> None:
         """Load the key pair and bind the socket.
 
@@ -365,6 +405,9 @@ class HttpsServer:
                 (default: half the threads, at least 2); its further connections wait.
             max_waiting_per_client: connections of one address that may wait for its
                 share (each at most ``handshake_timeout_s``); more are closed at once.
+            max_body_bytes: request body bytes read at most (a larger one is answered
+                413 unread); default the application's ``MAX_CONTENT_LENGTH`` (Flask),
+                else ``MAX_BODY_BYTES``.
             handshake_timeout_s, read_timeout_s, request_timeout_s: the per-connection
                 deadlines (seconds): the TLS handshake, receiving the whole request after
                 it, and the request in all.
@@ -397,7 +440,7 @@ class HttpsServer:
         Connection.guard = guard
         self._server = _GuardedServer(
             (host, port),
-            _read_body_first(app),
+            _read_body_first(app, _body_limit(app, max_body_bytes)),
             numthreads=threads,
             max=threads,
             request_queue_size=LISTEN_BACKLOG,
