@@ -31,7 +31,6 @@ from hami_core.model import (
 from hami_core.plugin import BackendManager
 
 from .policy import default_device_chain, holds_exclusively
-from .quota import QuotaLimit, charge_of, quota_violation
 
 
 @attrs.frozen(kw_only=True)
@@ -74,15 +73,12 @@ def fit_pod(
     manager: BackendManager,
     *,
     policy: DevicePolicy,
-    quota_limits: tuple[QuotaLimit, ...] = (),
-    quota_used: Mapping[tuple[str, str], int] | None = None,
     default_chain: DevicePolicyChain | None = None,
 ) -> NodeFit:
     """Place every container of ``request`` on ``node`` given current ``usage``.
 
     Args:
         usage: uuid -> usage of every device of the node, excluding this pod.
-        quota_limits / quota_used: the namespace's device quotas and their usage.
         default_chain: as ``fit_pod_nodes``'.
 
     Returns:
@@ -97,18 +93,6 @@ def fit_pod(
         batch=False,
         default_chain=default_chain,
     )
-    if fit.allocation is None or not quota_limits:
-        return fit
-    charge = {
-        (vendor, measure): value
-        for vendor, devices in fit.allocation.devices.items()
-        for measure, value in charge_of(pod, devices, manager.device_type(vendor)).items()
-    }
-    message = quota_violation(quota_limits, quota_used or {}, charge)
-    if message:
-        return NodeFit(
-            node=node.name, reason=f"{ReasonCode.RESOURCE_QUOTA_NOT_FIT.value} ({message})"
-        )
     return fit
 
 

@@ -51,15 +51,7 @@ from .nodelock import (
 from .nodes import read_node
 from .podspec import read_pod_request
 from .policy import Policies, default_device_chain, resolve_policies, with_device_policy
-from .quota import (
-    QuotaLimit,
-    charge_of,
-    namespace_usage,
-    pod_quota_charge,
-    quota_device_types,
-    quota_limits,
-    quota_violation,
-)
+from .quota import NO_CHARGE, QuotaCharge, allocation_charge, pod_quota_charge, quota_device_types
 from .scoring import extender_score, node_score
 from .state import MEMO_PER_NODE, ClusterState, NodeState, prefilter_miss
 from .usage import PodHoldings, node_usage, pod_holdings, requested_vendors
@@ -68,7 +60,7 @@ log = logging.getLogger(__name__)
 
 #: A node's answer for one pod shape: its fit (or another node's of its class, relabelled
 #: when read), its 0..100 score and the pod's quota charge there.
-Entry = tuple[NodeFit | SharedFit, float, dict[tuple[str, str], int]]
+Entry = tuple[NodeFit | SharedFit, float, QuotaCharge]
 
 
 def utcnow() -> dt.datetime:
@@ -238,7 +230,7 @@ class Scheduler:
             requested_vendors=self._requested_vendors(pod),
         )
 
-    def _quota_charge(self, pod: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+    def _quota_charge(self, pod: Mapping[str, Any]) -> QuotaCharge:
         """What ``pod`` counts against its namespace's quotas (``quota.pod_quota_charge``)."""
         return pod_quota_charge(
             pod,
@@ -296,12 +288,7 @@ class Scheduler:
         fits: dict[str, NodeFit | SharedFit] = {}
         scores: dict[str, float] = {}
         with self.state.lock:
-            limits = self.state.quota_limits(request.namespace)
-            used = (
-                self.state.namespace_usage(request.namespace, exclude_uid=request.uid)
-                if limits
-                else {}
-            )
+            quota = self.state.quota_view(request.namespace, exclude_uid=request.uid)
             now = self.clock()
             entries: dict[str, Entry] = {}
             cold: list[NodeState] = []  # nodes whose fit for this shape is not known
@@ -340,8 +327,8 @@ class Scheduler:
                     continue
                 fit, score, charge = entry
                 placed = fit.placed if isinstance(fit, SharedFit) else fit.allocation is not None
-                if placed and limits:
-                    message = quota_violation(limits, used, charge)
+                if placed and quota:
+                    message = quota.violation(charge)
                     if message:
                         placed = False
                         fit = NodeFit(
@@ -477,7 +464,7 @@ class Scheduler:
                     out[node.name] = (
                         NodeFit(node=node.name, reason=self._unusable(node.name, exc)),
                         0.0,
-                        {},
+                        NO_CHARGE,
                     )
             return out
         for node, fit in zip(nodes, fits, strict=True):
@@ -511,7 +498,7 @@ class Scheduler:
                 ),
             ),
             0.0,
-            {},
+            NO_CHARGE,
         )
 
     def _fit(
@@ -544,15 +531,11 @@ class Scheduler:
     ) -> Entry:
         """A fit with its node score and the pod's quota charge there."""
         if fit.allocation is None:
-            return fit, 0.0, {}
+            return fit, 0.0, NO_CHARGE
         score = node_score(
             node.info, usage, fit.allocation, self.manager, policy=policies.node, pod=pod
         )
-        charge = {
-            (vendor, measure): value
-            for vendor, devices in fit.allocation.devices.items()
-            for measure, value in charge_of(pod, devices, self.manager.device_type(vendor)).items()
-        }
+        charge = allocation_charge(pod, fit.allocation.devices, self.manager.device_type)
         return fit, score, charge
 
     def filter_objects(
@@ -580,9 +563,9 @@ class Scheduler:
         if not templates:
             return self.filter(pod, known)
         if not known:
-            return self._filter(pod, templates, live_usage=False, unknown=[])
+            return self._filter(pod, templates)
         live = self.filter(pod, known)
-        cold = self._filter(pod, templates, live_usage=False, unknown=[])
+        cold = self._filter(pod, templates)
         order = [str((n.get("metadata") or {}).get("name", "")) for n in nodes]
         feasible = set(live.feasible) | set(cold.feasible)
         return FilterResult(
@@ -597,38 +580,17 @@ class Scheduler:
         self,
         pod: Mapping[str, Any],
         nodes: Sequence[Mapping[str, Any]],
-        *,
-        live_usage: bool,
-        unknown: list[str],
     ) -> FilterResult:
         request = self.pod_request(pod)
         policies = self.policies(pod)
         names = [str((n.get("metadata") or {}).get("name", "")) for n in nodes]
         if not request.wants_devices:  # not ours to judge, even on nodes we have not seen
             return FilterResult(
-                feasible=tuple(names + unknown), failed={}, fits={}, scores={}, policies=policies
+                feasible=tuple(names), failed={}, fits={}, scores={}, policies=policies
             )
-        limits: tuple[QuotaLimit, ...] = ()
-        used: dict[tuple[str, str], int] = {}
-        if live_usage:
-            limits = tuple(
-                quota_limits(self.store.list_quotas(request.namespace), self._quota_types)
-            )
-            if limits:
-                used = namespace_usage(
-                    self.store.list_pods(namespace=request.namespace),
-                    self._types,
-                    scheduler_name=self.manager.config.scheduler_name,
-                    requested=self._requested_vendors,
-                    exclude_uid=request.uid,
-                )
         fit_view = with_device_policy(pod, policies.device_chain)
         feasible: list[str] = []
-        # A node we cannot see cannot be checked: say so rather than guess.
-        failed = {
-            n: f"{ReasonCode.NODE_UNREGISTERED.value} (node not in the scheduler's cache)"
-            for n in unknown
-        }
+        failed: dict[str, str] = {}
         fits: dict[str, NodeFit] = {}
         scores: dict[str, float] = {}
         for node in nodes:
@@ -639,14 +601,10 @@ class Scheduler:
             node_name = str((node.get("metadata") or {}).get("name", ""))
             try:
                 info = self.node_info(node)
-                usage = (
-                    self.node_usage(info, exclude_uid=request.uid)
-                    if live_usage
-                    else {
-                        d.uuid: DeviceUsage(device=d, cordoned=d.uuid in info.cordoned_uuids)
-                        for d in info.devices
-                    }
-                )
+                usage = {
+                    d.uuid: DeviceUsage(device=d, cordoned=d.uuid in info.cordoned_uuids)
+                    for d in info.devices
+                }
                 fit = fit_pod(
                     fit_view,
                     request,
@@ -654,8 +612,6 @@ class Scheduler:
                     usage,
                     self.manager,
                     policy=policies.device,
-                    quota_limits=limits,
-                    quota_used=used,
                     default_chain=self.default_device_chain(),
                 )
                 fits[info.name] = fit

@@ -49,7 +49,7 @@ from hami_core.protocol.lock import decode_lock
 
 from .nodeclass import labels_of, node_signature
 from .nodes import NodeDevicesReader, read_node
-from .quota import QuotaLimit, quota_limits
+from .quota import NO_CHARGE, QuotaCharge, QuotaLimit, QuotaView, quota_limits
 from .usage import PodHoldings, usage_from_holdings
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ class PodState:
     namespace: str
     obj: KubeObject
     nodes: frozenset[str]
-    quota: Mapping[tuple[str, str], int]
+    quota: QuotaCharge
 
 
 class ClusterState:
@@ -150,7 +150,7 @@ class ClusterState:
         *,
         clock: Callable[[], dt.datetime],
         holdings: Callable[[Mapping[str, Any], NodeInfo], PodHoldings],
-        quota_charge: Callable[[Mapping[str, Any]], dict[tuple[str, str], int]],
+        quota_charge: Callable[[Mapping[str, Any]], QuotaCharge],
         reader: NodeDevicesReader | None = None,
         quota_types: tuple[DeviceTypeInfo, ...] | None = None,
     ) -> None:
@@ -159,7 +159,7 @@ class ClusterState:
         clock: now, for handshake staleness of ``NodeInfo``.
         holdings: ``(pod, node) -> PodHoldings``: what a pod holds on a node, under the
             trust rule (``usage.pod_holdings``; the scheduler binds its own arguments).
-        quota_charge: ``pod -> {(vendor, measure): charge}`` under the same rule
+        quota_charge: ``pod -> QuotaCharge`` under the same rule
             (``quota.pod_quota_charge``, bound likewise).
         reader: the backends' own reading of a node (``read_node``'s ``reader``).
         quota_types: the device types under the resource names quota keys are read by
@@ -176,7 +176,7 @@ class ClusterState:
         self._nodes: dict[str, NodeState] = {}
         self._pods: dict[str, PodState] = {}
         self._by_node: dict[str, set[str]] = {}  # node name -> pod keys (nodes not seen yet too)
-        self._ns_used: dict[str, dict[tuple[str, str], int]] = {}
+        self._ns_used: dict[str, QuotaCharge] = {}
         self._quotas: dict[str, dict[str, KubeObject]] = {}
         self._limits: dict[str, tuple[QuotaLimit, ...]] = {}
         self.problems: list[str] = []  # unreadable allocations, for the caller's log
@@ -217,9 +217,10 @@ class ClusterState:
             quota=self._quota_charge(new),
         )
         self._pods[key] = state
-        used = self._ns_used.setdefault(state.namespace, {})
-        for k, v in state.quota.items():
-            used[k] = used.get(k, 0) + v
+        if state.quota:
+            self._ns_used[state.namespace] = self._ns_used.get(state.namespace, NO_CHARGE).plus(
+                state.quota
+            )
         for name in state.nodes:
             self._by_node.setdefault(name, set()).add(key)
             node = self._nodes.get(name)
@@ -229,13 +230,12 @@ class ClusterState:
 
     def _drop_pod(self, key: str, prev: PodState) -> None:
         del self._pods[key]
-        used = self._ns_used.get(prev.namespace, {})
-        for k, v in prev.quota.items():
-            left = used.get(k, 0) - v
+        if prev.quota:
+            left = self._ns_used.get(prev.namespace, NO_CHARGE).minus(prev.quota)
             if left:
-                used[k] = left
+                self._ns_used[prev.namespace] = left
             else:
-                used.pop(k, None)
+                self._ns_used.pop(prev.namespace, None)
         for name in prev.nodes:
             self._by_node.get(name, set()).discard(key)
             node = self._nodes.get(name)
@@ -441,24 +441,28 @@ class ClusterState:
                 return usage_from_holdings(node.info, (h for k, h in node.pods.items() if k != own))
             return dict(node.usage)
 
-    def namespace_usage(
-        self, namespace: str, *, exclude_uid: str | None = None
-    ) -> dict[tuple[str, str], int]:
-        """(vendor, measure) -> the namespace's charge (``quota.namespace_usage``)."""
+    def namespace_usage(self, namespace: str, *, exclude_uid: str | None = None) -> QuotaCharge:
+        """The namespace's charge (``quota.namespace_usage``), less the pod ``exclude_uid``'s."""
         with self._lock:
-            used = dict(self._ns_used.get(namespace, {}))
+            used = self._ns_used.get(namespace, NO_CHARGE)
             if exclude_uid:
                 for pod in self._pods.values():
                     if pod.uid == exclude_uid and pod.namespace == namespace:
-                        for k, v in pod.quota.items():
-                            used[k] = used.get(k, 0) - v
-                            if not used[k]:
-                                del used[k]
+                        used = used.minus(pod.quota)
             return used
 
     def quota_limits(self, namespace: str) -> tuple[QuotaLimit, ...]:
         with self._lock:
             return self._limits.get(namespace, ())
+
+    def quota_view(self, namespace: str, *, exclude_uid: str | None = None) -> QuotaView:
+        """The namespace's quotas and usage, less the pod ``exclude_uid``'s charge (a
+        pod being re-fitted); the usage is summed only when the namespace has quotas."""
+        with self._lock:
+            limits = self.quota_limits(namespace)
+            if not limits:
+                return QuotaView()
+            return QuotaView(limits, self.namespace_usage(namespace, exclude_uid=exclude_uid))
 
     def pod_uid_on(self, name: str, uid: str) -> bool:
         """Whether a pod with ``uid`` holds devices on node ``name``."""

@@ -344,7 +344,7 @@ class AllocationCollector(Collector):
             )
             for limit in limits:
                 resource = limit.key.removeprefix("limits.").removeprefix("requests.")
-                value = used.get((limit.vendor, limit.measure), 0)
+                value = used.of(limit.vendor, limit.measure)
                 g.quota_used.add_metric([ns, resource, str(limit.hard)], value)
                 g.quota_limit.add_metric([ns, resource], limit.hard)
 

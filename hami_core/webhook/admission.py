@@ -25,7 +25,6 @@ from hami_core.model import (
     DeviceRequest,
     MutateResult,
     PodRequest,
-    collapse,
 )
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
@@ -34,10 +33,13 @@ from hami_core.protocol.pods import check_pod_shape, containers, pod_ref
 from hami_core.scheduling.nodes import read_node
 from hami_core.scheduling.policy import resolve_policies
 from hami_core.scheduling.quota import (
+    CORES,
+    MEMORY,
+    QuotaView,
     namespace_usage,
+    pod_charge,
     quota_device_types,
     quota_limits,
-    quota_violation,
 )
 from hami_core.scheduling.usage import requested_vendors
 
@@ -429,8 +431,8 @@ class Admission:
         devices = _ClusterDevices(self.store, self.manager)
         # the cluster's inventories are read only for a vendor whose memory or cores
         # the namespace limits
-        sized = {lim.vendor for lim in limits if lim.measure in ("memory", "cores")}
-        per_vendor = collapse(
+        sized = {lim.vendor for lim in limits if lim.measure in (MEMORY, CORES)}
+        charge = pod_charge(
             (
                 c.init,
                 {
@@ -440,18 +442,13 @@ class Admission:
             )
             for c in request.containers
         )
-        charge: dict[tuple[str, str], int] = {}
-        for vendor, c in per_vendor.items():
-            charge[(vendor, "memory")] = c.memory_mib
-            charge[(vendor, "cores")] = c.cores_pct
-            charge[(vendor, "count")] = c.count
         used = namespace_usage(
             self.store.list_pods(namespace=request.namespace),
             types,
             scheduler_name=self.manager.config.scheduler_name,
             requested=lambda p: requested_vendors(p, self.manager),
         )
-        message = quota_violation(limits, used, charge)
+        message = QuotaView(tuple(limits), used).violation(charge)
         if message:
             return _deny("ResourceQuotaNotFit", f"pod {ref}: exceeds {message}")
         return None

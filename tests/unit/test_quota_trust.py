@@ -10,8 +10,15 @@ from-scratch function itself.
 
 import pytest
 
+from hami_core.model import Charge
 from hami_core.protocol.config import DEFAULT_SCHEDULER_NAME
-from hami_core.scheduling.quota import UNREADABLE_CHARGE, namespace_usage, pod_quota_charge
+from hami_core.scheduling.quota import (
+    MEMORY,
+    UNREADABLE_CHARGE,
+    QuotaCharge,
+    namespace_usage,
+    pod_quota_charge,
+)
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.webhook import Admission
 from tests.builders import cluster, container, gpu, manager, node, pod
@@ -37,20 +44,16 @@ def _usage(*pods):
 
 def test_a_pod_we_placed_is_charged():
     p = _placed("ok", container(gpu=1, gpumem=6000), alloc="GPU-1,NVIDIA,6000,20:;")
-    assert _usage(p) == {
-        ("NVIDIA", "memory"): 6000,
-        ("NVIDIA", "cores"): 20,
-        ("NVIDIA", "count"): 1,
-    }
+    assert _usage(p) == QuotaCharge({"NVIDIA": Charge(memory_mib=6000, cores_pct=20, count=1)})
 
 
 def test_bind_in_flight_is_charged():
     p = _placed(
         "flight", container(gpu=1, gpumem=6000), alloc="GPU-1,NVIDIA,6000,0:;", node_name=""
     )
-    assert _usage(p) == {}  # no placement of ours visible yet
+    assert _usage(p) == QuotaCharge()  # no placement of ours visible yet
     p["metadata"]["annotations"]["hami.io/vgpu-node"] = "n1"
-    assert _usage(p)[("NVIDIA", "memory")] == 6000
+    assert _usage(p).of("NVIDIA", MEMORY) == 6000
 
 
 @pytest.mark.parametrize(
@@ -76,20 +79,20 @@ def test_bind_in_flight_is_charged():
     ids=lambda p: p["metadata"]["name"],
 )
 def test_a_forged_allocation_consumes_no_quota(forged):
-    assert _usage(forged) == {}
+    assert _usage(forged) == QuotaCharge()
 
 
 def test_unknown_requests_count_what_is_carried():
     # requested_vendors=None (a quantity that cannot be parsed): fail closed on what it carries
     p = _placed("odd", container(), alloc="GPU-1,NVIDIA,9000,100:;")
     got = pod_quota_charge(p, TYPES, scheduler_name=DEFAULT_SCHEDULER_NAME, requested_vendors=None)
-    assert got[("NVIDIA", "memory")] == 9000
+    assert got.of("NVIDIA", MEMORY) == 9000
 
 
 @pytest.mark.parametrize("alloc", ["garbage", None], ids=["rewritten", "deleted"])
 def test_a_pod_we_placed_never_frees_quota_by_rewriting_its_allocation(alloc):
     p = _placed("mine", container(gpu=1, gpumem=6000), alloc=alloc)
-    assert _usage(p)[("NVIDIA", "memory")] == UNREADABLE_CHARGE
+    assert _usage(p).of("NVIDIA", MEMORY) == UNREADABLE_CHARGE
 
 
 def _quota(store, hard="10000"):
@@ -144,10 +147,7 @@ def test_filter_quota_ignores_forged_pods_and_agrees_with_the_from_scratch_sum()
     store.add_pod(real)
     assert (
         sched.state.namespace_usage(NS)
-        == {
-            ("NVIDIA", "memory"): 5000,
-            ("NVIDIA", "count"): 1,
-        }
+        == QuotaCharge({"NVIDIA": Charge(memory_mib=5000, cores_pct=0, count=1)})
         == _usage(*forged, real)
     )
     fits = pod("fits", container(gpu=1, gpumem=7000), namespace=NS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hami_core.scheduling.quota import namespace_usage
+from hami_core.scheduling.quota import CORES, MEMORY, namespace_usage
 from tests.backends.nvidia.test_mig_fit import mig_node
 from tests.backends.nvidia.test_mig_single_fit import single_node
 from tests.builders import container, pipeline, pod
@@ -48,13 +48,13 @@ def test_a_profile_request_is_charged_the_profiles_memory_at_admission_and_after
     quota(p, gpumem="50000")
     first = p.submit(mig("a", "2g.20gb"))  # 19968 of 50000
     assert first.node == "node-m", first
-    assert used(p)[("NVIDIA", "memory")] == 19968  # what the instance really takes
+    assert used(p).of("NVIDIA", MEMORY) == 19968  # what the instance really takes
     two = p.submit(mig("b", "2g.20gb", 2))  # 19968 + 2 x 19968 > 50000
     assert two.denied == (
         f"pod {NS}/b: exceeds quota q: limits.nvidia.com/gpumem 50000, used 19968, this pod 39936"
     )
     fits = p.submit(mig("c", "1g.10gb"))
-    assert fits.node == "node-m" and used(p)[("NVIDIA", "memory")] == 19968 + 9856
+    assert fits.node == "node-m" and used(p).of("NVIDIA", MEMORY) == 19968 + 9856
     exact = p.submit(mig("d", "1g.10gb"))  # 29824 + 9856 = 39680 <= 50000
     assert exact.node == "node-m"
     over = p.submit(mig("e", "1g.10gb", 2))  # 39680 + 19712 > 50000
@@ -65,7 +65,7 @@ def test_the_cores_quota_charges_the_profiles_cores_too():
     p = pipeline(mig_node())
     quota(p, gpucores="40")
     assert p.submit(mig("a", "2g.20gb")).node == "node-m"  # 29 % of the GPU's SMs
-    assert used(p)[("NVIDIA", "cores")] == 29
+    assert used(p).of("NVIDIA", CORES) == 29
     out = p.submit(mig("b", "1g.10gb"))  # 29 + 15 > 40
     assert out.denied.endswith("limits.nvidia.com/gpucores 40, used 29, this pod 15")
 
@@ -82,7 +82,7 @@ def test_a_count_only_pod_on_a_single_strategy_node_is_charged_its_instances():
     p = pipeline(single_node())
     quota(p, gpumem="20000")
     two = p.submit(pod("a", container(gpu=2), namespace=NS))
-    assert two.node == "node-s" and used(p)[("NVIDIA", "memory")] == 2 * 9856
+    assert two.node == "node-s" and used(p).of("NVIDIA", MEMORY) == 2 * 9856
     # admission cannot size a count-only request (the whole of each device): fit does
     one = p.submit(pod("b", container(gpu=1), namespace=NS))
     assert one.node is None
@@ -113,7 +113,7 @@ def test_n_instances_on_one_gpu_are_charged_n_times_the_profile():
     assert out.node == "node-m", out
     (slices,) = out.allocation.devices["NVIDIA"]
     assert {d.uuid for d in slices} == {"GPU-m0"} and len(slices) == 3
-    assert used(p)[("NVIDIA", "memory")] == 3 * 9856
-    assert used(p)[("NVIDIA", "cores")] == 3 * 15
+    assert used(p).of("NVIDIA", MEMORY) == 3 * 9856
+    assert used(p).of("NVIDIA", CORES) == 3 * 15
     more = p.submit(mig("b", "1g.10gb", 1))  # 45 + 15 > 50 cores
     assert more.denied.endswith("limits.nvidia.com/gpucores 50, used 45, this pod 15")
