@@ -121,7 +121,7 @@ def run(nodes: int, pods: int, seed: int) -> dict[str, Any]:
         if fit.allocation is None:
             continue
         bound = json.loads(json.dumps(pod))
-        alloc = scheduler._allocation_annotations(fit.allocation, scheduler.clock())
+        alloc = scheduler.binder._allocation_annotations(fit.allocation, scheduler.clock())
         bound["metadata"]["annotations"] = {k: v for k, v in alloc.items() if v is not None}
         bound["spec"]["nodeName"] = best
         rv += 1

@@ -54,7 +54,7 @@ def device_type(device: DeviceInfo) -> str:
 class SchedulerMetrics:
     """The scheduler's metrics in their own registry.
 
-    Also installs itself as ``scheduler.lock_observer`` so bind's node-lock waits are
+    Also installs itself as ``scheduler.binder.lock_observer`` so bind's node-lock waits are
     recorded (``hami_scheduler_node_lock_wait_seconds``).
     """
 
@@ -108,7 +108,7 @@ class SchedulerMetrics:
             self.filter_outcomes.labels(outcome)
         for outcome in ("acquired", "refused"):
             self.lock_wait_seconds.labels(outcome)
-        scheduler.lock_observer = self.observe_lock_wait
+        scheduler.binder.lock_observer = self.observe_lock_wait
         self.registry.register(AllocationCollector(scheduler))
         self.registry.register(InformerCollector(informers or {}))
 

@@ -147,7 +147,7 @@ def test_the_class_shared_filter_answers_what_fitting_each_node_answers(tpls, sp
             assert fit.allocation is not None
             wire = {
                 key: v
-                for key, v in alone._allocation_annotations(fit.allocation, NOW).items()
+                for key, v in alone.binder._allocation_annotations(fit.allocation, NOW).items()
                 if v is not None
             }
             for c, p in zip(clusters, added, strict=True):
@@ -219,7 +219,7 @@ def test_a_backend_without_the_declaration_is_fitted_node_by_node(monkeypatch):
     c, m = cluster(*fresh(5)), manager()
     fitted = counting(monkeypatch, m)
     sched = Scheduler(c, m)
-    sched._by_class = set()  # as for a backend that does not declare fit_by_node_class
+    sched.engine.by_class = set()  # as for a backend that does not declare fit_by_node_class
     p = c.add_pod(pod("a", container(gpu=1, gpumem=1000), scheduler_name=SCHEDULER))
     assert len(sched.filter(p).feasible) == 5
     assert fitted == [[f"node-{i}" for i in range(5)]]

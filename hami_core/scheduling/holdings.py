@@ -1,0 +1,83 @@
+"""What one pod holds, as the scheduler's state reads it: its devices on a node
+(``usage.pod_holdings``) and its quota charge (``quota.pod_quota_charge``), both under
+the trust rule of PROTOCOL.md §6, with the vendors a pod asks for kept per pod uid (a
+pod's resources are immutable)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from hami_core.model import DeviceUsage, NodeInfo
+from hami_core.plugin import BackendManager
+
+from .quota import QuotaCharge, pod_quota_charge
+from .usage import PodHoldings, node_usage, pod_holdings, requested_vendors
+
+
+class Problems(Protocol):
+    """Where unreadable allocations are reported (``filtering.ProblemLog``)."""
+
+    def report(self, messages: Iterable[str]) -> None: ...
+
+
+class HoldingsReader:
+    """``ClusterState``'s ``holdings`` and ``quota_charge`` for one backend manager."""
+
+    def __init__(self, manager: BackendManager, problems: Problems) -> None:
+        self.manager = manager
+        self.problems = problems
+        self._types = manager.device_types()
+        self._vendors_by_uid: dict[str, frozenset[str] | None] = {}
+
+    def holdings(self, pod: Mapping[str, Any], info: NodeInfo) -> PodHoldings:
+        """What ``pod`` holds on ``info`` under the trust rule (``usage.pod_holdings``)."""
+        return pod_holdings(
+            pod,
+            info,
+            self._types,
+            scheduler_name=self.manager.config.scheduler_name,
+            requested_vendors=self.requested_vendors(pod),
+        )
+
+    def quota_charge(self, pod: Mapping[str, Any]) -> QuotaCharge:
+        """What ``pod`` counts against its namespace's quotas (``quota.pod_quota_charge``)."""
+        return pod_quota_charge(
+            pod,
+            self._types,
+            scheduler_name=self.manager.config.scheduler_name,
+            requested_vendors=self.requested_vendors(pod),
+        )
+
+    def usage_from_pods(
+        self, info: NodeInfo, pods: Iterable[Mapping[str, Any]], *, exclude_uid: str | None
+    ) -> dict[str, DeviceUsage]:
+        """The usage of ``info``'s devices recomputed from ``pods`` (``usage.node_usage``;
+        unreadable allocations fail closed and are reported once)."""
+        broken: list[str] = []
+        usage = node_usage(
+            info,
+            pods,
+            self._types,
+            scheduler_name=self.manager.config.scheduler_name,
+            requested=self.requested_vendors,
+            exclude_uid=exclude_uid,
+            broken=broken,
+        )
+        self.problems.report(broken)
+        return usage
+
+    def requested_vendors(self, pod: Mapping[str, Any]) -> frozenset[str] | None:
+        """``usage.requested_vendors``, kept per pod uid."""
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if uid and uid in self._vendors_by_uid:
+            return self._vendors_by_uid[uid]
+        vendors = requested_vendors(pod, self.manager)
+        if uid:
+            if len(self._vendors_by_uid) > 65536:
+                self._vendors_by_uid.clear()
+            self._vendors_by_uid[uid] = vendors
+        return vendors
+
+
+__all__ = ["HoldingsReader"]
