@@ -1,7 +1,13 @@
 """The scheduling engine: what kube-scheduler's extender asks of hami, without HTTP.
 
-- ``scheduler``: ``Scheduler``, the filter / prioritize / bind use cases over a
-  ``ClusterStore`` (the extender, ``hami simulate`` and ``hami top`` drive it).
+- ``scheduler``: ``Scheduler``, the facade of the filter / prioritize / bind stages over
+  a ``ClusterStore`` (the extender, ``hami simulate`` and ``hami top`` drive it).
+- The stages, as kube-scheduler's framework names them: ``cycle`` (PreFilter: one
+  ``PodCycle`` per pod, read by every later stage), ``filtering`` (Filter: the one
+  engine, over a node source of ``sources``: the cached state or given Node objects),
+  ``prioritize`` (Score), ``reservations`` (the node answered best until its bind) and
+  ``bind`` (Reserve / Permit / Bind under the node lock); ``holdings`` reads what one
+  pod holds for the state.
 - ``state``: ``ClusterState``, the incremental view of nodes, usage and quotas kept by
   the store's events; the O(1) pre-filter.
 - ``fitting``: the fit driver, a whole pod on one node (or a batch of nodes), container
