@@ -120,8 +120,7 @@ class Binder:
 
     def _bind(self, namespace: str, name: str, *, uid: str, node: str) -> Allocation | None:
         pod = self.store.get_pod(namespace, name)
-        settled = getattr(self.store, "pods_settled", None)
-        if settled is not None and not (pod.get("spec") or {}).get("nodeName") and not settled():
+        if not (pod.get("spec") or {}).get("nodeName") and not self.store.pods_settled():
             # The pod cache may lag (its watch broke: an API-server restart, when
             # kube-scheduler retries the binds that timed out): a pod already bound must
             # not take a lock, so read it live (only in such a window: a bind reads nothing).
@@ -231,9 +230,7 @@ class Binder:
 
     def _live_pod(self, namespace: str, name: str) -> KubeObject:
         """The pod as the API server has it now (not a cache that may lag our writes)."""
-        live = getattr(self.store, "read_pod_live", None)
-        pod: KubeObject = live(namespace, name) if live else self.store.get_pod(namespace, name)
-        return pod
+        return self.store.read_pod_live(namespace, name)
 
     def _allocation_annotations(
         self, allocation: Allocation, now: dt.datetime

@@ -136,3 +136,25 @@ def test_live_view_reads_what_the_cache_missed(stores: Stores) -> None:
 def test_namespace_labels_are_the_administrators(stores: Stores) -> None:
     assert stores.store.namespace_labels("team-a") == {"hami.io/disable-control": "allow"}
     assert stores.store.namespace_labels("team-b") == {}
+
+
+def test_no_caller_probes_the_store() -> None:
+    """Declared, so called: no ``getattr`` / ``hasattr`` of a store in the core."""
+    import ast
+    from pathlib import Path
+
+    import hami_core
+
+    core = Path(hami_core.__file__).parent
+    probes = []
+    for path in sorted(core.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and node.args
+                and ast.unparse(node.args[0]).split(".")[-1] in ("store", "cluster")
+            ):
+                probes.append(f"{path.relative_to(core)}:{node.lineno}: {ast.unparse(node)}")
+    assert probes == []
