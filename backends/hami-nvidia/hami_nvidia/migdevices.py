@@ -304,6 +304,8 @@ def container_position(pod: Mapping[str, Any], container: Mapping[str, Any]) -> 
 
 #: A slot as reservations name it: (GPU UUID, first memory slice, slices).
 SlotKey = tuple[str, int, int]
+#: Where a reservation sits in its pod: (container index, device index).
+Position = tuple[int, int]
 
 
 def _pod_ref(pod: Mapping[str, Any]) -> str:
@@ -332,6 +334,12 @@ class MigManager:
     #: (GPU index, GPU instance id) -> (pod UID, "namespace/name") this process gave it to;
     #: entries of pods no longer live are dropped by ``observe``.
     given: dict[tuple[int, int], tuple[str, str]] = attrs.field(factory=dict)
+    #: (pod UID, (container index, device index)) -> the slot this process realised for
+    #: that position; a reservation naming another slot for it was rewritten afterwards
+    #: and holds nothing (``holders``). Dropped with the pod, like ``given``.
+    realised_at: dict[tuple[str, Position], SlotKey] = attrs.field(factory=dict)
+    #: slot -> {pod UID: the positions whose reservation names it}, as of ``observe``.
+    claim_positions: dict[SlotKey, dict[str, set[Position]]] = attrs.field(factory=dict)
 
     def observe(self, pods: Sequence[Mapping[str, Any]]) -> list[str]:
         """Read who claims which slot from ``pods`` (every pod bound to the node; finished
@@ -344,6 +352,7 @@ class MigManager:
             One line per pod skipped, ``"<namespace>/<name>: <why>"``.
         """
         claims: dict[SlotKey, dict[str, str]] = {}
+        positions: dict[SlotKey, dict[str, set[Position]]] = {}
         live: set[str] = set()
         skipped = []
         for pod in pods:
@@ -363,9 +372,34 @@ class MigManager:
             for a in allocations:
                 key = (a.gpu_uuid, a.slot.placement.start, a.slot.placement.size)
                 claims.setdefault(key, {})[uid] = _pod_ref(pod)
+                positions.setdefault(key, {}).setdefault(uid, set()).add(
+                    (a.container_index, a.device_index)
+                )
         self.claims = claims
+        self.claim_positions = positions
         self.given = {k: v for k, v in self.given.items() if v[0] in live}
+        self.realised_at = {k: v for k, v in self.realised_at.items() if k[0] in live}
         return skipped
+
+    def _rewritten(self, key: SlotKey, uid: str) -> bool:
+        """Whether every position by which pod ``uid``'s reservation names ``key`` was
+        realised by this process at another slot: the reservation was rewritten after
+        Allocate (its author patched the annotation) and claims nothing."""
+        positions = self.claim_positions.get(key, {}).get(uid)
+        if not positions:
+            return False
+        return all(
+            (uid, p) in self.realised_at and self.realised_at[(uid, p)] != key for p in positions
+        )
+
+    def claimed(self) -> set[SlotKey]:
+        """The slots some live pod's reservation holds (``observe``), rewritten
+        reservations (``_rewritten``) left out."""
+        return {
+            key
+            for key, pods in (self.claims or {}).items()
+            if any(not self._rewritten(key, uid) for uid in pods)
+        }
 
     def holders(self, device: DeviceInfo, instance: NvmlMigInstance, pod_uid: str) -> list[str]:
         """The live pods other than ``pod_uid`` that hold ``instance`` of ``device``:
@@ -381,7 +415,11 @@ class MigManager:
                 "node's pod list was not read yet); not handing out an existing instance"
             )
         key = (device.uuid, instance.start, instance.size)
-        out = {ref for uid, ref in self.claims.get(key, {}).items() if uid != pod_uid}
+        out = {
+            ref
+            for uid, ref in self.claims.get(key, {}).items()
+            if uid != pod_uid and not self._rewritten(key, uid)
+        }
         owner = self.given.get((device.index, instance.gpu_instance_id))
         if owner is not None and owner[0] != pod_uid:
             out.add(owner[1])
@@ -394,6 +432,7 @@ class MigManager:
         *,
         dynamic: bool,
         pod: Mapping[str, Any] | None = None,
+        position: Position | None = None,
     ) -> NvmlMigInstance:
         """The instance of ``slot`` on ``device`` for ``pod``: the existing one at
         exactly that profile and placement (a static instance, or a retried Allocate)
@@ -428,6 +467,8 @@ class MigManager:
                             f"holds; pod {ref}'s reservation names it too (refused)"
                         )
                     self.given[(device.index, m.gpu_instance_id)] = (uid, ref)
+                    if position is not None:
+                        self.realised_at[(uid, position)] = (device.uuid, m.start, m.size)
                     return m
             if not dynamic:
                 raise HamiError(
@@ -441,6 +482,8 @@ class MigManager:
             raise HamiError(f"GPU {device.uuid}: MIG instance {slot.profile}: {exc}") from exc
         self.created[(device.index, made.gpu_instance_id)] = self.clock()
         self.given[(device.index, made.gpu_instance_id)] = (uid, ref)
+        if position is not None:
+            self.realised_at[(uid, position)] = (device.uuid, made.start, made.size)
         log.info(
             "created MIG instance %s (%s at slice %d, GI %d CI %s) on GPU %s for pod %s",
             made.mig_uuid,
@@ -472,7 +515,7 @@ class MigManager:
             NvmlError: NVML fails (nothing more is destroyed this round).
         """
         self.observe(pods)
-        held = set(self.claims or {})
+        held = self.claimed()
         now = self.clock()
         self.created = {k: t for k, t in self.created.items() if now - t < grace_s}
         freed = []
@@ -548,7 +591,7 @@ def mig_allocation(
                 else f"MIG-of-{dev.uuid}:{slot.profile}@{slot.placement.start}"
             )
             continue
-        made = manager.realise(node_device, slot, dynamic=dynamic, pod=pod)
+        made = manager.realise(node_device, slot, dynamic=dynamic, pod=pod, position=(position, i))
         if is_instance(node_device) and made.mig_uuid != node_device.uuid:
             raise HamiError(
                 f"MIG instance {node_device.uuid}: the instance at slice "
