@@ -208,3 +208,26 @@ def test_no_document_points_to_a_file_the_repository_lacks():
                 if "://" not in link and not (file.parent / link).exists():
                     bad.append(f"{rel}: {link}")
     assert not bad, f"pointers to files the repository does not have: {bad}"
+
+
+def _doc_pages() -> list[Path]:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages += sorted((ROOT / "shim").glob("*.md"))
+    pages += [*sorted(ROOT.glob("backends/*/README.md")), ROOT / "examples" / "README.md"]
+    return pages
+
+
+def test_no_document_names_a_source_file_the_repository_lacks():
+    # A refactor that moves a module (scheduling/usage.py to facts/) leaves every page
+    # naming the old path false; a path is read from the repository root or the page's
+    # own folder (shim/README.md names tests/stubs/ under shim/).
+    pattern = re.compile(
+        r"(?<![\w/.])((?:hami_core|backends/[\w-]+/hami_\w+|shim|scripts|charts/hami|tests)"
+        r"/[\w./-]+\.(?:py|md|c|h|yaml|json|sh))"
+    )
+    missing = []
+    for page in _doc_pages():
+        for path in set(pattern.findall(page.read_text(encoding="utf-8"))):
+            if not (ROOT / path).exists() and not (page.parent / path).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+    assert not missing, f"pages name files the repository lacks: {sorted(missing)}"
