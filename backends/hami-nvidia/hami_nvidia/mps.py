@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import re
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -130,10 +131,19 @@ def control(binary: str, pipe: str, command: str) -> str:
     """Send one command to the control daemon listening in ``pipe`` through NVIDIA's CLI
     (``echo COMMAND | nvidia-cuda-mps-control``); returns what it printed.
 
+    The directory is the tenant's: ``<pipe>/control`` must be a socket, never a link (one
+    to another container's socket would carry this command to that container's daemon:
+    a ``quit`` of a neighbour). Checked before the CLI connects; a live tenant could still
+    swap it in between, so a live container's daemon is never sent ``quit``.
+
     Raises:
         MpsError: the CLI is missing, fails, or takes longer than ``COMMAND_TIMEOUT_S``;
-            the message names the command and the daemon's directory.
+            ``<pipe>/control`` is not a socket; the message names the command and the
+            daemon's directory.
     """
+    why = _not_a_socket(pipe)
+    if why:
+        raise MpsError(f"MPS control daemon in {pipe}: {command!r} not sent: {why}")
     try:
         proc = subprocess.run(
             [binary],
@@ -155,6 +165,21 @@ def control(binary: str, pipe: str, command: str) -> str:
         why = (proc.stderr or proc.stdout).strip()[:200]
         raise MpsError(f"MPS control daemon in {pipe}: {command!r} failed: {why}")
     return proc.stdout.strip()
+
+
+def _not_a_socket(pipe: str) -> str:
+    """Why ``<pipe>/control`` is not the daemon's socket ("" when it is one)."""
+    try:
+        mode = os.lstat(f"{pipe.rstrip('/')}/{_CONTROL}").st_mode
+    except FileNotFoundError:
+        return "no control socket"
+    except OSError as exc:
+        return f"control: {exc.strerror or exc}"
+    if stat.S_ISLNK(mode):
+        return "control is a symbolic link (not followed)"
+    if not stat.S_ISSOCK(mode):
+        return "control is not a socket"
+    return ""
 
 
 def _answers(binary: str, pipe: str) -> bool:
@@ -246,6 +271,11 @@ def _start(binary: str, root: str, name: str, daemon: ContainerDaemon) -> str:
         if os.path.islink(d) or not os.path.isdir(d):
             raise MpsError(f"{d} is not a directory")
     if not _answers(binary, pipe):
+        sock = f"{pipe}/{_CONTROL}"
+        if _not_a_socket(pipe) not in ("", "no control socket"):
+            # what the tenant left where the daemon's socket goes (a link, a file)
+            with contextlib.suppress(OSError):
+                os.unlink(sock)
         env = _env(pipe, CUDA_MPS_LOG_DIRECTORY=logs, CUDA_VISIBLE_DEVICES=",".join(daemon.uuids))
         try:
             proc = subprocess.run(
