@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from hami_core.cluster.base import ClusterStore
+from hami_core.facts.nodelock import release_node_lock
 from hami_core.protocol import annotations as keys
-from hami_core.scheduling.nodelock import release_node_lock
 
 
 def finish_allocation(

@@ -47,13 +47,13 @@ import attrs
 from hami_core.backend import remove_tree
 from hami_core.cluster.base import ClusterStore, KubeObject
 from hami_core.errors import AnnotationError, HamiError, InvalidInputError, NotFoundError
+from hami_core.facts.nodelock import release_node_lock, release_node_lock_value
 from hami_core.model import ContainerAllocation, DeviceInfo, MemoryNodeState, NodeState
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices, encode_pod_devices
 from hami_core.protocol.lock import decode_lock
-from hami_core.scheduling.nodelock import release_node_lock, release_node_lock_value
-from hami_core.scheduling.usage import is_live
+from hami_core.protocol.pods import is_live
 
 from .allocate import finish_allocation
 from .cdi import CdiWriter

@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami_core.errors import HamiError
+from hami_core.facts.podrequest import read_pod_request
 from hami_core.model import DeviceTypeInfo
 from hami_core.plugin import BackendManager
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.pods import pod_ref
-from hami_core.scheduling.podspec import read_pod_request
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,7 @@ from hami_core.model import ContainerDevices, DeviceTypeInfo, PodDevices
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.lock import DEFAULT_LOCK_EXPIRY_S, NodeLock, decode_lock, taken_for_bind
-from hami_core.protocol.pods import containers, pod_ref
-from hami_core.scheduling.usage import is_live
+from hami_core.protocol.pods import containers, is_live, pod_ref
 
 
 @attrs.frozen(kw_only=True)

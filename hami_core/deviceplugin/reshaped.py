@@ -28,10 +28,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hami_core.errors import AnnotationError
+from hami_core.facts.usage import bound_here
 from hami_core.model import PARENT_UUID, PART_UUIDS, DeviceInfo, DeviceTypeInfo
 from hami_core.protocol.devicelist import decode_pod_devices
-from hami_core.protocol.pods import pod_ref
-from hami_core.scheduling.usage import bound_here, is_live
+from hami_core.protocol.pods import is_live, pod_ref
 
 
 def reshaped_holdings(

@@ -38,11 +38,11 @@ import attrs
 
 from hami_core.backend import remove_tree
 from hami_core.errors import AnnotationError, HamiError, InvalidInputError
+from hami_core.facts.usage import pod_allocation
 from hami_core.model import ContainerUsage, DeviceTypeInfo, HostDevice
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.migallocations import decode_mig_allocations
-from hami_core.scheduling.podspec import containers
-from hami_core.scheduling.usage import is_live, pod_allocation
+from hami_core.protocol.pods import containers, is_live
 
 from .families import Family
 from .files import UntrustedFileError, cap_tenant_file, open_directory, read_tenant_file

@@ -1,5 +1,5 @@
 """A Pod object's parts every component reads: its containers in wire order, its name for
-messages, and the shape check that keeps malformed objects from crashing anything
+messages (``pod_ref``), whether it has finished (``is_live``, the one liveness rule), and the shape check that keeps malformed objects from crashing anything
 deeper (the Kubernetes ``v1.Pod`` JSON form, as the API server sends it)."""
 
 from __future__ import annotations
@@ -29,14 +29,22 @@ def containers(pod: Pod) -> Iterator[tuple[Mapping[str, Any], bool, str]]:
         yield c, False, f"/spec/containers/{i}"
 
 
+#: Kubernetes' terminal pod phases: a pod in one holds no devices, no quota, no node lock.
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def is_live(pod: Pod) -> bool:
+    """True unless the pod has finished (phase ``Succeeded`` or ``Failed``): the one
+    liveness rule of every reader of who holds what (usage, quota, node lock, the device
+    plugin's sweeps, the monitor, metrics, ``live_pod_uids``)."""
+    return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
+
+
 def live_pod_uids(pods: Iterable[Pod]) -> frozenset[str]:
-    """The UIDs of the ``pods`` that have not finished (phase neither ``Succeeded`` nor
-    ``Failed``, Kubernetes' terminal pod phases): what a node-local record of a pod may
-    still be held for (``hami_release``)."""
+    """The UIDs of the ``pods`` that have not finished (``is_live``): what a node-local
+    record of a pod may still be held for (``hami_release``)."""
     return frozenset(
-        str((p.get("metadata") or {}).get("uid") or "")
-        for p in pods
-        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        str((p.get("metadata") or {}).get("uid") or "") for p in pods if is_live(p)
     ) - {""}
 
 

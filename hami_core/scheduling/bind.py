@@ -20,6 +20,14 @@ from typing import Any, Protocol
 
 from hami_core.cluster.base import ClusterStore, KubeObject
 from hami_core.errors import ConflictError, HamiError, NotFoundError
+from hami_core.facts.nodelock import (
+    LONGEST_BIND_S,
+    acquire_node_lock,
+    holds_node_lock,
+    release_node_lock,
+    release_node_lock_value,
+)
+from hami_core.facts.podrequest import read_pod_request
 from hami_core.model import PERCENT, Allocation, CoresUnit, NodeInfo
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
@@ -27,14 +35,6 @@ from hami_core.protocol.devicelist import encode_pod_devices
 from hami_core.protocol.migallocations import encode_mig_allocations, mig_allocations_of
 
 from .filtering import FilterResult
-from .nodelock import (
-    LONGEST_BIND_S,
-    acquire_node_lock,
-    holds_node_lock,
-    release_node_lock,
-    release_node_lock_value,
-)
-from .podspec import read_pod_request
 from .reservations import Reservations
 from .state import ClusterState
 

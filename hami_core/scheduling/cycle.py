@@ -18,12 +18,16 @@ from typing import Any
 
 import attrs
 
+from hami_core.facts.podrequest import read_pod_request
+from hami_core.facts.policy import (
+    Policies,
+    default_device_chain,
+    resolve_policies,
+    with_device_policy,
+)
+from hami_core.facts.quota import NO_QUOTA, QuotaView
 from hami_core.model import DevicePolicy, DevicePolicyChain, NodePolicy, PodRequest
 from hami_core.plugin import BackendManager
-
-from .podspec import read_pod_request
-from .policy import Policies, default_device_chain, resolve_policies, with_device_policy
-from .quota import NO_QUOTA, QuotaView
 
 
 @attrs.frozen(kw_only=True)

@@ -24,14 +24,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
+from hami_core.facts.holdings import ProblemLog
+from hami_core.facts.policy import Policies
+from hami_core.facts.quota import NO_CHARGE, QuotaCharge, allocation_charge
 from hami_core.model import DeviceUsage, ReasonCode
 from hami_core.plugin import BackendManager
 
 from .cycle import PodCycle
 from .fitting import ContainerMiss, NodeFit, fit_pod, fit_pod_nodes
 from .nodeclass import LazyFits, SharedFit, Unshareable, mentions, relabel
-from .policy import Policies
-from .quota import NO_CHARGE, QuotaCharge, allocation_charge
 from .scoring import node_score
 from .sources import NodeSource
 from .state import MEMO_PER_NODE, ClusterState, NodeState, prefilter_miss
@@ -74,27 +75,6 @@ def passing(cycle: PodCycle, names: Iterable[str]) -> FilterResult:
     return FilterResult(
         feasible=tuple(names), failed={}, fits={}, scores={}, policies=cycle.policies
     )
-
-
-class ProblemLog:
-    """Logs each unreadable allocation once per pod and reason, not per request."""
-
-    def __init__(self, logger: logging.Logger) -> None:
-        self._log = logger
-        self._reported: set[str] = set()
-
-    def report(self, messages: Iterable[str]) -> None:
-        for message in messages:
-            if message not in self._reported:
-                if len(self._reported) > 4096:
-                    self._reported.clear()
-                self._reported.add(message)
-                self._log.warning("unreadable allocation, failing closed: %s", message)
-
-    def drain(self, problems: list[str]) -> None:
-        """Report and empty ``problems`` (``ClusterState.problems``)."""
-        while problems:
-            self.report([problems.pop(0)])
 
 
 def unusable(name: str, exc: Exception) -> str:
@@ -338,4 +318,4 @@ class FilterEngine:
         return fit, score, charge
 
 
-__all__ = ["Entry", "FilterEngine", "FilterResult", "ProblemLog", "passing", "unusable"]
+__all__ = ["Entry", "FilterEngine", "FilterResult", "passing", "unusable"]

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from hami_core.facts.policy import default_device_chain, holds_exclusively
 from hami_core.model import (
     Allocation,
     ContainerDevices,
@@ -29,8 +30,6 @@ from hami_core.model import (
     ReasonCode,
 )
 from hami_core.plugin import BackendManager
-
-from .policy import default_device_chain, holds_exclusively
 
 
 @attrs.frozen(kw_only=True)

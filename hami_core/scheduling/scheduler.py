@@ -21,6 +21,12 @@ from typing import Any
 
 from hami_core.cluster.base import ClusterStore
 from hami_core.errors import InvalidInputError
+from hami_core.facts.holdings import HoldingsReader, ProblemLog
+from hami_core.facts.nodelock import LONGEST_BIND_S
+from hami_core.facts.nodes import read_node
+from hami_core.facts.podrequest import read_pod_request
+from hami_core.facts.policy import Policies, default_device_chain, resolve_policies
+from hami_core.facts.quota import quota_device_types
 from hami_core.model import (
     Allocation,
     DevicePolicy,
@@ -34,14 +40,8 @@ from hami_core.plugin import BackendManager
 
 from .bind import Binder, EventSink, describe
 from .cycle import PodCycle, ShapeIds, begin_cycle
-from .filtering import FilterEngine, FilterResult, ProblemLog, passing
-from .holdings import HoldingsReader
-from .nodelock import LONGEST_BIND_S
-from .nodes import read_node
-from .podspec import read_pod_request
-from .policy import Policies, default_device_chain, resolve_policies
+from .filtering import FilterEngine, FilterResult, passing
 from .prioritize import FilterCache, prioritize
-from .quota import quota_device_types
 from .reservations import Reservations
 from .sources import CachedNodes, GivenNodes, NodeSource
 from .state import ClusterState

@@ -33,6 +33,9 @@ import attrs
 
 from hami_core.cluster.base import KubeObject
 from hami_core.errors import AnnotationError
+from hami_core.facts.nodes import NodeDevicesReader, read_node
+from hami_core.facts.quota import NO_CHARGE, QuotaCharge, QuotaLimit, QuotaView, quota_limits
+from hami_core.facts.usage import PodHoldings, usage_from_holdings
 from hami_core.model import (
     MIG_PROFILE_INFO,
     DeviceRequest,
@@ -48,9 +51,6 @@ from hami_core.protocol.handshake import HANDSHAKE_TIMEOUT_S, HandshakeState, de
 from hami_core.protocol.lock import decode_lock
 
 from .nodeclass import labels_of, node_signature
-from .nodes import NodeDevicesReader, read_node
-from .quota import NO_CHARGE, QuotaCharge, QuotaLimit, QuotaView, quota_limits
-from .usage import PodHoldings, usage_from_holdings
 
 log = logging.getLogger(__name__)
 

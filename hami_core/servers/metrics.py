@@ -20,23 +20,25 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from hami_core.cluster.base import ClusterStore
 from hami_core.errors import AnnotationError
-from hami_core.model import PERCENT, CoresUnit, DeviceInfo, DeviceTypeInfo, DeviceUsage
+from hami_core.facts.quota import namespace_usage, placed_by_us, quota_limits
+from hami_core.facts.usage import requested_vendors
+from hami_core.model import PERCENT, CoresUnit, DeviceInfo, DeviceTypeInfo, DeviceUsage, NodeInfo
 from hami_core.model.migusage import held_cores_pct, instance_cores_pct
+from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.handshake import decode_handshake
 from hami_core.protocol.migallocations import decode_mig_allocations
-from hami_core.scheduling.quota import namespace_usage, placed_by_us, quota_limits
-from hami_core.scheduling.scheduler import Scheduler
-from hami_core.scheduling.usage import is_live, requested_vendors
+from hami_core.protocol.pods import is_live
 
 MIB = 1024 * 1024
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -44,6 +46,34 @@ _LOCK_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 DEVICE_LABELS = ["node", "device_uuid", "device_index", "device_type"]
 CONTAINER_LABELS = ["namespace", "node", "pod", "container_index", "device_uuid"]
+
+
+class LockWaits(Protocol):
+    """Where bind reports its node-lock waits (``scheduling.bind.Binder``)."""
+
+    lock_observer: Callable[[float, bool], None] | None
+
+
+class SchedulerView(Protocol):
+    """What the metrics read of the scheduler (``scheduling.scheduler.Scheduler``): its
+    store and backends, a node's devices and their usage, and bind's lock waits. Named
+    here so this server does not import the scheduling engine (the import contract in
+    pyproject.toml)."""
+
+    @property
+    def store(self) -> ClusterStore: ...
+
+    @property
+    def manager(self) -> BackendManager: ...
+
+    @property
+    def binder(self) -> LockWaits: ...
+
+    def node_info(self, node: Mapping[str, Any]) -> NodeInfo: ...
+
+    def node_usage(
+        self, info: NodeInfo, *, exclude_uid: str | None = None
+    ) -> dict[str, DeviceUsage]: ...
 
 
 def device_type(device: DeviceInfo) -> str:
@@ -58,7 +88,9 @@ class SchedulerMetrics:
     recorded (``hami_scheduler_node_lock_wait_seconds``).
     """
 
-    def __init__(self, scheduler: Scheduler, *, informers: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, scheduler: SchedulerView, *, informers: dict[str, Any] | None = None
+    ) -> None:
         """Args:
         informers: resource -> ``Informer`` (``KubeCluster.nodes`` / ``pods`` /
             ``quotas``) whose freshness is reported; none for an embedded store.
@@ -150,7 +182,7 @@ class AllocationCollector(Collector):
     """Per device: limits, allocation, sharers, health; per container: allocation;
     per node: registration and handshake age; per namespace: quota used and limit."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: SchedulerView) -> None:
         self.scheduler = scheduler
 
     def collect(self) -> Iterator[Metric]:

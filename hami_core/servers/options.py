@@ -17,11 +17,11 @@ from typing import Any, Literal
 import attrs
 
 from hami_core.errors import ConfigError, InvalidInputError
+from hami_core.facts.policy import device_policy_option, node_policy_option
 from hami_core.model import DEVICE_POLICY_TOKENS
 from hami_core.protocol.config import is_dns_subdomain
 from hami_core.protocol.documents import shown
 from hami_core.protocol.nodeconfig import MIG_STRATEGIES
-from hami_core.scheduling.policy import device_policy_option, node_policy_option
 from hami_core.settings import setting
 
 #: kubelet's device-plugin directory (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1
@@ -51,7 +51,7 @@ def label_pairs(value: str) -> dict[str, str]:
 
 def policy_text(option: str) -> Callable[[str | None], str | None]:
     """A ``--node-policy`` / ``--gpu-policy`` value checked as its annotation is read
-    (``hami_core.scheduling.policy``), kept as given.
+    (``hami_core.facts.policy``), kept as given.
 
     Raises:
         InvalidInputError: a bad token; the message starts with ``option``.

@@ -20,11 +20,11 @@ from hami_core.cluster.events import EventRecorder
 from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.cluster.lease import LeaderElector
 from hami_core.errors import ConfigError
+from hami_core.facts.handshake import request_handshakes
+from hami_core.facts.policy import device_policy_option, node_policy_option
 from hami_core.plugin import BackendManager
 from hami_core.plugin.manager import disabled_backends
 from hami_core.protocol.config import load_config, with_overrides
-from hami_core.scheduling.handshake import request_handshakes
-from hami_core.scheduling.policy import device_policy_option, node_policy_option
 from hami_core.scheduling.scheduler import Scheduler
 
 from .extender import create_extender_app

@@ -30,9 +30,8 @@ from typing import Any
 
 from hami_core.errors import QuantityError
 from hami_core.model import effective_request
-from hami_core.protocol.pods import containers
+from hami_core.protocol.pods import containers, is_live
 from hami_core.protocol.quantity import parse_quantity_exact
-from hami_core.scheduling.usage import is_live
 
 #: Resources NodeResourcesFit compares when the node states them.
 CHECKED = ("cpu", "memory", "ephemeral-storage")

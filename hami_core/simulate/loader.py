@@ -74,6 +74,8 @@ import yaml
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.errors import AnnotationError, InvalidInputError
+from hami_core.facts.nodes import read_node
+from hami_core.facts.usage import pod_allocation
 from hami_core.model import DEVICE_MODES, DeviceInfo, MigProfile
 from hami_core.plugin import BackendManager
 from hami_core.protocol import documents
@@ -81,10 +83,9 @@ from hami_core.protocol.annotations import VGPU_NODE
 from hami_core.protocol.config import MAX_SPLIT_COUNT
 from hami_core.protocol.documents import shown as _shown
 from hami_core.protocol.inventory import decode_mig_profiles, encode_inventory
+from hami_core.protocol.pods import is_live
 from hami_core.protocol.quantity import INT32_MAX
 from hami_core.protocol.topology import encode_link_scores
-from hami_core.scheduling.nodes import read_node
-from hami_core.scheduling.usage import is_live, pod_allocation
 
 from . import apiserver
 

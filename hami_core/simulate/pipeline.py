@@ -31,8 +31,8 @@ from hami_core.model import (
     NodePolicy,
 )
 from hami_core.plugin import BackendManager
+from hami_core.protocol.pods import is_live
 from hami_core.scheduling.scheduler import FilterResult, Scheduler
-from hami_core.scheduling.usage import is_live
 from hami_core.webhook.admission import DEFAULT_SCHEDULER, Admission, takes_scheduler_name
 from hami_core.webhook.mutation import apply_patch
 

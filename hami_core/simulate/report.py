@@ -112,6 +112,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami_core.errors import AnnotationError
+from hami_core.facts.usage import pod_allocation
 from hami_core.model import (
     CORES_UNITS,
     MIG_PROFILE_INFO,
@@ -131,10 +132,10 @@ from hami_core.model import (
 from hami_core.model.migusage import held_cores_pct, usable_free_memory_mib
 from hami_core.protocol.annotations import GPU_SCHEDULER_POLICY, NODE_SCHEDULER_POLICY
 from hami_core.protocol.documents import printable
+from hami_core.protocol.pods import is_live
 from hami_core.scheduling.fitting import NodeFit
 from hami_core.scheduling.scheduler import FilterResult
 from hami_core.scheduling.scoring import extender_score
-from hami_core.scheduling.usage import is_live, pod_allocation
 
 from .runner import PodRun, Simulation
 

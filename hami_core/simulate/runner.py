@@ -17,6 +17,7 @@ import attrs
 
 import hami_core
 from hami_core.errors import HamiError, InvalidInputError, NotFoundError
+from hami_core.facts.policy import device_policy_option, node_policy_option
 from hami_core.model import (
     DevicePolicy,
     DevicePolicyChain,
@@ -27,7 +28,6 @@ from hami_core.model import (
 )
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import HamiConfig, load_config, with_overrides
-from hami_core.scheduling.policy import device_policy_option, node_policy_option
 
 from .loader import LoadedCluster, WorkloadPod, Workloads, load_cluster, load_workloads
 from .pipeline import KUBE_APISERVER, Outcome, Pipeline

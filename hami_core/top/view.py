@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -9,11 +11,14 @@ import attrs
 
 from hami_core.cluster.base import ClusterStore
 from hami_core.errors import NotFoundError
+from hami_core.facts.holdings import HoldingsReader, ProblemLog
+from hami_core.facts.nodes import read_node
 from hami_core.model import CORES_UNITS, PERCENT, CoresUnit
 from hami_core.model.migusage import held_cores_pct, is_mig_gpu, usable_free_memory_mib
 from hami_core.plugin import BackendManager
-from hami_core.scheduling.scheduler import Scheduler
-from hami_core.scheduling.usage import pod_holdings, pod_ref, requested_vendors
+from hami_core.protocol.pods import pod_ref
+
+log = logging.getLogger(__name__)
 
 SORT_KEYS = ("node", "memory", "free", "cores", "used", "sharers")
 
@@ -256,8 +261,9 @@ def build_view(
         raise NotFoundError(
             f"no node named {', '.join(repr(m) for m in missing)} (nodes: {shown or 'none'})"
         )
-    scheduler = Scheduler(store, manager)
     types = manager.device_types()
+    reader = HoldingsReader(manager, ProblemLog(log))
+    now = dt.datetime.now(dt.UTC)
     by_vendor = {t.vendor: t for t in types}
     usage = usage or {}
     wanted = set(nodes)
@@ -271,16 +277,11 @@ def build_view(
         labels = meta.get("labels") or {}
         if selector and any(labels.get(k) != v for k, v in selector.items()):
             continue
-        info = scheduler.node_info(node)
+        info = read_node(node, types, now=now, reader=manager.node_devices)
         holders: dict[str, list[PodSlice]] = {}
-        for pod in store.pods_on_node(name):
-            held = pod_holdings(
-                pod,
-                info,
-                types,
-                scheduler_name=manager.config.scheduler_name,
-                requested_vendors=requested_vendors(pod, manager),
-            )
+        pods = list(store.pods_on_node(name))
+        for pod in pods:
+            held = reader.holdings(pod, info)
             for uuid in {*held.charges, *held.whole}:
                 charge = held.charges.get(uuid)
                 holders.setdefault(uuid, []).append(
@@ -293,7 +294,7 @@ def build_view(
                     )
                 )
         rows = []
-        for uuid, u in scheduler.node_usage(info).items():
+        for uuid, u in reader.usage_from_pods(info, pods, exclude_uid=None).items():
             d = u.device
             if vendor and d.vendor != vendor:
                 continue

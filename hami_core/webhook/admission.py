@@ -18,6 +18,18 @@ import attrs
 
 from hami_core.cluster.base import ClusterStore
 from hami_core.errors import InvalidInputError
+from hami_core.facts.nodes import read_node
+from hami_core.facts.policy import resolve_policies
+from hami_core.facts.quota import (
+    CORES,
+    MEMORY,
+    QuotaView,
+    namespace_usage,
+    pod_charge,
+    quota_device_types,
+    quota_limits,
+)
+from hami_core.facts.usage import requested_vendors
 from hami_core.model import (
     Charge,
     ContainerRequest,
@@ -30,18 +42,6 @@ from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.config import HamiConfig
 from hami_core.protocol.pods import check_pod_shape, containers, pod_ref
-from hami_core.scheduling.nodes import read_node
-from hami_core.scheduling.policy import resolve_policies
-from hami_core.scheduling.quota import (
-    CORES,
-    MEMORY,
-    QuotaView,
-    namespace_usage,
-    pod_charge,
-    quota_device_types,
-    quota_limits,
-)
-from hami_core.scheduling.usage import requested_vendors
 
 from .misplaced import misplaced_limits
 from .mutation import apply_mutation

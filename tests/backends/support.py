@@ -85,9 +85,9 @@ def usage_of(vendor: str, device: Any, *slices: tuple[int, int]) -> tuple[int, i
     ``vendor``) as the scheduler computes it from live pods our scheduler bound to its
     node, one pod per ``(MiB, percent)`` slice: HAMi's ``AddResourceUsage`` summed over
     the pods (``pkg/device/<vendor>/device_test.go::TestDevices_AddResourceUsage``)."""
+    from hami_core.facts.usage import node_usage
     from hami_core.model import ContainerDevice, NodeInfo
     from hami_core.protocol import encode_pod_devices
-    from hami_core.scheduling.usage import node_usage
 
     manager = BackendManager.from_entry_points(disabled=[])
     dtype = next(t for t in manager.device_types() if t.vendor == vendor)

@@ -3,9 +3,9 @@
 
 import datetime as dt
 
+from hami_core.facts.nodes import read_node
 from hami_core.plugin import BackendManager
 from hami_core.protocol import encode_inventory
-from hami_core.scheduling.nodes import read_node
 from tests.backends.cambricon.helpers import mlu
 from tests.builders import pipeline, pod
 

@@ -10,10 +10,10 @@ import datetime as dt
 import pytest
 from hami_nvidia import mig
 
+from hami_core.facts.nodes import read_node
 from hami_core.model import ContainerDevice, DeviceRequest, DeviceUsage, NodeInfo
 from hami_core.plugin import BackendManager
 from hami_core.protocol import encode_pod_devices
-from hami_core.scheduling.nodes import read_node
 from tests.builders import container, gpu, node, pipeline, pod
 from tests.unit.test_admission import review
 

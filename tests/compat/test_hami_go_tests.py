@@ -8,6 +8,7 @@ import pytest
 from hami_nvidia.requests import parse_request
 
 from hami_core.backend import DeviceFilters, fit_devices
+from hami_core.facts.policy import resolve_policies
 from hami_core.model import (
     ContainerDevice,
     DeviceInfo,
@@ -18,7 +19,6 @@ from hami_core.model import (
 )
 from hami_core.protocol import decode_pod_devices, encode_pod_devices
 from hami_core.protocol.config import VendorConfig
-from hami_core.scheduling.policy import resolve_policies
 from tests.builders import container, gpu, manager, node, pipeline, pod
 from tests.unit.test_admission import limits_of, patched, review
 
@@ -336,7 +336,7 @@ def test_empty_container_and_pod_device_coding():
 def test_resourcereqs_with_init_containers():
     """``pkg/device/devices_test.go::TestResourcereqs_WithInitContainers``: requests in
     wire order, init containers first, then the app containers."""
-    from hami_core.scheduling.podspec import read_pod_request
+    from hami_core.facts.podrequest import read_pod_request
 
     p = pod(
         "p",

@@ -10,8 +10,8 @@ import datetime as dt
 
 import pytest
 
+from hami_core.facts.nodes import read_node
 from hami_core.plugin import BackendManager
-from hami_core.scheduling.nodes import read_node
 
 MANAGER = BackendManager.from_entry_points(disabled=[])
 

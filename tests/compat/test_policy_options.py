@@ -19,8 +19,8 @@ from click.testing import CliRunner
 
 from hami_core.cli import cli
 from hami_core.errors import ConfigError, InvalidInputError
+from hami_core.facts.policy import device_policy_option, node_policy_option
 from hami_core.model import DevicePolicy, DevicePolicyChain, NodePolicy
-from hami_core.scheduling.policy import device_policy_option, node_policy_option
 from hami_core.servers.scheduler_main import SchedulerOptions
 from tests.builders import container, gpu, node, pipeline, pod
 from tests.unit.test_admission import review

@@ -27,6 +27,7 @@ from hami_core.deviceplugin import (
 from hami_core.deviceplugin import allocator as allocator_module
 from hami_core.deviceplugin.allocator import NotLockedError
 from hami_core.errors import BackendError, HamiError, InvalidInputError
+from hami_core.facts.nodelock import acquire_node_lock
 from hami_core.model import (
     BackendInfo,
     ContainerAllocation,
@@ -36,7 +37,6 @@ from hami_core.model import (
 from hami_core.plugin import BackendManager, hookimpl
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
-from hami_core.scheduling.nodelock import acquire_node_lock
 from hami_core.scheduling.scheduler import utcnow
 
 from .conftest import BindPod, ctr, gpu_node, gpu_pod, gpu_uuid

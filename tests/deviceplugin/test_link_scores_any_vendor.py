@@ -14,9 +14,9 @@ import pytest
 from hami_core.cluster import MemoryCluster
 from hami_core.deviceplugin import NodeAgent
 from hami_core.errors import BackendError
+from hami_core.facts.nodes import read_node
 from hami_core.model import BackendInfo, DeviceInfo
 from hami_core.plugin import BackendManager, hookimpl
-from hami_core.scheduling.nodes import read_node
 from tests.toy_backend import ToyBackend
 
 KEY = "hami.io/node-toy-score"

@@ -199,7 +199,7 @@ def test_simulate_kubelet_allocates_both_vendors(cluster, manager, bound_pod: Bi
 
     bound = bound_pod(cluster, manager, make_pod("two containers", "p"), NODE)
     node = cluster.get_node(NODE)
-    from hami_core.scheduling.nodes import read_node
+    from hami_core.facts.nodes import read_node
     from hami_core.scheduling.scheduler import utcnow
 
     info = read_node(node, manager.device_types(), now=utcnow())

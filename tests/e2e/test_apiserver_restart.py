@@ -25,10 +25,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from hami_core.facts.nodes import read_node
+from hami_core.facts.usage import node_usage
 from hami_core.protocol import annotations as keys
 from hami_core.protocol import encode_inventory
-from hami_core.scheduling.nodes import read_node
-from hami_core.scheduling.usage import node_usage
 from tests.builders import container, gpu, manager, pod
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.hami_stack import HamiStack

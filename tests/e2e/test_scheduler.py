@@ -11,10 +11,10 @@ import uuid
 import pytest
 from kubernetes import client
 
+from hami_core.facts.nodes import read_node as decode_node
+from hami_core.facts.usage import node_usage
 from hami_core.model import DeviceInfo
 from hami_core.protocol import decode_pod_devices, encode_inventory
-from hami_core.scheduling.nodes import read_node as decode_node
-from hami_core.scheduling.usage import node_usage
 from tests.builders import container, gpu, manager, pipeline, pod
 from tests.builders import node as node_obj
 from tests.e2e.hami_stack import HamiStack

@@ -275,7 +275,7 @@ def test_a_failing_event_write_never_fails_a_bind(env, monkeypatch):
 
 
 def test_release_retries_conflicts_and_never_releases_another_owner(env, monkeypatch):
-    from hami_core.scheduling.nodelock import release_node_lock
+    from hami_core.facts.nodelock import release_node_lock
 
     c, _, _ = env
     c.patch_node_annotations("n1", {"hami.io/mutex.lock": encode_lock(T0, "default", "owner")})

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from hami_core.cli import cli
 from hami_core.errors import ConflictError, HamiError
+from hami_core.facts.nodelock import LONGEST_BIND_S
 from hami_core.protocol import encode_lock
-from hami_core.scheduling.nodelock import LONGEST_BIND_S
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.servers.scheduler_main import SchedulerOptions
 from tests.builders import cluster, container, gpu, manager, node, pod

@@ -1,7 +1,7 @@
 import datetime as dt
 
-from hami_core.scheduling.handshake import request_handshakes
-from hami_core.scheduling.nodes import read_node
+from hami_core.facts.handshake import request_handshakes
+from hami_core.facts.nodes import read_node
 from tests.builders import cluster, container, gpu, manager, node, pipeline, pod
 
 T0 = dt.datetime(2026, 11, 29, 9, 0, 0, tzinfo=dt.UTC)

@@ -15,11 +15,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hami_core.facts.quota import namespace_usage
+from hami_core.facts.usage import node_usage
 from hami_core.model import ContainerDevice
 from hami_core.protocol.devicelist import encode_pod_devices
-from hami_core.scheduling.quota import namespace_usage
 from hami_core.scheduling.scheduler import Scheduler
-from hami_core.scheduling.usage import node_usage
 from tests.builders import cluster, container, gpu, manager, node, pod
 
 NODES = ("n0", "n1", "n2")

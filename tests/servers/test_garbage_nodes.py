@@ -2,9 +2,9 @@
 
 import pytest
 
+from hami_core.facts.nodes import MAX_LINK_SCORE_BYTES, MAX_NODE_ANNOTATION_BYTES, read_node
 from hami_core.protocol.topology import encode_link_scores
 from hami_core.scheduling import state
-from hami_core.scheduling.nodes import MAX_LINK_SCORE_BYTES, MAX_NODE_ANNOTATION_BYTES, read_node
 from hami_core.scheduling.scheduler import Scheduler, utcnow
 from hami_core.servers.extender import create_extender_app
 from tests.builders import cluster, container, gpu, manager, node, pod

@@ -12,6 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from hami_core.facts.usage import hold_whole
 from hami_core.model import (
     COMPUTE_UNITS,
     CORES_UNITS,
@@ -27,7 +28,6 @@ from hami_core.model import (
     DeviceUsage,
 )
 from hami_core.plugin import BackendManager, hookimpl
-from hami_core.scheduling.usage import hold_whole
 from hami_core.testing import BackendConformance
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "backend-example"

@@ -220,8 +220,8 @@ def test_hami_node_devices_is_asked_first_and_checked():
     import datetime as dt
 
     from hami_core.errors import AnnotationError
+    from hami_core.facts.nodes import read_node
     from hami_core.model import DeviceInfo
-    from hami_core.scheduling.nodes import read_node
 
     from_capacity = DeviceInfo(uuid="cap-0", vendor="TOY", split_count=1, memory_mib=5)
 

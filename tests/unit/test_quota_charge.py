@@ -8,10 +8,8 @@ admission than at fit: both go through ``quota.pod_charge``.
 
 import pytest
 
-from hami_core.model import Charge, ContainerDevice
-from hami_core.protocol.config import DEFAULT_SCHEDULER_NAME
-from hami_core.scheduling import quota
-from hami_core.scheduling.quota import (
+from hami_core.facts import quota
+from hami_core.facts.quota import (
     CORES,
     COUNT,
     MEMORY,
@@ -22,6 +20,8 @@ from hami_core.scheduling.quota import (
     allocation_charge,
     pod_charge,
 )
+from hami_core.model import Charge, ContainerDevice
+from hami_core.protocol.config import DEFAULT_SCHEDULER_NAME
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.webhook import Admission
 from tests.builders import cluster, container, gpu, manager, node, pod

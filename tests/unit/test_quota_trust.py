@@ -10,15 +10,15 @@ from-scratch function itself.
 
 import pytest
 
-from hami_core.model import Charge
-from hami_core.protocol.config import DEFAULT_SCHEDULER_NAME
-from hami_core.scheduling.quota import (
+from hami_core.facts.quota import (
     MEMORY,
     UNREADABLE_CHARGE,
     QuotaCharge,
     namespace_usage,
     pod_quota_charge,
 )
+from hami_core.model import Charge
+from hami_core.protocol.config import DEFAULT_SCHEDULER_NAME
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.webhook import Admission
 from tests.builders import cluster, container, gpu, manager, node, pod

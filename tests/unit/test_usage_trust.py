@@ -6,10 +6,10 @@ A tenant's forged or rewritten allocation annotations must not make a GPU look f
 
 import logging
 
+from hami_core.facts.nodes import read_node
+from hami_core.facts.usage import bound_here, node_usage, pod_holdings
 from hami_core.protocol.config import DEFAULT_SCHEDULER_NAME
-from hami_core.scheduling.nodes import read_node
 from hami_core.scheduling.scheduler import utcnow
-from hami_core.scheduling.usage import bound_here, node_usage, pod_holdings
 from tests.builders import container, gpu, manager, node, pipeline, pod
 
 ALLOC = "hami.io/vgpu-devices-allocated"

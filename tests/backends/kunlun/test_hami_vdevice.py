@@ -9,9 +9,9 @@ import datetime as dt
 
 import pytest
 
+from hami_core.facts.nodes import read_node
 from hami_core.model import DevicePolicy, DeviceUsage, NodeInfo, ReasonCode
 from hami_core.plugin import BackendManager
-from hami_core.scheduling.nodes import read_node
 from tests.backends.support import usage_of
 from tests.builders import container as gpu_container
 from tests.builders import pod as gpu_pod

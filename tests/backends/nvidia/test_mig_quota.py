@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hami_core.scheduling.quota import CORES, MEMORY, namespace_usage
+from hami_core.facts.quota import CORES, MEMORY, namespace_usage
 from tests.backends.nvidia.test_mig_fit import mig_node
 from tests.backends.nvidia.test_mig_single_fit import single_node
 from tests.builders import container, pipeline, pod

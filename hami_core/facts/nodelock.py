@@ -38,8 +38,7 @@ from hami_core.protocol.lock import (
     encode_lock,
     taken_for_bind,
 )
-
-from .usage import is_live
+from hami_core.protocol.pods import is_live
 
 _ATTEMPTS = 5
 

@@ -32,16 +32,9 @@ from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.migallocations import decode_mig_allocations
+from hami_core.protocol.pods import is_live, pod_ref
 
-from .podspec import read_pod_request
-
-#: Pods in these phases hold no devices.
-FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
-
-
-def is_live(pod: Mapping[str, Any]) -> bool:
-    """True unless the pod has finished (Succeeded or Failed)."""
-    return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
+from .podrequest import read_pod_request
 
 
 @attrs.frozen(kw_only=True)
@@ -66,12 +59,6 @@ class PodHoldings:
 
 
 NO_HOLDINGS = PodHoldings()
-
-
-def pod_ref(pod: Mapping[str, Any]) -> str:
-    """``namespace/name`` of a pod, for messages."""
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 def requested_resources(pod: Mapping[str, Any]) -> frozenset[str]:

@@ -35,9 +35,10 @@ from hami_core.model import (
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
+from hami_core.protocol.pods import is_live
 from hami_core.protocol.quantity import parse_quantity_int
 
-from .usage import default_requested_vendors, is_live
+from .usage import default_requested_vendors
 
 
 class Measure(enum.StrEnum):

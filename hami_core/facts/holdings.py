@@ -1,10 +1,11 @@
-"""What one pod holds, as the scheduler's state reads it: its devices on a node
+"""What one pod holds, as the scheduler's state and ``hami top`` read it: its devices on a node
 (``usage.pod_holdings``) and its quota charge (``quota.pod_quota_charge``), both under
 the trust rule of PROTOCOL.md §6, with the vendors a pod asks for kept per pod uid (a
 pod's resources are immutable)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
@@ -16,9 +17,30 @@ from .usage import PodHoldings, node_usage, pod_holdings, requested_vendors
 
 
 class Problems(Protocol):
-    """Where unreadable allocations are reported (``filtering.ProblemLog``)."""
+    """Where unreadable allocations are reported (``ProblemLog``)."""
 
     def report(self, messages: Iterable[str]) -> None: ...
+
+
+class ProblemLog:
+    """Logs each unreadable allocation once per pod and reason, not per request."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
+        self._reported: set[str] = set()
+
+    def report(self, messages: Iterable[str]) -> None:
+        for message in messages:
+            if message not in self._reported:
+                if len(self._reported) > 4096:
+                    self._reported.clear()
+                self._reported.add(message)
+                self._log.warning("unreadable allocation, failing closed: %s", message)
+
+    def drain(self, problems: list[str]) -> None:
+        """Report and empty ``problems`` (``ClusterState.problems``)."""
+        while problems:
+            self.report([problems.pop(0)])
 
 
 class HoldingsReader:
@@ -80,4 +102,4 @@ class HoldingsReader:
         return vendors
 
 
-__all__ = ["HoldingsReader"]
+__all__ = ["HoldingsReader", "ProblemLog", "Problems"]

@@ -1,5 +1,5 @@
-"""Reading a pod's device requests in wire order (the pod helpers are
-``hami_core.protocol.pods``)."""
+"""A pod's device requests in wire order, read through the backends' ``hami_parse_request``
+(the pod's shape, its containers and ``pod_ref`` are ``hami_core.protocol.pods``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hami_core.model import ContainerRequest, PodRequest
 from hami_core.plugin import BackendManager
 from hami_core.protocol.pods import Pod, check_pod_shape, containers, pod_ref
 
-__all__ = ["Pod", "check_pod_shape", "containers", "pod_ref", "read_pod_request"]
+__all__ = ["read_pod_request"]
 
 
 def read_pod_request(pod: Pod, manager: BackendManager) -> PodRequest:
