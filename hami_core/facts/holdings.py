@@ -1,7 +1,7 @@
-"""What one pod holds, as the scheduler's state and ``hami top`` read it: its devices on a node
-(``usage.pod_holdings``) and its quota charge (``quota.pod_quota_charge``), both under
-the trust rule of PROTOCOL.md §6, with the vendors a pod asks for kept per pod uid (a
-pod's resources are immutable)."""
+"""What one pod holds, as the scheduler's state and ``hami top`` read it: its devices on a
+node (``usage.pod_holdings``) and its quota charge (``quota.pod_quota_charge``), both
+under the trust rule of PROTOCOL.md §6, with the vendors a pod asks for kept per pod uid
+(a pod's resources are immutable); ``ProblemLog`` logs each unreadable allocation once."""
 
 from __future__ import annotations
 

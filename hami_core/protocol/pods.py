@@ -1,6 +1,7 @@
 """A Pod object's parts every component reads: its containers in wire order, its name for
-messages (``pod_ref``), whether it has finished (``is_live``, the one liveness rule), and the shape check that keeps malformed objects from crashing anything
-deeper (the Kubernetes ``v1.Pod`` JSON form, as the API server sends it)."""
+messages (``pod_ref``), whether it has finished (``is_live``, the one liveness rule), and
+the shape check that keeps malformed objects from crashing anything deeper (the
+Kubernetes ``v1.Pod`` JSON form, as the API server sends it)."""
 
 from __future__ import annotations
 
