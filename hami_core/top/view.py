@@ -13,6 +13,7 @@ from hami_core.cluster.base import ClusterStore
 from hami_core.errors import NotFoundError
 from hami_core.facts.holdings import HoldingsReader, ProblemLog
 from hami_core.facts.nodes import read_node
+from hami_core.facts.usage import pod_holdings, requested_vendors
 from hami_core.model import CORES_UNITS, PERCENT, CoresUnit
 from hami_core.model.migusage import held_cores_pct, is_mig_gpu, usable_free_memory_mib
 from hami_core.plugin import BackendManager
@@ -281,7 +282,13 @@ def build_view(
         holders: dict[str, list[PodSlice]] = {}
         pods = list(store.pods_on_node(name))
         for pod in pods:
-            held = reader.holdings(pod, info)
+            held = pod_holdings(
+                pod,
+                info,
+                types,
+                scheduler_name=manager.config.scheduler_name,
+                requested_vendors=requested_vendors(pod, manager),
+            )
             for uuid in {*held.charges, *held.whole}:
                 charge = held.charges.get(uuid)
                 holders.setdefault(uuid, []).append(
