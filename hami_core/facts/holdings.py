@@ -30,6 +30,7 @@ class ProblemLog:
         self._reported: set[str] = set()
 
     def report(self, messages: Iterable[str]) -> None:
+        """Log each of ``messages`` (``pod ns/name: annotation: why``) not logged before."""
         for message in messages:
             if message not in self._reported:
                 if len(self._reported) > 4096:
