@@ -231,3 +231,42 @@ def test_no_document_names_a_source_file_the_repository_lacks():
             if not (ROOT / path).exists() and not (page.parent / path).exists():
                 missing.append(f"{page.relative_to(ROOT)}: {path}")
     assert not missing, f"pages name files the repository lacks: {sorted(missing)}"
+
+
+#: Imported from anywhere below the servers; a row of the rooms table may leave them out.
+_ANYWHERE = {"errors", "extras", "settings"}
+
+
+def _imports_by_room() -> dict[str, set[str]]:
+    """What each room of ``hami_core`` imports of the others, from the import graph."""
+    import grimp  # import-linter's graph builder, installed with it
+
+    graph = grimp.build_graph("hami_core")
+    out: dict[str, set[str]] = {}
+    for module in graph.modules:
+        room = ".".join(module.split(".")[:2])
+        for imported in graph.find_modules_directly_imported_by(module):
+            other = ".".join(imported.split(".")[:2])
+            if other != room and other.startswith("hami_core."):
+                out.setdefault(room, set()).add(other.removeprefix("hami_core."))
+    return out
+
+
+def test_the_imports_column_of_the_rooms_table_is_the_import_graph():
+    text = doc_text()
+    rows = re.findall(r"^\| `(hami_core(?:\.\w+)?)` \|[^\n]*\| ([^|\n]*) \|$", text, re.M)
+    assert len(rows) >= 15, "the rooms table was not found"
+    graph = _imports_by_room()
+    wrong = []
+    for room, cell in rows:
+        stated = set()
+        for item in cell.split(","):
+            word = item.strip().split(" ")[0].strip("`")
+            if word and word != "—":
+                stated.add(word)
+        actual = graph.get(room, set())
+        if stated - _ANYWHERE != actual - _ANYWHERE:
+            wrong.append(f"{room}: the map says {sorted(stated)}, the code {sorted(actual)}")
+    assert not wrong, "docs/architecture.md's imports column is not the code's:\n" + "\n".join(
+        wrong
+    )
