@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kubernetes import client as k8s
 from waitress.server import create_server
-from workload import node_object, pod_object, pod_shape, preload
+from workload import bound_copy, node_object, pod_object, pod_shape, preload
 
 from hami_core.cluster.kube import KubeCluster
 from hami_core.plugin import BackendManager
@@ -120,13 +120,9 @@ def run(nodes: int, pods: int, seed: int) -> dict[str, Any]:
         fit = scheduler.filter(pod, [best]).fits[best]
         if fit.allocation is None:
             continue
-        bound = json.loads(json.dumps(pod))
         alloc = scheduler.binder._allocation_annotations(fit.allocation, scheduler.clock())
-        bound["metadata"]["annotations"] = {k: v for k, v in alloc.items() if v is not None}
-        bound["spec"]["nodeName"] = best
         rv += 1
-        bound["metadata"]["resourceVersion"] = str(rv)
-        store.pods.put(bound)
+        store.pods.put(bound_copy(pod, best, alloc, rv))
     server.close()
     return {
         "nodes": nodes,

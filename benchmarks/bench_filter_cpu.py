@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kubernetes import client as k8s
-from workload import node_object, pod_object, pod_shape, preload
+from workload import bound_copy, node_object, pod_object, pod_shape, preload
 
 from hami_core.cluster.kube import KubeCluster
 from hami_core.plugin import BackendManager
@@ -66,13 +66,9 @@ def main() -> None:
         allocation = result.fits[best].allocation
         if allocation is None:
             continue
-        bound = json.loads(json.dumps(pod))
         annotations = scheduler.binder._allocation_annotations(allocation, scheduler.clock())
-        bound["metadata"]["annotations"] = {k: v for k, v in annotations.items() if v is not None}
-        bound["spec"]["nodeName"] = best
         rv += 1
-        bound["metadata"]["resourceVersion"] = str(rv)
-        store.pods.put(bound)
+        store.pods.put(bound_copy(pod, best, annotations, rv))
         placed += 1
     ordered = sorted(cpu)
     print(

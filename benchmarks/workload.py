@@ -7,6 +7,7 @@ webhook turns into cores 100) and 2-4 GPU pods. Nodes carry 8 A100-80GB each, sp
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -146,3 +147,16 @@ def preload(
                 cores_left -= cores
                 i += 1
     return pods
+
+
+def bound_copy(
+    pod: dict[str, Any], node: str, annotations: dict[str, str | None], resource_version: int
+) -> dict[str, Any]:
+    """``pod`` as the watch delivers it once bound to ``node``: the scheduler's allocation
+    ``annotations`` (None values dropped, as a merge patch removes them) and
+    ``spec.nodeName`` set, at ``resource_version``."""
+    bound = json.loads(json.dumps(pod))
+    bound["metadata"]["annotations"] = {k: v for k, v in annotations.items() if v is not None}
+    bound["spec"]["nodeName"] = node
+    bound["metadata"]["resourceVersion"] = str(resource_version)
+    return bound

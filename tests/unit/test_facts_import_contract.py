@@ -7,15 +7,13 @@ or through another module. The facts have one ``pod_ref`` and one liveness rule.
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hami_core.protocol.pods import is_live, live_pod_uids
+from tests.importcontracts import contract_named, lint_made_up_packages
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "hami_core"
@@ -30,10 +28,7 @@ READERS = {
 
 
 def _contract() -> dict[str, Any]:
-    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    found = [c for c in cfg["contracts"] if c["name"] == CONTRACT]
-    assert found, f"no import-linter contract named {CONTRACT!r} in pyproject.toml"
-    return dict(found[0])
+    return contract_named(CONTRACT)
 
 
 def _metrics_servers() -> set[str]:
@@ -55,37 +50,16 @@ def test_lint_imports_refuses_a_reader_importing_the_engine(tmp_path: Path) -> N
     """The contract as written, over three made-up readers: one importing the facts
     passes; one importing ``hami_core.scheduling`` and one reaching it through
     ``hami_core.servers.extender`` are named."""
-    for name, line in (
-        ("hami_good", "import hami_core.facts.usage\n"),
-        ("hami_bad", "import hami_core.scheduling.scheduler\n"),
-        ("hami_sly", "import hami_core.servers.extender\n"),
-    ):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text(line)
-    contract = dict(_contract(), source_modules=["hami_good", "hami_bad", "hami_sly"])
-    lines = [
-        "[importlinter]",
-        "root_packages =\n    hami_core\n    hami_good\n    hami_bad\n    hami_sly",
-        "include_external_packages = True",
-        "[importlinter:contract:readers]",
-    ]
-    for key, value in contract.items():
-        if isinstance(value, list):
-            lines.append(f"{key} =\n" + "\n".join(f"    {v}" for v in value))
-        else:
-            lines.append(f"{key} = {value}")
-    (tmp_path / "setup.cfg").write_text("\n".join(lines) + "\n")
-    lint = Path(sys.executable).with_name("lint-imports")
-    run = subprocess.run(
-        [str(lint), "--config", str(tmp_path / "setup.cfg"), "--no-cache"],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=300,
+    code, out = lint_made_up_packages(
+        tmp_path,
+        _contract(),
+        {
+            "hami_good": "import hami_core.facts.usage\n",
+            "hami_bad": "import hami_core.scheduling.scheduler\n",
+            "hami_sly": "import hami_core.servers.extender\n",
+        },
     )
-    out = run.stdout + run.stderr
-    assert run.returncode == 1, out
+    assert code == 1, out
     assert "hami_bad -> hami_core.scheduling" in out, out
     assert "hami_sly -> hami_core.servers.extender" in out, out
     assert "hami_good ->" not in out, out
