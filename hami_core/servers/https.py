@@ -89,6 +89,14 @@ PRESSURE_READ_S = 0.5
 #: kube-apiserver's default ``--max-mutating-requests-inflight`` is 200, so it has no more
 #: pod creations in flight than fit here beside its share; each is an open file.
 MAX_WAITING_PER_CLIENT = 256
+#: Failed connections (a TLS handshake that fails or is cut, a request cut by a
+#: deadline or answered 4xx/5xx) an address may have before its new connections are
+#: paced, and the pace then (connections a second). A flood of reconnections costs a TLS
+#: handshake of CPU each; paced, a failing address's next connection waits (a socket, no
+#: worker, no handshake) for its turn. An address whose connections succeed is never
+#: paced, and one that is gets its turn back with every success.
+FAILURE_BURST = 8
+FAILURE_RATE_PER_S = 1.0
 #: Bytes of a request body read at most when the application states no limit (Flask's
 #: ``MAX_CONTENT_LENGTH``): the extender's largest, 5000 nodes' ``ExtenderArgs``.
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -111,6 +119,12 @@ class _Guard:
     *serving*. While connections wait for a worker (``queued()`` > 0), one that has been
     receiving for more than ``pressure_s`` is cut at once: a real client has sent its
     request by then, and its worker is owed to the connections behind it.
+
+    An address whose connections fail is *paced* (a token bucket per address,
+    ``failure_burst`` tokens, ``failure_rate`` a second): each of its connections then
+    takes a token to be admitted, and gives it back when its request succeeds; without
+    one it is *parked* (no worker, no handshake yet) until a token comes, at most
+    ``handshake_s``. A failure of a connection admitted without a token takes one.
     """
 
     def __init__(
@@ -122,7 +136,11 @@ class _Guard:
         request_s: float,
         pressure_s: float = PRESSURE_READ_S,
         max_waiting_per_client: int = MAX_WAITING_PER_CLIENT,
+        failure_burst: int = FAILURE_BURST,
+        failure_rate: float = FAILURE_RATE_PER_S,
     ) -> None:
+        self.failure_burst = failure_burst
+        self.failure_rate = failure_rate
         self.max_per_client = max_per_client
         self.handshake_s = handshake_s
         self.read_s = read_s
@@ -136,6 +154,10 @@ class _Guard:
         self._busy: dict[str, int] = {}
         # address -> connections waiting for a slot of its share: (give up at, connection)
         self._waiting: dict[str, deque[tuple[float, Any]]] = {}
+        # paced address -> [tokens, refilled at (monotonic)]
+        self._paces: dict[str, list[float]] = {}
+        # paced address -> connections waiting for a token: (give up at, connection)
+        self._parked: dict[str, deque[tuple[float, Any]]] = {}
         # id(sock) -> (deadline, sock, receiving since (monotonic) or None when serving)
         self._deadlines: dict[int, tuple[float, socket.socket, float | None]] = {}
         self._stop = threading.Event()
@@ -144,18 +166,93 @@ class _Guard:
 
     def admit(self, client: str, conn: Any) -> bool | None:
         """A slot of ``client``'s share for ``conn``: True when taken (dispatch it now),
-        False when ``conn`` waits for one (``leave`` dispatches it), None when the
-        address already has ``max_waiting`` connections waiting (close ``conn``)."""
+        False when ``conn`` waits for one or, the address being paced, for a token
+        (``leave`` or the watchdog dispatches it), None when the address already has
+        ``max_waiting`` connections waiting (close ``conn``)."""
+        now = time.monotonic()
         with self._lock:
-            busy = self._busy.get(client, 0)
-            if busy < self.max_per_client:
-                self._busy[client] = busy + 1
-                return True
-            waiting = self._waiting.setdefault(client, deque())
-            if len(waiting) >= self.max_waiting:
-                return None
-            waiting.append((time.monotonic() + self.handshake_s, conn))
+            if client in self._paces and not self._take_token(client, conn, now):
+                parked = self._parked.setdefault(client, deque())
+                if len(parked) >= self.max_waiting:
+                    return None
+                parked.append((now + self.handshake_s, conn))
+                return False
+            return self._take_slot(client, conn, now)
+
+    def _take_slot(self, client: str, conn: Any, now: float) -> bool | None:
+        """``admit``'s share part (under the lock)."""
+        busy = self._busy.get(client, 0)
+        if busy < self.max_per_client:
+            self._busy[client] = busy + 1
+            return True
+        waiting = self._waiting.setdefault(client, deque())
+        if len(waiting) >= self.max_waiting:
+            self._give_token(client, conn)
+            return None
+        waiting.append((now + self.handshake_s, conn))
+        return False
+
+    def _refill(self, client: str, now: float) -> list[float]:
+        pace = self._paces[client]
+        pace[0] = min(self.failure_burst, pace[0] + (now - pace[1]) * self.failure_rate)
+        pace[1] = now
+        return pace
+
+    def _take_token(self, client: str, conn: Any, now: float) -> bool:
+        pace = self._refill(client, now)
+        if pace[0] < 1:
             return False
+        pace[0] -= 1
+        conn._hami_token = True
+        return True
+
+    def _give_token(self, client: str, conn: Any) -> None:
+        if getattr(conn, "_hami_token", False):
+            conn._hami_token = False
+            pace = self._paces.get(client)
+            if pace is not None:
+                pace[0] = min(self.failure_burst, pace[0] + 1)
+
+    def ended(self, client: str, conn: Any, *, failed: bool) -> None:
+        """A request of ``client`` on ``conn`` ended (before ``leave``): a success gives
+        back the token it took; a failure of a connection admitted without one takes
+        one (and starts pacing the address)."""
+        now = time.monotonic()
+        with self._lock:
+            if not failed:
+                self._give_token(client, conn)
+            elif getattr(conn, "_hami_token", False):
+                conn._hami_token = False  # spent
+            else:
+                self._paces.setdefault(client, [float(self.failure_burst), now])
+                pace = self._refill(client, now)
+                pace[0] = max(pace[0] - 1, 0.0)
+            go, drop = self._unpark(client, now)
+        self._hand_over(go, drop)
+
+    def _unpark(self, client: str, now: float) -> tuple[list[Any], list[Any]]:
+        """Parked connections of ``client`` that now have a token and a slot (to
+        dispatch) or no room to wait for one (to close); under the lock."""
+        go: list[Any] = []
+        drop: list[Any] = []
+        parked = self._parked.get(client)
+        while parked and self._take_token(client, parked[0][1], now):
+            conn = parked.popleft()[1]
+            slot = self._take_slot(client, conn, now)
+            if slot:
+                go.append(conn)
+            elif slot is None:
+                drop.append(conn)
+        if parked is not None and not parked:
+            del self._parked[client]
+        return go, drop
+
+    def _hand_over(self, go: list[Any], drop: list[Any]) -> None:
+        for conn in go:
+            self.dispatch(conn)
+        for conn in drop:
+            with contextlib.suppress(Exception):
+                conn.close()
 
     def leave(self, client: str) -> None:
         """A request of ``client`` ended: its slot goes to the oldest connection of the
@@ -177,8 +274,14 @@ class _Guard:
     def drop_waiting(self) -> list[Any]:
         """Every waiting connection, no longer waiting (to close at shutdown)."""
         with self._lock:
-            conns = [conn for waiting in self._waiting.values() for _, conn in waiting]
+            conns = [
+                conn
+                for queues in (self._waiting, self._parked)
+                for waiting in queues.values()
+                for _, conn in waiting
+            ]
             self._waiting.clear()
+            self._parked.clear()
         return conns
 
     def arm(self, sock: socket.socket, seconds: float, *, receiving: bool = False) -> None:
@@ -212,16 +315,25 @@ class _Guard:
                     or (pressed and since is not None and now - since > self.pressure_s)
                 ]
                 socks = [self._deadlines.pop(k)[1] for k in late]
-                expired = []
-                for client in list(self._waiting):
-                    waiting = self._waiting[client]
-                    while waiting and waiting[0][0] <= now:
-                        expired.append(waiting.popleft()[1])
-                    if not waiting:
-                        del self._waiting[client]
-            for conn in expired:  # waited for its share past the handshake deadline
-                with contextlib.suppress(Exception):
-                    conn.close()
+                expired: list[Any] = []
+                for queues in (self._waiting, self._parked):
+                    for client in list(queues):
+                        waiting = queues[client]
+                        while waiting and waiting[0][0] <= now:
+                            expired.append(waiting.popleft()[1])
+                        if not waiting:
+                            del queues[client]
+                go: list[Any] = []
+                for client in list(self._paces):
+                    more, drop = self._unpark(client, now)
+                    go += more
+                    expired += drop
+                    if self._refill(client, now)[0] >= self.failure_burst and (
+                        client not in self._parked
+                    ):
+                        del self._paces[client]  # forgiven
+            # waited for its share or a token past the handshake deadline
+            self._hand_over(go, expired)
             for sock in socks:
                 # The plain socket's shutdown: unblocks the worker's read at once.
                 with contextlib.suppress(OSError):
@@ -238,8 +350,12 @@ class _GuardedConnection(HTTPConnection):
         (taken by ``_GuardedServer.process_conn``), given back here."""
         client = _client_of(self)
         sock = self.socket
+        shook = False  # a handshake (attempted) or request bytes: a failure counts
+        read_before = getattr(self.rfile, "bytes_read", 0)
+        _serving.status = None
         try:
             if isinstance(sock, ssl.SSLSocket) and not getattr(self, "_handshaken", False):
+                shook = True
                 self.guard.arm(sock, self.guard.handshake_s, receiving=True)
                 try:
                     sock.do_handshake()
@@ -254,6 +370,10 @@ class _GuardedConnection(HTTPConnection):
         finally:
             _serving.sock = None
             self.guard.disarm(sock)
+            status = getattr(_serving, "status", None)
+            tried = shook or getattr(self.rfile, "bytes_read", 0) != read_before
+            failed = tried and (status is None or status >= 400)
+            self.guard.ended(client, self, failed=failed)
             self.guard.leave(client)
 
 
@@ -318,7 +438,12 @@ def _read_body_first(app: Callable[..., Any], max_body_bytes: int) -> Callable[.
     deadline, per worker (issue 24 attack run).
     """
 
-    def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+    def wrapped(environ: dict[str, Any], respond: Callable[..., Any]) -> Any:
+        def start_response(status: str, *args: Any) -> Any:
+            with contextlib.suppress(ValueError, IndexError):
+                _serving.status = int(status.split(None, 1)[0])
+            return respond(status, *args)
+
         stream = environ.get("wsgi.input")
         if stream is not None:
             try:
@@ -389,6 +514,8 @@ class HttpsServer:
         read_timeout_s: float = READ_TIMEOUT_S,
         max_waiting_per_client: int = MAX_WAITING_PER_CLIENT,
         max_body_bytes: int | None = None,
+        failure_burst: int = FAILURE_BURST,
+        failure_rate_per_s: float = FAILURE_RATE_PER_S,
     ) -> None:
         """Load the key pair and bind the socket.
 
@@ -408,6 +535,9 @@ class HttpsServer:
             max_body_bytes: request body bytes read at most (a larger one is answered
                 413 unread); default the application's ``MAX_CONTENT_LENGTH`` (Flask),
                 else ``MAX_BODY_BYTES``.
+            failure_burst, failure_rate_per_s: failed connections an address may have
+                before its new ones are paced, and the pace then (a second); see
+                ``FAILURE_BURST``.
             handshake_timeout_s, read_timeout_s, request_timeout_s: the per-connection
                 deadlines (seconds): the TLS handshake, receiving the whole request after
                 it, and the request in all.
@@ -431,6 +561,8 @@ class HttpsServer:
             read_s=read_timeout_s,
             request_s=request_timeout_s,
             max_waiting_per_client=max_waiting_per_client,
+            failure_burst=failure_burst,
+            failure_rate=failure_rate_per_s,
         )
         guard = self._guard
 
