@@ -95,7 +95,7 @@ MAX_WAITING_PER_CLIENT = 256
 #: handshake of CPU each; paced, a failing address's next connection waits (a socket, no
 #: worker, no handshake) for its turn. An address whose connections succeed is never
 #: paced, and one that is gets its turn back with every success.
-FAILURE_BURST = 8
+FAILURE_BURST = 16
 FAILURE_RATE_PER_S = 1.0
 #: Bytes of a request body read at most when the application states no limit (Flask's
 #: ``MAX_CONTENT_LENGTH``): the extender's largest, 5000 nodes' ``ExtenderArgs``.
@@ -171,7 +171,8 @@ class _Guard:
         ``max_waiting`` connections waiting (close ``conn``)."""
         now = time.monotonic()
         with self._lock:
-            if client in self._paces and not self._take_token(client, conn, now):
+            handshake = not getattr(conn, "_handshaken", False)
+            if client in self._paces and handshake and not self._take_token(client, conn, now):
                 parked = self._parked.setdefault(client, deque())
                 if len(parked) >= self.max_waiting:
                     return None
@@ -221,10 +222,15 @@ class _Guard:
         with self._lock:
             if not failed:
                 self._give_token(client, conn)
+                if client in self._paces:  # and one more: it serves
+                    pace = self._refill(client, now)
+                    pace[0] = min(self.failure_burst, pace[0] + 1)
             elif getattr(conn, "_hami_token", False):
                 conn._hami_token = False  # spent
             else:
-                self._paces.setdefault(client, [float(self.failure_burst), now])
+                if client not in self._paces:
+                    log.debug("pacing new connections from %s: they fail", client)
+                    self._paces[client] = [float(self.failure_burst), now]
                 pace = self._refill(client, now)
                 pace[0] = max(pace[0] - 1, 0.0)
             go, drop = self._unpark(client, now)
