@@ -52,12 +52,15 @@ before the application runs.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import io
 import logging
 import os
 import socket
 import ssl
+import sys
+import termios
 import threading
 import time
 from collections import deque
@@ -118,7 +121,8 @@ class _Guard:
     A connection is *receiving* during its handshake and until its body is in, then
     *serving*. While connections wait for a worker (``queued()`` > 0), one that has been
     receiving for more than ``pressure_s`` is cut at once: a real client has sent its
-    request by then, and its worker is owed to the connections behind it.
+    request by then, and its worker is owed to the connections behind it; unless bytes
+    it sent wait unread (``_unread``): then the server is the slow one.
 
     An address whose connections fail is *paced* (a token bucket per address,
     ``failure_burst`` tokens, ``failure_rate`` a second): each of its connections then
@@ -316,9 +320,14 @@ class _Guard:
             with self._lock:
                 late = [
                     k
-                    for k, (at, _, since) in self._deadlines.items()
+                    for k, (at, sock, since) in self._deadlines.items()
                     if at <= now
-                    or (pressed and since is not None and now - since > self.pressure_s)
+                    or (
+                        pressed
+                        and since is not None
+                        and now - since > self.pressure_s
+                        and not _unread(sock)
+                    )
                 ]
                 socks = [self._deadlines.pop(k)[1] for k in late]
                 expired: list[Any] = []
@@ -344,6 +353,18 @@ class _Guard:
                 # The plain socket's shutdown: unblocks the worker's read at once.
                 with contextlib.suppress(OSError):
                     socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _unread(sock: socket.socket) -> bool:
+    """Whether bytes the client sent wait in the kernel for us to read: then a slow
+    request is the server's slowness (its CPU taken), not the client's, and the pressure
+    rule spares it (a client that trickles is read as its bytes come; the read and
+    handshake deadlines still hold). False when it cannot be told."""
+    try:
+        count = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return False
+    return int.from_bytes(count, sys.byteorder) > 0
 
 
 class _GuardedConnection(HTTPConnection):

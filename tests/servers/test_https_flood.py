@@ -14,6 +14,9 @@ import ssl
 import threading
 import time
 
+import pytest
+
+from hami_core.servers.https import _Guard
 from tests.servers.test_https_guard import pki, review_seconds, serve  # noqa: F401
 
 FLOODERS = 8
@@ -43,7 +46,7 @@ def _flood(port: int, address: str, stop: threading.Event, done: list[int]) -> N
 
 
 def test_a_flood_of_failing_reconnections_is_paced_per_address(pki):  # noqa: F811
-    server, _ = serve(pki, threads=8)
+    server, _ = serve(pki, threads=8, failure_burst=4, failure_rate_per_s=1.0)
     stop = threading.Event()
     counts = [[0] for _ in range(FLOODERS)]
     flooders = [
@@ -57,16 +60,17 @@ def test_a_flood_of_failing_reconnections_is_paced_per_address(pki):  # noqa: F8
             t.start()
         time.sleep(1.0)  # past the burst of free failures
         before = [c[0] for c in counts]
+        started = time.monotonic()
         waits = [review_seconds(pki, server.port) for _ in range(5)]
-        time.sleep(3.0 - sum(waits))
+        time.sleep(max(0.0, 3.0 - (time.monotonic() - started)))
         during = [c[0] - b for c, b in zip(counts, before, strict=True)]
     finally:
         stop.set()
         for t in flooders:
             t.join(15)
         server.close()
-    # ~3 s at one a second (and a token a success gives back: none here); unpaced, a
-    # flooder completes dozens of handshakes a second
+    # ~3 s at one a second (plus what was left of the burst); unpaced, a flooder
+    # completes dozens of handshakes a second
     assert max(during) <= 6, during
     assert max(waits) < 1.0, waits  # the API server's address is never paced
 
@@ -80,9 +84,9 @@ def test_a_paced_address_gets_its_turn_and_its_successes_give_it_back(pki):  # n
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     try:
         for _ in range(12):  # failures: a handshake then nothing
-            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
-                with ctx.wrap_socket(s):
-                    pass
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            with s, ctx.wrap_socket(s):
+                pass
         time.sleep(0.2)
         first = review_seconds(pki, server.port)
         rest = [review_seconds(pki, server.port) for _ in range(10)]
@@ -90,3 +94,27 @@ def test_a_paced_address_gets_its_turn_and_its_successes_give_it_back(pki):  # n
         server.close()
     assert first < 2.5, first
     assert max(rest) < 0.5, rest
+
+
+def test_the_pressure_rule_spares_a_request_whose_bytes_wait_for_the_server():
+    """The other half of row 8: with the CPU starved, the API server's handshake sat
+    unread past the 0.5 s pressure deadline and was cut as if the API server were slow.
+    A connection whose bytes wait unread in the kernel is the server's delay, not the
+    client's: only a connection that has nothing to read is cut under pressure."""
+    guard = _Guard(max_per_client=2, handshake_s=30, read_s=30, request_s=30, pressure_s=0.2)
+    guard.queued = lambda: 1  # others wait for a worker
+    waiting, waiting_peer = socket.socketpair()
+    silent, silent_peer = socket.socketpair()
+    try:
+        waiting_peer.sendall(b"\x16\x03\x01 a ClientHello nobody has read yet")
+        guard.arm(waiting, 30, receiving=True)
+        guard.arm(silent, 30, receiving=True)
+        time.sleep(0.8)
+        assert silent_peer.recv(10) == b""  # cut: shut down by the watchdog
+        waiting_peer.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            waiting_peer.recv(10)  # still open
+    finally:
+        guard.stop()
+        for s in (waiting, waiting_peer, silent, silent_peer):
+            s.close()
