@@ -46,7 +46,7 @@ from typing import Any
 
 import attrs
 
-from hami_core.backend import HamiError
+from hami_core.backend import HamiError, remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -299,84 +299,29 @@ def _start(binary: str, root: str, name: str, daemon: ContainerDaemon) -> str:
     return pipe
 
 
-#: Deepest directory ``_remove_tree`` descends into (one descriptor per level).
-_MAX_DEPTH = 256
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _remove_tree(path: str) -> bool:
-    """Remove ``path`` and everything below it; True when it is gone.
+    """Remove ``path`` and everything below it; True when it is gone, False when what is
+    left waits for the next round.
 
-    The pipe directory is the tenant's (mounted writable): so no recursion (a tree nested
-    thousands deep), no link ever followed (each level opened with ``O_NOFOLLOW``
-    relative to its parent's descriptor, so a directory swapped for a link meanwhile is
-    not entered), and at most ``_MAX_DEPTH`` descriptors open: a directory deeper than
-    that is moved up to the top and removed from there.
+    The pipe directory is the tenant's (mounted writable): the kit's ``remove_tree``
+    neither recurses nor follows a link, and holds a bounded number of descriptors
+    whatever the tree's depth. Only ``path``'s parent (our ``mpsPipeDirectory``) is
+    opened by name.
     """
+    parent, name = os.path.split(path)
     try:
-        top = os.open(path, _DIR_FLAGS)
-    except FileNotFoundError:
-        return True
+        parent_fd = os.open(parent or ".", _DIR_FLAGS)
     except OSError:
-        try:
-            os.unlink(path)
-            return True
-        except OSError:
-            return False
-    # (descriptor, name in the parent, names in it that could not be removed)
-    stack: list[tuple[int, str, set[str]]] = [(top, "", set())]
-    ok = True
-    moved = 0
-    while stack:
-        fd, _, failed = stack[-1]
-        descended = False
-        try:
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    if entry.name in failed:
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        child = -1
-                        if len(stack) >= _MAX_DEPTH:
-                            # Too deep to hold a descriptor per level: move it up to the
-                            # top (same file system), where it is removed from anew.
-                            moved += 1
-                            with contextlib.suppress(OSError):
-                                os.rename(
-                                    entry.name, f".deep-{moved}", src_dir_fd=fd, dst_dir_fd=top
-                                )
-                                continue
-                        else:
-                            with contextlib.suppress(OSError):
-                                child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
-                        if child < 0:
-                            failed.add(entry.name)
-                            ok = False
-                            continue
-                        stack.append((child, entry.name, set()))
-                        descended = True
-                        break
-                    try:
-                        os.unlink(entry.name, dir_fd=fd)
-                    except OSError:
-                        failed.add(entry.name)
-                        ok = False
-        except OSError:
-            ok = False
-        if descended:
-            continue
-        os.close(fd)
-        _, name, _ = stack.pop()
-        try:
-            if stack:
-                os.rmdir(name, dir_fd=stack[-1][0])
-            else:
-                os.rmdir(path)
-        except OSError:
-            if stack:
-                stack[-1][2].add(name)
-            ok = False
-    return ok
+        return False
+    try:
+        return remove_tree(name, dir_fd=parent_fd)
+    except OSError:
+        return False
+    finally:
+        os.close(parent_fd)
 
 
 def ensure(
