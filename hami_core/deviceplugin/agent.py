@@ -26,7 +26,12 @@ from hami_core.errors import AnnotationError, ConfigError, HamiError
 from hami_core.model import DeviceInfo
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import HamiConfig, VendorConfig
-from hami_core.protocol.handshake import HandshakeState, decode_handshake, encode_handshake
+from hami_core.protocol.handshake import (
+    HandshakeState,
+    decode_handshake,
+    encode_handshake,
+    podresources_key,
+)
 from hami_core.protocol.inventory import encode_inventory
 from hami_core.protocol.nodeconfig import NodeOverrides, load_node_overrides, parse_node_overrides
 from hami_core.protocol.topology import encode_link_scores
@@ -107,6 +112,9 @@ class NodeAgent:
         self.link_scores_enabled = link_scores
         self.clock = clock
         self._unmatched_parts: frozenset[str] = frozenset()
+        #: True while this node's ``Allocate`` tells pods apart without the node lock
+        #: (``Allocator.identifies_pods``): each handshake answer then says so.
+        self.identifies_pods: Callable[[], bool] = lambda: False
 
     @property
     def config(self) -> VendorConfig:
@@ -233,10 +241,18 @@ class NodeAgent:
             # Scoring turned off: stale scores would keep steering topology-aware picks.
             changes[self.score_annotation] = None
         handshake = ann.get(self.dtype.handshake_annotation)
-        if changes or not _reported(handshake):
-            changes[self.dtype.handshake_annotation] = encode_handshake(
-                HandshakeState.REPORTED, self.clock()
-            )
+        # The capability rides on the handshake answer, with its exact value
+        # (PROTOCOL.md §4): another device plugin's answer makes it lapse.
+        capability = podresources_key(self.dtype.handshake_annotation)
+        capable = self.identifies_pods()
+        claim_wrong = ann.get(capability) != handshake if capable else capability in ann
+        if changes or not _reported(handshake) or claim_wrong:
+            answer = encode_handshake(HandshakeState.REPORTED, self.clock())
+            changes[self.dtype.handshake_annotation] = answer
+            if capable:
+                changes[capability] = answer
+            elif capability in ann:
+                changes[capability] = None
         if changes:
             self.store.patch_node_annotations(self.node, changes)
             log.info("node %s: published %s", self.node, ", ".join(sorted(changes)))
@@ -245,6 +261,18 @@ class NodeAgent:
             link_scores=self.score_annotation in changes,
             handshake=self.dtype.handshake_annotation in changes,
         )
+
+    def withdraw(self) -> None:
+        """Remove this vendor's capability annotation (the process stops: the node's
+        next device plugin may not tell pods apart). Best effort: a failure is logged,
+        and the capability lapses anyway at the next device plugin's handshake answer."""
+        key = podresources_key(self.dtype.handshake_annotation)
+        try:
+            node = self.store.get_node(self.node)
+            if key in ((node.get("metadata") or {}).get("annotations") or {}):
+                self.store.patch_node_annotations(self.node, {key: None})
+        except HamiError as exc:
+            log.warning("node %s: cannot remove %s: %s", self.node, key, exc)
 
 
 def _reported(value: str | None) -> bool:

@@ -60,7 +60,8 @@ from .cdi import CdiWriter
 from .devices import physical_uuid, preferred_allocation
 from .done import vendors_waiting
 from .optout import allowed_container
-from .pending import Candidates, PendingPod, consumed, find_candidates, select_pod
+from .pending import Candidates, PendingPod, consumed, find_candidates, identify, select_pod
+from .podresources import PodResourcesSource, PodResourcesUnavailableError
 from .progress import ProgressOverlay
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,8 @@ class Allocator:
         after_answer: Callable[[Callable[[], None]], None] | None = None,
         state: NodeState | None = None,
         observe_pods: bool = True,
+        pod_resources: PodResourcesSource | None = None,
+        trusted: Callable[[KubeObject], bool] | None = None,
     ) -> None:
         """Args:
         store: the cluster (pods and the node).
@@ -228,6 +231,12 @@ class Allocator:
             the backend the node's pods (``hami_release``, ``observe_holders``), so
             it knows which instances other live pods hold now; ``hami simulate``,
             which realises no instance, passes False.
+        pod_resources: kubelet's PodResources API; with it the pod being admitted is
+            told by what kubelet lists (``pending.identify``), else only the pod the
+            node lock names is served (``pending.select_pod``, HAMi's protocol).
+        trusted: whether a pod no node lock names may be served (its allocation's
+            signature checks out); None: never (only with a lock). Both set, the node's
+            handshake answer says binds here need no lock (``identifies_pods``).
         """
         self._after_answer = after_answer
         self._overlay = ProgressOverlay()
@@ -245,6 +254,8 @@ class Allocator:
         self.node_devices = node_devices
         self.state: NodeState = state if state is not None else MemoryNodeState()
         self.observe_pods = observe_pods
+        self.pod_resources = pod_resources
+        self.trusted = trusted
         self._lock = threading.Lock()
         #: Recent answers by kubelet's device IDs, for a retried Allocate:
         #: ids -> (monotonic time, (namespace, name, uid), answers).
@@ -264,7 +275,7 @@ class Allocator:
         wanted: list[list[str]] = [[] for _ in requests]
         try:
             cands = self._candidates()
-            pending = select_pod(cands.pods, [r.size for r in requests])
+            pending = self._select(cands, [r.size for r in requests], [])
             if pending is not None:
                 for i, container in enumerate(pending.remaining[: len(requests)]):
                     wanted[i] = [d.uuid for d in container.devices]
@@ -295,13 +306,13 @@ class Allocator:
             key = tuple(tuple(sorted(ids)) for ids in requests)
             uuids = [frozenset(physical_uuid(i) for i in ids) for ids in requests]
             cands = self._candidates()
-            pending = select_pod(cands.pods, counts, kubelet_uuids=uuids)
+            pending = self._select(cands, counts, uuids)
             live = self.store.live
             if pending is None and live is not None:  # the caches may lag kubelet
                 cands = find_candidates(
                     live, node=self.node, dtype=self.dtype, adjust=self._overlay.apply
                 )
-                pending = select_pod(cands.pods, counts, kubelet_uuids=uuids)
+                pending = self._select(cands, counts, uuids)
             if pending is None:
                 again = self._previous(key)
                 if again is not None:
@@ -348,6 +359,42 @@ class Allocator:
             return
         for line in freed:
             log.info("released %s", line)
+
+    @property
+    def identifies_pods(self) -> bool:
+        """True when this allocator serves pods no node lock names: it reads kubelet's
+        PodResources and checks allocations' signatures (the node's handshake answer
+        then says so, ``protocol.handshake.identifies_pods``)."""
+        return self.pod_resources is not None and self.trusted is not None
+
+    def _select(
+        self, cands: Candidates, counts: Sequence[int], uuids: Sequence[frozenset[str]]
+    ) -> PendingPod | None:
+        """The pod kubelet is allocating: by kubelet's PodResources when there is a
+        source (``identify``), else (or when it cannot be read) the node lock's owner
+        only (``select_pod``)."""
+        if self.pod_resources is None:
+            return select_pod(cands.pods, counts, kubelet_uuids=uuids)
+        try:
+            listed = self.pod_resources.list()
+        except PodResourcesUnavailableError as exc:
+            log.warning("only the node lock's owner can be served: %s", exc)
+            return select_pod(cands.pods, counts, kubelet_uuids=uuids)
+        found = identify(
+            cands.pods,
+            counts,
+            kubelet=listed,
+            resource=self.resource_name,
+            trusted=self.trusted or _never,
+            kubelet_uuids=uuids,
+        )
+        log.debug(
+            "kubelet's PodResources (%s) lists %d pods; admitting: %s",
+            getattr(self.pod_resources, "version", None) or "a stand-in",
+            len(listed),
+            found.ref if found is not None else "none of the candidates",
+        )
+        return found
 
     def _candidates(self) -> Candidates:
         return find_candidates(
@@ -700,6 +747,10 @@ class Allocator:
             self.store.record_event(pod, type="Warning", reason="AllocateFailed", message=message)
         except Exception as exc:  # events are best effort
             log.warning("cannot record event AllocateFailed: %s", exc)
+
+
+def _never(pod: KubeObject) -> bool:
+    return False
 
 
 def _waits(pending: PendingPod) -> str:

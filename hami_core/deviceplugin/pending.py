@@ -24,12 +24,14 @@ from typing import Any
 import attrs
 
 from hami_core.cluster.base import ClusterStore, KubeObject
-from hami_core.errors import AnnotationError, NotFoundError
+from hami_core.errors import AnnotationError, HamiError, NotFoundError
 from hami_core.model import ContainerDevices, DeviceTypeInfo, PodDevices
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.lock import DEFAULT_LOCK_EXPIRY_S, NodeLock, decode_lock, taken_for_bind
 from hami_core.protocol.pods import containers, is_live, pod_ref
+
+from .podresources import KubeletPod
 
 
 @attrs.frozen(kw_only=True)
@@ -226,6 +228,75 @@ def select_pod(
         )
     )
     return matching[0] if matching else None
+
+
+class AmbiguousAllocateError(HamiError):
+    """Kubelet lists several pods that could be the one being admitted, and their
+    answers differ: serving either could hand one pod another's slice."""
+
+    grpc_code = "FAILED_PRECONDITION"
+
+
+def identify(
+    candidates: Sequence[PendingPod],
+    counts: Sequence[int],
+    *,
+    kubelet: Sequence[KubeletPod],
+    resource: str,
+    trusted: Callable[[KubeObject], bool],
+    kubelet_uuids: Sequence[frozenset[str]] = (),
+) -> PendingPod | None:
+    """The pod kubelet is admitting, told by its PodResources ``List`` (PROTOCOL.md §4).
+
+    Kubelet admits one pod at a time and records a container's devices only once its
+    ``Allocate`` answered, so the pod being admitted is the candidate kubelet lists whose
+    next waiting containers have no ``resource`` devices yet. Of those, the pod the
+    valid node lock names is served first (HAMi's lock mode, a rolling upgrade); a pod
+    no lock names is served only when ``trusted`` (its allocation's signature checks
+    out: a tenant's forged annotations past a webhook outage are never served). When
+    several remain (a pod kubelet refused before its status reached us), they are served
+    only if interchangeable: their next containers were charged the same slices, so the
+    answer is the same whichever kubelet admits; the one on kubelet's GPUs, then the
+    latest bound, is named.
+
+    Args:
+        candidates / counts / kubelet_uuids: as ``select_pod``.
+        kubelet: kubelet's pods (``PodResourcesSource.list``).
+        resource: the extended resource being allocated (``nvidia.com/gpu``).
+        trusted: whether a pod no lock names may be served.
+
+    Raises:
+        AmbiguousAllocateError: several candidates remain and their answers differ.
+    """
+    listed = {(p.namespace, p.name): p for p in kubelet}
+
+    def admitting(p: PendingPod) -> bool:
+        seen = listed.get((p.namespace, p.name))
+        if seen is None or not p.fits(counts):
+            return False
+        return not any(seen.devices_of(c.name, resource) for c in p.remaining[: len(counts)])
+
+    found = [p for p in candidates if admitting(p) and (p.lock_owner or trusted(p.pod))]
+    owners = [p for p in found if p.lock_owner]
+    if owners:
+        return owners[0]
+    if len(found) <= 1:
+        return found[0] if found else None
+    shapes = {tuple(c.devices for c in p.remaining[: len(counts)]) for p in found}
+    if len(shapes) > 1:
+        raise AmbiguousAllocateError(
+            f"kubelet lists {', '.join(sorted(p.ref for p in found))} as admitting, each "
+            f"waiting for {', '.join(str(n) for n in counts)} device(s) of {resource} with "
+            "different slices; none is served"
+        )
+
+    def same_gpus(p: PendingPod) -> bool:
+        return bool(kubelet_uuids) and all(
+            c.uuids == u for c, u in zip(p.remaining, kubelet_uuids, strict=False)
+        )
+
+    found.sort(key=lambda p: (not same_gpus(p), -p.bind_time, p.ref))
+    return found[0]
 
 
 def consumed(entries: PodDevices, positions: Sequence[int]) -> PodDevices:

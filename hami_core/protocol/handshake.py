@@ -67,3 +67,41 @@ def decode_handshake(value: str) -> Handshake:
             f"handshake {value!r}: time must look like 2026-11-29 09:00:00"
         ) from None
     return Handshake(state=state, at=at)
+
+
+def podresources_key(handshake_key: str) -> str:
+    """The capability annotation beside a vendor's handshake key (PROTOCOL.md §4):
+    ``hami.io/node-handshake`` -> ``hami.io/node-podresources``,
+    ``hami.io/node-handshake-dcu`` -> ``hami.io/node-podresources-dcu``; a key without
+    ``node-handshake`` gets ``-podresources`` appended to its name."""
+    if "node-handshake" in handshake_key:
+        return handshake_key.replace("node-handshake", "node-podresources", 1)
+    return f"{handshake_key}-podresources"
+
+
+def identifies_pods(capability: str | None, handshake: str | None) -> bool:
+    """True when the node's device plugin of a vendor tells kubelet's pods apart through
+    kubelet's PodResources API (PROTOCOL.md §4), so a bind there needs no node lock.
+
+    Our device plugin writes ``capability`` (``podresources_key``) in the same patch as
+    each handshake answer, with the answer's exact value. It holds while the handshake
+    is that answer, or a ``Requesting_`` asked no more than ``HANDSHAKE_TIMEOUT_S`` after
+    it (the next round, not answered yet). Another device plugin's answer (HAMi's, which
+    knows nothing of it) differs, so the capability lapses at its first answer; a
+    missing or unreadable value is no capability.
+    """
+    if not capability or not handshake:
+        return False
+    try:
+        said = decode_handshake(capability)
+        now = decode_handshake(handshake)
+    except AnnotationError:
+        return False
+    if said.state is not HandshakeState.REPORTED:
+        return False
+    if now.state is HandshakeState.REPORTED:
+        return handshake == capability
+    if now.state is HandshakeState.REQUESTING:
+        # -5 s: the scheduler's clock may run a little behind the node's.
+        return -5.0 <= (now.at - said.at).total_seconds() <= HANDSHAKE_TIMEOUT_S
+    return False

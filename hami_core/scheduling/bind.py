@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from hami_core.cluster.base import ClusterStore, KubeObject
 from hami_core.errors import ConflictError, HamiError, NotFoundError
+from hami_core.facts.lockmode import needs_node_lock
 from hami_core.facts.nodelock import (
     LONGEST_BIND_S,
     acquire_node_lock,
@@ -86,6 +87,7 @@ class Binder:
         #: metrics server installs one.
         self.lock_observer: Callable[[float, bool], None] | None = None
         self._bind_locks = KeyedLocks()
+        self._node_guards = KeyedLocks()
 
     def bind(self, namespace: str, name: str, *, uid: str, node: str) -> Allocation | None:
         """Lock ``node``, re-fit the pod there against current usage, write the
@@ -148,13 +150,64 @@ class Binder:
                 f"{(pod.get('spec') or {}).get('schedulerName')!r}, not {ours!r}"
             )
         now = self.clock()
+        # The node lock only where a device plugin could not tell this pod from another in
+        # flight (facts.lockmode): HAMi's protocol there, none where PodResources tells.
+        try:
+            locked = needs_node_lock(
+                self.store.cached_node(node),
+                [self.manager.device_type(v) for v in sorted(request.vendors)],
+            )
+        except HamiError as exc:
+            self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
+            raise
+        written: str | None = None
+        if locked:
+            written = self._lock(pod, node, now)
+        try:
+            with self._node_guards.hold(node):
+                # One refit and Binding at a time per node in this process: without a node
+                # lock, two binds must not both fit the last slice (the Binding puts the
+                # pod in the cache at once, so the next refit counts it).
+                allocation = self._write_binding(pod, node, now, locked=locked, written=written)
+        except _Done as done:
+            return done.allocation
+        except _KeepLock as keep:
+            self._event(pod, "Warning", "BindingFailed", f"node {node}: {keep.cause}")
+            raise keep.cause from None
+        except Exception as exc:
+            if locked:
+                self._undo(pod, node, written=written)
+            self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
+            raise
+        if locked:
+            # HAMi's lock-mode nodes keep HAMi's label too (PROTOCOL.md §3: HAMi's
+            # vGPUmonitor selects its node's pods by it; nothing of ours reads it). The pod
+            # is bound and annotated already: a failure here is only logged.
+            try:
+                self.store.patch_pod_metadata(namespace, name, labels={keys.VGPU_NODE: node})
+            except HamiError as exc:
+                log.warning(
+                    "pod %s/%s: cannot set the %s label: %s", namespace, name, keys.VGPU_NODE, exc
+                )
+        self._event(
+            pod,
+            "Normal",
+            "BindingSucceed",
+            f"bound to {node}: {describe(allocation, self._cores_units())}",
+        )
+        return allocation
+
+    def _lock(self, pod: KubeObject, node: str, now: dt.datetime) -> str | None:
+        """Take the node lock for ``pod`` (``acquire_node_lock``); the value written, or
+        None when an earlier bind of the pod holds it."""
+        meta = pod["metadata"]
         started = time.monotonic()
         try:
             written = acquire_node_lock(
                 self.store,
                 node,
-                namespace=namespace,
-                pod=name,
+                namespace=meta["namespace"],
+                pod=meta["name"],
                 now=now,
                 expiry_s=self.manager.config.node_lock_expiry_s,
                 wait_s=self.lock_wait_s,
@@ -166,62 +219,49 @@ class Binder:
             self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
             raise
         self._observe_lock(started, acquired=True)
+        return written
+
+    def _write_binding(
+        self, pod: KubeObject, node: str, now: dt.datetime, *, locked: bool, written: str | None
+    ) -> Allocation:
+        """Refit ``pod`` on ``node`` and create the Binding carrying its allocation.
+        Raises ``_Done`` when the Binding's outcome says the bind is over (landed, or the
+        pod was bound here before)."""
+        meta = pod["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        result = self.refit(pod, node)
+        fit = result.fits.get(node)
+        if fit is None or fit.allocation is None:
+            reason = fit.reason if fit is not None else "node not found"
+            raise ConflictError(f"pod {namespace}/{name} no longer fits node {node}: {reason}")
+        allocation = fit.allocation
+        annotations = self._allocation_annotations(allocation, now)
+        # From the cache (no read): our lock write is in it at once, a takeover (only
+        # after ``longest_bind_s``) arrives by the watch long before.
+        node_obj = self.store.cached_node(node)
+        if locked and not holds_node_lock(node_obj, namespace=namespace, pod=name):
+            # Taken over (this bind outlived ``longest_bind_s``): another bind may be
+            # fitting against usage that does not include us. Write nothing.
+            raise ConflictError(f"node {node}: the node lock was taken over mid-bind")
+        with self.state.lock:
+            cached = self.state.node(node)
+            info = cached.info if cached is not None else self.node_info(node_obj)
+        for vendor, devices in allocation.devices.items():
+            annotations.update(self.manager.bind_annotations(vendor, pod, info, devices))
+        annotations[keys.DEVICE_ALLOCATED_JSON] = _handbook_json(allocation, info)
+        wire = {k: v for k, v in annotations.items() if v is not None}
         try:
-            result = self.refit(pod, node)
-            fit = result.fits.get(node)
-            if fit is None or fit.allocation is None:
-                reason = fit.reason if fit is not None else "node not found"
-                raise ConflictError(f"pod {namespace}/{name} no longer fits node {node}: {reason}")
-            allocation = fit.allocation
-            annotations = self._allocation_annotations(allocation, now)
-            # From the cache (no read): our lock write is in it at once, a takeover (only
-            # after ``longest_bind_s``) arrives by the watch long before.
-            node_obj = self.store.cached_node(node)
-            if not holds_node_lock(node_obj, namespace=namespace, pod=name):
-                # Taken over (this bind outlived ``longest_bind_s``): another bind may be
-                # fitting against usage that does not include us. Write nothing.
-                raise ConflictError(f"node {node}: the node lock was taken over mid-bind")
-            with self.state.lock:
-                cached = self.state.node(node)
-                info = cached.info if cached is not None else self.node_info(node_obj)
-            for vendor, devices in allocation.devices.items():
-                annotations.update(self.manager.bind_annotations(vendor, pod, info, devices))
-            annotations[keys.DEVICE_ALLOCATED_JSON] = _handbook_json(allocation, info)
-            wire = {k: v for k, v in annotations.items() if v is not None}
-            try:
-                # The allocation rides on the Binding: one write, and the pod is never
-                # seen annotated but unbound (an update of a pod kube-scheduler has
-                # assumed but not yet seen bound sends it back to its queue).
-                self.store.bind_pod(namespace, name, uid=uid, node=node, annotations=wire)
-            except HamiError as exc:
-                outcome = self._binding_outcome(pod, node, annotations, exc, written=written)
-                if outcome is _BOUND_BY_US:
-                    return allocation
-                if outcome is _BOUND_BEFORE:
-                    return None
-                raise
-        except _KeepLock as keep:
-            self._event(pod, "Warning", "BindingFailed", f"node {node}: {keep.cause}")
-            raise keep.cause from None
-        except Exception as exc:
-            self._undo(pod, node, written=written)
-            self._event(pod, "Warning", "BindingFailed", f"node {node}: {exc}")
-            raise
-        try:
-            # HAMi also labels the pod with its node (PROTOCOL.md §3); a Binding carries
-            # no labels. The pod is bound and annotated already: a failure here is only
-            # logged.
-            self.store.patch_pod_metadata(namespace, name, labels={keys.VGPU_NODE: node})
+            # The allocation rides on the Binding: one write, and the pod is never
+            # seen annotated but unbound (an update of a pod kube-scheduler has
+            # assumed but not yet seen bound sends it back to its queue).
+            self.store.bind_pod(namespace, name, uid=uid, node=node, annotations=wire)
         except HamiError as exc:
-            log.warning(
-                "pod %s/%s: cannot set the %s label: %s", namespace, name, keys.VGPU_NODE, exc
-            )
-        self._event(
-            pod,
-            "Normal",
-            "BindingSucceed",
-            f"bound to {node}: {describe(allocation, self._cores_units())}",
-        )
+            outcome = self._binding_outcome(pod, node, annotations, exc, written=written)
+            if outcome is _BOUND_BY_US:
+                raise _Done(allocation) from None
+            if outcome is _BOUND_BEFORE:
+                raise _Done(None) from None
+            raise
         return allocation
 
     def _cores_units(self) -> dict[str, CoresUnit]:
@@ -355,6 +395,14 @@ class Binder:
 #: ``Binder._binding_outcome``'s answers.
 _BOUND_BY_US = object()
 _BOUND_BEFORE = object()
+
+
+class _Done(Exception):  # a control-flow signal, not an error
+    """The Binding's outcome ended the bind: return ``allocation``."""
+
+    def __init__(self, allocation: Allocation | None) -> None:
+        super().__init__("bind done")
+        self.allocation = allocation
 
 
 class _KeepLock(Exception):

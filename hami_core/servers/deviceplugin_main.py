@@ -11,12 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from hami_core.cluster.base import ClusterStore
+from hami_core.cluster.base import ClusterStore, KubeObject
 from hami_core.deviceplugin.agent import NodeAgent
 from hami_core.deviceplugin.allocator import Allocator
 from hami_core.deviceplugin.cdi import CdiWriter
 from hami_core.deviceplugin.loop import HealthLoop
 from hami_core.deviceplugin.nodestate import FileNodeState
+from hami_core.deviceplugin.podresources import PodResourcesSource
 from hami_core.deviceplugin.state import DeviceState
 from hami_core.errors import ConfigError, HamiError
 from hami_core.model import DevicePluginFlags
@@ -27,6 +28,7 @@ from hami_core.protocol.nodeconfig import NodeOverrides, load_node_overrides
 from .deviceplugin import DevicePluginServicer, PluginServer
 from .deviceplugin_metrics import DevicePluginMetrics
 from .options import DevicePluginOptions
+from .podresources import KubeletPodResources
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,8 @@ class DevicePluginProcess:
         manager: BackendManager,
         async_release: bool = False,
         overrides: NodeOverrides | None = None,
+        pod_resources: PodResourcesSource | None = None,
+        trusted: Callable[[KubeObject], bool] | None = None,
     ) -> None:
         """Args:
         overrides: this node's entry of the per-node file, already read (else read
@@ -51,6 +55,10 @@ class DevicePluginProcess:
             one background thread after answering kubelet (the real process: nothing
             but cache reads on kubelet's critical path), rather than before returning
             (tests that read the pod or the lock right after ``Allocate``).
+        pod_resources: kubelet's PodResources (default: the client of
+            ``opts.pod_resources_socket``, none when that is "").
+        trusted: whether a pod no node lock names may be served (``Allocator``);
+            with ``pod_resources`` the node's handshake answer says binds need no lock.
 
         Raises:
             ConfigError: unknown backend or vendor, bad per-node file.
@@ -90,7 +98,16 @@ class DevicePluginProcess:
             node_devices=lambda: self.state.devices,
             after_answer=self._release_later if async_release else None,
             state=FileNodeState(opts.state_dir),
+            pod_resources=pod_resources
+            if pod_resources is not None
+            else (
+                KubeletPodResources(opts.pod_resources_socket)
+                if opts.pod_resources_socket
+                else None
+            ),
+            trusted=trusted,
         )
+        self.agent.identifies_pods = lambda: self.allocator.identifies_pods
         self.metrics = DevicePluginMetrics(
             node=opts.node_name, vendor=vendor, devices=lambda: self.state.devices
         )
@@ -136,7 +153,9 @@ class DevicePluginProcess:
         self.loop.start()
 
     def stop(self) -> None:
-        """Stop the loop and the server; the inventory stays on the node."""
+        """Stop the loop and the server; the inventory stays on the node, the claim
+        to tell pods apart goes (another device plugin may serve the node next)."""
+        self.agent.withdraw()
         self.loop.stop()
         self.state.close()
         self.server.stop()

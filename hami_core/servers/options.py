@@ -645,6 +645,14 @@ class DevicePluginOptions:
         help="kubelet's device-plugin directory, holding kubelet.sock and our socket.",
         why="kubelet's DevicePluginPath (device plugin API v1beta1).",
     )
+    pod_resources_socket: str = setting(
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        flag="--pod-resources-socket",
+        env="HAMI_POD_RESOURCES_SOCKET",
+        help='kubelet\'s PodResources socket; "" to not read it. Allocate tells the pod '
+        "kubelet is admitting by what kubelet lists there (PROTOCOL.md §4).",
+        why="kubelet's podresources.Socket (API v1 and v1alpha1 in 1.20).",
+    )
     socket_name: str | None = setting(
         None,
         env="HAMI_SOCKET_NAME",

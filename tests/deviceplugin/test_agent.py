@@ -265,3 +265,31 @@ def _xid(uuid: str, xid: int):  # type: ignore[no-untyped-def]
     from hami_nvidia.nvml import EVENT_XID_CRITICAL, XidEvent
 
     return XidEvent(uuid=uuid, event_type=EVENT_XID_CRITICAL, xid=xid)
+
+
+def test_the_claim_to_tell_pods_apart_rides_on_the_handshake_answer(cluster, fake, tmp_path):
+    """PROTOCOL.md §4: written with the answer's exact value while the allocator tells
+    pods apart, removed when it stops doing so and when the process stops; a quiet node
+    costs no write."""
+    from hami_core.facts.lockmode import needs_node_lock
+
+    a = agent(cluster, tmp_path)
+    claim = "hami.io/node-podresources"
+    a.identifies_pods = lambda: True
+    devices = a.discover()
+    a.publish(devices)
+    ann = annotations(cluster)
+    assert ann[claim] == ann["hami.io/node-handshake"] == "Reported_2026-11-29 09:00:00"
+    assert not needs_node_lock(cluster.get_node(NODE), [a.dtype])
+    writes = len(cluster.node_patches)
+    a.publish(devices)
+    assert len(cluster.node_patches) == writes  # nothing changed, nothing written
+    a.identifies_pods = lambda: False
+    a.publish(devices)
+    assert claim not in annotations(cluster)
+    assert needs_node_lock(cluster.get_node(NODE), [a.dtype])
+    a.identifies_pods = lambda: True
+    a.publish(devices)
+    assert claim in annotations(cluster)
+    a.withdraw()
+    assert claim not in annotations(cluster)

@@ -19,6 +19,7 @@ FLAGS_AND_ENV = {
     "--disable-core-limit": "HAMI_DISABLE_CORE_LIMIT",
     "--node-config": "HAMI_NODE_CONFIG",
     "--device-plugin-path": "HAMI_DEVICE_PLUGIN_PATH",
+    "--pod-resources-socket": "HAMI_POD_RESOURCES_SOCKET",
     "--socket-name": "HAMI_SOCKET_NAME",
     "--register-interval": "HAMI_REGISTER_INTERVAL",
     "--health-interval": "HAMI_HEALTH_INTERVAL",

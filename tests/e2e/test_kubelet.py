@@ -232,6 +232,9 @@ def _start_device_plugin(
             str(config),
             "--device-plugin-path",
             str(DEVICE_PLUGIN_DIR),
+            # kubelet's PodResources (under its --root-dir): which pod an Allocate is for
+            "--pod-resources-socket",
+            str(stack.node.kubelet_root / "pod-resources" / "kubelet.sock"),
             "--register-interval",
             "2",
             "--health-interval",
