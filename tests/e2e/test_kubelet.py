@@ -317,6 +317,10 @@ def test_a_pod_gets_its_limits_through_a_real_kubelet(stack: Stack):
     limits = (stack.hook / "containers" / f"{pod['metadata']['uid']}_main.limits").read_text()
     assert "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\n" in limits
     assert "Allocate [[" in stack.plugin_log()
+    # the plugin told the pod by kubelet's PodResources: kubelet 1.20 lists the pod it is
+    # admitting (before its containers have devices) during Allocate
+    assert "PodResources (v1) lists" in stack.plugin_log()
+    assert f"admitting: {stack.namespace}/gpu-a" in stack.plugin_log()
     # the device plugin installed the shim and the preload file that Allocate mounts
     from hami_nvidia.shim import library_path
 
