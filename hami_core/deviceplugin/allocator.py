@@ -681,10 +681,15 @@ class Allocator:
         self._release_dead_lock(cands)
         if any(p.fits(counts) for p in cands.pods):
             waiting = ", ".join(p.ref for p in cands.pods if p.fits(counts))
+            rule = (
+                "only the pod kubelet's PodResources shows being admitted is served, and "
+                "one no node lock names only when its allocation signature verifies"
+                if self.identifies_pods
+                else "only the pod a valid node lock names is served"
+            )
             return NotLockedError(
                 f"pods {waiting} wait on node {self.node} for {asked} device(s) of "
-                f"{resource}, but the node lock ({lock_text}) names none of them: only the "
-                "pod a valid node lock names is served"
+                f"{resource}, but the node lock ({lock_text}) names none of them: {rule}"
             )
         if cands.pods:
             waiting = "; ".join(f"{p.ref} waits for {_waits(p)}" for p in cands.pods)
