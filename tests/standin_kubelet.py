@@ -266,9 +266,7 @@ class StandInKubelet:
     def _dispatch(self) -> None:
         while True:
             with self._cond:
-                while not self._stopped and (
-                    not self._heap or self._heap[0][0] > self.clock()
-                ):
+                while not self._stopped and (not self._heap or self._heap[0][0] > self.clock()):
                     wait = self._heap[0][0] - self.clock() if self._heap else None
                     self._cond.wait(wait if wait is None else max(wait, 0.001))
                 if self._stopped:

@@ -6,6 +6,7 @@ marks every bound pod allocated)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -47,7 +48,7 @@ def kubelet(cluster: MemoryCluster, manager: BackendManager, tmp_path: Path) -> 
     ).start()
 
 
-def annotations(cluster: MemoryCluster, name: str) -> dict[str, str]:
+def pod_annotations(cluster: MemoryCluster, name: str) -> dict[str, str]:
     return cluster.get_pod("default", name)["metadata"].get("annotations") or {}
 
 
@@ -89,8 +90,8 @@ def test_bound_pods_get_the_slices_they_were_charged_after_the_delay(
         adm = k.admissions[uid]
         assert adm.error is None, adm.error
         assert adm.admitted - adm.seen_bound >= DELAY_S
-        assert annotations(cluster, name)[keys.BIND_PHASE] == keys.BIND_PHASE_SUCCESS
-        charged = decode_pod_devices(annotations(cluster, name)["hami.io/vgpu-devices-allocated"])
+        assert pod_annotations(cluster, name)[keys.BIND_PHASE] == keys.BIND_PHASE_SUCCESS
+        charged = decode_pod_devices(pod_annotations(cluster, name)["hami.io/vgpu-devices-allocated"])
         spec = cluster.get_pod("default", name)["spec"]
         order = [c["name"] for c in [*(spec.get("initContainers") or []), *spec["containers"]]]
         for container, devices in zip(order, charged, strict=True):
@@ -151,11 +152,11 @@ def test_a_forged_allocation_is_refused_and_admission_is_serial_per_node(
         adm = k.admissions[uid]
         assert adm.error is not None and "node lock" in adm.error, adm.error
         name = adm.ref.split("/")[1]
-        assert annotations(cluster, name)[keys.BIND_PHASE] != keys.BIND_PHASE_SUCCESS
+        assert pod_annotations(cluster, name)[keys.BIND_PHASE] != keys.BIND_PHASE_SUCCESS
     assert k.held_ids("node-a") == {}  # a refused admission keeps no device
     on_a = sorted((s, e) for node, s, e in calls if node == "node-a")
     assert len(on_a) == 3
-    assert all(prev[1] <= nxt[0] for prev, nxt in zip(on_a, on_a[1:], strict=False))
+    assert all(prev[1] <= nxt[0] for prev, nxt in itertools.pairwise(on_a))
     on_b = [(s, e) for node, s, e in calls if node == "node-b"]
     # the other node's kubelet admits at the same time (here the real pod, bound first)
     assert on_b and on_b[0][0] < on_a[0][1]
