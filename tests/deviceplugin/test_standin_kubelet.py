@@ -91,7 +91,9 @@ def test_bound_pods_get_the_slices_they_were_charged_after_the_delay(
         assert adm.error is None, adm.error
         assert adm.admitted - adm.seen_bound >= DELAY_S
         assert pod_annotations(cluster, name)[keys.BIND_PHASE] == keys.BIND_PHASE_SUCCESS
-        charged = decode_pod_devices(pod_annotations(cluster, name)["hami.io/vgpu-devices-allocated"])
+        charged = decode_pod_devices(
+            pod_annotations(cluster, name)["hami.io/vgpu-devices-allocated"]
+        )
         spec = cluster.get_pod("default", name)["spec"]
         order = [c["name"] for c in [*(spec.get("initContainers") or []), *spec["containers"]]]
         for container, devices in zip(order, charged, strict=True):
