@@ -309,7 +309,19 @@ def profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
     out.parent.mkdir(parents=True, exist_ok=True)
     spy = str(Path(sys.executable).parent / "py-spy")
     return subprocess.Popen(
-        [spy, "record", "--idle", "--pid", str(pid), "--rate", "100", "--format", "raw", "-o", str(out)]
+        [
+            spy,
+            "record",
+            "--idle",
+            "--pid",
+            str(pid),
+            "--rate",
+            "100",
+            "--format",
+            "raw",
+            "-o",
+            str(out),
+        ]
     )
 
 

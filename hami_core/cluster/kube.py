@@ -218,7 +218,11 @@ class Informer:
         """
         self.name = name
         self._list_fn = list_fn
+        # Two locks: ``_lock`` orders the writers and their handlers (a handler may wait
+        # for a lock of its own, e.g. the scheduler's state during a /filter); ``_data``
+        # guards only the dicts, so a reader never waits for a handler still running.
         self._lock = threading.RLock()
+        self._data = threading.Lock()
         self._items: dict[str, KubeObject] = {}
         self._index_fn = index_fn
         self._index: dict[str, set[str]] = {}
@@ -255,8 +259,8 @@ class Informer:
     def add_handler(self, handler: Callable[[KubeObject | None, KubeObject | None], None]) -> None:
         """Call ``handler(old, new)`` after every change of the cache (``old`` None: added,
         ``new`` None: deleted), under the cache's lock so changes arrive in order; the
-        objects cached now are replayed first as additions. The handler must not call
-        back into this cache from another thread while holding its own lock."""
+        objects cached now are replayed first as additions. Reads of the cache never wait
+        for a handler: one may see an object its handlers have not been told of yet."""
         with self._lock:
             for obj in self._items.values():
                 handler(None, obj)
@@ -298,22 +302,23 @@ class Informer:
         threading.Thread(target=_close_quietly, args=(resp,), daemon=True).start()
 
     def items(self) -> list[KubeObject]:
-        with self._lock:
-            return [copy.deepcopy(v) for _, v in sorted(self._items.items())]
+        with self._data:
+            stored = [v for _, v in sorted(self._items.items())]
+        return [copy.deepcopy(v) for v in stored]  # snapshots never change in place
 
     def get(self, key: str) -> KubeObject | None:
-        with self._lock:
+        with self._data:
             obj = self._items.get(key)
-            return copy.deepcopy(obj) if obj is not None else None
+        return copy.deepcopy(obj) if obj is not None else None
 
     def peek(self, key: str) -> KubeObject | None:
         """The stored object itself (a shared snapshot: read-only), or None."""
-        with self._lock:
+        with self._data:
             return self._items.get(key)
 
     def indexed(self, value: str) -> list[KubeObject]:
         """Stored objects whose ``index_fn`` includes ``value``: shared snapshots, read-only."""
-        with self._lock:
+        with self._data:
             return [self._items[k] for k in sorted(self._index.get(value, ()))]
 
     def put(self, obj: KubeObject, *, owned: bool = False) -> None:
@@ -325,18 +330,22 @@ class Informer:
         """
         key = self.key(obj)
         with self._lock:
-            old = self._items.get(key)
-            if old is None or _rv(obj) >= _rv(old):
-                stored = _slim(obj if owned else copy.deepcopy(obj))
+            with self._data:
+                old = self._items.get(key)
+                if old is not None and _rv(obj) < _rv(old):
+                    return
+            stored = _slim(obj if owned else copy.deepcopy(obj))
+            with self._data:
                 self._items[key] = stored
                 self._reindex(key, old, stored)
-                self._notify(old, stored)
+            self._notify(old, stored)
 
     def remove(self, obj: Mapping[str, Any]) -> None:
         key = self.key(obj)
         with self._lock:
-            old = self._items.pop(key, None)
-            self._reindex(key, old, None)
+            with self._data:
+                old = self._items.pop(key, None)
+                self._reindex(key, old, None)
             if old is not None:
                 self._notify(old, None)
 
@@ -351,12 +360,15 @@ class Informer:
     def _relist(self) -> str:
         data = call(f"list {self.name}", self._list_fn)
         items = {self.key(o): _slim(o) for o in data.get("items") or []}
-        with self._lock:
-            before = self._items
-            self._items = items
-            self._index = {}
+        index: dict[str, set[str]] = {}
+        if self._index_fn is not None:
             for key, obj in items.items():
-                self._reindex(key, None, obj)
+                for value in self._index_fn(obj):
+                    index.setdefault(value, set()).add(key)
+        with self._lock:
+            with self._data:
+                before = self._items
+                self._items, self._index = items, index
             # Tell the handlers what the re-list changed (a list carries no deletions).
             for key, gone in before.items():
                 if key not in items:
