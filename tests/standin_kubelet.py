@@ -22,6 +22,12 @@ What it plays, per node (one kubelet each), and why:
   status.
 - The device plugin writes after answering kubelet (``after_answer``) on one thread per
   node, in order, as ``hami device-plugin`` does.
+- Each node's kubelet serves its PodResources ``List`` (``pod_resources``) as kubelet
+  1.20 does: the pods of its pod manager (each added when its admission starts, kept
+  until deleted, also when refused) with the device IDs of every container whose
+  ``Allocate`` has answered. Every node's allocator reads it (``pending.identify``):
+  with ``trusted`` set too (``allocator_options``), pods are told apart without the node
+  lock, as our device plugin does once it claims the capability.
 
 Every node's allocator shares one ``ClusterStore`` (the bench's cluster-wide caches; the
 real plugin watches its own node's pods): only reads of the node's pods and the node
@@ -47,6 +53,7 @@ import attrs
 from hami_core.cluster.base import ClusterStore, KubeObject
 from hami_core.deviceplugin import Allocator, PreferredRequest
 from hami_core.deviceplugin.devices import fake_ids
+from hami_core.deviceplugin.podresources import KubeletContainer, KubeletPod
 from hami_core.errors import HamiError
 from hami_core.plugin import BackendManager
 from hami_core.protocol import decode_inventory
@@ -171,6 +178,8 @@ class StandInKubelet:
         self._seq = itertools.count()
         self._seen: set[str] = set()
         self._held: dict[str, dict[str, tuple[str, ...]]] = {}  # node -> uid/container -> IDs
+        # node -> uid -> (namespace, name, container names): kubelet's pod manager
+        self._listed: dict[str, dict[str, tuple[str, str, tuple[str, ...]]]] = {}
         self._allocators: dict[str, Allocator] = {}
         self.admissions: dict[str, Admission] = {}
         self._stopped = False
@@ -210,6 +219,30 @@ class StandInKubelet:
                     return False
                 self._cond.wait(min(left, 0.5))
         return True
+
+    def pod_resources(self, node: str) -> _PodResources:
+        """Kubelet's PodResources ``List`` on ``node`` (a ``PodResourcesSource``)."""
+        return _PodResources(self, node)
+
+    def listed(self, node: str) -> list[KubeletPod]:
+        """What kubelet's PodResources ``List`` answers on ``node`` now."""
+        with self._cond:
+            pods = list(self._listed.get(node, {}).items())
+            held = dict(self._held.get(node, {}))
+        return [
+            KubeletPod(
+                namespace=ns,
+                name=name,
+                containers=tuple(
+                    KubeletContainer(
+                        name=c,
+                        devices={self.resource: held[f"{uid}/{c}"]} if f"{uid}/{c}" in held else {},
+                    )
+                    for c in containers
+                ),
+            )
+            for uid, (ns, name, containers) in pods
+        ]
 
     def held_ids(self, node: str) -> dict[str, tuple[str, ...]]:
         """``uid/container`` -> device IDs kubelet handed out on ``node`` (PodResources)."""
@@ -252,6 +285,7 @@ class StandInKubelet:
             self._seen.discard(uid)
             self.admissions.pop(uid, None)
             if node:
+                self._listed.get(node, {}).pop(uid, None)
                 held = self._held.get(node, {})
                 for key in [k for k in held if k.startswith(f"{uid}/")]:
                     del held[key]
@@ -301,9 +335,18 @@ class StandInKubelet:
         spec = pod.get("spec") or {}
         given: dict[str, tuple[str, ...]] = {}
         error: str | None = None
+        ordered = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        with self._cond:  # kubelet's pod manager has the pod from its admission on
+            if uid not in self._seen:
+                return  # deleted while it waited
+            self._listed.setdefault(node, {})[uid] = (
+                str(meta.get("namespace") or "default"),
+                str(meta.get("name") or ""),
+                tuple(str(c.get("name") or "") for c in ordered),
+            )
         try:
             allocator = self._allocator(node)
-            for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            for container in ordered:
                 n = self._count(container)
                 if n <= 0:
                     continue
@@ -368,6 +411,7 @@ class StandInKubelet:
             node=node,
             known_ids=lambda: ids,
             after_answer=lambda fn: self._writes.submit(node, fn),
+            pod_resources=self.pod_resources(node),
             **self._allocator_options,
         )
         with self._cond:
@@ -380,6 +424,19 @@ class StandInKubelet:
             raise _KubeletRefused(f"node {node} has no {self._register_key} (no device plugin)")
         devices = decode_inventory(value, node=node, vendor=self.vendor)
         return frozenset(i for d in devices if d.healthy for i in fake_ids(d))
+
+
+class _PodResources:
+    """One node's PodResources ``List`` (``PodResourcesSource``)."""
+
+    version = "stand-in"
+
+    def __init__(self, kubelet: StandInKubelet, node: str) -> None:
+        self._kubelet = kubelet
+        self._node = node
+
+    def list(self) -> Sequence[KubeletPod]:
+        return self._kubelet.listed(self._node)
 
 
 class _KubeletRefused(HamiError):

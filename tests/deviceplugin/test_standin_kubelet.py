@@ -20,6 +20,7 @@ from hami_core.deviceplugin.devices import physical_uuid
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
+from hami_core.protocol.handshake import podresources_key
 from tests.standin_kubelet import StandInKubelet
 
 from .conftest import BindPod, ctr, gpu_node, gpu_pod, gpu_uuid
@@ -162,3 +163,60 @@ def test_a_forged_allocation_is_refused_and_admission_is_serial_per_node(
     on_b = [(s, e) for node, s, e in calls if node == "node-b"]
     # the other node's kubelet admits at the same time (here the real pod, bound first)
     assert on_b and on_b[0][0] < on_a[0][1]
+
+
+def test_with_podresources_and_trust_pods_bind_and_are_admitted_without_the_lock(
+    nvidia: BackendManager, bound_pod: BindPod, tmp_path: Path
+) -> None:
+    # The node's device plugin claims it tells pods apart (PROTOCOL.md §4): binds take
+    # no lock, and kubelet's PodResources (served by the stand-in) names the pod being
+    # admitted; an allocation the trust check refuses (a forged one) gets nothing.
+    answer = "Reported_2026-12-02 02:00:00"
+    cluster = MemoryCluster()
+    node = gpu_node("node-a", uuids("node-a"))
+    node["metadata"]["annotations"].update(
+        {"hami.io/node-handshake": answer, podresources_key("hami.io/node-handshake"): answer}
+    )
+    cluster.add_node(node)
+    k = StandInKubelet(
+        cluster,
+        nvidia,
+        admission_delay_s=DELAY_S,
+        allocator_options={
+            "make_dir": lambda path: None,
+            "make_file": lambda p, s: None,
+            "trusted": lambda pod: not pod["metadata"]["name"].startswith("forged"),
+        },
+    ).start()
+    try:
+        pods = [
+            bound_pod(
+                cluster,
+                nvidia,
+                gpu_pod(f"p{i}", ctr("main", gpu=1, gpumem=1000 * (i + 1), gpucores=10)),
+                "node-a",
+            )
+            for i in range(3)
+        ]
+        stolen = dict(pods[0]["metadata"]["annotations"])
+        forged = gpu_pod("forged", ctr("main", gpu=1, gpumem=1000, gpucores=10))
+        forged["metadata"]["annotations"] = stolen
+        created = cluster.add_pod(forged)
+        cluster.bind_pod("default", "forged", uid=created["metadata"]["uid"], node="node-a")
+        uids = [p["metadata"]["uid"] for p in pods] + [created["metadata"]["uid"]]
+        assert k.wait_admitted(uids, timeout_s=10)
+    finally:
+        k.stop()
+    assert keys.NODE_LOCK not in (cluster.get_node("node-a")["metadata"].get("annotations") or {})
+    for i, pod in enumerate(pods):
+        adm = k.admissions[pod["metadata"]["uid"]]
+        assert adm.error is None, adm.error
+        ann = pod_annotations(cluster, f"p{i}")
+        assert ann[keys.BIND_PHASE] == keys.BIND_PHASE_SUCCESS
+        (charged,) = decode_pod_devices(ann["hami.io/vgpu-devices-allocated"])
+        assert charged[0].memory_mib == 1000 * (i + 1)
+        assert {physical_uuid(i) for i in adm.devices["main"]} == {d.uuid for d in charged}
+    assert k.admissions[uids[-1]].error is not None
+    listed = {p.name: p for p in k.listed("node-a")}
+    assert set(listed) == {"p0", "p1", "p2", "forged"}  # a refused pod stays listed
+    assert listed["forged"].devices_of("main", "nvidia.com/gpu") == ()
