@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import datetime as dt
 import json
 import os
 import random
@@ -67,6 +68,11 @@ from workload import node_object, pod_shape  # noqa: E402
 from hami_core.cluster.kube import CONNECTION_POOL_SIZE, KubeCluster  # noqa: E402
 from hami_core.plugin import BackendManager  # noqa: E402
 from hami_core.protocol.config import parse_config  # noqa: E402
+from hami_core.protocol.handshake import (  # noqa: E402
+    HandshakeState,
+    encode_handshake,
+    podresources_key,
+)
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, find_kube_binaries, free_port  # noqa: E402
 from tests.e2e.hami_servers import scheduler_argv, start_webhook  # noqa: E402
 from tests.standin_kubelet import DEFAULT_ADMISSION_DELAY_S, StandInKubelet  # noqa: E402
@@ -82,6 +88,16 @@ MANAGED = [
 ALONE_NS, HAMI_NS = "bench-alone", "bench-hami"
 BURST_SHAPE = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
+HANDSHAKE = "hami.io/node-handshake"
+#: ``--trust``: which pods a device plugin serves without a node lock naming them.
+TRUST = {
+    # as `hami device-plugin` on this commit: none (no trust check is wired), so it
+    # claims nothing and every bind takes HAMi's node lock
+    "off": None,
+    # a preview of the lock-free path: every allocation trusted (what a signature check
+    # decides once allocations are signed); nodes claim the capability
+    "all": lambda pod: True,
+}
 
 
 class WriteCounter:
@@ -146,7 +162,13 @@ class StandIn:
     """The stand-in kubelets of every node (``StandInKubelet``) on their own counted
     client, serving the pods of ``HAMI_NS`` under hami-nvidia's device-plugin config."""
 
-    def __init__(self, cp: ControlPlane, workdir: Path, delay_s: float) -> None:
+    def __init__(
+        self,
+        cp: ControlPlane,
+        workdir: Path,
+        delay_s: float,
+        trusted: Callable[[dict[str, Any]], bool] | None,
+    ) -> None:
         cfg = cp.client_configuration()
         cfg.connection_pool_maxsize = CONNECTION_POOL_SIZE  # as the device plugin's client
         api = k8s.ApiClient(cfg)
@@ -164,6 +186,7 @@ class StandIn:
             manager,
             admission_delay_s=delay_s,
             selects=lambda pod: (pod.get("metadata") or {}).get("namespace") == HAMI_NS,
+            allocator_options={"trusted": trusted},
         ).start()
 
     def stop(self) -> None:
@@ -175,7 +198,19 @@ def start_hami(cp: ControlPlane, workdir: Path) -> tuple[str, subprocess.Popen[b
     port, metrics = free_port(), free_port()
     log = open(workdir / "hami-scheduler.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        scheduler_argv(cp, port, metrics, "--lease-namespace", "default", "--log-level", "warning"),
+        scheduler_argv(
+            cp,
+            port,
+            metrics,
+            "--lease-namespace",
+            "default",
+            "--log-level",
+            "warning",
+            # No Requesting_ round during the benchmark: nothing answers it but the
+            # nodes' first answer (add_nodes), and it is no part of a bind.
+            "--handshake-period",
+            "3600",
+        ),
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -283,14 +318,23 @@ def clear(core: k8s.CoreV1Api, ns: str) -> None:
         time.sleep(0.2)
 
 
-def add_nodes(cp: ControlPlane, first: int, last: int) -> None:
+def add_nodes(cp: ControlPlane, first: int, last: int, *, claims: bool) -> None:
+    """Nodes ``first`` .. ``last - 1`` as their device plugins publish them: the
+    inventory and a handshake answer, with (``claims``) the capability to tell pods
+    apart beside it (``protocol.handshake.identifies_pods``), as ``NodeAgent`` writes it
+    for an ``Allocator`` that reads PodResources and has a trust check."""
+    answer = encode_handshake(HandshakeState.REPORTED, dt.datetime.now(dt.UTC))
+
     def worker(indices: list[int]) -> None:
         for i in indices:
             name = f"bench-node-{i:04}"
             obj = node_object(name)
+            annotations = {**obj["metadata"]["annotations"], HANDSHAKE: answer}
+            if claims:
+                annotations[podresources_key(HANDSHAKE)] = answer
             cp.add_fake_node(
                 name,
-                annotations=obj["metadata"]["annotations"],
+                annotations=annotations,
                 capacity={"nvidia.com/gpu": "80", "pods": "250"},
             )
 
@@ -503,6 +547,15 @@ def main() -> None:
         help="seconds from a pod seen bound to its kubelet's Allocate",
     )
     ap.add_argument(
+        "--trust",
+        choices=sorted(TRUST),
+        default="off",
+        help="off: the device plugins serve only a node lock's owner, as `hami "
+        "device-plugin` does on this commit (no trust check wired), so every bind locks; "
+        "all: they read PodResources and trust every allocation (a preview of the "
+        "signature check), nodes claim it and binds take no lock",
+    )
+    ap.add_argument(
         "--profile",
         type=Path,
         help="record py-spy profiles of `hami scheduler` (one per cell and run, while it "
@@ -539,11 +592,11 @@ def main() -> None:
             extra=("--threads", "8"),
         )
         url, hami = start_hami(cp, cp.workdir)
-        standin = StandIn(cp, Path(tmp), args.admission_delay)
+        standin = StandIn(cp, Path(tmp), args.admission_delay, TRUST[args.trust])
         have = 0
         try:
             for size in sizes:
-                add_nodes(cp, have, size)
+                add_nodes(cp, have, size, claims=TRUST[args.trust] is not None)
                 have = size
                 for run in range(args.runs):
                     for workload in workloads:
@@ -574,7 +627,8 @@ def main() -> None:
                 hami.wait(10)
     print(
         "real kube-apiserver + kube-scheduler 1.20; fake nodes x 8 GPUs; stand-in kubelets call "
-        f"the real Allocator {args.admission_delay * 1000:.0f} ms after a pod is bound; "
+        f"the real Allocator {args.admission_delay * 1000:.0f} ms after a pod is bound "
+        f"(--trust {args.trust}); "
         f"{pods_n} pods per run; median (min-max) of {args.runs} runs"
     )
     print(
