@@ -235,7 +235,7 @@ class Binder:
             reason = fit.reason if fit is not None else "node not found"
             raise ConflictError(f"pod {namespace}/{name} no longer fits node {node}: {reason}")
         allocation = fit.allocation
-        annotations = self._allocation_annotations(allocation, now)
+        annotations = allocation_annotations(allocation, self.manager, now)
         # From the cache (no read): our lock write is in it at once, a takeover (only
         # after ``longest_bind_s``) arrives by the watch long before.
         node_obj = self.store.cached_node(node)
@@ -271,27 +271,6 @@ class Binder:
     def _live_pod(self, namespace: str, name: str) -> KubeObject:
         """The pod as the API server has it now (not a cache that may lag our writes)."""
         return self.store.read_pod_live(namespace, name)
-
-    def _allocation_annotations(
-        self, allocation: Allocation, now: dt.datetime
-    ) -> dict[str, str | None]:
-        stamp = str(int(now.timestamp()))
-        out: dict[str, str | None] = {
-            keys.VGPU_NODE: allocation.node,
-            keys.VGPU_TIME: stamp,
-            keys.BIND_TIME: stamp,
-            keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
-        }
-        for vendor, devices in allocation.devices.items():
-            dtype = self.manager.device_type(vendor)
-            encoded = encode_pod_devices(devices)
-            out[dtype.to_allocate_annotation] = encoded
-            out[dtype.allocated_annotation] = encoded
-            instances = mig_allocations_of(devices)
-            if dtype.mig_annotation and instances:
-                # HAMi's PatchAnnotations: the MIG instances chosen, for the device plugin
-                out[dtype.mig_annotation] = encode_mig_allocations(instances)
-        return out
 
     def _binding_outcome(
         self,
@@ -411,6 +390,32 @@ class _KeepLock(Exception):
     def __init__(self, cause: HamiError) -> None:
         super().__init__(str(cause))
         self.cause = cause
+
+
+def allocation_annotations(
+    allocation: Allocation, manager: BackendManager, now: dt.datetime
+) -> dict[str, str | None]:
+    """The annotations a bind writes for ``allocation`` (PROTOCOL.md §3): node, times,
+    ``bind-phase: allocating``, each vendor's device list (to-allocate and allocated) and
+    its MIG instances. The planner (``hami_core.defrag``) writes the same on the pods it
+    places in its copy of the cluster, so their usage reads as a bound pod's."""
+    stamp = str(int(now.timestamp()))
+    out: dict[str, str | None] = {
+        keys.VGPU_NODE: allocation.node,
+        keys.VGPU_TIME: stamp,
+        keys.BIND_TIME: stamp,
+        keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
+    }
+    for vendor, devices in allocation.devices.items():
+        dtype = manager.device_type(vendor)
+        encoded = encode_pod_devices(devices)
+        out[dtype.to_allocate_annotation] = encoded
+        out[dtype.allocated_annotation] = encoded
+        instances = mig_allocations_of(devices)
+        if dtype.mig_annotation and instances:
+            # HAMi's PatchAnnotations: the MIG instances chosen, for the device plugin
+            out[dtype.mig_annotation] = encode_mig_allocations(instances)
+    return out
 
 
 def _carries(pod: Mapping[str, Any], annotations: Mapping[str, str | None]) -> bool:

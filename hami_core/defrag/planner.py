@@ -1,0 +1,525 @@
+"""The planner: the fewest moves after which pending pods fit (docs/consolidation.md).
+
+A *move* evicts a running pod and places its replacement by the scheduler's own fit
+(``hami_core.scheduling.Scheduler.filter``: the same filter, device policy and node
+score that place every pod; there is no second fit here). The planner works on a copy
+of the cluster (a ``MemoryCluster``): pending pods are taken highest priority first
+(then oldest); one that fits now is placed as the scheduler would place it; for one
+that fits nowhere, the planner searches, node by node, the movable pods
+(``movable.MovePolicy``) whose eviction lets it fit, and keeps the option with the
+fewest moves whose evicted pods all fit elsewhere (or on other GPUs of the same node)
+with the pending pod's room held for it.
+
+The search is bounded, for plan time on large clusters:
+
+- a node is a candidate only when the pending pod's every device request could fit
+  there with all its movable pods gone (free memory, compute and sharer slots per
+  device: a necessary condition; the fit decides);
+- candidates are tried cheapest first by an estimate (per device, the fewest movable
+  pods, largest first, whose removal frees the request; the cheapest devices' pods
+  together), at most ``max_nodes`` of them, stopping once the best option found
+  costs no more than the next estimate;
+- on a node, the estimate's pods are evicted, the fit is asked, and each of them is
+  then put back in turn while the pending pod still fits (so no move in an option is
+  superfluous);
+- an evicted pod must fit as it is (a move never needs another move), and a pod placed
+  or moved by the plan never moves again.
+
+A plan never makes a pending pod of higher priority worse off: those are planned
+first, their room is held in the copy before a lower one is considered, and a pod
+placed for one is never evicted for another.
+
+``hami_core.defrag.apply`` is meant to carry a plan out (item 3 of issue 28); this
+module only plans.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from hami_core.cluster.memory import MemoryCluster
+from hami_core.errors import HamiError
+from hami_core.model import Allocation, DevicePolicy, DevicePolicyChain, DeviceUsage, NodePolicy
+from hami_core.plugin import BackendManager
+from hami_core.protocol import annotations as keys
+from hami_core.scheduling.bind import allocation_annotations
+from hami_core.scheduling.scheduler import Scheduler, utcnow
+
+from .movable import MovePolicy, pod_key, pod_priority
+
+#: Nodes tried per pending pod that fits nowhere (cheapest estimate first).
+DEFAULT_MAX_NODES = 16
+#: Most moves planned for one pending pod.
+DEFAULT_MAX_MOVES_PER_POD = 8
+
+
+@attrs.frozen(kw_only=True)
+class GpuLoad:
+    """What is held of one GPU: memory in MiB, compute in percent, sharers (containers)."""
+
+    memory_mib: int
+    cores_pct: int
+    sharers: int
+
+    @classmethod
+    def of(cls, usage: DeviceUsage) -> GpuLoad:
+        return cls(
+            memory_mib=usage.used_memory_mib,
+            cores_pct=usage.used_cores_pct,
+            sharers=usage.used_count,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class GpuChange:
+    """One GPU a plan touches: its load before the plan and after it."""
+
+    node: str
+    uuid: str
+    memory_mib: int
+    before: GpuLoad
+    after: GpuLoad
+
+
+@attrs.frozen(kw_only=True)
+class Move:
+    """One move: evict ``pod`` from ``from_gpus`` on ``from_node``; its replacement goes
+    to ``to_gpus`` on ``to_node`` (a node may be the same one, other GPUs), to make room
+    for the pending pod ``for_pod``."""
+
+    pod: str
+    priority: int
+    from_node: str
+    from_gpus: tuple[str, ...]
+    to_node: str
+    to_gpus: tuple[str, ...]
+    for_pod: str
+
+
+@attrs.frozen(kw_only=True)
+class Outcome:
+    """One pending pod in the plan.
+
+    Attributes:
+        pod: ``namespace/name``.
+        priority: its ``spec.priority``.
+        node, gpus: where it goes (None / () when no plan places it).
+        moves: the moves made for it (none when it fits as the cluster is).
+        reason: why no plan places it, "" when one does.
+    """
+
+    pod: str
+    priority: int
+    node: str | None = None
+    gpus: tuple[str, ...] = ()
+    moves: tuple[Move, ...] = ()
+    reason: str = ""
+
+    @property
+    def placed(self) -> bool:
+        return self.node is not None
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    """A plan: per pending pod its outcome, every move in order, and the GPUs touched.
+
+    Attributes:
+        outcomes: one per pending pod, in the order planned (priority, then age).
+        gpus: every GPU whose load the plan changes, by node then uuid.
+        seconds: planning time.
+    """
+
+    outcomes: tuple[Outcome, ...]
+    gpus: tuple[GpuChange, ...]
+    seconds: float
+
+    @property
+    def moves(self) -> tuple[Move, ...]:
+        return tuple(m for o in self.outcomes for m in o.moves)
+
+
+@attrs.frozen
+class _Option:
+    node: str
+    allocation: Allocation
+    moves: tuple[tuple[dict[str, Any], str, Allocation], ...]  # (original, node, allocation)
+
+
+class Planner:
+    """Plans moves on a copy of the cluster (the module docstring)."""
+
+    def __init__(
+        self,
+        cluster: MemoryCluster,
+        manager: BackendManager,
+        policy: MovePolicy,
+        *,
+        node_policy: NodePolicy | None = None,
+        device_policy: DevicePolicy | DevicePolicyChain | None = None,
+        max_nodes: int = DEFAULT_MAX_NODES,
+        max_moves_per_pod: int = DEFAULT_MAX_MOVES_PER_POD,
+        clock: Callable[[], dt.datetime] = utcnow,
+    ) -> None:
+        """Args:
+        cluster: the copy to plan on (its nodes and bound pods); the planner changes it
+            (after ``plan`` it holds the cluster as the plan leaves it).
+        policy: who may move (``movable.MovePolicy``); its budgets are spent as planned.
+        node_policy / device_policy: as the scheduler's (None: the configuration's).
+        max_nodes / max_moves_per_pod: the search's bounds (module docstring).
+        """
+        self.cluster = cluster
+        self.manager = manager
+        self.policy = policy
+        self.max_nodes = max_nodes
+        self.max_moves = max_moves_per_pod
+        self.clock = clock
+        self.scheduler = Scheduler(
+            cluster, manager, clock=clock, node_policy=node_policy, device_policy=device_policy
+        )
+        self._pinned: set[str] = set()  # pods placed or moved by the plan
+
+    # -- the plan --------------------------------------------------------------------
+
+    def plan(self, pending: Iterable[Mapping[str, Any]]) -> Plan:
+        """Plan for ``pending`` (Pod objects not bound to a node). Raises nothing for a
+        pod that cannot be helped: its ``Outcome.reason`` says why."""
+        t0 = time.perf_counter()
+        before = self._loads()
+        order = sorted(pending, key=_queue_order)
+        outcomes = [self._plan_one(pod) for pod in order]
+        after = self._loads()
+        changes = tuple(
+            GpuChange(
+                node=node, uuid=uuid, memory_mib=total, before=load, after=after[node, uuid][1]
+            )
+            for (node, uuid), (total, load) in sorted(before.items())
+            if after[node, uuid][1] != load
+        )
+        return Plan(outcomes=tuple(outcomes), gpus=changes, seconds=time.perf_counter() - t0)
+
+    def _plan_one(self, pod: Mapping[str, Any]) -> Outcome:
+        key, priority = pod_key(pod), pod_priority(pod)
+        try:
+            request = self.scheduler.pod_request(pod)
+            if not request.wants_devices:
+                return Outcome(pod=key, priority=priority, reason="asks no managed device")
+            now = self.scheduler.filter(pod)
+        except HamiError as exc:
+            return Outcome(pod=key, priority=priority, reason=f"cannot be read: {exc}")
+        best = now.best()
+        if best is not None:
+            allocation = now.fits[best].allocation
+            assert allocation is not None
+            self._place(pod, allocation)
+            return Outcome(pod=key, priority=priority, node=best, gpus=_gpus(allocation))
+        option = self._search(pod, priority)
+        if option is None:
+            return Outcome(
+                pod=key,
+                priority=priority,
+                reason="no movable pods whose moves let it fit "
+                f"(at most {self.max_moves} moves, {self.max_nodes} nodes tried)",
+            )
+        moves = []
+        for original, node, allocation in option.moves:
+            from_gpus = self._gpus_held(original)
+            self._evict(original)
+            moves.append(
+                Move(
+                    pod=pod_key(original),
+                    priority=pod_priority(original),
+                    from_node=str(original["spec"]["nodeName"]),
+                    from_gpus=from_gpus,
+                    to_node=node,
+                    to_gpus=_gpus(allocation),
+                    for_pod=key,
+                )
+            )
+        self._place(pod, option.allocation)
+        for original, _, allocation in option.moves:
+            self._place(_replacement(original), allocation)
+        return Outcome(
+            pod=key,
+            priority=priority,
+            node=option.node,
+            gpus=_gpus(option.allocation),
+            moves=tuple(moves),
+        )
+
+    # -- the search ------------------------------------------------------------------
+
+    def _search(self, pod: Mapping[str, Any], priority: int) -> _Option | None:
+        """The option with the fewest moves, within the bounds (module docstring)."""
+        request = self.scheduler.pod_request(pod)
+        wants = [r for c in request.containers if not c.init for r in c.devices] or [
+            r for c in request.containers for r in c.devices
+        ]
+        ranked: list[tuple[int, str, list[dict[str, Any]]]] = []
+        for name in self.scheduler.state.node_names():
+            estimate = self._estimate(name, wants, priority)
+            if estimate is not None:
+                ranked.append((len(estimate), name, estimate))
+        ranked.sort(key=lambda r: (r[0], r[1]))
+        best: _Option | None = None
+        for cost, name, evict in ranked[: self.max_nodes]:
+            if best is not None and len(best.moves) <= cost:
+                break
+            if cost > self.max_moves:
+                break
+            option = self._try_node(pod, name, evict)
+            if option is not None and (best is None or len(option.moves) < len(best.moves)):
+                best = option
+        return best
+
+    def _estimate(
+        self, name: str, wants: Sequence[Any], priority: int
+    ) -> list[dict[str, Any]] | None:
+        """The movable pods of node ``name`` whose eviction would free every request of
+        ``wants`` (a guess, largest pods first per device), or None when even all of them
+        gone would not (memory, compute and sharer slots per device)."""
+        state = self.scheduler.state
+        with state.lock:
+            node = state.node(name)
+            if node is None:
+                return None
+            usage = state.node_usage(name)
+            held = dict(node.pods)
+        movable: dict[str, list[tuple[str, int, int]]] = {}  # uuid -> (pod key, MiB, cores)
+        objects: dict[str, dict[str, Any]] = {}
+        for key, holdings in held.items():
+            obj = self._pod(key)
+            if obj is None or holdings.whole or not self._may_move(obj, priority):
+                continue
+            objects[key] = obj
+            for uuid, charge in holdings.charges.items():
+                movable.setdefault(uuid, []).append((key, charge.memory_mib, charge.cores_pct))
+        chosen: list[str] = []
+        for req in wants:
+            options = []
+            for u in usage.values():
+                if u.device.vendor != req.vendor or u.cordoned:
+                    continue
+                need_mem = req.memory_mib or u.device.memory_mib * req.memory_pct // 100
+                pods = sorted(movable.get(u.device.uuid, ()), key=lambda p: (-p[1], -p[2], p[0]))
+                free_mem, free_cores, free_slots = (
+                    u.free_memory_mib,
+                    u.free_cores_pct,
+                    u.device.split_count - u.used_count,
+                )
+                taken: list[str] = []
+                for key, mem, cores in pods:
+                    if free_mem >= need_mem and free_cores >= req.cores_pct and free_slots >= 1:
+                        break
+                    if req.cores_pct == 100 or free_mem < need_mem or free_cores < req.cores_pct:
+                        taken.append(key)
+                        free_mem, free_cores, free_slots = (
+                            free_mem + mem,
+                            free_cores + cores,
+                            free_slots + 1,
+                        )
+                    elif free_slots < 1:
+                        taken.append(key)
+                        free_slots += 1
+                exclusive_ok = req.cores_pct < 100 or u.used_count == len(taken)
+                if (
+                    free_mem >= need_mem
+                    and free_cores >= req.cores_pct
+                    and free_slots >= 1
+                    and exclusive_ok
+                ):
+                    options.append((len([k for k in taken if k not in chosen]), taken))
+            if len(options) < req.count:
+                return None
+            options.sort(key=lambda o: o[0])
+            for _, taken in options[: req.count]:
+                chosen.extend(k for k in taken if k not in chosen)
+        return [objects[k] for k in chosen]
+
+    def _try_node(
+        self, pod: Mapping[str, Any], name: str, evict: list[dict[str, Any]]
+    ) -> _Option | None:
+        """Evict ``evict`` from node ``name``, keep only the evictions the pending pod
+        needs there, then re-place the evicted; the option, or None. The copy is left as
+        it was."""
+        journal: list[tuple[str, dict[str, Any]]] = []
+        try:
+            for obj in evict:
+                self._delete(obj, journal)
+            if not self._fits_on(pod, name):
+                return None
+            needed = list(evict)
+            for obj in sorted(evict, key=_size):  # smallest back first: fewer moves
+                self._add(obj, journal)
+                if self._fits_on(pod, name):
+                    needed.remove(obj)
+                else:
+                    self._delete(obj, journal)
+            if not needed or len(needed) > self.max_moves or not self._within_budgets(needed):
+                return None
+            fit = self.scheduler.filter(pod, [name]).fits.get(name)
+            if fit is None or fit.allocation is None:
+                return None
+            self._add(_bound(pod, fit.allocation, self.manager, self.clock()), journal)
+            moves = []
+            for obj in sorted(needed, key=_size, reverse=True):  # largest first
+                again = _replacement(obj)
+                result = self.scheduler.filter(again)
+                target = result.best()
+                if target is None:
+                    return None
+                allocation = result.fits[target].allocation
+                assert allocation is not None
+                self._add(_bound(again, allocation, self.manager, self.clock()), journal)
+                moves.append((obj, target, allocation))
+            return _Option(node=name, allocation=fit.allocation, moves=tuple(moves))
+        finally:
+            for op, obj in reversed(journal):
+                if op == "add":
+                    self.cluster.delete_pod(obj["metadata"]["namespace"], obj["metadata"]["name"])
+                else:
+                    self.cluster.add_pod(obj)
+
+    # -- the copy of the cluster -----------------------------------------------------
+
+    def _may_move(self, pod: Mapping[str, Any], priority: int) -> bool:
+        if pod_key(pod) in self._pinned:
+            return False
+        return self.policy.why_not(pod, for_priority=priority) is None
+
+    def _within_budgets(self, pods: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether evicting all of ``pods`` stays within every disruption budget."""
+        for pod in pods:
+            self.policy.spend(pod)
+        try:
+            return all(
+                b.allowed - self.policy.spent.get(b.key, 0) >= 0 for b in self.policy.budgets
+            )
+        finally:
+            for pod in pods:
+                self.policy.refund(pod)
+
+    def _fits_on(self, pod: Mapping[str, Any], name: str) -> bool:
+        return name in self.scheduler.filter(pod, [name]).feasible
+
+    def _pod(self, key: str) -> dict[str, Any] | None:
+        namespace, _, name = key.partition("/")
+        try:
+            return self.cluster.get_pod(namespace, name)
+        except HamiError:
+            return None
+
+    def _delete(self, obj: dict[str, Any], journal: list[tuple[str, dict[str, Any]]]) -> None:
+        meta = obj["metadata"]
+        self.cluster.delete_pod(meta["namespace"], meta["name"])
+        journal.append(("delete", obj))
+
+    def _add(self, obj: dict[str, Any], journal: list[tuple[str, dict[str, Any]]]) -> None:
+        stored = self.cluster.add_pod(obj)
+        journal.append(("add", stored))
+
+    def _evict(self, original: Mapping[str, Any]) -> None:
+        meta = original["metadata"]
+        self.policy.spend(original)
+        self.cluster.delete_pod(meta["namespace"], meta["name"])
+
+    def _place(self, pod: Mapping[str, Any], allocation: Allocation) -> None:
+        bound = _bound(pod, allocation, self.manager, self.clock())
+        meta = bound["metadata"]
+        if self._pod(pod_key(bound)) is not None:
+            self.cluster.delete_pod(meta["namespace"], meta["name"])
+        self.cluster.add_pod(bound)
+        self._pinned.add(pod_key(bound))
+
+    def _gpus_held(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
+        """The GPUs ``pod`` holds now (as the scheduler's state reads its allocation)."""
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        state = self.scheduler.state
+        with state.lock:
+            ns = state.node(node)
+            held = ns.pods.get(pod_key(pod)) if ns is not None else None
+        return tuple(sorted(held.charges)) if held is not None else ()
+
+    def _loads(self) -> dict[tuple[str, str], tuple[int, GpuLoad]]:
+        state = self.scheduler.state
+        out = {}
+        with state.lock:
+            for name in state.node_names():
+                for uuid, usage in state.node_usage(name).items():
+                    out[name, uuid] = (usage.device.memory_mib, GpuLoad.of(usage))
+        return out
+
+
+def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str]:
+    """kube-scheduler's queue order: higher priority first, then older, then by key."""
+    created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+    return (-pod_priority(pod), created, pod_key(pod))
+
+
+def _gpus(allocation: Allocation) -> tuple[str, ...]:
+    return tuple(sorted({d.uuid for d in allocation.all_devices()}))
+
+
+def _size(pod: Mapping[str, Any]) -> tuple[int, str]:
+    """A pod's size for ordering: its memory limits summed (MiB as written), then key."""
+    total = 0
+    for c in (pod.get("spec") or {}).get("containers") or ():
+        limits = (c.get("resources") or {}).get("limits") or {}
+        for value in limits.values():
+            try:
+                total += int(str(value))
+            except ValueError:
+                continue
+    return (total, pod_key(pod))
+
+
+def _replacement(original: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod its controller creates after ``original`` is evicted, as pending: the
+    same spec and labels, no node, no allocation (the planner keeps the name, so a move
+    reads as the pod's)."""
+    pod = copy.deepcopy(dict(original))
+    meta = pod["metadata"]
+    meta["uid"] = f"{meta.get('uid', '')}-moved"
+    meta.pop("resourceVersion", None)
+    annotations = meta.get("annotations") or {}
+    meta["annotations"] = {k: v for k, v in annotations.items() if not _placement_key(k)}
+    (meta.get("labels") or {}).pop(keys.VGPU_NODE, None)
+    pod["spec"].pop("nodeName", None)
+    pod["status"] = {"phase": "Pending"}
+    return pod
+
+
+def _placement_key(key: str) -> bool:
+    """An annotation the scheduler or device plugin wrote for a placement."""
+    return (
+        key.startswith(("hami.io/vgpu-", "hami.io/bind-"))
+        or "devices-to-allocate" in key
+        or ("devices-allocated" in key)
+    )
+
+
+def _bound(
+    pod: Mapping[str, Any], allocation: Allocation, manager: BackendManager, now: dt.datetime
+) -> dict[str, Any]:
+    """``pod`` bound to ``allocation.node`` with the annotations a bind writes, allocated."""
+    bound = copy.deepcopy(dict(pod))
+    meta = bound.setdefault("metadata", {})
+    meta.setdefault("namespace", "default")
+    meta.setdefault("uid", f"uid-{pod_key(bound)}")
+    meta.pop("resourceVersion", None)
+    written = allocation_annotations(allocation, manager, now)
+    written[keys.BIND_PHASE] = keys.BIND_PHASE_SUCCESS
+    meta["annotations"] = {
+        **(meta.get("annotations") or {}),
+        **{k: v for k, v in written.items() if v is not None},
+    }
+    meta.setdefault("labels", {})[keys.VGPU_NODE] = allocation.node
+    bound.setdefault("spec", {})["nodeName"] = allocation.node
+    bound["status"] = {"phase": "Running"}
+    return bound

@@ -1,0 +1,206 @@
+"""The planner's choices on hand-made clusters: the fewest moves, the GPUs before and
+after, and every rule of who may move (controller, budget, priority, opt-out), including
+the tenant who tries to use them against another namespace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hami_core.defrag.movable import MovePolicy
+from hami_core.defrag.planner import Planner
+from tests.builders import manager
+from tests.defrag.world import MIB, gpu_id, gpu_node, owner, pending, running, world
+
+HALF = MIB // 2
+
+
+@pytest.fixture(scope="module")
+def mgr():
+    return manager()
+
+
+def halves(**kw: Any) -> list[dict[str, Any]]:
+    """Two nodes of 2 GPUs, each GPU half full with one pod (``kw`` for every pod)."""
+    kw.setdefault("owned_by", owner())
+    return [
+        running(f"h-{n}-{g}", f"node-{n}", (g,), mem=HALF, cores=50, **kw)
+        for n in range(2)
+        for g in range(2)
+    ]
+
+
+def plan(mgr, pods, targets, policy: MovePolicy | None = None, nodes: int = 2):
+    c = world([gpu_node(f"node-{n}") for n in range(nodes)], pods)
+    return Planner(c, mgr, policy or MovePolicy.build()).plan(targets)
+
+
+def test_a_whole_card_gets_one_by_one_move_and_the_gpus_say_so(mgr):
+    p = plan(mgr, halves(), [pending("big")])
+    (out,) = p.outcomes
+    assert out.placed and len(out.moves) == 1
+    move = out.moves[0]
+    # the moved pod leaves a GPU that the big pod then takes whole, and shares another
+    assert move.to_gpus != move.from_gpus
+    assert out.gpus == move.from_gpus
+    changes = {(c.node, c.uuid): c for c in p.gpus}
+    freed = changes[move.from_node, move.from_gpus[0]]
+    assert (freed.before.memory_mib, freed.before.cores_pct) == (HALF, 50)
+    assert (freed.after.memory_mib, freed.after.cores_pct, freed.after.sharers) == (MIB, 100, 1)
+    shared = changes[move.to_node, move.to_gpus[0]]
+    assert (shared.before.cores_pct, shared.after.cores_pct, shared.after.sharers) == (50, 100, 2)
+
+
+def test_a_pod_that_fits_is_placed_without_moves(mgr):
+    (out,) = plan(mgr, halves(), [pending("small", mem=8000, cores=10)]).outcomes
+    assert out.placed and out.moves == ()
+
+
+def test_bare_pods_never_move(mgr):
+    (out,) = plan(mgr, halves(owned_by=None), [pending("big")]).outcomes
+    assert not out.placed and out.moves == ()
+    assert "no movable pods" in out.reason
+
+
+def test_the_opt_out_annotation_protects_the_pod_that_carries_it_only(mgr):
+    pods = halves()
+    # every pod but h-1-1 opts out: the one move must be h-1-1's
+    for p in pods:
+        if p["metadata"]["name"] != "h-1-1":
+            p["metadata"]["annotations"]["hami.io/defrag"] = "never"
+    (out,) = plan(mgr, pods, [pending("big")]).outcomes
+    assert [m.pod for m in out.moves] == ["default/h-1-1"]
+
+
+def test_a_pdb_at_its_limit_stops_the_move(mgr):
+    pods = halves(labels={"app": "web"})
+    budget = {
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    (out,) = plan(mgr, pods, [pending("big")], MovePolicy.build(budgets=[budget])).outcomes
+    assert not out.placed
+    budget["status"]["disruptionsAllowed"] = 1
+    (out,) = plan(mgr, pods, [pending("big")], MovePolicy.build(budgets=[budget])).outcomes
+    assert out.placed and len(out.moves) == 1
+
+
+def test_one_disruption_allowed_is_spent_once_across_pending_pods(mgr):
+    pods = halves(labels={"app": "web"})
+    budget = {
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        "status": {"disruptionsAllowed": 1},
+    }
+    # two whole cards need two moves, the budget allows one
+    outs = plan(
+        mgr, pods, [pending("big-a"), pending("big-b")], MovePolicy.build(budgets=[budget])
+    ).outcomes
+    assert sum(len(o.moves) for o in outs) == 1
+    assert [o.placed for o in outs] == [True, False]
+
+
+def test_a_higher_priority_pod_is_never_moved_for_a_lower_one(mgr):
+    (out,) = plan(mgr, halves(priority=10), [pending("big", priority=5)]).outcomes
+    assert not out.placed and "no movable pods" in out.reason
+    (out,) = plan(mgr, halves(priority=10), [pending("big", priority=10)]).outcomes
+    assert out.placed
+
+
+def test_jobs_move_only_with_restarts_left(mgr):
+    pods = halves(owned_by=owner("Job", "train"))
+    job = {
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"backoffLimit": 2},
+        "status": {"failed": 2},
+    }
+    (out,) = plan(mgr, pods, [pending("big")], MovePolicy.build(jobs=[job])).outcomes
+    assert not out.placed
+    job["status"]["failed"] = 1
+    (out,) = plan(mgr, pods, [pending("big")], MovePolicy.build(jobs=[job])).outcomes
+    assert out.placed
+    (out,) = plan(mgr, pods, [pending("big")], MovePolicy.build()).outcomes  # Job unread
+    assert not out.placed
+
+
+def test_daemonset_pods_and_protected_namespaces_never_move(mgr):
+    (out,) = plan(mgr, halves(owned_by=owner("DaemonSet", "ds")), [pending("big")]).outcomes
+    assert not out.placed
+    pods = halves(namespace="team-b")
+    policy = MovePolicy.build(protected_namespaces=["team-b"])
+    assert not plan(mgr, pods, [pending("big")], policy).outcomes[0].placed
+    policy = MovePolicy.build(namespace_labels={"team-b": {"hami.io/defrag": "never"}})
+    assert not plan(mgr, pods, [pending("big")], policy).outcomes[0].placed
+    assert plan(mgr, pods, [pending("big")]).outcomes[0].placed
+
+
+def test_a_tenant_cannot_make_or_keep_another_namespace_s_pods_movable(mgr):
+    """A tenant of team-a writes what it can on its own objects: an opt-out-looking
+    annotation with other values, a PDB in its namespace selecting team-b's labels, a
+    pending pod claiming the top priority in annotations. None of it reaches team-b's
+    pods, which the administrator protected by label; and team-a's own opt-out keeps
+    only team-a's pod."""
+    b_pods = halves(namespace="team-b", labels={"app": "web"})
+    greedy = pending(
+        "greedy",
+        namespace="team-a",
+        annotations={"hami.io/defrag": "always", "hami.io/defrag-namespaces": "team-b"},
+    )
+    forged_pdb = {
+        "metadata": {"name": "steal", "namespace": "team-a"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        "status": {"disruptionsAllowed": 100},
+    }
+    policy = MovePolicy.build(
+        namespace_labels={"team-b": {"hami.io/defrag": "never"}}, budgets=[forged_pdb]
+    )
+    (out,) = plan(mgr, b_pods, [greedy], policy).outcomes
+    assert not out.placed and out.moves == ()
+    # team-b's real PDB at 0 is not lifted by team-a's PDB of 100 over the same labels
+    real = {**forged_pdb, "metadata": {"name": "web", "namespace": "team-b"}}
+    real = {**real, "status": {"disruptionsAllowed": 0}}
+    policy = MovePolicy.build(budgets=[forged_pdb, real])
+    assert not plan(mgr, b_pods, [greedy], policy).outcomes[0].placed
+
+
+def test_an_evicted_pod_must_fit_elsewhere(mgr):
+    # one node, both GPUs 60 % full: a move frees nothing, since the evicted pod fits
+    # nowhere else with the big pod's room held
+    pods = [
+        running(f"h-{g}", "node-0", (g,), mem=HALF + 8000, cores=60, owned_by=owner())
+        for g in range(2)
+    ]
+    (out,) = plan(mgr, pods, [pending("big")], nodes=1).outcomes
+    assert not out.placed
+
+
+def test_fewest_moves_prefers_the_node_needing_one(mgr):
+    # node-0: four 25 % pods on GPU 0 and GPU 1 half full; node-1: one 50 % pod per GPU
+    pods = [
+        *(
+            running(f"q-{g}-{i}", "node-0", (g,), mem=MIB // 4, cores=25, owned_by=owner())
+            for g in range(2)
+            for i in range(2)
+        ),
+        *(
+            running(f"h-{g}", "node-1", (g,), mem=HALF, cores=50, owned_by=owner())
+            for g in range(2)
+        ),
+    ]
+    (out,) = plan(mgr, pods, [pending("big")]).outcomes
+    assert out.placed and len(out.moves) == 1
+
+
+def test_multi_gpu_pods_move_whole(mgr):
+    pods = [
+        running("pair", "node-0", (0, 1), mem=HALF, cores=50, owned_by=owner()),
+        running("h-1-0", "node-1", (0,), mem=HALF, cores=50, owned_by=owner()),
+        running("h-1-1", "node-1", (1,), mem=HALF, cores=50, owned_by=owner()),
+    ]
+    (out,) = plan(mgr, pods, [pending("two", gpus=2)]).outcomes
+    assert out.placed
+    assert {m.pod for m in out.moves} in ({"default/pair"}, {"default/h-1-0", "default/h-1-1"})
+    if out.moves[0].pod == "default/pair":
+        assert out.moves[0].from_gpus == (gpu_id("node-0", 0), gpu_id("node-0", 1))
