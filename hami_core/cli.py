@@ -12,9 +12,9 @@ import click
 import yaml
 
 from hami_core import __version__
-from hami_core.errors import ConfigError, HamiError
+from hami_core.errors import ConfigError, HamiError, InvalidInputError
 from hami_core.extras import MissingExtraError, extra_of_module, require_extra
-from hami_core.options import SimulateOptions, TopOptions
+from hami_core.options import DefragOptions, SimulateOptions, TopOptions
 from hami_core.plugin import BackendManager
 from hami_core.plugin.manager import disabled_backends
 from hami_core.protocol.documents import printable, shown_text
@@ -346,6 +346,64 @@ def simulate(workloads: tuple[str, ...], **opts: Any) -> None:
         for warning in data.get("warnings") or ():
             click.echo(f"warning: {shown_text(str(warning), WARNING_SHOWN)}", err=True)
         click.echo(text, nl=False)
+
+
+@cli.command()
+@click_options(DefragOptions)
+def defrag(**opts: Any) -> None:
+    """Plan moves after which pending pods fit (a dry run: nothing is evicted).
+
+    Reads the cluster from the API server (KUBECONFIG) or --snapshot. Pending pods are
+    taken highest priority first; one that fits nowhere gets the fewest moves of movable
+    pods (owned by a ReplicaSet, StatefulSet or a Job with restarts left, allowed by
+    their PodDisruptionBudgets, of priority not above it, not opted out with the
+    annotation hami.io/defrag: never or by a protected namespace) after which it fits,
+    each evicted pod re-placed by the scheduler's own fit. Prints per move the pod, its
+    GPUs before and after, and each changed GPU's load (docs/consolidation.md).
+    """
+    from hami_core.defrag import render, sources
+    from hami_core.defrag.movable import MovePolicy, pod_key
+    from hami_core.defrag.planner import Planner, policy_overrides
+    from hami_core.simulate.runner import make_manager
+
+    o = DefragOptions(**opts)
+    try:
+        manager = make_manager(o.config)
+        read = (
+            sources.from_file(o.snapshot, manager)
+            if o.snapshot
+            else sources.from_api(o.kubeconfig, manager)
+        )
+        policy = MovePolicy.build(
+            protected_namespaces=o.protect_namespace,
+            namespace_labels=read.namespace_labels,
+            budgets=read.budgets,
+            jobs=read.jobs,
+        )
+        pending = list(read.pending)
+        if o.pod:
+            known = {pod_key(p): p for p in pending}
+            missing = [ref for ref in o.pod if ref not in known]
+            if missing:
+                raise InvalidInputError(f"not a pending pod of the scheduler: {', '.join(missing)}")
+            pending = [known[ref] for ref in o.pod]
+        planner = Planner(
+            read.cluster,
+            manager,
+            policy,
+            **policy_overrides(o.node_policy, o.gpu_policy),
+            max_nodes=o.max_nodes,
+            max_moves_per_pod=o.max_moves,
+        )
+        plan = planner.plan(pending)
+    except HamiError as exc:
+        raise failure(exc) from None
+    if o.output == "json":
+        click.echo(render.render_json(plan), nl=False)
+    else:
+        for warning in read.warnings:
+            click.echo(f"warning: {shown_text(str(warning), WARNING_SHOWN)}", err=True)
+        click.echo(render.render_text(plan), nl=False)
 
 
 def main() -> None:

@@ -112,8 +112,79 @@ class SimulateOptions:
     )
 
 
+@attrs.frozen(kw_only=True)
+class DefragOptions:
+    """The settings of ``hami defrag`` (``hami defrag --help``)."""
+
+    kubeconfig: str | None = kubeconfig_setting(
+        "(nodes, pods, PodDisruptionBudgets, Jobs, namespaces, listed once)"
+    )
+    config: str | None = config_file_setting("the scheduler name and backend sections")
+    snapshot: str | None = setting(
+        None,
+        kind=click.Path(exists=True, dir_okay=False),
+        help="Read the cluster from this file instead of the API server: a `kubectl get "
+        "nodes,pods,pdb,jobs,namespaces -A -o yaml` snapshot.",
+    )
+    pod: tuple[str, ...] = setting(
+        (),
+        multiple=True,
+        metavar="NAMESPACE/NAME",
+        show_default="every pending pod of the scheduler",
+        help="Plan for this pending pod only (repeatable).",
+    )
+    protect_namespace: tuple[str, ...] = setting(
+        ("kube-system",),
+        multiple=True,
+        metavar="NAMESPACE",
+        show_default="kube-system",
+        help="A namespace whose pods never move (repeatable; giving any replaces the "
+        "default). A namespace labelled hami.io/defrag=never is protected too.",
+        why="system pods are few and their moves disturb every tenant",
+    )
+    node_policy: str | None = setting(
+        None,
+        metavar="binpack|spread",
+        convert=policy_text("--node-policy"),
+        show_default="from config (binpack)",
+        help="Node policy of the scheduler whose placements are planned.",
+    )
+    gpu_policy: str | None = setting(
+        None,
+        metavar="POLICY[,POLICY...]",
+        convert=policy_text("--gpu-policy"),
+        show_default="from config (spread)",
+        help="GPU policy of the scheduler whose placements are planned.",
+    )
+    max_moves: int = setting(
+        8,
+        min=1,
+        max=64,
+        help="Most moves planned for one pending pod.",
+        why="a pod that needs more moves than this is better served by a new node",
+    )
+    max_nodes: int = setting(
+        16,
+        min=1,
+        max=10000,
+        help="Nodes tried per pending pod that fits nowhere (cheapest estimate first).",
+        why="bounds plan time on large clusters (2 s at 1000 nodes, docs/performance.md)",
+    )
+    output: str = setting(
+        "text",
+        flag=("--output", "-o"),
+        choices=("text", "json"),
+        help="json: machine-readable (keys documented in hami_core/defrag/render.py).",
+    )
+
+
 def all_commands() -> tuple[tuple[str, type], ...]:
     """Every command with generated options and its class, for docs/settings.md."""
     from hami_core.servers.options import COMMANDS
 
-    return (*COMMANDS, ("hami top", TopOptions), ("hami simulate", SimulateOptions))
+    return (
+        *COMMANDS,
+        ("hami top", TopOptions),
+        ("hami simulate", SimulateOptions),
+        ("hami defrag", DefragOptions),
+    )

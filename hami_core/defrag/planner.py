@@ -29,8 +29,11 @@ A plan never makes a pending pod of higher priority worse off: those are planned
 first, their room is held in the copy before a lower one is considered, and a pod
 placed for one is never evicted for another.
 
-``hami_core.defrag.apply`` is meant to carry a plan out (item 3 of issue 28); this
-module only plans.
+This module only plans. Carrying a plan out (evicting through the Eviction API, one
+move at a time, re-planning after each, holding the freed room for the pod it was freed
+for) is for the preemption room of ``hami_core.scheduling``: a ``Move`` names the
+pod, its GPUs before and after and the pending pod it makes room for, which is what
+that needs.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import attrs
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.errors import HamiError
+from hami_core.facts.policy import device_policy_option, node_policy_option
 from hami_core.model import Allocation, DevicePolicy, DevicePolicyChain, DeviceUsage, NodePolicy
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
@@ -454,6 +458,19 @@ class Planner:
                 for uuid, usage in state.node_usage(name).items():
                     out[name, uuid] = (usage.device.memory_mib, GpuLoad.of(usage))
         return out
+
+
+def policy_overrides(node_policy: str | None, gpu_policy: str | None) -> dict[str, Any]:
+    """``Planner``'s ``node_policy`` / ``device_policy`` from the names ``--node-policy``
+    and ``--gpu-policy`` take (None: the configuration's).
+
+    Raises:
+        InvalidInputError: an unknown policy name (the flag named).
+    """
+    return {
+        "node_policy": node_policy_option(node_policy, "--node-policy") if node_policy else None,
+        "device_policy": device_policy_option(gpu_policy, "--gpu-policy") if gpu_policy else None,
+    }
 
 
 def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str]:

@@ -1,0 +1,172 @@
+"""What the planner reads: nodes, bound pods, pending pods, PodDisruptionBudgets, Jobs and
+namespaces' labels, from a snapshot file (``kubectl get
+nodes,pods,pdb,jobs,namespaces -A -o yaml``) or from the API server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from hami_core.cluster.memory import MemoryCluster
+from hami_core.errors import NotFoundError
+from hami_core.plugin import BackendManager
+from hami_core.protocol.pods import is_live
+from hami_core.simulate.loader import display_path, load_cluster, read_documents
+
+
+@attrs.frozen(kw_only=True)
+class DefragInput:
+    """The cluster as the planner reads it.
+
+    Attributes:
+        cluster: nodes and bound pods (a copy the planner may change).
+        pending: live pods of our scheduler bound to no node, in the order read.
+        budgets: PodDisruptionBudget objects.
+        jobs: Job objects.
+        namespace_labels: namespace -> its labels.
+        warnings: what was skipped, one line each.
+    """
+
+    cluster: MemoryCluster
+    pending: tuple[dict[str, Any], ...] = ()
+    budgets: tuple[dict[str, Any], ...] = ()
+    jobs: tuple[dict[str, Any], ...] = ()
+    namespace_labels: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+def _items(docs: Sequence[Any]) -> Iterator[dict[str, Any]]:
+    """Every object of ``docs``, ``List`` items flattened (their kind from the list's);
+    what is not an object is left to ``load_cluster``'s warnings."""
+    for doc in docs:
+        if not isinstance(doc, dict):
+            continue
+        kind = doc.get("kind")
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
+            for item in doc["items"]:
+                if isinstance(item, dict):
+                    yield {**item, "kind": item.get("kind") or kind.removesuffix("List")}
+        else:
+            yield doc
+
+
+def is_pending_for(pod: Mapping[str, Any], scheduler_name: str) -> bool:
+    """A live pod of ``scheduler_name`` bound to no node."""
+    spec = pod.get("spec") or {}
+    return (
+        is_live(pod)
+        and not spec.get("nodeName")
+        and spec.get("schedulerName") == scheduler_name
+        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+    )
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    raw = (obj.get("metadata") or {}).get("labels") or {}
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+
+
+def from_file(path: str | Path, manager: BackendManager) -> DefragInput:
+    """Read a snapshot file: its nodes and bound pods as ``hami simulate`` reads them
+    (``simulate.loader.load_cluster``), plus its pending pods, budgets, Jobs and
+    namespaces.
+
+    Raises:
+        InvalidInputError: the file is unreadable or holds no nodes (the message names it).
+    """
+    loaded = load_cluster(path, manager)
+    scheduler = manager.config.scheduler_name
+    pending, budgets, jobs = [], [], []
+    labels: dict[str, dict[str, str]] = {}
+    for obj in _items(read_documents(Path(path))):
+        kind = obj.get("kind")
+        if kind == "Pod" and is_pending_for(obj, scheduler):
+            pending.append(obj)
+        elif kind == "PodDisruptionBudget":
+            budgets.append(obj)
+        elif kind == "Job":
+            jobs.append(obj)
+        elif kind == "Namespace":
+            labels[str((obj.get("metadata") or {}).get("name", ""))] = _labels(obj)
+    warnings = [
+        w
+        for w in loaded.warnings
+        if "PodDisruptionBudget" not in w and "kind Job" not in w  # read here
+    ]
+    if not pending:
+        warnings.append(f"{display_path(Path(path))}: no pending pods of {scheduler}")
+    return DefragInput(
+        cluster=loaded.to_memory(),
+        pending=tuple(pending),
+        budgets=tuple(budgets),
+        jobs=tuple(jobs),
+        namespace_labels=labels,
+        warnings=tuple(warnings),
+    )
+
+
+def from_api(kubeconfig: str | None, manager: BackendManager) -> DefragInput:
+    """List nodes, pods, PodDisruptionBudgets (``policy/v1``, else ``v1beta1`` as
+    Kubernetes 1.20 serves), Jobs and namespaces once.
+
+    Raises:
+        HamiError: the API server cannot be reached or refuses (the message says which).
+    """
+    from kubernetes import client as k8s
+
+    from hami_core.cluster.kube import call, make_api_client
+
+    api = make_api_client(kubeconfig)
+    core = k8s.CoreV1Api(api)
+    cluster = MemoryCluster()
+    scheduler = manager.config.scheduler_name
+    for node in call("list nodes", core.list_node).get("items") or []:
+        cluster.add_node(node)
+    pending = []
+    for pod in call("list pods", core.list_pod_for_all_namespaces).get("items") or []:
+        if is_pending_for(pod, scheduler):
+            pending.append(pod)
+        elif is_live(pod) and (pod.get("spec") or {}).get("nodeName"):
+            cluster.add_pod(pod)
+    for quota in (
+        call("list resourcequotas", core.list_resource_quota_for_all_namespaces).get("items") or []
+    ):
+        cluster.add_quota(quota)
+    labels = {
+        str(ns["metadata"]["name"]): _labels(ns)
+        for ns in call("list namespaces", core.list_namespace).get("items") or []
+    }
+    try:
+        budgets = call("list poddisruptionbudgets", _get(api, _PDB_PATH % "v1")).get("items")
+    except NotFoundError:  # Kubernetes before 1.21 serves policy/v1beta1 only
+        budgets = call("list poddisruptionbudgets", _get(api, _PDB_PATH % "v1beta1")).get("items")
+    jobs = call("list jobs", k8s.BatchV1Api(api).list_job_for_all_namespaces).get("items")
+    return DefragInput(
+        cluster=cluster,
+        pending=tuple(pending),
+        budgets=tuple(budgets or ()),
+        jobs=tuple(jobs or ()),
+        namespace_labels=labels,
+    )
+
+
+_PDB_PATH = "/apis/policy/%s/poddisruptionbudgets"
+
+
+def _get(api: Any, path: str) -> Any:
+    """A client method (for ``kube.call``) that GETs ``path`` as raw JSON."""
+
+    def get(**kwargs: Any) -> Any:
+        return api.call_api(
+            path,
+            "GET",
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            **kwargs,
+        )
+
+    return get

@@ -1,0 +1,81 @@
+"""``hami defrag --snapshot``: the plan as JSON and as text, the pods named, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from hami_core.cli import cli
+from tests.defrag.world import MIB, gpu_node, owner, pending, running
+
+
+def snapshot(tmp_path: Path, *extra: dict[str, Any]) -> str:
+    items: list[dict[str, Any]] = [gpu_node("node-0"), gpu_node("node-1")]
+    items += [
+        running(f"h-{n}-{g}", f"node-{n}", (g,), mem=MIB // 2, cores=50, owned_by=owner())
+        for n in range(2)
+        for g in range(2)
+    ]
+    items += [pending("big"), pending("small", mem=4000, cores=10), *extra]
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return str(path)
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["defrag", *args])
+    return result.exit_code, result.output
+
+
+def test_json_names_every_move_and_gpu(tmp_path):
+    code, out = run("--snapshot", snapshot(tmp_path), "-o", "json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["dry_run"] is True
+    assert data["summary"] == {
+        "pending": 2,
+        "fit_now": 1,
+        "placed_after_moves": 1,
+        "without_plan": 0,
+        "moves": 1,
+    }
+    (move,) = data["moves"]
+    assert move["for"] == "default/big" and move["from"]["gpus"] != move["to"]["gpus"]
+    big = next(p for p in data["pending"] if p["pod"] == "default/big")
+    assert big["gpus"] == move["from"]["gpus"] and big["moves"] == 1
+    freed = next(g for g in data["gpus"] if g["uuid"] == move["from"]["gpus"][0])
+    assert freed["before"]["cores_pct"] == 50 and freed["after"]["cores_pct"] == 100
+
+
+def test_text_and_one_pod_named(tmp_path):
+    code, out = run("--snapshot", snapshot(tmp_path), "--pod", "default/big")
+    assert code == 0, out
+    assert out.startswith("1 pending pod(s): 0 fit now, 1 fit after 1 move(s)")
+    assert "  move default/h-" in out and "GPUs changed" in out
+
+
+def test_a_pdb_and_a_protected_namespace_in_the_snapshot(tmp_path):
+    pdb = {
+        "apiVersion": "policy/v1beta1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "all", "namespace": "default"},
+        "spec": {"selector": {}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    code, out = run("--snapshot", snapshot(tmp_path, pdb), "-o", "json")
+    assert code == 0, out
+    assert json.loads(out)["summary"]["without_plan"] == 1
+    code, out = run("--snapshot", snapshot(tmp_path), "--protect-namespace", "default")
+    assert code == 0 and "no plan" in out
+
+
+def test_bad_input_is_named(tmp_path):
+    code, out = run("--snapshot", snapshot(tmp_path), "--pod", "default/nope")
+    assert code != 0 and "not a pending pod of the scheduler: default/nope" in out
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("kind: List\nitems: []\n")
+    code, out = run("--snapshot", str(empty))
+    assert code != 0 and "no nodes" in out
