@@ -41,7 +41,6 @@ import argparse
 import collections
 import contextlib
 import datetime as dt
-import json
 import os
 import random
 import signal
@@ -73,7 +72,13 @@ from hami_core.protocol.handshake import (  # noqa: E402
     encode_handshake,
     podresources_key,
 )
-from tests.e2e.controlplane import LOOPBACK, ControlPlane, find_kube_binaries, free_port  # noqa: E402
+from tests.e2e.controlplane import (  # noqa: E402
+    LOOPBACK,
+    ControlPlane,
+    _set_pdeathsig,
+    find_kube_binaries,
+    free_port,
+)
 from tests.e2e.hami_servers import scheduler_argv, start_webhook  # noqa: E402
 from tests.standin_kubelet import DEFAULT_ADMISSION_DELAY_S, StandInKubelet  # noqa: E402
 
@@ -176,6 +181,7 @@ class StandIn:
         api.rest_client.pool_manager = self.writes
         self.store = KubeCluster(api, component="bench-device-plugin")
         self.store.start()
+        self.bound = BoundWatch(self.store)
         base = BackendManager.from_plugins({"nvidia": hami_nvidia.plugin})
         hooks = workdir / "device-plugin-hooks"
         manager = base.with_config(
@@ -214,6 +220,7 @@ def start_hami(cp: ControlPlane, workdir: Path) -> tuple[str, subprocess.Popen[b
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=_set_pdeathsig,  # never outlives the benchmark
     )
     url = f"http://{LOOPBACK}:{port}"
     cp.wait_for(lambda: _ok(f"{url}/-/leader", b'"leader":true'), timeout=90, message="hami leader")
@@ -293,20 +300,40 @@ def create_pods(core: k8s.CoreV1Api, ns: str, bodies: list[dict[str, Any]]) -> N
         raise errors[0]
 
 
-def bound_count(core: k8s.CoreV1Api, ns: str) -> int:
-    pods = core.list_namespaced_pod(ns, _preload_content=False)
-    items = json.loads(pods.data)["items"]
-    return sum(1 for p in items if (p.get("spec") or {}).get("nodeName"))
+class BoundWatch:
+    """When each pod was first seen bound, per namespace, from a pod watch (no polling:
+    a list every few hundred ms blurred short runs and loaded the API server)."""
 
+    def __init__(self, store: KubeCluster) -> None:
+        self._cond = threading.Condition()
+        self._bound: dict[str, dict[str, float]] = collections.defaultdict(dict)
+        store.subscribe(self._on_event)
 
-def time_until_bound(core: k8s.CoreV1Api, ns: str, n: int, start: float, timeout_s: float) -> float:
-    while True:
-        done = bound_count(core, ns)
-        if done >= n:
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout_s:
-            raise TimeoutError(f"{ns}: only {done}/{n} pods bound after {timeout_s:.0f} s")
-        time.sleep(0.25)  # each poll lists the pods: keep the load it adds small
+    def _on_event(self, kind: str, old: Any, new: Any) -> None:
+        if kind != "Pod":
+            return
+        obj = new if new is not None else old
+        meta = obj.get("metadata") or {}
+        ns, uid = str(meta.get("namespace") or ""), str(meta.get("uid") or "")
+        with self._cond:
+            if new is None:
+                self._bound[ns].pop(uid, None)
+            elif (new.get("spec") or {}).get("nodeName") and uid not in self._bound[ns]:
+                self._bound[ns][uid] = time.monotonic()
+                self._cond.notify_all()
+
+    def time_until_bound(self, ns: str, n: int, start: float, timeout_s: float) -> float:
+        """Seconds from ``start`` (monotonic) until ``n`` pods of ``ns`` were bound."""
+        deadline = start + timeout_s
+        with self._cond:
+            while len(self._bound[ns]) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"{ns}: only {len(self._bound[ns])}/{n} pods bound after {timeout_s:.0f} s"
+                    )
+                self._cond.wait(min(left, 1.0))
+            return sorted(self._bound[ns].values())[n - 1] - start
 
 
 def clear(core: k8s.CoreV1Api, ns: str) -> None:
@@ -391,6 +418,7 @@ def shapes_of(workload: str, n: int, seed: int) -> list[dict[str, str]]:
 
 def timed_run(
     core: k8s.CoreV1Api,
+    bound: BoundWatch,
     ns: str,
     bodies: list[dict[str, Any]],
     *,
@@ -405,12 +433,12 @@ def timed_run(
         create_pods(core, ns, bodies)
         t0 = time.monotonic()
         start_scheduler()
-        return time_until_bound(core, ns, len(bodies), t0, timeout_s)
+        return bound.time_until_bound(ns, len(bodies), t0, timeout_s)
     start_scheduler()
     t0 = time.monotonic()
     creator = threading.Thread(target=create_pods, args=(core, ns, bodies), daemon=True)
     creator.start()
-    took = time_until_bound(core, ns, len(bodies), t0, timeout_s)
+    took = bound.time_until_bound(ns, len(bodies), t0, timeout_s)
     creator.join()
     return took
 
@@ -462,6 +490,7 @@ def run_cell(
     cp.stop_process("kube-scheduler")
     alone_s = timed_run(
         core,
+        standin.bound,
         ALONE_NS,
         [
             pod_body(f"alone-{i}", {"nvidia.com/gpu": s["nvidia.com/gpu"]}, scheduler=None)
@@ -479,6 +508,7 @@ def run_cell(
     with profiling(hami_pid, profile):
         ours_s = timed_run(
             core,
+            standin.bound,
             HAMI_NS,
             [pod_body(f"hami-{i}", s, scheduler=None) for i, s in enumerate(shapes)],
             arrival=arrival,
