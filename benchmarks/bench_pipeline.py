@@ -526,7 +526,10 @@ def run_cell(
     time.sleep(1.0)  # the device plugins' writes follow their answers
     api = apiserver_writes(cp) - api_before
     plugin = standin.writes.snapshot() - plugin_before
-    refused = len(standin.kubelet.failures())
+    failures = standin.kubelet.failures()
+    refused = len(failures)
+    for failure in failures[:2]:  # what kubelet would report as UnexpectedAdmissionError
+        print(f"  {label}: admission of {failure.ref} refused: {failure.error}", flush=True)
     clear(core, HAMI_NS)
     scheduler_side = collections.Counter(api)
     scheduler_side.subtract(plugin)
