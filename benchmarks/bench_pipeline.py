@@ -64,6 +64,7 @@ import hami_nvidia.plugin  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 from workload import node_object, pod_shape  # noqa: E402
 
+from hami_core.cluster.direct import DirectKubeCluster  # noqa: E402
 from hami_core.cluster.kube import CONNECTION_POOL_SIZE, KubeCluster  # noqa: E402
 from hami_core.plugin import BackendManager  # noqa: E402
 from hami_core.protocol.config import parse_config  # noqa: E402
@@ -193,6 +194,8 @@ class StandIn:
             admission_delay_s=delay_s,
             selects=lambda pod: (pod.get("metadata") or {}).get("namespace") == HAMI_NS,
             allocator_options={"trusted": trusted},
+            # as the device plugin's NodeKubeCluster: live reads when the caches lag
+            live_view=lambda node: DirectKubeCluster(api, node=node),
         ).start()
 
     def stop(self) -> None:

@@ -31,7 +31,8 @@ What it plays, per node (one kubelet each), and why:
 
 Every node's allocator shares one ``ClusterStore`` (the bench's cluster-wide caches; the
 real plugin watches its own node's pods): only reads of the node's pods and the node
-are asked of it. Device IDs come from the node's inventory annotation
+are asked of it. ``live_view`` gives a node's allocator the live reads the real one
+falls back on when its caches lag kubelet (``NodeKubeCluster.live``). Device IDs come from the node's inventory annotation
 (``<UUID>-<i>``, ``i`` below each device's split count, ``devices.fake_ids``), as the
 device plugin advertises them.
 """
@@ -145,6 +146,7 @@ class StandInKubelet:
         selects: Callable[[KubeObject], bool] = lambda pod: True,
         workers: int = 16,
         allocator_options: Mapping[str, Any] | None = None,
+        live_view: Callable[[str], ClusterStore] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Args:
@@ -156,7 +158,9 @@ class StandInKubelet:
             pods of kube-scheduler alone have no device plugin in the loop).
         workers: threads admitting (nodes at once) and, as many again, writing.
         allocator_options: more keyword arguments of every ``Allocator`` (host-file
-            writers, the node state, a PodResources source ...).
+            writers, the node state, the trust check ...).
+        live_view: node -> that node's data read live (``DirectKubeCluster``), the
+            ``live`` of its allocator's store; None: ``store.live``.
         clock: monotonic seconds (tests pass a fake).
         """
         self.store = store
@@ -168,6 +172,7 @@ class StandInKubelet:
         self.resource = manager.device_type(vendor).resources.count
         self._register_key = manager.device_type(vendor).register_annotation
         self._allocator_options = dict(allocator_options or {})
+        self._live_view = live_view
         self._admit_pool = ThreadPoolExecutor(workers, thread_name_prefix="kubelet-admit")
         self._write_pool = ThreadPoolExecutor(workers, thread_name_prefix="plugin-writes")
         self._writes = _SerialQueues(self._write_pool)
@@ -404,8 +409,11 @@ class StandInKubelet:
         if existing is not None:
             return existing
         ids = self._node_ids(node)
+        store = self.store
+        if self._live_view is not None:
+            store = _WithLive(self.store, self._live_view(node))
         allocator = Allocator(
-            self.store,
+            store,
             self.manager,
             vendor=self.vendor,
             node=node,
@@ -424,6 +432,17 @@ class StandInKubelet:
             raise _KubeletRefused(f"node {node} has no {self._register_key} (no device plugin)")
         devices = decode_inventory(value, node=node, vendor=self.vendor)
         return frozenset(i for d in devices if d.healthy for i in fake_ids(d))
+
+
+class _WithLive:
+    """``store`` with ``live`` replaced: one node's device-plugin view of shared caches."""
+
+    def __init__(self, store: ClusterStore, live: ClusterStore) -> None:
+        self._store = store
+        self.live = live
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
 
 
 class _PodResources:
