@@ -254,6 +254,27 @@ def extender_seconds() -> dict[str, tuple[float, float]]:
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
+def kube_scheduler_algorithm_ms(cp: ControlPlane) -> float:
+    """kube-scheduler's mean ``scheduling_algorithm_duration`` since it started, in ms:
+    the filter and prioritize of one pod as kube-scheduler sees them (our extender's
+    calls included, one pod at a time); 0 when it cannot be read."""
+    if not cp.scheduler_healthz_url:
+        return 0.0
+    url = cp.scheduler_healthz_url.replace("/healthz", "/metrics")
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0.0
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        for part in ("_sum", "_count"):
+            if line.startswith(f"scheduler_scheduling_algorithm_duration_seconds{part} "):
+                found[part] = float(line.split()[-1])
+    count = found.get("_count", 0.0)
+    return found.get("_sum", 0.0) / count * 1000 if count else 0.0
+
+
 def _ok(url: str, needle: bytes) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as r:
@@ -521,6 +542,7 @@ def run_cell(
             timeout_s=900,
         )
     after = extender_seconds()
+    algorithm_ms = kube_scheduler_algorithm_ms(cp)
     cp.stop_process("kube-scheduler")
     # every admission answered and its writes made, then the write counts
     uids = [p.metadata.uid for p in core.list_namespaced_pod(HAMI_NS).items]
@@ -563,7 +585,8 @@ def run_cell(
         f"{sum(beyond.values()) / pods_n:.2f} {dict(sorted(beyond.items()))}; "
         f"bind mean {cell.bind_ms[-1] if cell.bind_ms else 0:.0f} ms, lock wait per bind "
         f"{cell.lock_wait_ms[-1] if cell.lock_wait_ms else 0:.0f} ms, filter mean "
-        f"{cell.filter_ms[-1] if cell.filter_ms else 0:.1f} ms; refused admissions {refused}",
+        f"{cell.filter_ms[-1] if cell.filter_ms else 0:.1f} ms, kube-scheduler algorithm mean "
+        f"{algorithm_ms:.1f} ms; refused admissions {refused}",
         flush=True,
     )
 
