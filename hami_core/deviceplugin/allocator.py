@@ -363,9 +363,17 @@ class Allocator:
     @property
     def identifies_pods(self) -> bool:
         """True when this allocator serves pods no node lock names: it reads kubelet's
-        PodResources and checks allocations' signatures (the node's handshake answer
-        then says so, ``protocol.handshake.identifies_pods``)."""
-        return self.pod_resources is not None and self.trusted is not None
+        PodResources, which answers now (one ``List``: a socket missing or down serves
+        no unlocked pod), and checks allocations' signatures (the node's handshake
+        answer then says so, ``protocol.handshake.identifies_pods``)."""
+        if self.pod_resources is None or self.trusted is None:
+            return False
+        try:
+            self.pod_resources.list()
+        except PodResourcesUnavailableError as exc:
+            log.warning("binds on this node take the node lock: %s", exc)
+            return False
+        return True
 
     def _select(
         self, cands: Candidates, counts: Sequence[int], uuids: Sequence[frozenset[str]]

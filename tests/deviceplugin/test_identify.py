@@ -72,15 +72,15 @@ def bind(
     return c.get_pod("default", name)
 
 
-def allocator(c: MemoryCluster, manager: Any, listing: Listing, **kw: Any) -> Allocator:
+def allocator(c: MemoryCluster, manager: Any, listing: Listing | None, **kw: Any) -> Allocator:
     kw.setdefault("trusted", lambda pod: True)
+    kw.setdefault("pod_resources", listing)
     return Allocator(
         c,
         manager,
         vendor="NVIDIA",
         node=NODE,
         known_ids=lambda: ALL_IDS,
-        pod_resources=listing,
         **kw,
     )
 
@@ -184,3 +184,14 @@ def test_the_lock_owner_kubelet_admits_is_served_first(cluster, nvidia):
     allocator(cluster, nvidia, Listing(admitting("a"), admitting("b"))).allocate([ids(UUIDS[0])])
     assert cluster.get_pod("default", "b")["metadata"]["annotations"][keys.BIND_PHASE] == "success"
     assert keys.NODE_LOCK not in cluster.get_node(NODE)["metadata"]["annotations"]
+
+
+def test_no_claim_while_kubelets_podresources_cannot_be_read(cluster, nvidia):
+    """A device plugin whose PodResources socket is absent (an old chart without the
+    mount) or down must not say binds need no lock: it could serve no unlocked pod."""
+    listing = Listing()
+    a = allocator(cluster, nvidia, listing)
+    assert a.identifies_pods
+    listing.down = True
+    assert not a.identifies_pods
+    assert not allocator(cluster, nvidia, None, pod_resources=None).identifies_pods
