@@ -266,3 +266,47 @@ def test_two_pods_of_different_slices_bound_at_once_are_admitted_in_either_order
             [("bind", 0), ("bind", 0), ("admit", order[0]), ("admit", 0)],
             Data,
         )
+
+
+def test_unlocked_binds_to_one_node_never_both_take_the_last_slice():
+    """Without the node lock, concurrent binds to one node refit one at a time (in the
+    scheduler): 8 pods of 9000 MiB race for 2 GPUs of 16384 MiB, 2 fit."""
+    import threading
+    import time
+
+    c = MemoryCluster()
+    n = gpu_node(NODE, UUIDS)
+    n["metadata"]["annotations"]["hami.io/node-handshake"] = ANSWER
+    n["metadata"]["annotations"][podresources_key("hami.io/node-handshake")] = ANSWER
+    c.add_node(n)
+    scheduler = Scheduler(c, MANAGER)
+    refit = scheduler.binder.refit
+
+    def slow_refit(pod: Any, node: str) -> Any:
+        result = refit(pod, node)
+        time.sleep(0.02)  # the window two binds would both fit in
+        return result
+
+    scheduler.binder.refit = slow_refit
+    pods = [c.add_pod(gpu_pod(f"p{i}", ctr("main", gpu=1, gpumem=9000))) for i in range(8)]
+    bound: list[str] = []
+
+    def bind(p: dict[str, Any]) -> None:
+        with contextlib.suppress(ConflictError):
+            scheduler.bind("default", p["metadata"]["name"], uid=p["metadata"]["uid"], node=NODE)
+            bound.append(p["metadata"]["name"])
+
+    threads = [threading.Thread(target=bind, args=(p,)) for p in pods]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(bound) == 2, bound
+    used = [
+        decode_pod_devices(
+            c.get_pod("default", b)["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+        )[0][0].uuid
+        for b in bound
+    ]
+    assert sorted(used) == sorted(UUIDS)
+    assert keys.NODE_LOCK not in c.get_node(NODE)["metadata"]["annotations"]
