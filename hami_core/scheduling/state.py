@@ -201,8 +201,17 @@ class ClusterState:
     def _on_pod(self, old: KubeObject | None, new: KubeObject | None) -> None:
         key = _key(new if new is not None else old or {})
         prev = self._pods.get(key)
-        if new is not None and prev is not None and prev.rv == _rv(new) and prev.rv:
-            return  # the same version again (our own write, then its watch event)
+        if (
+            new is not None
+            and prev is not None
+            and prev.rv == _rv(new)
+            and prev.rv
+            and (prev.obj is new or prev.obj == new)
+        ):
+            # The same version again (our own write, then its watch event). The same
+            # version with other content is a write remembered at the version it was read
+            # at (``KubeCluster.bind_pod``: the Binding answers no pod): charged at once.
+            return
         if prev is not None:
             self._drop_pod(key, prev)
         if new is None:
