@@ -41,3 +41,7 @@ class ReasonCode(enum.StrEnum):
     # Also ``pkg/device/ascend/device.go`` Fit: a pod in the ``hami-core`` vNPU mode
     # on a node whose chips are not run in that mode (``hami-vnpu-core`` not "true").
     MODE_NOT_FIT = "ModeNotFit"
+    # Ours (gang groups, docs/preemption-and-gangs.md): the pod's group cannot be placed
+    # as a whole, or this member is reserved on another node.
+    GROUP_DOES_NOT_FIT = "GroupDoesNotFit"
+    GROUP_MEMBER_RESERVED = "GroupMemberReserved"

@@ -30,6 +30,16 @@ GPU_SCHEDULER_POLICY = GPU_POLICY_ANNOTATION
 #: HAMi 2.10's per-pod device score weights (``hami_core.model.weights``).
 DEVICE_SCORING_WEIGHTS = DEVICE_SCORING_WEIGHTS_ANNOTATION
 
+# Gang groups, read by the scheduler (PROTOCOL.md §5; docs/preemption-and-gangs.md)
+#: scheduler-plugins' coscheduling label: the pod's group, in its namespace.
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+#: Volcano's annotation naming the pod's group (read when the label is absent).
+VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"
+#: Ours: the group's minMember (the PodGroup CRD's field, which hami does not read).
+GANG_MIN_MEMBER = "hami.io/gang-min-member"
+#: Ours, written by the scheduler on a member when its group is placed (wakes it).
+GANG_PLACED = "hami.io/gang-placed"
+
 #: Label that keeps the webhook away from a namespace or object (PROTOCOL.md §6).
 WEBHOOK_IGNORE_LABEL = "hami.io/webhook"
 WEBHOOK_IGNORE_VALUE = "ignore"

@@ -89,7 +89,15 @@ class Binder:
         self._bind_locks = KeyedLocks()
         self._node_guards = KeyedLocks()
 
-    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> Allocation | None:
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        node: str,
+        lock_wait_s: float | None = None,
+    ) -> Allocation | None:
         """Lock ``node``, re-fit the pod there against current usage, write the
         allocation annotations, create the Binding; on any failure undo what this call
         wrote (and nothing else) and release the lock. Emits ``BindingSucceed`` /
@@ -113,14 +121,19 @@ class Binder:
             NotFoundError: pod or node missing. ConflictError: uid mismatch, pod of
             another scheduler or bound elsewhere, lock held by another pod (or lost
             mid-bind), or the pod no longer fits (kube-scheduler retries).
+
+        ``lock_wait_s``: how long to wait for another pod's node lock when longer than
+        ``--bind-lock-wait`` (a gang member whose fellow member binds on the same node).
         """
         try:
             with self._bind_locks.hold(uid):
-                return self._bind(namespace, name, uid=uid, node=node)
+                return self._bind(namespace, name, uid=uid, node=node, wait_s=lock_wait_s)
         finally:
             self.reservations.release(uid)  # its lock (or nothing) speaks for it now
 
-    def _bind(self, namespace: str, name: str, *, uid: str, node: str) -> Allocation | None:
+    def _bind(
+        self, namespace: str, name: str, *, uid: str, node: str, wait_s: float | None
+    ) -> Allocation | None:
         pod = self.store.get_pod(namespace, name)
         if not (pod.get("spec") or {}).get("nodeName") and not self.store.pods_settled():
             # The pod cache may lag (its watch broke: an API-server restart, when
@@ -210,7 +223,7 @@ class Binder:
                 pod=meta["name"],
                 now=now,
                 expiry_s=self.manager.config.node_lock_expiry_s,
-                wait_s=self.lock_wait_s,
+                wait_s=self.lock_wait_s if wait_s is None else max(wait_s, self.lock_wait_s),
                 takeover_after_s=self.longest_bind_s,
                 wait=self.state.wait_node_change,
             )

@@ -10,6 +10,8 @@ simulate``. A pod's trip, as kube-scheduler's framework names its stages:
   (kube-scheduler keeps its say on affinity, CPU and memory);
 - Score: ``prioritize``, from the filter's result, nodes being bound (``reservations``) aside;
 - Reserve, Permit and Bind: ``bind.Binder``, which re-fits under the node lock.
+
+A gang group's member goes through ``gangs.Gangs``: placed with its group or refused.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from hami_core.facts.holdings import HoldingsReader, ProblemLog
 from hami_core.facts.nodelock import LONGEST_BIND_S
 from hami_core.facts.nodes import read_node
 from hami_core.facts.podrequest import read_pod_request
-from hami_core.facts.policy import Policies, default_device_chain, resolve_policies
 from hami_core.facts.quota import quota_device_types
 from hami_core.model import (
     Allocation,
@@ -41,6 +42,7 @@ from hami_core.plugin import BackendManager
 from .bind import Binder, EventSink, describe
 from .cycle import PodCycle, ShapeIds, begin_cycle
 from .filtering import FilterEngine, FilterResult, passing
+from .gangs import GangOptions, Gangs
 from .prioritize import FilterCache, prioritize
 from .reservations import Reservations
 from .sources import CachedNodes, GivenNodes, NodeSource
@@ -70,6 +72,7 @@ class Scheduler:
         events: EventSink | None = None,
         prefilter: bool = True,
         share_fits: bool = True,
+        gang: GangOptions | None = None,
     ) -> None:
         """Args:
         node_policy / device_policy: override the configured defaults (pod
@@ -133,24 +136,14 @@ class Scheduler:
             lock_wait_s=lock_wait_s,
             longest_bind_s=longest_bind_s,
         )
+        parts = (store, self.state, manager, self._cached, self._reader, self.events)
+        self.gangs = Gangs(*parts, gang or GangOptions())
 
     # -- reading ---------------------------------------------------------------------
 
     def pod_request(self, pod: Mapping[str, Any]) -> PodRequest:
         """The pod's device requests. Raises ``InvalidInputError``."""
         return read_pod_request(pod, self.manager)
-
-    def policies(self, pod: Mapping[str, Any]) -> Policies:
-        """The pod's policies. Raises ``InvalidInputError`` for an unknown name."""
-        return resolve_policies(
-            pod, self.manager.config, node=self._node_policy, device=self._device_policy
-        )
-
-    def default_device_chain(self) -> DevicePolicyChain:
-        """The device policy of a pod that names none (this scheduler's override, else
-        the configured default): what a holder without the annotation was placed under
-        (``fitting.fit_pod_nodes``' ``mutex``)."""
-        return default_device_chain(self.manager.config, self._device_policy)
 
     def node_info(self, node: Mapping[str, Any]) -> NodeInfo:
         """A node's devices and registration state."""
@@ -192,8 +185,9 @@ class Scheduler:
         Raises:
             InvalidInputError: the pod's requests or policy annotations are invalid.
         """
-        names = self.state.node_names() if node_names is None else node_names
-        result = self._judge(pod, CachedNodes(self.state, list(names), self.node_selector))
+        names = self.state.node_names() if node_names is None else list(node_names)
+        group = self.gangs.member(pod)
+        result = self._cached(pod, names) if group is None else self.gangs.filter(pod, group, names)
         self._recent.put(pod, result)
         return result
 
@@ -204,13 +198,19 @@ class Scheduler:
         form, and the cluster autoscaler's simulation), writing nothing. A node the cache
         knows is judged as ``filter`` judges it: its cached object, live usage and the
         namespace's quotas; only a node the cache does not know (an autoscaler template)
-        is judged from the object given, with zero usage and no quota."""
+        is judged from the object given, with zero usage and no quota (a gang member as
+        ``filter`` judges it)."""
+        if self.gangs.member(pod) is not None:
+            return self.filter(pod, [str((n.get("metadata") or {}).get("name", "")) for n in nodes])
         with self.state.lock:
             source = GivenNodes(self.state, nodes, self.node_selector, self.node_info)
         result = self._judge(pod, source)
         if not source.templates:
             self._recent.put(pod, result)
         return result
+
+    def _cached(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterResult:
+        return self._judge(pod, CachedNodes(self.state, list(names), self.node_selector))
 
     def _judge(self, pod: Mapping[str, Any], source: NodeSource) -> FilterResult:
         with self.state.lock:  # one snapshot: the namespace's quota and the nodes' usage
@@ -242,8 +242,9 @@ class Scheduler:
 
     def bind(self, namespace: str, name: str, *, uid: str, node: str) -> Allocation | None:
         """``bind.Binder.bind``: lock ``node``, re-fit the pod there, write the
-        allocation on the Binding; on any failure undo what this call wrote."""
-        return self.binder.bind(namespace, name, uid=uid, node=node)
+        allocation on the Binding; on any failure undo what this call wrote (a gang
+        member only with its group's reservation on ``node``: ``Gangs.bind``)."""
+        return self.gangs.bind(namespace, name, uid=uid, node=node, bind=self.binder.bind)
 
 
 __all__ = ["FilterResult", "InvalidInputError", "Scheduler", "describe", "utcnow"]

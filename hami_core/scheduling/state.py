@@ -12,9 +12,13 @@ node and quota informers' add/update/delete) and keeps:
   (``nodeclass``);
 - per pod: what it holds on each node it is assigned to and its quota charge, decoded
   once per (UID, resourceVersion);
-- per namespace: the quota charge of its live allocated pods, and its parsed quotas.
+- per namespace: the quota charge of its live allocated pods, and its parsed quotas;
+- the held slices (``hold``): devices set aside for a pod that is not bound yet (a gang
+  member's reservation, ``gangs``), counted on their node and in their namespace's quota
+  charge as if the pod were bound there, left out for that pod's own fit (its uid), and
+  dropped when the pod is bound, deleted or the holder lets go (``unhold``).
 
-Every number is the sum of the per-pod values the from-scratch functions
+Without holds every number is the sum of the per-pod values the from-scratch functions
 (``usage.node_usage``, ``quota.namespace_usage``) compute, over the same pods, so the
 two agree after any sequence of events (a property test checks it).
 """
@@ -49,6 +53,7 @@ from hami_core.model import (
 from hami_core.protocol.annotations import NODE_LOCK
 from hami_core.protocol.handshake import HANDSHAKE_TIMEOUT_S, HandshakeState, decode_handshake
 from hami_core.protocol.lock import decode_lock
+from hami_core.protocol.pods import is_live
 
 from .nodeclass import labels_of, node_signature
 
@@ -128,6 +133,33 @@ class NodeState:
     signed: bool = False
 
 
+@attrs.frozen(kw_only=True)
+class Hold:
+    """Slices held for a pod that is not bound yet (``ClusterState.hold``).
+
+    Attributes:
+        uid / namespace / name: the pod the slices are held for.
+        node: the node they are on.
+        holdings: what is held there, as if the pod were bound (``usage.pod_holdings``
+            of the pod with the allocation written in).
+        quota: its charge against the namespace's quotas (the same rule).
+        why: who holds it, for messages (``gang default/train``).
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    holdings: PodHoldings
+    quota: QuotaCharge = NO_CHARGE
+    why: str = ""
+
+    @property
+    def key(self) -> str:
+        """Its key among the node's pods (never a pod's ``namespace/name``)."""
+        return f"held:{self.uid}"
+
+
 @attrs.define
 class PodState:
     uid: str
@@ -185,6 +217,7 @@ class ClusterState:
         self._locks: dict[str, str] = {}  # node name -> its node-lock annotation, if any
         self._classes: dict[Hashable, int] = {}  # node signature -> class id
         self._class_ids = itertools.count()
+        self._holds: dict[str, Hold] = {}  # pod uid -> the slices held for it
 
     # -- events ----------------------------------------------------------------------
 
@@ -214,6 +247,10 @@ class ClusterState:
             return
         if prev is not None:
             self._drop_pod(key, prev)
+        meta = (new if new is not None else old or {}).get("metadata") or {}
+        held = self._holds.get(str(meta.get("uid") or ""))
+        if held is not None and (new is None or not is_live(new) or _node_names(new)):
+            self._unhold(held)  # bound (its own allocation counts now), gone or finished
         if new is None:
             return
         meta = new.get("metadata") or {}
@@ -302,6 +339,63 @@ class ClusterState:
         node.uids.clear()
         for key in self._by_node.get(node.name, ()):
             self._charge(node, key, self._pods[key])
+        for held in self._holds.values():
+            if held.node == node.name:
+                self._charge_hold(node, held)
+
+    # -- held slices -----------------------------------------------------------------
+
+    def hold(self, held: Hold) -> None:
+        """Count ``held`` on its node and in its namespace until ``unhold``, the pod's
+        bind or its deletion (a hold for the same pod is replaced). The holder's own
+        fit leaves it out (``node_usage(exclude_uid=...)``, the engine's re-fit path);
+        every other pod's fit and quota count it. Raises ``KeyError`` for a node the
+        state does not hold."""
+        with self._lock:
+            node = self._nodes.get(held.node)
+            if node is None:
+                raise KeyError(held.node)
+            old = self._holds.get(held.uid)
+            if old is not None:
+                self._unhold(old)
+            self._holds[held.uid] = held
+            if held.quota:
+                self._ns_used[held.namespace] = self._ns_used.get(held.namespace, NO_CHARGE).plus(
+                    held.quota
+                )
+            self._charge_hold(node, held)
+            self._changed(node)
+
+    def unhold(self, uid: str) -> Hold | None:
+        """Let go of the slices held for pod ``uid``; the hold, or None when none was."""
+        with self._lock:
+            held = self._holds.get(uid)
+            if held is not None:
+                self._unhold(held)
+            return held
+
+    def holds(self) -> dict[str, Hold]:
+        """Pod uid -> the slices held for it (a copy)."""
+        with self._lock:
+            return dict(self._holds)
+
+    def _unhold(self, held: Hold) -> None:
+        del self._holds[held.uid]
+        if held.quota:
+            left = self._ns_used.get(held.namespace, NO_CHARGE).minus(held.quota)
+            if left:
+                self._ns_used[held.namespace] = left
+            else:
+                self._ns_used.pop(held.namespace, None)
+        node = self._nodes.get(held.node)
+        if node is not None and node.pods.pop(held.key, None) is not None:
+            if node.uids.get(held.uid) == held.key:
+                del node.uids[held.uid]
+            self._changed(node)
+
+    def _charge_hold(self, node: NodeState, held: Hold) -> None:
+        node.pods[held.key] = held.holdings
+        node.uids.setdefault(held.uid, held.key)
 
     def _on_quota(self, old: KubeObject | None, new: KubeObject | None) -> None:
         obj = new if new is not None else old or {}
@@ -458,6 +552,9 @@ class ClusterState:
                 for pod in self._pods.values():
                     if pod.uid == exclude_uid and pod.namespace == namespace:
                         used = used.minus(pod.quota)
+                held = self._holds.get(exclude_uid)
+                if held is not None and held.namespace == namespace and held.quota:
+                    used = used.minus(held.quota)
             return used
 
     def quota_limits(self, namespace: str) -> tuple[QuotaLimit, ...]:
