@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hami_core.cluster.base import ClusterStore
@@ -54,6 +54,18 @@ class LockWaits(Protocol):
     lock_observer: Callable[[float, bool], None] | None
 
 
+class GangView(Protocol):
+    """What the metrics read of the gang stage (``scheduling.gangs.Gangs``)."""
+
+    placed_total: int
+    refused_total: int
+    expired_total: int
+
+    def waiting(self) -> int: ...
+
+    def reserved(self) -> Mapping[str, Any]: ...
+
+
 class SchedulerView(Protocol):
     """What the metrics read of the scheduler (``scheduling.scheduler.Scheduler``): its
     store and backends, a node's devices and their usage, and bind's lock waits. Named
@@ -68,6 +80,9 @@ class SchedulerView(Protocol):
 
     @property
     def binder(self) -> LockWaits: ...
+
+    @property
+    def gangs(self) -> GangView: ...
 
     def node_info(self, node: Mapping[str, Any]) -> NodeInfo: ...
 
@@ -143,10 +158,45 @@ class SchedulerMetrics:
         scheduler.binder.lock_observer = self.observe_lock_wait
         self.registry.register(AllocationCollector(scheduler))
         self.registry.register(InformerCollector(informers or {}))
+        self.registry.register(GangCollector(scheduler.gangs))
 
     def observe_lock_wait(self, seconds: float, acquired: bool) -> None:
         """Record one node-lock acquisition attempt of ``seconds`` (bind)."""
         self.lock_wait_seconds.labels("acquired" if acquired else "refused").observe(seconds)
+
+
+class GangCollector(Collector):
+    """Gang groups (docs/preemption-and-gangs.md): waiting, placed, refused, expired."""
+
+    def __init__(self, gangs: GangView) -> None:
+        self.gangs = gangs
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "hami_scheduler_gang_groups_waiting",
+            "Groups whose last placement was refused (GroupDoesNotFit).",
+            value=float(self.gangs.waiting()),
+        )
+        yield GaugeMetricFamily(
+            "hami_scheduler_gang_members_reserved",
+            "Members holding a reservation of their placed group, not bound yet.",
+            value=float(len(self.gangs.reserved())),
+        )
+        yield CounterMetricFamily(
+            "hami_scheduler_gang_groups_placed",
+            "Groups placed as a whole (their members' slices reserved together).",
+            value=float(self.gangs.placed_total),
+        )
+        yield CounterMetricFamily(
+            "hami_scheduler_gang_groups_refused",
+            "Placements of a group refused as a whole.",
+            value=float(self.gangs.refused_total),
+        )
+        yield CounterMetricFamily(
+            "hami_scheduler_gang_reservations_expired",
+            "Members' reservations let go after the timeout.",
+            value=float(self.gangs.expired_total),
+        )
 
 
 class InformerCollector(Collector):
