@@ -97,8 +97,10 @@ def group_of(pod: Mapping[str, Any], *, max_members: int = MAX_MEMBERS) -> Group
         InvalidInputError: a group name that is not a string, or a bad minimum.
     """
     meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    ann = meta.get("annotations") or {}
+    labels = meta.get("labels") or {} if isinstance(meta, Mapping) else {}
+    ann = meta.get("annotations") or {} if isinstance(meta, Mapping) else {}
+    if not isinstance(labels, Mapping) or not isinstance(ann, Mapping):
+        return None  # a malformed pod: the cycle's shape check names the fault
     name = labels.get(keys.POD_GROUP_LABEL) or ann.get(keys.VOLCANO_GROUP_NAME)
     if not name:
         return None

@@ -32,6 +32,7 @@ from hami_core.model import (
 )
 from hami_core.plugin import BackendManager
 from hami_core.protocol.pods import is_live
+from hami_core.scheduling.gangs import GangOptions
 from hami_core.scheduling.scheduler import FilterResult, Scheduler
 from hami_core.webhook.admission import DEFAULT_SCHEDULER, Admission, takes_scheduler_name
 from hami_core.webhook.mutation import apply_patch
@@ -104,6 +105,8 @@ class Pipeline:
         node_policy: NodePolicy | None = None,
         device_policy: DevicePolicy | DevicePolicyChain | None = None,
     ) -> None:
+        """The gang members a placement wakes are retried by the caller (``retry``; the
+        runner does it after each pod), so nothing is written to wake them."""
         self.cluster = cluster
         self.manager = manager
         #: Each node's device-plugin records (``NodeState``), kept in memory across the
@@ -112,7 +115,12 @@ class Pipeline:
         self.admission = Admission(manager, cluster)
         # Every node explained in full (the pre-filter's reasons name sharing checks only).
         self.scheduler = Scheduler(
-            cluster, manager, node_policy=node_policy, device_policy=device_policy, prefilter=False
+            cluster,
+            manager,
+            node_policy=node_policy,
+            device_policy=device_policy,
+            prefilter=False,
+            gang=GangOptions(wake=lambda _: None),
         )
 
     def _advertised(self) -> set[str]:
@@ -183,7 +191,6 @@ class Pipeline:
                 denied_by=KUBE_APISERVER,
             )
         stored = self.cluster.add_pod(obj)
-        uid = stored["metadata"]["uid"]
         patch = tuple(review.patch)
         scheduler_name = str((stored.get("spec") or {}).get("schedulerName") or "")
         if not takes_scheduler_name(scheduler_name, self.manager.config):
@@ -199,6 +206,32 @@ class Pipeline:
             return Outcome(
                 namespace=namespace, name=name, unmanaged=unmanaged, admission_patch=patch
             )
+        return self._schedule(stored, patch=patch, mutated=review.mutated, foreign=foreign)
+
+    def retry(self, previous: Outcome) -> Outcome:
+        """Schedule again a pod the run left Pending (``previous``: its outcome), as
+        kube-scheduler does once the pod is woken: a gang member whose group was placed
+        by a later member (``gangs.Gangs``)."""
+        stored = self.cluster.get_pod(previous.namespace, previous.name)
+        return self._schedule(
+            stored,
+            patch=previous.admission_patch,
+            mutated=previous.wants_devices,
+            foreign=unmanaged_resources(stored, self.manager),
+        )
+
+    def _schedule(
+        self,
+        stored: Mapping[str, Any],
+        *,
+        patch: tuple[Mapping[str, Any], ...],
+        mutated: bool,
+        foreign: tuple[str, ...],
+    ) -> Outcome:
+        """kube-scheduler's checks, our filter, bind and the device plugin's allocate
+        for an admitted, stored pod."""
+        meta = stored["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         kube_failed: dict[str, str] = {}
         passing: list[str] = []
         nodes = self.cluster.list_nodes()
@@ -223,12 +256,12 @@ class Pipeline:
                 namespace=namespace,
                 name=name,
                 error=str(exc),
-                wants_devices=review.mutated,
+                wants_devices=mutated,
                 admission_patch=patch,
             )
         if kube_failed:
             result = attrs.evolve(result, failed={**kube_failed, **result.failed})
-        wants = review.mutated or bool(result.fits)
+        wants = mutated or bool(result.fits)
         node = result.best()
         if node is None:
             return Outcome(

@@ -76,6 +76,13 @@ Report (``build_report``)::
                   "wholeCardGpus": int,          # sum of wholeCardGpus of placed pods
                   "existingPods": int,
                   "line": str},                  # "23 pods on 6 GPUs; one GPU per pod would need 31"
+      "groups": [                                # gang groups, in order of first member
+        {"group": str,                           # "namespace/name"
+         "minMember": int | null,
+         "members": [str],                       # "namespace/name" of its pods
+         "bound": int,                           # members placed
+         "status": "placed" | "refused",         # as a whole
+         "why": str}],                           # the GroupDoesNotFit reason, else ""
       "warnings": [str]
     }
 
@@ -111,7 +118,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami_core.errors import AnnotationError
+from hami_core.errors import AnnotationError, InvalidInputError
 from hami_core.facts.usage import pod_allocation
 from hami_core.model import (
     CORES_UNITS,
@@ -134,6 +141,7 @@ from hami_core.protocol.annotations import GPU_SCHEDULER_POLICY, NODE_SCHEDULER_
 from hami_core.protocol.documents import printable
 from hami_core.protocol.pods import is_live
 from hami_core.scheduling.fitting import NodeFit
+from hami_core.scheduling.gangs import group_of
 from hami_core.scheduling.scheduler import FilterResult
 from hami_core.scheduling.scoring import extender_score
 
@@ -196,8 +204,46 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         "pods": pods,
         "gpus": gpus,
         "summary": _summary(pods, existing=len(sim.cluster.pods)),
+        "groups": group_entries(sim),
         "warnings": [*sim.warnings, *unmanaged_warnings(sim)],
     }
+
+
+#: How a gang member's filter answer starts when its group is refused as a whole.
+GROUP_REFUSED = ReasonCode.GROUP_DOES_NOT_FIT.value
+
+
+def group_entries(sim: Simulation) -> list[dict[str, Any]]:
+    """Each gang group of the workloads (``gangs.group_of``), placed or refused as a
+    whole: its members, how many were bound, the reason when refused."""
+    out: dict[str, dict[str, Any]] = {}
+    for run in sim.runs:
+        try:
+            group = group_of(run.workload.pod)
+        except InvalidInputError:
+            continue
+        if group is None:
+            continue
+        key = f"{run.outcome.namespace}/{group.name}"
+        entry = out.setdefault(
+            key,
+            {"group": key, "minMember": None, "members": [], "bound": 0, "status": "", "why": ""},
+        )
+        if group.min_member:
+            entry["minMember"] = max(entry["minMember"] or 0, group.min_member)
+        entry["members"].append(run.key)
+        if run.outcome.scheduled:
+            entry["bound"] += 1
+        elif run.outcome.filter is not None:
+            why = [r for r in run.outcome.filter.failed.values() if r.startswith(GROUP_REFUSED)]
+            if why:
+                entry["why"] = why[0]
+    for entry in out.values():
+        placed = entry["bound"] and entry["bound"] >= (entry["minMember"] or 0)
+        entry["status"] = "placed" if placed else "refused"
+        if placed:
+            entry["why"] = ""
+    return list(out.values())
 
 
 def _node_infos(sim: Simulation) -> dict[str, NodeInfo]:
@@ -815,6 +861,15 @@ def render_text(report: Mapping[str, Any], *, warnings: bool = True) -> str:
     if partial:
         lines += ["", f"Not modelled ({len(partial)}): the answer may differ for these pods"]
         lines += [f"  {_key(p)}: {line}" for p in partial for line in p["notModelled"]]
+    groups = report.get("groups") or []
+    if groups:
+        lines += ["", f"Gang groups ({len(groups)})"]
+        for g in groups:
+            counted = f"{g['bound']} of minMember {g['minMember']} bound"
+            if g["status"] == "placed":
+                lines.append(f"  {g['group']}: placed as a whole, {counted}")
+            else:
+                lines.append(f"  {g['group']}: refused as a whole, {counted}: {g['why']}")
     unschedulable = [p for p in pods if p["status"] == UNSCHEDULABLE]
     if unschedulable:
         lines += ["", f"Unschedulable ({len(unschedulable)})"]

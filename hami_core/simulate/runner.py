@@ -209,6 +209,7 @@ def simulate(
     for pos, wp in enumerate(workloads.pods):
         observed = _observe(pipeline) if pos == explain_at else None
         runs.append(_submit(pipeline, wp, seen, observed, namespaces))
+        _wake(pipeline, runs)
         if progress is not None:
             progress(1)
     config = manager.config
@@ -263,6 +264,28 @@ def _submit(
     return PodRun(
         workload=wp, outcome=outcome, request=request, observed=observed, not_modelled=skipped
     )
+
+
+def _wake(pipeline: Pipeline, runs: list[PodRun]) -> None:
+    """Schedule again the Pending pods a gang placement reserved a node for (the
+    scheduler wakes them in a cluster: ``gangs.Gangs``), replacing their runs."""
+    reserved = pipeline.scheduler.gangs.reserved()
+    if not reserved:
+        return
+    for pos, run in enumerate(runs):
+        o = run.outcome
+        if o.scheduled or o.denied or o.error or o.left_to or o.unmanaged:
+            continue
+        try:
+            uid = pipeline.cluster.get_pod(o.namespace, o.name)["metadata"]["uid"]
+        except NotFoundError:
+            continue
+        if uid in reserved:
+            try:
+                outcome = pipeline.retry(o)
+            except HamiError as exc:
+                outcome = attrs.evolve(o, error=str(exc))
+            runs[pos] = attrs.evolve(run, outcome=outcome)
 
 
 def _exists(pipeline: Pipeline, namespace: str, name: str) -> bool:

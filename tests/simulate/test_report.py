@@ -244,6 +244,7 @@ def test_json_schema_keys_are_stable():
         "pods",
         "gpus",
         "summary",
+        "groups",
         "warnings",
     }
     assert data["schema"] == "hami.simulate/v1"
