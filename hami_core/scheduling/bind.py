@@ -175,7 +175,7 @@ class Binder:
             raise
         written: str | None = None
         if locked:
-            written = self._lock(pod, node, now)
+            written = self._lock(pod, node, now, wait_s=wait_s)
         try:
             with self._node_guards.hold(node):
                 # One refit and Binding at a time per node in this process: without a node
@@ -210,9 +210,12 @@ class Binder:
         )
         return allocation
 
-    def _lock(self, pod: KubeObject, node: str, now: dt.datetime) -> str | None:
-        """Take the node lock for ``pod`` (``acquire_node_lock``); the value written, or
-        None when an earlier bind of the pod holds it."""
+    def _lock(
+        self, pod: KubeObject, node: str, now: dt.datetime, *, wait_s: float | None = None
+    ) -> str | None:
+        """Take the node lock for ``pod`` (``acquire_node_lock``), waiting ``wait_s`` for
+        another pod's when longer than ``--bind-lock-wait``; the value written, or None
+        when an earlier bind of the pod holds it."""
         meta = pod["metadata"]
         started = time.monotonic()
         try:
