@@ -233,7 +233,7 @@ def test_the_running_hami_pod_is_neither_restarted_nor_reallocated(takeover: Tak
     inv = decode_inventory(
         takeover.node_annotations()["hami.io/node-nvidia-register"], node=NODE, vendor="nvidia"
     )
-    assert sorted(d.id for d in inv) == sorted(GPUS)
+    assert sorted(d.uuid for d in inv) == sorted(GPUS)
 
 
 def test_a_new_pod_is_placed_around_hamis_slice_and_served_by_hamis_successor(
