@@ -60,7 +60,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             _build["bin"] = ensure_kube_binaries(stream=sys.stderr)
         except KubeBinariesMissing as e:
             _build["error"] = str(e)
-        if any(item.path.name == "test_helm_install.py" for item in session.items):
+        if any(
+            item.path.name in ("test_helm_install.py", "test_migrate_from_hami.py")
+            for item in session.items
+        ):
             _build_hami_image()
 
 
