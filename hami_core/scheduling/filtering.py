@@ -3,8 +3,10 @@
 Per node, in this order (kube-scheduler's Filter stage, then our quota check):
 
 1. the source's say: not in the cache, not selected, unreadable (``sources``);
-2. a node judged from a given object, or one where the pod already holds a share (a
-   re-fit at bind: its own share left out), is fitted on its own;
+2. a node judged from a given object, one where the pod already holds a share (a
+   re-fit at bind: its own share left out), or one where slices are held for pods
+   before it (``held``: nominated pods of equal or higher priority), is fitted on its
+   own against that usage;
 3. else the node's memo of answers by pod shape (``PodCycle.shape``);
 4. else the O(1) pre-filter from the node's free-device summary (``state.prefilter_miss``);
 5. else the node is cold: every cold node is fitted in one batch per container
@@ -27,11 +29,13 @@ import attrs
 from hami_core.facts.holdings import ProblemLog
 from hami_core.facts.policy import Policies
 from hami_core.facts.quota import NO_CHARGE, QuotaCharge, allocation_charge
+from hami_core.facts.usage import usage_from_holdings
 from hami_core.model import DeviceUsage, ReasonCode
 from hami_core.plugin import BackendManager
 
 from .cycle import PodCycle
 from .fitting import ContainerMiss, NodeFit, fit_pod, fit_pod_nodes
+from .held import CycleOf, HeldSlices
 from .nodeclass import LazyFits, SharedFit, Unshareable, mentions, relabel
 from .scoring import node_score
 from .sources import NodeSource
@@ -113,6 +117,8 @@ class FilterEngine:
         self.clock = clock
         self.problems = problems
         self.use_prefilter = prefilter
+        #: Slices held for pods not bound yet (``held.HeldSlices``), set by ``Scheduler``.
+        self.held: HeldSlices | None = None
         self.share_fits = share_fits
         #: The vendors whose backends declare ``BackendInfo.fit_by_node_class``.
         self.by_class = {
@@ -125,12 +131,13 @@ class FilterEngine:
     def run(self, cycle: PodCycle, source: NodeSource) -> FilterResult:
         """The pod's answer on every node of ``source``, in its order. Call under the
         state lock (``ClusterState.lock``), with a cycle asking managed devices."""
-        request, key = cycle.request, cycle.shape
+        key = cycle.shape
         now = self.clock()
         failed: dict[str, str] = {}
         given: set[str] = set()
         entries: dict[str, Entry] = {}
         cold: list[NodeState] = []  # nodes whose fit for this shape is not known
+        held = self.held is not None and self.held.active()
         for name in source.names:
             try:
                 node = source.node(name, now)
@@ -140,9 +147,8 @@ class FilterEngine:
                     given.add(name)
                     assert node.usage is not None
                     entries[name] = self._fit(cycle, node, node.usage)
-                elif request.uid and request.uid in node.uids:  # re-fit: own share left out
-                    usage = self.state.node_usage(name, exclude_uid=request.uid)
-                    entries[name] = self._fit(cycle, node, usage)
+                elif (usage := self.usage(cycle, node, held=held)) is not None:
+                    entries[name] = self._fit(cycle, node, usage)  # re-fit, or room held
                 elif key in node.memo:
                     entries[name] = node.memo[key]
                 else:
@@ -186,6 +192,29 @@ class FilterEngine:
             scores=scores,
             policies=cycle.policies,
         )
+
+    def hold_nominated(self, *, cycle_of: CycleOf) -> HeldSlices:
+        """Count pods nominated to a node as holding their slices there for the pods
+        they outrank (``held.HeldSlices``, fitted by this engine); ``cycle_of`` is the
+        scheduler's PreFilter."""
+        self.held = HeldSlices.over(self, cycle_of=cycle_of)
+        return self.held
+
+    def usage(
+        self, cycle: PodCycle, node: NodeState, *, held: bool = True
+    ) -> dict[str, DeviceUsage] | None:
+        """The usage ``cycle``'s pod is fitted against on ``node`` when it is not the
+        node's own (then None, and the node's memo serves): its own share left out (a
+        re-fit at bind) and the slices held there for pods before it
+        (``held.HeldSlices``: nominated pods of equal or higher priority). Call under
+        the state lock with ``node`` from ``ClusterState.node``."""
+        uid = cycle.request.uid
+        own = node.uids.get(uid) if uid else None
+        extra = self.held.holdings(cycle, node) if held and self.held is not None else []
+        if own is None and not extra:
+            return None
+        kept = [h for k, h in node.pods.items() if k != own]
+        return usage_from_holdings(node.info, [*kept, *extra])
 
     def _fit_by_class(self, cycle: PodCycle, nodes: Sequence[NodeState]) -> dict[str, Entry]:
         """``_fit_cold`` with one node fitted per class of identical nodes
@@ -289,6 +318,16 @@ class FilterEngine:
             0.0,
             NO_CHARGE,
         )
+
+    def fit_one(
+        self, cycle: PodCycle, node: NodeState, usage: Mapping[str, DeviceUsage]
+    ) -> tuple[NodeFit, float, QuotaCharge]:
+        """``cycle``'s pod fitted on ``node`` against ``usage`` (not memoised, no quota
+        check): its ``NodeFit``, 0..100 score and quota charge there. For the stages that
+        try usages the node does not have (held slices, preemption's dry run)."""
+        fit, score, charge = self._fit(cycle, node, usage)
+        assert isinstance(fit, NodeFit)
+        return fit, score, charge
 
     def _fit(self, cycle: PodCycle, node: NodeState, usage: Mapping[str, DeviceUsage]) -> Entry:
         """One node's fit (without quota), its score and the pod's quota charge there."""

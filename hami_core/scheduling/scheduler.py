@@ -9,8 +9,8 @@ simulate``. A pod's trip, as kube-scheduler's framework names its stages:
   ``ClusterState``, or the Node objects given); every feasible node is answered
   (kube-scheduler keeps its say on affinity, CPU and memory);
 - Score: ``prioritize``, from the filter's result, nodes being bound (``reservations``) aside;
-- Reserve, Permit and Bind: ``bind.Binder``, which re-fits under the node lock.
-
+- Reserve, Permit and Bind: ``bind.Binder``, which re-fits under the node lock;
+- PostFilter: ``preemptor.Preemptor.over`` a scheduler; its room is held (``held``).
 A gang group's member goes through ``gangs.Gangs``: placed with its group or refused.
 """
 
@@ -89,10 +89,9 @@ class Scheduler:
         prefilter: reject nodes in O(1) from their free-device summary before running
             the fit (their reason then names the sharing checks only); ``hami
             simulate`` turns it off to explain every node in full.
-        share_fits: fit a new pod shape once per class of identical nodes and relabel
-            the answer for the others (``nodeclass``; only for backends declaring
-            ``BackendInfo.fit_by_node_class``). It never changes an answer; False
-            fits every node on its own (the property tests compare the two).
+        share_fits: fit a new pod shape once per class of identical nodes, relabelled
+            for the others (``nodeclass``; backends declaring ``fit_by_node_class``);
+            never changes an answer (False fits each node alone, property-tested).
         """
         self.store = store
         self.manager = manager
@@ -124,6 +123,7 @@ class Scheduler:
             prefilter=prefilter,
             share_fits=share_fits,
         )
+        self.engine.hold_nominated(cycle_of=self.cycle)
         self.binder = Binder(
             store,
             manager,

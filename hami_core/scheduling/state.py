@@ -38,6 +38,7 @@ import attrs
 from hami_core.cluster.base import KubeObject
 from hami_core.errors import AnnotationError
 from hami_core.facts.nodes import NodeDevicesReader, read_node
+from hami_core.facts.priority import nominated_node
 from hami_core.facts.quota import NO_CHARGE, QuotaCharge, QuotaLimit, QuotaView, quota_limits
 from hami_core.facts.usage import PodHoldings, usage_from_holdings
 from hami_core.model import (
@@ -131,6 +132,8 @@ class NodeState:
     signature: int | None = None
     labels: tuple[str, ...] = ()
     signed: bool = False
+    #: Who holds what per device, for preemption's bound (``openings.node_profile``).
+    profile: Any = None
 
 
 @attrs.frozen(kw_only=True)
@@ -168,6 +171,7 @@ class PodState:
     obj: KubeObject
     nodes: frozenset[str]
     quota: QuotaCharge
+    nominated: str = ""  # status.nominatedNodeName of a pod not bound yet
 
 
 class ClusterState:
@@ -208,6 +212,7 @@ class ClusterState:
         self._nodes: dict[str, NodeState] = {}
         self._pods: dict[str, PodState] = {}
         self._by_node: dict[str, set[str]] = {}  # node name -> pod keys (nodes not seen yet too)
+        self._nominated: dict[str, set[str]] = {}  # node name -> keys of pods nominated there
         self._ns_used: dict[str, QuotaCharge] = {}
         self._quotas: dict[str, dict[str, KubeObject]] = {}
         self._limits: dict[str, tuple[QuotaLimit, ...]] = {}
@@ -261,8 +266,11 @@ class ClusterState:
             obj=new,
             nodes=_node_names(new),
             quota=self._quota_charge(new),
+            nominated=nominated_node(new),
         )
         self._pods[key] = state
+        if state.nominated:
+            self._nominated.setdefault(state.nominated, set()).add(key)
         if state.quota:
             self._ns_used[state.namespace] = self._ns_used.get(state.namespace, NO_CHARGE).plus(
                 state.quota
@@ -276,6 +284,12 @@ class ClusterState:
 
     def _drop_pod(self, key: str, prev: PodState) -> None:
         del self._pods[key]
+        if prev.nominated:
+            keys = self._nominated.get(prev.nominated)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._nominated[prev.nominated]
         if prev.quota:
             left = self._ns_used.get(prev.namespace, NO_CHARGE).minus(prev.quota)
             if left:
@@ -418,6 +432,7 @@ class ClusterState:
         node.memo.clear()
         node.signature = None
         node.signed = False
+        node.profile = None
 
     def _read(self, obj: KubeObject) -> tuple[NodeInfo, dt.datetime]:
         """The node's info and until when it holds: a ``Requesting_`` handshake turns
@@ -569,6 +584,32 @@ class ClusterState:
             if not limits:
                 return QuotaView()
             return QuotaView(limits, self.namespace_usage(namespace, exclude_uid=exclude_uid))
+
+    def nominated_on(self, name: str) -> list[KubeObject]:
+        """The pods nominated to node ``name`` and not bound yet
+        (``priority.nominated_node``), by key; the caller holds ``lock``."""
+        return [self._pods[k].obj for k in sorted(self._nominated.get(name, ()))]
+
+    def has_nominations(self) -> bool:
+        """Whether any pod is nominated to a node (the filter's cheap test)."""
+        return bool(self._nominated)
+
+    def pod_object(self, key: str) -> KubeObject | None:
+        """The pod of key ``namespace/name`` (None: no such pod, or a hold's key); the
+        caller holds ``lock``."""
+        pod = self._pods.get(key)
+        return None if pod is None else pod.obj
+
+    def holders(self, node: NodeState) -> list[tuple[KubeObject | None, PodHoldings, QuotaCharge]]:
+        """What holds devices on ``node`` (got from ``node()``), by key: each pod's object,
+        its holdings there and its quota charge; an entry that is no pod (slices held
+        for a pod not bound yet) has None for object and no charge. The caller holds
+        ``lock``."""
+        out: list[tuple[KubeObject | None, PodHoldings, QuotaCharge]] = []
+        for key, held in sorted(node.pods.items()):
+            pod = self._pods.get(key)
+            out.append((None, held, NO_CHARGE) if pod is None else (pod.obj, held, pod.quota))
+        return out
 
     def pod_uid_on(self, name: str, uid: str) -> bool:
         """Whether a pod with ``uid`` holds devices on node ``name``."""

@@ -15,11 +15,14 @@ from typing import Any
 from flask import Flask, Response, abort, jsonify, request
 
 from hami_core.errors import ConflictError, HamiError, InvalidInputError
+from hami_core.facts.priority import outranks_default
 from hami_core.protocol.pods import pod_ref
+from hami_core.scheduling.preemptor import Preemptor
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.scheduling.scoring import extender_score
 
 from .metrics import SchedulerMetrics
+from .preempt_verb import preemption_answer
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +98,7 @@ def create_extender_app(
     leader_identity: Callable[[], str | None] = lambda: None,
     is_ready: Callable[[], bool] = lambda: True,
     metrics: SchedulerMetrics | None = None,
+    preemptor: Preemptor | None = None,
 ) -> Flask:
     """Build the extender app.
 
@@ -105,6 +109,8 @@ def create_extender_app(
         leader_identity: who leads, for the follower's error message.
         is_ready: ``/readyz`` answers 200 only when this is true (caches synced).
         metrics: where durations and bind outcomes are recorded.
+        preemptor: slice-aware preemption: a pod the filter finds no node for is handed
+            to it (leader only, off this thread); it answers ``/preempt`` too.
     """
     app = Flask("hami-scheduler")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
@@ -162,12 +168,19 @@ def create_extender_app(
                 metrics.filter_outcomes.labels("fit" if result.feasible else "nofit").inc()
             if result.fits and is_leader():  # only the leader writes; events tell the pod's owner
                 _filter_event(scheduler, pod, result.feasible, result.failed)
+                if not result.feasible and preemptor is not None:
+                    preemptor.request(pod, names)  # PostFilter, off this thread
+            error = ""
+            if not result.feasible and result.fits and outranks_default(pod):
+                # hami preempts for slices; kube-scheduler's own PostFilter must not run
+                # (1.20.2 panics on two zero-victim candidates): an error skips it
+                error = _no_room(pod, result.failed)
             return jsonify(
                 {
                     "NodeNames": list(result.feasible),
                     "FailedNodes": dict(result.failed),
                     "FailedAndUnresolvableNodes": {},
-                    "Error": "",
+                    "Error": error,
                 }
             )
 
@@ -233,6 +246,22 @@ def create_extender_app(
                 metrics.bind_success.inc()
             return jsonify({"Error": ""})
 
+    @app.post("/preempt")
+    def preempt() -> Response:
+        try:
+            if preemptor is None:
+                raise InvalidInputError("preemption is not enabled on this scheduler")
+            args = _fold(_body())
+            pod = _pod(args)
+            answer = preemption_answer(preemptor, pod, args)
+            log.info("preemptVerb for %s: %s", pod_ref(pod), answer["NodeNameToMetaVictims"])
+            return jsonify(answer)
+        except HamiError as exc:
+            return jsonify({"NodeNameToMetaVictims": {}, "Error": str(exc)})
+        except Exception as exc:
+            log.exception("preempt failed")
+            return jsonify({"NodeNameToMetaVictims": {}, "Error": f"internal error: {exc}"})
+
     @app.get("/healthz")
     def healthz() -> tuple[str, int]:
         return "ok", 200
@@ -266,6 +295,20 @@ def create_extender_app(
         return jsonify({"Error": str(exc)}), exc.code
 
     return app
+
+
+def _no_room(pod: Mapping[str, Any], failed: Mapping[str, str]) -> str:
+    """The filter's ``Error`` for a pod hami preempts for (PROTOCOL.md §5): kube-scheduler
+    runs no PostFilter of its own after an extender error, and shows this message in its
+    ``FailedScheduling`` event."""
+    counts: dict[str, int] = {}
+    for reason in failed.values():
+        counts[reason] = counts.get(reason, 0) + 1
+    detail = ", ".join(f"{n} node(s) {r}" for r, n in sorted(counts.items()))
+    return (
+        f"0/{len(failed)} nodes fit for {pod_ref(pod)} ({detail}); hami's preemption "
+        "looks for lower-priority pods to evict"
+    )
 
 
 def _filter_error(names: list[str], message: str) -> dict[str, Any]:

@@ -66,6 +66,12 @@ class GangView(Protocol):
     def reserved(self) -> Mapping[str, Any]: ...
 
 
+class PreemptionView(Protocol):
+    """Where preemption reports each attempt (``scheduling.preemptor.Preemptor``)."""
+
+    observer: Callable[[str, int], None] | None
+
+
 class SchedulerView(Protocol):
     """What the metrics read of the scheduler (``scheduling.scheduler.Scheduler``): its
     store and backends, a node's devices and their usage, and bind's lock waits. Named
@@ -150,7 +156,22 @@ class SchedulerMetrics:
             buckets=_LOCK_BUCKETS,
             registry=self.registry,
         )
+        self.preemption_attempts = Counter(
+            "hami_scheduler_preemption_attempts",
+            "Slice-aware preemption attempts, by result: preempted (victims evicted), "
+            "nominated (room being freed already), no-candidate, waiting, fits, "
+            "not-eligible, error.",
+            ["result"],
+            registry=self.registry,
+        )
+        self.preemption_victims = Counter(
+            "hami_scheduler_preemption_victims",
+            "Pods evicted (or deleted past their PodDisruptionBudget) to make room.",
+            registry=self.registry,
+        )
         # Children exist from the start, so a rate over the first event is not lost.
+        for result in ("preempted", "nominated", "no-candidate", "error"):
+            self.preemption_attempts.labels(result)
         for outcome in ("fit", "nofit", "error"):
             self.filter_outcomes.labels(outcome)
         for outcome in ("acquired", "refused"):
@@ -159,6 +180,17 @@ class SchedulerMetrics:
         self.registry.register(AllocationCollector(scheduler))
         self.registry.register(InformerCollector(informers or {}))
         self.registry.register(GangCollector(scheduler.gangs))
+
+    def watch_preemption(self, preemptor: PreemptionView | None) -> None:
+        """Count ``preemptor``'s attempts and victims (none: the counters stay at 0)."""
+        if preemptor is not None:
+            preemptor.observer = self.observe_preemption
+
+    def observe_preemption(self, result: str, victims: int) -> None:
+        """One preemption attempt's ``result`` and how many pods it evicted."""
+        self.preemption_attempts.labels(result).inc()
+        if victims:
+            self.preemption_victims.inc(victims)
 
     def observe_lock_wait(self, seconds: float, acquired: bool) -> None:
         """Record one node-lock acquisition attempt of ``seconds`` (bind)."""

@@ -301,6 +301,24 @@ class SchedulerOptions:
         f"{EXTENDER_TIMEOUT_S:g} s by default in 1.20): a bind cut by the caller is retried "
         "while the first still runs (issue #12 item 9).",
     )
+    preemption: bool = setting(
+        True,
+        help="Slice-aware preemption: a pod asking devices that fits on no node may evict "
+        "pods of lower priority (spec.priority, from its PriorityClass) to make room; the "
+        "leader chooses and evicts them (docs/preemption-and-gangs.md).",
+        why="kube-scheduler cannot preempt for resources it ignores (our devices): it "
+        "nominates a node with zero victims and the pod stays Pending.",
+    )
+    preemption_settle_s: float = setting(
+        1.0,
+        flag="--preemption-settle",
+        unit="seconds",
+        min=0,
+        max=60,
+        help="How long after the filter finds no node the preemption acts.",
+        why="kube-scheduler writes its own (zero-victim) nomination right after the "
+        "filter's answer; ours must land after it.",
+    )
     handshake_period_s: float = setting(
         30.0,
         flag="--handshake-period",

@@ -18,6 +18,7 @@ from waitress.server import create_server
 from hami_core.cluster.backoff import Backoff
 from hami_core.cluster.events import EventRecorder
 from hami_core.cluster.kube import KubeCluster, make_api_client
+from hami_core.cluster.kube_eviction import KubeEvictions
 from hami_core.cluster.lease import LeaderElector
 from hami_core.errors import ConfigError
 from hami_core.facts.handshake import request_handshakes
@@ -25,6 +26,7 @@ from hami_core.facts.policy import device_policy_option, node_policy_option
 from hami_core.plugin import BackendManager
 from hami_core.plugin.manager import disabled_backends
 from hami_core.protocol.config import load_config, with_overrides
+from hami_core.scheduling.preemptor import Preemptor
 from hami_core.scheduling.scheduler import Scheduler
 
 from .extender import create_extender_app
@@ -105,12 +107,24 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     metrics_server = serve_metrics(
         metrics.registry, host=opts.metrics_bind_address, port=opts.metrics_port
     )
+    preemptor = (
+        Preemptor.over(
+            scheduler,
+            KubeEvictions(store),
+            is_leader=elector.is_leader if elector else (lambda: True),
+            settle_s=opts.preemption_settle_s,
+        ).start()
+        if opts.preemption
+        else None
+    )
+    metrics.watch_preemption(preemptor)
     app = create_extender_app(
         scheduler,
         is_leader=elector.is_leader if elector else (lambda: True),
         leader_identity=elector.leader_identity if elector else (lambda: None),
         is_ready=lambda: all(inf.wait_synced(0) for inf in (store.nodes, store.pods, store.quotas)),
         metrics=metrics,
+        preemptor=preemptor,
     )
     try:
         server = _server(app, opts)
@@ -151,6 +165,8 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     metrics_server.close()
     if elector is not None:
         elector.stop()
+    if preemptor is not None:
+        preemptor.stop()
     events.stop()
     store.stop()
 

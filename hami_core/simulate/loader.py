@@ -137,6 +137,7 @@ class LoadedCluster:
             pod affinity term's ``namespaceSelector`` reads.
         ignored_pods: snapshot pods left out (finished, or bound to no node).
         warnings: one line per thing that was skipped.
+        priority_classes: PriorityClass objects (snapshot form only).
     """
 
     source: str
@@ -148,6 +149,7 @@ class LoadedCluster:
     namespaces: tuple[dict[str, Any], ...] = ()
     ignored_pods: int = 0
     warnings: tuple[str, ...] = ()
+    priority_classes: tuple[dict[str, Any], ...] = ()
 
     def to_memory(self) -> MemoryCluster:
         """A fresh ``MemoryCluster`` holding the nodes, existing pods, quotas and
@@ -208,12 +210,15 @@ class Workloads:
             before any pod is submitted).
         sources: the files read, as shown to the user.
         warnings: one line per skipped object.
+        priority_classes: PriorityClass objects found among the workloads (what
+            kube-apiserver's Priority admission reads, ``priority``).
     """
 
     pods: tuple[WorkloadPod, ...]
     quotas: tuple[dict[str, Any], ...] = ()
     sources: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    priority_classes: tuple[dict[str, Any], ...] = ()
 
 
 # -- files ---------------------------------------------------------------------------
@@ -701,12 +706,16 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
     bound_pods: list[dict[str, Any]] = []
     quotas: list[dict[str, Any]] = []
     namespaces: list[dict[str, Any]] = []
+    classes: list[dict[str, Any]] = []
     skipped: dict[str, int] = {}
     warnings: list[str] = []
     ignored = 0
     types = manager.device_types()
     for where, obj in _objects(docs, shown, warnings):
         kind = obj.get("kind") if isinstance(obj.get("kind"), str) else None
+        if kind == "PriorityClass":
+            classes.append(obj)
+            continue
         if kind not in ("Node", "Pod", "ResourceQuota", "Namespace"):
             what = str(kind or "object without kind")
             skipped[what] = skipped.get(what, 0) + 1
@@ -766,6 +775,7 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
         namespaces=tuple(namespaces),
         ignored_pods=ignored,
         warnings=tuple(warnings),
+        priority_classes=tuple(classes),
     )
 
 
@@ -838,6 +848,7 @@ def load_workloads(paths: Sequence[str | Path]) -> Workloads:
     """
     pods: list[WorkloadPod] = []
     quotas: list[dict[str, Any]] = []
+    classes: list[dict[str, Any]] = []
     warnings: list[str] = []
     files = workload_files(paths)
     for f in files:
@@ -854,6 +865,8 @@ def load_workloads(paths: Sequence[str | Path]) -> Workloads:
                     warnings.append(f"{where}: ResourceQuota skipped: {problem}")
                 else:
                     quotas.append(obj)
+            elif kind == "PriorityClass":
+                classes.append(obj)
             else:
                 meta = obj.get("metadata")
                 name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
@@ -871,6 +884,7 @@ def load_workloads(paths: Sequence[str | Path]) -> Workloads:
         quotas=tuple(quotas),
         sources=tuple(display_path(f) for f in files),
         warnings=tuple(warnings),
+        priority_classes=tuple(classes),
     )
 
 

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import copy
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
 import attrs
 
+from hami_core.cluster.eviction import Evicted, MemoryEvictions
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.deviceplugin.allocate import finish_allocation
 from hami_core.deviceplugin.allocator import AllocateFailedError
 from hami_core.errors import HamiError
+from hami_core.facts.priority import may_preempt
 from hami_core.model import (
     Allocation,
     ContainerAllocation,
@@ -33,6 +35,7 @@ from hami_core.model import (
 from hami_core.plugin import BackendManager
 from hami_core.protocol.pods import is_live
 from hami_core.scheduling.gangs import GangOptions
+from hami_core.scheduling.preemptor import Preemptor
 from hami_core.scheduling.scheduler import FilterResult, Scheduler
 from hami_core.webhook.admission import DEFAULT_SCHEDULER, Admission, takes_scheduler_name
 from hami_core.webhook.mutation import apply_patch
@@ -47,6 +50,7 @@ from .apiserver import (
 from .kubechecks import kube_reason
 from .kubelet import allocate_pod
 from .podtopology import NAMESPACE_NAME_LABEL, prepare
+from .priority import PriorityClasses
 
 #: Who denied a pod (``Outcome.denied_by``).
 WEBHOOK, KUBE_APISERVER = "webhook", "kube-apiserver"
@@ -72,6 +76,10 @@ class Outcome:
         admission_patch: the webhook's RFC 6902 operations (scheduler name, defaults).
         allocations: container name -> the device plugin's answer for it (env, mounts,
             device nodes, CDI devices), one entry per vendor merged.
+        preempted: the pods evicted to make room for it (``namespace/name``), in the
+            order evicted; empty when none.
+        preemption: what preemption did or why it could not help (``preemptor``), ""
+            when it was not tried.
     """
 
     namespace: str
@@ -88,6 +96,8 @@ class Outcome:
     unmanaged: tuple[str, ...] = ()
     admission_patch: tuple[Mapping[str, Any], ...] = ()
     allocations: Mapping[str, ContainerAllocation] = attrs.field(factory=dict)
+    preempted: tuple[str, ...] = ()
+    preemption: str = ""
 
     @property
     def scheduled(self) -> bool:
@@ -104,10 +114,13 @@ class Pipeline:
         *,
         node_policy: NodePolicy | None = None,
         device_policy: DevicePolicy | DevicePolicyChain | None = None,
+        priority_classes: Iterable[Mapping[str, Any]] = (),
     ) -> None:
         """The gang members a placement wakes are retried by the caller (``retry``; the
         runner does it after each pod), so nothing is written to wake them."""
         self.cluster = cluster
+        #: kube-apiserver's Priority admission over the cluster's PriorityClasses.
+        self.priorities = PriorityClasses(priority_classes)
         self.manager = manager
         #: Each node's device-plugin records (``NodeState``), kept in memory across the
         #: pods of a run so e.g. AMD's CU ranges stay disjoint: never on the host.
@@ -122,6 +135,8 @@ class Pipeline:
             prefilter=False,
             gang=GangOptions(wake=lambda _: None),
         )
+        #: Slice-aware preemption, as the leader runs it (evictions delete at once here).
+        self.preemptor = Preemptor.over(self.scheduler, MemoryEvictions(cluster), settle_s=0)
 
     def _advertised(self) -> set[str]:
         """Every resource name some node states in its capacity or allocatable."""
@@ -169,6 +184,9 @@ class Pipeline:
             "uid", str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"hami-simulate/{namespace}/{name}"))
         )
         spec = obj.setdefault("spec", {})
+        refused = self.priorities.admit(obj)  # before the webhooks, as in kube-apiserver
+        if refused:
+            return Outcome(namespace=namespace, name=name, denied=refused, denied_by=KUBE_APISERVER)
         if not spec.get("schedulerName"):
             # kube-apiserver's defaulting, before any webhook (SetDefaults_PodSpec): the
             # webhook's forceOverwriteDefaultScheduler decides on this name
@@ -263,6 +281,20 @@ class Pipeline:
             result = attrs.evolve(result, failed={**kube_failed, **result.failed})
         wants = mutated or bool(result.fits)
         node = result.best()
+        preempted: tuple[str, ...] = ()
+        preemption = ""
+        if node is None and result.fits and may_preempt(stored):
+            # the servers' PostFilter: evict lower-priority pods, then filter again
+            tried = self.preemptor.preempt_now(self.cluster.get_pod(namespace, name), passing)
+            preemption = tried.message
+            preempted = tuple(r for r, how in tried.evicted.items() if how is Evicted.EVICTED)
+            if tried.result in ("preempted", "nominated"):
+                stored = self.cluster.get_pod(namespace, name)
+                again = self.scheduler.filter(stored, passing)
+                node = again.best()
+                if kube_failed:
+                    again = attrs.evolve(again, failed={**kube_failed, **again.failed})
+                result = again
         if node is None:
             return Outcome(
                 namespace=namespace,
@@ -270,6 +302,8 @@ class Pipeline:
                 filter=result,
                 wants_devices=wants,
                 admission_patch=patch,
+                preempted=preempted,
+                preemption=preemption,
             )
         try:
             allocation = self.scheduler.bind(namespace, name, uid=uid, node=node)
@@ -325,6 +359,8 @@ class Pipeline:
             wants_devices=wants,
             admission_patch=patch,
             allocations=answers,
+            preempted=preempted,
+            preemption=preemption,
         )
 
 

@@ -51,6 +51,8 @@ Report (``build_report``)::
          "notModelled": [str],                   # what kube-scheduler weighs for it and
                                                  # the run did not (preferred affinity,
                                                  # ScheduleAnyway spread, volumes, ...)
+         "preempted": [str],                     # pods evicted to make room for it
+         "preemption": str | null,               # what preemption did, or why not
          "explanation": null | [                 # unschedulable pods only: one per node
            {"node": str, "reason": str,          # "2/4 CardInsufficientMemory, ..."
             "container": str | null, "vendor": str | null,   # the container that failed
@@ -109,7 +111,8 @@ Explanation (``build_explanation``, ``--explain POD``)::
             "reason": str | null,                # why it was rejected, null if usable
             "takes": null | {"memoryMiB": int, "coresPct": int}}]}],   # on a fitting node
                                                  # (coresPct in the device's coresUnit)
-      "chosen": null | {"node": str, "devices": [...as the report's devices...]}
+      "chosen": null | {"node": str, "devices": [...as the report's devices...]},
+      "preempted": [str], "preemption": str | null   # as in the report
     }
 """
 
@@ -375,6 +378,8 @@ def _pod_entry(
         "wholeCardGpus": whole_card_gpus(run.request) if status == PLACED else 0,
         "explanation": _explanation(run, devices, types) if status == UNSCHEDULABLE else None,
         "notModelled": list(run.not_modelled),
+        "preempted": list(out.preempted),
+        "preemption": out.preemption or None,
     }
 
 
@@ -642,6 +647,8 @@ def build_explanation(sim: Simulation, pod: str) -> dict[str, Any]:
         "policies": _policies(sim, run),
         "nodes": nodes,
         "chosen": chosen,
+        "preempted": list(out.preempted),
+        "preemption": out.preemption or None,
     }
 
 
@@ -837,6 +844,11 @@ def render_text(report: Mapping[str, Any], *, warnings: bool = True) -> str:
         if not any(r[-1] for r in rows[1:]):
             rows = [r[:-1] for r in rows]  # no pod with several containers
         lines += _table(rows)
+    preempting = [p for p in pods if p.get("preempted")]
+    if preempting:
+        lines += ["", f"Preempted for ({len(preempting)})"]
+        for p in preempting:
+            lines.append(f"  {_key(p)} evicted {', '.join(p['preempted'])}: {p['preemption']}")
     for who, title in (
         ("kube-apiserver", "Refused by kube-apiserver"),
         ("webhook", "Denied by the webhook"),
@@ -1025,6 +1037,9 @@ def render_explanation(data: Mapping[str, Any]) -> str:
             hint.append(_cores_asked(n, "largestCoresPct"))
         if hint:
             lines.append(f"      largest that fits: {', '.join(hint)} per GPU")
+    if data.get("preemption"):
+        evicted = ", ".join(data["preempted"]) or "nobody"
+        lines.append(f"  preemption: evicted {evicted}: {data['preemption']}")
     chosen = data["chosen"]
     if chosen is None:
         lines.append("  chosen: none")

@@ -202,7 +202,13 @@ def simulate(
     memory = cluster.to_memory()
     for quota in workloads.quotas:
         memory.add_quota(quota)
-    pipeline = Pipeline(memory, manager, node_policy=node_policy, device_policy=device_policy)
+    pipeline = Pipeline(
+        memory,
+        manager,
+        node_policy=node_policy,
+        device_policy=device_policy,
+        priority_classes=(*cluster.priority_classes, *workloads.priority_classes),
+    )
     seen: set[str] = set()
     runs: list[PodRun] = []
     namespaces = frozenset(str((n.get("metadata") or {}).get("name")) for n in cluster.namespaces)

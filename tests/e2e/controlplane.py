@@ -670,11 +670,13 @@ class ControlPlane:
         scheduler_name: str = "hami-scheduler",
         http_timeout: str | None = None,
         ignorable: bool = False,
+        preempt_verb: str | None = None,
         extra_args: Sequence[str] = (),
         ready_timeout: float = 30.0,
     ) -> subprocess.Popen:
         """Start kube-scheduler with one profile ``scheduler_name`` whose extender is at
-        ``extender_url`` (filter / prioritize / bind verbs, weight 1, nodeCacheCapable).
+        ``extender_url`` (filter / prioritize / bind verbs, weight 1, nodeCacheCapable;
+        ``preempt_verb`` too when given).
 
         Every name in ``managed_resources`` is listed with ``ignoredByScheduler: true``.
         A scheduler started before is stopped first. An ``https://`` extender is called
@@ -698,6 +700,8 @@ class ControlPlane:
                 {"name": r, "ignoredByScheduler": True} for r in managed_resources
             ],
         }
+        if preempt_verb:
+            extender["preemptVerb"] = preempt_verb
         if extender_url.startswith("https://"):
             extender["enableHTTPS"] = True
             extender["tlsConfig"] = {"insecure": True}

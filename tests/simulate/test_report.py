@@ -265,6 +265,8 @@ def test_json_schema_keys_are_stable():
             "schedulerName",
             "admission",
             "containers",
+            "preempted",
+            "preemption",
         }
         for d in p["devices"]:
             assert set(d) == {

@@ -1,0 +1,110 @@
+"""Slices held on a node for pods not bound there yet: the room preemption made.
+
+kube-scheduler counts a pod nominated to a node (``status.nominatedNodeName``) of equal
+or higher priority as already running there when it filters another pod
+(``RunFilterPluginsWithNominatedPods``, ``pkg/scheduler/framework/runtime``), so the
+room its victims free is not taken by a lower-priority pod meanwhile. It does that for
+CPU and memory only: our device resources are ``ignoredByScheduler``. ``HeldSlices``
+does it for slices: on a node with nominated pods, each such pod of priority at least
+the judged pod's (itself left out) is fitted there first, in key order, and what it
+would hold is added to the node's usage before the judged pod is fitted.
+
+Slices held whatever the judged pod's priority (a gang member's reservation) live in
+``ClusterState`` itself and count in every node's usage; these depend on who asks, so
+they are added per judged pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from hami_core.facts.priority import pod_priority
+from hami_core.facts.usage import PodHoldings, usage_from_holdings
+from hami_core.model import Allocation, Charge, DeviceUsage, device_charges
+
+from .cycle import PodCycle
+from .state import ClusterState, NodeState
+
+if TYPE_CHECKING:
+    from .filtering import FilterEngine
+
+#: ``(pod's cycle, node, usage) -> allocation or None``: the filter engine's own fit.
+FitOne = Callable[[PodCycle, NodeState, Mapping[str, DeviceUsage]], Allocation | None]
+#: ``pod -> PodCycle`` (``Scheduler.cycle``).
+CycleOf = Callable[[Mapping[str, Any]], PodCycle]
+
+
+def allocation_holdings(pod: Mapping[str, Any], allocation: Allocation) -> PodHoldings:
+    """What ``pod`` would hold with ``allocation`` (the usage fold's unit), by the same
+    charge rule as a bound pod's annotations (``model.device_charges``)."""
+    charges: dict[str, Charge] = {}
+    for devices in allocation.devices.values():
+        for uuid, charge in device_charges(pod, devices).items():
+            charges[uuid] = charges.get(uuid, Charge()).plus(charge)
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    return PodHoldings(charges=charges, annotations=ann)
+
+
+class HeldSlices:
+    """The slices held on a node for a judged pod's betters (module docstring)."""
+
+    def __init__(self, state: ClusterState, *, fit: FitOne, cycle_of: CycleOf) -> None:
+        self.state = state
+        self.fit = fit
+        self.cycle_of = cycle_of
+
+    @classmethod
+    def over(cls, engine: FilterEngine, *, cycle_of: CycleOf) -> HeldSlices:
+        """Held slices fitted by ``engine``'s own fit (``FilterEngine.fit_one``)."""
+        return cls(
+            engine.state,
+            fit=lambda cycle, node, usage: engine.fit_one(cycle, node, usage)[0].allocation,
+            cycle_of=cycle_of,
+        )
+
+    def active(self) -> bool:
+        """Whether anything may be held anywhere (cheap: the filter asks per request)."""
+        return self.state.has_nominations()
+
+    def holdings(self, cycle: PodCycle, node: NodeState) -> list[PodHoldings]:
+        """What is held on ``node`` against ``cycle``'s pod: for every pod nominated there
+        (not the judged pod) of priority >= the judged pod's, what it would hold fitted
+        on the node's usage plus the holds before it; a nominated pod that does not fit
+        (or cannot be read) holds nothing. Call under the state lock."""
+        out: list[PodHoldings] = []
+        nominated = self.state.nominated_on(node.name)
+        if not nominated:
+            return out
+        mine = pod_priority(cycle.pod)
+        uid = cycle.request.uid
+        assert node.usage is not None
+        for pod in nominated:
+            if (pod.get("metadata") or {}).get("uid") == uid or pod_priority(pod) < mine:
+                continue
+            try:
+                other = self.cycle_of(pod)
+                if not other.request.wants_devices:
+                    continue
+                usage = (
+                    usage_from_holdings(node.info, [*node.pods.values(), *out])
+                    if out
+                    else node.usage
+                )
+                allocation = self.fit(other, node, usage)
+            except Exception:  # a nominated pod we cannot read holds nothing
+                continue
+            if allocation is not None:
+                out.append(allocation_holdings(pod, allocation))
+        return out
+
+    def usage(self, cycle: PodCycle, node: NodeState) -> dict[str, DeviceUsage] | None:
+        """The node's usage with the held slices added, or None when nothing is held
+        there for ``cycle``'s pod (then the node's own usage and memo serve)."""
+        held = self.holdings(cycle, node)
+        if not held:
+            return None
+        return usage_from_holdings(node.info, [*node.pods.values(), *held])
+
+
+__all__ = ["CycleOf", "FitOne", "HeldSlices", "allocation_holdings"]

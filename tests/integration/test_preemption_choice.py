@@ -1,0 +1,260 @@
+"""Slice-aware preemption's choice (issue 27 item 1) and the room it keeps (item 2).
+
+``choose_victims`` over a ``Scheduler`` on an embedded cluster: lower priority only, the
+fewest victims, then the lowest priorities, then the fewest PDB violations; never a
+victim whose eviction frees nothing the preemptor needs; quota still holds. A property
+test compares it with a brute force over every subset of every node.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hami_core.scheduling.preemption import choose_victims
+from hami_core.scheduling.scheduler import Scheduler
+from tests.builders import cluster, gpu, manager, node
+
+from .preemption_builders import holder, wanting
+
+MANAGER = manager()
+
+
+def _sched(*nodes):
+    store = cluster(*nodes)
+    return store, Scheduler(store, MANAGER)
+
+
+def _choose(sched, p, *, budgets=lambda ns: ()):
+    return choose_victims(
+        sched.state, sched.engine, sched.cycle(p), sched.state.node_names(), budgets=budgets
+    )
+
+
+def _two_nodes():
+    return (
+        node(
+            "a",
+            [gpu("GPU-a0", index=0, memory_mib=16000), gpu("GPU-a1", index=1, memory_mib=16000)],
+        ),
+        node(
+            "b",
+            [gpu("GPU-b0", index=0, memory_mib=16000), gpu("GPU-b1", index=1, memory_mib=16000)],
+        ),
+    )
+
+
+def test_the_fewest_victims_that_free_what_the_pod_needs():
+    store, sched = _sched(*_two_nodes())
+    for h in (
+        holder("b0-1", "b", [("GPU-b0", 8000)]),
+        holder("b0-2", "b", [("GPU-b0", 8000)]),
+        holder("b1-1", "b", [("GPU-b1", 6000)]),
+        holder("b1-2", "b", [("GPU-b1", 6000)]),
+        holder("a0-1", "a", [("GPU-a0", 6000)]),
+        holder("a0-2", "a", [("GPU-a0", 6000)]),
+        holder("a0-3", "a", [("GPU-a0", 4000)]),
+        holder("a1-1", "a", [("GPU-a1", 5000)]),
+        holder("a1-2", "a", [("GPU-a1", 5000)]),
+        holder("a1-3", "a", [("GPU-a1", 5000)]),
+    ):
+        store.add_pod(h)
+    p = wanting("big", mib=12000, priority=100)
+    assert not sched.filter(p).feasible
+    choice = _choose(sched, p)
+    assert choice.candidate is not None and choice.exact
+    # one victim frees 8000 on b0 (16000 - 8000 = 8000 < 12000): two are needed anywhere;
+    # on a0 evicting the two 6000s leaves 4000 used: 12000 free.
+    victims = sorted(v.ref for v in choice.candidate.victims)
+    assert len(victims) == 2
+    assert choice.candidate.allocation is not None
+
+
+def test_only_lower_priorities_are_victims_and_none_when_they_do_not_suffice():
+    store, sched = _sched(node("a", [gpu("GPU-a0", memory_mib=16000)]))
+    store.add_pod(holder("same", "a", [("GPU-a0", 10000)], priority=100))
+    store.add_pod(holder("low", "a", [("GPU-a0", 6000)], priority=0))
+    choice = _choose(sched, wanting("p", mib=12000, priority=100))
+    assert choice.candidate is None  # evicting "low" leaves 6000 free: not enough
+    assert "priority < 100" in choice.reason
+
+
+def test_the_lowest_priorities_win_a_tie_on_count():
+    store, sched = _sched(*_two_nodes())
+    store.add_pod(holder("a0", "a", [("GPU-a0", 16000)], priority=50))
+    store.add_pod(holder("a1", "a", [("GPU-a1", 16000)], priority=60))
+    store.add_pod(holder("b0", "b", [("GPU-b0", 16000)], priority=10))
+    store.add_pod(holder("b1", "b", [("GPU-b1", 16000)], priority=70))
+    choice = _choose(sched, wanting("p", mib=10000, priority=100))
+    assert [v.ref for v in choice.candidate.victims] == ["low/b0"]
+
+
+def test_pod_disruption_budgets_break_a_tie_on_priorities():
+    store, sched = _sched(*_two_nodes())
+    store.add_pod(holder("a0", "a", [("GPU-a0", 16000)], labels={"app": "kept"}))
+    store.add_pod(holder("a1", "a", [("GPU-a1", 16000)], labels={"app": "kept"}))
+    store.add_pod(holder("b0", "b", [("GPU-b0", 16000)], labels={"app": "free"}))
+    store.add_pod(holder("b1", "b", [("GPU-b1", 16000)], labels={"app": "kept"}))
+    pdb = {
+        "metadata": {"name": "kept", "namespace": "low"},
+        "spec": {"selector": {"matchLabels": {"app": "kept"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    choice = _choose(sched, wanting("p", mib=10000, priority=100), budgets=lambda ns: [pdb])
+    assert [v.ref for v in choice.candidate.victims] == ["low/b0"]
+    assert choice.candidate.pdb_violations == 0
+
+
+def test_quota_must_still_hold_with_the_victims_gone():
+    store, sched = _sched(*_two_nodes())
+    store.add_quota(
+        {
+            "metadata": {"name": "q", "namespace": "team"},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "20000"}},
+        }
+    )
+    # the namespace uses 16000 of 20000 on b0 (low priority); other namespaces fill a
+    store.add_pod(holder("mine", "b", [("GPU-b0", 16000)], namespace="team"))
+    store.add_pod(holder("a0", "a", [("GPU-a0", 16000)], namespace="other"))
+    store.add_pod(holder("a1", "a", [("GPU-a1", 16000)], namespace="other"))
+    p = wanting("p", mib=10000, priority=100, namespace="team")
+    assert not sched.filter(p).feasible  # b1 is free, but 16000 + 10000 > 20000
+    choice = _choose(sched, p)
+    # evicting an "other" pod frees a GPU but not the quota: only "team/mine" helps
+    assert [v.ref for v in choice.candidate.victims] == ["team/mine"]
+
+
+def test_a_tenant_cannot_raise_its_priority_with_an_annotation():
+    store, sched = _sched(node("a", [gpu("GPU-a0", memory_mib=16000)]))
+    store.add_pod(holder("victim", "a", [("GPU-a0", 16000)], priority=10, namespace="other"))
+    forged = wanting(
+        "p",
+        mib=8000,
+        priority=0,
+        namespace="tenant",
+        annotations={"scheduling.k8s.io/priority": "1000000", "hami.io/priority": "1000000"},
+    )
+    forged["metadata"]["labels"] = {"priority": "1000000"}
+    assert _choose(sched, forged).candidate is None  # spec.priority (0) is all that counts
+
+
+def test_pods_already_leaving_are_not_chosen_again():
+    store, sched = _sched(node("a", [gpu("GPU-a0", memory_mib=16000)]))
+    leaving = holder("leaving", "a", [("GPU-a0", 16000)])
+    leaving["metadata"]["deletionTimestamp"] = "2026-12-02T00:00:00Z"
+    store.add_pod(leaving)
+    choice = _choose(sched, wanting("p", mib=8000, priority=100))
+    assert choice.candidate is not None and choice.candidate.victims == ()
+
+
+def test_nominated_pods_of_equal_or_higher_priority_hold_their_room():
+    store, sched = _sched(node("a", [gpu("GPU-a0", memory_mib=16000)]))
+    store.add_pod(wanting("nominee", mib=12000, priority=100, nominated="a"))
+    lower = wanting("lower", mib=8000, priority=50)
+    equal = wanting("equal", mib=8000, priority=100)
+    higher = wanting("higher", mib=8000, priority=200)
+    assert "a" not in sched.filter(lower).feasible  # 16000 - 12000 held = 4000 free
+    assert "a" not in sched.filter(equal).feasible
+    assert "a" in sched.filter(higher).feasible  # a lower nominee holds nothing for it
+    assert "a" in sched.filter(store.get_pod("high", "nominee")).feasible  # itself
+    # small enough for what is left: fits beside the held room
+    assert "a" in sched.filter(wanting("small", mib=4000, priority=0)).feasible
+    # the nomination ends (bound elsewhere, or gone): the room is free again
+    store.delete_pod("high", "nominee")
+    assert "a" in sched.filter(lower).feasible
+
+
+def _brute_fewest(sched, p):
+    """The fewest lower-priority holders whose removal lets ``p`` fit, over every subset
+    of every node (the preemptor's quota aside: these clusters have none)."""
+    cycle = sched.cycle(p)
+    best = None
+    with sched.state.lock:
+        for name in sched.state.node_names():
+            node_ = sched.state.node(name)
+            holders = [(obj, held) for obj, held, _ in sched.state.holders(node_)]
+            low = [h for h in holders if h[0]["spec"]["priority"] < p["spec"]["priority"]]
+            high = [h for o, h in holders if o["spec"]["priority"] >= p["spec"]["priority"]]
+            for size in range(len(low) + 1):
+                if best is not None and size >= best:
+                    break
+                for combo in itertools.combinations(range(len(low)), size):
+                    stay = [h for i, (_, h) in enumerate(low) if i not in combo]
+                    from hami_core.facts.usage import usage_from_holdings
+
+                    usage = usage_from_holdings(node_.info, [*high, *stay])
+                    if sched.engine.fit_one(cycle, node_, usage)[0].allocation is not None:
+                        best = size
+                        break
+    return best
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # node
+            st.integers(0, 1),  # gpu
+            st.sampled_from([2000, 4000, 6000, 8000]),
+            st.sampled_from([0, 10, 50, 100]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.sampled_from([6000, 10000, 14000]),
+    st.integers(1, 2),
+)
+def test_the_choice_is_a_smallest_set_of_lower_priority_victims_each_needed(pods, mib, count):
+    nodes = [
+        node(f"n{i}", [gpu(f"GPU-n{i}-{g}", index=g, memory_mib=16000, split=4) for g in range(2)])
+        for i in range(3)
+    ]
+    store, sched = _sched(*nodes)
+    used: dict[str, int] = {}
+    for k, (n, g, m, prio) in enumerate(pods):
+        uuid = f"GPU-n{n}-{g}"
+        if used.get(uuid, 0) + m > 16000:
+            continue
+        used[uuid] = used.get(uuid, 0) + m
+        store.add_pod(holder(f"h{k}", f"n{n}", [(uuid, m)], priority=prio))
+    p = wanting("p", gpus=count, mib=mib, priority=50)
+    choice = _choose(sched, p)
+    fewest = _brute_fewest(sched, p)
+    if fewest is None:
+        assert choice.candidate is None
+        return
+    assert choice.candidate is not None and choice.exact
+    victims = choice.candidate.victims
+    assert len(victims) == fewest  # victims / the fewest that suffice = 1.0
+    assert all(v.priority < 50 for v in victims)
+    # no useless victim: keeping any one of them back, the pod no longer fits there
+    cycle = sched.cycle(p)
+    from hami_core.facts.usage import usage_from_holdings
+
+    with sched.state.lock:
+        node_ = sched.state.node(choice.candidate.node)
+        holders = sched.state.holders(node_)
+        for spared in victims:
+            gone = {v.ref for v in victims} - {spared.ref}
+            stay = [h for o, h, _ in holders if f"low/{o['metadata']['name']}" not in gone]
+            usage = usage_from_holdings(node_.info, stay)
+            assert sched.engine.fit_one(cycle, node_, usage)[0].allocation is None
+
+
+def test_a_node_whose_fit_raises_is_left_out_not_the_whole_choice(monkeypatch):
+    store, sched = _sched(*_two_nodes())
+    for n in ("a", "b"):
+        for g in (0, 1):
+            store.add_pod(holder(f"{n}{g}", n, [(f"GPU-{n}{g}", 16000)]))
+    fit_one = sched.engine.fit_one
+
+    def broken(cycle, node, usage):
+        if node.name == "a":
+            raise ValueError("a backend's garbage")
+        return fit_one(cycle, node, usage)
+
+    monkeypatch.setattr(sched.engine, "fit_one", broken)
+    choice = _choose(sched, wanting("p", mib=10000, priority=100))
+    assert choice.candidate is not None and choice.candidate.node == "b"
