@@ -188,6 +188,19 @@ class Planner:
             cluster, manager, clock=clock, node_policy=node_policy, device_policy=device_policy
         )
         self._pinned: set[str] = set()  # pods placed or moved by the plan
+        # pod key -> the pod object (the copy's, kept as the planner changes it: a
+        # store read copies the object)
+        self._objects = {pod_key(p): p for p in cluster.list_pods()}
+        self._fixed: dict[str, bool] = {}  # pod uid -> movable for the top priority
+        # (node, its generation, priority, requests, budgets spent) -> ``_estimate``:
+        # pending pods of one shape meet the same untouched nodes again and again
+        self._estimates: dict[Any, list[str] | None] = {}
+        # node -> how many times the planner changed it (keys the caches above and below)
+        self._version: dict[str, int] = {}
+        # node -> (version, per device (vendor, free MiB, free %, free slots, MiB, used MiB))
+        self._free: dict[str, tuple[int, list[tuple[str, int, int, int, int, int]]]] = {}
+        # node -> its GPUs' loads before the plan first changed it
+        self._before: dict[str, dict[str, tuple[int, GpuLoad]]] = {}
 
     # -- the plan --------------------------------------------------------------------
 
@@ -195,17 +208,17 @@ class Planner:
         """Plan for ``pending`` (Pod objects not bound to a node). Raises nothing for a
         pod that cannot be helped: its ``Outcome.reason`` says why."""
         t0 = time.perf_counter()
-        before = self._loads()
         order = sorted(pending, key=_queue_order)
         outcomes = [self._plan_one(pod) for pod in order]
-        after = self._loads()
-        changes = tuple(
-            GpuChange(
-                node=node, uuid=uuid, memory_mib=total, before=load, after=after[node, uuid][1]
+        changes = []
+        for node, before in sorted(self._before.items()):
+            after = self._loads(node)
+            changes.extend(
+                GpuChange(node=node, uuid=uuid, memory_mib=total, before=load, after=after[uuid][1])
+                for uuid, (total, load) in sorted(before.items())
+                if after[uuid][1] != load
             )
-            for (node, uuid), (total, load) in sorted(before.items())
-            if after[node, uuid][1] != load
-        )
+        changes = tuple(changes)
         return Plan(outcomes=tuple(outcomes), gpus=changes, seconds=time.perf_counter() - t0)
 
     def _plan_one(self, pod: Mapping[str, Any]) -> Outcome:
@@ -266,10 +279,16 @@ class Planner:
             r for c in request.containers for r in c.devices
         ]
         ranked: list[tuple[int, str, list[dict[str, Any]]]] = []
-        for name in self.scheduler.state.node_names():
-            estimate = self._estimate(name, wants, priority)
+        state = self.scheduler.state
+        spent = tuple(sorted(self.policy.spent.items()))
+        for name in state.node_names():
+            key = (name, self._version.get(name, 0), priority, tuple(wants), spent)
+            if key not in self._estimates:
+                self._estimates[key] = self._estimate(name, wants, priority)
+            estimate = self._estimates[key]
             if estimate is not None:
-                ranked.append((len(estimate), name, estimate))
+                objects = [self._objects[k] for k in estimate if k in self._objects]
+                ranked.append((len(objects), name, objects))
         ranked.sort(key=lambda r: (r[0], r[1]))
         best: _Option | None = None
         for cost, name, evict in ranked[: self.max_nodes]:
@@ -282,9 +301,7 @@ class Planner:
                 best = option
         return best
 
-    def _estimate(
-        self, name: str, wants: Sequence[Any], priority: int
-    ) -> list[dict[str, Any]] | None:
+    def _estimate(self, name: str, wants: Sequence[Any], priority: int) -> list[str] | None:
         """The movable pods of node ``name`` whose eviction would free every request of
         ``wants`` (a guess, largest pods first per device), or None when even all of them
         gone would not (memory, compute and sharer slots per device)."""
@@ -296,12 +313,10 @@ class Planner:
             usage = state.node_usage(name)
             held = dict(node.pods)
         movable: dict[str, list[tuple[str, int, int]]] = {}  # uuid -> (pod key, MiB, cores)
-        objects: dict[str, dict[str, Any]] = {}
         for key, holdings in held.items():
             obj = self._pod(key)
             if obj is None or holdings.whole or not self._may_move(obj, priority):
                 continue
-            objects[key] = obj
             for uuid, charge in holdings.charges.items():
                 movable.setdefault(uuid, []).append((key, charge.memory_mib, charge.cores_pct))
         chosen: list[str] = []
@@ -344,7 +359,7 @@ class Planner:
             options.sort(key=lambda o: o[0])
             for _, taken in options[: req.count]:
                 chosen.extend(k for k in taken if k not in chosen)
-        return [objects[k] for k in chosen]
+        return chosen
 
     def _try_node(
         self, pod: Mapping[str, Any], name: str, evict: list[dict[str, Any]]
@@ -374,7 +389,7 @@ class Planner:
             moves = []
             for obj in sorted(needed, key=_size, reverse=True):  # largest first
                 again = _replacement(obj)
-                result = self.scheduler.filter(again)
+                result = self.scheduler.filter(again, self._room_for(again))
                 target = result.best()
                 if target is None:
                     return None
@@ -386,15 +401,77 @@ class Planner:
         finally:
             for op, obj in reversed(journal):
                 if op == "add":
-                    self.cluster.delete_pod(obj["metadata"]["namespace"], obj["metadata"]["name"])
+                    self._remove(obj)
                 else:
-                    self.cluster.add_pod(obj)
+                    self._put(obj)
 
     # -- the copy of the cluster -----------------------------------------------------
 
+    def _room_for(self, pod: Mapping[str, Any]) -> list[str]:
+        """The nodes where ``pod`` may fit as the cluster is (every device request has
+        enough devices with the memory, compute and a sharer slot free: a necessary
+        condition), fullest first, at most ``4 * max_nodes``: the fit and the node
+        policy choose among them."""
+        wants = [r for c in self.scheduler.pod_request(pod).containers for r in c.devices]
+        ranked = []
+        for name in self.scheduler.state.node_names():
+            devices = self._free_of(name)
+            ok = True
+            for req in wants:
+                free = sum(
+                    1
+                    for vendor, mem, cores, slots, total, _ in devices
+                    if vendor == req.vendor
+                    and mem >= (req.memory_mib or total * req.memory_pct // 100)
+                    and cores >= req.cores_pct
+                    and slots >= 1
+                )
+                ok = ok and free >= req.count
+            if ok:
+                ranked.append((-sum(d[5] for d in devices), name))
+        ranked.sort()
+        return [name for _, name in ranked[: 4 * self.max_nodes]]
+
+    def _free_of(self, name: str) -> list[tuple[str, int, int, int, int, int]]:
+        """Per device of node ``name``: vendor, free MiB, free %, free sharer slots, its
+        MiB, used MiB (cordoned devices left out); cached until the planner changes it."""
+        version = self._version.get(name, 0)
+        cached = self._free.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        with self.scheduler.state.lock:
+            usage = self.scheduler.state.node_usage(name).values()
+            devices = [
+                (
+                    u.device.vendor,
+                    u.free_memory_mib,
+                    u.free_cores_pct,
+                    u.device.split_count - u.used_count,
+                    u.device.memory_mib,
+                    u.used_memory_mib,
+                )
+                for u in usage
+                if not u.cordoned
+            ]
+        self._free[name] = (version, devices)
+        return devices
+
     def _may_move(self, pod: Mapping[str, Any], priority: int) -> bool:
+        """``MovePolicy.why_not`` is None; the rules that do not depend on the pending
+        pod or the budgets spent are read once per pod."""
         if pod_key(pod) in self._pinned:
             return False
+        uid = str(pod["metadata"].get("uid", ""))
+        ever = self._fixed.get(uid)
+        if ever is None:
+            ever = self._fixed[uid] = (
+                self.policy.why_not(pod, for_priority=pod_priority(pod)) is None
+                or bool(self.policy.budgets)  # a budget's reason is not fixed
+            )
+        if not ever:
+            return False
+        if not self.policy.budgets:  # the one rule left: priority
+            return pod_priority(pod) <= priority
         return self.policy.why_not(pod, for_priority=priority) is None
 
     def _within_budgets(self, pods: Sequence[Mapping[str, Any]]) -> bool:
@@ -413,32 +490,43 @@ class Planner:
         return name in self.scheduler.filter(pod, [name]).feasible
 
     def _pod(self, key: str) -> dict[str, Any] | None:
-        namespace, _, name = key.partition("/")
-        try:
-            return self.cluster.get_pod(namespace, name)
-        except HamiError:
-            return None
+        return self._objects.get(key)
 
-    def _delete(self, obj: dict[str, Any], journal: list[tuple[str, dict[str, Any]]]) -> None:
+    def _touch(self, obj: Mapping[str, Any]) -> None:
+        """Note a change of ``obj``'s node (its loads before the first one kept)."""
+        node = str((obj.get("spec") or {}).get("nodeName") or "")
+        if node not in self._before:
+            self._before[node] = self._loads(node)
+        self._version[node] = self._version.get(node, 0) + 1
+
+    def _remove(self, obj: Mapping[str, Any]) -> None:
+        self._touch(obj)
         meta = obj["metadata"]
         self.cluster.delete_pod(meta["namespace"], meta["name"])
+        self._objects.pop(pod_key(obj), None)
+
+    def _put(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        self._touch(obj)
+        stored = self.cluster.add_pod(obj)
+        self._objects[pod_key(stored)] = stored
+        return stored
+
+    def _delete(self, obj: dict[str, Any], journal: list[tuple[str, dict[str, Any]]]) -> None:
+        self._remove(obj)
         journal.append(("delete", obj))
 
     def _add(self, obj: dict[str, Any], journal: list[tuple[str, dict[str, Any]]]) -> None:
-        stored = self.cluster.add_pod(obj)
-        journal.append(("add", stored))
+        journal.append(("add", self._put(obj)))
 
     def _evict(self, original: Mapping[str, Any]) -> None:
-        meta = original["metadata"]
         self.policy.spend(original)
-        self.cluster.delete_pod(meta["namespace"], meta["name"])
+        self._remove(original)
 
     def _place(self, pod: Mapping[str, Any], allocation: Allocation) -> None:
         bound = _bound(pod, allocation, self.manager, self.clock())
-        meta = bound["metadata"]
         if self._pod(pod_key(bound)) is not None:
-            self.cluster.delete_pod(meta["namespace"], meta["name"])
-        self.cluster.add_pod(bound)
+            self._remove(bound)
+        self._put(bound)
         self._pinned.add(pod_key(bound))
 
     def _gpus_held(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
@@ -450,14 +538,11 @@ class Planner:
             held = ns.pods.get(pod_key(pod)) if ns is not None else None
         return tuple(sorted(held.charges)) if held is not None else ()
 
-    def _loads(self) -> dict[tuple[str, str], tuple[int, GpuLoad]]:
-        state = self.scheduler.state
-        out = {}
-        with state.lock:
-            for name in state.node_names():
-                for uuid, usage in state.node_usage(name).items():
-                    out[name, uuid] = (usage.device.memory_mib, GpuLoad.of(usage))
-        return out
+    def _loads(self, node: str) -> dict[str, tuple[int, GpuLoad]]:
+        """uuid -> (its MiB, its load) for the GPUs of ``node``."""
+        with self.scheduler.state.lock:
+            usage = self.scheduler.state.node_usage(node) if node else {}
+        return {uuid: (u.device.memory_mib, GpuLoad.of(u)) for uuid, u in usage.items()}
 
 
 def policy_overrides(node_policy: str | None, gpu_policy: str | None) -> dict[str, Any]:
