@@ -210,7 +210,7 @@ class Planner:
         t0 = time.perf_counter()
         order = sorted(pending, key=_queue_order)
         outcomes = [self._plan_one(pod) for pod in order]
-        changes = []
+        changes: list[GpuChange] = []
         for node, before in sorted(self._before.items()):
             after = self._loads(node)
             changes.extend(
@@ -218,8 +218,7 @@ class Planner:
                 for uuid, (total, load) in sorted(before.items())
                 if after[uuid][1] != load
             )
-        changes = tuple(changes)
-        return Plan(outcomes=tuple(outcomes), gpus=changes, seconds=time.perf_counter() - t0)
+        return Plan(outcomes=tuple(outcomes), gpus=tuple(changes), seconds=time.perf_counter() - t0)
 
     def _plan_one(self, pod: Mapping[str, Any]) -> Outcome:
         key, priority = pod_key(pod), pod_priority(pod)
