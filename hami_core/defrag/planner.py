@@ -61,6 +61,8 @@ from .movable import MovePolicy, pod_key, pod_priority
 DEFAULT_MAX_NODES = 16
 #: Most moves planned for one pending pod.
 DEFAULT_MAX_MOVES_PER_POD = 8
+#: How deep moves may chain: an evicted pod that fits nowhere may get moves of its own.
+MOVE_DEPTH = 2
 
 
 @attrs.frozen(kw_only=True)
@@ -188,6 +190,7 @@ class Planner:
             cluster, manager, clock=clock, node_policy=node_policy, device_policy=device_policy
         )
         self._pinned: set[str] = set()  # pods placed or moved by the plan
+        self._busy: set[str] = set()  # pods placed by the option being tried
         # pod key -> the pod object (the copy's, kept as the planner changes it: a
         # store read copies the object)
         self._objects = {pod_key(p): p for p in cluster.list_pods()}
@@ -273,32 +276,37 @@ class Planner:
 
     def _search(self, pod: Mapping[str, Any], priority: int) -> _Option | None:
         """The option with the fewest moves, within the bounds (module docstring)."""
+        best: _Option | None = None
+        for cost, name, evict in self._ranked(pod, priority):
+            if best is not None and len(best.moves) <= cost:
+                break
+            option = self._try_node(pod, name, evict, priority)
+            if option is not None and (best is None or len(option.moves) < len(best.moves)):
+                best = option
+        return best
+
+    def _ranked(
+        self, pod: Mapping[str, Any], priority: int
+    ) -> list[tuple[int, str, list[dict[str, Any]]]]:
+        """The candidate nodes for ``pod``, cheapest estimate first, at most
+        ``max_nodes``: (estimated moves, node, the pods to evict there)."""
         request = self.scheduler.pod_request(pod)
         wants = [r for c in request.containers if not c.init for r in c.devices] or [
             r for c in request.containers for r in c.devices
         ]
         ranked: list[tuple[int, str, list[dict[str, Any]]]] = []
-        state = self.scheduler.state
         spent = tuple(sorted(self.policy.spent.items()))
-        for name in state.node_names():
+        for name in self.scheduler.state.node_names():
             key = (name, self._version.get(name, 0), priority, tuple(wants), spent)
             if key not in self._estimates:
                 self._estimates[key] = self._estimate(name, wants, priority)
             estimate = self._estimates[key]
             if estimate is not None:
                 objects = [self._objects[k] for k in estimate if k in self._objects]
-                ranked.append((len(objects), name, objects))
+                if len(objects) <= self.max_moves:
+                    ranked.append((len(objects), name, objects))
         ranked.sort(key=lambda r: (r[0], r[1]))
-        best: _Option | None = None
-        for cost, name, evict in ranked[: self.max_nodes]:
-            if best is not None and len(best.moves) <= cost:
-                break
-            if cost > self.max_moves:
-                break
-            option = self._try_node(pod, name, evict)
-            if option is not None and (best is None or len(option.moves) < len(best.moves)):
-                best = option
-        return best
+        return ranked[: self.max_nodes]
 
     def _estimate(self, name: str, wants: Sequence[Any], priority: int) -> list[str] | None:
         """The movable pods of node ``name`` whose eviction would free every request of
@@ -312,9 +320,16 @@ class Planner:
             usage = state.node_usage(name)
             held = dict(node.pods)
         movable: dict[str, list[tuple[str, int, int]]] = {}  # uuid -> (pod key, MiB, cores)
+        sizes = [u.device.memory_mib for u in usage.values()] or [0]
+        asked = sum(r.count * (r.memory_mib or max(sizes) * r.memory_pct // 100) for r in wants)
+        widest = max(r.count for r in wants)
         for key, holdings in held.items():
             obj = self._pod(key)
             if obj is None or holdings.whole or not self._may_move(obj, priority):
+                continue
+            # a pod as large as the pending one would need as much room elsewhere
+            big = sum(c.memory_mib for c in holdings.charges.values()) >= asked
+            if big and len(holdings.charges) >= widest:
                 continue
             for uuid, charge in holdings.charges.items():
                 movable.setdefault(uuid, []).append((key, charge.memory_mib, charge.cores_pct))
@@ -361,48 +376,100 @@ class Planner:
         return chosen
 
     def _try_node(
-        self, pod: Mapping[str, Any], name: str, evict: list[dict[str, Any]]
+        self, pod: Mapping[str, Any], name: str, evict: list[dict[str, Any]], priority: int
     ) -> _Option | None:
-        """Evict ``evict`` from node ``name``, keep only the evictions the pending pod
-        needs there, then re-place the evicted; the option, or None. The copy is left as
-        it was."""
+        """``_attempt`` on node ``name``; the copy is left as it was."""
         journal: list[tuple[str, dict[str, Any]]] = []
         try:
-            for obj in evict:
+            found = self._attempt(pod, name, evict, priority, journal, MOVE_DEPTH)
+            if found is None or not self._within_budgets([m[0] for m in found[1]]):
+                return None
+            return _Option(node=name, allocation=found[0], moves=tuple(found[1]))
+        finally:
+            self._undo(journal, 0)
+
+    def _attempt(
+        self,
+        pod: Mapping[str, Any],
+        name: str,
+        evict: list[dict[str, Any]],
+        priority: int,
+        journal: list[tuple[str, dict[str, Any]]],
+        depth: int,
+    ) -> tuple[Allocation, list[tuple[dict[str, Any], str, Allocation]]] | None:
+        """Evict ``evict`` from node ``name``, keep only the evictions ``pod`` needs
+        there, place it, then re-place the evicted: each where it fits, else (``depth``
+        left) after moves of its own. Changes stay in ``journal`` for the caller to keep
+        or undo. Returns (``pod``'s allocation, the moves), or None."""
+        for obj in evict:
+            self._delete(obj, journal)
+        if not self._fits_on(pod, name):
+            return None
+        needed = list(evict)
+        for obj in sorted(evict, key=_size):  # smallest back first: fewer moves
+            self._add(obj, journal)
+            if self._fits_on(pod, name):
+                needed.remove(obj)
+            else:
                 self._delete(obj, journal)
-            if not self._fits_on(pod, name):
-                return None
-            needed = list(evict)
-            for obj in sorted(evict, key=_size):  # smallest back first: fewer moves
-                self._add(obj, journal)
-                if self._fits_on(pod, name):
-                    needed.remove(obj)
-                else:
-                    self._delete(obj, journal)
-            if not needed or len(needed) > self.max_moves or not self._within_budgets(needed):
-                return None
-            fit = self.scheduler.filter(pod, [name]).fits.get(name)
-            if fit is None or fit.allocation is None:
-                return None
-            self._add(_bound(pod, fit.allocation, self.manager, self.clock()), journal)
-            moves = []
-            for obj in sorted(needed, key=_size, reverse=True):  # largest first
-                again = _replacement(obj)
-                result = self.scheduler.filter(again, self._room_for(again))
-                target = result.best()
-                if target is None:
-                    return None
+        if not needed or not self._within_budgets(needed):
+            return None
+        fit = self.scheduler.filter(pod, [name]).fits.get(name)
+        if fit is None or fit.allocation is None:
+            return None
+        self._add(bound_pod(pod, fit.allocation, self.manager, self.clock()), journal, busy=True)
+        moves: list[tuple[dict[str, Any], str, Allocation]] = []
+        for obj in sorted(needed, key=_size, reverse=True):  # largest first
+            again = _replacement(obj)
+            result = self.scheduler.filter(again, self._room_for(again))
+            target = result.best()
+            if target is not None:
                 allocation = result.fits[target].allocation
                 assert allocation is not None
-                self._add(_bound(again, allocation, self.manager, self.clock()), journal)
-                moves.append((obj, target, allocation))
-            return _Option(node=name, allocation=fit.allocation, moves=tuple(moves))
-        finally:
-            for op, obj in reversed(journal):
-                if op == "add":
-                    self._remove(obj)
-                else:
-                    self._put(obj)
+                self._add(
+                    bound_pod(again, allocation, self.manager, self.clock()), journal, busy=True
+                )
+            elif depth > 0:
+                nested = self._nested(again, priority, journal, depth - 1)
+                if nested is None:
+                    return None
+                target, allocation, more = nested  # placed there by ``_nested``
+                moves.extend(more)
+            else:
+                return None
+            moves.append((obj, target, allocation))
+            if len(moves) > self.max_moves:
+                return None
+        return fit.allocation, moves
+
+    def _nested(
+        self,
+        pod: Mapping[str, Any],
+        priority: int,
+        journal: list[tuple[str, dict[str, Any]]],
+        depth: int,
+    ) -> tuple[str, Allocation, list[tuple[dict[str, Any], str, Allocation]]] | None:
+        """Room for an evicted pod that fits nowhere: the first node (cheapest estimate
+        first) where moves of other pods let it fit, the pod placed there. Changes stay
+        in ``journal``. Returns (node, allocation, the moves made for it), or None."""
+        for _, name, evict in self._ranked(pod, priority):
+            mark = len(journal)
+            found = self._attempt(pod, name, evict, priority, journal, depth)
+            if found is not None:
+                return name, found[0], found[1]
+            self._undo(journal, mark)
+        return None
+
+    def _undo(self, journal: list[tuple[str, dict[str, Any]]], mark: int) -> None:
+        """Undo ``journal``'s changes after position ``mark``."""
+        while len(journal) > mark:
+            op, obj = journal.pop()
+            if op == "busy":
+                self._busy.discard(pod_key(obj))
+            elif op == "add":
+                self._remove(obj)
+            else:
+                self._put(obj)
 
     # -- the copy of the cluster -----------------------------------------------------
 
@@ -458,7 +525,7 @@ class Planner:
     def _may_move(self, pod: Mapping[str, Any], priority: int) -> bool:
         """``MovePolicy.why_not`` is None; the rules that do not depend on the pending
         pod or the budgets spent are read once per pod."""
-        if pod_key(pod) in self._pinned:
+        if pod_key(pod) in self._pinned or pod_key(pod) in self._busy:
             return False
         uid = str(pod["metadata"].get("uid", ""))
         ever = self._fixed.get(uid)
@@ -514,15 +581,22 @@ class Planner:
         self._remove(obj)
         journal.append(("delete", obj))
 
-    def _add(self, obj: dict[str, Any], journal: list[tuple[str, dict[str, Any]]]) -> None:
+    def _add(
+        self, obj: dict[str, Any], journal: list[tuple[str, dict[str, Any]]], *, busy: bool = False
+    ) -> None:
+        """Put ``obj`` in the copy, noted in ``journal``; ``busy``: placed by the option
+        being tried, so no nested search may move it."""
         journal.append(("add", self._put(obj)))
+        if busy:
+            self._busy.add(pod_key(obj))
+            journal.append(("busy", obj))
 
     def _evict(self, original: Mapping[str, Any]) -> None:
         self.policy.spend(original)
         self._remove(original)
 
     def _place(self, pod: Mapping[str, Any], allocation: Allocation) -> None:
-        bound = _bound(pod, allocation, self.manager, self.clock())
+        bound = bound_pod(pod, allocation, self.manager, self.clock())
         if self._pod(pod_key(bound)) is not None:
             self._remove(bound)
         self._put(bound)
@@ -605,7 +679,7 @@ def _placement_key(key: str) -> bool:
     )
 
 
-def _bound(
+def bound_pod(
     pod: Mapping[str, Any], allocation: Allocation, manager: BackendManager, now: dt.datetime
 ) -> dict[str, Any]:
     """``pod`` bound to ``allocation.node`` with the annotations a bind writes, allocated."""
