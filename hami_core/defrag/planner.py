@@ -22,8 +22,11 @@ The search is bounded, for plan time on large clusters:
 - on a node, the estimate's pods are evicted, the fit is asked, and each of them is
   then put back in turn while the pending pod still fits (so no move in an option is
   superfluous);
-- an evicted pod must fit as it is (a move never needs another move), and a pod placed
-  or moved by the plan never moves again.
+- no pod as large as the pending one (memory, GPUs) is proposed for eviction: it would
+  need as much room elsewhere;
+- an evicted pod that fits nowhere may get moves of its own (``MOVE_DEPTH`` deep, the
+  fewest found, the room already found held from them); a pod placed or moved by the
+  plan never moves again.
 
 A plan never makes a pending pod of higher priority worse off: those are planned
 first, their room is held in the copy before a lower one is considered, and a pod
@@ -449,16 +452,23 @@ class Planner:
         journal: list[tuple[str, dict[str, Any]]],
         depth: int,
     ) -> tuple[str, Allocation, list[tuple[dict[str, Any], str, Allocation]]] | None:
-        """Room for an evicted pod that fits nowhere: the first node (cheapest estimate
-        first) where moves of other pods let it fit, the pod placed there. Changes stay
+        """Room for an evicted pod that fits nowhere: the node where the fewest moves of
+        other pods let it fit (cheapest estimate first), the pod placed there. Changes stay
         in ``journal``. Returns (node, allocation, the moves made for it), or None."""
+        mark = len(journal)
+        best: tuple[int, str, list[dict[str, Any]]] | None = None
         for _, name, evict in self._ranked(pod, priority):
-            mark = len(journal)
+            if best is not None and best[0] <= len(evict):
+                break
             found = self._attempt(pod, name, evict, priority, journal, depth)
-            if found is not None:
-                return name, found[0], found[1]
             self._undo(journal, mark)
-        return None
+            if found is not None and (best is None or len(found[1]) < best[0]):
+                best = (len(found[1]), name, evict)
+        if best is None:
+            return None
+        found = self._attempt(pod, best[1], best[2], priority, journal, depth)
+        assert found is not None  # the same attempt on the same copy
+        return best[1], found[0], found[1]
 
     def _undo(self, journal: list[tuple[str, dict[str, Any]]], mark: int) -> None:
         """Undo ``journal``'s changes after position ``mark``."""
