@@ -239,6 +239,10 @@ def top(nodes: tuple[str, ...], **opts: Any) -> None:
     o = TopOptions(**opts)
     try:
         manager = make_manager(o.config)
+    except HamiError as exc:
+        raise failure(exc) from exc
+
+    def frame() -> str:
         if o.example:
             store = view_.cluster_from_file(bundled_examples() / "snapshot.yaml", manager)
         elif o.snapshot:
@@ -253,14 +257,23 @@ def top(nodes: tuple[str, ...], **opts: Any) -> None:
             nodes=nodes,
             selector=o.selector,
             vendor=o.vendor,
+            namespace=o.namespace,
             sort_by=o.sort_by,
         )
+        if o.output == "json":
+            return view_.render_json(result)
+        return view_.render_table(result, wide=o.output == "wide")
+
+    try:
+        first = frame()  # a bad flag or an unreachable cluster fails before any redraw
     except HamiError as exc:
         raise failure(exc) from exc
-    if o.output == "json":
-        click.echo(view_.render_json(result), nl=False)
-    else:
-        click.echo(view_.render_table(result, wide=o.output == "wide"), nl=False)
+    if o.watch is None:
+        click.echo(first, nl=False)
+        return
+    from hami_core.top.watch import watch
+
+    watch(frame, o.watch)
 
 
 @cli.command("device-plugin")

@@ -63,6 +63,20 @@ class TopOptions:
         help="Only nodes with these labels, e.g. -l gpu=on,zone=a.",
     )
     vendor: str | None = setting(None, help="Only devices of this vendor key, e.g. NVIDIA.")
+    namespace: str | None = setting(
+        None,
+        flag=("--namespace", "-n"),
+        help="Only devices holding a pod of this namespace, and only its pods listed.",
+    )
+    watch: float | None = setting(
+        None,
+        flag=("--watch", "-w"),
+        unit="s",
+        min=0.2,
+        metavar="SECONDS",
+        help="Redraw every SECONDS until q or Ctrl-C (in place on a terminal; as "
+        "successive frames through a pipe or TERM=dumb, e.g. kubectl exec without -t).",
+    )
 
 
 @attrs.frozen(kw_only=True)

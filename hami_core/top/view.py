@@ -235,6 +235,7 @@ def build_view(
     nodes: Sequence[str] = (),
     selector: Mapping[str, str] | None = None,
     vendor: str | None = None,
+    namespace: str | None = None,
     sort_by: str = "node",
 ) -> TopView:
     """The rows for ``store``.
@@ -244,6 +245,8 @@ def build_view(
         nodes: only these nodes (all when empty).
         selector: only nodes whose labels equal these (``kubectl top -l`` style).
         vendor: only devices of this vendor key (e.g. ``NVIDIA``).
+        namespace: only devices holding a pod of this namespace, each listing only that
+            namespace's pods (its totals stay the device's: what is free is free to all).
         sort_by: one of ``SORT_KEYS``: node name (then index), allocated memory, free
             memory, allocated compute, used memory, sharers; all but ``node`` largest
             first.
@@ -310,6 +313,10 @@ def build_view(
             unit = dtype.cores_unit if dtype is not None else PERCENT
             capacity = dtype.cores_capacity(u) if dtype is not None else d.cores_pct
             slices = tuple(sorted(holders.get(uuid, []), key=lambda h: h.pod))
+            if namespace is not None:
+                slices = tuple(h for h in slices if h.pod.split("/", 1)[0] == namespace)
+                if not slices:
+                    continue
             rows.append(
                 DeviceRow(
                     node=name,
@@ -335,8 +342,8 @@ def build_view(
                     memory_usable_mib=usable_free_memory_mib(u) if is_mig_gpu(d) else None,
                 )
             )
-        if not rows and not info.unregistered:
-            continue  # a node without accelerators
+        if not rows and (namespace is not None or not info.unregistered):
+            continue  # a node without accelerators (or without the namespace's pods)
         device_rows.extend(rows)
         node_rows.append(_node_row(name, rows, info.unregistered))
     return TopView(
