@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from hami_core.model import DeviceInfo, DeviceUsage, NodeInfo
 from hami_core.scheduling import nodeclass
+from hami_core.scheduling.bind import allocation_annotations
 from hami_core.scheduling.scheduler import Scheduler
 from tests.builders import cluster, container, gpu, manager, node, pod
 
@@ -147,7 +148,7 @@ def test_the_class_shared_filter_answers_what_fitting_each_node_answers(tpls, sp
             assert fit.allocation is not None
             wire = {
                 key: v
-                for key, v in alone.binder._allocation_annotations(fit.allocation, NOW).items()
+                for key, v in allocation_annotations(fit.allocation, alone.manager, NOW).items()
                 if v is not None
             }
             for c, p in zip(clusters, added, strict=True):
