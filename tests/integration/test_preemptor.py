@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from hami_core.cluster.eviction import Evicted, MemoryEvictions
+from hami_core.errors import HamiError
 from hami_core.scheduling.preemptor import Preemptor
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.servers.extender import create_extender_app
@@ -174,3 +177,22 @@ def test_the_filter_hands_an_unschedulable_pod_over_and_preempt_verb_answers_ali
     bad = client.post("/preempt", json={"Pod": p, "NodeNameToMetaVictims": []}).get_json()
     assert "must be an object" in bad["Error"]
     assert len(store.list_pods()) == 6  # the verb writes nothing
+
+
+def test_a_follower_writes_nothing_and_a_lower_pods_bind_is_refused_on_held_room():
+    store, sched, evictions, _ = _setup()
+    follower = Preemptor.over(sched, evictions, is_leader=lambda: False, settle_s=0)
+    p = store.add_pod(wanting("big", mib=12000, priority=100))
+    outcome = follower.preempt_now(p, ["a", "b"])
+    assert outcome.result == "not-eligible" and outcome.message == "not the leader"
+    assert len(store.list_pods()) == 5 and not store.get_pod("high", "big")["status"].get(
+        "nominatedNodeName"
+    )
+    Preemptor.over(sched, evictions, settle_s=0).preempt_now(p, ["a", "b"])
+    # kube-scheduler might still send a lower pod's bind to the freed GPU: the bind's
+    # re-fit goes through the same filter, which holds the room for the nominee
+    store.add_pod(wanting("lower", mib=12000, priority=50))
+    with pytest.raises(HamiError):
+        sched.bind("high", "lower", uid="uid-high-lower", node="a")
+    assert not store.get_pod("high", "lower")["spec"].get("nodeName")
+    assert sched.bind("high", "big", uid="uid-high-big", node="a") is not None
