@@ -19,6 +19,9 @@ VGPU_TIME = "hami.io/vgpu-time"
 BIND_PHASE = "hami.io/bind-phase"
 BIND_TIME = "hami.io/bind-time"
 DEVICE_ALLOCATED_JSON = "hami.io/device-allocated"
+#: The scheduler's signature over the allocation it wrote (PROTOCOL.md §4a; ours, not
+#: HAMi's: a pod without it is served only under a node lock naming it).
+ALLOCATION_SIGNATURE = "hami.io/allocation-signature"
 
 BIND_PHASE_ALLOCATING = "allocating"
 BIND_PHASE_SUCCESS = "success"
@@ -47,7 +50,14 @@ WEBHOOK_IGNORE_VALUE = "ignore"
 #: Pod annotation keys only the scheduler may write; a pod that carries one at
 #: admission is denied (PROTOCOL.md §6). Vendor device-list keys are added from each
 #: backend's ``DeviceTypeInfo``.
-SCHEDULER_OWNED = (VGPU_NODE, VGPU_TIME, BIND_PHASE, BIND_TIME, DEVICE_ALLOCATED_JSON)
+SCHEDULER_OWNED = (
+    VGPU_NODE,
+    VGPU_TIME,
+    BIND_PHASE,
+    BIND_TIME,
+    DEVICE_ALLOCATED_JSON,
+    ALLOCATION_SIGNATURE,
+)
 
 #: The shim's opt-out variable (PROTOCOL.md §7) and the namespace label, set by an
 #: administrator, that lets a container set it: the webhook admits it and the device
