@@ -22,7 +22,8 @@ and, in small steps (the NVIDIA k8s-device-plugin lesson):
 Any failure once the pod is known sets ``bind-phase: failed``, releases the lock and
 raises ``AllocateFailedError`` naming the pod, with the gRPC code of the cause; except an
 unreachable API server (``UNAVAILABLE``): the pod then keeps waiting under its lock for
-kubelet's retry. Only the pod a valid node lock names is served (``pending``). A request
+kubelet's retry. Only the pod a valid node lock names is served (``pending``), and never
+one whose allocation signature fails (a Warning event ``AllocationRefused`` names why). A request
 that matches no pod raises ``NoPendingPodError`` or ``DeviceCountMismatchError`` (the
 lock is released when its owner is gone or done) unless it repeats, with the same device
 IDs, a request answered lately for a pod that still lives: that gets the same answer
@@ -53,14 +54,23 @@ from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices, encode_pod_devices
 from hami_core.protocol.lock import decode_lock
-from hami_core.protocol.pods import is_live
+from hami_core.protocol.pods import is_live, pod_ref
+from hami_core.protocol.signature import AllocationVerifier
 
 from .allocate import finish_allocation
 from .cdi import CdiWriter
 from .devices import physical_uuid, preferred_allocation
 from .done import vendors_waiting
 from .optout import allowed_container
-from .pending import Candidates, PendingPod, consumed, find_candidates, identify, select_pod
+from .pending import (
+    UNSIGNED_LOCK,
+    Candidates,
+    PendingPod,
+    consumed,
+    find_candidates,
+    identify,
+    select_pod,
+)
 from .podresources import PodResourcesSource, PodResourcesUnavailableError
 from .progress import ProgressOverlay
 
@@ -202,6 +212,8 @@ class Allocator:
         observe_pods: bool = True,
         pod_resources: PodResourcesSource | None = None,
         trusted: Callable[[KubeObject], bool] | None = None,
+        verifier: AllocationVerifier | None = None,
+        unsigned: str = UNSIGNED_LOCK,
     ) -> None:
         """Args:
         store: the cluster (pods and the node).
@@ -234,9 +246,17 @@ class Allocator:
         pod_resources: kubelet's PodResources API; with it the pod being admitted is
             told by what kubelet lists (``pending.identify``), else only the pod the
             node lock names is served (``pending.select_pod``, HAMi's protocol).
-        trusted: whether a pod no node lock names may be served (its allocation's
-            signature checks out); None: never (only with a lock). Both set, the node's
-            handshake answer says binds here need no lock (``identifies_pods``).
+        trusted: whether a pod no node lock names may be served; None: the pods whose
+            allocation signature ``verifier`` verified (``PendingPod.signed``), or none
+            without a verifier. With ``pod_resources`` and either, the node's handshake
+            answer says binds here need no lock (``identifies_pods``).
+        verifier: checks the scheduler's allocation signatures
+            (``--allocation-public-keys``, PROTOCOL.md §4a); a pod whose signature
+            fails is never served. None: no signature is read, only the pod a valid
+            node lock names is served (HAMi's protocol alone).
+        unsigned: with a verifier, whether a pod without a signature may still be
+            served under a lock naming it (``pending.UNSIGNED_LOCK``) or never
+            (``UNSIGNED_REFUSE``; ``--unsigned-allocations``).
         """
         self._after_answer = after_answer
         self._overlay = ProgressOverlay()
@@ -256,6 +276,8 @@ class Allocator:
         self.observe_pods = observe_pods
         self.pod_resources = pod_resources
         self.trusted = trusted
+        self.verifier = verifier
+        self.unsigned = unsigned
         self._lock = threading.Lock()
         #: Recent answers by kubelet's device IDs, for a retried Allocate:
         #: ids -> (monotonic time, (namespace, name, uid), answers).
@@ -310,7 +332,12 @@ class Allocator:
             live = self.store.live
             if pending is None and live is not None:  # the caches may lag kubelet
                 cands = find_candidates(
-                    live, node=self.node, dtype=self.dtype, adjust=self._overlay.apply
+                    live,
+                    node=self.node,
+                    dtype=self.dtype,
+                    adjust=self._overlay.apply,
+                    verifier=self.verifier,
+                    unsigned=self.unsigned,
                 )
                 pending = self._select(cands, counts, uuids)
             if pending is None:
@@ -320,6 +347,7 @@ class Allocator:
                     # the gRPC edge) with the same IDs; the first was committed meanwhile.
                     log.info("Allocate %s again: answering as before", [list(k) for k in key])
                     return again
+                self._report_refused(cands)
                 raise self._no_match(cands, counts)
             self.observe_holders(pending.pod)
             try:
@@ -366,7 +394,7 @@ class Allocator:
         PodResources, which answers now (one ``List``: a socket missing or down serves
         no unlocked pod), and checks allocations' signatures (the node's handshake
         answer then says so, ``protocol.handshake.identifies_pods``)."""
-        if self.pod_resources is None or self.trusted is None:
+        if self.pod_resources is None or (self.trusted is None and self.verifier is None):
             return False
         try:
             self.pod_resources.list()
@@ -393,7 +421,7 @@ class Allocator:
             counts,
             kubelet=listed,
             resource=self.resource_name,
-            trusted=self.trusted or _never,
+            trusted=self.trusted or _signed_among(cands),
             kubelet_uuids=uuids,
         )
         log.debug(
@@ -411,7 +439,32 @@ class Allocator:
             dtype=self.dtype,
             expiry_s=self.manager.config.node_lock_expiry_s,
             adjust=self._overlay.apply,
+            verifier=self.verifier,
+            unsigned=self.unsigned,
         )
+
+    def _report_refused(self, cands: Candidates) -> None:
+        """Log, and record on the pod as a Warning event, each pod refused for its
+        allocation signature (a forged, altered or replayed allocation); a node lock
+        such a pod holds is released (it would block the node until it expires)."""
+        for pod, why in cands.refused:
+            log.warning("pod %s: not served: %s", pod_ref(pod), why)
+            meta = pod.get("metadata") or {}
+            namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+            if cands.lock is not None and cands.lock.owned_by(namespace, name):
+                try:
+                    release_node_lock(self.store, self.node, namespace=namespace, pod=name)
+                except HamiError as exc:
+                    log.error("cannot release the lock of node %s: %s", self.node, exc)
+            try:
+                self.store.record_event(
+                    pod,
+                    type="Warning",
+                    reason="AllocationRefused",
+                    message=f"node {self.node}: {why}",
+                )
+            except Exception as exc:  # events are best effort
+                log.warning("cannot record event AllocationRefused: %s", exc)
 
     def _previous(self, key: tuple[tuple[str, ...], ...]) -> list[ContainerAllocation] | None:
         """The answer given for these IDs lately, while the pod it went to still lives."""
@@ -762,8 +815,12 @@ class Allocator:
             log.warning("cannot record event AllocateFailed: %s", exc)
 
 
-def _never(pod: KubeObject) -> bool:
-    return False
+def _signed_among(cands: Candidates) -> Callable[[KubeObject], bool]:
+    """Whether a pod is one of ``cands`` whose allocation signature verified (by UID):
+    without a verifier none is, so only the pod a lock names is served."""
+    signed = {str((p.pod.get("metadata") or {}).get("uid") or "") for p in cands.pods if p.signed}
+    signed.discard("")
+    return lambda pod: str((pod.get("metadata") or {}).get("uid") or "") in signed
 
 
 def _waits(pending: PendingPod) -> str:

@@ -9,6 +9,10 @@ writes both from one clock at one bind: data a tenant cannot write on the Node),
 next containers waiting for this vendor's devices must ask exactly the number of devices
 kubelet asks for, so a lost or stale lock cannot hand one pod's limits to another.
 
+The scheduler's signature (``hami.io/allocation-signature``, PROTOCOL.md §4a) is the trust
+anchor that does not need the lock: a pod whose signature verifies is ``signed``; one
+whose signature fails is never a candidate, lock or not.
+
 Progress is kept on the pod itself, as HAMi does: the entry of each container that has
 been answered is emptied in ``*-devices-to-allocate`` (``*-devices-allocated`` keeps the
 full list for accounting), so a pod with several GPU containers is matched container
@@ -30,8 +34,17 @@ from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.lock import DEFAULT_LOCK_EXPIRY_S, NodeLock, decode_lock, taken_for_bind
 from hami_core.protocol.pods import containers, is_live, pod_ref
+from hami_core.protocol.signature import AllocationVerifier
 
 from .podresources import KubeletPod
+
+#: ``--unsigned-allocations``: serve a pod without a signature under a node lock naming
+#: it (HAMi's protocol: HAMi's scheduler, a rolling upgrade), or never.
+UNSIGNED_LOCK = "lock"
+UNSIGNED_REFUSE = "refuse"
+UNSIGNED_MODES = (UNSIGNED_LOCK, UNSIGNED_REFUSE)
+#: How the reason of a pod refused for its signature begins (``Candidates.skipped``).
+SIGNATURE_REFUSED = "allocation signature refused: "
 
 
 @attrs.frozen(kw_only=True)
@@ -66,6 +79,9 @@ class PendingPod:
         remaining: the containers with a non-empty entry, wire order.
         lock_owner: True when the node lock names this pod.
         bind_time: ``hami.io/bind-time`` in unix seconds (0 when missing).
+        signed: its allocation signature verifies for this pod, this node and its
+            values (PROTOCOL.md §4a): the scheduler wrote exactly this allocation, so
+            it may be served without the node lock naming it.
     """
 
     pod: KubeObject
@@ -73,6 +89,7 @@ class PendingPod:
     remaining: tuple[PendingContainer, ...]
     lock_owner: bool = False
     bind_time: int = 0
+    signed: bool = False
 
     @property
     def namespace(self) -> str:
@@ -103,8 +120,11 @@ class Candidates:
         lock: the decoded node lock, or None when not held (or unreadable).
         lock_pod: the pod the lock names, when it exists.
         skipped: ``namespace/name: reason`` for pods on the node that claim to be
-            allocating here but cannot be (wrong node, malformed list, ...), for errors.
+            allocating here but cannot be (wrong node, malformed list, a signature that
+            does not verify, ...), for errors.
         lock_value: the lock annotation exactly as read (for a conditional release).
+        refused: the pods whose allocation signature failed, each with the reason
+            (the device plugin records it on the pod as an event).
     """
 
     pods: tuple[PendingPod, ...]
@@ -112,6 +132,7 @@ class Candidates:
     lock_pod: KubeObject | None
     skipped: tuple[str, ...] = ()
     lock_value: str | None = None
+    refused: tuple[tuple[KubeObject, str], ...] = ()
 
 
 def find_candidates(
@@ -122,6 +143,8 @@ def find_candidates(
     now: dt.datetime | None = None,
     expiry_s: float = DEFAULT_LOCK_EXPIRY_S,
     adjust: Callable[[KubeObject], KubeObject] | None = None,
+    verifier: AllocationVerifier | None = None,
+    unsigned: str = UNSIGNED_LOCK,
 ) -> Candidates:
     """Read the node lock and the pods on ``node`` that wait for ``dtype`` devices.
 
@@ -131,10 +154,21 @@ def find_candidates(
     ``dtype.to_allocate_annotation`` with one entry per container and at least one
     non-empty entry left.
 
+    With a ``verifier``, a pod carrying ``hami.io/allocation-signature`` qualifies only
+    when it verifies for its UID, namespace, name, this node and the signed values, and
+    its ``*-devices-to-allocate`` entries are the signed ``*-devices-allocated`` ones
+    (or emptied, answered): then ``signed``. A signature that fails makes the pod no
+    candidate, lock or not (a forged, altered or replayed allocation: its reason in
+    ``skipped`` and ``refused``). A pod without one is HAMi's protocol: a candidate
+    (served only under a lock naming it) when ``unsigned`` is ``UNSIGNED_LOCK``, none
+    when ``UNSIGNED_REFUSE``. Without a verifier no signature is read (the lock alone).
+
     Args:
         adjust: applied to every pod read (the device plugin lays over the cached pod
             the progress it answered and has not seen come back yet,
             ``progress.ProgressOverlay``).
+        verifier: checks allocation signatures (``--allocation-public-keys``).
+        unsigned: what becomes of pods without a signature (``--unsigned-allocations``).
 
     Raises:
         NotFoundError: the node does not exist.
@@ -170,6 +204,7 @@ def find_candidates(
             pods[key] = lock_pod
     out: list[PendingPod] = []
     skipped: list[str] = []
+    refused: list[tuple[KubeObject, str]] = []
     for (namespace, name), pod in sorted(pods.items()):
         owner = valid and lock is not None and lock.owned_by(namespace, name)
         if owner and lock is not None and not _bound_under(pod, lock):
@@ -179,6 +214,10 @@ def find_candidates(
             )
             owner = False
         pending, why = _pending(pod, node=node, dtype=dtype, lock_owner=owner)
+        if pending is not None and verifier is not None:
+            pending, why = _signed(pending, verifier, node=node, dtype=dtype, unsigned=unsigned)
+            if pending is None and why.startswith(SIGNATURE_REFUSED):
+                refused.append((pod, why))
         if pending is not None:
             out.append(pending)
         elif why:
@@ -189,7 +228,46 @@ def find_candidates(
         lock_pod=lock_pod,
         skipped=tuple(skipped),
         lock_value=lock_value or None,
+        refused=tuple(refused),
     )
+
+
+def _signed(
+    pending: PendingPod,
+    verifier: AllocationVerifier,
+    *,
+    node: str,
+    dtype: DeviceTypeInfo,
+    unsigned: str,
+) -> tuple[PendingPod | None, str]:
+    """``pending`` marked ``signed`` when its signature verifies, or None and why."""
+    check = verifier.check(
+        pending.pod,
+        node=node,
+        required=(keys.VGPU_NODE, keys.BIND_TIME, dtype.allocated_annotation),
+    )
+    if not check.present:
+        if unsigned == UNSIGNED_LOCK:
+            return pending, ""
+        return None, (
+            f"carries no {keys.ALLOCATION_SIGNATURE} and this device plugin serves no "
+            "unsigned allocation (--unsigned-allocations refuse)"
+        )
+    if not check.verified:
+        return None, SIGNATURE_REFUSED + check.reason
+    ann = (pending.pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        signed = decode_pod_devices(ann[dtype.allocated_annotation])
+    except AnnotationError as exc:
+        return None, f"{SIGNATURE_REFUSED}{dtype.allocated_annotation}: {exc}"
+    if len(signed) != len(pending.entries) or any(
+        e and e != s for e, s in zip(pending.entries, signed, strict=True)
+    ):
+        return None, (
+            f"{SIGNATURE_REFUSED}{dtype.to_allocate_annotation} is not the signed "
+            f"{dtype.allocated_annotation} (entries may only be emptied as they are answered)"
+        )
+    return attrs.evolve(pending, signed=True), ""
 
 
 def _bound_under(pod: KubeObject, lock: NodeLock) -> bool:

@@ -34,6 +34,7 @@ from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import encode_pod_devices
 from hami_core.protocol.migallocations import encode_mig_allocations, mig_allocations_of
+from hami_core.protocol.signature import AllocationSigner
 
 from .filtering import FilterResult
 from .reservations import Reservations
@@ -64,6 +65,7 @@ class Binder:
         events: EventSink,
         lock_wait_s: float = 0.0,
         longest_bind_s: float = LONGEST_BIND_S,
+        signer: AllocationSigner | None = None,
     ) -> None:
         """Args:
         refit: ``(pod, node) -> FilterResult`` of the pod on that one node, against
@@ -72,6 +74,9 @@ class Binder:
             state does not hold.
         reservations: released when the bind has run.
         events / lock_wait_s / longest_bind_s: as ``Scheduler``'s.
+        signer: signs each allocation written (``hami.io/allocation-signature``,
+            PROTOCOL.md §4a); ``hami scheduler`` always sets one (``signer``
+            attribute), None writes none (``hami simulate``, HAMi's unsigned protocol).
         """
         self.store = store
         self.manager = manager
@@ -83,6 +88,7 @@ class Binder:
         self.events = events
         self.lock_wait_s = lock_wait_s
         self.longest_bind_s = longest_bind_s
+        self.signer = signer
         #: Called after each node-lock attempt with (seconds waited, acquired); the
         #: metrics server installs one.
         self.lock_observer: Callable[[float, bool], None] | None = None
@@ -266,6 +272,10 @@ class Binder:
             annotations.update(self.manager.bind_annotations(vendor, pod, info, devices))
         annotations[keys.DEVICE_ALLOCATED_JSON] = _handbook_json(allocation, info)
         wire = {k: v for k, v in annotations.items() if v is not None}
+        if self.signer is not None:
+            annotations[keys.ALLOCATION_SIGNATURE] = wire[keys.ALLOCATION_SIGNATURE] = self._sign(
+                pod, node, wire
+            )
         try:
             # The allocation rides on the Binding: one write, and the pod is never
             # seen annotated but unbound (an update of a pod kube-scheduler has
@@ -279,6 +289,18 @@ class Binder:
                 raise _Done(None) from None
             raise
         return allocation
+
+    def _sign(self, pod: KubeObject, node: str, wire: Mapping[str, str]) -> str:
+        """The signature of the allocation annotations ``wire`` of ``pod`` on ``node``:
+        all of them but what the device plugin rewrites as it serves the pod (each
+        vendor's ``*-devices-to-allocate`` and MIG-instance keys, the phase)."""
+        assert self.signer is not None
+        progress = set()
+        for dtype in self.manager.device_types():
+            progress.add(dtype.to_allocate_annotation)
+            if dtype.mig_annotation:
+                progress.add(dtype.mig_annotation)
+        return self.signer.sign(pod, node=node, annotations=wire, unsigned=progress)
 
     def _cores_units(self) -> dict[str, CoresUnit]:
         """Vendor key -> the unit its compute is written in (``describe``)."""

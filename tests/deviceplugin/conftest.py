@@ -188,8 +188,8 @@ BindPod = Callable[..., dict[str, Any]]
 @pytest.fixture
 def bound_pod() -> BindPod:
     """``bound_pod(cluster, manager, pod, node)``: create ``pod`` and bind it to ``node``
-    through ``Scheduler.bind`` (node lock, allocation annotations, spec.nodeName);
-    returns the pod as stored."""
+    through ``Scheduler.bind`` (node lock, allocation annotations, spec.nodeName; signed
+    when given a ``signer``); returns the pod as stored."""
 
     def bind(
         cluster: MemoryCluster,
@@ -198,10 +198,11 @@ def bound_pod() -> BindPod:
         node: str,
         *,
         lock_wait_s: float = 0.0,
+        signer: Any = None,
     ) -> dict[str, Any]:
         created = cluster.add_pod(pod)
         meta = created["metadata"]
-        scheduler = Scheduler(cluster, manager, lock_wait_s=lock_wait_s)
+        scheduler = Scheduler(cluster, manager, lock_wait_s=lock_wait_s, signer=signer)
         allocation = scheduler.bind(meta["namespace"], meta["name"], uid=meta["uid"], node=node)
         assert allocation is not None, "the pod asks no device"
         return cluster.get_pod(meta["namespace"], meta["name"])

@@ -80,11 +80,19 @@ def test_an_unsigned_pod_is_reported_unsigned():
 @pytest.mark.parametrize(
     "tamper",
     [
-        pytest.param(lambda p: p["metadata"]["annotations"].update({ALLOCATED: "GPU-1,NVIDIA,16000,100:;"}), id="bigger slice"),
-        pytest.param(lambda p: p["metadata"]["annotations"].update({keys.BIND_TIME: "1700000001"}), id="bind time"),
+        pytest.param(
+            lambda p: p["metadata"]["annotations"].update({ALLOCATED: "GPU-1,NVIDIA,16000,100:;"}),
+            id="bigger slice",
+        ),
+        pytest.param(
+            lambda p: p["metadata"]["annotations"].update({keys.BIND_TIME: "1700000001"}),
+            id="bind time",
+        ),
         pytest.param(lambda p: p["metadata"].update({"uid": "uid-2"}), id="another pod's uid"),
         pytest.param(lambda p: p["metadata"].update({"name": "q"}), id="another name"),
-        pytest.param(lambda p: p["metadata"].update({"namespace": "other"}), id="another namespace"),
+        pytest.param(
+            lambda p: p["metadata"].update({"namespace": "other"}), id="another namespace"
+        ),
     ],
 )
 def test_any_change_of_what_was_signed_fails(tamper):
@@ -135,9 +143,7 @@ def test_required_keys_must_be_signed():
     signer = AllocationSigner(PRIVATE)
     pod = _pod(**_allocation())
     ann = pod["metadata"]["annotations"]
-    ann[keys.ALLOCATION_SIGNATURE] = signer.sign(
-        pod, node=NODE, annotations={keys.VGPU_NODE: NODE}
-    )
+    ann[keys.ALLOCATION_SIGNATURE] = signer.sign(pod, node=NODE, annotations={keys.VGPU_NODE: NODE})
     check = _verifier(PRIVATE).check(pod, node=NODE, required=[ALLOCATED])
     assert not check.verified and f"does not cover {ALLOCATED}" in check.reason
 
@@ -151,17 +157,26 @@ def test_a_signed_key_removed_from_the_pod_fails():
 
 def test_canonical_bytes_are_unambiguous_json():
     data = canonical_bytes(
-        key_id="0123456789abcdef", uid="u", namespace="n", name="p", node="x", values={"b": "2", "a": "1"}
+        key_id="0123456789abcdef",
+        uid="u",
+        namespace="n",
+        name="p",
+        node="x",
+        values={"b": "2", "a": "1"},
     )
     assert data == (
-        b'["hami.io/allocation-signature/v1","0123456789abcdef","u","n","p","x",'
-        b'{"a":"1","b":"2"}]'
+        b'["hami.io/allocation-signature/v1","0123456789abcdef","u","n","p","x",{"a":"1","b":"2"}]'
     )
     # a value that looks like a separator cannot shift fields
     one = canonical_bytes(key_id="k", uid="u", namespace="n", name='p","x', node="y", values={})
     two = canonical_bytes(key_id="k", uid="u", namespace="n", name="p", node='x","y', values={})
     assert one != two
-    assert json.loads(canonical_bytes(key_id="k", uid="ü", namespace="n", name="p", node="x", values={}))[2] == "ü"
+    assert (
+        json.loads(
+            canonical_bytes(key_id="k", uid="ü", namespace="n", name="p", node="x", values={})
+        )[2]
+        == "ü"
+    )
 
 
 MALFORMED = [
@@ -251,8 +266,10 @@ def test_bad_keys_are_refused_naming_their_source():
         AllocationSigner(ecdsa, setting="--allocation-signing-key")
     with pytest.raises(ConfigError, match="pub.pem: not a PEM public key"):
         load_public_keys([("pub.pem", b"garbage")])
-    ec_pub = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ec_pub = (
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     with pytest.raises(ConfigError, match="pub.pem: not an Ed25519 public key"):
         load_public_keys([("pub.pem", ec_pub)])
@@ -263,7 +280,5 @@ def test_the_key_id_is_the_public_keys_fingerprint():
     (kid,) = load_public_keys([("k", public_key_pem(PRIVATE))])
     assert signer.key_id == kid and len(kid) == 16
     assert AllocationSigner(OTHER).key_id != kid
-    sig = decode_signature(
-        signer.sign(_pod(), node=NODE, annotations={keys.VGPU_NODE: NODE})
-    )
+    sig = decode_signature(signer.sign(_pod(), node=NODE, annotations={keys.VGPU_NODE: NODE}))
     assert sig.key_id == kid and len(base64.urlsafe_b64encode(sig.signature)) == 88
