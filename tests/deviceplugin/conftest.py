@@ -202,7 +202,8 @@ def bound_pod() -> BindPod:
     ) -> dict[str, Any]:
         created = cluster.add_pod(pod)
         meta = created["metadata"]
-        scheduler = Scheduler(cluster, manager, lock_wait_s=lock_wait_s, signer=signer)
+        scheduler = Scheduler(cluster, manager, lock_wait_s=lock_wait_s)
+        scheduler.binder.signer = signer
         allocation = scheduler.bind(meta["namespace"], meta["name"], uid=meta["uid"], node=node)
         assert allocation is not None, "the pod asks no device"
         return cluster.get_pod(meta["namespace"], meta["name"])
