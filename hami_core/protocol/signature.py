@@ -236,6 +236,16 @@ class AllocationSigner:
         self._key = load_private_key(private_pem, setting=setting)
         self.key_id = key_id(_raw_public(self._key.public_key()))
 
+    def public_pem(self) -> bytes:
+        """The public half, SubjectPublicKeyInfo PEM (what the device plugins get)."""
+        from cryptography.hazmat.primitives import serialization
+
+        return bytes(
+            self._key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+
     def sign(
         self,
         pod: Mapping[str, Any],

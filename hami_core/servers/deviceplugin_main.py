@@ -24,13 +24,40 @@ from hami_core.model import DevicePluginFlags
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import HamiConfig, load_config
 from hami_core.protocol.nodeconfig import NodeOverrides, load_node_overrides
+from hami_core.protocol.signature import AllocationVerifier
 
 from .deviceplugin import DevicePluginServicer, PluginServer
 from .deviceplugin_metrics import DevicePluginMetrics
 from .options import DevicePluginOptions
 from .podresources import KubeletPodResources
+from .signingkeys import PublicKeyFiles
 
 log = logging.getLogger(__name__)
+
+
+def verifier_of(opts: DevicePluginOptions) -> AllocationVerifier | None:
+    """The allocation-signature verifier of ``--allocation-public-keys``, or None (only
+    the pod a node lock names is served, HAMi's protocol; logged).
+
+    Raises:
+        ConfigError: the path does not exist or holds a malformed key (the flag named).
+    """
+    if not opts.allocation_public_keys:
+        log.warning(
+            "--allocation-public-keys not set: allocation signatures are not checked; "
+            "only the pod a node lock names is served"
+        )
+        return None
+    keys = PublicKeyFiles(opts.allocation_public_keys, flag="--allocation-public-keys")
+    if not keys.key_ids():
+        log.warning(
+            "--allocation-public-keys %s lists no key yet: signed pods are refused until "
+            "one appears",
+            opts.allocation_public_keys,
+        )
+    else:
+        log.info("allocation keys: %s", ", ".join(keys.key_ids()))
+    return AllocationVerifier(keys)
 
 
 class DevicePluginProcess:
@@ -106,6 +133,8 @@ class DevicePluginProcess:
                 else None
             ),
             trusted=trusted,
+            verifier=verifier_of(opts),
+            unsigned=opts.unsigned_allocations,
         )
         self.agent.identifies_pods = lambda: self.allocator.identifies_pods
         self.metrics = DevicePluginMetrics(
@@ -232,6 +261,7 @@ def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None
     # every file and flag checked before the API server is contacted or a port bound
     backend_vendor(opts, manager)
     check_serves_nodes(opts, manager)
+    verifier_of(opts)
     overrides = load_node_overrides(opts.node_config, node=opts.node_name)
     store = NodeKubeCluster(make_api_client(opts.kubeconfig), node=opts.node_name)
     process = DevicePluginProcess(

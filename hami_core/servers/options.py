@@ -359,6 +359,28 @@ class SchedulerOptions:
         "our metrics keep HAMi's names already (docs/monitoring.md), so it changes nothing.",
     )
 
+    allocation_signing_key: str | None = setting(
+        None,
+        env="HAMI_ALLOCATION_SIGNING_KEY",
+        metavar="FILE|secret:NAMESPACE/NAME",
+        show_default="none: the scheduler stops at start",
+        help="The Ed25519 private key every allocation written at bind is signed with "
+        "(hami.io/allocation-signature, PROTOCOL.md §4a): a PEM file (PKCS#8), or "
+        "secret:NAMESPACE/NAME, a Secret read through the API (data key ed25519.key) and "
+        "created with a new key when absent. Required; a malformed key stops the start.",
+        why="device plugins serve only allocations that verify: a forged or copied "
+        "allocation (a webhook outage, a tenant's PATCH) gets no device.",
+    )
+    allocation_public_keys_configmap: str | None = setting(
+        None,
+        env="HAMI_ALLOCATION_PUBLIC_KEYS_CONFIGMAP",
+        metavar="NAMESPACE/NAME",
+        show_default="not published",
+        help="At start, add the signing key's public half to this ConfigMap as <key id>.pem "
+        "(created when absent; listed keys are kept, for rotation); the device plugins "
+        "mount it (--allocation-public-keys).",
+    )
+
     def resolved(self) -> SchedulerOptions:
         """These options with HAMi's address forms read: ``--http_bind HOST:PORT`` as
         ``--bind-address``/``--port``, ``--metrics-bind-address HOST:PORT`` as
@@ -757,6 +779,27 @@ class DevicePluginOptions:
     )
     metrics_bind_address: str = setting(
         "0.0.0.0", env="HAMI_METRICS_BIND_ADDRESS", help="Address of --metrics-port."
+    )
+
+    allocation_public_keys: str | None = setting(
+        None,
+        env="HAMI_ALLOCATION_PUBLIC_KEYS",
+        metavar="PATH",
+        show_default="none: only the pod a node lock names is served",
+        help="The scheduler's Ed25519 public keys (PROTOCOL.md §4a): a PEM file, or a "
+        "directory of *.pem files (its ConfigMap, mounted), read again when a signature "
+        "names a key not seen yet (rotation). A pod whose hami.io/allocation-signature "
+        "does not verify for it, this node and its values is never served. A missing path "
+        "or a malformed key stops the start.",
+    )
+    unsigned_allocations: str = setting(
+        "lock",
+        choices=("lock", "refuse"),
+        env="HAMI_UNSIGNED_ALLOCATIONS",
+        help="With --allocation-public-keys, a pod without a signature (bound by HAMi's "
+        "scheduler, e.g. during a rolling upgrade) is served only under a node lock naming "
+        "it (lock), or never (refuse: once every scheduler signs).",
+        why="HAMi's lock protocol kept for a mixed cluster (docs/threat-model.md).",
     )
 
     def resolved(self) -> DevicePluginOptions:

@@ -33,6 +33,9 @@ from .extender import create_extender_app
 from .metrics import SchedulerMetrics
 from .metrics_http import serve_metrics
 from .options import SchedulerOptions
+from .signingkeys import SECRET_PREFIX, publish_public_key, signer_from_setting
+
+SIGNING_KEY_FLAG = "--allocation-signing-key"
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,9 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     opts = opts.resolved()
     check_exposure(opts)
     check_lease_timing(opts)
+    key = opts.allocation_signing_key
+    in_secret = bool(key and key.startswith(SECRET_PREFIX))
+    signer = None if in_secret else signer_from_setting(key, flag=SIGNING_KEY_FLAG)
     manager = BackendManager.from_entry_points(
         disabled=[*disabled_backends(), *opts.disabled_backends()]
     )
@@ -71,6 +77,16 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         )
     )
     api = make_api_client(opts.kubeconfig)
+    if signer is None:
+        signer = signer_from_setting(key, flag=SIGNING_KEY_FLAG, api_client=api)
+    if opts.allocation_public_keys_configmap:
+        publish_public_key(
+            api,
+            signer,
+            value=opts.allocation_public_keys_configmap,
+            flag="--allocation-public-keys-configmap",
+        )
+    log.info("signing allocations with key %s", signer.key_id)
     store = KubeCluster(api, component="hami-scheduler")
     store.start()
     settle_gc()
@@ -88,6 +104,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         lock_wait_s=opts.bind_lock_wait_s,
         node_selector=opts.node_label_selector,
     )
+    scheduler.binder.signer = signer
     elector: LeaderElector | None = None
     if opts.leader_elect:
         elector = LeaderElector(

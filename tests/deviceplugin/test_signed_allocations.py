@@ -88,7 +88,9 @@ def test_the_scheduler_signs_the_allocation_it_binds(cluster, nvidia, bound_pod:
     assert value.startswith(f"v1:{SIGNER.key_id}:")
     check = verifier().check(pod, node=NODE, required=[ALLOCATED, keys.VGPU_NODE])
     assert check.verified, check.reason
-    (cand,) = find_candidates(cluster, node=NODE, dtype=nvidia.device_type("NVIDIA"), verifier=verifier()).pods
+    (cand,) = find_candidates(
+        cluster, node=NODE, dtype=nvidia.device_type("NVIDIA"), verifier=verifier()
+    ).pods
     assert cand.signed and cand.lock_owner
 
 
@@ -137,7 +139,14 @@ def test_a_replay_of_another_pods_signed_set_is_refused(cluster, nvidia, bound_p
     signed = {
         k: v
         for k, v in ann(cluster, "big").items()
-        if k in (ALLOCATED, keys.VGPU_TIME, keys.BIND_TIME, keys.DEVICE_ALLOCATED_JSON, keys.ALLOCATION_SIGNATURE)
+        if k
+        in (
+            ALLOCATED,
+            keys.VGPU_TIME,
+            keys.BIND_TIME,
+            keys.DEVICE_ALLOCATED_JSON,
+            keys.ALLOCATION_SIGNATURE,
+        )
     }
     bind(cluster, nvidia, bound_pod, "small", 2000)
     tamper(cluster, "small", **signed, **{TO_ALLOCATE: signed[ALLOCATED]})
@@ -150,7 +159,9 @@ def test_a_signature_of_a_key_the_node_lacks_is_refused(cluster, nvidia, bound_p
     _refused(cluster, nvidia, "p", "which this device plugin does not have")
 
 
-@pytest.mark.parametrize("value", ["", "v1:garbage", "v1:0123456789abcdef:a:" + "!" * 86, "x" * 10000])
+@pytest.mark.parametrize(
+    "value", ["", "v1:garbage", "v1:0123456789abcdef:a:" + "!" * 86, "x" * 10000]
+)
 def test_a_malformed_signature_is_refused_without_a_crash(
     cluster, nvidia, bound_pod: BindPod, value: str
 ):

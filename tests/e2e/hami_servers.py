@@ -3,7 +3,8 @@ and the real-pipeline benchmark (``benchmarks/bench_pipeline.py``) start alike.
 
 - ``HAMI``: the ``hami`` executable of the running environment;
 - ``server_argv`` / ``scheduler_argv``: ``hami <server>`` against the control plane, on
-  loopback ports;
+  loopback ports (the scheduler signing with ``signing_keys``, made once per control
+  plane; a device plugin verifies with its public half);
 - ``start_webhook``: ``hami webhook`` with its own certificates (``--cert-mode auto``)
   and the ``MutatingWebhookConfiguration`` that sends it the pods of the selected
   namespaces, waiting until the webhook has written its CA into it.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -41,10 +43,35 @@ def server_argv(cp: ControlPlane, command: str, port: int, *extra: str) -> list[
     ]
 
 
+def signing_keys(cp: ControlPlane) -> tuple[Path, Path]:
+    """(private key, public key) PEM files of the control plane's allocation-signing key
+    (``--allocation-signing-key``, ``--allocation-public-keys``), made once."""
+    from hami_core.protocol.signature import AllocationSigner, generate_private_key_pem
+
+    home = Path(cp.workdir or tempfile.gettempdir()) / "allocation-keys"
+    private, public = home / "signing.key", home / "public" / "scheduler.pem"
+    if not public.exists():
+        public.parent.mkdir(parents=True, exist_ok=True)
+        pem = generate_private_key_pem()
+        private.write_bytes(pem)
+        public.write_bytes(AllocationSigner(pem).public_pem())
+    return private, public
+
+
 def scheduler_argv(cp: ControlPlane, port: int, metrics_port: int, *extra: str) -> list[str]:
     """``hami scheduler`` serving the extender on ``LOOPBACK:port`` and metrics on
-    ``LOOPBACK:metrics_port``, then ``extra`` flags."""
-    return server_argv(cp, "scheduler", port, "--metrics-port", str(metrics_port), *extra)
+    ``LOOPBACK:metrics_port``, signing with ``signing_keys``, then ``extra`` flags."""
+    key = str(signing_keys(cp)[0])
+    return server_argv(
+        cp,
+        "scheduler",
+        port,
+        "--metrics-port",
+        str(metrics_port),
+        "--allocation-signing-key",
+        key,
+        *extra,
+    )
 
 
 def start_webhook(

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from tests.e2e.controlplane import LOOPBACK, free_port
-from tests.e2e.hami_servers import HAMI
+from tests.e2e.hami_servers import HAMI, signing_keys
 
 pytestmark = pytest.mark.e2e
 
@@ -22,6 +22,7 @@ def run_scheduler(control_plane, *args: str) -> subprocess.CompletedProcess[str]
             "scheduler",
             f"--kubeconfig={control_plane.kubeconfig_path}",
             "--no-leader-elect",
+            f"--allocation-signing-key={signing_keys(control_plane)[0]}",
             *args,
         ],
         capture_output=True,
