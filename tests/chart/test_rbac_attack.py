@@ -41,6 +41,8 @@ ALLOWED = {
     ("ClusterRole", "hami-webhook", "mutatingwebhookconfigurations"): {"get", "patch"},
     # its serving certificate: create cannot be narrowed by name (RBAC), the rest is
     ("Role", "hami-webhook-tls", "secrets"): {"create", "get", "patch", "update"},
+    # its allocation-signing key (docs/PROTOCOL.md §4a): made at first start, read by name
+    ("Role", "hami-scheduler-signing", "secrets"): {"create", "get"},
 }
 
 

@@ -25,6 +25,10 @@
 {{- define "hami.webhook" -}}{{ include "hami.fullname" . | trunc 55 }}-webhook{{- end -}}
 {{- define "hami.devicePlugin" -}}{{ include "hami.fullname" . | trunc 48 }}-device-plugin{{- end -}}
 {{- define "hami.config" -}}{{ include "hami.fullname" . | trunc 56 }}-config{{- end -}}
+{{- /* The scheduler's allocation-signing key (made by it at start) and the public keys
+the device plugins mount (docs/PROTOCOL.md §4a). */ -}}
+{{- define "hami.allocationKey" -}}{{ include "hami.fullname" . | trunc 48 }}-allocation-key{{- end -}}
+{{- define "hami.allocationPublicKeys" -}}{{ include "hami.fullname" . | trunc 47 }}-allocation-keys{{- end -}}
 {{- define "hami.webhookSecret" -}}
 {{- if eq .Values.webhook.tls.mode "manual" -}}
 {{- .Values.webhook.tls.manual.secretName -}}

@@ -1,0 +1,71 @@
+"""The chart's allocation signing (docs/PROTOCOL.md §4a): the scheduler alone can read
+the signing key (by name), the device plugins get only the public keys (a ConfigMap
+mounted, optional until the scheduler's first start publishes it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chart.helm import find, render
+
+pytest.importorskip("helm_python", reason="pip install -e '.[dev]' (helm-python-sdk)")
+
+
+def _args(container: dict) -> list[str]:
+    return list(container.get("command") or []) + list(container.get("args") or [])
+
+
+def test_the_scheduler_signs_with_a_key_only_it_reads():
+    objs = render(namespace="gpu")
+    deploy = find(objs, "Deployment", "hami-scheduler")
+    (ext,) = [
+        c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"
+    ]
+    assert "--allocation-signing-key=secret:gpu/hami-allocation-key" in _args(ext)
+    assert "--allocation-public-keys-configmap=gpu/hami-allocation-keys" in _args(ext)
+    role = find(objs, "Role", "hami-scheduler-signing")
+    assert role["metadata"]["namespace"] == "gpu"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["hami-allocation-key"],
+            "verbs": ["get"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["hami-allocation-keys"],
+            "verbs": ["get", "patch"],
+        },
+    ]
+    binding = find(objs, "RoleBinding", "hami-scheduler-signing")
+    assert [s["name"] for s in binding["subjects"]] == ["hami-scheduler"]
+
+
+def test_the_device_plugins_get_the_public_keys_only():
+    objs = render(namespace="gpu")
+    for ds in [
+        o for o in objs if o["kind"] == "DaemonSet" and "device-plugin" in o["metadata"]["name"]
+    ]:
+        spec = ds["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["allocation-keys"]["configMap"] == {
+            "name": "hami-allocation-keys",
+            "optional": True,
+        }
+        assert not any("secret" in v for v in spec["volumes"])
+        (plugin,) = [
+            c for c in spec["containers"] if "--allocation-public-keys=/allocation-keys" in _args(c)
+        ]
+        mount = next(m for m in plugin["volumeMounts"] if m["name"] == "allocation-keys")
+        assert mount == {
+            "name": "allocation-keys",
+            "mountPath": "/allocation-keys",
+            "readOnly": True,
+        }
+    # no role of the device plugin reaches Secrets
+    for role in [o for o in objs if o["kind"] in ("Role", "ClusterRole")]:
+        if "device-plugin" in role["metadata"]["name"]:
+            assert not any("secrets" in r["resources"] for r in role["rules"])
