@@ -14,6 +14,7 @@ allocatable count comes back and new pods are still served.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import subprocess
@@ -34,7 +35,7 @@ from hami_core.protocol import annotations as keys
 from hami_core.protocol import decode_pod_devices
 from tests.deviceplugin import fakenvml
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, free_port
-from tests.e2e.hami_servers import HAMI, scheduler_argv, start_webhook
+from tests.e2e.hami_servers import HAMI, scheduler_argv, signing_keys, start_webhook
 from tests.e2e.hami_stack import MANAGED
 from tests.e2e.kubenode import (
     BUSYBOX_IMAGE,
@@ -241,6 +242,9 @@ def _start_device_plugin(
             "1",
             "--log-level",
             "debug",
+            # serves only what the scheduler signed (PROTOCOL.md §4a)
+            "--allocation-public-keys",
+            str(signing_keys(stack.cp)[1].parent),
             *more,
         ],
         env={
@@ -665,6 +669,81 @@ def test_a_forged_pod_past_the_webhook_gets_no_device_from_the_real_kubelet(stac
     assert "squatter" in stack.plugin_log() or "lock" in pod["status"].get("message", "")
     assert stack.node_lock() is None
     _delete_and_wait(stack, "squatter", namespace=ns)
+
+
+def test_a_forged_or_replayed_signed_allocation_gets_no_device_even_under_the_lock(
+    stack: Stack,
+):
+    """The signature, not the lock, is the trust anchor (PROTOCOL.md §4a; issue 26's
+    attack row). Past the webhook (a namespace it does not select), with the node lock
+    naming the pod (as when a tenant rewrites its own bound pod before kubelet admits
+    it), a pod signed with the tenant's own key and a pod carrying a copy of another
+    pod's signed annotations each reach kubelet, which calls our Allocate: refused, the
+    pod fails admission, its lock is released; the pod the scheduler bound is served."""
+    from hami_core.protocol.lock import encode_lock
+    from hami_core.protocol.signature import AllocationSigner, generate_private_key_pem
+
+    stack.create_gpu_pod("signed-src", gpumem=2000, gpucores=10)
+    ns = f"unsigned-{stack.suffix}"  # not selected by the webhook configuration
+    stack.core.create_namespace({"metadata": {"name": ns}})
+    stack.node.namespaces.add(ns)
+    try:
+        src = stack.wait_running("signed-src")  # the scheduler's own: served
+        assert keys.ALLOCATION_SIGNATURE in src["metadata"]["annotations"]
+        copied = {
+            k: v
+            for k, v in src["metadata"]["annotations"].items()
+            if k.startswith("hami.io/") and k != keys.BIND_PHASE
+        }
+        copied["hami.io/vgpu-devices-to-allocate"] = copied["hami.io/vgpu-devices-allocated"]
+        copied[keys.BIND_PHASE] = "allocating"
+        now = str(int(time.time()))
+        whole = f"{GPUS[0]},NVIDIA,16384,100:;"
+        forged = {
+            "hami.io/vgpu-devices-to-allocate": whole,
+            "hami.io/vgpu-devices-allocated": whole,
+            keys.BIND_PHASE: "allocating",
+            keys.VGPU_NODE: NODE,
+            keys.BIND_TIME: now,
+        }
+        attacker = AllocationSigner(generate_private_key_pem())
+        identity = {"metadata": {"uid": "", "namespace": ns, "name": "self-signed"}}
+        forged[keys.ALLOCATION_SIGNATURE] = attacker.sign(
+            identity, node=NODE, annotations=forged, unsigned=["hami.io/vgpu-devices-to-allocate"]
+        )
+        cases = [
+            ("self-signed", forged, now, f"signed with key {attacker.key_id}"),
+            ("replay", copied, copied[keys.BIND_TIME], "copied from another pod"),
+        ]
+        for name, annotations, stamp, why in cases:
+            lock = encode_lock(dt.datetime.fromtimestamp(int(stamp), dt.UTC), ns, name)
+            stack.core.patch_node(NODE, {"metadata": {"annotations": {keys.NODE_LOCK: lock}}})
+            body = _tenant_pod(name, annotations=annotations, schedulerName="hami-scheduler")
+            body["spec"]["nodeName"] = NODE
+            stack.core.create_namespaced_pod(ns, body)
+
+            def failed(name: str = name) -> dict[str, Any] | None:
+                resp = stack.core.read_namespaced_pod(name, ns, _preload_content=False)
+                pod = json.loads(resp.data)
+                return pod if (pod.get("status") or {}).get("phase") == "Failed" else None
+
+            pod = stack.cp.wait_for(failed, timeout=90, interval=0.5, message=f"{name} Failed")
+            assert pod["status"]["reason"] == "UnexpectedAdmissionError", pod["status"]
+            assert why in stack.plugin_log(), stack.plugin_log()[-3000:]
+            stack.cp.wait_for(
+                lambda: stack.node_lock() is None, timeout=30, message="the lock released"
+            )
+            events = stack.core.list_namespaced_event(
+                ns, field_selector=f"involvedObject.name={name},reason=AllocationRefused"
+            ).items
+            assert events and why in events[0].message
+        # the node is not blocked: the scheduler's next pod is served
+        stack.create_gpu_pod("after", gpumem=1000, gpucores=10)
+        env = stack.env_of(stack.wait_running("after"))
+        assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1000m"
+    finally:
+        _delete_and_wait(stack, "self-signed", "replay", namespace=ns)
+        _delete_and_wait(stack, "signed-src", "after")
 
 
 def test_a_volume_over_the_limits_file_is_denied_and_past_the_webhook_would_cover_it(
