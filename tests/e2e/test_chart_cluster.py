@@ -342,6 +342,12 @@ def test_least_privilege_rbac_as_the_api_server_authorizes_it(cluster: Cluster):
     )
     assert not _can(cluster, sch, "update", "leases", name="other-app", group="coordination.k8s.io")
     assert not _can(cluster, sch, "get", "secrets", name="hami-webhook-tls")
+    # its allocation-signing key (PROTOCOL.md §4a): only that Secret, by name
+    assert _can(cluster, sch, "get", "secrets", name="hami-allocation-key")
+    assert not _can(cluster, sch, "list", "secrets")
+    assert not _can(cluster, sch, "update", "secrets", name="hami-allocation-key")
+    assert _can(cluster, sch, "patch", "configmaps", name="hami-allocation-keys")
+    assert not _can(cluster, sch, "patch", "configmaps", name="hami-config")
     assert not _can(cluster, sch, "delete", "nodes", name="gpu-1", namespace="")
 
     # the device plugin: its node and the pods on it; no Secrets, no deleting, no binding
@@ -352,6 +358,7 @@ def test_least_privilege_rbac_as_the_api_server_authorizes_it(cluster: Cluster):
     assert not _can(cluster, dp, "list", "namespaces", namespace="")
     assert not _can(cluster, dp, "patch", "namespaces", name="default", namespace="")
     assert not _can(cluster, dp, "get", "secrets", name="hami-webhook-tls")
+    assert not _can(cluster, dp, "get", "secrets", name="hami-allocation-key")
     assert not _can(cluster, dp, "delete", "pods", namespace="default")
     assert not _can(cluster, dp, "create", "pods/binding", namespace="default")
     assert not _can(cluster, dp, "update", "nodes/status", name="gpu-1", namespace="")

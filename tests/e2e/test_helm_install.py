@@ -476,8 +476,14 @@ def test_helm_uninstall_leaves_only_what_the_docs_say(release: Release):
     for kind in ("clusterroles", "clusterrolebindings", "mutatingwebhookconfigurations"):
         out = release.kubectl("get", kind, "-o", "name")
         left += [line for line in out.split() if "hami" in line]
-    # README "Uninstall": the auto-TLS Secret the webhook made and kube-scheduler's Lease
-    # stay; everything else of the release is gone. (Service-account objects that
-    # kube-controller-manager makes for every namespace are not the chart's.)
+    # README "Uninstall": the auto-TLS Secret the webhook made, the allocation-signing key
+    # and its public keys the scheduler made, and kube-scheduler's Lease stay; everything
+    # else of the release is gone. (Service-account objects that kube-controller-manager
+    # makes for every namespace are not the chart's.)
     ours = sorted(x for x in left if "default" not in x and "kube-root-ca" not in x)
-    assert ours == ["lease.coordination.k8s.io/hami-scheduler", "secret/hami-webhook-tls"]
+    assert ours == [
+        "configmap/hami-allocation-keys",
+        "lease.coordination.k8s.io/hami-scheduler",
+        "secret/hami-allocation-key",
+        "secret/hami-webhook-tls",
+    ]
