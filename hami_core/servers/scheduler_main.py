@@ -62,9 +62,6 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     opts = opts.resolved()
     check_exposure(opts)
     check_lease_timing(opts)
-    key = opts.allocation_signing_key
-    in_secret = bool(key and key.startswith(SECRET_PREFIX))
-    signer = None if in_secret else signer_from_setting(key, flag=SIGNING_KEY_FLAG)
     manager = BackendManager.from_entry_points(
         disabled=[*disabled_backends(), *opts.disabled_backends()]
     )
@@ -76,6 +73,10 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
             force_overwrite_default_scheduler=opts.force_overwrite_default_scheduler,
         )
     )
+    # the key after the configuration's checks, a file before the API server is reached
+    key = opts.allocation_signing_key
+    in_secret = bool(key and key.startswith(SECRET_PREFIX))
+    signer = None if in_secret else signer_from_setting(key, flag=SIGNING_KEY_FLAG)
     api = make_api_client(opts.kubeconfig)
     if signer is None:
         signer = signer_from_setting(key, flag=SIGNING_KEY_FLAG, api_client=api)

@@ -59,7 +59,8 @@ def commands(backend: str) -> dict[str, list[str]]:
             "--tls-private-key-file",
             "k",
         ],
-        "scheduler": ["scheduler"],
+        # the signing key in a Secret: read through the API server (PROTOCOL.md §4a)
+        "scheduler": ["scheduler", "--allocation-signing-key", "secret:hami/key"],
         "simulate": ["simulate"],
         "device-plugin": ["device-plugin", "--node-name", "n1", "--backend", backend],
         "monitor": ["monitor", "--node-name", "n1"],
