@@ -66,6 +66,10 @@ def run(monkeypatch, capsys, tmp_path):
     def reached(*_, **__):
         raise Reached("reached the API server")
 
+    # HAMi's command line plus our one required setting, given as its environment
+    # variable (the allocation-signing key, PROTOCOL.md §4a): the flags stay HAMi's
+    monkeypatch.setenv("HAMI_ALLOCATION_SIGNING_KEY", "secret:hami-system/hami-allocation-key")
+
     for module in (kube, scheduler_main, webhook_main):
         monkeypatch.setattr(module, "make_api_client", reached)
         real = module.__dict__.get("with_overrides")

@@ -32,6 +32,8 @@ FLAGS_AND_ENV = {
     "--allocate-timeout": "HAMI_ALLOCATE_TIMEOUT",
     "--metrics-port": "HAMI_METRICS_PORT",
     "--metrics-bind-address": "HAMI_METRICS_BIND_ADDRESS",
+    "--allocation-public-keys": "HAMI_ALLOCATION_PUBLIC_KEYS",
+    "--unsigned-allocations": "HAMI_UNSIGNED_ALLOCATIONS",
     "--log-level": "HAMI_LOG_LEVEL",
 }
 
