@@ -9,10 +9,11 @@ All metadata lives in pyproject.toml; this file adds three build steps:
   in a checkout, or ``$HAMI_SHIM_SRC``) into a scratch directory, strips the library
   and copies it to ``hami_nvidia/lib/libvgpu.so`` (of the wheel, or of the source tree
   for an editable install). A missing tool stops the build with one line naming it.
-- ``bdist_wheel`` tags the wheel for the platform it was built on
-  (``py3-none-linux_x86_64``): the library is machine code, so the wheel is not pure.
-  It does not depend on the Python ABI, hence ``py3-none``. Release wheels for
-  ``manylinux`` and aarch64 are described in README.md.
+- ``bdist_wheel`` tags the wheel for the machine the library was compiled for (read
+  from its ELF header, so a cross compiler's ``CC`` gives e.g. ``py3-none-linux_aarch64``
+  on an x86_64 host): the library is machine code, so the wheel is not pure. It does not
+  depend on the Python ABI, hence ``py3-none``. The build backend
+  (``build_backend/manylinux_backend.py``) then retags it ``manylinux`` with auditwheel.
 """
 
 from __future__ import annotations
@@ -128,10 +129,38 @@ class BinaryDistribution(Distribution):
         return True
 
 
+#: ELF e_machine -> the machine part of a ``linux_<machine>`` platform tag (PEP 600's
+#: names; the ELF specification's EM_* numbers). ppc64 is big-endian EM_PPC64.
+ELF_MACHINES = {3: "i686", 62: "x86_64", 183: "aarch64", 22: "s390x", 243: "riscv64"}
+EM_PPC64 = 21
+
+
+def elf_machine(lib: Path) -> str:
+    """The platform-tag machine (``x86_64``, ``aarch64``, ...) a shared library was built
+    for, from its ELF header (e_ident[EI_DATA] gives the byte order of e_machine at
+    offset 18). Raises SystemExit naming the file when it is not an ELF of a known one."""
+    head = lib.read_bytes()[:20]
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[5] not in (1, 2):
+        raise fail(f"{lib} is not an ELF file")
+    little = head[5] == 1
+    number = int.from_bytes(head[18:20], "little" if little else "big")
+    if number == EM_PPC64:
+        return "ppc64le" if little else "ppc64"
+    if number not in ELF_MACHINES:
+        raise fail(f"{lib}: no platform tag for ELF machine {number}")
+    return ELF_MACHINES[number]
+
+
 class PlatformWheel(bdist_wheel):
+    """Tags the wheel ``py3-none-linux_<machine of libvgpu.so>`` (``bdist_wheel`` asks
+    after the build, so the library is there)."""
+
     def get_tag(self) -> tuple[str, str, str]:
-        platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-        return "py3", "none", platform
+        build_lib = Path(self.get_finalized_command("build_py").build_lib)
+        lib = build_lib / "hami_nvidia" / "lib" / "libvgpu.so"
+        if not lib.is_file():  # an editable install asks before it builds: this host
+            return "py3", "none", sysconfig.get_platform().replace("-", "_").replace(".", "_")
+        return "py3", "none", f"linux_{elf_machine(lib)}"
 
 
 setup(

@@ -13,7 +13,11 @@ uint64_t proc_start_time(pid_t pid, char *state)
     char path[64], buf[1024];
     if (state)
         *state = 0;
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    /* The leader thread's own record: the same start time and state as /proc/<pid>/stat.
+     * QEMU user-mode synthesizes /proc/self/stat and /proc/<own pid>/stat (its own
+     * clock, a tick off the kernel's), so a process would record a start time that
+     * no other process sees; it passes this path through from the kernel. */
+    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;

@@ -11,7 +11,31 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM = ROOT / "shim"
-BUILD = SHIM / "build"
+
+
+@dataclass(frozen=True)
+class Cross:
+    """Another machine's build of the shim's tests, run under QEMU user-mode: Debian's
+    cross compiler and C library (``sysroot``) and ``qemu-<machine>-static``, invoked
+    directly with ``-L sysroot`` (no binfmt_misc registration needed)."""
+
+    machine: str
+    cc: str
+    qemu: str
+    sysroot: str
+
+
+CROSS = {
+    "aarch64": Cross(
+        "aarch64", "aarch64-linux-gnu-gcc", "qemu-aarch64-static", "/usr/aarch64-linux-gnu"
+    ),
+}
+#: ``HAMI_SHIM_ARCH=aarch64``: build the stand-ins and programs for that machine and run
+#: every program under QEMU (tests/packaging runs the suite so on the aarch64 wheel's
+#: library, named by ``HAMI_SHIM_LIB``); unset: this machine, natively.
+ARCH = os.environ.get("HAMI_SHIM_ARCH", "")
+TARGET = CROSS[ARCH] if ARCH else None
+BUILD = SHIM / (f"build-{ARCH}" if ARCH else "build")
 READER = ROOT / "backends" / "hami-nvidia" / "hami_nvidia" / "shared_region.py"
 
 GPU0 = "GPU-00000000-1111-2222-3333-000000000000"
@@ -29,9 +53,15 @@ class Build:
     lib: Path
     stubs: Path
     programs: Path
+    #: what runs a program of this build: nothing natively, QEMU for a cross build
+    runner: tuple[str, ...] = ()
 
     def program(self, name: str) -> str:
         return str(self.programs / name)
+
+    def command(self, name: str, *args: str) -> list[str]:
+        """The argv that runs test program ``name`` (under QEMU for a cross build)."""
+        return [*self.runner, self.program(name), *args]
 
 
 class Shim:
@@ -79,7 +109,7 @@ class Shim:
         check: bool = True,
     ) -> subprocess.CompletedProcess:
         proc = subprocess.run(
-            [self.build.program(program), *args],
+            self.build.command(program, *args),
             env=env or self.env(),
             capture_output=True,
             text=True,
@@ -109,7 +139,7 @@ class Shim:
         self, program: str, *args: str, env: dict[str, str] | None = None
     ) -> subprocess.Popen:
         return subprocess.Popen(
-            [self.build.program(program), *args],
+            self.build.command(program, *args),
             env=env or self.env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

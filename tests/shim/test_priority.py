@@ -60,7 +60,7 @@ def container(build, tmp: Path, name: str, board: Path, beat: Path, **env: str) 
 def probe(shim_env: dict, build, seconds: float, report_ms: int = 0, stop: Path | None = None):
     import subprocess
 
-    args = [build.program("throttle_probe"), "--seconds", str(seconds), "--warmup", "0"]
+    args = build.command("throttle_probe", "--seconds", str(seconds), "--warmup", "0")
     args += ["--grid", "264"]
     if report_ms:
         args += ["--report-ms", str(report_ms)]
