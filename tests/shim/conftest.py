@@ -63,10 +63,11 @@ def build() -> Build:
     """Builds libvgpu.so, the stand-in drivers and the test programs (once), for this
     machine or, with HAMI_SHIM_ARCH, with that machine's cross compiler; HAMI_SHIM_LIB
     names a libvgpu.so to test instead of the one built (a wheel's)."""
-    cc = [f"CC={TARGET.cc}"] if TARGET else []
+    make = ["make", "-C", str(SHIM), f"BUILD={BUILD}", f"-j{os.cpu_count() or 2}"]
+    if TARGET:
+        make.append(f"CC={TARGET.cc}")
     proc = subprocess.run(
-        ["make", "-C", str(SHIM), f"BUILD={BUILD}", *cc, f"-j{os.cpu_count() or 2}"]
-        + ["all", "test-bins"],
+        [*make, "all", "test-bins"],
         capture_output=True,
         text=True,
     )

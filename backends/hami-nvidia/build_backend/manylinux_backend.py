@@ -60,9 +60,9 @@ def build_wheel(
 def repair(wheel: Path, out: Path) -> str:
     """``auditwheel repair`` of ``wheel`` into ``out``, grafting nothing; the new name."""
     fixed = Path(tempfile.mkdtemp(prefix="hami-nvidia-repaired-", dir=wheel.parent))
+    argv = ["repair", "--patcher", "none", "-w", str(fixed), str(wheel)]
     proc = subprocess.run(
-        [sys.executable, "-m", "auditwheel", "repair", "--patcher", "none"]
-        + ["-w", str(fixed), str(wheel)],
+        [sys.executable, "-m", "auditwheel", *argv],
         capture_output=True,
         text=True,
     )
