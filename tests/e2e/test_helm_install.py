@@ -1,4 +1,5 @@
-"""charts/hami installed for real: real Helm (helm-python-sdk) onto a real control plane
+"""charts/hami installed for real: its packaged archive (``helm package``), with real Helm
+(helm-python-sdk), onto a real control plane
 (etcd, kube-apiserver, kube-controller-manager, a default kube-scheduler) and a real
 node (kubelet 1.20 + containerd + runc), with the chart's own pods running from the
 hami image built by scripts/build-image.py and kube-scheduler 1.20.2 in its own image.
@@ -81,6 +82,7 @@ class Release:
         self.webhook_port = free_port()
         self.namespace = f"gpu-{uuid.uuid4().hex[:6]}"
         self.values: dict[str, Any] = {}
+        self.archive = CHART  # the packaged chart once made (the fixture)
 
     # -- values a no-kube-proxy cluster's user would set ----------------------------------
 
@@ -275,10 +277,14 @@ def release(kube_bin_dir: Path, hami_image: Path) -> Iterator[Release]:
             timeout=60,
         )
         t0 = time.monotonic()
+        # As users get it: the packaged chart (`helm package`; tests/chart/test_package.py
+        # lints it and indexes it as a chart repository).
+        rel.archive = Path(helm_python.package(CHART, destination=work))
         installed = rel.helm.install(
-            CHART, RELEASE, rel.make_values(), namespace=NAMESPACE, timeout=300
+            rel.archive, RELEASE, rel.make_values(), namespace=NAMESPACE, timeout=300
         )
         assert installed["status"] == "deployed", installed
+        assert (installed["chart_name"], installed["chart_version"]) == ("hami", "0.1.0")
         rel.wait(lambda: len(rel.ready_pods("scheduler")) == 2, "2 scheduler pods ready")
         rel.wait(lambda: rel.ready_pods("webhook"), "the webhook pod ready")
         rel.wait(
@@ -439,7 +445,9 @@ def test_two_scheduler_replicas_never_fail_a_bind_for_leadership(release: Releas
 def test_helm_upgrade_changes_the_split_count(release: Release):
     values = json.loads(json.dumps(release.values))
     values["devicePlugin"]["deviceSplitCount"] = 4
-    upgraded = release.helm.upgrade(CHART, RELEASE, values, namespace=NAMESPACE, timeout=300)
+    upgraded = release.helm.upgrade(
+        release.archive, RELEASE, values, namespace=NAMESPACE, timeout=300
+    )
     assert upgraded["status"] == "deployed" and upgraded["revision"] == 2
     # the DaemonSet rolls (its config checksum changed) and the node offers 2 x 4
     release.wait(
