@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 BACKENDS := $(wildcard backends/hami-*)
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-packaging lint typecheck layers pytest install clean prometheus dashboards bench bench-quick
+.PHONY: demo test test-fast test-packaging lint typecheck layers pytest install clean prometheus dashboards bench bench-quick chart-repo cross
 
 # A new venv's setuptools is too old for the backends' build-system (>=77): the shim and
 # packaging tests build them without isolation, so upgrade it with pip.
@@ -59,8 +59,10 @@ bench-quick: $(STAMP)
 test-fast: lint typecheck layers
 	$(BIN)/python -m pytest -m "not e2e and not packaging"
 
-# Build every sdist and wheel, install them into fresh venvs as users do (part of
-# `make test`; needs the package index or pip's cache).
+# Build every sdist and wheel (hami-nvidia's also for aarch64, its library tested under
+# QEMU), serve them from a local PEP 503 index and install them by name into fresh venvs
+# as users do (part of `make test`; needs the package index or pip's cache, and installs
+# the cross compiler and QEMU once: scripts/cross-install.sh).
 test-packaging: $(STAMP)
 	$(BIN)/python -m pytest -m packaging
 
@@ -68,6 +70,16 @@ test-packaging: $(STAMP)
 # the test fixtures run the same script when they are missing.
 prometheus:
 	scripts/prometheus-install.sh
+
+# The aarch64 cross compiler and QEMU user-mode (Debian's packages) for the aarch64
+# wheel and the shim's tests under QEMU; the test fixtures run the same script.
+cross:
+	scripts/cross-install.sh
+
+# The chart as a chart repository serves it: dist/charts/hami-<version>.tgz (linted with
+# every example) and dist/charts/index.yaml.
+chart-repo: $(STAMP)
+	$(BIN)/python scripts/package-chart.py --out dist/charts
 
 # Regenerate the chart's Grafana dashboards from scripts/gen-dashboards.py.
 dashboards: $(STAMP)

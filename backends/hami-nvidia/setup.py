@@ -9,6 +9,8 @@ All metadata lives in pyproject.toml; this file adds three build steps:
   in a checkout, or ``$HAMI_SHIM_SRC``) into a scratch directory, strips the library
   and copies it to ``hami_nvidia/lib/libvgpu.so`` (of the wheel, or of the source tree
   for an editable install). A missing tool stops the build with one line naming it.
+  ``CC`` picks the compiler (``CC=aarch64-linux-gnu-gcc`` cross-builds for aarch64)
+  and ``STRIP`` the strip, by default the compiler's own (``aarch64-linux-gnu-strip``).
 - ``bdist_wheel`` tags the wheel for the machine the library was compiled for (read
   from its ELF header, so a cross compiler's ``CC`` gives e.g. ``py3-none-linux_aarch64``
   on an x86_64 host): the library is machine code, so the wheel is not pure. It does not
@@ -53,6 +55,16 @@ def fail(message: str) -> SystemExit:
     return SystemExit(f"error: hami-nvidia: {message}")
 
 
+def cross_tool(cc: str, tool: str) -> str:
+    """``tool`` of the same toolchain as ``cc``: ``aarch64-linux-gnu-strip`` for
+    ``aarch64-linux-gnu-gcc`` (Debian's cross compilers), else plain ``tool``."""
+    name = Path(cc.split()[0]).name
+    for driver in ("gcc", "clang", "cc"):
+        if name.endswith(f"-{driver}"):
+            return name.removesuffix(driver) + tool
+    return tool
+
+
 def build_shim() -> Path:
     """Run ``make all`` in a scratch build dir; return the stripped library's path."""
     src = shim_sources()
@@ -83,7 +95,7 @@ def build_shim() -> Path:
                 raise fail(said[0].removeprefix("error: "))
             raise fail(f"building libvgpu.so failed:\n{proc.stdout}\n{proc.stderr}")
         lib = out / "libvgpu.so"
-        strip = os.environ.get("STRIP", "strip")
+        strip = os.environ.get("STRIP") or cross_tool(cc, "strip")
         if shutil.which(strip) is not None:  # binutils comes with the compiler
             subprocess.run([strip, "--strip-unneeded", str(lib)], check=True)
         final = Path(tempfile.mkdtemp(prefix="hami-shim-lib-")) / "libvgpu.so"

@@ -11,16 +11,21 @@ through pip's cache.
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
+
+from . import simple_index
 
 REPO = Path(__file__).resolve().parents[2]
 BACKENDS = sorted(p for p in (REPO / "backends").glob("hami-*") if (p / "pyproject.toml").is_file())
@@ -42,39 +47,93 @@ def backend_entry_points(project: Path) -> list[str]:
     return sorted(data["project"].get("entry-points", {}).get("hami.backends", {}))
 
 
+#: The other machine hami-nvidia's wheel is cross-built for (Debian's cross compiler,
+#: installed by scripts/cross-install.sh), when this one is x86_64.
+CROSS_MACHINE = "aarch64" if platform.machine() == "x86_64" else None
+CROSS_CC = {"aarch64": "aarch64-linux-gnu-gcc"}
+
+
 @attrs.frozen
 class Dists:
-    """The built distributions: ``sdist[name]`` and ``wheel[name]`` are file paths."""
+    """The built distributions, all in ``root``: ``sdist[name]`` and ``wheel[name]`` (for
+    this machine) are file paths; ``cross[machine]`` is hami-nvidia's wheel for another
+    machine, cross-built from its sdist."""
 
     root: Path
     sdist: dict[str, Path]
     wheel: dict[str, Path]
+    cross: dict[str, Path]
 
 
-def _build(project: Path, out: Path) -> subprocess.CompletedProcess[str]:
+def _run_build(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(project)],
+        [sys.executable, "-m", "build", *args],
         capture_output=True,
         text=True,
         timeout=900,
+        env={**os.environ, **(env or {})},
     )
+
+
+def _build(project: Path, out: Path) -> list[subprocess.CompletedProcess[str]]:
+    """``python -m build`` of ``project`` (its sdist, then the wheel from the sdist); for
+    hami-nvidia also the cross wheel, from that sdist."""
+    done = [_run_build("--outdir", str(out), str(project))]
+    if project_name(project) == "hami-nvidia" and CROSS_MACHINE and done[0].returncode == 0:
+        (sdist,) = out.glob("hami_nvidia-*.tar.gz")
+        cc = {"CC": CROSS_CC[CROSS_MACHINE]}
+        done.append(_run_build("--wheel", "--outdir", str(out / "cross"), str(sdist), env=cc))
+    return done
 
 
 @pytest.fixture(scope="session")
 def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
     out = tmp_path_factory.mktemp("dist")
+    if CROSS_MACHINE:
+        tools = subprocess.run([REPO / "scripts" / "cross-install.sh"], capture_output=True)
+        assert tools.returncode == 0, tools.stderr.decode(errors="replace")
     projects = [REPO, *BACKENDS]
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = list(pool.map(lambda p: (p, _build(p, out)), projects))
-    for project, proc in results:
-        assert proc.returncode == 0, f"building {project} failed:\n{proc.stdout}\n{proc.stderr}"
-    sdist, wheel = {}, {}
+    for project, procs in results:
+        for proc in procs:
+            assert proc.returncode == 0, f"building {project} failed:\n{proc.stdout}\n{proc.stderr}"
+    sdist, wheel, cross = {}, {}, {}
     for project in projects:
         name = project_name(project)
         stem = name.replace("-", "_")
         (sdist[name],) = out.glob(f"{stem}-*.tar.gz")
         (wheel[name],) = out.glob(f"{stem}-*.whl")
-    return Dists(root=out, sdist=sdist, wheel=wheel)
+    if CROSS_MACHINE:
+        (made,) = (out / "cross").glob("hami_nvidia-*.whl")
+        cross[CROSS_MACHINE] = made.rename(out / made.name)
+    return Dists(root=out, sdist=sdist, wheel=wheel, cross=cross)
+
+
+@attrs.frozen
+class Index:
+    """The built distributions as a package index serves them (simple_index):
+    ``url`` is the PEP 503 index (``http://127.0.0.1:<port>/simple/``), ``files`` the
+    file names listed per normalized project name."""
+
+    url: str
+    files: dict[str, list[str]]
+
+    @property
+    def files_url(self) -> str:
+        """Where the index's links point (``http://127.0.0.1:<port>/files/``)."""
+        return self.url.removesuffix("simple/") + "files/"
+
+
+@pytest.fixture(scope="session")
+def index(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
+    """Every built sdist and wheel (the cross-built one too) in a local simple index,
+    served over HTTP for the session."""
+    root = tmp_path_factory.mktemp("index")
+    built = sorted([*dists.root.glob("*.whl"), *dists.root.glob("*.tar.gz")])
+    files = simple_index.write(built, root)
+    with simple_index.serve(root) as url:
+        yield Index(url=url, files=files)
 
 
 @attrs.frozen
@@ -119,6 +178,14 @@ class Venv:
             timeout=timeout,
         )
         assert proc.returncode == 0, f"pip install {args} failed:\n{proc.stdout}\n{proc.stderr}"
+
+    def install_by_name(self, index: Index, *requirements: str) -> list[dict[str, Any]]:
+        """``pip install`` of ``requirements`` by name: ours from ``index`` (an extra
+        index, pip's configured one still serving third-party dependencies). Returns
+        what pip installed (its installation report's ``install`` items)."""
+        report = self.cwd / "pip-report.json"
+        self.install("--extra-index-url", index.url, "--report", report, *requirements)
+        return list(json.loads(report.read_text())["install"])
 
     def run(self, *args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

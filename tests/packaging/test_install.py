@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import tarfile
 import textwrap
 import zipfile
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from .conftest import REPO, Dists, Venv
+from .conftest import REPO, Dists, Index, Venv
 
 #: ELF e_machine of each machine platform.machine() names (the ELF specification's
 #: EM_* constants, as pyelftools spells them).
@@ -50,9 +51,15 @@ def simulate_summary(venv: Venv, *args: str) -> dict[str, object]:
     return json.loads(proc.stdout)
 
 
-def test_core_and_nvidia_from_their_sdists(dists: Dists, make_venv) -> None:
+def test_core_and_nvidia_from_their_sdists(dists: Dists, index: Index, make_venv) -> None:
+    # By name from the index, as pip does where no wheel fits (an older C library).
     venv: Venv = make_venv()
-    venv.install(dists.sdist["hami-core"], dists.sdist["hami-nvidia"])
+    installed = venv.install_by_name(
+        index, "--no-binary", "hami-core,hami-nvidia", "hami-core", "hami-nvidia"
+    )
+    ours = {i["metadata"]["name"]: i["download_info"]["url"] for i in installed}
+    assert ours["hami-core"] == index.files_url + dists.sdist["hami-core"].name
+    assert ours["hami-nvidia"] == index.files_url + dists.sdist["hami-nvidia"].name
     assert_installed_not_from_the_repository(venv, "hami_core", "hami_nvidia")
 
     backends = json.loads(venv.hami("backends", "-o", "json").stdout)
@@ -78,11 +85,14 @@ def test_core_and_nvidia_from_their_sdists(dists: Dists, make_venv) -> None:
         sections = {s.name for s in elf.iter_sections()}
     assert ".symtab" not in sections and not any(s.startswith(".debug") for s in sections)
 
-    # The wheel pip built and installed is a platform wheel, and carries the licence.
+    # The wheel pip built and installed is a manylinux wheel (the build backend's
+    # auditwheel repair), the same tag as the built one, and carries the licence.
     (dist_info,) = site.glob("hami_nvidia-*.dist-info")
     wheel_meta = (dist_info / "WHEEL").read_text()
     assert "Root-Is-Purelib: false" in wheel_meta
-    assert f"Tag: py3-none-linux_{platform.machine()}" in wheel_meta
+    tag = dists.wheel["hami-nvidia"].name.removesuffix(".whl").split("-", 2)[2]
+    assert re.fullmatch(rf"py3-none-manylinux_2_\d+_{platform.machine()}", tag), tag
+    assert f"Tag: {tag}\n" in wheel_meta
     for name in ("hami_core", "hami_nvidia"):
         (info,) = site.glob(f"{name}-*.dist-info")
         assert (
@@ -94,7 +104,7 @@ def test_core_and_nvidia_from_their_sdists(dists: Dists, make_venv) -> None:
 
 def test_the_nvidia_distributions_as_built(dists: Dists) -> None:
     wheel = dists.wheel["hami-nvidia"]
-    assert wheel.name.endswith(f"-py3-none-linux_{platform.machine()}.whl"), wheel.name
+    assert re.search(rf"-py3-none-manylinux_2_\d+_{platform.machine()}\.whl$", wheel.name), wheel
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         assert "hami_nvidia/lib/libvgpu.so" in names and "hami_nvidia/py.typed" in names
@@ -107,6 +117,8 @@ def test_the_nvidia_distributions_as_built(dists: Dists) -> None:
     for src in [REPO / "shim" / "Makefile", *sorted((REPO / "shim" / "src").iterdir())]:
         assert f"{top}/shim/{src.relative_to(REPO / 'shim')}" in names, src
     assert f"{top}/LICENSE" in names and f"{top}/README.md" in names
+    # and the build backend that repairs the wheel it builds
+    assert f"{top}/build_backend/manylinux_backend.py" in names
     assert not any("/lib/libvgpu.so" in n for n in names)  # sources, not a stale binary
 
 

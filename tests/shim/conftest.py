@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from .support import BUILD, READER, SHIM, TARGET, Build, Shim
+from .support import BUILD, READER, ROOT, SHIM, TARGET, Build, Shim
 
 #: What a cross build (HAMI_SHIM_ARCH) cannot run, by test module or test: this host's
 #: Python, pip and compiler with the other machine's library, the build's own checks
@@ -65,6 +65,9 @@ def build() -> Build:
     names a libvgpu.so to test instead of the one built (a wheel's)."""
     make = ["make", "-C", str(SHIM), f"BUILD={BUILD}", f"-j{os.cpu_count() or 2}"]
     if TARGET:
+        tools = subprocess.run([ROOT / "scripts" / "cross-install.sh"], capture_output=True)
+        if tools.returncode != 0:
+            pytest.fail(tools.stderr.decode(errors="replace"), pytrace=False)
         make.append(f"CC={TARGET.cc}")
     proc = subprocess.run(
         [*make, "all", "test-bins"],

@@ -17,6 +17,7 @@ Editable installs and sdists are setuptools' own (nothing to repair).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -29,7 +30,7 @@ from typing import Any
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import *  # noqa: F403  (every other hook, unchanged)
 
-#: auditwheel 6.8 has ``--patcher none`` (repair without patchelf).
+#: auditwheel 6.8: ``show --json`` and ``repair --patcher none`` (no patchelf needed).
 REQUIRES = ["auditwheel>=6.8"]
 
 
@@ -57,27 +58,55 @@ def build_wheel(
         return repair(Path(tmp) / name, Path(wheel_directory))
 
 
+def _auditwheel(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "auditwheel", *args], capture_output=True, text=True
+    )
+
+
+def _said(proc: subprocess.CompletedProcess[str]) -> str:
+    """auditwheel's own last word: its error line, else its last line of output."""
+    lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+    return next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "")
+
+
+def refusal(wheel: Path, reason: str) -> SystemExit:
+    return SystemExit(
+        f"error: hami-nvidia: auditwheel cannot retag {wheel.name} manylinux: {reason} "
+        "(HAMI_NVIDIA_REPAIR=0 builds a linux_<machine> wheel for this machine only)"
+    )
+
+
 def repair(wheel: Path, out: Path) -> str:
-    """``auditwheel repair`` of ``wheel`` into ``out``, grafting nothing; the new name."""
+    """Retag ``wheel`` for the oldest policy its libraries allow as they are, into
+    ``out``; the new file name. ``auditwheel show --json`` gives the policy (its
+    ``overall_tag``: still ``linux_*`` when a library would have to be grafted or a
+    symbol version is newer than every policy), ``auditwheel repair --plat`` writes it."""
+    shown = _auditwheel("show", "--json", str(wheel))
+    try:
+        audit = json.loads(shown.stdout)
+    except ValueError:
+        raise refusal(wheel, _said(shown)) from None
+    tag = str(audit["overall_tag"])
+    if tag.startswith("linux_"):
+        beyond = sorted(audit.get("external_libs") or {})
+        raise refusal(
+            wheel,
+            f"it needs libraries beyond every policy: {', '.join(beyond)}"
+            if beyond
+            else f"no policy allows its symbol versions {audit.get('versioned_symbols')}",
+        )
     fixed = Path(tempfile.mkdtemp(prefix="hami-nvidia-repaired-", dir=wheel.parent))
-    argv = ["repair", "--patcher", "none", "-w", str(fixed), str(wheel)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "auditwheel", *argv],
-        capture_output=True,
-        text=True,
+    repaired = _auditwheel(
+        "repair", "--patcher", "none", "--plat", tag, "-w", str(fixed), str(wheel)
     )
     made = list(fixed.glob("*.whl"))
-    if proc.returncode != 0 or len(made) != 1:
-        said = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
-        reason = next((ln for ln in said if "error" in ln.lower()), said[-1] if said else "")
-        raise SystemExit(
-            f"error: hami-nvidia: auditwheel cannot retag {wheel.name} manylinux: {reason} "
-            "(HAMI_NVIDIA_REPAIR=0 builds a linux_<machine> wheel for this machine only)"
-        )
+    if repaired.returncode != 0 or len(made) != 1:
+        raise refusal(wheel, _said(repaired))
     (result,) = made
     with zipfile.ZipFile(result) as zf:
-        grafted = [n for n in zf.namelist() if n.startswith("hami_nvidia.libs/")]
-    if grafted:  # --patcher none should have refused; never ship a grafted library
-        raise SystemExit(f"error: hami-nvidia: auditwheel grafted {grafted} into the wheel")
+        grafted = [n for n in zf.namelist() if ".libs/" in n]
+    if grafted:  # --patcher none cannot graft; never ship a copied library
+        raise refusal(wheel, f"it grafted {grafted}")
     shutil.move(str(result), out / result.name)
     return result.name
