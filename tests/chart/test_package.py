@@ -102,6 +102,8 @@ def test_the_repository_index_names_the_archive_with_its_digest(repo: Path) -> N
 def test_an_archive_that_does_not_lint_is_not_published(tmp_path: Path) -> None:
     chart = tmp_path / "hami"
     shutil.copytree(CHART, chart)
+    for other in (chart / "examples").glob("*.yaml"):  # one lint is enough here
+        other.unlink()
     (chart / "examples" / "default.yaml").write_text("scheduler:\n  replicaz: 2\n")
     out = tmp_path / "out"
     proc = run_script("--out", out, "--chart", chart)

@@ -36,6 +36,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.packaging)
+            # the first test's setup builds every distribution (and the aarch64 wheel)
+            item.add_marker(pytest.mark.timeout(1500))
 
 
 def project_name(project: Path) -> str:
