@@ -81,7 +81,7 @@ def repair(wheel: Path, out: Path) -> str:
     """Retag ``wheel`` for the oldest policy its libraries allow as they are, into
     ``out``; the new file name. ``auditwheel show --json`` gives the policy (its
     ``overall_tag``: still ``linux_*`` when a library would have to be grafted or a
-    symbol version is newer than every policy), ``auditwheel repair --plat`` writes it."""
+    symbol version is newer than every policy), ``auditwheel repair`` writes it."""
     shown = _auditwheel("show", "--json", str(wheel))
     try:
         audit = json.loads(shown.stdout)
@@ -97,12 +97,14 @@ def repair(wheel: Path, out: Path) -> str:
             else f"no policy allows its symbol versions {audit.get('versioned_symbols')}",
         )
     fixed = Path(tempfile.mkdtemp(prefix="hami-nvidia-repaired-", dir=wheel.parent))
-    repaired = _auditwheel(
-        "repair", "--patcher", "none", "--plat", tag, "-w", str(fixed), str(wheel)
-    )
+    # --plat stays "auto" (the tag just shown): its named choices are only this
+    # machine's, and a cross-built wheel is another machine's
+    repaired = _auditwheel("repair", "--patcher", "none", "-w", str(fixed), str(wheel))
     made = list(fixed.glob("*.whl"))
     if repaired.returncode != 0 or len(made) != 1:
         raise refusal(wheel, _said(repaired))
+    if tag not in made[0].name.removesuffix(".whl").split("-")[-1].split("."):
+        raise refusal(wheel, f"repair wrote {made[0].name}, show said {tag}")
     (result,) = made
     with zipfile.ZipFile(result) as zf:
         grafted = [n for n in zf.namelist() if ".libs/" in n]
