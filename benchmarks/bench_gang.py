@@ -2,9 +2,10 @@
 all its members bound (issue 27's figure: p99 <= 3 s for 16 members at 500 nodes).
 
 Everything is real but the kubelets, as in ``bench_pipeline.py`` (whose control plane,
-webhook, ``hami scheduler``, allocator and fake nodes this reuses): etcd +
+webhook, ``hami scheduler``, stand-in kubelets and fake nodes this reuses): etcd +
 kube-apiserver, ``hami webhook``, ``hami scheduler`` as kube-scheduler 1.20's extender
-(filter / prioritize / bind), and the device plugin's writes after each bind.
+(filter / prioritize / bind), and the stand-in kubelets whose device plugins allocate
+each bound pod (nodes without the PodResources claim: every bind takes HAMi's lock).
 
 Per trial: 15 members of a group (``scheduling.x-k8s.io/pod-group``, minMember 16,
 2 GPUs each) are created and kube-scheduler tries each once (the extender refuses them,
@@ -22,6 +23,7 @@ import argparse
 import contextlib
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pipeline import (
     HAMI_NS,
     MANAGED,
-    Allocator,
+    StandIn,
     add_nodes,
     clear,
     create_pods,
@@ -41,6 +43,8 @@ from bench_pipeline import (
 from kubernetes import client as k8s
 
 from tests.e2e.controlplane import ControlPlane, find_kube_binaries
+from tests.e2e.hami_servers import start_webhook
+from tests.standin_kubelet import DEFAULT_ADMISSION_DELAY_S
 
 MEMBERS = 16
 TARGET_S = 3.0
@@ -102,12 +106,13 @@ def main() -> None:
     size = 100 if args.quick else 500
     trials = args.trials or (3 if args.quick else 10)
     times: list[float] = []
-    with ControlPlane(find_kube_binaries(), ready_timeout=180) as cp:
+    with (
+        ControlPlane(find_kube_binaries(), ready_timeout=180) as cp,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         assert cp.workdir is not None
         core = k8s.CoreV1Api(cp.api_client())
         core.create_namespace({"metadata": {"name": HAMI_NS, "labels": {"hami-bench": "on"}}})
-        from tests.e2e.hami_servers import start_webhook
-
         start_webhook(
             cp,
             config_name="hami-bench",
@@ -116,9 +121,9 @@ def main() -> None:
             extra=("--threads", "8"),
         )
         url, hami = start_hami(cp, cp.workdir)
-        allocator = Allocator(cp)
+        standin = StandIn(cp, Path(tmp), DEFAULT_ADMISSION_DELAY_S, None)
         try:
-            add_nodes(cp, 0, size)
+            add_nodes(cp, 0, size, claims=False)
             cp.start_scheduler(extender_url=url, managed_resources=MANAGED, http_timeout="30s")
             for n in range(trials):
                 seconds = trial(core, n)
@@ -126,7 +131,7 @@ def main() -> None:
                 print(f"  group {n}: {MEMBERS} members bound {seconds:.2f} s after the last")
                 clear(core, HAMI_NS)
         finally:
-            allocator.stop()
+            standin.stop()
             hami.terminate()
             with contextlib.suppress(Exception):
                 hami.wait(10)

@@ -319,6 +319,24 @@ class SchedulerOptions:
         why="kube-scheduler writes its own (zero-victim) nomination right after the "
         "filter's answer; ours must land after it.",
     )
+    gang_timeout_s: float = setting(
+        60.0,
+        flag="--gang-timeout",
+        unit="seconds",
+        min=1,
+        max=3600,
+        help="How long a gang group's reservation holds its members' slices before it is "
+        "let go (docs/preemption-and-gangs.md).",
+        why="a group whose members never bind must not keep other pods' room: the "
+        "reservation is bounded.",
+    )
+    gang_max_members: int = setting(
+        256,
+        min=1,
+        max=10000,
+        help="The largest hami.io/gang-min-member a gang group may state.",
+        why="the annotation is the pod author's: an unbounded minimum is refused.",
+    )
     handshake_period_s: float = setting(
         30.0,
         flag="--handshake-period",

@@ -26,6 +26,7 @@ from hami_core.facts.policy import device_policy_option, node_policy_option
 from hami_core.plugin import BackendManager
 from hami_core.plugin.manager import disabled_backends
 from hami_core.protocol.config import load_config, with_overrides
+from hami_core.scheduling.gangs import GangOptions
 from hami_core.scheduling.preemptor import Preemptor
 from hami_core.scheduling.scheduler import Scheduler
 
@@ -104,6 +105,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         else None,
         lock_wait_s=opts.bind_lock_wait_s,
         node_selector=opts.node_label_selector,
+        gang=GangOptions(timeout_s=opts.gang_timeout_s, max_members=opts.gang_max_members),
     )
     scheduler.binder.signer = signer
     elector: LeaderElector | None = None
