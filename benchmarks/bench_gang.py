@@ -14,7 +14,7 @@ to 60 s unless something wakes them); then the 16th member is created and the cl
 from its creation until all 16 are bound: the group is placed at the 16th member's
 filter, and the others are woken by the scheduler's ``hami.io/gang-placed`` write.
 
-    .venv/bin/python benchmarks/bench_gang.py [--quick] [--trials N]
+    .venv/bin/python benchmarks/bench_gang.py [--quick] [--trials N] [--trust off|all]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pipeline import (
     HAMI_NS,
     MANAGED,
+    TRUST,
     StandIn,
     add_nodes,
     clear,
@@ -90,11 +91,20 @@ def trial(core: k8s.CoreV1Api, n: int) -> float:
     assert not any((p.get("spec") or {}).get("nodeName") for p in pods(core))
     t0 = time.monotonic()
     core.create_namespaced_pod(HAMI_NS, member(n, MEMBERS - 1))
-    wait(
-        lambda: sum(bool((p.get("spec") or {}).get("nodeName")) for p in pods(core)) >= MEMBERS,
-        120,
-        "all members bound",
-    )
+    try:
+        wait(
+            lambda: sum(bool((p.get("spec") or {}).get("nodeName")) for p in pods(core)) >= MEMBERS,
+            120,
+            "all members bound",
+        )
+    except TimeoutError:
+        bound = sum(bool((p.get("spec") or {}).get("nodeName")) for p in pods(core))
+        print(f"  group {n}: {bound} of {MEMBERS} bound; the last member's events:", flush=True)
+        for e in core.list_namespaced_event(
+            HAMI_NS, field_selector=f"involvedObject.name=g{n}-m{MEMBERS - 1:02}"
+        ).items:
+            print(f"    {e.reason}: {e.message[:300]}", flush=True)
+        raise
     return time.monotonic() - t0
 
 
@@ -102,6 +112,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="100 nodes, 3 trials")
     ap.add_argument("--trials", type=int, default=0, help="groups placed (default 10; quick 3)")
+    ap.add_argument(
+        "--trust",
+        choices=sorted(TRUST),
+        default="off",
+        help="as bench_pipeline's: off, every bind takes HAMi's node lock (members on one "
+        "node bind one after another's Allocate); all, nodes claim PodResources, no lock",
+    )
     args = ap.parse_args()
     size = 100 if args.quick else 500
     trials = args.trials or (3 if args.quick else 10)
@@ -121,14 +138,17 @@ def main() -> None:
             extra=("--threads", "8"),
         )
         url, hami = start_hami(cp, cp.workdir)
-        standin = StandIn(cp, Path(tmp), DEFAULT_ADMISSION_DELAY_S, None)
+        standin = StandIn(cp, Path(tmp), DEFAULT_ADMISSION_DELAY_S, TRUST[args.trust])
         try:
-            add_nodes(cp, 0, size, claims=False)
+            add_nodes(cp, 0, size, claims=TRUST[args.trust] is not None)
             cp.start_scheduler(extender_url=url, managed_resources=MANAGED, http_timeout="30s")
             for n in range(trials):
                 seconds = trial(core, n)
                 times.append(seconds)
-                print(f"  group {n}: {MEMBERS} members bound {seconds:.2f} s after the last")
+                print(
+                    f"  group {n}: {MEMBERS} members bound {seconds:.2f} s after the last",
+                    flush=True,
+                )
                 clear(core, HAMI_NS)
         finally:
             standin.stop()
@@ -137,7 +157,9 @@ def main() -> None:
                 hami.wait(10)
     ordered = sorted(times)
     p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-    print("real kube-apiserver + kube-scheduler 1.20 + hami; fake nodes x 8 GPUs")
+    print(
+        f"real kube-apiserver + kube-scheduler 1.20 + hami; fake nodes x 8 GPUs; trust {args.trust}"
+    )
     print(f"{'nodes':>6} {'members':>8} {'groups':>7} {'median s':>9} {'p99 s':>6}")
     print(f"{size:>6} {MEMBERS:>8} {len(times):>7} {ordered[len(ordered) // 2]:>9.2f} {p99:>6.2f}")
     print(

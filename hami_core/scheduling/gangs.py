@@ -397,7 +397,11 @@ class Gangs:
         self, pod: Mapping[str, Any], mine: Reservation, names: Sequence[str]
     ) -> FilterResult:
         """The reserved member's answer: its node (re-fitted, its own hold left out),
-        every other node failed."""
+        every other node failed. kube-scheduler 1.20 passes a rotating window of the
+        nodes (``percentageOfNodesToScore``): when the window misses the reserved node,
+        the reservation moves to the best node of the window that fits, else stays."""
+        if mine.node not in names and names:
+            self._move(pod, mine, names)
         result = self.judge(pod, [mine.node] if mine.node in names else [])
         other = (
             f"{ReasonCode.GROUP_MEMBER_RESERVED.value} "
@@ -408,6 +412,20 @@ class Gangs:
             if name != mine.node:
                 failed[name] = other
         return attrs.evolve(result, failed=failed)
+
+    def _move(self, pod: Mapping[str, Any], mine: Reservation, names: Sequence[str]) -> None:
+        """Move ``pod``'s reservation to the best node of ``names`` that fits it (its own
+        hold left out while it is fitted), else leave it where it is."""
+        old = self.state.unhold(_uid(pod))
+        result = self.judge(pod, names)
+        best = result.best()
+        if best is not None:
+            allocation = result.fits[best].allocation
+            assert allocation is not None
+            self.state.hold(self._hold_for(pod, allocation, why=f"gang {mine.group}"))
+            mine.node = best
+        elif old is not None:
+            self.state.hold(old)
 
     def _refuse(
         self, pod: Mapping[str, Any], short: Shortfall, names: Sequence[str]

@@ -221,3 +221,30 @@ def test_reserved_slices_count_against_the_namespace_quota():
     other = store.add_pod(pod("x", container(gpu=2), namespace=NS, scheduler_name="hami-scheduler"))
     store.add_node(two_gpu_node("n9"))
     assert "ResourceQuotaNotFit" in sched.filter(other).failed["n9"]
+
+
+def test_a_member_asked_on_other_nodes_than_its_reserved_one_moves_there():
+    """kube-scheduler 1.20 passes a window of the nodes (percentageOfNodesToScore,
+    rotating): a woken member's window may miss its reserved node. Its reservation moves
+    into the window when it fits there, the group staying whole; else it stays put."""
+    store, sched, _, _ = env(nodes=6)
+    members = add_members(store)
+    sched.filter(members[0], ["n0", "n1", "n2", "n3"])
+    holds = sched.state.holds()
+    m1 = members[1]
+    was = holds[uid(m1)].node
+    window = ["n4", "n5"]
+    answer = sched.filter(m1, window)
+    assert len(answer.feasible) == 1 and answer.feasible[0] in window
+    holds = sched.state.holds()
+    assert holds[uid(m1)].node == answer.feasible[0] and len(holds) == 4
+    assert sched.gangs.reserved()[uid(m1)].node == answer.feasible[0]
+    assert sched.bind(NS, "m1", uid=uid(m1), node=answer.feasible[0]) is not None
+    # a window where it cannot fit: the reservation stays where it was
+    m2 = members[2]
+    where = holds[uid(m2)].node
+    taken = [holds[uid(members[0])].node, holds[uid(members[3])].node]
+    answer = sched.filter(m2, taken)
+    assert answer.feasible == ()
+    assert all("GroupMemberReserved" in r for r in answer.failed.values())
+    assert sched.state.holds()[uid(m2)].node == where != was
