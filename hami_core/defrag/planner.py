@@ -52,6 +52,7 @@ import attrs
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.errors import HamiError
 from hami_core.facts.policy import device_policy_option, node_policy_option
+from hami_core.facts.usage import PodHoldings
 from hami_core.model import Allocation, DevicePolicy, DevicePolicyChain, DeviceUsage, NodePolicy
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
@@ -205,6 +206,10 @@ class Planner:
         self._version: dict[str, int] = {}
         # node -> (version, per device (vendor, free MiB, free %, free slots, MiB, used MiB))
         self._free: dict[str, tuple[int, list[tuple[str, int, int, int, int, int]]]] = {}
+        # node -> (version, ``_view``)
+        self._views: dict[
+            str, tuple[int, tuple[dict[str, DeviceUsage], dict[str, PodHoldings]] | None]
+        ] = {}
         # node -> its GPUs' loads before the plan first changed it
         self._before: dict[str, dict[str, tuple[int, GpuLoad]]] = {}
 
@@ -232,7 +237,7 @@ class Planner:
             request = self.scheduler.pod_request(pod)
             if not request.wants_devices:
                 return Outcome(pod=key, priority=priority, reason="asks no managed device")
-            now = self.scheduler.filter(pod)
+            now = self.scheduler.filter(pod, self._room_for(pod))
         except HamiError as exc:
             return Outcome(pod=key, priority=priority, reason=f"cannot be read: {exc}")
         best = now.best()
@@ -315,13 +320,10 @@ class Planner:
         """The movable pods of node ``name`` whose eviction would free every request of
         ``wants`` (a guess, largest pods first per device), or None when even all of them
         gone would not (memory, compute and sharer slots per device)."""
-        state = self.scheduler.state
-        with state.lock:
-            node = state.node(name)
-            if node is None:
-                return None
-            usage = state.node_usage(name)
-            held = dict(node.pods)
+        view = self._view(name)
+        if view is None:
+            return None
+        usage, held = view
         movable: dict[str, list[tuple[str, int, int]]] = {}  # uuid -> (pod key, MiB, cores)
         sizes = [u.device.memory_mib for u in usage.values()] or [0]
         asked = sum(r.count * (r.memory_mib or max(sizes) * r.memory_pct // 100) for r in wants)
@@ -508,6 +510,20 @@ class Planner:
         ranked.sort()
         return [name for _, name in ranked[: 4 * self.max_nodes]]
 
+    def _view(self, name: str) -> tuple[dict[str, DeviceUsage], dict[str, PodHoldings]] | None:
+        """Node ``name``'s device usage and its pods' holdings (None: not in the state),
+        read once until the planner changes the node."""
+        version = self._version.get(name, 0)
+        cached = self._views.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        state = self.scheduler.state
+        with state.lock:
+            node = state.node(name)
+            view = (state.node_usage(name), dict(node.pods)) if node is not None else None
+        self._views[name] = (version, view)
+        return view
+
     def _free_of(self, name: str) -> list[tuple[str, int, int, int, int, int]]:
         """Per device of node ``name``: vendor, free MiB, free %, free sharer slots, its
         MiB, used MiB (cordoned devices left out); cached until the planner changes it."""
@@ -515,20 +531,20 @@ class Planner:
         cached = self._free.get(name)
         if cached is not None and cached[0] == version:
             return cached[1]
-        with self.scheduler.state.lock:
-            usage = self.scheduler.state.node_usage(name).values()
-            devices = [
-                (
-                    u.device.vendor,
-                    u.free_memory_mib,
-                    u.free_cores_pct,
-                    u.device.split_count - u.used_count,
-                    u.device.memory_mib,
-                    u.used_memory_mib,
-                )
-                for u in usage
-                if not u.cordoned
-            ]
+        view = self._view(name)
+        usage = view[0].values() if view is not None else ()
+        devices = [
+            (
+                u.device.vendor,
+                u.free_memory_mib,
+                u.free_cores_pct,
+                u.device.split_count - u.used_count,
+                u.device.memory_mib,
+                u.used_memory_mib,
+            )
+            for u in usage
+            if not u.cordoned
+        ]
         self._free[name] = (version, devices)
         return devices
 
