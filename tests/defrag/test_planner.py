@@ -204,3 +204,34 @@ def test_multi_gpu_pods_move_whole(mgr):
     assert {m.pod for m in out.moves} in ({"default/pair"}, {"default/h-1-0", "default/h-1-1"})
     if out.moves[0].pod == "default/pair":
         assert out.moves[0].from_gpus == (gpu_id("node-0", 0), gpu_id("node-0", 1))
+
+
+def test_an_evicted_pod_that_fits_nowhere_gets_moves_of_its_own(mgr, monkeypatch):
+    """Found by search over the property test's clusters: the whole card fits on node-0
+    only after r6 (2 GPUs at 25 %) leaves, and r6 fits only where r0 sits; so r0 moves
+    first (chained), then r6. Without chained moves there is no plan."""
+    from hami_core.defrag import planner as planner_module
+    from tests.defrag.test_properties import build, run
+
+    spec = [
+        (2, (1,), (40960, 50), "ReplicaSet", 0, False),
+        (1, (1,), (40960, 50), "ReplicaSet", 0, False),
+        (1, (0, 1), (40960, 50), "ReplicaSet", 0, False),
+        (0, (0,), (20480, 25), "ReplicaSet", 0, False),
+        (1, (1,), (20480, 25), "ReplicaSet", 0, False),
+        (1, (0,), (20000, 30), "ReplicaSet", 0, False),
+        (0, (0, 1), (20480, 25), "ReplicaSet", 0, False),
+        (2, (0, 1), (40960, 50), "ReplicaSet", 0, False),
+        (0, (1,), (20480, 25), "ReplicaSet", 0, False),
+        (2, (1,), (20000, 30), "ReplicaSet", 0, False),
+        (0, (0,), (20480, 25), "ReplicaSet", 0, False),
+    ]
+    pods, targets, budget = build(spec, [(1, (MIB, 100), 0)], 0)
+    plan, _ = run(pods, targets, budget)
+    (out,) = plan.outcomes
+    assert out.placed and out.node == "node-0"
+    moved = [m.pod for m in out.moves]
+    assert "default/r6" in moved and "default/r0" in moved
+    assert moved.index("default/r0") < moved.index("default/r6")  # chained ones first
+    monkeypatch.setattr(planner_module, "MOVE_DEPTH", 0)
+    assert not run(pods, targets, budget)[0].outcomes[0].placed
