@@ -35,6 +35,7 @@ from workload import bound_copy, node_object, pod_object, pod_shape, preload
 
 from hami_core.cluster.kube import KubeCluster
 from hami_core.plugin import BackendManager
+from hami_core.scheduling.bind import allocation_annotations
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.servers.extender import create_extender_app
 from hami_core.servers.scheduler_main import settle_gc
@@ -120,7 +121,7 @@ def run(nodes: int, pods: int, seed: int) -> dict[str, Any]:
         fit = scheduler.filter(pod, [best]).fits[best]
         if fit.allocation is None:
             continue
-        alloc = scheduler.binder._allocation_annotations(fit.allocation, scheduler.clock())
+        alloc = allocation_annotations(fit.allocation, scheduler.manager, scheduler.clock())
         rv += 1
         store.pods.put(bound_copy(pod, best, alloc, rv))
     server.close()

@@ -26,6 +26,7 @@ from workload import bound_copy, node_object, pod_object, pod_shape, preload
 
 from hami_core.cluster.kube import KubeCluster
 from hami_core.plugin import BackendManager
+from hami_core.scheduling.bind import allocation_annotations
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.servers.scheduler_main import settle_gc
 
@@ -66,7 +67,7 @@ def main() -> None:
         allocation = result.fits[best].allocation
         if allocation is None:
             continue
-        annotations = scheduler.binder._allocation_annotations(allocation, scheduler.clock())
+        annotations = allocation_annotations(allocation, scheduler.manager, scheduler.clock())
         rv += 1
         store.pods.put(bound_copy(pod, best, annotations, rv))
         placed += 1
