@@ -30,17 +30,21 @@ from .deviceplugin import DevicePluginServicer, PluginServer
 from .deviceplugin_metrics import DevicePluginMetrics
 from .options import DevicePluginOptions
 from .podresources import KubeletPodResources
-from .signingkeys import PublicKeyFiles
+from .signingkeys import CONFIGMAP_PREFIX, PublicKeyFiles, PublicKeysConfigMap
 
 log = logging.getLogger(__name__)
 
 
-def verifier_of(opts: DevicePluginOptions) -> AllocationVerifier | None:
+def verifier_of(opts: DevicePluginOptions, *, api_client: Any = None) -> AllocationVerifier | None:
     """The allocation-signature verifier of ``--allocation-public-keys``, or None (only
     the pod a node lock names is served, HAMi's protocol; logged).
 
+    Args:
+        api_client: a ``kubernetes.client.ApiClient``, for ``configmap:NAMESPACE/NAME``.
+
     Raises:
-        ConfigError: the path does not exist or holds a malformed key (the flag named).
+        ConfigError: the path does not exist, the ConfigMap cannot be read, or a key is
+            malformed (the flag named).
     """
     if not opts.allocation_public_keys:
         log.warning(
@@ -48,7 +52,14 @@ def verifier_of(opts: DevicePluginOptions) -> AllocationVerifier | None:
             "only the pod a node lock names is served"
         )
         return None
-    keys = PublicKeyFiles(opts.allocation_public_keys, flag="--allocation-public-keys")
+    value, flag = opts.allocation_public_keys, "--allocation-public-keys"
+    keys: PublicKeyFiles | PublicKeysConfigMap
+    if value.startswith(CONFIGMAP_PREFIX):
+        if api_client is None:
+            raise ConfigError(f"{flag} {value}: a ConfigMap needs the API server")
+        keys = PublicKeysConfigMap(api_client, value[len(CONFIGMAP_PREFIX) :], flag=flag)
+    else:
+        keys = PublicKeyFiles(value, flag=flag)
     if not keys.key_ids():
         log.warning(
             "--allocation-public-keys %s lists no key yet: signed pods are refused until "
@@ -74,6 +85,7 @@ class DevicePluginProcess:
         overrides: NodeOverrides | None = None,
         pod_resources: PodResourcesSource | None = None,
         trusted: Callable[[KubeObject], bool] | None = None,
+        verifier: AllocationVerifier | None = None,
     ) -> None:
         """Args:
         overrides: this node's entry of the per-node file, already read (else read
@@ -86,6 +98,8 @@ class DevicePluginProcess:
             ``opts.pod_resources_socket``, none when that is "").
         trusted: whether a pod no node lock names may be served (``Allocator``);
             with ``pod_resources`` the node's handshake answer says binds need no lock.
+        verifier: checks allocation signatures (default: ``verifier_of(opts)``, which
+            reads ``--allocation-public-keys`` from a file or directory).
 
         Raises:
             ConfigError: unknown backend or vendor, bad per-node file.
@@ -133,7 +147,7 @@ class DevicePluginProcess:
                 else None
             ),
             trusted=trusted,
-            verifier=verifier_of(opts),
+            verifier=verifier if verifier is not None else verifier_of(opts),
             unsigned=opts.unsigned_allocations,
         )
         self.agent.identifies_pods = lambda: self.allocator.identifies_pods
@@ -261,11 +275,20 @@ def run_device_plugin(opts: DevicePluginOptions, *, stop: threading.Event | None
     # every file and flag checked before the API server is contacted or a port bound
     backend_vendor(opts, manager)
     check_serves_nodes(opts, manager)
-    verifier_of(opts)
+    in_api = (opts.allocation_public_keys or "").startswith(CONFIGMAP_PREFIX)
+    verifier = None if in_api else verifier_of(opts)
     overrides = load_node_overrides(opts.node_config, node=opts.node_name)
-    store = NodeKubeCluster(make_api_client(opts.kubeconfig), node=opts.node_name)
+    api = make_api_client(opts.kubeconfig)
+    if in_api:
+        verifier = verifier_of(opts, api_client=api)
+    store = NodeKubeCluster(api, node=opts.node_name)
     process = DevicePluginProcess(
-        opts, store=store, manager=manager, async_release=True, overrides=overrides
+        opts,
+        store=store,
+        manager=manager,
+        async_release=True,
+        overrides=overrides,
+        verifier=verifier,
     )
     done = stop or threading.Event()
 

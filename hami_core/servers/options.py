@@ -396,7 +396,7 @@ class SchedulerOptions:
         show_default="not published",
         help="At start, add the signing key's public half to this ConfigMap as <key id>.pem "
         "(created when absent; listed keys are kept, for rotation); the device plugins "
-        "mount it (--allocation-public-keys).",
+        "read it (--allocation-public-keys configmap:NAMESPACE/NAME).",
     )
 
     def resolved(self) -> SchedulerOptions:
@@ -802,13 +802,14 @@ class DevicePluginOptions:
     allocation_public_keys: str | None = setting(
         None,
         env="HAMI_ALLOCATION_PUBLIC_KEYS",
-        metavar="PATH",
+        metavar="configmap:NAMESPACE/NAME|PATH",
         show_default="none: only the pod a node lock names is served",
-        help="The scheduler's Ed25519 public keys (PROTOCOL.md §4a): a PEM file, or a "
-        "directory of *.pem files (its ConfigMap, mounted), read again when a signature "
-        "names a key not seen yet (rotation). A pod whose hami.io/allocation-signature "
-        "does not verify for it, this node and its values is never served. A missing path "
-        "or a malformed key stops the start.",
+        help="The scheduler's Ed25519 public keys (PROTOCOL.md §4a): configmap:NAMESPACE/NAME "
+        "(its *.pem entries, read through the API), a PEM file, or a directory of *.pem "
+        "files; read again when a signature names a key not seen yet (rotation). A pod "
+        "whose hami.io/allocation-signature does not verify for it, this node and its "
+        "values is never served. A missing path, a refused read or a malformed key stops "
+        "the start.",
     )
     unsigned_allocations: str = setting(
         "lock",

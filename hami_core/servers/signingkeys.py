@@ -7,9 +7,11 @@ needs no hook Job; of two replicas racing, one creates and the other reads what 
 It then publishes its public key (``--allocation-public-keys-configmap``) into a
 ConfigMap as ``<key id>.pem``, adding to what is listed and removing nothing (rotation).
 
-The device plugin (``--allocation-public-keys``): a PEM file, or a directory of
-``*.pem`` files (the ConfigMap mounted as a volume; kubelet refreshes it), read again
-when a signature names a key id it does not have, at most every ``RESCAN_S``.
+The device plugin (``--allocation-public-keys``): ``configmap:NAMESPACE/NAME``, that
+ConfigMap's ``*.pem`` entries read through the API (the chart: a new key is seen at
+once, where a mounted volume lags kubelet's refresh by a minute and more), a PEM file, or
+a directory of ``*.pem`` files; read again when a signature names a key id it does not
+have, at most every ``RESCAN_S``.
 
 The API functions take a ``kubernetes.client.ApiClient``; the rest is pure.
 """
@@ -34,6 +36,7 @@ from hami_core.protocol.signature import (
 log = logging.getLogger(__name__)
 
 SECRET_PREFIX: Final = "secret:"
+CONFIGMAP_PREFIX: Final = "configmap:"
 #: The Secret's data key holding the PKCS#8 PEM private key.
 SECRET_KEY: Final = "ed25519.key"
 #: Shortest time between two reads of the public-key files (seconds).
@@ -234,6 +237,69 @@ class PublicKeyFiles:
 
         Raises:
             ConfigError: as at start (a key file broken since).
+        """
+        with self._lock:
+            if time.monotonic() - self._read_at >= self.rescan_s:
+                self._read_at = time.monotonic()
+                self._keys = self._read()
+            return self._keys
+
+    def key_ids(self) -> tuple[str, ...]:
+        """The key ids of the last read."""
+        return tuple(sorted(self._keys))
+
+
+class PublicKeysConfigMap:
+    """The device plugin's public keys from a ConfigMap's ``*.pem`` entries, read through
+    the API (``--allocation-public-keys configmap:NAMESPACE/NAME``): callable, for
+    ``AllocationVerifier``. A missing ConfigMap lists no key (the scheduler publishes it
+    at its first start)."""
+
+    def __init__(
+        self, api_client: Any, value: str, *, flag: str, rescan_s: float = RESCAN_S
+    ) -> None:
+        """Reads the keys once, so a bad reference, a refused read or a bad key stops
+        the start.
+
+        Raises:
+            ConfigError: ``value`` is not ``NAMESPACE/NAME``, the read failed (the API
+                error named) or an entry is not an Ed25519 public key; names ``flag``.
+        """
+        self.namespace, self.name = namespaced(value, flag)
+        self.flag = flag
+        self.rescan_s = rescan_s
+        self._api = api_client
+        self._lock = threading.Lock()
+        self._keys: Mapping[str, Any] = self._read()
+        self._read_at = time.monotonic()
+
+    def _read(self) -> Mapping[str, Any]:
+        from kubernetes import client as k8s
+
+        from hami_core.cluster.kube import call
+
+        what = f"{self.flag}: configmap {self.namespace}/{self.name}"
+        try:
+            cm = call(
+                f"read {what}",
+                k8s.CoreV1Api(self._api).read_namespaced_config_map,
+                self.name,
+                self.namespace,
+            )
+        except NotFoundError:
+            return {}
+        except HamiError as exc:
+            raise ConfigError(str(exc)) from exc
+        data = cm.get("data") or {}
+        return load_public_keys(
+            (f"{what} {k}", str(v).encode()) for k, v in sorted(data.items()) if k.endswith(".pem")
+        )
+
+    def __call__(self) -> Mapping[str, Any]:
+        """The keys by key id, read again when the last read is ``rescan_s`` old.
+
+        Raises:
+            ConfigError: as at start.
         """
         with self._lock:
             if time.monotonic() - self._read_at >= self.rescan_s:

@@ -1,6 +1,6 @@
 """The chart's allocation signing (docs/PROTOCOL.md §4a): the scheduler alone can read
-the signing key (by name), the device plugins get only the public keys (a ConfigMap
-mounted, optional until the scheduler's first start publishes it)."""
+the signing key (by name), the device plugins get only the public keys (the ConfigMap the
+scheduler publishes at its first start, read by name through the API)."""
 
 from __future__ import annotations
 
@@ -50,21 +50,21 @@ def test_the_device_plugins_get_the_public_keys_only():
         o for o in objs if o["kind"] == "DaemonSet" and "device-plugin" in o["metadata"]["name"]
     ]:
         spec = ds["spec"]["template"]["spec"]
-        volumes = {v["name"]: v for v in spec["volumes"]}
-        assert volumes["allocation-keys"]["configMap"] == {
-            "name": "hami-allocation-keys",
-            "optional": True,
-        }
         assert not any("secret" in v for v in spec["volumes"])
-        (plugin,) = [
-            c for c in spec["containers"] if "--allocation-public-keys=/allocation-keys" in _args(c)
+        (_plugin,) = [
+            c
+            for c in spec["containers"]
+            if "--allocation-public-keys=configmap:gpu/hami-allocation-keys" in _args(c)
         ]
-        mount = next(m for m in plugin["volumeMounts"] if m["name"] == "allocation-keys")
-        assert mount == {
-            "name": "allocation-keys",
-            "mountPath": "/allocation-keys",
-            "readOnly": True,
+    role = find(objs, "Role", "hami-device-plugin-keys")
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["hami-allocation-keys"],
+            "verbs": ["get"],
         }
+    ]
     # no role of the device plugin reaches Secrets
     for role in [o for o in objs if o["kind"] in ("Role", "ClusterRole")]:
         if "device-plugin" in role["metadata"]["name"]:

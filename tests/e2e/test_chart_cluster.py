@@ -359,6 +359,8 @@ def test_least_privilege_rbac_as_the_api_server_authorizes_it(cluster: Cluster):
     assert not _can(cluster, dp, "patch", "namespaces", name="default", namespace="")
     assert not _can(cluster, dp, "get", "secrets", name="hami-webhook-tls")
     assert not _can(cluster, dp, "get", "secrets", name="hami-allocation-key")
+    assert _can(cluster, dp, "get", "configmaps", name="hami-allocation-keys")
+    assert not _can(cluster, dp, "get", "configmaps", name="hami-config")
     assert not _can(cluster, dp, "delete", "pods", namespace="default")
     assert not _can(cluster, dp, "create", "pods/binding", namespace="default")
     assert not _can(cluster, dp, "update", "nodes/status", name="gpu-1", namespace="")

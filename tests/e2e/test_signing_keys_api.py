@@ -13,7 +13,11 @@ from kubernetes import client
 
 from hami_core.errors import ConfigError
 from hami_core.protocol.signature import AllocationSigner, generate_private_key_pem
-from hami_core.servers.signingkeys import publish_public_key, signer_from_setting
+from hami_core.servers.signingkeys import (
+    PublicKeysConfigMap,
+    publish_public_key,
+    signer_from_setting,
+)
 
 pytestmark = pytest.mark.e2e
 FLAG = "--allocation-signing-key"
@@ -43,6 +47,15 @@ def test_the_key_is_made_once_and_published_beside_the_others(control_plane):
             f"{first.key_id}.pem": first.public_pem().decode(),
             f"{rotated.key_id}.pem": rotated.public_pem().decode(),
         }
+
+        # the device plugin's side (--allocation-public-keys configmap:NS/NAME): both keys;
+        # a key published later is read at the next unknown key id
+        keys = PublicKeysConfigMap(api, cm, flag="--allocation-public-keys", rescan_s=0)
+        assert keys.key_ids() == tuple(sorted([first.key_id, rotated.key_id]))
+        assert PublicKeysConfigMap(api, f"{ns}/none", flag="-").key_ids() == ()
+        third = AllocationSigner(generate_private_key_pem())
+        publish_public_key(api, third, value=cm, flag=flag)
+        assert third.key_id in keys()
 
         core.create_namespaced_secret(ns, {"metadata": {"name": "other"}, "data": {"x": "eA=="}})
         with pytest.raises(ConfigError, match=f"{FLAG}: secret {ns}/other has no ed25519.key"):
