@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 
 #: The default and the largest ``minMember`` a group may ask.
 MAX_MEMBERS = 256
+#: A refused group not refused again for this long has no member waiting, seconds.
+WAITING_FORGET_S = 120.0
 #: How long a group's reservation holds its members' slices, seconds.
 GANG_TIMEOUT_S = 60.0
 #: The longest a member's bind waits for a fellow member's node lock on the same node
@@ -176,7 +178,7 @@ class Gangs:
         self.wake = options.wake if options.wake is not None else self._wake_by_update
         self.monotonic = monotonic
         self._reserved: dict[str, Reservation] = {}  # pod uid -> its reservation
-        self._waiting: dict[str, str] = {}  # group -> its last shortfall
+        self._waiting: dict[str, float] = {}  # group -> when it was last refused
         self.placed_total = 0
         self.refused_total = 0
         self.expired_total = 0
@@ -227,7 +229,15 @@ class Gangs:
     def waiting(self) -> int:
         """Groups whose last placement was refused and that still have pending members."""
         with self.state.lock:
+            self._forget_waiting()
             return len(self._waiting)
+
+    def _forget_waiting(self) -> None:
+        # kube-scheduler retries an unschedulable pod within 60 s: a group not refused
+        # for twice that has no member left waiting (deleted, or placed)
+        now = self.monotonic()
+        for group in [g for g, t in self._waiting.items() if now - t > WAITING_FORGET_S]:
+            del self._waiting[group]
 
     def reserved(self) -> dict[str, Reservation]:
         """Pod uid -> its live reservation (a copy)."""
@@ -430,7 +440,10 @@ class Gangs:
     def _refuse(
         self, pod: Mapping[str, Any], short: Shortfall, names: Sequence[str]
     ) -> FilterResult:
-        self._waiting[str(short.group)] = short.message
+        self._waiting.pop(str(short.group), None)
+        self._waiting[str(short.group)] = self.monotonic()
+        if len(self._waiting) > 4096:  # many groups, no scrape: never grows unbounded
+            self._forget_waiting()
         self.refused_total += 1
         self._event(pod, "Warning", "GroupWaiting", short.reason)
         return FilterResult(

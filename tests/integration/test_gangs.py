@@ -248,3 +248,14 @@ def test_a_member_asked_on_other_nodes_than_its_reserved_one_moves_there():
     assert answer.feasible == ()
     assert all("GroupMemberReserved" in r for r in answer.failed.values())
     assert sched.state.holds()[uid(m2)].node == where != was
+
+
+def test_a_group_gone_stops_counting_as_waiting():
+    store, sched, _, clock = env(nodes=3)
+    members = add_members(store)
+    sched.filter(members[0])
+    assert sched.gangs.waiting() == 1
+    for m in members:
+        store.delete_pod(NS, m["metadata"]["name"])
+    clock.now += 121  # no member refused again since: none is left waiting
+    assert sched.gangs.waiting() == 0
