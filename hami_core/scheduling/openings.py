@@ -214,7 +214,8 @@ def quick_bound(
     """A lower bound on the best ``(victims, highest victim priority, sum of
     priorities)`` a pod asking ``requests`` can get on a node by evicting holders of
     priority below ``mine``; None when even evicting all of them cannot open enough
-    devices (the pre-filter's rule). Holders already leaving count as gone.
+    devices (the pre-filter's rule). Lower-priority holders already leaving count as
+    gone.
 
     Per device, the bound of any set opening it: its fewest victims k, the lowest top
     priority of a set opening it, the sum of its k lowest priorities. The pod's
@@ -232,7 +233,7 @@ def quick_bound(
         for _, usable, free, used, split, _, holders in devices:
             mine_here: list[tuple[int, int, int]] = []
             for prio, n, mib, leaving, key in holders:
-                if leaving:
+                if leaving and prio < mine:  # a lower pod evicted before: room coming
                     free += mib
                     used -= n
                 elif prio < mine:

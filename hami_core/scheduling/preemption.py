@@ -7,8 +7,9 @@ with zero victims) and kube-scheduler 1.20 never calls an extender's ``preemptVe
 fit, quota check and held slices the filter uses:
 
 - victims are pods of strictly lower priority (``spec.priority``, from a PriorityClass)
-  holding a device of a vendor the preemptor asks for, on one node; pods already being
-  deleted are counted as gone and never chosen again;
+  holding a device of a vendor the preemptor asks for, on one node; lower-priority pods
+  already being deleted are counted as gone and never chosen again (a terminating pod
+  of equal or higher priority still holds its room: it is no one's to take);
 - a node where evicting every such pod is not enough is no candidate;
 - among candidates, kube-scheduler's order (``pickOneNodeForPreemption``), with the
   number of victims first: the fewest victims, then the lowest highest victim
@@ -473,10 +474,12 @@ def _prepare(
         if pod is None:
             base.append(held)  # slices held for a pod not bound yet: never a victim
             continue
-        if (pod.get("metadata") or {}).get("uid") == uid or terminating(pod):
-            continue  # its own share (a re-fit), or one already leaving
-        touches = ours.intersection(held.charges) or ours.intersection(held.whole)
+        if (pod.get("metadata") or {}).get("uid") == uid:
+            continue  # its own share (a re-fit)
         prio = pod_priority(pod)
+        if prio < mine and terminating(pod):
+            continue  # a lower pod already leaving (evicted before): its room is coming
+        touches = ours.intersection(held.charges) or ours.intersection(held.whole)
         if prio < mine and touches:
             victims.append(Victim(pod=pod, ref=pod_ref(pod), priority=prio, held=held, quota=quota))
         else:

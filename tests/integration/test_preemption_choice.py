@@ -140,6 +140,16 @@ def test_a_tenant_cannot_raise_its_priority_with_an_annotation():
     assert _choose(sched, forged).candidate is None  # spec.priority (0) is all that counts
 
 
+def test_a_leaving_pod_of_equal_priority_is_no_room_to_take():
+    # HAMi #1368's case through preemption: a terminating pod still holds its GPU, and
+    # a pod of the same priority is not nominated to it
+    store, sched = _sched(node("a", [gpu("GPU-a0", memory_mib=16000)]))
+    leaving = holder("leaving", "a", [("GPU-a0", 16000)], priority=100)
+    leaving["metadata"]["deletionTimestamp"] = "2026-12-02T00:00:00Z"
+    store.add_pod(leaving)
+    assert _choose(sched, wanting("p", mib=8000, priority=100)).candidate is None
+
+
 def test_pods_already_leaving_are_not_chosen_again():
     store, sched = _sched(node("a", [gpu("GPU-a0", memory_mib=16000)]))
     leaving = holder("leaving", "a", [("GPU-a0", 16000)])
