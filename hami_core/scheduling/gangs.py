@@ -34,6 +34,7 @@ from typing import Any
 import attrs
 
 from hami_core.cluster.base import ClusterStore
+from hami_core.cluster.podgroups import PodGroupSpec
 from hami_core.errors import ConflictError, InvalidInputError
 from hami_core.facts.holdings import HoldingsReader
 from hami_core.facts.podrequest import read_pod_request
@@ -69,11 +70,14 @@ class GangOptions:
         max_members: the largest ``hami.io/gang-min-member`` a group may state.
         wake: called with ``(namespace, name)`` of the members to wake once their group
             is placed (None: a thread writes ``hami.io/gang-placed`` on each).
+        pod_groups: ``(namespace, name) ->`` the group's PodGroup object, if its CRD is
+            installed (``cluster.podgroups.PodGroupReader``); None: annotations only.
     """
 
     timeout_s: float = GANG_TIMEOUT_S
     max_members: int = MAX_MEMBERS
     wake: Callable[[Sequence[tuple[str, str]]], None] | None = None
+    pod_groups: Callable[[str, str], PodGroupSpec | None] | None = None
 
 
 @attrs.frozen
@@ -176,6 +180,7 @@ class Gangs:
         self.timeout_s = options.timeout_s
         self.max_members = options.max_members
         self.wake = options.wake if options.wake is not None else self._wake_by_update
+        self.pod_groups = options.pod_groups
         self.monotonic = monotonic
         self._reserved: dict[str, Reservation] = {}  # pod uid -> its reservation
         self._waiting: dict[str, float] = {}  # group -> when it was last refused
@@ -253,11 +258,12 @@ class Gangs:
         failed with ``GroupDoesNotFit`` and nothing held."""
         uid = _uid(pod)
         woken: list[tuple[str, str]] = []
+        spec = self._spec(group)  # an API read, never under the state lock
         with self.state.lock:
             self._expire()
             mine = self._reserved.get(uid)
             if mine is None:
-                outcome = self._place(pod, group, names, names)
+                outcome = self._place(pod, group, names, names, spec)
                 if isinstance(outcome, Shortfall):
                     return self._refuse(pod, outcome, names)
                 if outcome is None:  # the group has its minimum: an ordinary pod
@@ -280,11 +286,12 @@ class Gangs:
         """
         uid = _uid(pod)
         woken: list[tuple[str, str]] = []
+        spec = self._spec(group)
         with self.state.lock:
             self._expire()
             mine = self._reserved.get(uid)
             if mine is None:
-                outcome = self._place(pod, group, [node], self.state.node_names())
+                outcome = self._place(pod, group, [node], self.state.node_names(), spec)
                 if isinstance(outcome, Shortfall):
                     raise ConflictError(f"pod {pod_ref(pod)}: {outcome.reason}")
                 if outcome is not None:
@@ -307,16 +314,35 @@ class Gangs:
 
     # -- placing ---------------------------------------------------------------------
 
+    def _spec(self, group: Group) -> PodGroupSpec | None:
+        """The group's PodGroup object, when a reader is set and its CRD answers."""
+        if self.pod_groups is None:
+            return None
+        return self.pod_groups(group.namespace, group.name)
+
     def _place(
-        self, pod: Mapping[str, Any], group: Group, names: Sequence[str], others: Sequence[str]
+        self,
+        pod: Mapping[str, Any],
+        group: Group,
+        names: Sequence[str],
+        others: Sequence[str],
+        spec: PodGroupSpec | None = None,
     ) -> Shortfall | tuple[Reservation, list[tuple[str, str]]] | None:
         """Place the group with ``pod`` among the members (``pod`` on ``names``, the
         other members on ``others``), or say why not. None: the group has its minimum
-        (bound and reserved members) without this pod, which is then an ordinary pod."""
+        (bound and reserved members) without this pod, which is then an ordinary pod.
+        The minimum is the largest of the members' annotations and the PodGroup's
+        ``minMember`` (``spec``); its ``scheduleTimeoutSeconds`` shortens the timeout."""
         uid = _uid(pod)
         found = self._members(group)
         members = [p for p, _ in found]
         minimum = max([g.min_member or 0 for _, g in found] + [group.min_member or 0])
+        if spec is not None and spec.min_member:
+            if spec.min_member > self.max_members:
+                return Shortfall(
+                    group, f"PodGroup minMember {spec.min_member} is over {self.max_members}"
+                )
+            minimum = max(minimum, spec.min_member)
         if minimum < 1:
             return Shortfall(group, f"no minimum member count: set {keys.GANG_MIN_MEMBER}")
         bound = [p for p in members if (p.get("spec") or {}).get("nodeName")]
@@ -359,7 +385,10 @@ class Gangs:
                 f"{len(made)} of the {need} members still needed fit together "
                 f"(minMember {minimum}, {len(bound)} bound){why}",
             )
-        deadline = self.monotonic() + self.timeout_s
+        timeout = self.timeout_s
+        if spec is not None and spec.timeout_s:
+            timeout = min(timeout, spec.timeout_s)  # never longer than the setting
+        deadline = self.monotonic() + timeout
         mine = None
         woken: list[tuple[str, str]] = []
         for member, node in made:
@@ -375,7 +404,7 @@ class Gangs:
                 "Normal",
                 "GroupPlaced",
                 f"group {group}: {need} members reserved together; this one on {node} "
-                f"for {self.timeout_s:.0f} s",
+                f"for {timeout:.0f} s",
             )
         self._waiting.pop(str(group), None)
         self.placed_total += 1

@@ -20,6 +20,7 @@ from hami_core.cluster.events import EventRecorder
 from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.cluster.kube_eviction import KubeEvictions
 from hami_core.cluster.lease import LeaderElector
+from hami_core.cluster.podgroups import PodGroupReader
 from hami_core.errors import ConfigError
 from hami_core.facts.handshake import request_handshakes
 from hami_core.facts.policy import device_policy_option, node_policy_option
@@ -105,7 +106,11 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         else None,
         lock_wait_s=opts.bind_lock_wait_s,
         node_selector=opts.node_label_selector,
-        gang=GangOptions(timeout_s=opts.gang_timeout_s, max_members=opts.gang_max_members),
+        gang=GangOptions(
+            timeout_s=opts.gang_timeout_s,
+            max_members=opts.gang_max_members,
+            pod_groups=PodGroupReader.over(api),
+        ),
     )
     scheduler.binder.signer = signer
     elector: LeaderElector | None = None

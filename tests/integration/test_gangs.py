@@ -259,3 +259,53 @@ def test_a_group_gone_stops_counting_as_waiting():
         store.delete_pod(NS, m["metadata"]["name"])
     clock.now += 121  # no member refused again since: none is left waiting
     assert sched.gangs.waiting() == 0
+
+
+def test_the_podgroup_minmember_and_timeout_are_read_when_its_crd_answers():
+    """scheduler-plugins' PodGroup: minMember without the annotation; its
+    scheduleTimeoutSeconds shortens the reservation, never lengthens it."""
+    from hami_core.cluster.podgroups import PodGroupSpec
+
+    groups = {(NS, "train"): PodGroupSpec(min_member=4, timeout_s=10.0)}
+    store = cluster(*(two_gpu_node(f"n{i}") for i in range(4)))
+    clock = Clock()
+    sched = Scheduler(
+        store,
+        manager(),
+        gang=GangOptions(wake=lambda _: None, pod_groups=lambda ns, n: groups.get((ns, n))),
+    )
+    sched.gangs.monotonic = clock
+    members = add_members(store, n=3, minimum=None)
+    assert "waiting for 1 more" in sched.filter(members[0]).failed["n0"]
+    members.append(store.add_pod(member("m3", minimum=None)))
+    assert sched.filter(members[3]).feasible
+    assert len(sched.state.holds()) == 4
+    clock.now += 11
+    assert sched.gangs.reserved() == {} and sched.state.holds() == {}
+    groups[(NS, "train")] = PodGroupSpec(min_member=9999)
+    assert "PodGroup minMember 9999 is over 256" in sched.filter(members[0]).failed["n0"]
+
+
+def test_the_podgroup_reader_reads_both_crds_and_tells_absence():
+    from hami_core.cluster.podgroups import PodGroupReader
+
+    class Missing(Exception):
+        status = 404
+
+    class Api:
+        def __init__(self):
+            self.calls = []
+
+        def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+            self.calls.append(group)
+            if group == "scheduling.volcano.sh" and name == "vc":
+                return {"spec": {"minMember": 3, "scheduleTimeoutSeconds": "soon"}}
+            raise Missing()
+
+    api = Api()
+    read = PodGroupReader(api, ttl_s=10.0, clock=lambda: 0.0)
+    spec = read("team", "vc")
+    assert spec.min_member == 3 and spec.timeout_s is None  # a bad field is left out
+    assert read("team", "none") is None
+    calls = len(api.calls)
+    assert read("team", "none") is None and len(api.calls) == calls  # answered from memory
