@@ -14,7 +14,7 @@ import yaml
 from hami_core import __version__
 from hami_core.errors import ConfigError, HamiError, InvalidInputError
 from hami_core.extras import MissingExtraError, extra_of_module, require_extra
-from hami_core.options import DefragOptions, SimulateOptions, TopOptions
+from hami_core.options import DefragOptions, ExplainOptions, SimulateOptions, TopOptions
 from hami_core.plugin import BackendManager
 from hami_core.plugin.manager import disabled_backends
 from hami_core.protocol.documents import printable, shown_text
@@ -417,6 +417,48 @@ def defrag(**opts: Any) -> None:
         for warning in read.warnings:
             click.echo(f"warning: {shown_text(str(warning), WARNING_SHOWN)}", err=True)
         click.echo(render.render_text(plan), nl=False)
+
+
+@cli.command()
+@click.argument("pod", metavar="NAMESPACE/POD")
+@click_options(ExplainOptions)
+def explain(pod: str, **opts: Any) -> None:
+    """Say why a pod is Pending, or where it runs (nothing is changed).
+
+    Reads the cluster once from the API server (KUBECONFIG) or --snapshot and asks the
+    scheduler's own filter. A Pending pod: its request as the webhook resolved it, per
+    node and GPU the filter's reason codes, its namespace's quota (used / hard), the
+    largest request that fits now, node locks held by other pods, what preemption would
+    evict for it and what consolidation (hami defrag) would move, or why nothing. A
+    bound pod: its node, GPUs, slices, mode (shim, MIG profile, MPS), priority, group.
+
+    Exit status: 0 placed; 3 pending (with its reason); 4 not ours (another scheduler's
+    pod, or one asking no managed device); 1 not found, finished or another error; 2 a
+    bad configuration.
+    """
+    from hami_core import explain as explain_
+    from hami_core.explain import sources
+    from hami_core.simulate.runner import make_manager
+
+    o = ExplainOptions(**opts)
+    try:
+        manager = make_manager(o.config)
+        if o.snapshot:
+            read, lookup = sources.from_file(o.snapshot, manager)
+        else:
+            read, lookup = sources.from_api(o.kubeconfig, manager)
+        data = explain_.explain(
+            read, manager, pod, lookup=lookup, protected_namespaces=o.protect_namespace
+        )
+    except HamiError as exc:
+        raise failure(exc) from None
+    if o.output == "json":
+        click.echo(json.dumps(data, indent=2))
+    elif o.output == "yaml":
+        click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+    else:
+        click.echo(explain_.render_text(data), nl=False)
+    sys.exit(explain_.exit_code(data))
 
 
 def main() -> None:

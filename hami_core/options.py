@@ -192,6 +192,36 @@ class DefragOptions:
     )
 
 
+@attrs.frozen(kw_only=True)
+class ExplainOptions:
+    """The settings of ``hami explain`` (``hami explain --help``)."""
+
+    kubeconfig: str | None = kubeconfig_setting(
+        "(nodes, pods, quotas, PodDisruptionBudgets, Jobs, namespaces, listed once)"
+    )
+    config: str | None = config_file_setting("the scheduler name and backend sections")
+    snapshot: str | None = setting(
+        None,
+        kind=click.Path(exists=True, dir_okay=False),
+        help="Read the cluster from this file instead of the API server: a `kubectl get "
+        "nodes,pods,resourcequotas,pdb,jobs,namespaces -A -o yaml` snapshot.",
+    )
+    protect_namespace: tuple[str, ...] = setting(
+        ("kube-system",),
+        multiple=True,
+        metavar="NAMESPACE",
+        show_default="kube-system",
+        help="A namespace whose pods consolidation never moves (as hami defrag's).",
+        why="system pods are few and their moves disturb every tenant",
+    )
+    output: str = setting(
+        "text",
+        flag=("--output", "-o"),
+        choices=("text", "json", "yaml"),
+        help="json / yaml: machine-readable (keys documented in hami_core/explain/engine.py).",
+    )
+
+
 def all_commands() -> tuple[tuple[str, type], ...]:
     """Every command with generated options and its class, for docs/settings.md."""
     from hami_core.servers.options import COMMANDS
@@ -201,4 +231,5 @@ def all_commands() -> tuple[tuple[str, type], ...]:
         ("hami top", TopOptions),
         ("hami simulate", SimulateOptions),
         ("hami defrag", DefragOptions),
+        ("hami explain", ExplainOptions),
     )

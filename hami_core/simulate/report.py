@@ -627,7 +627,7 @@ def build_explanation(sim: Simulation, pod: str) -> dict[str, Any]:
             if fit is None and name not in result.failed and name not in result.feasible:
                 continue
             nodes.append(
-                _explain_node(info, fit, result, usage.get(name, {}), devices, run.request, types)
+                explain_node(info, fit, result, usage.get(name, {}), devices, run.request, types)
             )
     chosen = None
     if out.node is not None:
@@ -671,7 +671,7 @@ def _policies(sim: Simulation, run: PodRun) -> dict[str, str] | None:
     }
 
 
-def _explain_node(
+def explain_node(
     info: NodeInfo,
     fit: NodeFit | None,
     result: FilterResult,
@@ -680,6 +680,11 @@ def _explain_node(
     request: PodRequest | None,
     types: DeviceTypes,
 ) -> dict[str, Any]:
+    """One node of an explanation (``nodes[]`` in the module docstring): whether the pod
+    fits, the filter's reason, per device its reason code or what the pod takes there,
+    and the largest memory / compute per device that would fit. ``usage``: the node's
+    devices' usage (uuid -> ``DeviceUsage``) as the filter saw it; ``devices``: every
+    device by uuid (for the rejected ones' index and model)."""
     fits = info.name in result.feasible
     reason = "" if fits else str(result.failed.get(info.name, ""))
     miss = _miss(fit if not fits else None, reason, devices, request, types)
@@ -1064,6 +1069,7 @@ __all__ = [
     "build_report",
     "describe_request",
     "device_entries",
+    "explain_node",
     "device_types",
     "render_explanation",
     "render_text",

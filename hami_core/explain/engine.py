@@ -1,0 +1,383 @@
+"""One pod's answer as data, from one reading of the cluster (``sources.read``).
+
+Shape (``-o json`` / ``-o yaml``; memory in MiB, compute in the ``coresUnit`` beside it)::
+
+    {
+      "schema": "hami.explain/v1",
+      "namespace": str, "name": str,
+      "status": "placed" | "pending" | "not-ours" | "finished",
+      "reason": str,                        # pending / not-ours / finished: why, one line
+      "schedulerName": str, "priority": int,
+      "group": str | null,                  # gang group "namespace/name"
+      "request": [...],                     # as hami simulate's report (webhook-resolved)
+      # placed:
+      "node": str | null, "bindPhase": str | null,
+      "devices": [...],                     # as hami simulate's report's devices (mode,
+                                            # MIG profile and placement per slice)
+      # pending:
+      "nodes": [...],                       # as hami simulate --explain's nodes: per node
+                                            # the filter's reason, per GPU its reason code
+      "largest": null | {"node": str, "memoryMiB": int | null, "coresPct": int | null,
+                         "coresUnit": str},  # the largest per-GPU request that fits now
+      "quota": [{"quota": str, "key": str, "used": int, "hard": int}],
+      "nodeLocks": [{"node": str, "holder": str, "since": str}],   # locks of other pods
+      "preemption": null | {"victims": [{"pod": str, "priority": int}], "node": str | null,
+                            "reason": str},
+      "consolidation": null | {"moves": [{"pod": str, "fromNode": str, "fromGpus": [str],
+                                          "toNode": str, "toGpus": [str]}],
+                               "node": str | null, "reason": str}
+    }
+
+Exit codes (``exit_code``): 0 placed, 3 pending (with its reason), 4 not ours (another
+scheduler's, or asks no managed device), 1 anything else (not found, finished, an
+unreadable cluster).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from hami_core.defrag.movable import DEFAULT_PROTECTED_NAMESPACES, MovePolicy, pod_key
+from hami_core.defrag.planner import Planner
+from hami_core.defrag.sources import DefragInput
+from hami_core.errors import AnnotationError, InvalidInputError, NotFoundError
+from hami_core.facts.priority import pod_priority
+from hami_core.facts.usage import pod_allocation
+from hami_core.model import Allocation, DeviceInfo, PodRequest
+from hami_core.plugin import BackendManager
+from hami_core.protocol.annotations import BIND_PHASE, NODE_LOCK
+from hami_core.protocol.lock import decode_lock
+from hami_core.protocol.pods import is_live
+from hami_core.scheduling.gangs import group_of
+from hami_core.scheduling.preemption import choose_victims
+from hami_core.scheduling.scheduler import FilterResult, Scheduler
+from hami_core.simulate.report import device_entries, explain_node, request_entries
+
+SCHEMA = "hami.explain/v1"
+PLACED, PENDING, NOT_OURS, FINISHED = "placed", "pending", "not-ours", "finished"
+EXIT_PLACED, EXIT_ERROR, EXIT_PENDING, EXIT_NOT_OURS = 0, 1, 3, 4
+_EXIT = {PLACED: EXIT_PLACED, PENDING: EXIT_PENDING, NOT_OURS: EXIT_NOT_OURS}
+
+#: ``(namespace, name) -> the Pod object, or None when there is none``: finds a pod the
+#: reading left out (another scheduler's pending pod, a finished one).
+Lookup = Callable[[str, str], Mapping[str, Any] | None]
+
+
+def exit_code(answer: Mapping[str, Any]) -> int:
+    """The exit status for an answer of ``explain`` (module docstring)."""
+    return _EXIT.get(str(answer.get("status")), EXIT_ERROR)
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    """``namespace/name`` (a bare name is in ``default``, as kubectl reads it).
+
+    Raises:
+        InvalidInputError: empty parts or more than one ``/``.
+    """
+    namespace, _, name = ref.rpartition("/") if "/" in ref else ("default", "", ref)
+    if not namespace or not name or "/" in namespace:
+        raise InvalidInputError(f"not NAMESPACE/POD: {ref!r}")
+    return namespace, name
+
+
+def explain(
+    read: DefragInput,
+    manager: BackendManager,
+    ref: str,
+    *,
+    lookup: Lookup,
+    protected_namespaces: Collection[str] = DEFAULT_PROTECTED_NAMESPACES,
+) -> dict[str, Any]:
+    """The answer for pod ``ref`` (shape in the module docstring).
+
+    Args:
+        read: the cluster as read once (``sources.read``); the consolidation planner
+            changes its ``cluster`` (it runs last).
+        lookup: finds a pod ``read`` does not hold.
+        protected_namespaces: namespaces whose pods the planner never moves.
+
+    Raises:
+        InvalidInputError: ``ref`` is not ``namespace/name``.
+        NotFoundError: no such pod.
+    """
+    namespace, name = parse_ref(ref)
+    key = f"{namespace}/{name}"
+    ours = manager.config.scheduler_name
+    waiting = next((p for p in read.pending if pod_key(p) == key), None)
+    if waiting is not None:
+        return _pending(read, manager, waiting, protected_namespaces)
+    bound = next(
+        (p for p in read.cluster.list_pods(namespace=namespace) if pod_key(p) == key), None
+    )
+    pod: Mapping[str, Any] | None = bound if bound is not None else lookup(namespace, name)
+    if pod is None:
+        raise NotFoundError(f"pod {key} not found")
+    base = _base(pod, manager)
+    if not is_live(pod):
+        phase = (pod.get("status") or {}).get("phase", "")
+        return {**base, "status": FINISHED, "reason": f"the pod has finished (phase {phase})"}
+    if base["schedulerName"] != ours:
+        return {
+            **base,
+            "status": NOT_OURS,
+            "reason": f"schedulerName is {base['schedulerName'] or 'unset'}, not {ours}",
+        }
+    if bound is None:  # ours, live, yet neither pending nor on a node: bound since read
+        spec_node = (pod.get("spec") or {}).get("nodeName")
+        if not spec_node:
+            return {**base, "status": PENDING, "reason": "not Pending (phase unknown)"}
+    return _placed(read, manager, pod, base)
+
+
+def _base(pod: Mapping[str, Any], manager: BackendManager) -> dict[str, Any]:
+    meta = pod.get("metadata") or {}
+    try:
+        group = group_of(pod)
+    except InvalidInputError:
+        group = None
+    return {
+        "schema": SCHEMA,
+        "namespace": str(meta.get("namespace") or ""),
+        "name": str(meta.get("name") or ""),
+        "status": "",
+        "reason": "",
+        "schedulerName": str((pod.get("spec") or {}).get("schedulerName") or ""),
+        "priority": pod_priority(pod),
+        "group": str(group) if group is not None else None,
+        "request": [],
+    }
+
+
+def _types(manager: BackendManager) -> dict[str, Any]:
+    return {t.vendor: t for t in manager.device_types()}
+
+
+def _request(pod: Mapping[str, Any], scheduler: Scheduler) -> tuple[PodRequest | None, str]:
+    try:
+        return scheduler.pod_request(pod), ""
+    except InvalidInputError as exc:
+        return None, f"its device request cannot be read: {exc}"
+
+
+def _placed(
+    read: DefragInput, manager: BackendManager, pod: Mapping[str, Any], base: dict[str, Any]
+) -> dict[str, Any]:
+    types = _types(manager)
+    node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+    try:
+        per_vendor = pod_allocation(pod, tuple(types.values()))
+    except AnnotationError as exc:
+        per_vendor = {}
+        base["reason"] = f"its allocation cannot be read: {exc}"
+    scheduler = Scheduler(read.cluster, manager)
+    request, problem = _request(pod, scheduler)
+    if not per_vendor and (request is None or not request.wants_devices):
+        return {**base, "status": NOT_OURS, "reason": problem or "asks no managed device"}
+    devices: dict[str, DeviceInfo] = {}
+    try:
+        info = scheduler.node_info(read.cluster.get_node(node_name))
+        devices = {d.uuid: d for d in info.devices}
+    except NotFoundError:
+        pass  # the node is gone: the slices are shown without their model
+    allocation = Allocation(node=node_name, devices=per_vendor)
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    return {
+        **base,
+        "status": PLACED,
+        "request": request_entries(request, types),
+        "node": node_name,
+        "bindPhase": ann.get(BIND_PHASE),
+        "devices": device_entries(allocation, request, devices, types),
+    }
+
+
+def _pending(
+    read: DefragInput,
+    manager: BackendManager,
+    pod: Mapping[str, Any],
+    protected_namespaces: Collection[str],
+) -> dict[str, Any]:
+    base = _base(pod, manager)
+    # prefilter off: every node is fitted in full, so each names its own reason
+    scheduler = Scheduler(read.cluster, manager, prefilter=False)
+    request, problem = _request(pod, scheduler)
+    if request is None:
+        return {**base, "status": PENDING, "reason": problem}
+    if not request.wants_devices:
+        return {**base, "status": NOT_OURS, "reason": "asks no managed device"}
+    types = _types(manager)
+    try:
+        result = scheduler.filter(pod)
+    except InvalidInputError as exc:  # a bad policy annotation
+        return {**base, "status": PENDING, "reason": str(exc)}
+    nodes = _nodes(read, scheduler, result, request, types)
+    answer = {
+        **base,
+        "status": PENDING,
+        "reason": _reason(result),
+        "request": request_entries(request, types),
+        "nodes": nodes,
+        "largest": _largest(nodes),
+        "quota": _quota(scheduler, base["namespace"]),
+        "nodeLocks": _locks(read, scheduler, manager, base["namespace"], base["name"]),
+        "preemption": _preemption(read, scheduler, pod, result),
+    }
+    # last: the planner changes read.cluster
+    answer["consolidation"] = _consolidation(read, manager, pod, result, protected_namespaces)
+    return answer
+
+
+def _reason(result: FilterResult) -> str:
+    if result.feasible:
+        return (
+            f"fits now on {len(result.feasible)} node(s) as far as devices go: kube-scheduler "
+            "has not retried it yet, or its own filters (CPU, taints, affinity) refuse"
+        )
+    if not result.failed:
+        return "no node to try"
+    counts: dict[str, int] = {}
+    for reason in result.failed.values():
+        counts[str(reason)] = counts.get(str(reason), 0) + 1
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    return f"fits on none of {len(result.failed)} node(s); most common: {top}"
+
+
+def _nodes(
+    read: DefragInput,
+    scheduler: Scheduler,
+    result: FilterResult,
+    request: PodRequest,
+    types: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    out = []
+    for node in sorted(read.cluster.list_nodes(), key=lambda n: str(n["metadata"]["name"])):
+        name = str(node["metadata"]["name"])
+        if name not in result.failed and name not in result.feasible:
+            continue
+        info = scheduler.node_info(node)
+        devices = {d.uuid: d for d in info.devices}
+        usage = scheduler.node_usage(info)
+        fit = result.fits.get(name)
+        out.append(explain_node(info, fit, result, usage, devices, request, types))
+    return out
+
+
+def _largest(nodes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The node offering the most memory per GPU to a request of this shape (then the
+    most compute), among those that say how much would fit."""
+    offers = [
+        n for n in nodes if n["largestMemoryMiB"] is not None or n["largestCoresPct"] is not None
+    ]
+    if not offers:
+        return None
+    best = min(  # ties go to the smallest name, as the scheduler's do
+        offers,
+        key=lambda n: (-(n["largestMemoryMiB"] or 0), -(n["largestCoresPct"] or 0), n["node"]),
+    )
+    return {
+        "node": best["node"],
+        "memoryMiB": best["largestMemoryMiB"],
+        "coresPct": best["largestCoresPct"],
+        "coresUnit": best["coresUnit"],
+    }
+
+
+def _quota(scheduler: Scheduler, namespace: str) -> list[dict[str, Any]]:
+    view = scheduler.state.quota_view(namespace)
+    return [
+        {
+            "quota": limit.quota,
+            "key": limit.key,
+            "used": view.used.of(limit.vendor, limit.measure),
+            "hard": limit.hard,
+        }
+        for limit in view.limits
+    ]
+
+
+def _locks(
+    read: DefragInput, scheduler: Scheduler, manager: BackendManager, namespace: str, name: str
+) -> list[dict[str, Any]]:
+    names = scheduler.state.node_names()
+    locked = scheduler.state.locked_by_others(
+        set(names),
+        namespace=namespace,
+        pod=name,
+        now=scheduler.clock(),
+        expiry_s=manager.config.node_lock_expiry_s,
+    )
+    out = []
+    for node in sorted(locked):
+        value = ((read.cluster.get_node(node).get("metadata") or {}).get("annotations") or {}).get(
+            NODE_LOCK, ""
+        )
+        try:
+            lock = decode_lock(str(value))
+        except AnnotationError:
+            continue
+        holder = f"{lock.namespace}/{lock.pod}" if lock.pod else "(unnamed)"
+        out.append({"node": node, "holder": holder, "since": lock.acquired_at.isoformat()})
+    return out
+
+
+def _preemption(
+    read: DefragInput, scheduler: Scheduler, pod: Mapping[str, Any], result: FilterResult
+) -> dict[str, Any]:
+    if result.feasible:
+        return {"victims": [], "node": None, "reason": "not needed: it fits without evictions"}
+
+    def budgets(namespaces: frozenset[str]) -> list[Mapping[str, Any]]:
+        return [b for b in read.budgets if (b.get("metadata") or {}).get("namespace") in namespaces]
+
+    choice = choose_victims(
+        scheduler.state,
+        scheduler.engine,
+        scheduler.cycle(pod),
+        scheduler.state.node_names(),
+        selector=scheduler.node_selector,
+        budgets=budgets,
+    )
+    candidate = choice.candidate
+    if candidate is None:
+        return {"victims": [], "node": None, "reason": choice.reason}
+    return {
+        "victims": [{"pod": v.ref, "priority": v.priority} for v in candidate.victims],
+        "node": candidate.node,
+        "reason": choice.reason,
+    }
+
+
+def _consolidation(
+    read: DefragInput,
+    manager: BackendManager,
+    pod: Mapping[str, Any],
+    result: FilterResult,
+    protected_namespaces: Collection[str],
+) -> dict[str, Any]:
+    if result.feasible:
+        return {"moves": [], "node": None, "reason": "not needed: it fits without moves"}
+    policy = MovePolicy.build(
+        protected_namespaces=protected_namespaces,
+        namespace_labels=read.namespace_labels,
+        budgets=read.budgets,
+        jobs=read.jobs,
+    )
+    (outcome,) = Planner(read.cluster, manager, policy).plan([pod]).outcomes
+    moves = [
+        {
+            "pod": m.pod,
+            "fromNode": m.from_node,
+            "fromGpus": list(m.from_gpus),
+            "toNode": m.to_node,
+            "toGpus": list(m.to_gpus),
+        }
+        for m in outcome.moves
+    ]
+    if not outcome.placed:
+        return {"moves": [], "node": None, "reason": outcome.reason}
+    return {
+        "moves": moves,
+        "node": outcome.node,
+        "reason": f"{len(moves)} move(s), then it fits on {outcome.node}",
+    }

@@ -1,0 +1,94 @@
+"""``hami explain``'s text: the answer of ``engine.explain`` for a person. Every name in
+it comes from the cluster (tenants write pod names, annotations, node labels), so the
+whole text is made ``printable``: no terminal escape reaches the terminal raw."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hami_core.protocol.documents import printable
+from hami_core.simulate.report import describe_request, unit_named
+
+
+def _cores(amount: int | None, unit_name: str | None) -> str:
+    return unit_named(unit_name).show(amount or 0)
+
+
+def _devices(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    out = []
+    for d in entries:
+        if d["migProfile"]:
+            mode = f"mig {d['migProfile']}"
+        else:
+            mode = {"hami-core": "shim"}.get(d["mode"], d["mode"] or "shim")
+        out.append(
+            f"    {d['container']}: #{d['index']} {d['uuid']} {d['model']}, "
+            f"{d['memoryMiB']} MiB, {_cores(d['coresPct'], d['coresUnit'])} ({mode})"
+        )
+    return out
+
+
+def _node_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    out = []
+    for n in nodes:
+        if n["fits"]:
+            out.append(f"    {n['node']}: fits")
+            continue
+        who = f" (container {n['container']})" if n["container"] else ""
+        out.append(f"    {n['node']}: {n['reason']}{who}")
+        for d in n["devices"]:
+            if d["reason"] is not None:
+                out.append(f"      #{d['index']} {d['uuid']}: {d['reason']}")
+    return out
+
+
+def render_text(data: Mapping[str, Any]) -> str:
+    """The answer as lines of text (the same facts as ``-o json``)."""
+    lines = [f"Pod {data['namespace']}/{data['name']}: {data['status']}"]
+    if data["reason"]:
+        lines.append(f"  reason: {data['reason']}")
+    lines.append(
+        f"  scheduler: {data['schedulerName'] or '(unset)'}, priority {data['priority']}"
+        + (f", group {data['group']}" if data["group"] else "")
+    )
+    if data["request"]:
+        lines.append(f"  request: {describe_request(data['request'])}")
+    if data["status"] == "placed":
+        phase = f" (bind-phase {data['bindPhase']})" if data.get("bindPhase") else ""
+        lines.append(f"  node: {data['node']}{phase}")
+        lines += _devices(data["devices"]) or ["    no device slices"]
+    if data["status"] == "pending" and "nodes" in data:
+        lines.append("  nodes:")
+        lines += _node_lines(data["nodes"]) or ["    no node to try"]
+        largest = data["largest"]
+        if largest is not None:
+            hint = []
+            if largest["memoryMiB"] is not None:
+                hint.append(f"{largest['memoryMiB']} MiB")
+            if largest["coresPct"] is not None:
+                hint.append(_cores(largest["coresPct"], largest["coresUnit"]))
+            lines.append(f"  largest that fits now: {', '.join(hint)} per GPU on {largest['node']}")
+        for q in data["quota"]:
+            lines.append(f"  quota {q['quota']}: {q['key']} used {q['used']} of {q['hard']}")
+        for lock in data["nodeLocks"]:
+            lines.append(
+                f"  node lock: {lock['node']} held by {lock['holder']} since {lock['since']}"
+            )
+        pre = data["preemption"]
+        if pre["victims"]:
+            who = ", ".join(f"{v['pod']} (priority {v['priority']})" for v in pre["victims"])
+            lines.append(f"  preemption would evict on {pre['node']}: {who}")
+        else:
+            lines.append(f"  preemption: {pre['reason']}")
+        con = data["consolidation"]
+        if con["moves"]:
+            lines.append(f"  consolidation: {con['reason']}")
+            for m in con["moves"]:
+                lines.append(
+                    f"    move {m['pod']}: {m['fromNode']} {','.join(m['fromGpus'])}"
+                    f" -> {m['toNode']} {','.join(m['toGpus'])}"
+                )
+        else:
+            lines.append(f"  consolidation: {con['reason']}")
+    return printable("\n".join(lines) + "\n", keep_newlines=True)
