@@ -6,7 +6,7 @@ PodDisruptionBudget is asked; a budget's refusal (HTTP 429) leaves the pod runni
 is reported (``Evicted.BLOCKED_BY_BUDGET``). That is stricter than kube-scheduler, whose
 preemption deletes its chosen victims whatever their budgets say (it only prefers
 candidates violating fewer: ``pkg/scheduler/framework/plugins/defaultpreemption``):
-hami is granted no ``delete`` on pods. kube-apiserver 1.20 serves the Eviction
+nothing here deletes a pod. kube-apiserver 1.20 serves the Eviction
 subresource as ``policy/v1beta1`` (``policy/v1`` from 1.22).
 
 Two implementations of ``Evictions``: ``kube_eviction.KubeEvictions`` over the API server (RBAC: the

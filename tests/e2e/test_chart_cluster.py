@@ -419,6 +419,15 @@ def test_what_rbac_on_1_20_can_and_cannot_narrow(cluster: Cluster):
     assert _can(cluster, dp, "patch", "nodes", name="not-its-node", namespace="")
     # the monitor's overuse eviction (hami.io/overuse-policy: evict) reaches any pod
     assert _can(cluster, mon, "create", "pods/eviction", name="any", namespace="kube-system")
+    # the scheduler's preemption (docs/preemption-and-gangs.md): it evicts through the
+    # Eviction API (budgets asked), nominates and reads budgets; kube-scheduler's own
+    # role, bound to the same ServiceAccount for the kube-scheduler container, also
+    # allows deleting pods (hami's code never does)
+    sched = "hami-scheduler"
+    assert _can(cluster, sched, "create", "pods/eviction", name="any", namespace="default")
+    assert _can(cluster, sched, "patch", "pods/status", name="any", namespace="default")
+    assert _can(cluster, sched, "list", "poddisruptionbudgets", group="policy", namespace="")
+    assert _can(cluster, sched, "delete", "pods", name="any", namespace="default")
 
 
 def test_the_admission_policies_are_refused_by_a_1_20_cluster(cluster: Cluster):
