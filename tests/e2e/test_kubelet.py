@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -33,6 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from hami_core.protocol import annotations as keys
 from hami_core.protocol import decode_pod_devices
+from hami_core.protocol.handshake import podresources_key
 from tests.deviceplugin import fakenvml
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, free_port
 from tests.e2e.hami_servers import HAMI, scheduler_argv, signing_keys, start_webhook
@@ -354,6 +357,112 @@ def test_pods_on_the_same_gpu_get_their_own_values_back_to_back(stack: Stack):
         assert stack.node_lock() is None
     finally:
         _delete_and_wait(stack, "gpu-b", "gpu-c")
+
+
+class _Watched:
+    """Every value of the node lock the node carried, and when each pod was first seen
+    bound and first seen allocated, while in the ``with`` block (API watches)."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.locks: list[str] = []
+        self.bound: dict[str, float] = {}
+        self.allocated: dict[str, float] = {}
+        self._watches: list[Any] = []
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> _Watched:
+        from kubernetes import watch
+
+        core = self.stack.core
+        node_rv = core.read_node(NODE).metadata.resource_version
+        pods_rv = core.list_namespaced_pod(self.stack.namespace).metadata.resource_version
+        for target, kw, on in (
+            (
+                core.list_node,
+                {"field_selector": f"metadata.name={NODE}", "resource_version": node_rv},
+                self._node,
+            ),
+            (
+                functools.partial(core.list_namespaced_pod, self.stack.namespace),
+                {"resource_version": pods_rv},
+                self._pod,
+            ),
+        ):
+            w = watch.Watch()
+            self._watches.append(w)
+
+            def run(w: Any = w, target: Any = target, kw: Any = kw, on: Any = on) -> None:
+                with contextlib.suppress(Exception):
+                    for event in w.stream(target, timeout_seconds=300, **kw):
+                        on(event["object"])
+
+            t = threading.Thread(target=run, daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def _node(self, node: Any) -> None:
+        value = (node.metadata.annotations or {}).get(keys.NODE_LOCK)
+        if value:
+            self.locks.append(value)
+
+    def _pod(self, pod: Any) -> None:
+        name, now = pod.metadata.name, time.monotonic()
+        if pod.spec.node_name:
+            self.bound.setdefault(name, now)
+        if (pod.metadata.annotations or {}).get(keys.BIND_PHASE) == "success":
+            self.allocated.setdefault(name, now)
+
+    def __exit__(self, *exc: object) -> None:
+        for w in self._watches:
+            w.stop()
+
+
+def test_two_pods_of_different_slices_bound_at_once_take_no_lock_and_get_their_own(
+    stack: Stack,
+):
+    """Issue 26: the node's device plugin reads kubelet's PodResources and verifies
+    allocation signatures, and says so beside its handshake answer; the scheduler then
+    binds without the node lock, so two pods asking one GPU each, of different slices,
+    are in flight on the node at once, and each gets its own slice (told apart by what
+    kubelet lists while it admits each)."""
+    claim = podresources_key("hami.io/node-handshake")
+
+    def claimed() -> bool:
+        ann = stack.node.node()["metadata"].get("annotations") or {}
+        return bool(ann.get(claim)) and ann.get(claim) == ann.get("hami.io/node-handshake")
+
+    stack.cp.wait_for(claimed, timeout=60, message=f"the node's {claim} claim")
+    first = stack.assigned_uuid(stack.pod("gpu-a"))
+    try:
+        with _Watched(stack) as seen:
+            stack.create_gpu_pod("lf-a", gpumem=4000, gpucores=40, gpu_uuid=first)
+            stack.create_gpu_pod("lf-b", gpumem=2500, gpucores=10, gpu_uuid=first)
+            pods = {name: stack.wait_running(name) for name in ("lf-a", "lf-b")}
+        got = {}
+        for name, pod in pods.items():
+            env = stack.env_of(pod)
+            got[name] = (
+                env["NVIDIA_VISIBLE_DEVICES"],
+                env["CUDA_DEVICE_MEMORY_LIMIT_0"],
+                env["CUDA_DEVICE_SM_LIMIT"],
+            )
+            uid = pod["metadata"]["uid"]
+            limits = (stack.hook / "containers" / f"{uid}_main.limits").read_text()
+            assert f"CUDA_DEVICE_MEMORY_LIMIT_0={got[name][1]}\n" in limits  # its own region
+            # no label PATCH either: the Binding was the bind's one write
+            assert keys.VGPU_NODE not in (pod["metadata"].get("labels") or {})
+        assert got == {"lf-a": (first, "4000m", "40"), "lf-b": (first, "2500m", "10")}
+        assert seen.locks == [], f"a node lock was written: {seen.locks}"
+        print(
+            "bound at (s):",
+            {n: round(t - min(seen.bound.values()), 3) for n, t in seen.bound.items()},
+            "allocated at (s):",
+            {n: round(t - min(seen.bound.values()), 3) for n, t in seen.allocated.items()},
+        )
+    finally:
+        _delete_and_wait(stack, "lf-a", "lf-b")
 
 
 def test_a_native_sidecar_on_kubelet_1_20_is_a_plain_init_container(stack: Stack):
