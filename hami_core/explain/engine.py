@@ -19,7 +19,9 @@ Shape (``-o json`` / ``-o yaml``; memory in MiB, compute in the ``coresUnit`` be
                                             # the filter's reason, per GPU its reason code
       "largest": null | {"node": str, "memoryMiB": int | null, "coresPct": int | null,
                          "coresUnit": str},  # the largest per-GPU request that fits now
-      "quota": [{"quota": str, "key": str, "used": int, "hard": int}],
+      "quota": [{"quota": str, "key": str, "used": int, "hard": int,
+                 "thisPod": int,             # what its requests ask (a floor: module _quota)
+                 "over": bool}],             # used + thisPod > hard
       "nodeLocks": [{"node": str, "holder": str, "since": str}],   # locks of other pods
       "preemption": null | {"victims": [{"pod": str, "priority": int}], "node": str | null,
                             "reason": str},
@@ -43,8 +45,9 @@ from hami_core.defrag.planner import Planner
 from hami_core.defrag.sources import DefragInput
 from hami_core.errors import AnnotationError, InvalidInputError, NotFoundError
 from hami_core.facts.priority import pod_priority
+from hami_core.facts.quota import pod_charge
 from hami_core.facts.usage import pod_allocation
-from hami_core.model import Allocation, DeviceInfo, PodRequest
+from hami_core.model import Allocation, Charge, DeviceInfo, PodRequest
 from hami_core.plugin import BackendManager
 from hami_core.protocol.annotations import BIND_PHASE, NODE_LOCK
 from hami_core.protocol.lock import decode_lock
@@ -215,20 +218,28 @@ def _pending(
     answer = {
         **base,
         "status": PENDING,
-        "reason": _reason(result),
+        "reason": _reason(result, nodes),
         "request": request_entries(request, types),
         "nodes": nodes,
         "largest": _largest(nodes),
-        "quota": _quota(scheduler, base["namespace"]),
+        "quota": _quota(scheduler, base["namespace"], request),
         "nodeLocks": _locks(read, scheduler, manager, base["namespace"], base["name"]),
         "preemption": _preemption(read, scheduler, pod, result),
     }
+    over = [q for q in answer["quota"] if q["over"]]
+    if over and not result.feasible:
+        q = over[0]
+        answer["reason"] += (
+            f"; over quota {q['quota']}: {q['key']} {q['hard']}, used {q['used']}, "
+            f"this pod {q['thisPod']}"
+        )
     # last: the planner changes read.cluster
     answer["consolidation"] = _consolidation(read, manager, pod, result, protected_namespaces)
     return answer
 
 
-def _reason(result: FilterResult) -> str:
+def _reason(result: FilterResult, nodes: list[dict[str, Any]]) -> str:
+    """One line: where it fits, or the reason codes of the GPUs and nodes that refused."""
     if result.feasible:
         return (
             f"fits now on {len(result.feasible)} node(s) as far as devices go: kube-scheduler "
@@ -236,11 +247,17 @@ def _reason(result: FilterResult) -> str:
         )
     if not result.failed:
         return "no node to try"
-    counts: dict[str, int] = {}
-    for reason in result.failed.values():
-        counts[str(reason)] = counts.get(str(reason), 0) + 1
-    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
-    return f"fits on none of {len(result.failed)} node(s); most common: {top}"
+    gpus: dict[str, int] = {}
+    whole: dict[str, int] = {}  # nodes refused with no GPU's code (unregistered, quota)
+    for n in nodes:
+        codes = [d["reason"] for d in n["devices"] if d["reason"] is not None]
+        for code in codes:
+            gpus[code] = gpus.get(code, 0) + 1
+        if not codes and n["reason"]:
+            whole[n["reason"]] = whole.get(n["reason"], 0) + 1
+    parts = [f"{code} on {k} GPU(s)" for code, k in sorted(gpus.items(), key=lambda kv: -kv[1])]
+    parts += [f"{why} on {k} node(s)" for why, k in sorted(whole.items(), key=lambda kv: -kv[1])]
+    return f"fits on none of {len(result.failed)} node(s): {'; '.join(parts)}"
 
 
 def _nodes(
@@ -283,17 +300,37 @@ def _largest(nodes: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def _quota(scheduler: Scheduler, namespace: str) -> list[dict[str, Any]]:
+def _quota(scheduler: Scheduler, namespace: str, request: PodRequest) -> list[dict[str, Any]]:
+    """Per enforced quota of the namespace: used (its pods holding quota), hard, what
+    this pod asks as its requests read (count x per-device memory and cores; a memory
+    percentage or a MIG profile is charged by the device it lands on, so this is a
+    floor) and whether that is over."""
     view = scheduler.state.quota_view(namespace)
-    return [
-        {
-            "quota": limit.quota,
-            "key": limit.key,
-            "used": view.used.of(limit.vendor, limit.measure),
-            "hard": limit.hard,
-        }
-        for limit in view.limits
-    ]
+    asks = pod_charge(
+        (
+            c.init,
+            {
+                r.vendor: Charge(r.count * r.memory_mib, r.count * r.cores_pct, r.count)
+                for r in c.devices
+            },
+        )
+        for c in request.containers
+    )
+    out = []
+    for limit in view.limits:
+        used = view.used.of(limit.vendor, limit.measure)
+        wants = asks.of(limit.vendor, limit.measure)
+        out.append(
+            {
+                "quota": limit.quota,
+                "key": limit.key,
+                "used": used,
+                "hard": limit.hard,
+                "thisPod": wants,
+                "over": bool(wants) and used + wants > limit.hard,
+            }
+        )
+    return out
 
 
 def _locks(

@@ -70,7 +70,11 @@ def render_text(data: Mapping[str, Any]) -> str:
                 hint.append(_cores(largest["coresPct"], largest["coresUnit"]))
             lines.append(f"  largest that fits now: {', '.join(hint)} per GPU on {largest['node']}")
         for q in data["quota"]:
-            lines.append(f"  quota {q['quota']}: {q['key']} used {q['used']} of {q['hard']}")
+            over = ": over the quota" if q["over"] else ""
+            lines.append(
+                f"  quota {q['quota']}: {q['key']} used {q['used']} of {q['hard']}, "
+                f"this pod {q['thisPod']}{over}"
+            )
         for lock in data["nodeLocks"]:
             lines.append(
                 f"  node lock: {lock['node']} held by {lock['holder']} since {lock['since']}"

@@ -178,3 +178,34 @@ def test_a_tenants_terminal_escapes_never_reach_the_terminal(tmp_path):
     assert "\x1b" not in out and json.loads(out)["name"] == evil
     code, out = run(f"default/{evil}", "--snapshot", snap, "-o", "yaml")
     assert "\x1b" not in out and yaml.safe_load(out)["name"] == evil
+
+
+def test_over_quota_is_named_in_the_reason(tmp_path):
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gpu-quota", "namespace": "default"},
+        "spec": {"hard": {"limits.nvidia.com/gpumem": str(2 * MIB + 1000)}},
+    }
+    code, data = as_json("default/big", "--snapshot", snapshot(tmp_path, pending("big"), quota))
+    assert code == 3
+    (q,) = data["quota"]
+    assert q["thisPod"] == MIB and q["over"] is True
+    assert f"over quota gpu-quota: limits.nvidia.com/gpumem {2 * MIB + 1000}" in data["reason"]
+    # the planner's moves cannot help a pod over its quota
+    assert data["consolidation"]["moves"] == []
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_readme_shows_what_hami_explain_prints():
+    """README's answer is the command's output on examples/snapshot-pending.yaml."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("$ hami explain ml-team/finetune-7b", 1)[1].split("```", 1)[0]
+    shown = block.split("\n", 1)[1]
+    code, out = run(
+        "ml-team/finetune-7b", "--snapshot", str(ROOT / "examples" / "snapshot-pending.yaml")
+    )
+    assert code == 3
+    assert shown == out
