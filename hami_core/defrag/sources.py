@@ -139,10 +139,23 @@ def from_api(kubeconfig: str | None, manager: BackendManager) -> DefragInput:
         str(ns["metadata"]["name"]): _labels(ns)
         for ns in call("list namespaces", core.list_namespace).get("items") or []
     }
+    custom = k8s.CustomObjectsApi(api)  # PDBs as plain JSON, whichever version is served
     try:
-        budgets = call("list poddisruptionbudgets", _get(api, _PDB_PATH % "v1")).get("items")
+        budgets = call(
+            "list poddisruptionbudgets",
+            custom.list_cluster_custom_object,
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+        ).get("items")
     except NotFoundError:  # Kubernetes before 1.21 serves policy/v1beta1 only
-        budgets = call("list poddisruptionbudgets", _get(api, _PDB_PATH % "v1beta1")).get("items")
+        budgets = call(
+            "list poddisruptionbudgets",
+            custom.list_cluster_custom_object,
+            "policy",
+            "v1beta1",
+            "poddisruptionbudgets",
+        ).get("items")
     jobs = call("list jobs", k8s.BatchV1Api(api).list_job_for_all_namespaces).get("items")
     return DefragInput(
         cluster=cluster,
@@ -151,22 +164,3 @@ def from_api(kubeconfig: str | None, manager: BackendManager) -> DefragInput:
         jobs=tuple(jobs or ()),
         namespace_labels=labels,
     )
-
-
-_PDB_PATH = "/apis/policy/%s/poddisruptionbudgets"
-
-
-def _get(api: Any, path: str) -> Any:
-    """A client method (for ``kube.call``) that GETs ``path`` as raw JSON."""
-
-    def get(**kwargs: Any) -> Any:
-        return api.call_api(
-            path,
-            "GET",
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-            **kwargs,
-        )
-
-    return get

@@ -488,3 +488,45 @@ def test_finished_init_containers_free_their_share_as_simulate_says(control_plan
     create(core, pod("late", container(gpu=1, gpumem=8000)))
     (bound,) = wait_bound(control_plane, core, ["late"])
     assert bound["metadata"]["annotations"]["hami.io/vgpu-node"] == n
+
+
+def test_hami_explain_on_real_pending_and_bound_pods(control_plane, core):
+    """``hami explain`` against the real API server: the bound pod's node and slice as
+    the extender wrote them (exit 0), the Pending one's reason code per GPU, the largest
+    request that fits and no victim (exit 3), another scheduler's pod (exit 4), a
+    missing one (exit 1)."""
+    from click.testing import CliRunner
+
+    from hami_core.cli import cli
+
+    n = unique("explain")
+    add_gpu_node(control_plane, n, [gpu(f"GPU-{n}", memory_mib=8000)])
+    create(core, pod("held", container(gpu=1, gpumem=6000, gpucores=30)))
+    wait_bound(control_plane, core, ["held"])
+    create(core, pod("waiting", container(gpu=1, gpumem=4000)))
+    control_plane.wait_for(
+        lambda: any(r == "FilteringFailed" for r, _ in events(core, "waiting")),
+        message="waiting refused by the filter",
+    )
+    theirs = pod("theirs", container())
+    theirs["spec"]["containers"][0].setdefault("command", ["sleep", "3600"])
+    core.create_namespaced_pod("default", theirs)
+
+    def explain(ref: str) -> tuple[int, dict]:
+        args = ["explain", ref, "--kubeconfig", str(control_plane.kubeconfig_path), "-o", "json"]
+        result = CliRunner().invoke(cli, args)
+        return result.exit_code, json.loads(result.output) if result.output.startswith("{") else {}
+
+    code, held = explain("default/held")
+    assert code == 0 and held["node"] == n
+    assert [(d["uuid"], d["memoryMiB"], d["coresPct"]) for d in held["devices"]] == [
+        (f"GPU-{n}", 6000, 30)
+    ]
+    code, waiting = explain("default/waiting")
+    assert code == 3 and waiting["status"] == "pending"
+    (node,) = [e for e in waiting["nodes"] if e["node"] == n]
+    assert [d["reason"] for d in node["devices"]] == ["CardInsufficientMemory"]
+    assert waiting["largest"]["memoryMiB"] == 2000
+    assert waiting["preemption"]["victims"] == []
+    assert explain("default/theirs")[0] == 4
+    assert explain("default/nobody")[0] == 1
