@@ -209,3 +209,35 @@ def test_the_readme_shows_what_hami_explain_prints():
     )
     assert code == 3
     assert shown == out
+
+
+def test_a_bound_pod_on_an_mps_gpu_shows_the_mode(tmp_path):
+    import attrs
+
+    from tests.builders import gpu, node
+
+    mps = node("mps-0", [attrs.evolve(gpu("GPU-mps-0", memory_mib=MIB), mode="mps")])
+    holder = running("on-mps", "mps-0", (0,), mem=8000, cores=25)
+    alloc = "GPU-mps-0,NVIDIA,8000,25:;"
+    holder["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] = alloc
+    holder["metadata"]["annotations"]["hami.io/vgpu-devices-to-allocate"] = alloc
+    snap = snapshot(tmp_path, mps, holder)
+    code, data = as_json("default/on-mps", "--snapshot", snap)
+    assert code == 0 and [d["mode"] for d in data["devices"]] == ["mps"]
+    assert "8000 MiB, 25% (mps)" in run("default/on-mps", "--snapshot", snap)[1]
+
+
+def test_a_node_without_our_devices_says_so(tmp_path):
+    from tests.builders import node
+
+    bare = node("cpu-only", [])
+    code, data = as_json("default/big", "--snapshot", snapshot(tmp_path, bare, pending("big")))
+    assert code == 3
+    (entry,) = [n for n in data["nodes"] if n["node"] == "cpu-only"]
+    assert not entry["fits"] and entry["reason"] and entry["devices"] == []
+    assert f"{entry['reason']} on 1 node(s)" in data["reason"]
+
+
+def test_a_missing_pod_named_with_escapes_is_reported_escaped(tmp_path):
+    code, out = run("default/\x1b[2Jgone", "--snapshot", snapshot(tmp_path))
+    assert code == 1 and "\x1b" not in out and "\\x1b[2Jgone" in out
