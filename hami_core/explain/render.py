@@ -29,17 +29,48 @@ def _devices(entries: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
+#: Nodes shown one by one in the text (the rest summed up by reason); JSON has them all.
+NODES_SHOWN = 8
+
+
+def _closeness(n: Mapping[str, Any]) -> tuple[int, int, int, str]:
+    """Fitting nodes first, then those offering the most memory, then compute, by name."""
+    return (
+        0 if n["fits"] else 1,
+        -(n["largestMemoryMiB"] or 0),
+        -(n["largestCoresPct"] or 0),
+        n["node"],
+    )
+
+
 def _node_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ``NODES_SHOWN`` nodes closest to taking the pod, each with its GPUs' codes
+    (one line when every refused GPU has the same code), then the others by reason."""
+    ordered = sorted(nodes, key=_closeness)
     out = []
-    for n in nodes:
+    for n in ordered[:NODES_SHOWN]:
         if n["fits"]:
             out.append(f"    {n['node']}: fits")
             continue
         who = f" (container {n['container']})" if n["container"] else ""
         out.append(f"    {n['node']}: {n['reason']}{who}")
-        for d in n["devices"]:
-            if d["reason"] is not None:
-                out.append(f"      #{d['index']} {d['uuid']}: {d['reason']}")
+        refused = [d for d in n["devices"] if d["reason"] is not None]
+        codes = {d["reason"] for d in refused}
+        if len(refused) > 2 and len(codes) == 1:
+            out.append(f"      {len(refused)} GPUs: {codes.pop()}")
+            continue
+        for d in refused:
+            out.append(f"      #{d['index']} {d['uuid']}: {d['reason']}")
+    rest = ordered[NODES_SHOWN:]
+    if rest:
+        counts: dict[str, int] = {}
+        for n in rest:
+            why = "fits" if n["fits"] else n["reason"]
+            counts[why] = counts.get(why, 0) + 1
+        summed = ", ".join(
+            f"{k} x {why}" for why, k in sorted(counts.items(), key=lambda kv: -kv[1])
+        )
+        out.append(f"    and {len(rest)} more node(s): {summed} (-o json lists each)")
     return out
 
 

@@ -241,3 +241,27 @@ def test_a_node_without_our_devices_says_so(tmp_path):
 def test_a_missing_pod_named_with_escapes_is_reported_escaped(tmp_path):
     code, out = run("default/\x1b[2Jgone", "--snapshot", snapshot(tmp_path))
     assert code == 1 and "\x1b" not in out and "\\x1b[2Jgone" in out
+
+
+def test_text_of_a_large_cluster_shows_the_closest_nodes_and_sums_the_rest(tmp_path):
+    """40 nodes of 8 GPUs: the text stays short (the nodes closest to fitting, one line
+    per node's GPUs when they share a code, the rest summed up); JSON has every node."""
+    items: list[dict[str, Any]] = [gpu_node(f"n-{i:02}", gpus=8) for i in range(40)]
+    items += [
+        running(f"h-{i}-{g}", f"n-{i:02}", (g,), mem=MIB // 2 + (i == 7), cores=50)
+        for i in range(40)
+        for g in range(8)
+    ]
+    path = tmp_path / "big.json"
+    path.write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": [*items, pending("big")]})
+    )
+    code, out = run("default/big", "--snapshot", str(path))
+    assert code == 3
+    assert len(out.splitlines()) < 40, out
+    assert "      8 GPUs: CardInsufficientMemory" in out
+    assert "and 32 more node(s): 32 x 8/8 CardInsufficientMemory (-o json lists each)" in out
+    # n-07 offers one MiB less than the others: it is not among the closest shown
+    assert "n-07:" not in out and "n-00:" in out
+    _, data = as_json("default/big", "--snapshot", str(path))
+    assert len(data["nodes"]) == 40
