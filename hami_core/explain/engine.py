@@ -46,8 +46,8 @@ from hami_core.defrag.sources import DefragInput
 from hami_core.errors import AnnotationError, InvalidInputError, NotFoundError
 from hami_core.facts.priority import pod_priority
 from hami_core.facts.quota import pod_charge
-from hami_core.facts.usage import pod_allocation
-from hami_core.model import Allocation, Charge, DeviceInfo, PodRequest
+from hami_core.facts.usage import pod_allocation, pod_holdings, requested_vendors
+from hami_core.model import Allocation, Charge, DeviceInfo, MigSlot, PodRequest
 from hami_core.plugin import BackendManager
 from hami_core.protocol.annotations import BIND_PHASE, NODE_LOCK
 from hami_core.protocol.lock import decode_lock
@@ -178,9 +178,18 @@ def _placed(
     if not per_vendor and (request is None or not request.wants_devices):
         return {**base, "status": NOT_OURS, "reason": problem or "asks no managed device"}
     devices: dict[str, DeviceInfo] = {}
+    mig: Mapping[str, tuple[MigSlot, ...]] = {}
     try:
         info = scheduler.node_info(read.cluster.get_node(node_name))
         devices = {d.uuid: d for d in info.devices}
+        # the MIG instances are in the node-side annotation, read under the trust rule
+        mig = pod_holdings(
+            pod,
+            info,
+            types.values(),
+            scheduler_name=manager.config.scheduler_name,
+            requested_vendors=requested_vendors(pod, manager),
+        ).mig
     except NotFoundError:
         pass  # the node is gone: the slices are shown without their model
     allocation = Allocation(node=node_name, devices=per_vendor)
@@ -191,8 +200,23 @@ def _placed(
         "request": request_entries(request, types),
         "node": node_name,
         "bindPhase": ann.get(BIND_PHASE),
-        "devices": device_entries(allocation, request, devices, types),
+        "devices": _with_mig(device_entries(allocation, request, devices, types), mig),
     }
+
+
+def _with_mig(
+    entries: list[dict[str, Any]], mig: Mapping[str, tuple[MigSlot, ...]]
+) -> list[dict[str, Any]]:
+    """Each slice on a MIG GPU with its instance's profile and placement (in order, when a
+    pod holds several instances of one GPU)."""
+    left = {uuid: list(slots) for uuid, slots in mig.items()}
+    for e in entries:
+        slots = left.get(e["uuid"])
+        if e["migProfile"] is None and slots:
+            slot = slots.pop(0)
+            e["migProfile"] = slot.profile
+            e["migPlacement"] = {"start": slot.placement.start, "size": slot.placement.size}
+    return entries
 
 
 def _pending(

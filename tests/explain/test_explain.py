@@ -265,3 +265,35 @@ def test_text_of_a_large_cluster_shows_the_closest_nodes_and_sums_the_rest(tmp_p
     assert "n-07:" not in out and "n-00:" in out
     _, data = as_json("default/big", "--snapshot", str(path))
     assert len(data["nodes"]) == 40
+
+
+def test_after_simulate_each_mode_and_the_mig_pod_that_found_no_placement(tmp_path):
+    """The cluster ``hami simulate`` leaves after the modes example, read back as a
+    snapshot: each bound pod's mode (MIG with its profile, MPS, shim) and the MIG pod
+    that fits nowhere, pending with the filter's codes."""
+    from hami_core.simulate import runner
+
+    sim = runner.run_files(
+        cluster_path=str(ROOT / "examples" / "cluster-modes.yaml"),
+        workload_paths=[str(ROOT / "examples" / "workloads-modes")],
+    )
+    store = sim.pipeline.cluster
+    items = [*store.list_nodes(), *store.list_pods()]
+    path = tmp_path / "after.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    modes = {}
+    for name in ("mig-large", "mig-small", "mps-client", "shim-slice"):
+        code, data = as_json(f"default/{name}", "--snapshot", str(path))
+        assert code == 0, data
+        ((mode, profile),) = {(d["mode"], d["migProfile"]) for d in data["devices"]}
+        modes[name] = (mode, profile)
+    assert modes == {
+        "mig-large": ("mig", "3g.40gb"),
+        "mig-small": ("mig", "1g.10gb"),
+        "mps-client": ("mps", None),
+        "shim-slice": ("hami-core", None),
+    }
+    assert "(mig 3g.40gb)" in run("default/mig-large", "--snapshot", str(path))[1]
+    code, data = as_json("default/mig-no-placement", "--snapshot", str(path))
+    assert code == 3 and data["status"] == "pending"
+    assert any(d["reason"] for n in data["nodes"] for d in n["devices"])
