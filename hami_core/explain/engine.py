@@ -173,6 +173,9 @@ def _placed(
     except AnnotationError as exc:
         per_vendor = {}
         base["reason"] = f"its allocation cannot be read: {exc}"
+    asked = requested_vendors(pod, manager)
+    if asked is not None:  # the allocation of a vendor not asked for counts for nothing (§6)
+        per_vendor = {v: d for v, d in per_vendor.items() if v in asked}
     scheduler = Scheduler(read.cluster, manager)
     request, problem = _request(pod, scheduler)
     if not per_vendor and (request is None or not request.wants_devices):
@@ -188,7 +191,7 @@ def _placed(
             info,
             types.values(),
             scheduler_name=manager.config.scheduler_name,
-            requested_vendors=requested_vendors(pod, manager),
+            requested_vendors=asked,
         ).mig
     except NotFoundError:
         pass  # the node is gone: the slices are shown without their model

@@ -297,3 +297,13 @@ def test_after_simulate_each_mode_and_the_mig_pod_that_found_no_placement(tmp_pa
     code, data = as_json("default/mig-no-placement", "--snapshot", str(path))
     assert code == 3 and data["status"] == "pending"
     assert any(d["reason"] for n in data["nodes"] for d in n["devices"])
+
+
+def test_a_forged_allocation_on_a_pod_asking_no_gpu_is_not_shown_as_its_slice(tmp_path):
+    """A tenant's pod asks no GPU but carries an allocation annotation naming one (the
+    accounting ignores it, PROTOCOL.md §6): explain does not present it as placed on it."""
+    forged = running("forger", "node-0", (0,), mem=MIB // 2, cores=50)
+    forged["spec"]["containers"][0]["resources"] = {}
+    code, data = as_json("default/forger", "--snapshot", snapshot(tmp_path, forged))
+    assert code == 4 and data["status"] == "not-ours"
+    assert "devices" not in data
