@@ -10,11 +10,13 @@ STAMP := $(VENV)/.installed
 
 # A new venv's setuptools is too old for the backends' build-system (>=77): the shim and
 # packaging tests build them without isolation, so upgrade it with pip.
-$(STAMP): pyproject.toml $(wildcard backends/*/pyproject.toml) $(wildcard shim/src/*) $(wildcard shim/Makefile)
+$(STAMP): pyproject.toml tests/chart/scan-requirements.txt $(wildcard backends/*/pyproject.toml) $(wildcard shim/src/*) $(wildcard shim/Makefile)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "hami needs Python >= 3.11; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
 	$(BIN)/python -m pip install --quiet -e '.[dev]' $(foreach b,$(BACKENDS),-e $(b))
+	$(PYTHON) -m venv $(VENV)/scan
+	$(VENV)/scan/bin/python -m pip install --quiet -r tests/chart/scan-requirements.txt
 	touch $@
 
 install: $(STAMP)

@@ -188,3 +188,175 @@ imagePullSecrets:
 {{- fail "webhook.tls.mode manual needs webhook.tls.manual.secretName and webhook.tls.manual.caBundle" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Security ---------------------------------------------------------------------- */}}
+
+{{/* hami.metaAnnotations: (dict "root" $ "skips" (list "CKV_K8S_43=reason" ...) "extra" dict):
+     an object's annotations: global.annotations, the extra ones, and one
+     checkov.io/skipN per declared exception (the check's id and why the component needs
+     what the check forbids; checkov reports it as skipped, with the reason). */}}
+{{- define "hami.metaAnnotations" -}}
+{{- $all := dict -}}
+{{- range $k, $v := (.root.Values.global.annotations | default dict) }}{{ $_ := set $all $k $v }}{{ end -}}
+{{- range $k, $v := (.extra | default dict) }}{{ $_ := set $all $k $v }}{{ end -}}
+{{- range $i, $skip := (.skips | default list) }}{{ $_ := set $all (printf "checkov.io/skip%d" (add1 $i)) $skip }}{{ end -}}
+{{- with $all }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The exceptions every hami image container shares with any chart that installs by tag. */}}
+{{- define "hami.imageSkips" -}}
+- "CKV_K8S_43=the image is named by tag, as helm users set it; pin it by digest with the image's tag value (e.g. tag: 0.1.0@sha256:...), which checkov then passes"
+- "CKV_K8S_15=pullPolicy IfNotPresent (configurable) so nodes without registry access run preloaded images; a digest-pinned image passes this check"
+{{- end -}}
+
+{{/* Pod-level securityContext of the components that need no node access (scheduler,
+     webhook): Pod Security Standards "restricted". 65532 is the conventional "nonroot"
+     uid; the image's files are world-readable. */}}
+{{- define "hami.restrictedPodSecurity" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  fsGroup: 65532
+  seccompProfile:
+    type: RuntimeDefault
+{{- end -}}
+
+{{- define "hami.restrictedContainerSecurity" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: ["ALL"]
+{{- end -}}
+
+{{/* The API credentials, mounted only into the containers that call the API server:
+     pods set automountServiceAccountToken: false and mount this projected volume (what
+     kubelet's automount makes: a bound token it renews, the cluster CA, the namespace)
+     at the path in-cluster clients read. */}}
+{{- define "hami.apiAccessVolume" -}}
+- name: kube-api-access
+  projected:
+    defaultMode: 0444
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3607
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                apiVersion: v1
+                fieldPath: metadata.namespace
+{{- end -}}
+
+{{- define "hami.apiAccessMount" -}}
+- name: kube-api-access
+  mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+  readOnly: true
+{{- end -}}
+
+{{/* The scheduler Deployment's declared exceptions (checkov.io/skipN). */}}
+{{- define "hami.schedulerSkips" -}}
+{{ include "hami.imageSkips" . }}
+{{- if .Values.scheduler.hostNetwork }}
+- "CKV_K8S_19=scheduler.hostNetwork (off by default): for clusters without a pod network for control-plane components; the extender still listens on 127.0.0.1"
+{{- end }}
+- "CKV_K8S_114=profiling is off where kube-scheduler reads it, enableProfiling: false in its KubeSchedulerConfiguration; the --profiling flag is ignored when --config is given"
+- "CKV_K8S_115=kube-scheduler serves /healthz on the pod's own address so kubelet can probe it (a pod network address, not the node's; the extender alone stays on 127.0.0.1); networkPolicy.enabled admits only the metrics port"
+{{- if not .Values.networkPolicy.enabled }}
+- "CKV2_K8S_6=NetworkPolicies are off (networkPolicy.enabled: false, for CNIs that enforce none); on, they admit only Prometheus to the metrics port"
+{{- end }}
+{{- end -}}
+
+{{- define "hami.webhookSkips" -}}
+{{ include "hami.imageSkips" . }}
+{{- if .Values.webhook.hostNetwork }}
+- "CKV_K8S_19=webhook.hostNetwork (off by default): on clusters where Service IPs do not route, the API server calls the webhook by URL on the node it runs on (examples/no-kube-proxy.yaml)"
+{{- end }}
+{{- if not .Values.networkPolicy.enabled }}
+- "CKV2_K8S_6=NetworkPolicies are off (networkPolicy.enabled: false, for CNIs that enforce none); on, they admit only the API server's addresses to the webhook port"
+{{- end }}
+{{- end -}}
+
+{{/* What each vendor's device plugin opens on the host, for the declared exceptions:
+     its tool and device nodes (the backends' discovery code). */}}
+{{- define "hami.vendorDeviceAccess" -}}
+{{- $access := dict
+  "nvidia" "NVML (injected by NVIDIA's container toolkit) on every /dev/nvidia* node, and for dynamic MIG nvidia-smi mig, which needs CAP_SYS_ADMIN on /dev/nvidia-caps"
+  "amd" "rocm-smi on /dev/kfd and /dev/dri/*"
+  "ascend" "npu-smi on /dev/davinci*, /dev/davinci_manager, /dev/devmm_svm and /dev/hisi_hdc"
+  "cambricon" "cnmon on /dev/cambricon_dev*, /dev/cambricon_ctl and /dev/cambricon_ipcm*"
+  "hygon" "hy-smi on /dev/kfd, /dev/mkfd and /dev/dri/*"
+  "kunlun" "xpu-smi on /dev/xpu* and /dev/xpuctrl"
+  "awsneuron" "neuron-ls on /dev/neuron*"
+-}}
+{{- get $access .name | default (printf "the %s vendor tool on its /dev nodes" .name) -}}
+{{- end -}}
+
+{{/* The device plugin DaemonSet's declared exceptions: (dict "root" $ "name" "nvidia"
+     "hostPID" bool). */}}
+{{- define "hami.devicePluginSkips" -}}
+{{- $why := include "hami.vendorDeviceAccess" . -}}
+{{ include "hami.imageSkips" .root }}
+- "CKV_K8S_16=devicePlugin.securityContext privileged: the {{ .name }} device plugin runs {{ $why }}; device cgroup rules cannot name nodes that appear after start (hot-plug, MIG instances)"
+- "CKV_K8S_20=privileged (CKV_K8S_16) implies privilege escalation"
+- "CKV_K8S_37=privileged (CKV_K8S_16) holds every capability"
+- "CKV_K8S_28=privileged (CKV_K8S_16) holds every capability, NET_RAW among them; the pod has no host network unless devicePlugin.hostNetwork"
+- "CKV_K8S_23=root: it writes kubelet's device-plugin socket under {{ .root.Values.devicePlugin.pluginPath }} and libvgpu.so under {{ .root.Values.global.gpuHookPath }}/vgpu, both root-owned host directories"
+- "CKV_K8S_40=it runs as uid 0, for the reason CKV_K8S_23 gives"
+- "CKV_K8S_22=the vendor tool writes its logs and locks on the root filesystem"
+- "CKV_K8S_29=privileged: no pod-level securityContext restricts it (CKV_K8S_16)"
+- "CKV_K8S_31=privileged containers run without seccomp whatever the profile says (CKV_K8S_16)"
+- "CKV_K8S_8=it serves no HTTP: kubelet watches its device-plugin socket and marks its resources unhealthy when it goes"
+- "CKV_K8S_9=kubelet offers its devices only once it has registered on the device-plugin socket (CKV_K8S_8)"
+{{- if .root.Values.devicePlugin.hostNetwork }}
+- "CKV_K8S_19=devicePlugin.hostNetwork (off by default): for nodes whose pods cannot reach the API server before the pod network runs"
+{{- end }}
+{{- if .hostPID }}
+- "CKV_K8S_17=devicePlugin.mpsIsolation per-container: the MPS control daemons it starts must see the clients' host PIDs"
+{{- end }}
+{{- if not .root.Values.networkPolicy.enabled }}
+- "CKV2_K8S_6=NetworkPolicies are off (networkPolicy.enabled: false); on, the device plugin admits nothing (kubelet reaches it by a socket)"
+{{- end }}
+{{- end -}}
+
+{{- define "hami.monitorSkips" -}}
+{{ include "hami.imageSkips" . }}
+- "CKV_K8S_17=hostPID: the shim's regions name processes by host PID and start time, and only live ones count; the monitor reads them in the host's /proc"
+- "CKV_K8S_23=root (uid 0, every capability dropped but three) to read and remove the directories of gone pods, owned by the users the GPU containers ran as"
+- "CKV_K8S_40=it runs as uid 0, for the reason CKV_K8S_23 gives"
+- "CKV_K8S_25=DAC_READ_SEARCH and DAC_OVERRIDE read and remove other users' container directories, FOWNER sets their modes; nothing else is added"
+{{- if not .Values.networkPolicy.enabled }}
+- "CKV2_K8S_6=NetworkPolicies are off (networkPolicy.enabled: false); on, they admit only Prometheus to the metrics port"
+{{- end }}
+{{- end -}}
+
+{{- define "hami.mpsDaemonSkips" -}}
+{{ include "hami.imageSkips" . }}
+- "CKV_K8S_16=privileged: nvidia-smi -c EXCLUSIVE_PROCESS sets every GPU's compute mode, and the MPS server opens every /dev/nvidia* node"
+- "CKV_K8S_20=privileged (CKV_K8S_16) implies privilege escalation"
+- "CKV_K8S_37=privileged (CKV_K8S_16) holds every capability"
+- "CKV_K8S_28=privileged (CKV_K8S_16) holds every capability, NET_RAW among them; the pod has no host network"
+- "CKV_K8S_17=hostPID: the MPS server must see its clients' processes (NVIDIA runs it in the host PID namespace too)"
+- "CKV_K8S_23=root: NVIDIA's MPS control daemon and nvidia-smi -c need it"
+- "CKV_K8S_40=it runs as uid 0, for the reason CKV_K8S_23 gives"
+- "CKV_K8S_22=nvidia-cuda-mps-control writes its pipes and logs where NVIDIA's runtime puts them"
+- "CKV_K8S_29=privileged: no pod-level securityContext restricts it (CKV_K8S_16)"
+- "CKV_K8S_31=privileged containers run without seccomp whatever the profile says (CKV_K8S_16)"
+- "CKV_K8S_8=nvidia-cuda-mps-control -f has no health endpoint; the pod ends when the daemon does"
+- "CKV_K8S_9=nvidia-cuda-mps-control -f has no readiness signal (CKV_K8S_8)"
+{{- if not .Values.networkPolicy.enabled }}
+- "CKV2_K8S_6=NetworkPolicies are off (networkPolicy.enabled: false); on, the MPS daemon admits nothing"
+{{- end }}
+{{- end -}}
