@@ -324,12 +324,16 @@ def test_the_chart_pods_run_from_the_image(release: Release):
     }.items() <= images.items()
     # every other part of the chart (e.g. the node monitor) runs from the hami image too
     assert set(images.values()) == {HAMI_IMAGE, KUBE_SCHEDULER_IMAGE}
-    # service-account tokens came from kube-controller-manager: the pods talk to the API
+    # the pods talk to the API with a token projected only into the containers that use
+    # it (kubelet's TokenRequest), and run as uid 65532 on a read-only root filesystem
     sched = release.ready_pods("scheduler")[0]
-    assert any(
-        v.get("secret", {}).get("secretName", "").startswith("hami-scheduler-token-")
-        for v in sched["spec"]["volumes"]
-    )
+    assert sched["spec"]["automountServiceAccountToken"] is False
+    (access,) = [v for v in sched["spec"]["volumes"] if v["name"] == "kube-api-access"]
+    assert any("serviceAccountToken" in s for s in access["projected"]["sources"])
+    for c in sched["spec"]["containers"]:
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert "kube-api-access" in {m["name"] for m in c["volumeMounts"]}
+    assert sched["spec"]["securityContext"]["runAsUser"] == 65532
     # the webhook wrote its CA into the chart's configuration (auto TLS)
     mwc = client.AdmissionregistrationV1Api(
         release.cp.api_client()
