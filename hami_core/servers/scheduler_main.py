@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +42,15 @@ SIGNING_KEY_FLAG = "--allocation-signing-key"
 
 log = logging.getLogger(__name__)
 
+#: The interpreter's GIL switch interval for ``hami scheduler`` (seconds; CPython's
+#: default is 0.005). kube-scheduler waits for ``/filter`` and ``/prioritize`` one pod at
+#: a time, and each request's socket reads and writes give up the GIL: while a watch
+#: thread decodes events, every one of them waits up to the interval to get it back
+#: (the convoy effect), ~150 ms a pod at 1000 nodes with two busy threads
+#: (``benchmarks/bench_extender_http.py``, docs/performance.md). A tenth of the default
+#: halves that; the cost is more frequent switching among busy threads.
+SWITCH_INTERVAL_S = 0.0005
+
 
 def settle_gc() -> None:
     """Move what the listed caches hold out of the collector's sight (``gc.freeze``).
@@ -51,6 +61,12 @@ def settle_gc() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+def favour_request_latency() -> None:
+    """Shorten the GIL switch interval to ``SWITCH_INTERVAL_S`` (process-wide), so a
+    request thread back from a socket call gets the GIL soon from a busy thread."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None) -> None:
@@ -64,6 +80,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     opts = opts.resolved()
     check_exposure(opts)
     check_lease_timing(opts)
+    favour_request_latency()
     manager = BackendManager.from_entry_points(
         disabled=[*disabled_backends(), *opts.disabled_backends()]
     )
