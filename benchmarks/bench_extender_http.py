@@ -25,8 +25,8 @@ import contextlib
 import functools
 import http.client
 import io
-import multiprocessing
 import json
+import multiprocessing
 import random
 import socket
 import statistics
@@ -40,14 +40,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kubernetes import client as k8s  # noqa: E402
-from workload import node_object, pod_object, pod_shape, preload  # noqa: E402
+from kubernetes import client as k8s
+from workload import node_object, pod_object, pod_shape, preload
 
-from hami_core.cluster.kube import KubeCluster  # noqa: E402
-from hami_core.plugin import BackendManager  # noqa: E402
-from hami_core.scheduling.scheduler import Scheduler  # noqa: E402
-from hami_core.servers.extender import create_extender_app  # noqa: E402
-from hami_core.servers.scheduler_main import settle_gc  # noqa: E402
+from hami_core.cluster.kube import KubeCluster
+from hami_core.plugin import BackendManager
+from hami_core.scheduling.scheduler import Scheduler
+from hami_core.servers.extender import create_extender_app
+from hami_core.servers.keepalive import KeepAliveServer
+from hami_core.servers.scheduler_main import settle_gc
 
 
 class _NoApi:
@@ -80,7 +81,7 @@ def bodies(names: list[str], pods: int, seed: int, app: Any) -> list[tuple[bytes
     for i in range(pods):
         pod = pod_object(f"bench-{i}", pod_shape(rng))
         filt = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
-        status, answer = call_wsgi(app, "/filter", filt)
+        _, answer = call_wsgi(app, "/filter", filt)
         feasible = json.loads(answer)["NodeNames"] or names[:1]
         prio = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": feasible}).encode()
         out.append((filt, prio))
@@ -144,16 +145,15 @@ def serve(kind: str, app: Any, threads: int) -> Iterator[tuple[int, Callable[[],
                 yield int(cs.bind_addr[1]), lambda: accepted[0]
             finally:
                 cs.stop()
-        else:
-            from hami_core.servers.plainhttp import make_http_server
-
-            hs = make_http_server(app, host="127.0.0.1", port=0, threads=threads)
-            t = threading.Thread(target=hs.run, daemon=True)
-            t.start()
+        elif kind == "hami":  # hami_core.servers.keepalive, what `hami scheduler` serves
+            ks = KeepAliveServer(app, host="127.0.0.1", port=0, max_connections=threads)
+            threading.Thread(target=ks.run, daemon=True).start()
             try:
-                yield hs.port, lambda: accepted[0]
+                yield ks.port, lambda: accepted[0]
             finally:
-                hs.close()
+                ks.close()
+        else:
+            raise ValueError(f"unknown server {kind}")
     finally:
         socket.socket.accept = real_accept  # type: ignore[method-assign]
 
@@ -259,22 +259,37 @@ def main() -> None:
     ap.add_argument(
         "--load", type=int, default=0, help="busy Python threads in each server's process"
     )
+    ap.add_argument(
+        "--hogs", type=int, default=0, help="busy processes beside (a loaded machine's run queue)"
+    )
     ap.add_argument("--rounds", type=int, default=3, help="servers measured in turn, N times")
     ap.add_argument(
         "--servers",
-        default="waitress,waitress@0.0005",
-        help="comma list of SERVER[@SWITCH_INTERVAL_S]; SERVER: waitress, cheroot",
+        default="waitress,cheroot,hami",
+        help="comma list of SERVER[@SWITCH_INTERVAL_S]; SERVER: waitress, cheroot, hami",
     )
     args = ap.parse_args()
     app, names = build_app(args.nodes, seed=args.nodes)
     work = bodies(names, args.pods, seed=1, app=app)
-    results = measure(args.servers.split(","), app, work, args.threads, args.rounds, args.load)
+    hogs = [
+        multiprocessing.get_context("fork").Process(target=busy, args=(threading.Event(),))
+        for _ in range(args.hogs)
+    ]
+    for hog in hogs:
+        hog.start()
+    try:
+        results = measure(args.servers.split(","), app, work, args.threads, args.rounds, args.load)
+    finally:
+        for hog in hogs:
+            hog.kill()
     print(
         f"{args.nodes} nodes, {args.pods} pods x {args.rounds} rounds, {args.threads} threads, "
-        f"{args.load} busy threads; per pod (filter + prioritize), ms"
+        f"{args.load} busy threads, {args.hogs} busy processes; per pod (filter + prioritize), ms"
     )
     base = results["in-process"]["per_pod"]
-    print(f"{'server':>11} {'median':>7} {'p90':>7} {'over handlers, median of pairs':>31} {'connections':>11}")
+    print(
+        f"{'server':>11} {'median':>7} {'p90':>7} {'over handlers, median of pairs':>31} {'connections':>11}"
+    )
     for kind, r in results.items():
         per = r["per_pod"]
         over = statistics.median(a - b for a, b in zip(per, base, strict=True))

@@ -2,7 +2,8 @@
 
 Why cheroot (``cheroot.wsgi.Server`` + ``cheroot.ssl.builtin.BuiltinSSLAdapter``):
 
-- waitress, our plain-HTTP server, has no TLS at all; ``werkzeug.serving`` is a
+- waitress (the ``/metrics`` ports) and ``keepalive.py`` (the extender on loopback)
+  serve plain HTTP only; ``werkzeug.serving`` is a
   development server.
 - gunicorn serves TLS, but it is a pre-forking process manager: it owns the main
   thread and the signals, forks workers after loading the app (the API-server watch

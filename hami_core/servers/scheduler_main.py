@@ -14,8 +14,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from waitress.server import create_server
-
 from hami_core.cluster.backoff import Backoff
 from hami_core.cluster.events import EventRecorder
 from hami_core.cluster.kube import KubeCluster, make_api_client
@@ -32,7 +30,8 @@ from hami_core.scheduling.gangs import GangOptions
 from hami_core.scheduling.preemptor import Preemptor
 from hami_core.scheduling.scheduler import Scheduler
 
-from .extender import create_extender_app
+from .extender import MAX_BODY_BYTES, create_extender_app
+from .keepalive import KeepAliveServer
 from .metrics import SchedulerMetrics
 from .metrics_http import serve_metrics
 from .options import SchedulerOptions
@@ -289,4 +288,10 @@ def _server(app: Any, opts: SchedulerOptions) -> Any:
             threads=opts.threads,
             client_ca_file=opts.tls_client_ca_file,
         )
-    return create_server(app, host=opts.bind_address, port=opts.port, threads=opts.threads)
+    return KeepAliveServer(
+        app,
+        host=opts.bind_address,
+        port=opts.port,
+        max_connections=opts.threads,
+        max_body_bytes=MAX_BODY_BYTES,
+    )
