@@ -31,9 +31,10 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-#: Seconds a connection may sit idle or stall mid-request before it is closed (Go's
-#: client keeps an idle connection for 90 s and opens a new one when this one is gone).
-IDLE_TIMEOUT_S = 60.0
+#: Seconds a connection may sit idle or stall mid-request before it is closed: above Go's
+#: 90 s ``IdleConnTimeout`` (kube-scheduler's client), so the client closes an idle
+#: connection first and never races a POST against our close (waitress's was 120 s too).
+IDLE_TIMEOUT_S = 120.0
 
 
 class KeepAliveServer:
