@@ -26,6 +26,7 @@ from hami_core.errors import ConflictError, NotFoundError
 
 from .base import KubeObject
 from .memory import MemoryCluster
+from .selectors import SelectorError, selector_matches
 
 
 class Evicted(enum.StrEnum):
@@ -59,44 +60,48 @@ def _allowed(pdb: Mapping[str, Any]) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _selector_matches(selector: Any, labels: Mapping[str, str]) -> bool:
-    """A ``LabelSelector`` over ``labels`` (``matchLabels``; ``matchExpressions`` with
-    ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``); a malformed one selects nothing."""
-    if not isinstance(selector, Mapping):
-        return False
-    match = selector.get("matchLabels") or {}
-    exprs = selector.get("matchExpressions") or []
-    if not isinstance(match, Mapping) or not isinstance(exprs, list):
-        return False
-    if not all(labels.get(str(k)) == str(v) for k, v in match.items()):
-        return False
-    for e in exprs:
-        if not isinstance(e, Mapping):
+def disruptions_allowed(pdb: Mapping[str, Any]) -> int:
+    """A PodDisruptionBudget's ``status.disruptionsAllowed`` (0 when unset or not an
+    integer)."""
+    return _allowed(pdb)
+
+
+def covers(
+    namespace: Any, selector: Any, pod: Mapping[str, Any], *, fail_closed: bool = False
+) -> bool:
+    """Whether a PodDisruptionBudget of ``namespace`` with ``spec.selector`` ``selector``
+    covers ``pod``: same namespace and the selector matches the pod's labels
+    (``selectors.selector_matches``).
+
+    By default as kube-scheduler 1.20's preemption reads budgets: an empty or unreadable
+    selector, or a pod without labels, is covered by nothing. With ``fail_closed`` (a
+    planner that must not guess): a missing namespace reads as ``default``, an empty
+    selector covers every pod of the namespace (``policy/v1``) and an unreadable one
+    covers them too."""
+    meta = pod.get("metadata") or {}
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    if fail_closed:
+        if str(meta.get("namespace") or "default") != str(namespace or "default"):
             return False
-        key, op, values = str(e.get("key", "")), e.get("operator"), e.get("values") or []
-        has = key in labels
-        if op == "In":
-            ok = has and labels[key] in values
-        elif op == "NotIn":
-            ok = not has or labels[key] not in values
-        elif op in ("Exists", "DoesNotExist"):
-            ok = has == (op == "Exists")
-        else:
-            ok = False
-        if not ok:
-            return False
-    return True
+        try:
+            return selector_matches(selector if selector is not None else {}, labels)
+        except SelectorError:
+            return True
+    if namespace != meta.get("namespace") or not selector or not labels:
+        return False
+    try:
+        return selector_matches(selector, labels)
+    except SelectorError:
+        return False
 
 
 def selects(pdb: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
-    """Whether PodDisruptionBudget ``pdb`` covers ``pod``: same namespace, a non-empty
-    selector matching the pod's labels (kube-scheduler 1.20 skips empty selectors)."""
-    meta = pod.get("metadata") or {}
-    if (pdb.get("metadata") or {}).get("namespace") != meta.get("namespace"):
-        return False
-    selector = (pdb.get("spec") or {}).get("selector")
-    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    return bool(selector) and bool(labels) and _selector_matches(selector, labels)
+    """Whether PodDisruptionBudget ``pdb`` covers ``pod`` as kube-scheduler 1.20's
+    preemption reads it (``covers``): same namespace, a non-empty readable selector
+    matching the pod's labels."""
+    return covers(
+        (pdb.get("metadata") or {}).get("namespace"), (pdb.get("spec") or {}).get("selector"), pod
+    )
 
 
 def pdb_violations(
@@ -182,6 +187,8 @@ __all__ = [
     "Evicted",
     "Evictions",
     "MemoryEvictions",
+    "covers",
+    "disruptions_allowed",
     "evict_victim",
     "pdb_violations",
     "selects",

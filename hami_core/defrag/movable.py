@@ -30,7 +30,7 @@ from typing import Any
 
 import attrs
 
-from hami_core.simulate.podtopology import SelectorError, selector_matches
+from hami_core.cluster.eviction import covers, disruptions_allowed
 
 #: The annotation (on a pod) and label (on a Namespace) that opt out of moves.
 OPT_OUT_KEY = "hami.io/defrag"
@@ -77,12 +77,11 @@ class Budget:
         """From a PodDisruptionBudget object (``policy/v1`` or ``v1beta1``); a missing or
         malformed ``disruptionsAllowed`` reads as 0 (fail closed)."""
         meta = obj.get("metadata") or {}
-        allowed = (obj.get("status") or {}).get("disruptionsAllowed")
         return cls(
             namespace=str(meta.get("namespace") or "default"),
             name=str(meta.get("name", "")),
             selector=(obj.get("spec") or {}).get("selector", {}),
-            allowed=allowed if isinstance(allowed, int) and allowed > 0 else 0,
+            allowed=max(disruptions_allowed(obj), 0),
         )
 
     @property
@@ -92,14 +91,7 @@ class Budget:
     def selects(self, pod: Mapping[str, Any]) -> bool:
         """Whether the budget covers ``pod`` (same namespace, selector matches); an
         unreadable selector covers every pod of its namespace."""
-        meta = pod.get("metadata") or {}
-        if str(meta.get("namespace") or "default") != self.namespace:
-            return False
-        labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-        try:
-            return selector_matches(self.selector if self.selector is not None else {}, labels)
-        except SelectorError:
-            return True
+        return covers(self.namespace, self.selector, pod, fail_closed=True)
 
 
 @attrs.define(kw_only=True)
