@@ -18,7 +18,7 @@ from tests.chart.helm import render
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SET = re.compile(r"--set(-string)?[ =](\S+?)=(\S+)")
+SET = re.compile(r"--set(-string)?[ =]'?([^'=\s]+)=([^'\s]+)'?")
 
 
 def _commands(text: str) -> list[str]:
@@ -27,7 +27,7 @@ def _commands(text: str) -> list[str]:
     return [
         line.strip()
         for line in joined.splitlines()
-        if re.search(r"\bhelm (install|upgrade|template)\b", line) and "--set" in line
+        if re.match(r"\s*helm (install|upgrade|template)\b", line) and "--set" in line
     ]
 
 
@@ -35,7 +35,9 @@ def _values(command: str) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for string, path, raw in SET.findall(command):
         value: Any = raw
-        if raw.startswith("<"):
+        if raw.startswith("{") and raw.endswith("}"):
+            value = raw[1:-1].split(",")  # Helm's list form
+        elif raw.startswith("<"):
             value = "example"  # a placeholder the reader fills in
         elif not string and raw == "null":
             value = None
@@ -76,3 +78,17 @@ def test_the_migration_install_keeps_off_hamis_device_plugin_label():
     assert selectors, "no DaemonSet rendered"
     for name, selector in selectors.items():
         assert selector and "gpu" not in selector, (name, selector)
+
+
+def test_the_migration_install_trusts_hamis_device_plugin_while_it_runs():
+    """HAMi's device plugin patches bind-phase and devices-to-allocate on the pods it
+    serves; hami's webhook denies that to anyone not `--trusted-user`, so while a node
+    still runs HAMi's device plugin its service account must be trusted."""
+    (command,) = _commands((ROOT / "docs" / "migrating-from-hami.md").read_text())
+    webhook = next(
+        o
+        for o in render(_values(command))
+        if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-webhook")
+    )
+    args = webhook["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--trusted-user=system:serviceaccount:kube-system:hami-device-plugin" in args
