@@ -190,7 +190,36 @@ def publish_public_key(api_client: Any, signer: AllocationSigner, *, value: str,
     raise ConfigError(f"{what}: lost {WRITE_ATTEMPTS} races with other writers")
 
 
-class PublicKeyFiles:
+class _RescannedKeys:
+    """Public keys by key id, read by ``_read`` at start and again when the last read is
+    ``rescan_s`` old (the rescan of ``PublicKeyFiles`` and ``PublicKeysConfigMap``)."""
+
+    rescan_s: float
+    _lock: threading.Lock
+    _read_at: float
+    _keys: Mapping[str, Any]
+
+    def _read(self) -> Mapping[str, Any]:
+        raise NotImplementedError
+
+    def __call__(self) -> Mapping[str, Any]:
+        """The keys by key id, read again when the last read is ``rescan_s`` old.
+
+        Raises:
+            ConfigError: as at start (a key file or entry broken since).
+        """
+        with self._lock:
+            if time.monotonic() - self._read_at >= self.rescan_s:
+                self._read_at = time.monotonic()
+                self._keys = self._read()
+            return self._keys
+
+    def key_ids(self) -> tuple[str, ...]:
+        """The key ids of the last read."""
+        return tuple(sorted(self._keys))
+
+
+class PublicKeyFiles(_RescannedKeys):
     """The device plugin's public keys from a PEM file or a directory of ``*.pem``
     files (``--allocation-public-keys``): callable, for ``AllocationVerifier``."""
 
@@ -232,24 +261,8 @@ class PublicKeyFiles:
                 raise ConfigError(f"{self.flag} {f}: {exc.strerror or exc}") from None
         return load_public_keys(pems)
 
-    def __call__(self) -> Mapping[str, Any]:
-        """The keys by key id, read again when the last read is ``rescan_s`` old.
 
-        Raises:
-            ConfigError: as at start (a key file broken since).
-        """
-        with self._lock:
-            if time.monotonic() - self._read_at >= self.rescan_s:
-                self._read_at = time.monotonic()
-                self._keys = self._read()
-            return self._keys
-
-    def key_ids(self) -> tuple[str, ...]:
-        """The key ids of the last read."""
-        return tuple(sorted(self._keys))
-
-
-class PublicKeysConfigMap:
+class PublicKeysConfigMap(_RescannedKeys):
     """The device plugin's public keys from a ConfigMap's ``*.pem`` entries, read through
     the API (``--allocation-public-keys configmap:NAMESPACE/NAME``): callable, for
     ``AllocationVerifier``. A missing ConfigMap lists no key (the scheduler publishes it
@@ -294,19 +307,3 @@ class PublicKeysConfigMap:
         return load_public_keys(
             (f"{what} {k}", str(v).encode()) for k, v in sorted(data.items()) if k.endswith(".pem")
         )
-
-    def __call__(self) -> Mapping[str, Any]:
-        """The keys by key id, read again when the last read is ``rescan_s`` old.
-
-        Raises:
-            ConfigError: as at start.
-        """
-        with self._lock:
-            if time.monotonic() - self._read_at >= self.rescan_s:
-                self._read_at = time.monotonic()
-                self._keys = self._read()
-            return self._keys
-
-    def key_ids(self) -> tuple[str, ...]:
-        """The key ids of the last read."""
-        return tuple(sorted(self._keys))
