@@ -234,7 +234,9 @@ class Preemptor:
         Raises:
             InvalidInputError: the pod's requests or policy annotations are invalid.
         """
-        cycle = self.cycle_of(pod)
+        return self._choose(self.cycle_of(pod), names)
+
+    def _choose(self, cycle: PodCycle, names: Sequence[str]) -> Choice:
         return choose_victims(
             self.engine.state,
             self.engine,
@@ -271,14 +273,7 @@ class Preemptor:
             return Outcome(result="waiting", message="victims on its nominated node still leaving")
         if self.fits(pod, names):
             return Outcome(result="fits", message="fits without preemption now")
-        choice = choose_victims(
-            self.engine.state,
-            self.engine,
-            cycle,
-            names,
-            selector=self.selector,
-            budgets=self._budgets,
-        )
+        choice = self._choose(cycle, names)
         candidate = choice.candidate
         if candidate is None:
             return Outcome(result="no-candidate", message=choice.reason)
