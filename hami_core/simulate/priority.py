@@ -55,29 +55,29 @@ class PriorityClasses:
         priority = self.values[cls] if cls is not None else 0
         stated = spec.get("priority")
         if stated is not None and stated != priority:
-            return _forbidden(
-                name,
-                f"the integer value of priority ({stated}) must not be provided in pod spec; "
-                f"priority admission controller computed {priority} from the given "
-                "PriorityClass name",
-            )
+            return _not_computed(name, "integer value of priority", stated, priority)
         spec["priority"] = priority
         policy = self.policies.get(cls or "")
         if policy is not None:
             given = spec.get("preemptionPolicy")
             if given is not None and given != policy:
-                return _forbidden(
-                    name,
-                    f"the string value of PreemptionPolicy ({given}) must not be provided in "
-                    f"pod spec; priority admission controller computed {policy} from the "
-                    "given PriorityClass name",
-                )
+                return _not_computed(name, "string value of PreemptionPolicy", given, policy)
             spec["preemptionPolicy"] = policy
         return ""
 
 
 def _forbidden(name: str, detail: str) -> str:
     return f'pods "{name}" is forbidden: {detail}'
+
+
+def _not_computed(name: str, what: str, stated: Any, computed: Any) -> str:
+    """kube-apiserver's Priority admission refusal of a ``what`` the pod states that
+    differs from the one its PriorityClass gives."""
+    return _forbidden(
+        name,
+        f"the {what} ({stated}) must not be provided in pod spec; priority admission "
+        f"controller computed {computed} from the given PriorityClass name",
+    )
 
 
 __all__ = ["SYSTEM_CLASSES", "PriorityClasses"]
