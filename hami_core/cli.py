@@ -349,11 +349,7 @@ def simulate(workloads: tuple[str, ...], **opts: Any) -> None:
             text = report.render_text(data, warnings=False)
     except HamiError as exc:
         raise failure(exc) from None
-    if o.output == "json":
-        click.echo(json.dumps(data, indent=2))
-    elif o.output == "yaml":
-        click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
-    else:
+    if not _echo_structured(data, o.output):
         # names come from the snapshot and the workloads: nothing they hold may act on
         # the terminal (JSON and YAML escape it themselves)
         for warning in data.get("warnings") or ():
@@ -419,6 +415,18 @@ def defrag(**opts: Any) -> None:
         click.echo(render.render_text(plan), nl=False)
 
 
+def _echo_structured(data: Any, output: str) -> bool:
+    """Print ``data`` as ``--output json`` (indented) or ``yaml`` (keys in order); False
+    for any other output (the caller renders its text)."""
+    if output == "json":
+        click.echo(json.dumps(data, indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+    else:
+        return False
+    return True
+
+
 @cli.command()
 @click.argument("pod", metavar="NAMESPACE/POD")
 @click_options(ExplainOptions)
@@ -452,11 +460,7 @@ def explain(pod: str, **opts: Any) -> None:
         )
     except HamiError as exc:
         raise failure(exc) from None
-    if o.output == "json":
-        click.echo(json.dumps(data, indent=2))
-    elif o.output == "yaml":
-        click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
-    else:
+    if not _echo_structured(data, o.output):
         click.echo(explain_.render_text(data), nl=False)
     sys.exit(explain_.exit_code(data))
 
