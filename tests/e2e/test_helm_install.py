@@ -232,12 +232,18 @@ class Release:
         return "\n".join(text)
 
 
-@pytest.fixture(scope="module")
-def release(kube_bin_dir: Path, hami_image: Path) -> Iterator[Release]:
+@contextlib.contextmanager
+def cluster_for_the_chart(
+    kube_bin_dir: Path, hami_image: Path, work_name: str
+) -> Iterator[Release]:
+    """What a chart install needs, and its cleanup: a control plane (with
+    kube-controller-manager and a default kube-scheduler), a kubelet node with the hami
+    and kube-scheduler images imported, the release's namespace (exempt from the webhook)
+    and a tenant namespace with its default ServiceAccount. Shared by this module and
+    ``test_migrate_from_hami``; on the way out, whatever release is installed goes."""
     if os.geteuid() != 0:
-        pytest.fail("the helm install e2e needs root (kubelet, containerd, chroot)", pytrace=False)
+        pytest.fail("the chart e2e tests need root (kubelet, containerd, chroot)", pytrace=False)
     ensure_node_packages()
-    image_tar = hami_image
     _lo_address(True)
     cp = ControlPlane(
         kube_bin_dir, bind_address=API_ADDRESS, disable_admission_plugins=("TaintNodesByCondition",)
@@ -248,7 +254,7 @@ def release(kube_bin_dir: Path, hami_image: Path) -> Iterator[Release]:
         cp.start_controller_manager()
         cp.start_default_scheduler()
         node = KubeletNode(cp, kube_bin_dir, name=NODE, pod_routes=[f"{API_ADDRESS}/32"])
-        work = Path(cp.workdir or "/tmp") / "helm-e2e"
+        work = Path(cp.workdir or "/tmp") / work_name
         work.mkdir(parents=True, exist_ok=True)
         rel = Release(cp, node, work)
         node.namespaces |= {NAMESPACE, rel.namespace}
@@ -256,12 +262,11 @@ def release(kube_bin_dir: Path, hami_image: Path) -> Iterator[Release]:
             node.start()
         except NodeUnavailable as exc:
             pytest.fail(str(exc), pytrace=False)
-        node.ctr("images", "import", str(image_tar), timeout=600)
+        node.ctr("images", "import", str(hami_image), timeout=600)
         ks = binary_image(
             work / "kube-scheduler.tar", KUBE_SCHEDULER_IMAGE, kube_bin_dir / "kube-scheduler"
         )
         node.ctr("images", "import", str(ks))
-        rel.core.patch_node(NODE, {"metadata": {"labels": {"gpu": "on"}}})
         # Kubernetes 1.20 sets no kubernetes.io/metadata.name label, so the release's own
         # namespace is exempted from the webhook the way the README says for 1.20.
         rel.core.create_namespace(
@@ -276,21 +281,6 @@ def release(kube_bin_dir: Path, hami_image: Path) -> Iterator[Release]:
             "the default service account",
             timeout=60,
         )
-        t0 = time.monotonic()
-        # As users get it: the packaged chart (`helm package`; tests/chart/test_package.py
-        # lints it and indexes it as a chart repository).
-        rel.archive = Path(helm_python.package(CHART, destination=work))
-        installed = rel.helm.install(
-            rel.archive, RELEASE, rel.make_values(), namespace=NAMESPACE, timeout=300
-        )
-        assert installed["status"] == "deployed", installed
-        assert (installed["chart_name"], installed["chart_version"]) == ("hami", "0.1.0")
-        rel.wait(lambda: len(rel.ready_pods("scheduler")) == 2, "2 scheduler pods ready")
-        rel.wait(lambda: rel.ready_pods("webhook"), "the webhook pod ready")
-        rel.wait(
-            lambda: node.allocatable("nvidia.com/gpu") == "20", "nvidia.com/gpu 20 on the node"
-        )
-        sys.stderr.write(f"[helm-e2e] installed and running in {time.monotonic() - t0:.0f} s\n")
         yield rel
     finally:
         with contextlib.suppress(Exception):
@@ -306,6 +296,29 @@ def release(kube_bin_dir: Path, hami_image: Path) -> Iterator[Release]:
             (DEVICE_PLUGIN_DIR / "nvidia-gpu.sock").unlink()
         if node is not None:
             assert left == [], f"the node's cleanup left {left}"
+
+
+@pytest.fixture(scope="module")
+def release(kube_bin_dir: Path, hami_image: Path) -> Iterator[Release]:
+    with cluster_for_the_chart(kube_bin_dir, hami_image, "helm-e2e") as rel:
+        node = rel.node
+        rel.core.patch_node(NODE, {"metadata": {"labels": {"gpu": "on"}}})
+        t0 = time.monotonic()
+        # As users get it: the packaged chart (`helm package`; tests/chart/test_package.py
+        # lints it and indexes it as a chart repository).
+        rel.archive = Path(helm_python.package(CHART, destination=rel.work))
+        installed = rel.helm.install(
+            rel.archive, RELEASE, rel.make_values(), namespace=NAMESPACE, timeout=300
+        )
+        assert installed["status"] == "deployed", installed
+        assert (installed["chart_name"], installed["chart_version"]) == ("hami", "0.1.0")
+        rel.wait(lambda: len(rel.ready_pods("scheduler")) == 2, "2 scheduler pods ready")
+        rel.wait(lambda: rel.ready_pods("webhook"), "the webhook pod ready")
+        rel.wait(
+            lambda: node.allocatable("nvidia.com/gpu") == "20", "nvidia.com/gpu 20 on the node"
+        )
+        sys.stderr.write(f"[helm-e2e] installed and running in {time.monotonic() - t0:.0f} s\n")
+        yield rel
 
 
 def test_the_chart_pods_run_from_the_image(release: Release):

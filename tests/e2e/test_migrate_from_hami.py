@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -34,25 +33,18 @@ import yaml
 
 from hami_core.protocol.inventory import decode_inventory
 from tests.chart.helm import CHART
-from tests.e2e.controlplane import ControlPlane
 from tests.e2e.hami_standin import Answer, Gpu, HamiStandIn
 from tests.e2e.kubenode import (
     DEVICE_PLUGIN_DIR,
-    KubeletNode,
-    NodeUnavailable,
-    ensure_node_packages,
     gpu_pod_body,
 )
-from tests.e2e.oci import binary_image
 from tests.e2e.test_helm_install import (
-    API_ADDRESS,
     GPUS,
-    KUBE_SCHEDULER_IMAGE,
     NAMESPACE,
     NODE,
     RELEASE,
     Release,
-    _lo_address,
+    cluster_for_the_chart,
 )
 
 pytestmark = pytest.mark.timeout(1200)
@@ -121,108 +113,68 @@ class Takeover:
 
 @pytest.fixture(scope="module")
 def takeover(kube_bin_dir: Path, hami_image: Path) -> Iterator[Takeover]:
-    if os.geteuid() != 0:
-        pytest.fail("the migration e2e needs root (kubelet, containerd, chroot)", pytrace=False)
-    ensure_node_packages()
-    _lo_address(True)
-    cp = ControlPlane(
-        kube_bin_dir, bind_address=API_ADDRESS, disable_admission_plugins=("TaintNodesByCondition",)
-    )
-    node: KubeletNode | None = None
     hami: HamiStandIn | None = None
-    try:
-        cp.start()
-        cp.start_controller_manager()
-        cp.start_default_scheduler()
-        node = KubeletNode(cp, kube_bin_dir, name=NODE, pod_routes=[f"{API_ADDRESS}/32"])
-        work = Path(cp.workdir or "/tmp") / "migrate-e2e"
-        work.mkdir(parents=True, exist_ok=True)
-        rel = Release(cp, node, work)
-        node.namespaces |= {NAMESPACE, rel.namespace}
+    with cluster_for_the_chart(kube_bin_dir, hami_image, "migrate-e2e") as rel:
+        node = rel.node
         try:
-            node.start()
-        except NodeUnavailable as exc:
-            pytest.fail(str(exc), pytrace=False)
-        node.ctr("images", "import", str(hami_image), timeout=600)
-        ks = binary_image(
-            work / "kube-scheduler.tar", KUBE_SCHEDULER_IMAGE, kube_bin_dir / "kube-scheduler"
-        )
-        node.ctr("images", "import", str(ks))
-        rel.core.create_namespace(
-            {"metadata": {"name": NAMESPACE, "labels": {"hami.io/webhook": "ignore"}}}
-        )
-        rel.core.create_namespace({"metadata": {"name": rel.namespace}})
-        rel.wait(
-            lambda: any(
-                sa.metadata.name == "default"
-                for sa in rel.core.list_namespaced_service_account(rel.namespace).items
-            ),
-            "the default service account",
-            timeout=60,
-        )
-
-        # -- HAMi's state ----------------------------------------------------------------
-        for name, data in (
-            ("hami-scheduler-device", {"device-config.yaml": HAMI_DEVICE_CONFIG}),
-            ("hami-device-plugin", {"config.json": HAMI_NODE_CONFIG}),
-        ):
-            rel.core.create_namespaced_config_map(
-                HAMI_NAMESPACE, {"metadata": {"name": name}, "data": data}
+            # -- HAMi's state --------------------------------------------------------------
+            for name, data in (
+                ("hami-scheduler-device", {"device-config.yaml": HAMI_DEVICE_CONFIG}),
+                ("hami-device-plugin", {"config.json": HAMI_NODE_CONFIG}),
+            ):
+                rel.core.create_namespaced_config_map(
+                    HAMI_NAMESPACE, {"metadata": {"name": name}, "data": data}
+                )
+            hami = HamiStandIn(
+                DEVICE_PLUGIN_DIR,
+                [Gpu(uuid=u, index=i, memory_mib=16384) for i, u in enumerate(GPUS)],
+            ).start()
+            rel.core.patch_node(
+                NODE,
+                {
+                    "metadata": {
+                        "labels": {"gpu": "on"},
+                        "annotations": dict(hami.node_annotations()),
+                    }
+                },
             )
-        hami = HamiStandIn(
-            DEVICE_PLUGIN_DIR, [Gpu(uuid=u, index=i, memory_mib=16384) for i, u in enumerate(GPUS)]
-        ).start()
-        rel.core.patch_node(
-            NODE,
-            {"metadata": {"labels": {"gpu": "on"}, "annotations": dict(hami.node_annotations())}},
-        )
-        rel.wait(lambda: node.allocatable("nvidia.com/gpu") == "20", "HAMi's 20 nvidia.com/gpu")
-        hami.answers.put(Answer(uuid=GPUS[0], memory_mib=OLD_MIB, cores=OLD_CORES))
-        rel.core.create_namespaced_pod(rel.namespace, _hami_pod(rel.namespace))
-        old = rel.wait_running(OLD)
-        assert rel.env_of(old)["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{OLD_MIB}m"
-        t = Takeover(rel, hami)
-        t.hami_configmaps = t.configmaps()
+            rel.wait(lambda: node.allocatable("nvidia.com/gpu") == "20", "HAMi's 20 nvidia.com/gpu")
+            hami.answers.put(Answer(uuid=GPUS[0], memory_mib=OLD_MIB, cores=OLD_CORES))
+            rel.core.create_namespaced_pod(rel.namespace, _hami_pod(rel.namespace))
+            old = rel.wait_running(OLD)
+            assert rel.env_of(old)["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{OLD_MIB}m"
+            t = Takeover(rel, hami)
+            t.hami_configmaps = t.configmaps()
 
-        # -- the takeover: HAMi's node side goes, hami's chart comes -----------------------
-        hami.stop()
-        values = rel.make_values()
-        # HAMi's node configuration, carried over as the guide says (same shape).
-        rel.core.create_namespaced_config_map(
-            NAMESPACE,
-            {"metadata": {"name": "hami-node-config"}, "data": {"config.json": HAMI_NODE_CONFIG}},
-        )
-        values["devicePlugin"]["nodeConfiguration"] = {"externalConfigName": "hami-node-config"}
-        rel.values = values
-        t.before = _identity(rel.pod(OLD))
-        t0 = time.monotonic()
-        installed = rel.helm.install(CHART, RELEASE, values, namespace=NAMESPACE, timeout=300)
-        assert installed["status"] == "deployed", installed
-        rel.wait(lambda: rel.ready_pods("scheduler"), "the scheduler pod ready")
-        rel.wait(lambda: rel.ready_pods("webhook"), "the webhook pod ready")
-        rel.wait(lambda: rel.ready_pods("device-plugin"), "hami's device plugin ready")
-        rel.wait(
-            lambda: node.allocatable("nvidia.com/gpu") == "20",
-            "nvidia.com/gpu 20 from hami's device plugin",
-        )
-        sys.stderr.write(f"[migrate-e2e] hami took over in {time.monotonic() - t0:.0f} s\n")
-        yield t
-    finally:
-        if hami is not None:
+            # -- the takeover: HAMi's node side goes, hami's chart comes -------------------
             hami.stop()
-        with contextlib.suppress(Exception):
-            helm_python.Config(
-                kubeconfig_path=str(cp.kubeconfig_path), namespace=NAMESPACE
-            ).uninstall(RELEASE, ignore_not_found=True)
-        if node is not None:
-            node.stop()
-            left = node.leftovers()
-        cp.stop()
-        _lo_address(False)
-        with contextlib.suppress(OSError):
-            (DEVICE_PLUGIN_DIR / "nvidia-gpu.sock").unlink()
-        if node is not None:
-            assert left == [], f"the node's cleanup left {left}"
+            values = rel.make_values()
+            # HAMi's node configuration, carried over as the guide says (same shape).
+            rel.core.create_namespaced_config_map(
+                NAMESPACE,
+                {
+                    "metadata": {"name": "hami-node-config"},
+                    "data": {"config.json": HAMI_NODE_CONFIG},
+                },
+            )
+            values["devicePlugin"]["nodeConfiguration"] = {"externalConfigName": "hami-node-config"}
+            rel.values = values
+            t.before = _identity(rel.pod(OLD))
+            t0 = time.monotonic()
+            installed = rel.helm.install(CHART, RELEASE, values, namespace=NAMESPACE, timeout=300)
+            assert installed["status"] == "deployed", installed
+            rel.wait(lambda: rel.ready_pods("scheduler"), "the scheduler pod ready")
+            rel.wait(lambda: rel.ready_pods("webhook"), "the webhook pod ready")
+            rel.wait(lambda: rel.ready_pods("device-plugin"), "hami's device plugin ready")
+            rel.wait(
+                lambda: node.allocatable("nvidia.com/gpu") == "20",
+                "nvidia.com/gpu 20 from hami's device plugin",
+            )
+            sys.stderr.write(f"[migrate-e2e] hami took over in {time.monotonic() - t0:.0f} s\n")
+            yield t
+        finally:
+            if hami is not None:
+                hami.stop()
 
 
 def test_the_running_hami_pod_is_neither_restarted_nor_reallocated(takeover: Takeover):
