@@ -5,7 +5,9 @@ Everything is real but the kubelets, as in ``bench_pipeline.py`` (whose control 
 webhook, ``hami scheduler``, stand-in kubelets and fake nodes this reuses): etcd +
 kube-apiserver, ``hami webhook``, ``hami scheduler`` as kube-scheduler 1.20's extender
 (filter / prioritize / bind), and the stand-in kubelets whose device plugins allocate
-each bound pod (nodes without the PodResources claim: every bind takes HAMi's lock).
+each bound pod (``--trust`` as ``bench_pipeline.py``'s: by default ``signed``, the shipped
+path: allocations signed and verified, nodes claim PodResources and binds take no lock;
+``off``: every bind takes HAMi's node lock).
 
 Per trial: 15 members of a group (``scheduling.x-k8s.io/pod-group``, minMember 16,
 2 GPUs each) are created and kube-scheduler tries each once (the extender refuses them,
@@ -14,7 +16,7 @@ to 60 s unless something wakes them); then the 16th member is created and the cl
 from its creation until all 16 are bound: the group is placed at the 16th member's
 filter, and the others are woken by the scheduler's ``hami.io/gang-placed`` write.
 
-    .venv/bin/python benchmarks/bench_gang.py [--quick] [--trials N] [--trust off|all]
+    .venv/bin/python benchmarks/bench_gang.py [--quick] [--trials N] [--trust signed|off|all]
 """
 
 from __future__ import annotations
@@ -33,18 +35,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pipeline import (
     HAMI_NS,
     MANAGED,
-    TRUST,
+    TRUST_MODES,
     StandIn,
     add_nodes,
+    claims_podresources,
     clear,
     create_pods,
     pod_body,
     start_hami,
+    trust_options,
 )
 from kubernetes import client as k8s
 
 from tests.e2e.controlplane import ControlPlane, find_kube_binaries
-from tests.e2e.hami_servers import start_webhook
+from tests.e2e.hami_servers import signing_keys, start_webhook
 from tests.standin_kubelet import DEFAULT_ADMISSION_DELAY_S
 
 MEMBERS = 16
@@ -114,10 +118,12 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=0, help="groups placed (default 10; quick 3)")
     ap.add_argument(
         "--trust",
-        choices=sorted(TRUST),
-        default="off",
-        help="as bench_pipeline's: off, every bind takes HAMi's node lock (members on one "
-        "node bind one after another's Allocate); all, nodes claim PodResources, no lock",
+        choices=TRUST_MODES,
+        default="signed",
+        help="as bench_pipeline's: signed (default, the shipped path), allocations signed "
+        "and verified, nodes claim PodResources, no lock; off, every bind takes HAMi's node "
+        "lock (members on one node bind one after another's Allocate); all, every "
+        "allocation trusted unread, no lock",
     )
     args = ap.parse_args()
     size = 100 if args.quick else 500
@@ -138,9 +144,10 @@ def main() -> None:
             extra=("--threads", "8"),
         )
         url, hami = start_hami(cp, cp.workdir)
-        standin = StandIn(cp, Path(tmp), DEFAULT_ADMISSION_DELAY_S, TRUST[args.trust])
+        trust = trust_options(args.trust, signing_keys(cp)[1])
+        standin = StandIn(cp, Path(tmp), DEFAULT_ADMISSION_DELAY_S, trust)
         try:
-            add_nodes(cp, 0, size, claims=TRUST[args.trust] is not None)
+            add_nodes(cp, 0, size, claims=claims_podresources(args.trust))
             cp.start_scheduler(extender_url=url, managed_resources=MANAGED, http_timeout="30s")
             for n in range(trials):
                 seconds = trial(core, n)

@@ -32,7 +32,15 @@ counts in its own client), the mean node-lock wait per bind and the mean bind (f
 
     .venv/bin/python benchmarks/bench_pipeline.py [--quick] [--runs N] [--sizes 100,500]
         [--workloads mixed,burst] [--arrivals before,during] [--pods N]
-        [--admission-delay S] [--profile DIR]
+        [--admission-delay S] [--trust signed|off|all] [--profile DIR]
+
+``--trust`` (default ``signed``, the shipped path): ``hami scheduler`` signs every
+allocation (``--allocation-signing-key``, a key generated for the run) and the stand-in
+device plugins verify it with the real ``AllocationVerifier`` given the public key
+(``--allocation-public-keys``), read PodResources, and their nodes claim it, so binds
+take no node lock; ``off``: no trust check, every bind takes HAMi's node lock (nodes still
+running HAMi's device plugin); ``all``: every allocation trusted unread (no lock, no
+verifying).
 """
 
 from __future__ import annotations
@@ -73,6 +81,8 @@ from hami_core.protocol.handshake import (  # noqa: E402
     encode_handshake,
     podresources_key,
 )
+from hami_core.protocol.signature import AllocationVerifier  # noqa: E402
+from hami_core.servers.signingkeys import PublicKeyFiles  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
     LOOPBACK,
     ControlPlane,
@@ -80,7 +90,7 @@ from tests.e2e.controlplane import (  # noqa: E402
     find_kube_binaries,
     free_port,
 )
-from tests.e2e.hami_servers import scheduler_argv, start_webhook  # noqa: E402
+from tests.e2e.hami_servers import scheduler_argv, signing_keys, start_webhook  # noqa: E402
 from tests.standin_kubelet import DEFAULT_ADMISSION_DELAY_S, StandInKubelet  # noqa: E402
 
 MANAGED = [
@@ -96,14 +106,39 @@ BURST_SHAPE = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 HANDSHAKE = "hami.io/node-handshake"
 #: ``--trust``: which pods a device plugin serves without a node lock naming them.
-TRUST = {
-    # as `hami device-plugin` on this commit: none (no trust check is wired), so it
-    # claims nothing and every bind takes HAMi's node lock
-    "off": None,
-    # a preview of the lock-free path: every allocation trusted (what a signature check
-    # decides once allocations are signed); nodes claim the capability
-    "all": lambda pod: True,
-}
+TRUST_MODES = ("signed", "off", "all")
+
+
+def trust_options(mode: str, public_keys: Path) -> dict[str, Any]:
+    """The stand-in device plugins' ``Allocator`` options of a ``--trust`` mode.
+
+    - ``signed`` (the default): as ``hami device-plugin --allocation-public-keys FILE``
+      ships: the real ``AllocationVerifier`` over ``public_keys`` (the public half of the
+      key ``hami scheduler --allocation-signing-key`` signs with); a pod whose signature
+      verifies is served without a lock, and nodes claim PodResources, so binds lock
+      nothing.
+    - ``off``: no trust check (no verifier): only a node lock's owner is served, nodes
+      claim nothing and every bind takes HAMi's node lock (nodes still running HAMi's
+      device plugin).
+    - ``all``: every allocation trusted, no signature read (an upper bound of the
+      lock-free path: the cost of verifying left out).
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if mode == "off":
+        return {}
+    if mode == "all":
+        return {"trusted": lambda pod: True}
+    if mode == "signed":
+        keys = PublicKeyFiles(str(public_keys), flag="--allocation-public-keys")
+        return {"verifier": AllocationVerifier(keys)}
+    raise ValueError(f"--trust {mode!r}: expected one of {', '.join(TRUST_MODES)}")
+
+
+def claims_podresources(mode: str) -> bool:
+    """Whether a ``--trust`` mode's nodes claim they tell pods apart (binds take no lock)."""
+    return mode != "off"
 
 
 class WriteCounter:
@@ -177,7 +212,7 @@ class StandIn:
         cp: ControlPlane,
         workdir: Path,
         delay_s: float,
-        trusted: Callable[[dict[str, Any]], bool] | None,
+        trust: dict[str, Any],
     ) -> None:
         cfg = cp.client_configuration()
         cfg.connection_pool_maxsize = CONNECTION_POOL_SIZE  # as the device plugin's client
@@ -197,7 +232,7 @@ class StandIn:
             manager,
             admission_delay_s=delay_s,
             selects=lambda pod: (pod.get("metadata") or {}).get("namespace") == HAMI_NS,
-            allocator_options={"trusted": trusted},
+            allocator_options=trust,
             # as the device plugin's NodeKubeCluster: live reads when the caches lag
             live_view=lambda node: DirectKubeCluster(api, node=node),
         ).start()
@@ -611,12 +646,13 @@ def main() -> None:
     )
     ap.add_argument(
         "--trust",
-        choices=sorted(TRUST),
-        default="off",
-        help="off: the device plugins serve only a node lock's owner, as `hami "
-        "device-plugin` does on this commit (no trust check wired), so every bind locks; "
-        "all: they read PodResources and trust every allocation (a preview of the "
-        "signature check), nodes claim it and binds take no lock",
+        choices=TRUST_MODES,
+        default="signed",
+        help="signed (default, the shipped path): the scheduler signs each allocation, the "
+        "device plugins read PodResources and verify the signature with its public key, "
+        "nodes claim it and binds take no lock; off: no trust check, only a node lock's "
+        "owner is served and every bind locks (HAMi's protocol, nodes still running HAMi's "
+        "device plugin); all: every allocation trusted, no signature read (no lock)",
     )
     ap.add_argument(
         "--profile",
@@ -655,11 +691,12 @@ def main() -> None:
             extra=("--threads", "8"),
         )
         url, hami = start_hami(cp, cp.workdir)
-        standin = StandIn(cp, Path(tmp), args.admission_delay, TRUST[args.trust])
+        trust = trust_options(args.trust, signing_keys(cp)[1])
+        standin = StandIn(cp, Path(tmp), args.admission_delay, trust)
         have = 0
         try:
             for size in sizes:
-                add_nodes(cp, have, size, claims=TRUST[args.trust] is not None)
+                add_nodes(cp, have, size, claims=claims_podresources(args.trust))
                 have = size
                 for run in range(args.runs):
                     for workload in workloads:

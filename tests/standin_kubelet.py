@@ -26,8 +26,9 @@ What it plays, per node (one kubelet each), and why:
   1.20 does: the pods of its pod manager (each added when its admission starts, kept
   until deleted, also when refused) with the device IDs of every container whose
   ``Allocate`` has answered. Every node's allocator reads it (``pending.identify``):
-  with ``trusted`` set too (``allocator_options``), pods are told apart without the node
-  lock, as our device plugin does once it claims the capability.
+  with ``verifier`` (``hami device-plugin --allocation-public-keys``) or ``trusted``
+  set too (``allocator_options``), pods are told apart without the node lock, as our
+  device plugin does when it claims the capability.
 
 Every node's allocator shares one ``ClusterStore`` (the bench's cluster-wide caches; the
 real plugin watches its own node's pods): only reads of the node's pods and the node

@@ -21,6 +21,12 @@ from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.protocol.devicelist import decode_pod_devices
 from hami_core.protocol.handshake import podresources_key
+from hami_core.protocol.signature import (
+    AllocationSigner,
+    AllocationVerifier,
+    generate_private_key_pem,
+)
+from hami_core.servers.signingkeys import PublicKeyFiles
 from tests.standin_kubelet import StandInKubelet
 
 from .conftest import BindPod, ctr, gpu_node, gpu_pod, gpu_uuid
@@ -220,3 +226,61 @@ def test_with_podresources_and_trust_pods_bind_and_are_admitted_without_the_lock
     listed = {p.name: p for p in k.listed("node-a")}
     assert set(listed) == {"p0", "p1", "p2", "forged"}  # a refused pod stays listed
     assert listed["forged"].devices_of("main", "nvidia.com/gpu") == ()
+
+
+def test_with_the_real_verifier_only_the_signed_pod_is_served(
+    nvidia: BackendManager, bound_pod: BindPod, tmp_path: Path
+) -> None:
+    # The bench's default (--trust signed): the scheduler signs, the stand-in's
+    # allocator verifies with the public key as `hami device-plugin
+    # --allocation-public-keys FILE` does. On a node that claims PodResources a signed
+    # pod is served without the lock; a pod bound unsigned (no lock names it) and one
+    # carrying a signed pod's annotations (a forged allocation) get nothing.
+    signer = AllocationSigner(generate_private_key_pem())
+    public = tmp_path / "scheduler.pem"
+    public.write_bytes(signer.public_pem())
+    verifier = AllocationVerifier(PublicKeyFiles(str(public), flag="--allocation-public-keys"))
+    answer = "Reported_2026-12-02 02:00:00"
+    cluster = MemoryCluster()
+    node = gpu_node("node-a", uuids("node-a"))
+    node["metadata"]["annotations"].update(
+        {"hami.io/node-handshake": answer, podresources_key("hami.io/node-handshake"): answer}
+    )
+    cluster.add_node(node)
+    k = StandInKubelet(
+        cluster,
+        nvidia,
+        admission_delay_s=DELAY_S,
+        allocator_options={
+            "make_dir": lambda path: None,
+            "make_file": lambda p, s: None,
+            "verifier": verifier,
+        },
+    ).start()
+    try:
+        signed = bound_pod(
+            cluster,
+            nvidia,
+            gpu_pod("signed", ctr("main", gpu=1, gpumem=1000, gpucores=10)),
+            "node-a",
+            signer=signer,
+        )
+        unsigned = bound_pod(
+            cluster, nvidia, gpu_pod("unsigned", ctr("main", gpu=1, gpumem=1000)), "node-a"
+        )
+        forged = gpu_pod("forged", ctr("main", gpu=1, gpumem=1000, gpucores=10))
+        forged["metadata"]["annotations"] = dict(signed["metadata"]["annotations"])
+        created = cluster.add_pod(forged)
+        cluster.bind_pod("default", "forged", uid=created["metadata"]["uid"], node="node-a")
+        uids = [p["metadata"]["uid"] for p in (signed, unsigned, created)]
+        assert k.wait_admitted(uids, timeout_s=10)
+    finally:
+        k.stop()
+    assert keys.NODE_LOCK not in (cluster.get_node("node-a")["metadata"].get("annotations") or {})
+    ok = k.admissions[uids[0]]
+    assert ok.error is None, ok.error
+    assert pod_annotations(cluster, "signed")[keys.BIND_PHASE] == keys.BIND_PHASE_SUCCESS
+    assert k.admissions[uids[1]].error is not None  # unsigned, and no lock names it
+    assert k.admissions[uids[2]].error is not None  # the signature is another pod's
+    for name in ("unsigned", "forged"):
+        assert pod_annotations(cluster, name)[keys.BIND_PHASE] != keys.BIND_PHASE_SUCCESS
