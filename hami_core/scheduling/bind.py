@@ -391,12 +391,20 @@ class Binder:
             log.error("bind rollback: cannot release the lock of %s: %s", node, exc)
 
     def _release_written(self, node: str, value: str) -> None:
+        """Give back the lock this bind wrote (conditional on its exact value). When the
+        write fails (the API server unreachable, as around a restart), it is retried in
+        the background until it lands or the lock is no longer ours, instead of leaving a
+        lock that names a pod past its bind until it is taken over or expires."""
         try:
             release_node_lock_value(self.store, node, value)
         except HamiError as exc:
-            # Left behind, it names a pod that is not bound here (taken over after the
-            # longest bind) or bound and past this bind (PROTOCOL.md §4): never held long.
-            log.error("bind rollback: cannot release the lock of %s: %s", node, exc)
+            log.warning("bind rollback: cannot release the lock of %s yet: %s", node, exc)
+            threading.Thread(
+                target=_release_later,
+                args=(self.store, node, value),
+                name=f"release-lock-{node}",
+                daemon=True,
+            ).start()
 
     def _observe_lock(self, started: float, *, acquired: bool) -> None:
         if self.lock_observer is not None:
@@ -454,6 +462,27 @@ def allocation_annotations(
             # HAMi's PatchAnnotations: the MIG instances chosen, for the device plugin
             out[dtype.mig_annotation] = encode_mig_allocations(instances)
     return out
+
+
+#: How long a failed give-back of a written lock is retried (seconds between tries,
+#: doubling): past the lock's own expiry nothing is left to give back.
+RELEASE_RETRY_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0, 8.0, 8.0, 8.0, 8.0, 8.0)
+
+
+def _release_later(store: ClusterStore, node: str, value: str) -> None:
+    """Retry ``release_node_lock_value`` until it lands (or finds the lock changed)."""
+    for pause in RELEASE_RETRY_S:
+        time.sleep(pause)
+        try:
+            release_node_lock_value(store, node, value)
+        except NotFoundError:
+            return  # the node is gone, and its lock with it
+        except HamiError as exc:
+            log.debug("bind rollback: the lock of %s is still not released: %s", node, exc)
+            continue
+        log.info("bind rollback: the lock of %s is released (retried)", node)
+        return
+    log.error("bind rollback: cannot release the lock of %s; it expires on its own", node)
 
 
 def _carries(pod: Mapping[str, Any], annotations: Mapping[str, str | None]) -> bool:

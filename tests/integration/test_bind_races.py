@@ -420,3 +420,38 @@ def test_a_retried_bind_after_a_restart_takes_no_lock(env, monkeypatch):
     monkeypatch.setattr(c, "pods_settled", lambda: True, raising=False)
     q = add(c, "q")  # a settled cache: no read, as before
     assert sched.bind("default", "q", uid=q["metadata"]["uid"], node="n1") is not None
+
+
+def test_a_lock_whose_give_back_fails_while_the_api_server_is_down_is_given_back_later(
+    env, monkeypatch
+):
+    """A retried bind of a pod an earlier bind placed (its answer lost at an API-server
+    restart, the pod since allocated) gives back the lock it wrote; when that write fails
+    too (the API server still restarting), it is retried until it lands, instead of the
+    lock naming an allocated pod until it expires (the e2e restart test's stale lock)."""
+    c, sched, _ = env
+    p = add(c, "p")
+    real_bind = c.bind_pod
+
+    def landed_earlier(ns, name, *, uid, node, annotations=None):
+        done = {**(annotations or {}), "hami.io/bind-phase": "success"}
+        real_bind(ns, name, uid=uid, node=node, annotations=done)
+        raise ConflictError("pod is already bound")
+
+    real_remove = c.remove_node_annotation
+    calls = {"n": 0}
+
+    def restarting(name, key, *, value):
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise HamiError("the API server is unreachable")
+        return real_remove(name, key, value=value)
+
+    monkeypatch.setattr(c, "bind_pod", landed_earlier)
+    monkeypatch.setattr(c, "remove_node_annotation", restarting)
+    assert sched.bind("default", "p", uid=p["metadata"]["uid"], node="n1") is None
+    deadline = time.monotonic() + 20
+    while lock_of(c) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lock_of(c) is None
+    assert calls["n"] == 3
