@@ -71,6 +71,9 @@ def plugin(cluster, nvml, short_dir: Path, tmp_path: Path) -> Iterator[DevicePlu
         plugin_dir=str(short_dir),
         health_interval_s=0.1,
         register_interval_s=1.0,
+        # never the host's own kubelet socket (a stale one left by the e2e tier made each
+        # Allocate wait for a gRPC deadline): this fake kubelet serves no PodResources
+        pod_resources_socket=str(tmp_path / "no-pod-resources" / "kubelet.sock"),
     )
     manager = nvidia_manager(tmp_path / "vgpu", healthRecoverySeconds=1)
     process = DevicePluginProcess(opts, store=cluster, manager=manager)
