@@ -18,6 +18,7 @@ The API functions take a ``kubernetes.client.ApiClient``; the rest is pure.
 
 from __future__ import annotations
 
+import abc
 import base64
 import logging
 import threading
@@ -190,7 +191,7 @@ def publish_public_key(api_client: Any, signer: AllocationSigner, *, value: str,
     raise ConfigError(f"{what}: lost {WRITE_ATTEMPTS} races with other writers")
 
 
-class _RescannedKeys:
+class _RescannedKeys(abc.ABC):
     """Public keys by key id, read by ``_read`` at start and again when the last read is
     ``rescan_s`` old (the rescan of ``PublicKeyFiles`` and ``PublicKeysConfigMap``)."""
 
@@ -199,8 +200,9 @@ class _RescannedKeys:
     _read_at: float
     _keys: Mapping[str, Any]
 
+    @abc.abstractmethod
     def _read(self) -> Mapping[str, Any]:
-        raise NotImplementedError
+        """Every public key of the source, by key id (each subclass reads its own)."""
 
     def __call__(self) -> Mapping[str, Any]:
         """The keys by key id, read again when the last read is ``rescan_s`` old.
