@@ -1,9 +1,9 @@
 """Gang groups on the real pipeline: time from the creation of a group's last member to
 all its members bound (issue 27's figure: p99 <= 3 s for 16 members at 500 nodes).
 
-Everything is real but the kubelets, as in ``bench_pipeline.py`` (whose control plane,
-webhook, ``hami scheduler``, stand-in kubelets and fake nodes this reuses): etcd +
-kube-apiserver, ``hami webhook``, ``hami scheduler`` as kube-scheduler 1.20's extender
+Everything is real but the kubelets, as in ``bench_pipeline.py`` (both start the stack of
+``pipeline_stack.py``; this reuses bench_pipeline's fake nodes): etcd + kube-apiserver,
+``hami webhook``, ``hami scheduler`` as kube-scheduler 1.20's extender
 (filter / prioritize / bind), and the stand-in kubelets whose device plugins allocate
 each bound pod (``--trust`` as ``bench_pipeline.py``'s: by default ``signed``, the shipped
 path: allocations signed and verified, nodes claim PodResources and binds take no lock;
@@ -22,33 +22,18 @@ filter, and the others are woken by the scheduler's ``hami.io/gang-placed`` writ
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_pipeline import (
-    HAMI_NS,
-    MANAGED,
-    TRUST_MODES,
-    StandIn,
-    add_nodes,
-    claims_podresources,
-    clear,
-    create_pods,
-    pod_body,
-    start_hami,
-    trust_options,
-)
+from bench_pipeline import add_nodes, clear, create_pods, pod_body
 from kubernetes import client as k8s
+from pipeline_stack import HAMI_NS, MANAGED, TRUST_MODES, claims_podresources, running_stack
 
-from tests.e2e.controlplane import ControlPlane, find_kube_binaries
-from tests.e2e.hami_servers import signing_keys, start_webhook
 from tests.standin_kubelet import DEFAULT_ADMISSION_DELAY_S
 
 MEMBERS = 16
@@ -129,39 +114,18 @@ def main() -> None:
     size = 100 if args.quick else 500
     trials = args.trials or (3 if args.quick else 10)
     times: list[float] = []
-    with (
-        ControlPlane(find_kube_binaries(), ready_timeout=180) as cp,
-        tempfile.TemporaryDirectory() as tmp,
-    ):
-        assert cp.workdir is not None
-        core = k8s.CoreV1Api(cp.api_client())
-        core.create_namespace({"metadata": {"name": HAMI_NS, "labels": {"hami-bench": "on"}}})
-        start_webhook(
-            cp,
-            config_name="hami-bench",
-            secret_name="hami-bench-webhook",
-            namespace_labels={"hami-bench": "on"},
-            extra=("--threads", "8"),
+    with running_stack(trust=args.trust, admission_delay_s=DEFAULT_ADMISSION_DELAY_S) as stack:
+        add_nodes(stack.cp, 0, size, claims=claims_podresources(args.trust))
+        stack.cp.start_scheduler(
+            extender_url=stack.url, managed_resources=MANAGED, http_timeout="30s"
         )
-        url, hami = start_hami(cp, cp.workdir)
-        trust = trust_options(args.trust, signing_keys(cp)[1])
-        standin = StandIn(cp, Path(tmp), DEFAULT_ADMISSION_DELAY_S, trust)
-        try:
-            add_nodes(cp, 0, size, claims=claims_podresources(args.trust))
-            cp.start_scheduler(extender_url=url, managed_resources=MANAGED, http_timeout="30s")
-            for n in range(trials):
-                seconds = trial(core, n)
-                times.append(seconds)
-                print(
-                    f"  group {n}: {MEMBERS} members bound {seconds:.2f} s after the last",
-                    flush=True,
-                )
-                clear(core, HAMI_NS)
-        finally:
-            standin.stop()
-            hami.terminate()
-            with contextlib.suppress(Exception):
-                hami.wait(10)
+        for n in range(trials):
+            seconds = trial(stack.core, n)
+            times.append(seconds)
+            print(
+                f"  group {n}: {MEMBERS} members bound {seconds:.2f} s after the last", flush=True
+            )
+            clear(stack.core, HAMI_NS)
     ordered = sorted(times)
     p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
     print(

@@ -49,14 +49,12 @@ import argparse
 import collections
 import contextlib
 import datetime as dt
-import os
 import random
 import signal
 import ssl
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -68,108 +66,33 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import hami_nvidia.plugin  # noqa: E402
+import pipeline_stack  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
+from pipeline_stack import (  # noqa: E402
+    HAMI_NS,
+    MANAGED,
+    TRUST_MODES,
+    WRITES,
+    BoundWatch,
+    StandIn,
+    claims_podresources,
+    running_stack,
+)
 from workload import node_object, pod_shape  # noqa: E402
 
-from hami_core.cluster.direct import DirectKubeCluster  # noqa: E402
-from hami_core.cluster.kube import CONNECTION_POOL_SIZE, KubeCluster  # noqa: E402
-from hami_core.plugin import BackendManager  # noqa: E402
-from hami_core.protocol.config import parse_config  # noqa: E402
 from hami_core.protocol.handshake import (  # noqa: E402
     HandshakeState,
     encode_handshake,
     podresources_key,
 )
-from hami_core.protocol.signature import AllocationVerifier  # noqa: E402
-from hami_core.servers.signingkeys import PublicKeyFiles  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
-    LOOPBACK,
     ControlPlane,
-    _set_pdeathsig,
-    find_kube_binaries,
-    free_port,
 )
-from tests.e2e.hami_servers import scheduler_argv, signing_keys, start_webhook  # noqa: E402
-from tests.standin_kubelet import DEFAULT_ADMISSION_DELAY_S, StandInKubelet  # noqa: E402
+from tests.standin_kubelet import DEFAULT_ADMISSION_DELAY_S  # noqa: E402
 
-MANAGED = [
-    "nvidia.com/gpu",
-    "nvidia.com/gpumem",
-    "nvidia.com/gpumem-percentage",
-    "nvidia.com/gpucores",
-    "nvidia.com/cores",
-    "nvidia.com/priority",
-]
-ALONE_NS, HAMI_NS = "bench-alone", "bench-hami"
+ALONE_NS = "bench-alone"
 BURST_SHAPE = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
-WRITES = ("POST", "PUT", "PATCH", "DELETE")
 HANDSHAKE = "hami.io/node-handshake"
-#: ``--trust``: which pods a device plugin serves without a node lock naming them.
-TRUST_MODES = ("signed", "off", "all")
-
-
-def trust_options(mode: str, public_keys: Path) -> dict[str, Any]:
-    """The stand-in device plugins' ``Allocator`` options of a ``--trust`` mode.
-
-    - ``signed`` (the default): as ``hami device-plugin --allocation-public-keys FILE``
-      ships: the real ``AllocationVerifier`` over ``public_keys`` (the public half of the
-      key ``hami scheduler --allocation-signing-key`` signs with); a pod whose signature
-      verifies is served without a lock, and nodes claim PodResources, so binds lock
-      nothing.
-    - ``off``: no trust check (no verifier): only a node lock's owner is served, nodes
-      claim nothing and every bind takes HAMi's node lock (nodes still running HAMi's
-      device plugin).
-    - ``all``: every allocation trusted, no signature read (an upper bound of the
-      lock-free path: the cost of verifying left out).
-
-    Raises:
-        ValueError: an unknown mode.
-    """
-    if mode == "off":
-        return {}
-    if mode == "all":
-        return {"trusted": lambda pod: True}
-    if mode == "signed":
-        keys = PublicKeyFiles(str(public_keys), flag="--allocation-public-keys")
-        return {"verifier": AllocationVerifier(keys)}
-    raise ValueError(f"--trust {mode!r}: expected one of {', '.join(TRUST_MODES)}")
-
-
-def claims_podresources(mode: str) -> bool:
-    """Whether a ``--trust`` mode's nodes claim they tell pods apart (binds take no lock)."""
-    return mode != "off"
-
-
-class WriteCounter:
-    """Wraps an API client's pool manager and counts its writes by (verb, resource)."""
-
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
-        self._lock = threading.Lock()
-        self.counts: collections.Counter[tuple[str, str]] = collections.Counter()
-
-    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        if method in WRITES:
-            with self._lock:
-                self.counts[(method, _resource_of(url))] += 1
-        return self._pool.request(method, url, *args, **kwargs)
-
-    def snapshot(self) -> collections.Counter[tuple[str, str]]:
-        with self._lock:
-            return collections.Counter(self.counts)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._pool, name)
-
-
-def _resource_of(url: str) -> str:
-    """``.../api/v1/namespaces/ns/pods/p/binding?x`` -> ``pods/binding``; nodes alike."""
-    parts = url.split("?", 1)[0].split("/api/v1/", 1)[-1].split("/")
-    if parts and parts[0] == "namespaces" and len(parts) >= 3:
-        parts = parts[2:]
-    resource = parts[0] if parts else ""
-    return f"{resource}/{parts[2]}" if len(parts) >= 3 else resource
 
 
 def apiserver_writes(cp: ControlPlane) -> collections.Counter[tuple[str, str]]:
@@ -203,83 +126,12 @@ def apiserver_writes(cp: ControlPlane) -> collections.Counter[tuple[str, str]]:
     return out
 
 
-class StandIn:
-    """The stand-in kubelets of every node (``StandInKubelet``) on their own counted
-    client, serving the pods of ``HAMI_NS`` under hami-nvidia's device-plugin config."""
-
-    def __init__(
-        self,
-        cp: ControlPlane,
-        workdir: Path,
-        delay_s: float,
-        trust: dict[str, Any],
-    ) -> None:
-        cfg = cp.client_configuration()
-        cfg.connection_pool_maxsize = CONNECTION_POOL_SIZE  # as the device plugin's client
-        api = k8s.ApiClient(cfg)
-        self.writes = WriteCounter(api.rest_client.pool_manager)
-        api.rest_client.pool_manager = self.writes
-        self.store = KubeCluster(api, component="bench-device-plugin")
-        self.store.start()
-        self.bound = BoundWatch(self.store)
-        base = BackendManager.from_plugins({"nvidia": hami_nvidia.plugin})
-        hooks = workdir / "device-plugin-hooks"
-        manager = base.with_config(
-            parse_config({"version": "v1", "nvidia": {"hookPath": str(hooks)}}, backends=base.infos)
-        )
-        self.kubelet = StandInKubelet(
-            self.store,
-            manager,
-            admission_delay_s=delay_s,
-            selects=lambda pod: (pod.get("metadata") or {}).get("namespace") == HAMI_NS,
-            allocator_options=trust,
-            # as the device plugin's NodeKubeCluster: live reads when the caches lag
-            live_view=lambda node: DirectKubeCluster(api, node=node),
-        ).start()
-
-    def stop(self) -> None:
-        self.kubelet.stop()
-        self.store.stop()
-
-
-def start_hami(cp: ControlPlane, workdir: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    port, metrics = free_port(), free_port()
-    log = open(workdir / "hami-scheduler.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        scheduler_argv(
-            cp,
-            port,
-            metrics,
-            "--lease-namespace",
-            "default",
-            "--log-level",
-            "warning",
-            # No Requesting_ round during the benchmark: nothing answers it but the
-            # nodes' first answer (add_nodes), and it is no part of a bind.
-            "--handshake-period",
-            "3600",
-        ),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        preexec_fn=_set_pdeathsig,  # never outlives the benchmark
-    )
-    url = f"http://{LOOPBACK}:{port}"
-    cp.wait_for(lambda: _ok(f"{url}/-/leader", b'"leader":true'), timeout=90, message="hami leader")
-    global METRICS_URL
-    METRICS_URL = f"http://{LOOPBACK}:{metrics}/metrics"
-    return url, proc
-
-
-METRICS_URL = ""
-
-
 def extender_seconds() -> dict[str, tuple[float, float]]:
     """verb -> (calls, seconds) from ``hami scheduler``'s own histograms."""
     out: dict[str, list[float]] = {}
     # A generous timeout: on a loaded machine the scheduler's metrics thread answers
     # behind its request threads (a 5 s limit once ended a whole run).
-    with urllib.request.urlopen(METRICS_URL, timeout=60) as r:
+    with urllib.request.urlopen(pipeline_stack.METRICS_URL, timeout=60) as r:
         for line in r.read().decode().splitlines():
             for verb in ("filter", "score", "bind", "node_lock_wait"):
                 for part, i in (("_count", 0), ("_sum", 1)):
@@ -312,14 +164,6 @@ def kube_scheduler_algorithm_ms(cp: ControlPlane) -> float:
                 found[part] = float(line.split()[-1])
     count = found.get("_count", 0.0)
     return found.get("_sum", 0.0) / count * 1000 if count else 0.0
-
-
-def _ok(url: str, needle: bytes) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status == 200 and needle in r.read()
-    except OSError:
-        return False
 
 
 def pod_body(name: str, limits: dict[str, str], *, scheduler: str | None) -> dict[str, Any]:
@@ -361,42 +205,6 @@ def create_pods(core: k8s.CoreV1Api, ns: str, bodies: list[dict[str, Any]]) -> N
         t.join()
     if errors:
         raise errors[0]
-
-
-class BoundWatch:
-    """When each pod was first seen bound, per namespace, from a pod watch (no polling:
-    a list every few hundred ms blurred short runs and loaded the API server)."""
-
-    def __init__(self, store: KubeCluster) -> None:
-        self._cond = threading.Condition()
-        self._bound: dict[str, dict[str, float]] = collections.defaultdict(dict)
-        store.subscribe(self._on_event)
-
-    def _on_event(self, kind: str, old: Any, new: Any) -> None:
-        if kind != "Pod":
-            return
-        obj = new if new is not None else old
-        meta = obj.get("metadata") or {}
-        ns, uid = str(meta.get("namespace") or ""), str(meta.get("uid") or "")
-        with self._cond:
-            if new is None:
-                self._bound[ns].pop(uid, None)
-            elif (new.get("spec") or {}).get("nodeName") and uid not in self._bound[ns]:
-                self._bound[ns][uid] = time.monotonic()
-                self._cond.notify_all()
-
-    def time_until_bound(self, ns: str, n: int, start: float, timeout_s: float) -> float:
-        """Seconds from ``start`` (monotonic) until ``n`` pods of ``ns`` were bound."""
-        deadline = start + timeout_s
-        with self._cond:
-            while len(self._bound[ns]) < n:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(
-                        f"{ns}: only {len(self._bound[ns])}/{n} pods bound after {timeout_s:.0f} s"
-                    )
-                self._cond.wait(min(left, 1.0))
-            return sorted(self._bound[ns].values())[n - 1] - start
 
 
 def clear(core: k8s.CoreV1Api, ns: str) -> None:
@@ -675,56 +483,35 @@ def main() -> None:
         ap.error("--workloads takes mixed,burst; --arrivals takes before,during")
     pods_n = args.pods or (100 if args.quick else 300)
     cells: dict[tuple[int, str, str], Cell] = {}
-    with (
-        ControlPlane(find_kube_binaries(), ready_timeout=180) as cp,
-        tempfile.TemporaryDirectory() as tmp,
-    ):
-        assert cp.workdir is not None
-        core = k8s.CoreV1Api(cp.api_client())
-        core.create_namespace({"metadata": {"name": ALONE_NS}})
-        core.create_namespace({"metadata": {"name": HAMI_NS, "labels": {"hami-bench": "on"}}})
-        start_webhook(
-            cp,
-            config_name="hami-bench",
-            secret_name="hami-bench-webhook",
-            namespace_labels={"hami-bench": "on"},
-            extra=("--threads", "8"),
-        )
-        url, hami = start_hami(cp, cp.workdir)
-        trust = trust_options(args.trust, signing_keys(cp)[1])
-        standin = StandIn(cp, Path(tmp), args.admission_delay, trust)
+    with running_stack(
+        trust=args.trust, admission_delay_s=args.admission_delay, namespaces=[ALONE_NS]
+    ) as stack:
         have = 0
-        try:
-            for size in sizes:
-                add_nodes(cp, have, size, claims=claims_podresources(args.trust))
-                have = size
-                for run in range(args.runs):
-                    for workload in workloads:
-                        for arrival in arrivals:
-                            cell = cells.setdefault((size, workload, arrival), Cell())
-                            run_cell(
-                                cp,
-                                core,
-                                standin,
-                                hami.pid,
-                                url,
-                                size=size,
-                                workload=workload,
-                                arrival=arrival,
-                                pods_n=pods_n,
-                                seed=size * 100 + run,
-                                cell=cell,
-                                profile=(
-                                    args.profile / f"hami-{size}-{workload}-{arrival}-{run}.txt"
-                                    if args.profile
-                                    else None
-                                ),
-                            )
-        finally:
-            standin.stop()
-            hami.terminate()
-            with contextlib.suppress(Exception):
-                hami.wait(10)
+        for size in sizes:
+            add_nodes(stack.cp, have, size, claims=claims_podresources(args.trust))
+            have = size
+            for run in range(args.runs):
+                for workload in workloads:
+                    for arrival in arrivals:
+                        cell = cells.setdefault((size, workload, arrival), Cell())
+                        run_cell(
+                            stack.cp,
+                            stack.core,
+                            stack.standin,
+                            stack.hami.pid,
+                            stack.url,
+                            size=size,
+                            workload=workload,
+                            arrival=arrival,
+                            pods_n=pods_n,
+                            seed=size * 100 + run,
+                            cell=cell,
+                            profile=(
+                                args.profile / f"hami-{size}-{workload}-{arrival}-{run}.txt"
+                                if args.profile
+                                else None
+                            ),
+                        )
     print(
         "real kube-apiserver + kube-scheduler 1.20; fake nodes x 8 GPUs; stand-in kubelets call "
         f"the real Allocator {args.admission_delay * 1000:.0f} ms after a pod is bound "
