@@ -371,12 +371,16 @@ def defrag(**opts: Any) -> None:
     GPUs before and after, and each changed GPU's load (docs/consolidation.md).
     """
     from hami_core.defrag import render, sources
+    from hami_core.defrag.goal import parse_goal
     from hami_core.defrag.movable import MovePolicy, pod_key
     from hami_core.defrag.planner import Planner, policy_overrides
     from hami_core.simulate.runner import make_manager
 
     o = DefragOptions(**opts)
     try:
+        goal = parse_goal(o.goal) if o.goal is not None else None
+        if goal is not None and o.pod:
+            raise InvalidInputError("--goal and --pod: plan for a goal or for pods, not both")
         manager = make_manager(o.config)
         read = (
             sources.from_file(o.snapshot, manager)
@@ -404,13 +408,15 @@ def defrag(**opts: Any) -> None:
             max_nodes=o.max_nodes,
             max_moves_per_pod=o.max_moves,
         )
-        plan = planner.plan(pending)
+        plan = planner.plan_goal(goal) if goal is not None else planner.plan(pending)
     except HamiError as exc:
         raise failure(exc) from None
     if o.output == "json":
         click.echo(render.render_json(plan), nl=False)
     else:
         for warning in read.warnings:
+            if goal is not None and "no pending pods" in warning:
+                continue  # a goal plan reads none
             click.echo(f"warning: {shown_text(str(warning), WARNING_SHOWN)}", err=True)
         click.echo(render.render_text(plan), nl=False)
 

@@ -147,6 +147,14 @@ class DefragOptions:
         show_default="every pending pod of the scheduler",
         help="Plan for this pending pod only (repeatable).",
     )
+    goal: str | None = setting(
+        None,
+        metavar="whole-gpus=N[,model=M][,priority=P]",
+        show_default="plan for the pending pods",
+        help="Plan for N whole free GPUs (no sharer), of model M (whole words, as "
+        "nvidia.com/use-gputype) or any, moving pods of priority up to P (default 0), "
+        "instead of for pending pods (docs/consolidation.md).",
+    )
     protect_namespace: tuple[str, ...] = setting(
         ("kube-system",),
         multiple=True,

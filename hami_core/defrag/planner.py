@@ -59,6 +59,7 @@ from hami_core.protocol import annotations as keys
 from hami_core.scheduling.bind import allocation_annotations
 from hami_core.scheduling.scheduler import Scheduler, utcnow
 
+from .goal import GoalResult, WholeGpus, goal_pods
 from .movable import MovePolicy, pod_key, pod_priority
 
 #: Nodes tried per pending pod that fits nowhere (cheapest estimate first).
@@ -149,6 +150,8 @@ class Plan:
     outcomes: tuple[Outcome, ...]
     gpus: tuple[GpuChange, ...]
     seconds: float
+    #: what a goal plan (``Planner.plan_goal``) reached; None for a plan of pending pods
+    goal: GoalResult | None = None
 
     @property
     def moves(self) -> tuple[Move, ...]:
@@ -221,6 +224,39 @@ class Planner:
         t0 = time.perf_counter()
         order = sorted(pending, key=_queue_order)
         outcomes = [self._plan_one(pod) for pod in order]
+        return Plan(
+            outcomes=tuple(outcomes), gpus=self._changes(), seconds=time.perf_counter() - t0
+        )
+
+    def plan_goal(self, goal: WholeGpus) -> Plan:
+        """Plan for ``goal`` (``goal.WholeGpus``: N whole free GPUs, of a model or any),
+        pending pods left aside: the goal's pods (``goal.goal_pods``) are planned for as
+        pending pods, then taken out of the copy, which is left with the GPUs they found
+        whole and free. The outcomes are the goal pods' (``(goal)/whole-gpu-K``; a move's
+        ``for_pod`` names one); ``Plan.goal`` says what was reached."""
+        t0 = time.perf_counter()
+        pods = goal_pods(goal, self.manager)
+        outcomes = [self._plan_one(pod) for pod in sorted(pods, key=_queue_order)]
+        for pod in pods:
+            placed = self._pod(pod_key(pod))
+            if placed is not None:
+                self._remove(placed)
+        found = tuple((str(o.node), g) for o in outcomes if o.placed for g in o.gpus)
+        result = GoalResult(
+            goal=goal,
+            free_before=sum(o.placed and not o.moves for o in outcomes),
+            reached=len(found),
+            gpus=found,
+        )
+        return Plan(
+            outcomes=tuple(outcomes),
+            gpus=self._changes(),
+            seconds=time.perf_counter() - t0,
+            goal=result,
+        )
+
+    def _changes(self) -> tuple[GpuChange, ...]:
+        """Every GPU whose load the copy holds changed from before the plan."""
         changes: list[GpuChange] = []
         for node, before in sorted(self._before.items()):
             after = self._loads(node)
@@ -229,7 +265,7 @@ class Planner:
                 for uuid, (total, load) in sorted(before.items())
                 if after[uuid][1] != load
             )
-        return Plan(outcomes=tuple(outcomes), gpus=tuple(changes), seconds=time.perf_counter() - t0)
+        return tuple(changes)
 
     def _plan_one(self, pod: Mapping[str, Any]) -> Outcome:
         key, priority = pod_key(pod), pod_priority(pod)

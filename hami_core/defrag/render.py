@@ -11,7 +11,12 @@ JSON keys (stable; counts are integers, memory MiB, compute percent of one GPU):
 - ``moves``: in order: ``pod``, ``priority``, ``for`` (the pending pod), ``from``
   and ``to`` (each ``{"node", "gpus"}``);
 - ``gpus``: every GPU the plan changes: ``node``, ``uuid``, ``memory_mib`` (its
-  size), ``before`` and ``after`` (each ``{"memory_mib", "cores_pct", "sharers"}``).
+  size), ``before`` and ``after`` (each ``{"memory_mib", "cores_pct", "sharers"}``);
+- ``goal``: null for a plan of pending pods; for ``--goal``: ``asked`` (the goal as
+  written back), ``met``, ``free_before`` (whole free GPUs found without moves),
+  ``reached`` (after the plan), ``gpus`` (each ``{"node", "uuid"}``, in the order
+  found). A goal plan's ``pending`` are the goal's pods (``(goal)/whole-gpu-K``), one
+  per GPU sought, and each move's ``for`` names one.
 """
 
 from __future__ import annotations
@@ -72,6 +77,15 @@ def plan_data(plan: Plan) -> dict[str, Any]:
             }
             for g in plan.gpus
         ],
+        "goal": None
+        if plan.goal is None
+        else {
+            "asked": plan.goal.goal.text(),
+            "met": plan.goal.met,
+            "free_before": plan.goal.free_before,
+            "reached": plan.goal.reached,
+            "gpus": [{"node": n, "uuid": u} for n, u in plan.goal.gpus],
+        },
     }
 
 
@@ -89,6 +103,13 @@ def render_text(plan: Plan) -> str:
         f"fit after {s['moves']} move(s), {s['without_plan']} without a plan "
         f"({data['seconds']:.2f} s; dry run: nothing is evicted)"
     ]
+    if plan.goal is not None:
+        aim = plan.goal
+        lines[0] = (
+            f"goal {shown_text(aim.goal.text())}: {aim.reached} of {aim.goal.count} whole free GPU(s)"
+            f" ({aim.free_before} free now, {aim.reached - aim.free_before} after {s['moves']} "
+            f"move(s); {data['seconds']:.2f} s; dry run: nothing is evicted)"
+        )
     for o in plan.outcomes:
         head = f"pod {shown_text(o.pod)} (priority {o.priority}): "
         if not o.placed:
