@@ -4,6 +4,8 @@ scheduler publishes at its first start, read by name through the API)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.chart.helm import find, render
@@ -69,3 +71,24 @@ def test_the_device_plugins_get_the_public_keys_only():
     for role in [o for o in objs if o["kind"] in ("Role", "ClusterRole")]:
         if "device-plugin" in role["metadata"]["name"]:
             assert not any("secrets" in r["resources"] for r in role["rules"])
+
+
+@pytest.mark.parametrize(
+    ("release", "fullname"),
+    [("hami", "hami"), ("gpu-hami", "gpu-hami"), ("prod", "prod-hami")],
+)
+def test_the_key_is_named_after_the_charts_fullname(release, fullname):
+    """PROTOCOL §4a names the Secret ``<fullname>-allocation-key``: the release name when it
+    contains ``hami``, ``<release>-hami`` otherwise (not ``<release>-allocation-key``)."""
+    objs = render(name=release, namespace="gpu")
+    deploy = find(objs, "Deployment", f"{fullname}-scheduler")
+    (ext,) = [
+        c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"
+    ]
+    assert f"--allocation-signing-key=secret:gpu/{fullname}-allocation-key" in _args(ext)
+    assert f"--allocation-public-keys-configmap=gpu/{fullname}-allocation-keys" in _args(ext)
+    protocol = " ".join((Path(__file__).parents[2] / "docs" / "PROTOCOL.md").read_text().split())
+    assert (
+        "`<fullname>-allocation-key`, where `<fullname>` is the release name when it "
+        "contains `hami` and `<release>-hami` otherwise"
+    ) in protocol
