@@ -40,6 +40,8 @@ def test_the_loop_survives_a_blip_and_publishes_again(tmp_path):
                 plugin_dir=str(tmp_path / "dp"),
                 health_interval_s=0.2,
                 register_interval_s=0.2,
+                # never the host's kubelet socket (a stale one would slow each Allocate)
+                pod_resources_socket=str(tmp_path / "no-pod-resources.sock"),
             ),
             store=c,
             manager=nvidia_manager(tmp_path / "vgpu"),

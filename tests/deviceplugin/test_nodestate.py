@@ -60,7 +60,12 @@ def test_the_device_plugin_keeps_amd_cu_ranges_under_state_dir(tmp_path):
     """The real process wiring: ``--state-dir`` is where the AMD backend's CU ranges go,
     through the manager's ``hami_allocate`` call."""
     manager = BackendManager.from_entry_points(disabled=[])
-    opts = DevicePluginOptions(node_name="n1", backend="amd", state_dir=str(tmp_path / "s"))
+    opts = DevicePluginOptions(
+        node_name="n1",
+        backend="amd",
+        state_dir=str(tmp_path / "s"),
+        pod_resources_socket=str(tmp_path / "no-pod-resources.sock"),  # never the host's
+    )
     process = DevicePluginProcess(opts, store=MemoryCluster(), manager=manager)
     state = process.allocator.state
     assert isinstance(state, FileNodeState) and state.root == tmp_path / "s"
