@@ -13,7 +13,9 @@ the base root filesystem by the inputs that make it (suite, packages, mirror, th
 script), the image by the base's key plus a hash of the sources that go into the wheels
 (every file git lists under hami_core/, backends/, shim/ and the top-level
 pyproject.toml, README.md, LICENSE) and of install-hami.sh. A second run with the same
-inputs builds nothing and returns in about a second.
+inputs builds nothing and returns in about a second. The cache is shared by checkouts
+and concurrent runs: a build prunes only images none of them has built or used for
+``PRUNE_AFTER_S``.
 
 Load the result into containerd with ``ctr -n k8s.io images import FILE``; its name is
 ``--name`` (default ``hami.local/hami:<version>``).
@@ -329,6 +331,7 @@ def build(name: str, *, force: bool = False) -> Path:
     key = hashlib.sha256(f"{base_key(mirror)} {sources_key()} {name}".encode()).hexdigest()[:16]
     image = cache / f"hami-{key}.oci.tar"
     if image.exists() and not force:
+        os.utime(image)  # in use: prune() keeps what another run touched lately
         log(f"cached: {image}")
         return image
     if os.geteuid() != 0:
@@ -361,18 +364,44 @@ def build(name: str, *, force: bool = False) -> Path:
         )
         app_layer = work / "app.layer.tar"
         layer_tar(root, app_layer, ["opt/hami"], exclude=("__pycache__",))
+        # Written beside and renamed: a run reading the cache never sees half an image.
+        partial = work / image.name
         oci_tarball(
-            image, name, [base_layer, app_layer], entrypoint=["/opt/hami/bin/hami"], cmd=["--help"]
+            partial,
+            name,
+            [base_layer, app_layer],
+            entrypoint=["/opt/hami/bin/hami"],
+            cmd=["--help"],
         )
+        partial.rename(image)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    for old in cache.glob("hami-*.oci.tar"):
-        if old != image:
-            old.unlink(missing_ok=True)
+    prune(cache, keep=image)
     log(
         f"built {name} in {time.monotonic() - t0:.0f} s: {image} ({image.stat().st_size >> 20} MiB)"
     )
     return image
+
+
+#: An image no run has built or used for this long is pruned (other checkouts and
+#: concurrent test runs share the cache: an image one of them is using is never removed).
+PRUNE_AFTER_S = 6 * 3600
+
+
+def prune(cache: Path, *, keep: Path, now: float | None = None) -> list[Path]:
+    """Remove the cache's ``hami-*.oci.tar`` images other than ``keep`` that no run has
+    built or used (mtime, touched on each cache hit) for ``PRUNE_AFTER_S``; the removed."""
+    now = time.time() if now is None else now
+    gone = []
+    for old in cache.glob("hami-*.oci.tar"):
+        try:
+            stale = old != keep and now - old.stat().st_mtime > PRUNE_AFTER_S
+        except FileNotFoundError:
+            continue  # pruned by another run meanwhile
+        if stale:
+            old.unlink(missing_ok=True)
+            gone.append(old)
+    return gone
 
 
 def main(argv: list[str]) -> int:
