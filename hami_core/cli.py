@@ -421,6 +421,78 @@ def defrag(**opts: Any) -> None:
         click.echo(render.render_text(plan), nl=False)
 
 
+def _apply_plan(o: DefragOptions, manager: Any, read: Any, pending: list[Any]) -> None:
+    """``hami defrag --apply``: carry plans out (``defrag.apply``) and print each step."""
+    from hami_core.cluster.kube import KubeCluster, make_api_client
+    from hami_core.cluster.kube_eviction import KubeEvictions
+    from hami_core.defrag import sources
+    from hami_core.defrag.apply import Applier, ApplyLimits
+    from hami_core.defrag.ledger import ConfigMapLedger, parse_location
+    from hami_core.defrag.movable import pod_key
+    from hami_core.defrag.planner import policy_overrides
+
+    if o.snapshot:
+        raise InvalidInputError("--apply acts on the API server's cluster, not on --snapshot")
+    namespace, name = parse_location(o.ledger, flag="--ledger")
+    api = make_api_client(o.kubeconfig)
+    store = KubeCluster(api, component="hami-defrag")  # writes only: nothing is watched
+    applier = Applier(
+        read=lambda: sources.from_api(o.kubeconfig, manager),
+        manager=manager,
+        evictions=KubeEvictions(store),
+        events=store,
+        ledger=ConfigMapLedger(api, namespace, name),
+        limits=ApplyLimits(
+            max_evictions=o.max_evictions,
+            max_evictions_per_hour=o.max_evictions_per_hour,
+            budget_wait_s=o.budget_wait_s,
+            replacement_wait_s=o.replacement_wait_s,
+        ),
+        protected_namespaces=o.protect_namespace,
+        planner_options={
+            **policy_overrides(o.node_policy, o.gpu_policy),
+            "max_nodes": o.max_nodes,
+            "max_moves_per_pod": o.max_moves,
+        },
+    )
+    report = applier.run([pod_key(p) for p in pending])
+    if o.output == "json":
+        click.echo(json.dumps(render_apply(report), indent=2))
+        return
+    for step in report.steps:
+        m = step.move
+        click.echo(
+            f"{step.result}: {shown_text(m.pod, WARNING_SHOWN)} from {m.from_node} "
+            f"({', '.join(m.from_gpus)}), planned on {m.to_node} ({', '.join(m.to_gpus)}), "
+            f"for {shown_text(m.for_pod, WARNING_SHOWN)}"
+        )
+    for pod, why in report.skipped.items():
+        click.echo(f"not helped: {shown_text(pod, WARNING_SHOWN)}: {why}")
+    click.echo(f"{report.evicted} evicted; stopped: {report.stopped}")
+
+
+def render_apply(report: Any) -> dict[str, Any]:
+    """An ``ApplyReport`` as JSON: ``steps`` (pod, from/to node and GPUs, forPod,
+    result), ``skipped`` (pod -> why), ``evicted``, ``stopped``."""
+    return {
+        "steps": [
+            {
+                "pod": s.move.pod,
+                "fromNode": s.move.from_node,
+                "fromGpus": list(s.move.from_gpus),
+                "toNode": s.move.to_node,
+                "toGpus": list(s.move.to_gpus),
+                "forPod": s.move.for_pod,
+                "result": s.result,
+            }
+            for s in report.steps
+        ],
+        "skipped": dict(report.skipped),
+        "evicted": report.evicted,
+        "stopped": report.stopped,
+    }
+
+
 def _echo_structured(data: Any, output: str) -> bool:
     """Print ``data`` as ``--output json`` (indented) or ``yaml`` (keys in order); False
     for any other output (the caller renders its text)."""

@@ -192,6 +192,56 @@ class DefragOptions:
         help="Nodes tried per pending pod that fits nowhere (cheapest estimate first).",
         why="bounds plan time on large clusters (2 s at 1000 nodes, docs/performance.md)",
     )
+    apply: bool = setting(
+        False,
+        help="Carry the plan out: evict through the Eviction API one move at a time, "
+        "re-planning after each, the freed room held for the pod it was freed for "
+        "(docs/consolidation.md). The default (--no-apply) is a dry run.",
+        why="an eviction cannot be undone: carrying a plan out is asked for by name",
+    )
+    max_evictions: int = setting(
+        8,
+        min=0,
+        max=1000,
+        help="With --apply: evictions in this run at most; a pod whose plan needs more "
+        "is not started.",
+        why="bounds what one run can disturb",
+    )
+    max_evictions_per_hour: int = setting(
+        20,
+        min=0,
+        max=10000,
+        help="With --apply: evictions by consolidation in any hour at most (every run and "
+        "scheduler leader, counted in the ledger).",
+        why="bounds the churn consolidation causes, whoever runs it",
+    )
+    budget_wait_s: float = setting(
+        30.0,
+        flag="--budget-wait",
+        unit="seconds",
+        min=0,
+        max=3600,
+        help="With --apply: how long a PodDisruptionBudget's refusal (429) is asked again "
+        "before that pod's plan stops (never forced).",
+        why="a budget often allows the disruption again once a replacement is ready",
+    )
+    replacement_wait_s: float = setting(
+        30.0,
+        flag="--replacement-wait",
+        unit="seconds",
+        min=0,
+        max=3600,
+        help="With --apply: how long the run waits for moved pods' replacements, to "
+        "nominate each to the node the plan found for it.",
+        why="a controller creates the replacement within seconds of the eviction",
+    )
+    ledger: str = setting(
+        "kube-system/hami-defrag-ledger",
+        metavar="NAMESPACE/NAME",
+        help="With --apply: the ConfigMap recording consolidation's evictions and plans in "
+        "progress (shared with the scheduler's --consolidation-ledger).",
+        why="a record tenants cannot write: the hour's count and plans in progress",
+    )
     output: str = setting(
         "text",
         flag=("--output", "-o"),

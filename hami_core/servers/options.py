@@ -309,6 +309,44 @@ class SchedulerOptions:
         why="kube-scheduler cannot preempt for resources it ignores (our devices): it "
         "nominates a node with zero victims and the pod stays Pending.",
     )
+    consolidation: bool = setting(
+        False,
+        help="Continuous consolidation: a pod asking devices that has waited longer than "
+        "--consolidation-after with no node may have movable pods moved for it, as hami "
+        "defrag --apply does, by the leader (docs/consolidation.md).",
+        why="moves disturb running pods: an administrator turns them on",
+    )
+    consolidation_after_s: float = setting(
+        300.0,
+        flag="--consolidation-after",
+        unit="seconds",
+        min=0,
+        max=86400,
+        help="How long a pod waits (from its creation) before consolidation plans for it.",
+        why="most pods find room as others finish; moves are for those that do not",
+    )
+    consolidation_max_evictions: int = setting(
+        4,
+        min=1,
+        max=1000,
+        help="Evictions per consolidation run at most; a plan that needs more is not "
+        "started.",
+        why="bounds what one pending pod can make consolidation disturb",
+    )
+    consolidation_max_evictions_per_hour: int = setting(
+        20,
+        min=0,
+        max=10000,
+        help="Evictions by consolidation in any hour at most (every leader and hami defrag "
+        "--apply run, counted in the ledger).",
+        why="bounds the churn consolidation causes",
+    )
+    consolidation_ledger: str = setting(
+        "kube-system/hami-defrag-ledger",
+        metavar="NAMESPACE/NAME",
+        help="The ConfigMap recording consolidation's evictions and plans in progress.",
+        why="a new leader resumes a plan in progress from it, and tenants cannot write it",
+    )
     preemption_settle_s: float = setting(
         1.0,
         flag="--preemption-settle",
