@@ -382,6 +382,11 @@ def defrag(**opts: Any) -> None:
         if goal is not None and o.pod:
             raise InvalidInputError("--goal and --pod: plan for a goal or for pods, not both")
         manager = make_manager(o.config)
+        if o.apply and goal is not None:
+            raise InvalidInputError("--apply carries out plans for pending pods; --goal only plans")
+        if o.apply:
+            _apply_plan(o, manager)
+            return
         read = (
             sources.from_file(o.snapshot, manager)
             if o.snapshot
@@ -421,27 +426,20 @@ def defrag(**opts: Any) -> None:
         click.echo(render.render_text(plan), nl=False)
 
 
-def _apply_plan(o: DefragOptions, manager: Any, read: Any, pending: list[Any]) -> None:
+def _apply_plan(o: DefragOptions, manager: Any) -> None:
     """``hami defrag --apply``: carry plans out (``defrag.apply``) and print each step."""
-    from hami_core.cluster.kube import KubeCluster, make_api_client
-    from hami_core.cluster.kube_eviction import KubeEvictions
-    from hami_core.defrag import sources
-    from hami_core.defrag.apply import Applier, ApplyLimits
-    from hami_core.defrag.ledger import ConfigMapLedger, parse_location
-    from hami_core.defrag.movable import pod_key
+    from hami_core.defrag.apply import ApplyLimits
+    from hami_core.defrag.live import api_applier
     from hami_core.defrag.planner import policy_overrides
+    from hami_core.defrag.render import render_apply
 
     if o.snapshot:
         raise InvalidInputError("--apply acts on the API server's cluster, not on --snapshot")
-    namespace, name = parse_location(o.ledger, flag="--ledger")
-    api = make_api_client(o.kubeconfig)
-    store = KubeCluster(api, component="hami-defrag")  # writes only: nothing is watched
-    applier = Applier(
-        read=lambda: sources.from_api(o.kubeconfig, manager),
-        manager=manager,
-        evictions=KubeEvictions(store),
-        events=store,
-        ledger=ConfigMapLedger(api, namespace, name),
+    applier = api_applier(
+        manager,
+        kubeconfig=o.kubeconfig,
+        ledger=o.ledger,
+        ledger_flag="--ledger",
         limits=ApplyLimits(
             max_evictions=o.max_evictions,
             max_evictions_per_hour=o.max_evictions_per_hour,
@@ -455,7 +453,7 @@ def _apply_plan(o: DefragOptions, manager: Any, read: Any, pending: list[Any]) -
             "max_moves_per_pod": o.max_moves,
         },
     )
-    report = applier.run([pod_key(p) for p in pending])
+    report = applier.run(list(o.pod) or None)
     if o.output == "json":
         click.echo(json.dumps(render_apply(report), indent=2))
         return
@@ -469,28 +467,6 @@ def _apply_plan(o: DefragOptions, manager: Any, read: Any, pending: list[Any]) -
     for pod, why in report.skipped.items():
         click.echo(f"not helped: {shown_text(pod, WARNING_SHOWN)}: {why}")
     click.echo(f"{report.evicted} evicted; stopped: {report.stopped}")
-
-
-def render_apply(report: Any) -> dict[str, Any]:
-    """An ``ApplyReport`` as JSON: ``steps`` (pod, from/to node and GPUs, forPod,
-    result), ``skipped`` (pod -> why), ``evicted``, ``stopped``."""
-    return {
-        "steps": [
-            {
-                "pod": s.move.pod,
-                "fromNode": s.move.from_node,
-                "fromGpus": list(s.move.from_gpus),
-                "toNode": s.move.to_node,
-                "toGpus": list(s.move.to_gpus),
-                "forPod": s.move.for_pod,
-                "result": s.result,
-            }
-            for s in report.steps
-        ],
-        "skipped": dict(report.skipped),
-        "evicted": report.evicted,
-        "stopped": report.stopped,
-    }
 
 
 def _echo_structured(data: Any, output: str) -> bool:

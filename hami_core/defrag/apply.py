@@ -162,6 +162,8 @@ class Applier:
         targets = {
             uid_of(p): pod_key(p) for p in read.pending if pods is None or pod_key(p) in pods
         }
+        for name in sorted(set(pods or ()) - set(targets.values())):
+            skipped[name] = "not a pending pod of the scheduler"
         stopped = ""
         for _ in range(4 * self.limits.max_evictions + 8):  # each round evicts or drops one
             if not self.is_leader():

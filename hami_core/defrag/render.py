@@ -26,6 +26,7 @@ from typing import Any
 
 from hami_core.protocol.documents import shown_text
 
+from .apply import ApplyReport
 from .planner import GpuLoad, Plan
 
 
@@ -133,3 +134,28 @@ def render_text(plan: Plan) -> str:
                 f"{a.memory_mib} MiB {a.cores_pct} % {a.sharers}"
             )
     return "\n".join(lines) + "\n"
+
+
+def render_apply(report: ApplyReport) -> dict[str, Any]:
+    """An ``apply.ApplyReport`` as JSON (``hami defrag --apply -o json``): ``steps`` (per
+    eviction asked: ``pod``, ``fromNode``, ``fromGpus``, ``toNode``, ``toGpus`` (where
+    the plan put its replacement), ``forPod``, ``result``: evicted, blocked-by-budget or
+    gone), ``skipped`` (pending pod -> why it was not helped), ``evicted``, ``stopped``
+    (why the run ended)."""
+    return {
+        "steps": [
+            {
+                "pod": s.move.pod,
+                "fromNode": s.move.from_node,
+                "fromGpus": list(s.move.from_gpus),
+                "toNode": s.move.to_node,
+                "toGpus": list(s.move.to_gpus),
+                "forPod": s.move.for_pod,
+                "result": s.result,
+            }
+            for s in report.steps
+        ],
+        "skipped": dict(report.skipped),
+        "evicted": report.evicted,
+        "stopped": report.stopped,
+    }

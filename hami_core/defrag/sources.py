@@ -108,9 +108,12 @@ def from_file(path: str | Path, manager: BackendManager) -> DefragInput:
     )
 
 
-def from_api(kubeconfig: str | None, manager: BackendManager) -> DefragInput:
+def from_api(
+    kubeconfig: str | None, manager: BackendManager, *, api_client: Any = None
+) -> DefragInput:
     """List nodes, pods, PodDisruptionBudgets (``policy/v1``, else ``v1beta1`` as
-    Kubernetes 1.20 serves), Jobs and namespaces once.
+    Kubernetes 1.20 serves), Jobs and namespaces once, through ``api_client`` (None: one
+    made from ``kubeconfig``).
 
     Raises:
         HamiError: the API server cannot be reached or refuses (the message says which).
@@ -119,7 +122,7 @@ def from_api(kubeconfig: str | None, manager: BackendManager) -> DefragInput:
 
     from hami_core.cluster.kube import call, make_api_client
 
-    api = make_api_client(kubeconfig)
+    api = api_client if api_client is not None else make_api_client(kubeconfig)
     core = k8s.CoreV1Api(api)
     cluster = MemoryCluster()
     scheduler = manager.config.scheduler_name

@@ -99,6 +99,7 @@ def create_extender_app(
     is_ready: Callable[[], bool] = lambda: True,
     metrics: SchedulerMetrics | None = None,
     preemptor: Preemptor | None = None,
+    on_no_node: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> Flask:
     """Build the extender app.
 
@@ -111,6 +112,8 @@ def create_extender_app(
         metrics: where durations and bind outcomes are recorded.
         preemptor: slice-aware preemption: a pod the filter finds no node for is handed
             to it (leader only, off this thread); it answers ``/preempt`` too.
+        on_no_node: told of every such pod as well (leader only; cheap, never raises):
+            continuous consolidation's queue (``defrag.continuous``).
     """
     app = Flask("hami-scheduler")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
@@ -170,6 +173,8 @@ def create_extender_app(
                 _filter_event(scheduler, pod, result.feasible, result.failed)
                 if not result.feasible and preemptor is not None:
                     preemptor.request(pod, names)  # PostFilter, off this thread
+                if not result.feasible and on_no_node is not None:
+                    on_no_node(pod)  # consolidation's queue, off this thread
             error = ""
             if not result.feasible and result.fits and outranks_default(pod):
                 # hami preempts for slices; kube-scheduler's own PostFilter must not run

@@ -329,8 +329,7 @@ class SchedulerOptions:
         4,
         min=1,
         max=1000,
-        help="Evictions per consolidation run at most; a plan that needs more is not "
-        "started.",
+        help="Evictions per consolidation run at most; a plan that needs more is not started.",
         why="bounds what one pending pod can make consolidation disturb",
     )
     consolidation_max_evictions_per_hour: int = setting(

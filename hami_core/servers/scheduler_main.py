@@ -30,6 +30,7 @@ from hami_core.scheduling.gangs import GangOptions
 from hami_core.scheduling.preemptor import Preemptor
 from hami_core.scheduling.scheduler import Scheduler
 
+from .consolidation import start_consolidation
 from .extender import MAX_BODY_BYTES, create_extender_app
 from .keepalive import KeepAliveServer
 from .metrics import SchedulerMetrics
@@ -159,6 +160,9 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         else None
     )
     metrics.watch_preemption(preemptor)
+    consolidator = start_consolidation(
+        opts, api, scheduler, store, is_leader=elector.is_leader if elector else (lambda: True)
+    )
     app = create_extender_app(
         scheduler,
         is_leader=elector.is_leader if elector else (lambda: True),
@@ -166,6 +170,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         is_ready=lambda: all(inf.wait_synced(0) for inf in (store.nodes, store.pods, store.quotas)),
         metrics=metrics,
         preemptor=preemptor,
+        on_no_node=consolidator.request if consolidator else None,
     )
     try:
         server = _server(app, opts)
@@ -208,6 +213,8 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         elector.stop()
     if preemptor is not None:
         preemptor.stop()
+    if consolidator is not None:
+        consolidator.stop()
     events.stop()
     store.stop()
 

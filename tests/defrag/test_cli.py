@@ -79,3 +79,50 @@ def test_bad_input_is_named(tmp_path):
     empty.write_text("kind: List\nitems: []\n")
     code, out = run("--snapshot", str(empty))
     assert code != 0 and "no nodes" in out
+
+
+def test_apply_refuses_a_snapshot_and_a_bad_ledger(tmp_path):
+    code, out = run("--snapshot", snapshot(tmp_path), "--apply")
+    assert code != 0 and "--apply acts on the API server's cluster" in out
+    code, out = run("--apply", "--ledger", "no-slash", "--kubeconfig", "/nonexistent")
+    assert code != 0 and "--ledger: 'no-slash' is not NAMESPACE/NAME" in out
+
+
+def test_apply_limits_are_validated_at_the_flag():
+    code, out = run("--apply", "--max-evictions", "-1")
+    assert code == 2 and "--max-evictions" in out
+    code, out = run("--apply", "--budget-wait", "-5")
+    assert code == 2 and "--budget-wait" in out
+
+
+def test_the_apply_report_as_json():
+    from hami_core.defrag.apply import ApplyReport, Step
+    from hami_core.defrag.planner import Move
+    from hami_core.defrag.render import render_apply
+
+    move = Move(
+        pod="a/x",
+        priority=0,
+        from_node="n0",
+        from_gpus=("G0",),
+        to_node="n1",
+        to_gpus=("G1",),
+        for_pod="a/big",
+    )
+    report = ApplyReport(steps=(Step(move=move, result="evicted"),), stopped="done")
+    assert render_apply(report) == {
+        "steps": [
+            {
+                "pod": "a/x",
+                "fromNode": "n0",
+                "fromGpus": ["G0"],
+                "toNode": "n1",
+                "toGpus": ["G1"],
+                "forPod": "a/big",
+                "result": "evicted",
+            }
+        ],
+        "skipped": {},
+        "evicted": 1,
+        "stopped": "done",
+    }

@@ -448,3 +448,23 @@ def test_a_node_named_twice_is_answered_once_in_kube_schedulers_order(env):
     assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["x1", "x2"]
     scores = client.post("/prioritize", json={"Pod": p, "Nodes": objects}).get_json()
     assert [s["Host"] for s in scores] == ["x1", "x2"]
+
+
+def test_a_pod_fitting_nowhere_is_told_to_consolidation_on_the_leader_only():
+    c = cluster(node("n1", [gpu("GPU-1", memory_mib=8192)]))
+    told: list[str] = []
+    state = {"leader": True}
+    app = create_extender_app(
+        Scheduler(c, manager()),
+        is_leader=lambda: state["leader"],
+        on_no_node=lambda p: told.append(p["metadata"]["name"]),
+    )
+    client = app.test_client()
+    huge = admitted(c, pod("huge", container(gpu=1, gpumem=20000)))
+    small = admitted(c, pod("small", container(gpu=1, gpumem=1000)))
+    for p in (huge, small):
+        client.post("/filter", json={"Pod": p, "NodeNames": ["n1"]})
+    assert told == ["huge"]
+    state["leader"] = False
+    client.post("/filter", json={"Pod": huge, "NodeNames": ["n1"]})
+    assert told == ["huge"]
