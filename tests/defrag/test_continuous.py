@@ -22,8 +22,8 @@ def mgr():
 
 
 def born(pod, at: float):
-    pod["metadata"]["creationTimestamp"] = (
-        dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pod["metadata"]["creationTimestamp"] = dt.datetime.fromtimestamp(at, dt.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
     )
     return pod
 
