@@ -18,6 +18,7 @@ from hami_core.servers.options import (
     force_overwrite_setting,
     kubeconfig_setting,
     label_pairs,
+    object_name_valid,
     policy_text,
 )
 from hami_core.settings import setting
@@ -240,6 +241,7 @@ class DefragOptions:
         metavar="NAMESPACE/NAME",
         help="With --apply: the ConfigMap recording consolidation's evictions and plans in "
         "progress (shared with the scheduler's --consolidation-ledger).",
+        validator=object_name_valid("--ledger"),
         why="a record tenants cannot write: the hour's count and plans in progress",
     )
     output: str = setting(

@@ -80,6 +80,18 @@ def _policy_valid(option: str) -> Callable[[Any, Any, str | None], None]:
     return validate
 
 
+def object_name_valid(option: str) -> Callable[[Any, Any, str], None]:
+    """The attrs validator of a ``NAMESPACE/NAME`` setting (one slash, both parts set):
+    refused at start, before the API server is reached, with the option named."""
+
+    def validate(_obj: Any, _attr: Any, value: str) -> None:
+        namespace, _, name = str(value).partition("/")
+        if not namespace or not name or "/" in name:
+            raise ConfigError(f"{option}: {value!r} is not NAMESPACE/NAME")
+
+    return validate
+
+
 def kubeconfig_setting(uses: str = "") -> str | None:
     """``--kubeconfig`` (env ``KUBECONFIG``); ``uses`` says what is read, e.g. "(quotas)"."""
     return setting(  # type: ignore[no-any-return]
@@ -344,6 +356,7 @@ class SchedulerOptions:
         "kube-system/hami-defrag-ledger",
         metavar="NAMESPACE/NAME",
         help="The ConfigMap recording consolidation's evictions and plans in progress.",
+        validator=object_name_valid("--consolidation-ledger"),
         why="a new leader resumes a plan in progress from it, and tenants cannot write it",
     )
     preemption_settle_s: float = setting(

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from hami_core.cli import cli
@@ -86,6 +87,11 @@ def test_apply_refuses_a_snapshot_and_a_bad_ledger(tmp_path):
     assert code != 0 and "--apply acts on the API server's cluster" in out
     code, out = run("--apply", "--ledger", "no-slash", "--kubeconfig", "/nonexistent")
     assert code != 0 and "--ledger: 'no-slash' is not NAMESPACE/NAME" in out
+    from hami_core.errors import ConfigError
+    from hami_core.servers.options import SchedulerOptions
+
+    with pytest.raises(ConfigError, match="--consolidation-ledger: 'a/b/c'"):
+        SchedulerOptions(consolidation_ledger="a/b/c")
 
 
 def test_apply_limits_are_validated_at_the_flag():
