@@ -14,7 +14,13 @@ import yaml
 from hami_core import __version__
 from hami_core.errors import ConfigError, HamiError, InvalidInputError
 from hami_core.extras import MissingExtraError, extra_of_module, require_extra
-from hami_core.options import DefragOptions, ExplainOptions, SimulateOptions, TopOptions
+from hami_core.options import (
+    DefragOptions,
+    ExplainOptions,
+    SimulateOptions,
+    TopOptions,
+    UiOptions,
+)
 from hami_core.plugin import BackendManager
 from hami_core.plugin.manager import disabled_backends
 from hami_core.protocol.documents import printable, shown_text
@@ -517,6 +523,34 @@ def explain(pod: str, **opts: Any) -> None:
     if not _echo_structured(data, o.output):
         click.echo(explain_.render_text(data), nl=False)
     sys.exit(explain_.exit_code(data))
+
+
+@cli.command()
+@click_options(UiOptions)
+@LOG_LEVEL_OPTION
+def ui(log_level: str, **opts: Any) -> None:
+    """Serve the web view: nodes, GPUs and each pod's slice drawn as bars of memory and
+    compute, each GPU's mode and MIG instances, namespaces with quota used / hard,
+    pending pods with hami explain's reason, live usage with --prometheus. Refreshes
+    itself; read-only (GET and HEAD only).
+
+    Listens on 127.0.0.1:8090 (reach it with kubectl port-forward). Off loopback, every
+    viewer needs a bearer token the API server accepts and sees only the namespaces it
+    may list pods in, as kubernetes-dashboard does.
+    """
+    require_extra("server", "hami ui")
+    from hami_core.simulate.runner import make_manager
+    from hami_core.ui.main import run_ui
+
+    _start_logging(log_level)
+    o = UiOptions(**opts)
+    try:
+        manager = make_manager(o.config)
+        run_ui(o, manager)
+    except HamiError as exc:
+        raise failure(exc) from None
+    except OSError as exc:  # port taken, unreadable certificate files
+        raise click.ClickException(f"cannot serve the web view: {exc}") from exc
 
 
 def main() -> None:

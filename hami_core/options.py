@@ -282,6 +282,58 @@ class ExplainOptions:
     )
 
 
+@attrs.frozen(kw_only=True)
+class UiOptions:
+    """The settings of ``hami ui`` (``hami ui --help``)."""
+
+    kubeconfig: str | None = kubeconfig_setting(
+        "(nodes, pods, quotas listed each refresh; TokenReview and SubjectAccessReview "
+        "when a token is required)"
+    )
+    config: str | None = config_file_setting("the scheduler name and backend sections")
+    snapshot: str | None = setting(
+        None,
+        kind=click.Path(dir_okay=False),
+        help="Read the cluster from this file instead of the API server (re-read each "
+        "refresh): a `kubectl get nodes,pods,resourcequotas -A -o yaml` snapshot.",
+    )
+    prometheus: str | None = setting(
+        None,
+        metavar="URL",
+        help="Prometheus that scrapes `hami monitor`: adds memory in use and utilization "
+        "per GPU.",
+    )
+    address: str = setting(
+        "127.0.0.1",
+        help="Address to listen on. Off loopback every viewer needs a bearer token the API "
+        "server accepts (TokenReview) and sees only the namespaces it may list pods in "
+        "(SubjectAccessReview).",
+        why="reach it with kubectl port-forward; exposing it is a choice",
+    )
+    port: int = setting(8090, min=0, max=65535, help="Port to listen on (0: any free one).")
+    require_token: bool = setting(
+        False, help="Ask for a bearer token on loopback too (always asked off loopback)."
+    )
+    tls_cert_file: str | None = setting(
+        None, help="Serve HTTPS with this certificate (PEM); with --tls-private-key-file."
+    )
+    tls_private_key_file: str | None = setting(None, help="The certificate's key (PEM).")
+    refresh: float = setting(
+        5.0,
+        unit="s",
+        min=1.0,
+        help="Seconds between readings of the cluster (one reading serves every viewer) "
+        "and between the page's polls.",
+        why="a reading lists every node and pod: seconds, not milliseconds",
+    )
+    pending_limit: int = setting(
+        50,
+        min=0,
+        help="Pending pods explained at most per reading (each is run through the filter).",
+        why="each explanation fits the pod on every node",
+    )
+
+
 def all_commands() -> tuple[tuple[str, type], ...]:
     """Every command with generated options and its class, for docs/settings.md."""
     from hami_core.servers.options import COMMANDS
@@ -292,4 +344,5 @@ def all_commands() -> tuple[tuple[str, type], ...]:
         ("hami simulate", SimulateOptions),
         ("hami defrag", DefragOptions),
         ("hami explain", ExplainOptions),
+        ("hami ui", UiOptions),
     )

@@ -253,16 +253,22 @@ def _pending(
         "nodeLocks": _locks(read, scheduler, manager, base["namespace"], base["name"]),
         "preemption": _preemption(read, scheduler, pod, result),
     }
-    over = [q for q in answer["quota"] if q["over"]]
-    if over and not result.feasible:
-        q = over[0]
-        answer["reason"] += (
-            f"; over quota {q['quota']}: {q['key']} {q['hard']}, used {q['used']}, "
-            f"this pod {q['thisPod']}"
-        )
+    answer["reason"] = _with_quota(answer["reason"], answer["quota"], result)
     # last: the planner changes read.cluster
     answer["consolidation"] = _consolidation(read, manager, pod, result, protected_namespaces)
     return answer
+
+
+def _with_quota(reason: str, quota: list[dict[str, Any]], result: FilterResult) -> str:
+    """``reason`` and, when the pod fits nowhere, the first quota it would exceed."""
+    over = [q for q in quota if q["over"]]
+    if not over or result.feasible:
+        return reason
+    q = over[0]
+    return (
+        f"{reason}; over quota {q['quota']}: {q['key']} {q['hard']}, used {q['used']}, "
+        f"this pod {q['thisPod']}"
+    )
 
 
 def _reason(result: FilterResult, nodes: list[dict[str, Any]]) -> str:

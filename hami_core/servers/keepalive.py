@@ -136,6 +136,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._serve(b"")
 
+    def do_HEAD(self) -> None:
+        self._serve(b"")
+
     def do_POST(self) -> None:
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             self._refuse(411, "Length Required", "a body must state its Content-Length")
@@ -157,6 +160,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self._serve(body)
+
+    # Every other method reaches the app too, which refuses what it does not serve
+    # (405 from Flask and the web view) instead of http.server's 501.
+    do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_TRACE = do_POST
 
     def _refuse(self, code: int, reason: str, message: str) -> None:
         data = f"{message}\n".encode()
@@ -206,11 +213,15 @@ class _Handler(BaseHTTPRequestHandler):
             close = getattr(result, "close", None)
             if close is not None:
                 close()
+        length = len(data)
+        if self.command == "HEAD":  # the length of the GET's body, and no body (RFC 9110)
+            stated = [v for k, v in answer["headers"] if k.lower() == "content-length"]
+            length, data = int(stated[0]) if stated else 0, b""
         lines = [f"HTTP/1.1 {answer['status']}\r\n"]
         for key, value in answer["headers"]:
             if key.lower() not in ("content-length", "connection"):
                 lines.append(f"{key}: {value}\r\n")
-        lines.append(f"Content-Length: {len(data)}\r\n")
+        lines.append(f"Content-Length: {length}\r\n")
         if self.close_connection:
             lines.append("Connection: close\r\n")
         lines.append("\r\n")

@@ -1,0 +1,121 @@
+"""Where the web view reads the cluster: the API server (nodes, pods and ResourceQuotas,
+listed once per refresh; nothing is watched or written) or a snapshot file, and the
+page built from it kept for ``refresh_s`` so that many viewers cost one reading."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from hami_core.cluster.memory import MemoryCluster
+from hami_core.defrag.sources import DefragInput, is_pending_for
+from hami_core.errors import HamiError
+from hami_core.explain.sources import from_file as explain_from_file
+from hami_core.plugin import BackendManager
+from hami_core.protocol.pods import is_live
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen(kw_only=True)
+class Reading:
+    """One reading of the cluster.
+
+    Attributes:
+        read: nodes, bound pods and quotas (``cluster``) and our pending pods.
+        quota_namespaces: namespaces holding a ResourceQuota.
+    """
+
+    read: DefragInput
+    quota_namespaces: frozenset[str] = frozenset()
+
+
+def from_api(kubeconfig: str | None, manager: BackendManager) -> Callable[[], Reading]:
+    """A reader of what the API server lists now (nodes, pods, ResourceQuotas: three
+    ``list`` calls, no write).
+
+    Raises (when called):
+        HamiError: the API server cannot be reached or refuses (the message says which).
+    """
+    from kubernetes import client as k8s
+
+    from hami_core.cluster.kube import call, make_api_client
+
+    core = k8s.CoreV1Api(make_api_client(kubeconfig))
+    scheduler = manager.config.scheduler_name
+
+    def read() -> Reading:
+        cluster = MemoryCluster()
+        for node in call("list nodes", core.list_node).get("items") or []:
+            cluster.add_node(node)
+        pending = []
+        for pod in call("list pods", core.list_pod_for_all_namespaces).get("items") or []:
+            if is_pending_for(pod, scheduler):
+                pending.append(pod)
+            elif is_live(pod) and (pod.get("spec") or {}).get("nodeName"):
+                cluster.add_pod(pod)
+        quotas = call("list resourcequotas", core.list_resource_quota_for_all_namespaces)
+        names = set()
+        for quota in quotas.get("items") or []:
+            cluster.add_quota(quota)
+            names.add(str((quota.get("metadata") or {}).get("namespace") or ""))
+        return Reading(
+            read=DefragInput(cluster=cluster, pending=tuple(pending)),
+            quota_namespaces=frozenset(names),
+        )
+
+    return read
+
+
+def from_file(path: str | Path, manager: BackendManager) -> Callable[[], Reading]:
+    """A reader of a snapshot file (``kubectl get nodes,pods,resourcequotas -A -o yaml``),
+    read anew each time (it may be rewritten).
+
+    Raises (when called):
+        InvalidInputError: unreadable or malformed file (the message names it).
+    """
+
+    def read() -> Reading:
+        got, _ = explain_from_file(path, manager)
+        return Reading(read=got, quota_namespaces=frozenset(got.namespace_labels))
+
+    return read
+
+
+class PageCache:
+    """The page of the last reading, rebuilt when older than ``refresh_s``; one rebuild
+    at a time (viewers arriving meanwhile wait for it). A failed rebuild keeps nothing:
+    the next request tries again, and each viewer is told the error."""
+
+    def __init__(self, build: Callable[[], dict[str, Any]], *, refresh_s: float) -> None:
+        """``build``: makes the page (``page.build_page`` over a fresh reading); may raise
+        ``HamiError``."""
+        self._build = build
+        self._refresh_s = refresh_s
+        self._lock = threading.Lock()
+        self._page: dict[str, Any] | None = None
+        self._at = 0.0
+
+    def get(self) -> dict[str, Any]:
+        """The page, at most ``refresh_s`` old.
+
+        Raises:
+            HamiError: the rebuild failed (the API server unreachable, a bad file).
+        """
+        with self._lock:
+            if self._page is None or time.monotonic() - self._at >= self._refresh_s:
+                started = time.monotonic()
+                try:
+                    self._page = self._build()
+                except HamiError:
+                    self._page = None
+                    raise
+                self._at = time.monotonic()
+                log.debug("page rebuilt in %.3f s", self._at - started)
+            return self._page
