@@ -300,8 +300,7 @@ class UiOptions:
     prometheus: str | None = setting(
         None,
         metavar="URL",
-        help="Prometheus that scrapes `hami monitor`: adds memory in use and utilization "
-        "per GPU.",
+        help="Prometheus that scrapes `hami monitor`: adds memory in use and utilization per GPU.",
     )
     address: str = setting(
         "127.0.0.1",

@@ -187,9 +187,7 @@ class Gate:
         except HamiError as exc:
             raise Refused(503, f"cannot ask the API server: {exc}") from None
         if not allowed:
-            raise Refused(
-                403, f"{user.name} may list pods in none of the namespaces shown here"
-            )
+            raise Refused(403, f"{user.name} may list pods in none of the namespaces shown here")
         return Viewer(user=user, namespaces=allowed)
 
     def _cached_user(self, token: str) -> User | None:

@@ -113,9 +113,7 @@ def for_viewer(
         return out
     allowed = set(namespaces)
     out["viewer"] = {"user": user, "namespaces": sorted(allowed)}
-    out["nodes"] = [
-        {**n, "gpus": [_gpu_for(g, allowed) for g in n["gpus"]]} for n in page["nodes"]
-    ]
+    out["nodes"] = [{**n, "gpus": [_gpu_for(g, allowed) for g in n["gpus"]]} for n in page["nodes"]]
     out["namespaces"] = [n for n in page["namespaces"] if n["name"] in allowed]
     out["pending"] = [p for p in page["pending"] if p["namespace"] in allowed]
     return out
