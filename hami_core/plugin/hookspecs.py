@@ -194,6 +194,9 @@ def hami_parse_request(
     which vendors each container asks, so an entry no container asks for does not hold
     the pod unallocated (``deviceplugin/done.py``; matching ``Allocate`` to a pod reads
     the pod's annotations, not this hook); ``hami top`` and ``hami simulate``.
+    The answer must follow from the arguments alone: an implementation that does not
+    name ``pod`` is asked once per container content (its answer kept for the other
+    replicas, ``BackendManager.parse_requests``); one that reads the pod names it.
     Args:
         pod: the pod; container: one of its containers; init: True for an init container.
         config: this backend's configuration section.

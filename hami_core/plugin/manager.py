@@ -9,6 +9,7 @@ turning a contract break into a ``BackendError`` that names the backend.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -48,6 +49,8 @@ from .hookspecs import Container, Pod
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "hami.backends"
+#: Answers of ``hami_parse_request`` kept (``parse_requests``); when full it starts over.
+REQUEST_MEMO_SIZE = 4096
 DISABLE_ENV = "HAMI_DISABLED_BACKENDS"
 
 
@@ -126,6 +129,9 @@ class BackendManager:
         self._by_vendor: dict[str, str] = {}
         self._callers: dict[tuple[str, str], Any] = {}
         self._sections: dict[str, VendorConfig] = {}
+        # (backend, init, the container's JSON) -> its answer, for hooks not naming pod
+        self._request_memo: dict[tuple[str, bool, str], DeviceRequest | None] = {}
+        self._reads_pod: dict[str, bool] = {}
         for name in sorted(plugins):
             try:
                 self._pm.register(plugins[name], name=name)
@@ -287,28 +293,63 @@ class BackendManager:
     def parse_requests(self, pod: Pod, container: Container, *, init: bool) -> list[DeviceRequest]:
         """Every backend's request for one container (usually zero or one).
 
+        A backend whose hook does not name ``pod`` answers from the container, ``init``
+        and its configuration alone: its answer is kept by the container's content (at
+        most ``REQUEST_MEMO_SIZE``; errors are not kept), so the replicas of one
+        Deployment cost one parse per backend when a cluster's pods are read from scratch.
+
         Raises:
             InvalidInputError: a backend found a malformed quantity.
             BackendError: a backend broke the contract.
         """
         out = []
+        content = _json_or_none(container)
         for name in self._records:
-            req = self._call_one(
-                name,
-                "hami_parse_request",
-                DeviceRequest,
-                pod=pod,
-                container=container,
-                init=init,
-                config=self.vendor_config(name),
-            )
+            key = (name, init, content) if content is not None else None
+            if key is not None and key in self._request_memo and not self._hook_reads_pod(name):
+                req = self._request_memo[key]
+            else:
+                req = self._parse_one(name, pod, container, init)
+                if key is not None and not self._hook_reads_pod(name):
+                    if len(self._request_memo) >= REQUEST_MEMO_SIZE:
+                        self._request_memo.clear()
+                    self._request_memo[key] = req
             if req is not None:
-                if self._by_vendor.get(req.vendor) != name:
-                    raise BackendError(
-                        name, f"hami_parse_request returned vendor {req.vendor!r}, not its own"
-                    )
                 out.append(req)
         return out
+
+    def request_memo_size(self) -> int:
+        """How many answers ``parse_requests`` keeps now (at most ``REQUEST_MEMO_SIZE``)."""
+        return len(self._request_memo)
+
+    def _parse_one(
+        self, name: str, pod: Pod, container: Container, init: bool
+    ) -> DeviceRequest | None:
+        req: DeviceRequest | None = self._call_one(
+            name,
+            "hami_parse_request",
+            DeviceRequest,
+            pod=pod,
+            container=container,
+            init=init,
+            config=self.vendor_config(name),
+        )
+        if req is not None and self._by_vendor.get(req.vendor) != name:
+            raise BackendError(
+                name, f"hami_parse_request returned vendor {req.vendor!r}, not its own"
+            )
+        return req
+
+    def _hook_reads_pod(self, name: str) -> bool:
+        """Whether backend ``name``'s ``hami_parse_request`` names ``pod`` (pluggy passes
+        a hook only the arguments it names: one that does not answers from the container,
+        ``init`` and its configuration alone, so its answer can be kept by content)."""
+        if name not in self._reads_pod:
+            impls = [
+                i for i in self._pm.hook.hami_parse_request.get_hookimpls() if i.plugin_name == name
+            ]
+            self._reads_pod[name] = not impls or any("pod" in i.argnames for i in impls)
+        return self._reads_pod[name]
 
     def mutate(
         self,
@@ -783,6 +824,15 @@ class BackendManager:
             others = [p for n, p in self._pm.list_name_plugin() if n != name]
             self._callers[key] = self._pm.subset_hook_caller(hook, remove_plugins=others)
         return self._callers[key]  # type: ignore[no-any-return]
+
+
+def _json_or_none(container: Container) -> str | None:
+    """The container as JSON text (the memo's key: same content, same text, as the API
+    server writes one Deployment's replicas), or None when it is not JSON."""
+    try:
+        return json.dumps(container, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
 
 
 def _checked_fit(
