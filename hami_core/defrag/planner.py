@@ -179,6 +179,7 @@ class Planner:
         max_nodes: int = DEFAULT_MAX_NODES,
         max_moves_per_pod: int = DEFAULT_MAX_MOVES_PER_POD,
         clock: Callable[[], dt.datetime] = utcnow,
+        scheduler: Scheduler | None = None,
     ) -> None:
         """Args:
         cluster: the copy to plan on (its nodes and bound pods); the planner changes it
@@ -186,14 +187,25 @@ class Planner:
         policy: who may move (``movable.MovePolicy``); its budgets are spent as planned.
         node_policy / device_policy: as the scheduler's (None: the configuration's).
         max_nodes / max_moves_per_pod: the search's bounds (module docstring).
+        scheduler: a scheduler already built over ``cluster`` to fit with (``hami
+            explain`` shares its own: its state, every pod read, is built once); None:
+            one is built here with ``node_policy``, ``device_policy`` and ``clock``.
+
+        Raises:
+            ValueError: ``scheduler`` reads another store than ``cluster``, or comes
+                with a ``node_policy`` or ``device_policy`` it would not apply.
         """
+        if scheduler is not None and (
+            scheduler.store is not cluster or node_policy is not None or device_policy is not None
+        ):
+            raise ValueError("a shared scheduler must read `cluster` and brings its own policies")
         self.cluster = cluster
         self.manager = manager
         self.policy = policy
         self.max_nodes = max_nodes
         self.max_moves = max_moves_per_pod
         self.clock = clock
-        self.scheduler = Scheduler(
+        self.scheduler = scheduler or Scheduler(
             cluster, manager, clock=clock, node_policy=node_policy, device_policy=device_policy
         )
         self._pinned: set[str] = set()  # pods placed or moved by the plan

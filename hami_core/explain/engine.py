@@ -44,6 +44,8 @@ from hami_core.defrag.movable import DEFAULT_PROTECTED_NAMESPACES, MovePolicy, p
 from hami_core.defrag.planner import Planner
 from hami_core.defrag.sources import DefragInput
 from hami_core.errors import AnnotationError, InvalidInputError, NotFoundError
+from hami_core.facts.nodes import read_node
+from hami_core.facts.podrequest import read_pod_request
 from hami_core.facts.priority import pod_priority
 from hami_core.facts.quota import pod_charge
 from hami_core.facts.usage import pod_allocation, pod_holdings, requested_vendors
@@ -54,7 +56,7 @@ from hami_core.protocol.lock import decode_lock
 from hami_core.protocol.pods import is_live
 from hami_core.scheduling.gangs import group_of
 from hami_core.scheduling.preemption import choose_victims
-from hami_core.scheduling.scheduler import FilterResult, Scheduler
+from hami_core.scheduling.scheduler import FilterResult, Scheduler, utcnow
 from hami_core.simulate.report import device_entries, explain_node, request_entries
 
 SCHEMA = "hami.explain/v1"
@@ -110,9 +112,10 @@ def explain(
     waiting = next((p for p in read.pending if pod_key(p) == key), None)
     if waiting is not None:
         return _pending(read, manager, waiting, protected_namespaces)
-    bound = next(
-        (p for p in read.cluster.list_pods(namespace=namespace) if pod_key(p) == key), None
-    )
+    try:
+        bound: Mapping[str, Any] | None = read.cluster.get_pod(namespace, name)
+    except NotFoundError:
+        bound = None
     pod: Mapping[str, Any] | None = bound if bound is not None else lookup(namespace, name)
     if pod is None:
         raise NotFoundError(f"pod {key} not found")
@@ -156,9 +159,9 @@ def _types(manager: BackendManager) -> dict[str, Any]:
     return {t.vendor: t for t in manager.device_types()}
 
 
-def _request(pod: Mapping[str, Any], scheduler: Scheduler) -> tuple[PodRequest | None, str]:
+def _request(pod: Mapping[str, Any], manager: BackendManager) -> tuple[PodRequest | None, str]:
     try:
-        return scheduler.pod_request(pod), ""
+        return read_pod_request(pod, manager), ""
     except InvalidInputError as exc:
         return None, f"its device request cannot be read: {exc}"
 
@@ -176,14 +179,19 @@ def _placed(
     asked = requested_vendors(pod, manager)
     if asked is not None:  # the allocation of a vendor not asked for counts for nothing (§6)
         per_vendor = {v: d for v, d in per_vendor.items() if v in asked}
-    scheduler = Scheduler(read.cluster, manager)
-    request, problem = _request(pod, scheduler)
+    # one pod and one node: no scheduler state (which reads every pod of the cluster)
+    request, problem = _request(pod, manager)
     if not per_vendor and (request is None or not request.wants_devices):
         return {**base, "status": NOT_OURS, "reason": problem or "asks no managed device"}
     devices: dict[str, DeviceInfo] = {}
     mig: Mapping[str, tuple[MigSlot, ...]] = {}
     try:
-        info = scheduler.node_info(read.cluster.get_node(node_name))
+        info = read_node(
+            read.cluster.cached_node(node_name),
+            tuple(types.values()),
+            now=utcnow(),
+            reader=manager.node_devices,
+        )
         devices = {d.uuid: d for d in info.devices}
         # the MIG instances are in the node-side annotation, read under the trust rule
         mig = pod_holdings(
@@ -231,7 +239,7 @@ def _pending(
     base = _base(pod, manager)
     # prefilter off: every node is fitted in full, so each names its own reason
     scheduler = Scheduler(read.cluster, manager, prefilter=False)
-    request, problem = _request(pod, scheduler)
+    request, problem = _request(pod, manager)
     if request is None:
         return {**base, "status": PENDING, "reason": problem}
     if not request.wants_devices:
@@ -255,7 +263,7 @@ def _pending(
     }
     answer["reason"] = _with_quota(answer["reason"], answer["quota"], result)
     # last: the planner changes read.cluster
-    answer["consolidation"] = _consolidation(read, manager, pod, result, protected_namespaces)
+    answer["consolidation"] = _consolidation(read, scheduler, pod, result, protected_namespaces)
     return answer
 
 
@@ -420,7 +428,7 @@ def _preemption(
 
 def _consolidation(
     read: DefragInput,
-    manager: BackendManager,
+    scheduler: Scheduler,
     pod: Mapping[str, Any],
     result: FilterResult,
     protected_namespaces: Collection[str],
@@ -433,7 +441,9 @@ def _consolidation(
         budgets=read.budgets,
         jobs=read.jobs,
     )
-    (outcome,) = Planner(read.cluster, manager, policy).plan([pod]).outcomes
+    # the planner fits with the filter's own scheduler: one state, every pod read once
+    planner = Planner(read.cluster, scheduler.manager, policy, scheduler=scheduler)
+    (outcome,) = planner.plan([pod]).outcomes
     moves = [
         {
             "pod": m.pod,

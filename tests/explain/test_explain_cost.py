@@ -1,0 +1,84 @@
+"""What ``hami explain`` costs: one reading of each pod of the cluster for a Pending pod
+(the filter, quota, node locks, preemption's and consolidation's dry runs share one
+scheduler state), and for a bound pod its own pod and node only. At 1000 nodes x 8 GPUs
+reading the pods is most of the time (``benchmarks/bench_explain.py``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from hami_core.defrag.sources import DefragInput
+from hami_core.explain import explain
+from hami_core.plugin import BackendManager
+from tests.defrag.world import MIB, gpu_node, owner, pending, running, world
+
+
+@pytest.fixture
+def counted() -> tuple[BackendManager, Counter[str]]:
+    """A manager counting, per pod name, how often its containers' requests are read."""
+    manager = BackendManager.from_entry_points()
+    reads: Counter[str] = Counter()
+    inner = manager.parse_requests
+
+    def parse_requests(pod: Any, container: Any, *, init: bool) -> Any:
+        reads[str((pod.get("metadata") or {}).get("name"))] += 1
+        return inner(pod, container, init=init)
+
+    manager.parse_requests = parse_requests  # type: ignore[method-assign]
+    return manager, reads
+
+
+def cluster(waiting: dict[str, Any] | None = None) -> DefragInput:
+    nodes = [gpu_node(f"node-{n}", gpus=2) for n in range(6)]
+    pods = [
+        running(f"h-{n}-{g}", f"node-{n}", (g,), mem=MIB // 2, cores=50, owned_by=owner())
+        for n in range(6)
+        for g in range(2)
+    ]
+    return DefragInput(cluster=world(nodes, pods), pending=(waiting,) if waiting else ())
+
+
+def test_a_pending_pod_reads_each_pod_of_the_cluster_once(counted):
+    manager, reads = counted
+    big = pending("big", priority=100)
+    answer = explain(cluster(big), manager, "default/big", lookup=lambda ns, n: None)
+    assert answer["status"] == "pending"
+    assert answer["preemption"]["victims"] and answer["consolidation"]["moves"]
+    # the pods the dry runs evict or move are fitted again by them; every other once
+    acted = {m["pod"].split("/")[1] for m in answer["consolidation"]["moves"]}
+    acted |= {v["pod"].split("/")[1] for v in answer["preemption"]["victims"]}
+    bound = {k: v for k, v in reads.items() if k != "big"}
+    assert len(bound) == 12 and len(acted) < 12
+    assert {k: v for k, v in bound.items() if k not in acted} == dict.fromkeys(
+        set(bound) - acted, 1
+    )
+
+
+def test_a_bound_pod_reads_only_itself(counted):
+    manager, reads = counted
+    answer = explain(cluster(), manager, "default/h-3-1", lookup=lambda ns, n: None)
+    assert answer["status"] == "placed" and answer["node"] == "node-3"
+    assert set(reads) == {"h-3-1"}
+
+
+def test_the_planner_refuses_a_scheduler_of_another_store():
+    from hami_core.defrag.movable import MovePolicy
+    from hami_core.defrag.planner import Planner
+    from hami_core.model import NodePolicy
+    from hami_core.scheduling.scheduler import Scheduler
+
+    manager = BackendManager.from_entry_points()
+    here, there = cluster().cluster, cluster().cluster
+    with pytest.raises(ValueError, match="shared scheduler"):
+        Planner(here, manager, MovePolicy.build(), scheduler=Scheduler(there, manager))
+    with pytest.raises(ValueError, match="shared scheduler"):
+        Planner(
+            here,
+            manager,
+            MovePolicy.build(),
+            scheduler=Scheduler(here, manager),
+            node_policy=NodePolicy.SPREAD,
+        )
