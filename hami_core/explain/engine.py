@@ -408,17 +408,33 @@ def _preemption(
     def budgets(namespaces: frozenset[str]) -> list[Mapping[str, Any]]:
         return [b for b in read.budgets if (b.get("metadata") or {}).get("namespace") in namespaces]
 
+    # only lower-priority pods are ever evicted: the dry run is given the nodes running
+    # one (at 1000 nodes it otherwise fits on every node only to find no victim)
+    mine = pod_priority(pod)
+    names = scheduler.state.node_names()
+    lower = [n for n in names if any(pod_priority(p) < mine for p in read.cluster.pods_on_node(n))]
+    if not lower:
+        return {
+            "victims": [],
+            "node": None,
+            "reason": f"no eviction of lower-priority pods (priority < {mine}) makes room: "
+            f"no pod of lower priority runs on any of {len(names)} node(s)",
+        }
     choice = choose_victims(
         scheduler.state,
         scheduler.engine,
         scheduler.cycle(pod),
-        scheduler.state.node_names(),
+        lower,
         selector=scheduler.node_selector,
         budgets=budgets,
     )
     candidate = choice.candidate
     if candidate is None:
-        return {"victims": [], "node": None, "reason": choice.reason}
+        others = len(names) - len(lower)
+        reason = choice.reason + (
+            f" ({others} other node(s) run no pod of lower priority)" if others else ""
+        )
+        return {"victims": [], "node": None, "reason": reason}
     return {
         "victims": [{"pod": v.ref, "priority": v.priority} for v in candidate.victims],
         "node": candidate.node,

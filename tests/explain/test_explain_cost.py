@@ -82,3 +82,35 @@ def test_the_planner_refuses_a_scheduler_of_another_store():
             scheduler=Scheduler(here, manager),
             node_policy=NodePolicy.SPREAD,
         )
+
+
+def test_preemption_is_tried_only_where_a_lower_priority_pod_runs(monkeypatch):
+    """Preemption evicts only pods of lower priority: its dry run is given the nodes
+    that run one (at 1000 nodes it tried every node), and none when no such pod runs."""
+    from hami_core.explain import engine
+
+    tried: list[list[str]] = []
+    real = engine.choose_victims
+
+    def spy(state, eng, cycle, names, **kw):
+        tried.append(sorted(names))
+        return real(state, eng, cycle, names, **kw)
+
+    monkeypatch.setattr(engine, "choose_victims", spy)
+    manager = BackendManager.from_entry_points()
+    read = cluster(pending("big", priority=0))
+    low = running("low", "node-2", (0,), mem=1000, cores=1, priority=-10)
+    read.cluster.add_pod(low)
+    answer = explain(read, manager, "default/big", lookup=lambda ns, n: None)
+    assert tried == [["node-2"]]
+    assert answer["preemption"]["victims"] == []
+
+    tried.clear()
+    answer = explain(
+        cluster(pending("big", priority=0)), manager, "default/big", lookup=lambda ns, n: None
+    )
+    assert tried == []
+    assert answer["preemption"]["reason"] == (
+        "no eviction of lower-priority pods (priority < 0) makes room: no pod of lower "
+        "priority runs on any of 6 node(s)"
+    )
