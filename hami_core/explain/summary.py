@@ -66,7 +66,7 @@ def summarize(
             "quota": [],
         }
         pending.append(entry)
-        request, problem = _request(pod, scheduler)
+        request, problem = _request(pod, manager)
         if request is None:
             entry["reason"] = problem
             continue
