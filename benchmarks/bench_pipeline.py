@@ -32,7 +32,7 @@ counts in its own client), the mean node-lock wait per bind and the mean bind (f
 
     .venv/bin/python benchmarks/bench_pipeline.py [--quick] [--runs N] [--sizes 100,500]
         [--workloads mixed,burst] [--arrivals before,during] [--pods N]
-        [--admission-delay S] [--trust signed|off|all] [--profile DIR]
+        [--admission-delay S] [--trust signed|off|all] [--noop python|go] [--profile DIR]
 
 ``--trust`` (default ``signed``, the shipped path): ``hami scheduler`` signs every
 allocation (``--allocation-signing-key``, a key generated for the run) and the stand-in
@@ -49,7 +49,9 @@ import argparse
 import collections
 import contextlib
 import datetime as dt
+import os
 import random
+import shutil
 import signal
 import ssl
 import statistics
@@ -68,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pipeline_stack  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
+from noop_floor import cpu_per_pod, process_cpu, start_noop  # noqa: E402
 from pipeline_stack import (  # noqa: E402
     HAMI_NS,
     MANAGED,
@@ -90,7 +93,7 @@ from tests.e2e.controlplane import (  # noqa: E402
 )
 from tests.standin_kubelet import DEFAULT_ADMISSION_DELAY_S  # noqa: E402
 
-ALONE_NS = "bench-alone"
+ALONE_NS, NOOP_NS = "bench-alone", "bench-noop"
 BURST_SHAPE = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
 HANDSHAKE = "hami.io/node-handshake"
 
@@ -250,6 +253,8 @@ def profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
     rights over the process, which root has)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     spy = str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        spy = shutil.which("py-spy") or spy
     return subprocess.Popen(
         [
             spy,
@@ -325,6 +330,9 @@ class Cell:
         self.lock_wait_ms: list[float] = []
         self.bind_ms: list[float] = []
         self.filter_ms: list[float] = []
+        self.noop: list[float] = []  # pods/s of kube-scheduler + the no-op extender
+        self.ours_per_noop: list[float] = []
+        self.noop_per_alone: list[float] = []
         self.refused = 0
         self.breakdown: collections.Counter[tuple[str, str]] = collections.Counter()
 
@@ -353,12 +361,18 @@ def run_cell(
     seed: int,
     cell: Cell,
     profile: Path | None,
+    noop_url: str | None = None,
+    pids: dict[str, int] | None = None,
 ) -> None:
-    """One run of one cell: kube-scheduler alone, then with our extender + webhook."""
+    """One run of one cell: kube-scheduler alone, then (``noop_url``) with the no-op
+    extender, then with our extender + webhook. Prints each phase's CPU per pod by
+    process (``pids``: processes beyond the control plane's)."""
     shapes = shapes_of(workload, pods_n, seed)
     label = f"{size} nodes, {workload}, {arrival}"
+    pids = pids or {}
     # kube-scheduler alone
     cp.stop_process("kube-scheduler")
+    cpu0 = process_cpu(cp, pids)
     alone_s = timed_run(
         core,
         standin.bound,
@@ -371,11 +385,36 @@ def run_cell(
         start_scheduler=lambda: cp.start_default_scheduler(),
         timeout_s=600,
     )
+    cpu_alone = cpu_per_pod(cpu0, process_cpu(cp, pids), pods_n)
     cp.stop_process("kube-scheduler-default")
     clear(core, ALONE_NS)
+    noop_s = 0.0
+    if noop_url is not None:  # kube-scheduler + the no-op extender (the floor)
+        cpu0 = process_cpu(cp, pids)
+        noop_s = timed_run(
+            core,
+            standin.bound,
+            NOOP_NS,
+            [pod_body(f"noop-{i}", s, scheduler="hami-scheduler") for i, s in enumerate(shapes)],
+            arrival=arrival,
+            start_scheduler=lambda: cp.start_scheduler(
+                extender_url=noop_url, managed_resources=MANAGED, http_timeout="30s"
+            ),
+            timeout_s=600,
+        )
+        noop_ms = kube_scheduler_algorithm_ms(cp)
+        cpu_noop = cpu_per_pod(cpu0, process_cpu(cp, pids), pods_n)
+        cp.stop_process("kube-scheduler")
+        clear(core, NOOP_NS)
+        print(
+            f"  {label}: no-op extender {pods_n / noop_s:.1f} pods/s, kube-scheduler "
+            f"algorithm mean {noop_ms:.1f} ms; CPU ms/pod: {cpu_noop}",
+            flush=True,
+        )
     # kube-scheduler + our extender + webhook, the stand-in kubelets admitting
     api_before, plugin_before = apiserver_writes(cp), standin.writes.snapshot()
     before = extender_seconds()
+    cpu0 = process_cpu(cp, pids)
     with profiling(hami_pid, profile):
         ours_s = timed_run(
             core,
@@ -390,6 +429,7 @@ def run_cell(
         )
     after = extender_seconds()
     algorithm_ms = kube_scheduler_algorithm_ms(cp)
+    cpu_ours = cpu_per_pod(cpu0, process_cpu(cp, pids), pods_n)
     cp.stop_process("kube-scheduler")
     # every admission answered and its writes made, then the write counts
     uids = [p.metadata.uid for p in core.list_namespaced_pod(HAMI_NS).items]
@@ -418,6 +458,10 @@ def run_cell(
     cell.alone.append(pods_n / alone_s)
     cell.ours.append(pods_n / ours_s)
     cell.ratio.append(alone_s / ours_s)
+    if noop_s:
+        cell.noop.append(pods_n / noop_s)
+        cell.ours_per_noop.append(noop_s / ours_s)
+        cell.noop_per_alone.append(alone_s / noop_s)
     cell.writes.append(sum(beyond.values()) / pods_n)
     cell.breakdown.update(beyond)
     cell.refused += refused
@@ -436,6 +480,7 @@ def run_cell(
         f"{algorithm_ms:.1f} ms; refused admissions {refused}",
         flush=True,
     )
+    print(f"  {label}: CPU ms/pod, alone: {cpu_alone}; ours: {cpu_ours}", flush=True)
 
 
 def main() -> None:
@@ -463,6 +508,13 @@ def main() -> None:
         "device plugin); all: every allocation trusted, no signature read (no lock)",
     )
     ap.add_argument(
+        "--noop",
+        choices=("python", "go"),
+        help="also run kube-scheduler against a no-op extender in its own process in each "
+        "run (noop_extender.py on hami scheduler's transport, or noop_extender.go): the "
+        "floor any extender pays; prints ours / no-op and no-op / alone",
+    )
+    ap.add_argument(
         "--profile",
         type=Path,
         help="record py-spy profiles of `hami scheduler` (one per cell and run, while it "
@@ -484,8 +536,12 @@ def main() -> None:
     pods_n = args.pods or (100 if args.quick else 300)
     cells: dict[tuple[int, str, str], Cell] = {}
     with running_stack(
-        trust=args.trust, admission_delay_s=args.admission_delay, namespaces=[ALONE_NS]
+        trust=args.trust,
+        admission_delay_s=args.admission_delay,
+        namespaces=[ALONE_NS, NOOP_NS],
     ) as stack:
+        noop_url = start_noop(stack.cp, args.noop) if args.noop else None
+        pids = {"hami-scheduler": stack.hami.pid, "bench (stand-in kubelets)": os.getpid()}
         have = 0
         for size in sizes:
             add_nodes(stack.cp, have, size, claims=claims_podresources(args.trust))
@@ -511,6 +567,8 @@ def main() -> None:
                                 if args.profile
                                 else None
                             ),
+                            noop_url=noop_url,
+                            pids=pids,
                         )
     print(
         "real kube-apiserver + kube-scheduler 1.20; fake nodes x 8 GPUs; stand-in kubelets call "
@@ -535,6 +593,13 @@ def main() -> None:
             for (v, r), n in sorted(c.breakdown.items())
         }
         print(f"  writes beyond the Binding, {size} nodes {workload} {arrival}: {per or 'none'}")
+    for (size, workload, arrival), c in cells.items():
+        if c.noop:
+            print(
+                f"  no-op extender ({args.noop}), {size} nodes {workload} {arrival}: "
+                f"{median_spread(c.noop, '{:.1f}')} pods/s; ours / no-op "
+                f"{median_spread(c.ours_per_noop)}; no-op / alone {median_spread(c.noop_per_alone)}"
+            )
     worst = min(statistics.median(c.ratio) for c in cells.values())
     print(
         f"headline: worst median pods/s ratio (with extender / alone) = {worst:.2f} (target >= 0.9)"

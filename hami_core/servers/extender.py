@@ -22,6 +22,7 @@ from hami_core.scheduling.scheduler import Scheduler
 from hami_core.scheduling.scoring import extender_score
 
 from .metrics import SchedulerMetrics
+from .options import FILTER_ANSWERS
 from .preempt_verb import preemption_answer
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ def create_extender_app(
     metrics: SchedulerMetrics | None = None,
     preemptor: Preemptor | None = None,
     on_no_node: Callable[[Mapping[str, Any]], None] | None = None,
+    filter_answer: str = "all",
 ) -> Flask:
     """Build the extender app.
 
@@ -114,7 +116,17 @@ def create_extender_app(
             to it (leader only, off this thread); it answers ``/preempt`` too.
         on_no_node: told of every such pod as well (leader only; cheap, never raises):
             continuous consolidation's queue (``defrag.continuous``).
+        filter_answer: ``all``: ``/filter`` answers every node that fits; ``best``: only
+            the one ``chosen_node`` picks (``hami scheduler --filter-answer``, default
+            there), so kube-scheduler 1.20 skips scoring and calls no ``/prioritize``.
+
+    Raises:
+        ValueError: ``filter_answer`` is not one of ``FILTER_ANSWERS``.
     """
+    if filter_answer not in FILTER_ANSWERS:
+        raise ValueError(
+            f"filter_answer {filter_answer!r}: expected one of {', '.join(FILTER_ANSWERS)}"
+        )
     app = Flask("hami-scheduler")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
 
@@ -180,9 +192,12 @@ def create_extender_app(
                 # hami preempts for slices; kube-scheduler's own PostFilter must not run
                 # (1.20.2 panics on two zero-victim candidates): an error skips it
                 error = _no_room(pod, result.failed)
+            answered = list(result.feasible)
+            if filter_answer == "best" and len(answered) > 1 and result.fits:
+                answered = [chosen_node(scheduler, pod, answered)]
             return jsonify(
                 {
-                    "NodeNames": list(result.feasible),
+                    "NodeNames": answered,
                     "FailedNodes": dict(result.failed),
                     "FailedAndUnresolvableNodes": {},
                     "Error": error,
@@ -318,6 +333,20 @@ def _no_room(pod: Mapping[str, Any], failed: Mapping[str, str]) -> str:
 
 def _filter_error(names: list[str], message: str) -> dict[str, Any]:
     return {"NodeNames": [], "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": message}
+
+
+def chosen_node(scheduler: Scheduler, pod: Mapping[str, Any], feasible: list[str]) -> str:
+    """The node of ``feasible`` (nodes the pod fits, in kube-scheduler's order) that
+    ``/prioritize`` would put alone at the top: the pod's node policy's first, a node
+    another pod is being bound to set aside while a free one exists, reserved for this
+    pod's bind (``Scheduler.prioritize``); ties (a pod without a UID) go to the first.
+
+    HAMi's filter answers only its chosen node too; kube-scheduler 1.20 then has one
+    feasible node, runs no scoring and calls no ``/prioritize``: one round trip per pod.
+    """
+    ranked = scheduler.prioritize(pod, feasible)
+    top = max(score for _, score in ranked)
+    return next(node for node, score in ranked if score == top)
 
 
 def _filter_event(

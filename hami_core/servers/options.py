@@ -30,6 +30,8 @@ DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 
 #: kube-scheduler 1.20's extender timeout (``DefaultExtenderTimeout``), seconds.
 EXTENDER_TIMEOUT_S = 5.0
+#: ``hami scheduler --filter-answer``: the best node only, or every node that fits.
+FILTER_ANSWERS = ("best", "all")
 
 
 def label_pairs(value: str) -> dict[str, str]:
@@ -302,6 +304,17 @@ class SchedulerOptions:
         help="Worker threads of the HTTP server.",
         why="a bind waiting for a node lock holds one while it sleeps; /filter must not "
         "queue behind those.",
+    )
+    filter_answer: str = setting(
+        "best",
+        choices=FILTER_ANSWERS,
+        help="What /filter answers kube-scheduler for a pod asking devices: best, the one "
+        "node the pod's node policy ranks first (the node /prioritize would put alone at "
+        "the top, reserved for the pod's bind; HAMi's filter answers so), or all, every "
+        "node that fits (kube-scheduler's own scores then weigh in through /prioritize).",
+        why="kube-scheduler 1.20 calls the extender one pod at a time and skips scoring "
+        "when one node is left, so best saves the /prioritize round trip of every pod: "
+        "kube-scheduler's pace (docs/performance.md, issue #26).",
     )
     bind_lock_wait_s: float = setting(
         2.0,

@@ -171,6 +171,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         metrics=metrics,
         preemptor=preemptor,
         on_no_node=consolidator.request if consolidator else None,
+        filter_answer=opts.filter_answer,
     )
     try:
         server = _server(app, opts)
