@@ -24,7 +24,10 @@ Shape (``-o json`` / ``-o yaml``; memory in MiB, compute in the ``coresUnit`` be
                  "over": bool}],             # used + thisPod > hard
       "nodeLocks": [{"node": str, "holder": str, "since": str}],   # locks of other pods
       "preemption": null | {"victims": [{"pod": str, "priority": int}], "node": str | null,
-                            "reason": str},
+                            "reason": str,
+                            # a bounded dry run (engine._preemption), when it ran:
+                            "nodesTried": int, "nodesWithLowerPriority": int,
+                            "exact": bool},   # False: victims that work, maybe not fewest
       "consolidation": null | {"moves": [{"pod": str, "fromNode": str, "fromGpus": [str],
                                           "toNode": str, "toGpus": [str]}],
                                "node": str | null, "reason": str}
@@ -259,7 +262,7 @@ def _pending(
         "largest": _largest(nodes),
         "quota": _quota(scheduler, base["namespace"], request),
         "nodeLocks": _locks(read, scheduler, manager, base["namespace"], base["name"]),
-        "preemption": _preemption(read, scheduler, pod, result),
+        "preemption": _preemption(read, scheduler, pod, result, nodes),
     }
     answer["reason"] = _with_quota(answer["reason"], answer["quota"], result)
     # last: the planner changes read.cluster
@@ -399,17 +402,34 @@ def _locks(
     return out
 
 
+#: Nodes preemption's dry run is given at most (those closest to fitting first), and the
+#: fits it may try on each before its greedy fallback: an exact search over every node of
+#: a large, busy cluster costs minutes (``benchmarks/bench_explain.py``).
+PREEMPTION_NODES = 8
+PREEMPTION_FITS_PER_NODE = 64
+
+
 def _preemption(
-    read: DefragInput, scheduler: Scheduler, pod: Mapping[str, Any], result: FilterResult
+    read: DefragInput,
+    scheduler: Scheduler,
+    pod: Mapping[str, Any],
+    result: FilterResult,
+    nodes: list[dict[str, Any]],
 ) -> dict[str, Any]:
+    """What preemption would evict, from a bounded dry run (``choose_victims``).
+
+    Only pods of lower priority are ever evicted, so the nodes running none are left
+    out; of the others, the ``PREEMPTION_NODES`` closest to fitting (``nodes``' offers:
+    most memory, then compute, per GPU) are tried, each with at most
+    ``PREEMPTION_FITS_PER_NODE`` fits before the search's greedy fallback (then
+    ``exact`` is False: a set of victims that works, maybe not the fewest).
+    """
     if result.feasible:
         return {"victims": [], "node": None, "reason": "not needed: it fits without evictions"}
 
     def budgets(namespaces: frozenset[str]) -> list[Mapping[str, Any]]:
         return [b for b in read.budgets if (b.get("metadata") or {}).get("namespace") in namespaces]
 
-    # only lower-priority pods are ever evicted: the dry run is given the nodes running
-    # one (at 1000 nodes it otherwise fits on every node only to find no victim)
     mine = pod_priority(pod)
     names = scheduler.state.node_names()
     lower = [n for n in names if any(pod_priority(p) < mine for p in read.cluster.pods_on_node(n))]
@@ -419,26 +439,45 @@ def _preemption(
             "node": None,
             "reason": f"no eviction of lower-priority pods (priority < {mine}) makes room: "
             f"no pod of lower priority runs on any of {len(names)} node(s)",
+            "nodesTried": 0,
+            "nodesWithLowerPriority": 0,
+            "exact": True,
         }
+    offers = {n["node"]: n for n in nodes}
+
+    def closeness(name: str) -> tuple[int, int, str]:
+        n = offers.get(name) or {}
+        return (-(n.get("largestMemoryMiB") or 0), -(n.get("largestCoresPct") or 0), name)
+
+    tried = sorted(lower, key=closeness)[:PREEMPTION_NODES]
     choice = choose_victims(
         scheduler.state,
         scheduler.engine,
         scheduler.cycle(pod),
-        lower,
+        tried,
         selector=scheduler.node_selector,
         budgets=budgets,
+        max_fits_per_node=PREEMPTION_FITS_PER_NODE,
     )
+    bounds = {
+        "nodesTried": len(tried),
+        "nodesWithLowerPriority": len(lower),
+        "exact": choice.exact,
+    }
+    scope = ""
+    if len(tried) < len(lower):
+        scope = f" (of {len(lower)} such nodes, the {len(tried)} closest to fitting were tried)"
     candidate = choice.candidate
     if candidate is None:
         others = len(names) - len(lower)
-        reason = choice.reason + (
-            f" ({others} other node(s) run no pod of lower priority)" if others else ""
-        )
-        return {"victims": [], "node": None, "reason": reason}
+        if others:
+            scope += f" ({others} other node(s) run no pod of lower priority)"
+        return {"victims": [], "node": None, "reason": choice.reason + scope, **bounds}
     return {
         "victims": [{"pod": v.ref, "priority": v.priority} for v in candidate.victims],
         "node": candidate.node,
-        "reason": choice.reason,
+        "reason": choice.reason + scope,
+        **bounds,
     }
 
 

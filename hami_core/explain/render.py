@@ -114,6 +114,15 @@ def render_text(data: Mapping[str, Any]) -> str:
         if pre["victims"]:
             who = ", ".join(f"{v['pod']} (priority {v['priority']})" for v in pre["victims"])
             lines.append(f"  preemption would evict on {pre['node']}: {who}")
+            tried, lower = pre.get("nodesTried", 0), pre.get("nodesWithLowerPriority", 0)
+            if tried < lower or not pre.get("exact", True):
+                scope = (
+                    f"the {tried} of {lower} node(s) running lower-priority pods closest to fitting"
+                )
+                proof = (
+                    "" if pre.get("exact", True) else "; victims that work, maybe not the fewest"
+                )
+                lines.append(f"    (a bounded dry run: {scope}{proof})")
         else:
             lines.append(f"  preemption: {pre['reason']}")
         con = data["consolidation"]

@@ -114,3 +114,31 @@ def test_preemption_is_tried_only_where_a_lower_priority_pod_runs(monkeypatch):
         "no eviction of lower-priority pods (priority < 0) makes room: no pod of lower "
         "priority runs on any of 6 node(s)"
     )
+
+
+def test_preemptions_dry_run_is_bounded_to_the_nodes_closest_to_fitting(monkeypatch):
+    """Every node runs lower-priority pods: the dry run gets the ``PREEMPTION_NODES``
+    closest to fitting (most memory per GPU left, as the text orders them) with a bounded
+    search per node, and the answer says how many of how many it looked at."""
+    from hami_core.explain import engine
+
+    tried: list[tuple[list[str], int]] = []
+    real = engine.choose_victims
+
+    def spy(state, eng, cycle, names, **kw):
+        tried.append((list(names), kw["max_fits_per_node"]))
+        return real(state, eng, cycle, names, **kw)
+
+    monkeypatch.setattr(engine, "choose_victims", spy)
+    monkeypatch.setattr(engine, "PREEMPTION_NODES", 2)
+    read = cluster(pending("big", priority=100))
+    # node-4 has the most room left: 30000 MiB of one GPU taken instead of 40960
+    read.cluster.delete_pod("default", "h-4-0")
+    read.cluster.add_pod(running("h-4-0", "node-4", (0,), mem=30000, cores=50, owned_by=owner()))
+    manager = BackendManager.from_entry_points()
+    answer = explain(read, manager, "default/big", lookup=lambda ns, n: None)
+    ((names, cap),) = tried
+    assert names == ["node-4", "node-0"] and cap == engine.PREEMPTION_FITS_PER_NODE
+    pre = answer["preemption"]
+    assert pre["victims"] and pre["node"] in names
+    assert pre["nodesTried"] == 2 and pre["nodesWithLowerPriority"] == 6
