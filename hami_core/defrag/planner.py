@@ -59,6 +59,7 @@ from hami_core.protocol import annotations as keys
 from hami_core.scheduling.bind import allocation_annotations
 from hami_core.scheduling.scheduler import Scheduler, utcnow
 
+from . import exact
 from .goal import GoalResult, WholeGpus, goal_pods
 from .movable import MovePolicy, pod_key, pod_priority
 
@@ -178,6 +179,7 @@ class Planner:
         device_policy: DevicePolicy | DevicePolicyChain | None = None,
         max_nodes: int = DEFAULT_MAX_NODES,
         max_moves_per_pod: int = DEFAULT_MAX_MOVES_PER_POD,
+        exact_time_limit_s: float = exact.DEFAULT_TIME_LIMIT_S,
         clock: Callable[[], dt.datetime] = utcnow,
         scheduler: Scheduler | None = None,
     ) -> None:
@@ -187,6 +189,8 @@ class Planner:
         policy: who may move (``movable.MovePolicy``); its budgets are spent as planned.
         node_policy / device_policy: as the scheduler's (None: the configuration's).
         max_nodes / max_moves_per_pod: the search's bounds (module docstring).
+        exact_time_limit_s: seconds the integer program (``exact``) may take per
+            priority; 0: the search alone.
         scheduler: a scheduler already built over ``cluster`` to fit with (``hami
             explain`` shares its own: its state, every pod read, is built once); None:
             one is built here with ``node_policy``, ``device_policy`` and ``clock``.
@@ -204,6 +208,7 @@ class Planner:
         self.policy = policy
         self.max_nodes = max_nodes
         self.max_moves = max_moves_per_pod
+        self.exact_time_limit_s = exact_time_limit_s
         self.clock = clock
         self.scheduler = scheduler or Scheduler(
             cluster, manager, clock=clock, node_policy=node_policy, device_policy=device_policy
@@ -235,7 +240,7 @@ class Planner:
         pod that cannot be helped: its ``Outcome.reason`` says why."""
         t0 = time.perf_counter()
         order = sorted(pending, key=_queue_order)
-        outcomes = [self._plan_one(pod) for pod in order]
+        outcomes = self._plan_all(order)
         return Plan(
             outcomes=tuple(outcomes), gpus=self._changes(), seconds=time.perf_counter() - t0
         )
@@ -248,7 +253,7 @@ class Planner:
         ``for_pod`` names one); ``Plan.goal`` says what was reached."""
         t0 = time.perf_counter()
         pods = goal_pods(goal, self.manager)
-        outcomes = [self._plan_one(pod) for pod in sorted(pods, key=_queue_order)]
+        outcomes = self._plan_all(sorted(pods, key=_queue_order))
         for pod in pods:
             placed = self._pod(pod_key(pod))
             if placed is not None:
@@ -279,7 +284,37 @@ class Planner:
             )
         return tuple(changes)
 
-    def _plan_one(self, pod: Mapping[str, Any]) -> Outcome:
+    def _plan_all(self, order: Sequence[Mapping[str, Any]]) -> list[Outcome]:
+        """Outcomes of ``order`` (queue order), one priority at a time, highest first:
+        the pods that fit now are placed as the scheduler would place them; for the
+        others, the integer program's answer (``exactplan``) when there is one, then
+        the search for any it does not place."""
+        outcomes: dict[str, Outcome] = {}
+        level: list[Mapping[str, Any]] = []
+        for i, pod in enumerate(order):
+            level.append(pod)
+            if i + 1 < len(order) and pod_priority(order[i + 1]) == pod_priority(pod):
+                continue
+            blocked = []
+            for waiting in level:
+                now = self._fit_now(waiting)
+                if now is None:
+                    blocked.append(waiting)
+                else:
+                    outcomes[pod_key(waiting)] = now
+            if blocked and self.exact_time_limit_s:
+                from .exactplan import plan_exactly  # it builds this module's moves
+
+                outcomes.update(plan_exactly(self, blocked, pod_priority(pod)))
+            for waiting in blocked:
+                if pod_key(waiting) not in outcomes:
+                    outcomes[pod_key(waiting)] = self._plan_moves(waiting)
+            level = []
+        return [outcomes[pod_key(pod)] for pod in order]
+
+    def _fit_now(self, pod: Mapping[str, Any]) -> Outcome | None:
+        """``pod``'s outcome when it needs no move (placed where the scheduler would
+        place it, or it cannot be helped), None when it fits nowhere now."""
         key, priority = pod_key(pod), pod_priority(pod)
         try:
             request = self.scheduler.pod_request(pod)
@@ -289,11 +324,16 @@ class Planner:
         except HamiError as exc:
             return Outcome(pod=key, priority=priority, reason=f"cannot be read: {exc}")
         best = now.best()
-        if best is not None:
-            allocation = now.fits[best].allocation
-            assert allocation is not None
-            self._place(pod, allocation)
-            return Outcome(pod=key, priority=priority, node=best, gpus=_gpus(allocation))
+        if best is None:
+            return None
+        allocation = now.fits[best].allocation
+        assert allocation is not None
+        self._place(pod, allocation)
+        return Outcome(pod=key, priority=priority, node=best, gpus=_gpus(allocation))
+
+    def _plan_moves(self, pod: Mapping[str, Any]) -> Outcome:
+        """``pod``'s outcome by the search (module docstring): it fits nowhere now."""
+        key, priority = pod_key(pod), pod_priority(pod)
         option = self._search(pod, priority)
         if option is None:
             return Outcome(
@@ -435,11 +475,30 @@ class Planner:
         journal: list[tuple[str, dict[str, Any]]] = []
         try:
             found = self._attempt(pod, name, evict, priority, journal, MOVE_DEPTH)
+            if found is None:
+                # the estimate reads no filter of the pod (type, UUID, NUMA): with every
+                # movable pod of the node gone and the unneeded put back, the fit decides
+                self._undo(journal, 0)
+                every = self._movable_on(name, priority)
+                if len(every) > len(evict):
+                    found = self._attempt(pod, name, every, priority, journal, MOVE_DEPTH)
             if found is None or not self._within_budgets([m[0] for m in found[1]]):
                 return None
             return _Option(node=name, allocation=found[0], moves=tuple(found[1]))
         finally:
             self._undo(journal, 0)
+
+    def _movable_on(self, name: str, priority: int) -> list[dict[str, Any]]:
+        """Every pod of node ``name`` that may move for a pod of ``priority``."""
+        view = self._view(name)
+        if view is None:
+            return []
+        found = []
+        for key, holdings in sorted(view[1].items()):
+            obj = self._pod(key)
+            if obj is not None and not holdings.whole and self._may_move(obj, priority):
+                found.append(obj)
+        return found
 
     def _attempt(
         self,

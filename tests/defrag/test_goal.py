@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from hami_core.cli import cli
+from hami_core.defrag import exact
 from hami_core.defrag.goal import WholeGpus, parse_goal
 from hami_core.defrag.movable import MovePolicy
 from hami_core.defrag.planner import Planner
@@ -148,31 +149,33 @@ def test_the_model_filter_counts_only_that_model(mgr):
 
 
 def test_pods_above_the_goal_priority_and_opted_out_never_move(mgr):
-    pods = [
-        running("high", "node-0", (0,), mem=HALF, cores=50, owned_by=owner(), priority=10),
-        running(
-            "mine",
-            "node-0",
-            (1,),
-            mem=HALF,
-            cores=50,
-            owned_by=owner(),
-            namespace="tenant",
-            annotations={"hami.io/defrag": "never"},
-        ),
-        running("low", "node-1", (0,), mem=HALF, cores=50, owned_by=owner()),
-        running("low2", "node-1", (1,), mem=HALF, cores=50, owned_by=owner()),
-    ]
-    cluster = world([gpu_node("node-0"), gpu_node("node-1")], pods)
+    high = running("high", "node-0", (0,), mem=HALF, cores=50, owned_by=owner(), priority=10)
+    mine = running(
+        "mine",
+        "node-0",
+        (1,),
+        mem=HALF,
+        cores=50,
+        owned_by=owner(),
+        namespace="tenant",
+        annotations={"hami.io/defrag": "never"},
+    )
+    low = [running(f"low{g}", "node-1", (g,), mem=HALF, cores=50, owned_by=owner()) for g in (0, 1)]
+    cluster = world([gpu_node("node-0"), gpu_node("node-1")], [high, mine, *low])
     plan = Planner(cluster, mgr, MovePolicy.build()).plan_goal(WholeGpus(count=2))
-    moved = {m.pod for m in plan.moves}
-    assert moved <= {"default/low", "default/low2"}
-    assert plan.goal is not None and plan.goal.reached == 1
-    # at the pods' priority, the high one may move too
-    cluster = world([gpu_node("node-0"), gpu_node("node-1")], pods)
-    plan = Planner(cluster, mgr, MovePolicy.build()).plan_goal(WholeGpus(count=2, priority=10))
-    assert plan.goal is not None and plan.goal.met
-    assert "tenant/mine" not in {m.pod for m in plan.moves}
+    # nothing of node-0 moves; the integer program finds both of node-1's GPUs (its two
+    # pods join high and mine), the search alone one (it moves one pod beside the other)
+    assert {m.pod for m in plan.moves} <= {"default/low0", "default/low1"}
+    assert plan.goal is not None and {n for n, _ in plan.goal.gpus} == {"node-1"}
+    assert plan.goal.reached == (2 if exact.available() else 1)
+    # node-1 full of bare pods: only high could make room, and only at its priority
+    bare = [running(f"b{g}", "node-1", (g,), mem=HALF + 8000, cores=60) for g in (0, 1)]
+    for priority, reached, moved in ((0, 0, set()), (10, 1, {"default/high"})):
+        cluster = world([gpu_node("node-0"), gpu_node("node-1")], [high, mine, *bare])
+        goal = WholeGpus(count=1, priority=priority)
+        plan = Planner(cluster, mgr, MovePolicy.build()).plan_goal(goal)
+        assert plan.goal is not None and plan.goal.reached == reached
+        assert {m.pod for m in plan.moves} == moved
 
 
 def snapshot(tmp_path: Path) -> str:

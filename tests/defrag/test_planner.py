@@ -227,11 +227,11 @@ def test_an_evicted_pod_that_fits_nowhere_gets_moves_of_its_own(mgr, monkeypatch
         (0, (0,), (20480, 25), "ReplicaSet", 0, False),
     ]
     pods, targets, budget = build(spec, [(1, (MIB, 100), 0)], 0)
-    plan, _ = run(pods, targets, budget)
+    plan, _ = run(pods, targets, budget, 0)  # the search's chains (the program finds another)
     (out,) = plan.outcomes
     assert out.placed and out.node == "node-0"
     moved = [m.pod for m in out.moves]
     assert "default/r6" in moved and "default/r0" in moved
     assert moved.index("default/r0") < moved.index("default/r6")  # chained ones first
     monkeypatch.setattr(planner_module, "MOVE_DEPTH", 0)
-    assert not run(pods, targets, budget)[0].outcomes[0].placed
+    assert not run(pods, targets, budget, 0)[0].outcomes[0].placed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -79,21 +80,26 @@ def build(spec: list[Any], waiting: list[Any], allowed: int):
     return pods, targets, budget
 
 
-def run(pods, targets, budget):
+#: The planner with its integer program (when HiGHS is installed) and the search alone.
+EXACT = pytest.mark.parametrize("exact_s", [10.0, 0], ids=["program", "search"])
+
+
+def run(pods, targets, budget, exact_s=10.0):
     cluster = world([gpu_node(f"node-{n}", GPUS) for n in range(NODES)], pods)
-    planner = Planner(cluster, MGR, MovePolicy.build(budgets=[budget]))
+    planner = Planner(cluster, MGR, MovePolicy.build(budgets=[budget]), exact_time_limit_s=exact_s)
     return planner.plan(targets), cluster
 
 
+@EXACT
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(running_pod, min_size=6, max_size=16),
     st.lists(pending_pod, min_size=1, max_size=3),
     st.integers(0, 2),
 )
-def test_every_plan_keeps_the_rules_and_ends_feasible(spec, waiting, allowed):
+def test_every_plan_keeps_the_rules_and_ends_feasible(exact_s, spec, waiting, allowed):
     pods, targets, budget = build(spec, waiting, allowed)
-    plan, cluster = run(pods, targets, budget)
+    plan, cluster = run(pods, targets, budget, exact_s)
     by_key = {f"default/{p['metadata']['name']}": p for p in pods}
     priority = {o.pod: o.priority for o in plan.outcomes}
     fresh = MovePolicy.build(budgets=[budget])
@@ -137,16 +143,19 @@ def info_gpus(pod: dict[str, Any]) -> set[str]:
     return {d.uuid for c in devices for d in c}
 
 
+@EXACT
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(running_pod, min_size=6, max_size=16),
     st.lists(pending_pod, min_size=2, max_size=4),
     st.integers(0, 2),
 )
-def test_lower_priority_pods_never_change_a_higher_one_s_outcome(spec, waiting, allowed):
+def test_lower_priority_pods_never_change_a_higher_one_s_outcome(exact_s, spec, waiting, allowed):
     pods, targets, budget = build(spec, waiting, allowed)
-    whole, _ = run(pods, targets, budget)
+    whole, _ = run(pods, targets, budget, exact_s)
     for o in whole.outcomes:
-        alone, _ = run(pods, [t for t in targets if t["spec"]["priority"] >= o.priority], budget)
+        alone, _ = run(
+            pods, [t for t in targets if t["spec"]["priority"] >= o.priority], budget, exact_s
+        )
         (same,) = [x for x in alone.outcomes if x.pod == o.pod]
         assert same == o
