@@ -79,6 +79,25 @@ def shape_of(planner: Planner, pod: Mapping[str, Any]) -> exact.Shape | None:
     )
 
 
+def _held_shape(pod: Mapping[str, Any], charges: Mapping[str, Any]) -> exact.Shape | None:
+    """A running pod's shape from what it holds (its request is not parsed again: the
+    replay fits its replacement by its request, so a shape read wrong only loses the
+    answer): the same memory and compute on each GPU; None with filters or unequal
+    charges."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    held = {(c.memory_mib, c.cores_pct) for c in charges.values()}
+    if FILTERS & set(annotations) or len(held) != 1:
+        return None
+    ((memory_mib, cores_pct),) = held
+    return exact.Shape(
+        vendor=VENDOR,
+        count=len(charges),
+        memory_mib=memory_mib,
+        memory_pct=0,
+        cores_pct=cores_pct,
+    )
+
+
 def plan_exactly(
     planner: Planner, blocked: Sequence[Mapping[str, Any]], priority: int
 ) -> dict[str, Outcome]:
@@ -148,8 +167,8 @@ def _read(
                 or not planner._may_move(obj, priority)
             ):
                 continue
-            shape = shape_of(planner, obj)
-            if shape is None or shape.count != len(holdings.charges):
+            shape = _held_shape(obj, holdings.charges)
+            if shape is None:
                 continue
             for uuid, charge in holdings.charges.items():
                 load = fixed[uuid]
