@@ -38,7 +38,7 @@ from hami_core.scheduling.bind import EventSink
 
 from .ledger import Ledger, LedgerState, PlanRecord, StepRecord
 from .movable import MovePolicy, pod_key, pod_priority
-from .planner import Move, Outcome, Planner
+from .planner import Move, Outcome, Plan, Planner
 from .replacements import (
     controller_uid,
     drop_leaving,
@@ -198,7 +198,11 @@ class Applier:
                 skipped[targets.pop(uid)] = "preemption holds room for it"
         if not targets:
             return "no target needs a move"
-        outcome, originals = self._plan(read, state, [pending[u] for u in targets])
+        plan, originals = self._plan(read, state, [pending[u] for u in targets])
+        for unplaced in (o for o in plan.outcomes if not o.placed):
+            skipped[unplaced.pod] = unplaced.reason
+            targets.pop(next(u for u, k in targets.items() if k == unplaced.pod), None)
+        outcome = next((o for o in plan.outcomes if o.moves), None)
         if outcome is None:
             return "no target needs a move"
         done = sum(1 for s in steps if s.result == Evicted.EVICTED.value)
@@ -237,10 +241,9 @@ class Applier:
 
     def _plan(
         self, read: DefragInput, state: LedgerState, targets: Sequence[Mapping[str, Any]]
-    ) -> tuple[Outcome | None, dict[str, Mapping[str, Any]]]:
-        """The first target's outcome that has moves, planned on the copy (module
-        docstring, step 2), None when no target needs one; and the running pods by key as
-        read (the planner changes the copy)."""
+    ) -> tuple[Plan, dict[str, Mapping[str, Any]]]:
+        """The plan for the targets not held, on the copy (module docstring, step 2); and
+        the running pods by key as read (the planner changes the copy)."""
         drop_leaving(read.cluster)
         originals: dict[str, Mapping[str, Any]] = {pod_key(p): p for p in read.cluster.list_pods()}
         policy = MovePolicy.build(
@@ -256,7 +259,7 @@ class Applier:
         )
         held = hold_nominated(planner, read.pending, nominated, planner.clock())
         plan = planner.plan([p for p in targets if uid_of(p) not in held])
-        return next((o for o in plan.outcomes if o.moves), None), originals
+        return plan, originals
 
     # -- the writes ------------------------------------------------------------------
 

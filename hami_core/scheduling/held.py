@@ -6,8 +6,11 @@ or higher priority as already running there when it filters another pod
 room its victims free is not taken by a lower-priority pod meanwhile. It does that for
 CPU and memory only: our device resources are ``ignoredByScheduler``. ``HeldSlices``
 does it for slices: on a node with nominated pods, each such pod of priority at least
-the judged pod's (itself left out) is fitted there first, in key order, and what it
-would hold is added to the node's usage before the judged pod is fitted.
+the judged pod's (itself left out) is fitted there first, in key order, on the node's
+usage without the pods being deleted (the room its victims, or the pods consolidation
+moved for it, are freeing: a pod of no higher priority must not settle beside a leaving
+pod in that room), and what it would hold is added to the node's usage before the
+judged pod is fitted.
 
 Slices held whatever the judged pod's priority (a gang member's reservation) live in
 ``ClusterState`` itself and count in every node's usage; these depend on who asks, so
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hami_core.facts.priority import pod_priority
+from hami_core.facts.priority import pod_priority, terminating
 from hami_core.facts.usage import PodHoldings, usage_from_holdings
 from hami_core.model import Allocation, Charge, DeviceUsage, device_charges
 
@@ -70,8 +73,9 @@ class HeldSlices:
     def holdings(self, cycle: PodCycle, node: NodeState) -> list[PodHoldings]:
         """What is held on ``node`` against ``cycle``'s pod: for every pod nominated there
         (not the judged pod) of priority >= the judged pod's, what it would hold fitted
-        on the node's usage plus the holds before it; a nominated pod that does not fit
-        (or cannot be read) holds nothing. Call under the state lock."""
+        on the node's usage without the pods being deleted (the room its victims or
+        moved pods are freeing) plus the holds before it; a nominated pod that does not
+        fit (or cannot be read) holds nothing. Call under the state lock."""
         out: list[PodHoldings] = []
         nominated = self.state.nominated_on(node.name)
         if not nominated:
@@ -79,6 +83,11 @@ class HeldSlices:
         mine = pod_priority(cycle.pod)
         uid = cycle.request.uid
         assert node.usage is not None
+        # the room being freed counts for a nominated pod: pods being deleted are left
+        # out of what it is fitted on (they still count for the judged pod, below it)
+        holders = self.state.holders(node)
+        staying = [h for obj, h, _ in holders if obj is None or not terminating(obj)]
+        leaving = len(staying) < len(holders)
         for pod in nominated:
             if (pod.get("metadata") or {}).get("uid") == uid or pod_priority(pod) < mine:
                 continue
@@ -87,8 +96,8 @@ class HeldSlices:
                 if not other.request.wants_devices:
                     continue
                 usage = (
-                    usage_from_holdings(node.info, [*node.pods.values(), *out])
-                    if out
+                    usage_from_holdings(node.info, [*staying, *out])
+                    if out or leaving
                     else node.usage
                 )
                 allocation = self.fit(other, node, usage)

@@ -117,6 +117,8 @@ class HamiStack:
         self.replicas: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
         self.proxy: FailoverProxy | None = None
         self.allocator: FakeAllocator | None = None
+        #: replica name -> more ``hami scheduler`` flags for it (set before ``start``)
+        self.extra_args: dict[str, tuple[str, ...]] = {}
 
     def start(self, replicas: tuple[str, ...] = ("hami-a", "hami-b")) -> HamiStack:
         for name in replicas:
@@ -145,6 +147,7 @@ class HamiStack:
                 "3",
                 "--retry-period",
                 "0.5",
+                *self.extra_args.get(name, ()),
             ),
             stdout=log,
             stderr=subprocess.STDOUT,

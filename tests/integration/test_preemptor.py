@@ -196,3 +196,25 @@ def test_a_follower_writes_nothing_and_a_lower_pods_bind_is_refused_on_held_room
         sched.bind("high", "lower", uid="uid-high-lower", node="a")
     assert not store.get_pod("high", "lower")["spec"].get("nodeName")
     assert sched.bind("high", "big", uid="uid-high-big", node="a") is not None
+
+
+def test_the_room_being_freed_is_held_while_its_pods_terminate():
+    """A nominated pod's room is held while the pods leaving it terminate: a pod of no
+    higher priority that would fit beside a leaving pod goes to the other GPU, not into
+    the room being freed (kube-scheduler's nominated pods hold CPU and memory the same
+    way: added to the node's usage whatever is still terminating)."""
+    store = cluster(node("a", [gpu("GPU-a0", memory_mib=16000), gpu("GPU-a1", memory_mib=16000)]))
+    sched = Scheduler(store, manager())
+    leaving = holder("leaving", "a", [("GPU-a0", 8000)])
+    leaving["metadata"]["deletionTimestamp"] = "2026-12-02T06:00:00Z"
+    store.add_pod(leaving)
+    store.add_pod(holder("stays", "a", [("GPU-a1", 8000)]))
+    store.add_pod(wanting("whole", mib=16000, priority=0, nominated="a"))
+    newcomer = store.add_pod(wanting("half", mib=8000, priority=0, namespace="low"))
+    fit = sched.filter(newcomer, ["a"]).fits["a"]
+    assert fit.allocation is not None
+    assert {d.uuid for d in fit.allocation.all_devices()} == {"GPU-a1"}
+    # the nominated pod itself still waits for the leaving pod to be gone
+    assert not sched.filter(store.get_pod("high", "whole"), ["a"]).feasible
+    store.delete_pod("low", "leaving")
+    assert sched.filter(store.get_pod("high", "whole"), ["a"]).feasible == ("a",)

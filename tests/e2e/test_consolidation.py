@@ -1,0 +1,265 @@
+"""Consolidation on the real 1.20 control plane (issue 28 items 3-4): kube-apiserver,
+kube-scheduler with ``hami scheduler`` as its extender, kube-controller-manager (the
+Deployment, ReplicaSet and disruption controllers) and fake nodes whose "kubelet" is
+this test (an evicted pod stays Terminating until ``_finalize``).
+
+Each node has two 16000 MiB GPUs, each half used by one replica of a Deployment pinned
+to the node; a pod asking a whole GPU fits nowhere until one replica moves beside
+another:
+
+- ``hami defrag --apply`` moves one replica through the Eviction API: the pending pod is
+  nominated first and binds on the freed GPU; the replica's replacement binds elsewhere;
+  a ``Defragmented`` event on the moved pod names the pending pod;
+- a PodDisruptionBudget at its limit stops the plan: nothing is evicted;
+- with ``--consolidation`` on the leader (after the other replica dies), the same
+  happens without the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+from kubernetes import client
+
+from hami_core.cli import cli
+from tests.builders import container, gpu, pod
+from tests.e2e.hami_stack import HamiStack
+from tests.e2e.test_scheduler import add_gpu_node, unique
+
+NS = "default"
+LEDGER = f"{NS}/hami-defrag-ledger"
+MIB = 16000
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane, tmp_path_factory):
+    control_plane.reset()
+    control_plane.start_controller_manager(controllers=("deployment", "replicaset", "disruption"))
+    stack = HamiStack(control_plane, tmp_path_factory.mktemp("hami"))
+    stack.extra_args["hami-b"] = (
+        "--consolidation",
+        "--consolidation-after",
+        "2",
+        "--consolidation-ledger",
+        LEDGER,
+    )
+    stack.start(replicas=("hami-a", "hami-b"))
+    api = control_plane.api_client()
+    yield client.CoreV1Api(api), client.AppsV1Api(api), stack
+    control_plane.stop_process("kube-controller-manager")
+    stack.stop()
+    control_plane.reset()
+
+
+def _pods(core, selector=""):
+    data = core.list_namespaced_pod(NS, label_selector=selector, _preload_content=False).data
+    return json.loads(data)["items"]
+
+
+def _raw(core, name):
+    return json.loads(core.read_namespaced_pod(name, NS, _preload_content=False).data)
+
+
+def _gpus(p) -> set[str]:
+    value = (p["metadata"].get("annotations") or {}).get("hami.io/vgpu-devices-to-allocate", "")
+    return set(re.findall(r"GPU-[^,;:]+", value))
+
+
+def _finalize(core):
+    """What kubelet would do: confirm every terminating pod gone."""
+    for p in _pods(core):
+        if p["metadata"].get("deletionTimestamp"):
+            core.delete_namespaced_pod(p["metadata"]["name"], NS, grace_period_seconds=0)
+
+
+def _events(core, reason):
+    return [e for e in core.list_namespaced_event(NS).items if e.reason == reason]
+
+
+def _gpu_spec(mib, cores):
+    p = pod("x", container(gpu=1, gpumem=mib, gpucores=cores))
+    p["spec"]["schedulerName"] = "hami-scheduler"
+    p["spec"]["containers"][0]["command"] = ["sleep", "3600"]
+    return p
+
+
+def _layout(control_plane, core, apps):
+    """Two nodes, one half-GPU replica on each of their four GPUs; returns the nodes and
+    the replicas bound."""
+    nodes = [unique("cons") for _ in range(2)]
+    for n in nodes:
+        add_gpu_node(
+            control_plane,
+            n,
+            [gpu(f"GPU-{n}-{i}", index=i, memory_mib=MIB) for i in range(2)],
+        )
+    for n in nodes:
+        template = _gpu_spec(MIB // 2, 50)
+        template["spec"]["nodeSelector"] = {"kubernetes.io/hostname": n}
+        apps.create_namespaced_deployment(
+            NS,
+            {
+                "metadata": {"name": f"fill-{n}"},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": {"app": f"fill-{n}"}},
+                    "template": {
+                        "metadata": {
+                            "labels": {"app": f"fill-{n}", "tier": "filler"},
+                            "annotations": {"hami.io/gpu-scheduler-policy": "spread"},
+                        },
+                        "spec": template["spec"],
+                    },
+                },
+            },
+        )
+    fillers = control_plane.wait_for(
+        lambda: (
+            (ps := _pods(core, "tier=filler"))
+            and len([p for p in ps if p["spec"].get("nodeName") and _gpus(p)]) == 4
+            and ps
+        ),
+        timeout=90,
+        message="the 4 fillers bound",
+    )
+    held = [g for p in fillers for g in _gpus(p)]
+    assert len(held) == len(set(held)) == 4, held  # one replica per GPU: fragmented
+    core.create_namespaced_pod(NS, {**_gpu_spec(MIB, 100), "metadata": {"name": "big"}})
+    control_plane.wait_for(
+        lambda: [e for e in _events(core, "FilteringFailed") if e.involved_object.name == "big"],
+        message="big filtered and found no GPU",
+    )
+    return nodes, {p["metadata"]["name"]: p for p in fillers}
+
+
+def _clean(control_plane, core, apps, nodes):
+    for n in nodes:
+        apps.delete_namespaced_deployment(f"fill-{n}", NS)
+    apps.delete_collection_namespaced_replica_set(NS)
+    core.delete_collection_namespaced_pod(NS, grace_period_seconds=0)
+    control_plane.wait_for(lambda: not _pods(core), message="no pod left")
+    for n in nodes:
+        control_plane.delete_node(n)
+
+
+def _defrag(control_plane, *args):
+    result = CliRunner().invoke(
+        cli,
+        ["defrag", "--kubeconfig", str(control_plane.kubeconfig_path), "-o", "json", *args],
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def _moved_and_placed(control_plane, core, fillers, moved):
+    """Once ``moved`` is gone: big binds on the GPU it held, its replacement elsewhere."""
+    _finalize(core)
+    import time as _t
+    _t.sleep(15)
+    print("DEBUG big", json.dumps(_raw(core, "big")["status"]), _raw(core, "big")["metadata"].get("annotations"))
+    for p in _pods(core):
+        print("DEBUG pod", p["metadata"]["name"], p["spec"].get("nodeName"), _gpus(p), p["status"].get("nominatedNodeName"), p["metadata"].get("deletionTimestamp"))
+    for e in core.list_namespaced_event(NS).items:
+        if e.involved_object.name == "big" or "fill" in e.involved_object.name:
+            print("DEBUG event", e.involved_object.name, e.reason, e.message)
+    big = control_plane.wait_for(
+        lambda: (p := _raw(core, "big"))["spec"].get("nodeName") and _gpus(p) and p,
+        timeout=60,
+        message="big bound",
+    )
+    assert _gpus(big) == _gpus(fillers[moved])  # the room freed for it
+    back = control_plane.wait_for(
+        lambda: [
+            p
+            for p in _pods(core, "tier=filler")
+            if p["metadata"]["name"] not in fillers and p["spec"].get("nodeName") and _gpus(p)
+        ],
+        timeout=60,
+        message="the moved replica's replacement bound",
+    )
+    assert len(back) == 1 and not _gpus(back[0]) & _gpus(fillers[moved])
+    assert len(_pods(core, "tier=filler")) == 4
+    return big
+
+
+def test_apply_gives_the_blocked_pod_its_room_and_the_replica_comes_back(control_plane, cluster):
+    core, apps, _ = cluster
+    nodes, fillers = _layout(control_plane, core, apps)
+    plan = _defrag(control_plane, "--pod", f"{NS}/big")  # the dry run evicts nothing
+    assert plan["summary"]["moves"] == 1 and plan["dry_run"] is True
+    assert not [p for p in _pods(core) if p["metadata"].get("deletionTimestamp")]
+    report = _defrag(
+        control_plane,
+        "--apply",
+        "--pod",
+        f"{NS}/big",
+        "--ledger",
+        LEDGER,
+        "--replacement-wait",
+        "20",
+    )
+    assert report["evicted"] == 1, report
+    (step,) = report["steps"]
+    moved = step["pod"].split("/")[1]
+    assert _raw(core, "big")["status"].get("nominatedNodeName") == step["fromNode"]
+    assert _raw(core, moved)["metadata"].get("deletionTimestamp")  # evicted, not deleted
+    (event,) = [e for e in _events(core, "Defragmented") if e.involved_object.name == moved]
+    assert f"Moved for {NS}/big" in event.message
+    big = _moved_and_placed(control_plane, core, fillers, moved)
+    assert big["spec"]["nodeName"] == step["fromNode"]
+    _clean(control_plane, core, apps, nodes)
+
+
+def test_a_pdb_at_its_limit_stops_the_plan(control_plane, cluster):
+    core, apps, _ = cluster
+    policy = client.PolicyV1beta1Api(control_plane.api_client())
+    nodes, _ = _layout(control_plane, core, apps)
+    policy.create_namespaced_pod_disruption_budget(
+        NS,
+        {
+            "metadata": {"name": "fillers"},
+            "spec": {"minAvailable": 4, "selector": {"matchLabels": {"tier": "filler"}}},
+        },
+    )
+    control_plane.wait_for(
+        lambda: (
+            json.loads(
+                policy.read_namespaced_pod_disruption_budget(
+                    "fillers", NS, _preload_content=False
+                ).data
+            )
+            .get("status", {})
+            .get("observedGeneration")
+        ),
+        message="the disruption controller read the budget",
+    )
+    report = _defrag(control_plane, "--apply", "--pod", f"{NS}/big", "--ledger", LEDGER)
+    assert report["evicted"] == 0 and report["steps"] == [], report
+    assert "no movable pods" in report["skipped"][f"{NS}/big"]
+    assert not [p for p in _pods(core) if p["metadata"].get("deletionTimestamp")]
+    assert not _raw(core, "big")["status"].get("nominatedNodeName")
+    policy.delete_namespaced_pod_disruption_budget("fillers", NS)
+    _clean(control_plane, core, apps, nodes)
+
+
+def test_continuous_consolidation_does_it_without_the_cli(control_plane, cluster):
+    core, apps, stack = cluster
+    stack.kill("hami-a")  # the replica with --consolidation leads from now on
+    stack.wait_leader("hami-b")
+    nodes, fillers = _layout(control_plane, core, apps)
+    moved = control_plane.wait_for(
+        lambda: [
+            e.involved_object.name
+            for e in _events(core, "Defragmented")
+            if e.involved_object.name in fillers and f"Moved for {NS}/big" in e.message
+        ],
+        timeout=60,
+        message="the leader's consolidation moved a replica for big",
+    )
+    assert len(moved) == 1
+    assert _raw(core, "big")["status"].get("nominatedNodeName") in nodes
+    _moved_and_placed(control_plane, core, fillers, moved[0])
+    _clean(control_plane, core, apps, nodes)
