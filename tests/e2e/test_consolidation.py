@@ -157,14 +157,6 @@ def _defrag(control_plane, *args):
 def _moved_and_placed(control_plane, core, fillers, moved):
     """Once ``moved`` is gone: big binds on the GPU it held, its replacement elsewhere."""
     _finalize(core)
-    import time as _t
-    _t.sleep(15)
-    print("DEBUG big", json.dumps(_raw(core, "big")["status"]), _raw(core, "big")["metadata"].get("annotations"))
-    for p in _pods(core):
-        print("DEBUG pod", p["metadata"]["name"], p["spec"].get("nodeName"), _gpus(p), p["status"].get("nominatedNodeName"), p["metadata"].get("deletionTimestamp"))
-    for e in core.list_namespaced_event(NS).items:
-        if e.involved_object.name == "big" or "fill" in e.involved_object.name:
-            print("DEBUG event", e.involved_object.name, e.reason, e.message)
     big = control_plane.wait_for(
         lambda: (p := _raw(core, "big"))["spec"].get("nodeName") and _gpus(p) and p,
         timeout=60,
@@ -215,24 +207,22 @@ def test_apply_gives_the_blocked_pod_its_room_and_the_replica_comes_back(control
 
 def test_a_pdb_at_its_limit_stops_the_plan(control_plane, cluster):
     core, apps, _ = cluster
-    policy = client.PolicyV1beta1Api(control_plane.api_client())
+    pdbs = client.CustomObjectsApi(control_plane.api_client())  # policy/v1beta1 on 1.20
     nodes, _ = _layout(control_plane, core, apps)
-    policy.create_namespaced_pod_disruption_budget(
-        NS,
+    where = ("policy", "v1beta1", NS, "poddisruptionbudgets")
+    pdbs.create_namespaced_custom_object(
+        *where,
         {
+            "apiVersion": "policy/v1beta1",
+            "kind": "PodDisruptionBudget",
             "metadata": {"name": "fillers"},
             "spec": {"minAvailable": 4, "selector": {"matchLabels": {"tier": "filler"}}},
         },
     )
     control_plane.wait_for(
         lambda: (
-            json.loads(
-                policy.read_namespaced_pod_disruption_budget(
-                    "fillers", NS, _preload_content=False
-                ).data
-            )
-            .get("status", {})
-            .get("observedGeneration")
+            "observedGeneration"
+            in (pdbs.get_namespaced_custom_object(*where, "fillers").get("status") or {})
         ),
         message="the disruption controller read the budget",
     )
@@ -241,7 +231,7 @@ def test_a_pdb_at_its_limit_stops_the_plan(control_plane, cluster):
     assert "no movable pods" in report["skipped"][f"{NS}/big"]
     assert not [p for p in _pods(core) if p["metadata"].get("deletionTimestamp")]
     assert not _raw(core, "big")["status"].get("nominatedNodeName")
-    policy.delete_namespaced_pod_disruption_budget("fillers", NS)
+    pdbs.delete_namespaced_custom_object(*where, "fillers")
     _clean(control_plane, core, apps, nodes)
 
 
