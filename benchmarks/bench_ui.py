@@ -1,0 +1,132 @@
+"""The web view at 1000 nodes x 8 GPUs: page weight, and the time to first render in
+headless Chromium (Debian's package) against an empty cluster's page in the same run.
+
+The page is built once from a synthetic cluster (``workload.preload``: about half of
+every GPU's memory and compute held by 1-GPU pods, plus pending pods that fit nowhere)
+and served by the web view's own app and server; Chromium (DevTools protocol,
+``tests/browser.py``) opens it and reads the ``hami-painted`` mark the page's script
+sets two animation frames after it drew the data: milliseconds from navigation start
+to the first frame with every node, GPU and bar. Median of 3 loads each.
+
+    .venv/bin/python benchmarks/bench_ui.py [--quick] [--nodes N]
+
+The last line is the headline: render time at N nodes and the empty page's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from workload import node_object, pod_object, preload  # noqa: E402
+
+from hami_core.cluster.memory import MemoryCluster  # noqa: E402
+from hami_core.defrag.sources import DefragInput  # noqa: E402
+from hami_core.plugin import BackendManager  # noqa: E402
+from hami_core.servers.keepalive import KeepAliveServer  # noqa: E402
+from hami_core.ui.access import Gate  # noqa: E402
+from hami_core.ui.app import ASSETS, make_app, read_asset  # noqa: E402
+from hami_core.ui.page import build_page  # noqa: E402
+from tests.browser import Browser  # noqa: E402
+
+PENDING = 20
+
+
+def cluster(nodes: int) -> DefragInput:
+    """``nodes`` nodes of 8 GPUs about half allocated, and ``PENDING`` pods too large."""
+    store = MemoryCluster()
+    names = [f"node-{i:05}" for i in range(nodes)]
+    for n in names:
+        store.add_node(node_object(n))
+    for p in preload(names, fill=0.5, seed=1):
+        store.add_pod(p)
+    rng = random.Random(3)
+    pending = [
+        pod_object(
+            f"waiting-{i}",
+            {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(90000 + rng.randrange(1000))},
+            namespace=f"team-{i % 5}",
+        )
+        for i in range(PENDING if nodes else 0)
+    ]
+    return DefragInput(cluster=store, pending=tuple(pending))
+
+
+def serve(page: dict) -> tuple[KeepAliveServer, str]:
+    server = KeepAliveServer(
+        make_app(lambda: page, Gate(require_token=False, reviews=None)),
+        host="127.0.0.1",
+        port=0,
+    )
+    threading.Thread(target=server.run, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.port}/"
+
+
+def painted_ms(browser: Browser, url: str) -> float:
+    browser.open(url)
+    browser.wait("document.body.dataset.painted", timeout_s=120)
+    return float(browser.eval("performance.getEntriesByName('hami-painted')[0].startTime"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="100 nodes")
+    parser.add_argument("--nodes", type=int, default=None)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    nodes = args.nodes or (100 if args.quick else 1000)
+    manager = BackendManager.from_entry_points()
+    t0 = time.perf_counter()
+    full = build_page(cluster(nodes), manager, refresh_s=3600)
+    build_s = time.perf_counter() - t0
+    empty = build_page(cluster(0), manager, refresh_s=3600)
+    data = json.dumps(full, separators=(",", ":")).encode()
+    assets = sum(len(read_asset(name)) for name, _ in ASSETS.values())
+    gpus = sum(len(n["gpus"]) for n in full["nodes"])
+    servers = [serve(full), serve(empty)]
+    try:
+        with Browser(width=1280, height=900, timeout_s=120) as b:
+            painted_ms(b, servers[1][1])  # warm the browser's caches once
+            times: dict[str, list[float]] = {"full": [], "empty": []}
+            for _ in range(args.runs):
+                times["empty"].append(painted_ms(b, servers[1][1]))
+                times["full"].append(painted_ms(b, servers[0][1]))
+            shown = b.eval("document.querySelectorAll('.gpu').length")
+    finally:
+        for server, _ in servers:
+            server.close()
+    assert shown == gpus, f"the page drew {shown} GPUs of {gpus}"
+    med = {k: statistics.median(v) for k, v in times.items()}
+    load = os.getloadavg()[0]
+    print(
+        f"cluster: {nodes} nodes, {gpus} GPUs, {sum(len(g['slices']) for n in full['nodes'] for g in n['gpus'])} slices, {PENDING if nodes else 0} pending; load {load:.2f}"
+    )
+    print(f"page built on the server in {build_s:.2f} s (once per refresh, for every viewer)")
+    print(
+        f"page weight: assets {assets / 1024:.1f} KiB; data {len(data) / 1024:.0f} KiB, gzip {len(gzip.compress(data, 5)) / 1024:.0f} KiB"
+    )
+    for k in ("empty", "full"):
+        print(
+            f"{k:5} page: painted at {med[k]:.0f} ms (runs {', '.join(f'{t:.0f}' for t in times[k])})"
+        )
+    print(
+        f"headline: first render at {nodes} nodes x 8 GPUs {med['full']:.0f} ms, "
+        f"empty page {med['empty']:.0f} ms, difference {med['full'] - med['empty']:.0f} ms "
+        f"(target <= 1000 ms)"
+    )
+
+
+if __name__ == "__main__":
+    main()
