@@ -47,7 +47,7 @@ test: lint typecheck layers pytest
 # prints a table whose last line is its headline ratio. The real-pipeline and Allocate
 # runs need the Kubernetes binaries (built once by scripts/kube-build.sh); the packing
 # run needs HiGHS (highspy, from PyPI). `make bench-quick` runs smaller sizes.
-BENCHES := bench_filter bench_rss bench_allocate bench_packing bench_preemption bench_pipeline bench_gang bench_defrag bench_explain
+BENCHES := bench_filter bench_rss bench_allocate bench_packing bench_preemption bench_pipeline bench_gang bench_defrag bench_explain bench_ui
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet 'highspy>=1.7'
 	scripts/kube-build.sh

@@ -74,10 +74,15 @@ def serve(page: dict) -> tuple[KeepAliveServer, str]:
     return server, f"http://127.0.0.1:{server.port}/"
 
 
-def painted_ms(browser: Browser, url: str) -> float:
+def marks_ms(browser: Browser, url: str) -> tuple[float, float]:
+    """Milliseconds from navigation start to the first frame with data (the first
+    screenful of nodes), and to the frame with every node drawn."""
     browser.open(url)
-    browser.wait("document.body.dataset.painted", timeout_s=120)
-    return float(browser.eval("performance.getEntriesByName('hami-painted')[0].startTime"))
+    browser.wait("document.body.dataset.complete", timeout_s=300)
+    return (
+        float(browser.eval("performance.getEntriesByName('hami-painted')[0].startTime")),
+        float(browser.eval("performance.getEntriesByName('hami-complete')[0].startTime")),
+    )
 
 
 def main() -> None:
@@ -97,34 +102,39 @@ def main() -> None:
     gpus = sum(len(n["gpus"]) for n in full["nodes"])
     servers = [serve(full), serve(empty)]
     try:
-        with Browser(width=1280, height=900, timeout_s=120) as b:
-            painted_ms(b, servers[1][1])  # warm the browser's caches once
-            times: dict[str, list[float]] = {"full": [], "empty": []}
+        with Browser(width=1280, height=900, timeout_s=300) as b:
+            marks_ms(b, servers[1][1])  # warm the browser's caches once
+            times: dict[str, list[tuple[float, float]]] = {"full": [], "empty": []}
             for _ in range(args.runs):
-                times["empty"].append(painted_ms(b, servers[1][1]))
-                times["full"].append(painted_ms(b, servers[0][1]))
+                times["empty"].append(marks_ms(b, servers[1][1]))
+                times["full"].append(marks_ms(b, servers[0][1]))
             shown = b.eval("document.querySelectorAll('.gpu').length")
     finally:
         for server, _ in servers:
             server.close()
     assert shown == gpus, f"the page drew {shown} GPUs of {gpus}"
-    med = {k: statistics.median(v) for k, v in times.items()}
-    load = os.getloadavg()[0]
+    first = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
+    whole = {k: statistics.median(t[1] for t in v) for k, v in times.items()}
+    slices = sum(len(g["slices"]) for n in full["nodes"] for g in n["gpus"])
     print(
-        f"cluster: {nodes} nodes, {gpus} GPUs, {sum(len(g['slices']) for n in full['nodes'] for g in n['gpus'])} slices, {PENDING if nodes else 0} pending; load {load:.2f}"
+        f"cluster: {nodes} nodes, {gpus} GPUs, {slices} slices, {len(full['pending'])} "
+        f"pending; load {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)"
     )
-    print(f"page built on the server in {build_s:.2f} s (once per refresh, for every viewer)")
+    print(f"page built on the server in {build_s:.1f} s (in the background, once per refresh)")
     print(
-        f"page weight: assets {assets / 1024:.1f} KiB; data {len(data) / 1024:.0f} KiB, gzip {len(gzip.compress(data, 5)) / 1024:.0f} KiB"
+        f"page weight: assets {assets / 1024:.1f} KiB; data {len(data) / 1024:.0f} KiB, "
+        f"gzip {len(gzip.compress(data, 5)) / 1024:.0f} KiB"
     )
     for k in ("empty", "full"):
+        runs = ", ".join(f"{a:.0f}/{b:.0f}" for a, b in times[k])
         print(
-            f"{k:5} page: painted at {med[k]:.0f} ms (runs {', '.join(f'{t:.0f}' for t in times[k])})"
+            f"{k:5} page: first render {first[k]:.0f} ms, all nodes drawn {whole[k]:.0f} ms "
+            f"(median of {args.runs}; runs first/all {runs})"
         )
     print(
-        f"headline: first render at {nodes} nodes x 8 GPUs {med['full']:.0f} ms, "
-        f"empty page {med['empty']:.0f} ms, difference {med['full'] - med['empty']:.0f} ms "
-        f"(target <= 1000 ms)"
+        f"headline: first render at {nodes} nodes x 8 GPUs {first['full']:.0f} ms "
+        f"(empty page {first['empty']:.0f} ms, +{first['full'] - first['empty']:.0f} ms; "
+        f"target <= 1000 ms); every node drawn at {whole['full']:.0f} ms"
     )
 
 

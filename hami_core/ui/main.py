@@ -71,7 +71,28 @@ def page_builder(o: UiOptions, manager: BackendManager) -> Callable[[], dict[str
     return build
 
 
-def make_server(o: UiOptions, manager: BackendManager) -> Server:
+class UiServer:
+    """The HTTP server and the page's background reader, closed together."""
+
+    def __init__(self, server: Server, cache: PageCache) -> None:
+        self._server, self._cache = server, cache
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port."""
+        return self._server.port
+
+    def run(self) -> None:
+        """Serve until ``close()`` (blocks)."""
+        self._server.run()
+
+    def close(self) -> None:
+        """Stop serving and reading the cluster."""
+        self._cache.close()
+        self._server.close()
+
+
+def make_server(o: UiOptions, manager: BackendManager) -> UiServer:
     """The bound, not yet serving, server of ``o``.
 
     Raises:
@@ -87,13 +108,14 @@ def make_server(o: UiOptions, manager: BackendManager) -> Server:
     if o.tls_cert_file and o.tls_private_key_file:
         from hami_core.servers.https import make_https_server
 
-        return make_https_server(
+        https = make_https_server(
             app,
             host=o.address,
             port=o.port,
             cert_file=o.tls_cert_file,
             key_file=o.tls_private_key_file,
         )
+        return UiServer(https, cache)
     from hami_core.servers.keepalive import KeepAliveServer
 
     if require:
@@ -102,7 +124,8 @@ def make_server(o: UiOptions, manager: BackendManager) -> Server:
             "(give --tls-cert-file and --tls-private-key-file)",
             o.address,
         )
-    return KeepAliveServer(app, host=o.address, port=o.port, max_connections=32, timeout_s=30.0)
+    plain = KeepAliveServer(app, host=o.address, port=o.port, max_connections=32, timeout_s=30.0)
+    return UiServer(plain, cache)
 
 
 def run_ui(o: UiOptions, manager: BackendManager, *, ready: threading.Event | None = None) -> None:

@@ -20,7 +20,8 @@ Shape (memory in MiB; compute in the ``coresUnit`` beside it, percent for most v
      "namespaces": [{"name": str, "pods": int, "pending": int,
                      "quota": [{"quota", "key", "used", "hard"}]}],
      "pending": [{"pod", "namespace", "name", "reason", "request", "quota"}],
-     "pendingLeftOut": int}     # pending pods past the limit, not explained this time
+     "pendingLeftOut": int,     # pending pods past the limit, not explained this time
+     "problem": str}            # only when the last reading failed: this page is older
 """
 
 from __future__ import annotations

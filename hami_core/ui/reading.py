@@ -89,33 +89,73 @@ def from_file(path: str | Path, manager: BackendManager) -> Callable[[], Reading
 
 
 class PageCache:
-    """The page of the last reading, rebuilt when older than ``refresh_s``; one rebuild
-    at a time (viewers arriving meanwhile wait for it). A failed rebuild keeps nothing:
-    the next request tries again, and each viewer is told the error."""
+    """The page of the last reading, rebuilt in a background thread ``refresh_s`` after
+    the previous rebuild ended (a reading of a large cluster can take longer than the
+    refresh: viewers are served the last page meanwhile, never kept waiting for a new
+    one). Until the first page is built a request waits for it, up to ``first_wait_s``.
+    A failed rebuild keeps the last page, marked with the problem (``"problem"``)."""
 
-    def __init__(self, build: Callable[[], dict[str, Any]], *, refresh_s: float) -> None:
+    def __init__(
+        self,
+        build: Callable[[], dict[str, Any]],
+        *,
+        refresh_s: float,
+        first_wait_s: float = 60.0,
+    ) -> None:
         """``build``: makes the page (``page.build_page`` over a fresh reading); may raise
-        ``HamiError``."""
+        ``HamiError``. Nothing is read before the first ``get``."""
         self._build = build
         self._refresh_s = refresh_s
+        self._first_wait_s = first_wait_s
         self._lock = threading.Lock()
+        self._ready = threading.Event()
         self._page: dict[str, Any] | None = None
-        self._at = 0.0
+        self._problem: str | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def get(self) -> dict[str, Any]:
-        """The page, at most ``refresh_s`` old.
+        """The last page built.
 
         Raises:
-            HamiError: the rebuild failed (the API server unreachable, a bad file).
+            HamiError: no page yet, and the first rebuild failed or is still running
+                after ``first_wait_s`` (the message says which).
         """
         with self._lock:
-            if self._page is None or time.monotonic() - self._at >= self._refresh_s:
-                started = time.monotonic()
-                try:
-                    self._page = self._build()
-                except HamiError:
-                    self._page = None
-                    raise
-                self._at = time.monotonic()
-                log.debug("page rebuilt in %.3f s", self._at - started)
-            return self._page
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="hami-ui-reader", daemon=True
+                )
+                self._thread.start()
+        self._ready.wait(self._first_wait_s)
+        with self._lock:
+            page, problem = self._page, self._problem
+        if page is None:
+            raise HamiError(problem or "the first reading of the cluster is still running")
+        if problem is not None:
+            return {**page, "problem": problem}
+        return page
+
+    def close(self) -> None:
+        """Stop rebuilding (the thread ends after the rebuild in flight)."""
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                page = self._build()
+            except HamiError as exc:
+                log.warning("cannot read the cluster: %s", exc)
+                with self._lock:
+                    self._problem = str(exc)
+            except Exception as exc:  # a bug must not end the rebuilds: say it, go on
+                log.exception("building the page failed")
+                with self._lock:
+                    self._problem = f"building the page failed: {type(exc).__name__}"
+            else:
+                with self._lock:
+                    self._page, self._problem = page, None
+                log.debug("page rebuilt in %.3f s", time.monotonic() - started)
+            self._ready.set()
+            self._stop.wait(self._refresh_s)

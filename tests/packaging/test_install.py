@@ -73,6 +73,15 @@ def test_core_and_nvidia_from_their_sdists(dists: Dists, index: Index, make_venv
     assert report["summary"]["placed"] == 19 and report["summary"]["unschedulable"] == 1
     assert report["warnings"] == []
 
+    # The web view's page, script and style are package data (hami ui fetches nothing
+    # from elsewhere), in the wheel pip built from the sdist and in the one built here.
+    for name in ("index.html", "ui.js", "ui.css"):
+        assert (site / "hami_core" / "ui" / "static" / name).is_file(), name
+    with zipfile.ZipFile(dists.wheel["hami-core"]) as zf:
+        assert {f"hami_core/ui/static/{n}" for n in ("index.html", "ui.js", "ui.css")} <= set(
+            zf.namelist()
+        )
+
     # libvgpu.so was compiled by pip from the sdist: an ELF of this machine, stripped.
     shim = venv.hami("nvidia", "shim-path")
     assert shim.returncode == 0, shim.stderr

@@ -196,3 +196,95 @@ def test_api_server_unreachable_is_503_not_a_crash(tmp_path):
 )
 def test_a_token_is_required_off_loopback(address, loopback):
     assert is_loopback(address) is loopback
+
+
+def test_a_slow_or_failing_reading_never_holds_a_viewer():
+    """The page is rebuilt in the background: a rebuild slower than the refresh serves
+    the last page meanwhile, and a failed one keeps it, marked with the problem."""
+    import time
+
+    from hami_core.errors import HamiError
+
+    calls = {"n": 0}
+    gate = threading.Event()
+
+    def build() -> dict:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            gate.wait(10)  # the second reading is slow
+        if calls["n"] == 3:
+            raise HamiError("list pods: the API server is unreachable")
+        return {"n": calls["n"]}
+
+    cache = PageCache(build, refresh_s=0.01)
+    try:
+        assert cache.get() == {"n": 1}
+        started = time.monotonic()
+        assert cache.get() == {"n": 1}  # the second reading is still running
+        assert time.monotonic() - started < 1
+        gate.set()
+        deadline = time.monotonic() + 10
+        while "problem" not in cache.get() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        page = cache.get()
+        assert page["n"] == 2 and "unreachable" in page["problem"]
+    finally:
+        cache.close()
+        gate.set()
+
+
+def test_no_first_page_is_503_with_the_reason(tmp_path):
+    from hami_core.errors import HamiError
+
+    def build() -> dict:
+        raise HamiError("list nodes: the API server is unreachable")
+
+    cache = PageCache(build, refresh_s=60)
+    server = KeepAliveServer(
+        make_app(cache.get, Gate(require_token=False, reviews=None)), host="127.0.0.1", port=0
+    )
+    threading.Thread(target=server.run, daemon=True).start()
+    try:
+        status, _, body = request(server.port, "GET", "/api/view")
+        assert status == 503 and "unreachable" in json.loads(body)["error"]
+    finally:
+        server.close()
+        cache.close()
+
+
+def test_tls_serves_https_and_a_lone_certificate_is_refused(tmp_path):
+    import ssl
+    import urllib.request
+
+    from hami_core.errors import ConfigError
+    from hami_core.servers.certs import generate_bundle
+    from hami_core.ui.main import make_server
+
+    bundle = generate_bundle(dns_names=["localhost"], ip_addresses=["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(bundle.cert_pem)
+    (tmp_path / "tls.key").write_bytes(bundle.key_pem)
+    (tmp_path / "ca.crt").write_bytes(bundle.ca_pem)
+    snap = write_snapshot(tmp_path / "snap.json")
+    with pytest.raises(ConfigError, match="--tls-private-key-file"):
+        make_server(
+            UiOptions(snapshot=str(snap), port=0, tls_cert_file=str(tmp_path / "tls.crt")),
+            make_manager(None),
+        )
+    server = make_server(
+        UiOptions(
+            snapshot=str(snap),
+            port=0,
+            tls_cert_file=str(tmp_path / "tls.crt"),
+            tls_private_key_file=str(tmp_path / "tls.key"),
+        ),
+        make_manager(None),
+    )
+    threading.Thread(target=server.run, daemon=True).start()
+    try:
+        ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{server.port}/api/view", context=ctx, timeout=30
+        ) as r:
+            assert r.status == 200 and json.loads(r.read())["schema"] == "hami.ui/v1"
+    finally:
+        server.close()

@@ -4,6 +4,9 @@
 (function () {
   const KEY = 'hami-ui-token';
   let timer = null;
+  let generation = 0;
+  const FIRST = 24;   // node cards drawn before the first paint (more than a screenful)
+  const CHUNK = 100;  // node cards drawn per turn after it
 
   function token() {
     const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
@@ -159,23 +162,46 @@
 
     const nodes = section('Nodes', 'nodes');
     const grid = el('div', 'nodes');
-    for (const n of d.nodes) {
-      const card = el('article', 'node');
-      card.dataset.node = n.name;
-      card.appendChild(el('h3', null, n.name));
-      for (const [vendor, why] of Object.entries(n.unregistered)) card.appendChild(el('p', 'problem', vendor + ': ' + why));
-      for (const g of n.gpus) card.appendChild(gpuBox(g));
-      grid.appendChild(card);
-    }
     nodes.appendChild(grid);
     view.appendChild(nodes);
-    document.getElementById('view').replaceChildren(...view.childNodes);
-    status('updated ' + new Date(d.generated).toLocaleTimeString() + ' · every ' + d.refreshSeconds + ' s');
-    if (!document.body.dataset.rendered) {
+    // Drawn in chunks: the first screenful at once, the rest between frames, so a
+    // cluster of thousands of GPUs shows at once and the tab never freezes. A refresh
+    // is drawn aside and swapped in whole: no flicker.
+    const gen = ++generation;
+    const first = !document.body.dataset.rendered;
+    const target = document.getElementById('view');
+    let i = 0;
+    const chunk = n => {
+      const end = Math.min(d.nodes.length, i + n);
+      for (; i < end; i++) grid.appendChild(nodeCard(d.nodes[i]));
+    };
+    const when = new Date(d.generated).toLocaleTimeString();
+    status((d.problem ? 'stale (' + d.problem + '), ' : '') + 'updated ' + when + ' · every ' + d.refreshSeconds + ' s', Boolean(d.problem));
+    if (first) {
+      chunk(FIRST);
+      target.replaceChildren(...view.childNodes);
       performance.mark('hami-rendered');
-      requestAnimationFrame(() => requestAnimationFrame(() => { performance.mark('hami-painted'); document.body.dataset.painted = '1'; }));
+      afterPaint(() => { performance.mark('hami-painted'); document.body.dataset.painted = '1'; });
     }
-    document.body.dataset.rendered = String(Number(document.body.dataset.rendered || 0) + 1);
+    const more = () => {
+      if (gen !== generation) return;  // a newer answer is being drawn
+      if (i < d.nodes.length) { chunk(CHUNK); setTimeout(more, 0); return; }
+      if (!first) target.replaceChildren(...view.childNodes);
+      afterPaint(() => { performance.mark('hami-complete'); document.body.dataset.complete = '1'; });
+      document.body.dataset.rendered = String(Number(document.body.dataset.rendered || 0) + 1);
+    };
+    more();
+  }
+
+  function afterPaint(f) { requestAnimationFrame(() => requestAnimationFrame(f)); }
+
+  function nodeCard(n) {
+    const card = el('article', 'node');
+    card.dataset.node = n.name;
+    card.appendChild(el('h3', null, n.name));
+    for (const [vendor, why] of Object.entries(n.unregistered)) card.appendChild(el('p', 'problem', vendor + ': ' + why));
+    for (const g of n.gpus) card.appendChild(gpuBox(g));
+    return card;
   }
 
   function showLogin(message) {
