@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from importlib import resources
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from hami_core.errors import HamiError
 from hami_core.protocol.documents import shown_text
 
-from .access import Gate, Refused
+from .access import Gate, Refused, Viewer
 from .page import for_viewer, page_namespaces
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ def make_app(page: Callable[[], dict[str, Any]], gate: Gate) -> Callable[..., It
         gate: decides each request's viewer.
     """
     assets = {path: (read_asset(name), kind) for path, (name, kind) in ASSETS.items()}
+    encoded = _Encoded()
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "")
@@ -83,9 +85,40 @@ def make_app(page: Callable[[], dict[str, Any]], gate: Gate) -> Callable[..., It
         if path in assets:
             body, kind = assets[path]
             return _answer(start_response, method, 200, body, kind)
-        return _view(environ, start_response, method, page, gate)
+        return _view(environ, start_response, method, page, gate, encoded)
 
     return app
+
+
+class _Encoded:
+    """The answers of the last page, by viewer (user, namespaces): JSON and its gzip.
+    At a thousand nodes the page is megabytes; encoding it again for every poll of
+    every viewer would cost more than drawing it."""
+
+    MAX = 256
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._page: object = None
+        self._answers: dict[tuple[str | None, frozenset[str] | None], tuple[bytes, bytes]] = {}
+
+    def get(self, full: dict[str, Any], viewer: Viewer) -> tuple[bytes, bytes]:
+        key = (viewer.user.name if viewer.user else None, viewer.namespaces)
+        with self._lock:
+            if self._page is not full:
+                self._page, self._answers = full, {}
+            hit = self._answers.get(key)
+        if hit is not None:
+            return hit
+        shown = for_viewer(full, user=key[0], namespaces=viewer.namespaces)
+        body = json.dumps(shown, separators=(",", ":")).encode()
+        answer = (body, gzip.compress(body, compresslevel=5))
+        with self._lock:
+            if self._page is full:
+                if len(self._answers) >= self.MAX:
+                    self._answers.clear()
+                self._answers[key] = answer
+        return answer
 
 
 def _view(
@@ -94,6 +127,7 @@ def _view(
     method: str,
     page: Callable[[], dict[str, Any]],
     gate: Gate,
+    encoded: _Encoded,
 ) -> Iterable[bytes]:
     try:
         full = page()
@@ -104,15 +138,10 @@ def _view(
     except HamiError as exc:
         log.warning("cannot build the page: %s", exc)
         return _json(start_response, method, 503, {"error": shown_text(str(exc), 500)})
-    shown = for_viewer(
-        full,
-        user=viewer.user.name if viewer.user else None,
-        namespaces=viewer.namespaces,
-    )
-    body = json.dumps(shown, separators=(",", ":")).encode()
+    body, zipped = encoded.get(full, viewer)
     headers = [("Vary", "Authorization, Accept-Encoding")]
-    if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", "") and len(body) > 1024:
-        body = gzip.compress(body, compresslevel=5)
+    if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
+        body = zipped
         headers.append(("Content-Encoding", "gzip"))
     return _answer(start_response, method, 200, body, "application/json", headers)
 

@@ -132,13 +132,17 @@ class PageCache:
             page, problem = self._page, self._problem
         if page is None:
             raise HamiError(problem or "the first reading of the cluster is still running")
-        if problem is not None:
-            return {**page, "problem": problem}
         return page
 
     def close(self) -> None:
         """Stop rebuilding (the thread ends after the rebuild in flight)."""
         self._stop.set()
+
+    def _mark(self) -> None:
+        """The last page, marked with the problem (a new object: answers encoded for
+        the unmarked one are not reused); the caller holds the lock."""
+        if self._page is not None:
+            self._page = {**self._page, "problem": self._problem}
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -149,10 +153,12 @@ class PageCache:
                 log.warning("cannot read the cluster: %s", exc)
                 with self._lock:
                     self._problem = str(exc)
+                    self._mark()
             except Exception as exc:  # a bug must not end the rebuilds: say it, go on
                 log.exception("building the page failed")
                 with self._lock:
                     self._problem = f"building the page failed: {type(exc).__name__}"
+                    self._mark()
             else:
                 with self._lock:
                     self._page, self._problem = page, None
