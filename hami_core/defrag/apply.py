@@ -33,6 +33,7 @@ import attrs
 
 from hami_core.cluster.eviction import Evicted, Evictions, evict_victim
 from hami_core.errors import ConflictError, InvalidInputError
+from hami_core.facts.priority import group_member
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.bind import EventSink
 
@@ -194,7 +195,9 @@ class Applier:
         for uid in [u for u in targets if u not in pending]:
             del targets[uid]  # bound or gone
         for uid, pod in pending.items():
-            if uid in targets and uid not in state.plans and _nominated(pod):
+            if uid in targets and group_member(pod):
+                skipped[targets.pop(uid)] = "a gang member: groups are not consolidated for"
+            elif uid in targets and uid not in state.plans and _nominated(pod):
                 skipped[targets.pop(uid)] = "preemption holds room for it"
         if not targets:
             return "no target needs a move"
@@ -218,6 +221,8 @@ class Applier:
             return "" if targets and left > 0 else "eviction budget spent"
         move = outcome.moves[0]
         victim = originals[move.pod]
+        if not self.is_leader():  # asked again right before the writes
+            return "not the leader"
         record = self._nominate_target(state, target, outcome)
         how = self._evict(victim)
         steps.append(Step(move=move, result=how.value))

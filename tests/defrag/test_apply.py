@@ -316,3 +316,21 @@ def test_limits_are_validated():
         ApplyLimits(max_evictions=-1)
     with pytest.raises(InvalidInputError, match="budget_wait_s"):
         ApplyLimits(budget_wait_s=-1)
+
+
+def test_a_gang_member_is_not_consolidated_for(mgr):
+    member = pending("member", annotations={"scheduling.k8s.io/group-name": "job"})
+    lv = live(halves(), [member])
+    report = applier(mgr, lv).run()
+    assert report.evicted == 0 and lv.evictions.asked == []
+    assert report.skipped == {"default/member": "a gang member: groups are not consolidated for"}
+
+
+def test_leadership_lost_before_the_writes_writes_nothing(mgr):
+    lv = live(halves(), [pending("big")])
+    asked = iter([True, False])  # the round starts as leader, loses it before writing
+    a = applier(mgr, lv)
+    a.is_leader = lambda: next(asked, False)
+    report = a.run()
+    assert report.stopped == "not the leader" and lv.evictions.nominations == []
+    assert lv.evictions.asked == []

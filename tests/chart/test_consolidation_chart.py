@@ -1,0 +1,64 @@
+"""The chart's switch for continuous consolidation (docs/consolidation.md): off by default
+(no flag, no extra RBAC); on, the extender gets the flags, its ledger in the release's
+namespace, and the planner's reads (Jobs, namespaces) and the ledger ConfigMap by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from hami_core.servers.options import SchedulerOptions
+from tests.chart.helm import container, find, render
+
+helm_python = pytest.importorskip("helm_python", reason="pip install -e '.[dev]' (helm-python-sdk)")
+
+
+def _extender(objs):
+    return container(find(objs, "Deployment", "hami-scheduler"), "extender")["command"]
+
+
+def _configmap_rules(objs):
+    role = find(objs, "Role", "hami-scheduler-signing")
+    return [r for r in role["rules"] if "configmaps" in r["resources"] and r.get("resourceNames")]
+
+
+def test_consolidation_is_off_by_default_with_no_extra_rights():
+    objs = render()
+    assert not [a for a in _extender(objs) if a.startswith("--consolidation")]
+    rules = find(objs, "ClusterRole", "hami-scheduler")["rules"]
+    assert not [r for r in rules if "jobs" in r["resources"] or "namespaces" in r["resources"]]
+    assert all("defrag" not in str(r) for r in _configmap_rules(objs))
+
+
+def test_consolidation_on_passes_its_settings_and_grants_only_what_it_uses():
+    objs = render(
+        {"scheduler": {"consolidation": {"enabled": True, "afterSeconds": 60, "maxEvictions": 2}}}
+    )
+    args = [a for a in _extender(objs) if a.startswith("--consolidation")]
+    assert args == [
+        "--consolidation",
+        "--consolidation-after=60",
+        "--consolidation-max-evictions=2",
+        "--consolidation-max-evictions-per-hour=20",
+        "--consolidation-ledger=hami-system/hami-scheduler-defrag-ledger",
+    ]
+    # every flag is one hami scheduler takes, with a value it accepts
+    SchedulerOptions(
+        consolidation=True,
+        consolidation_after_s=60,
+        consolidation_max_evictions=2,
+        consolidation_ledger="hami-system/hami-scheduler-defrag-ledger",
+    )
+    rules = find(objs, "ClusterRole", "hami-scheduler")["rules"]
+    assert {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list"]} in rules
+    assert {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]} in rules
+    assert {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": ["hami-scheduler-defrag-ledger"],
+        "verbs": ["get", "update"],
+    } in _configmap_rules(objs)
+
+
+def test_bad_consolidation_values_are_refused_by_the_schema():
+    with pytest.raises(helm_python.HelmError, match="maxEvictions"):
+        render({"scheduler": {"consolidation": {"enabled": True, "maxEvictions": 0}}})
