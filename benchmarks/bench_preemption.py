@@ -14,7 +14,7 @@ and the decision's time at 1000 nodes (docs/performance.md, issue 27).
 3. The decision's time (``choose_victims``, every node judged) at 1000 nodes x 8 GPUs,
    each GPU about half full of lower-priority slices, for preemptors of 5 shapes that
    fit nowhere: p50 / p99 over ``DECISIONS`` decisions with the nodes' profiles kept
-   (``openings.node_profile``: rebuilt only for a node that changed), and the first
+   (``nodebounds.node_profile``: rebuilt only for a node that changed), and the first
    decision, which builds every node's profile (target p99 <= 50 ms).
 
     .venv/bin/python benchmarks/bench_preemption.py [--quick]

@@ -19,12 +19,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from hami_core.facts.priority import pod_priority, terminating
 from hami_core.model import MIG_PROFILE_INFO, DeviceRequest, DeviceUsage
-
-from .state import ClusterState, NodeState
 
 #: Minimal opening sets kept per device (more: the search enumerates subsets).
 MAX_PER_DEVICE = 64
@@ -150,161 +146,9 @@ def _minimal(
     return tuple(found)
 
 
-#: One device in a node's profile: vendor, whether it may take a pod at all (healthy,
-#: not cordoned), free MiB, slots used, slots, in ``mig`` mode with several instances,
-#: and its holders as ``(priority, slots, MiB, leaving, pod key)``.
-DeviceProfile = tuple[str, bool, int, int, int, bool, tuple[tuple[int, int, int, bool, str], ...]]
-
-
-def node_profile(state: ClusterState, node: NodeState) -> tuple[DeviceProfile, ...]:
-    """Who holds what on each device of ``node``, kept on the node until it changes
-    (``NodeState.profile``): preemption's bound reads it for every node without
-    building anything per pod. Call under the state lock with ``node`` from
-    ``ClusterState.node``."""
-    if node.profile is not None:
-        return node.profile[0]  # type: ignore[no-any-return]
-    assert node.usage is not None
-    per: dict[str, list[tuple[int, int, int, bool, str]]] = {}
-    for key, held in node.pods.items():
-        pod = state.pod_object(key)
-        prio = pod_priority(pod) if pod is not None else _HELD
-        leaving = pod is not None and terminating(pod)
-        for uuid, charge in held.charges.items():
-            per.setdefault(uuid, []).append((prio, charge.count, charge.memory_mib, leaving, key))
-        for uuid in held.whole:
-            u = node.usage.get(uuid)
-            if u is not None:
-                per.setdefault(uuid, []).append(
-                    (prio, u.device.split_count, u.device.memory_mib, leaving, key)
-                )
-    devices = tuple(
-        (
-            u.device.vendor,
-            u.device.healthy and not u.cordoned,
-            u.free_memory_mib,
-            u.used_count,
-            u.device.split_count,
-            u.device.mode == "mig" and u.device.split_count > 1,
-            tuple(per.get(uuid, ())),
-        )
-        for uuid, u in node.usage.items()
-    )
-    node.profile = (devices, {})
-    return devices
-
-
-def node_bound(
-    state: ClusterState, node: NodeState, requests: Sequence[DeviceRequest], mine: int
-) -> tuple[int, int, int] | None:
-    """``quick_bound`` over the node's profile, remembered with it (a pod retried, or
-    pods of one shape and priority, ask again until the node changes)."""
-    devices = node_profile(state, node)
-    memo: dict[Any, Any] = node.profile[1]
-    key = (tuple(requests), mine)
-    if key not in memo:
-        if len(memo) >= 16:
-            memo.clear()
-        memo[key] = quick_bound(devices, requests, mine)
-    return memo[key]  # type: ignore[no-any-return]
-
-
-def quick_bound(
-    profile: Sequence[DeviceProfile], requests: Sequence[DeviceRequest], mine: int
-) -> tuple[int, int, int] | None:
-    """A lower bound on the best ``(victims, highest victim priority, sum of
-    priorities)`` a pod asking ``requests`` can get on a node by evicting holders of
-    priority below ``mine``; None when even evicting all of them cannot open enough
-    devices (the pre-filter's rule). Lower-priority holders already leaving count as
-    gone.
-
-    Per device, the bound of any set opening it: its fewest victims k, the lowest top
-    priority of a set opening it, the sum of its k lowest priorities. The pod's
-    ``count`` devices each need such a set, and their union's is at least each one's,
-    so each part of the node's bound is the ``count``-th smallest of the devices';
-    the number is also at least the ``count`` smallest k summed over the most devices
-    one victim holds."""
-    best = (0, _NO_VICTIM, 0)
-    for req in requests:
-        devices = [d for d in profile if d[0] == req.vendor]
-        sharing = bool(req.info(MIG_PROFILE_INFO)) or any(d[5] for d in devices)
-        need = req.memory_mib or 1
-        each: list[tuple[int, int, int]] = []
-        spans: dict[str, int] = {}  # victim -> devices of this vendor it holds
-        for _, usable, free, used, split, _, holders in devices:
-            mine_here: list[tuple[int, int, int]] = []
-            for prio, n, mib, leaving, key in holders:
-                if leaving and prio < mine:  # a lower pod evicted before: room coming
-                    free += mib
-                    used -= n
-                elif prio < mine:
-                    mine_here.append((prio, n, mib))
-                    spans[key] = spans.get(key, 0) + 1
-            if not usable:
-                continue
-            if sharing:
-                each.append((0, _NO_VICTIM, 0))
-                continue
-            mem_deficit, slot_deficit = need - free, used - split + 1
-            fewest = _fewest([m for _, _, m in mine_here], mem_deficit)
-            more = _fewest([n for _, n, _ in mine_here], slot_deficit)
-            if fewest is None or more is None:
-                continue
-            k = max(fewest, more)
-            top = _lowest_top(mine_here, mem_deficit, slot_deficit)
-            each.append((k, top, sum(sorted(p for p, _, _ in mine_here)[:k])))
-        wanted = 1 if sharing else req.count
-        if len(each) < wanted:
-            return None
-        ks = sorted(k for k, _, _ in each)
-        widest = max(spans.values(), default=1)
-        fewest_total = max(ks[wanted - 1], -(-sum(ks[:wanted]) // widest))
-        top = sorted(t for _, t, _ in each)[wanted - 1]
-        summed = sorted(x for _, _, x in each)[wanted - 1]
-        best = max(best, (fewest_total, top, summed))
-    return best
-
-
-def _lowest_top(holders: list[tuple[int, int, int]], mem_deficit: int, slot_deficit: int) -> int:
-    """The lowest priority p such that the holders (``(priority, slots, MiB)``) of
-    priority p or less free the deficits: no opening set's highest victim is below it
-    (the holders free them all: the caller checked)."""
-    if mem_deficit <= 0 and slot_deficit <= 0:
-        return _NO_VICTIM
-    mem = slots = 0
-    for prio, n, mib in sorted(holders):
-        mem += mib
-        slots += n
-        if mem >= mem_deficit and slots >= slot_deficit:
-            return prio
-    return _NO_VICTIM  # not reached
-
-
-def _fewest(amounts: list[int], deficit: int) -> int | None:
-    """The fewest of ``amounts`` summing to ``deficit`` or more (largest first), None
-    when all do not."""
-    if deficit <= 0:
-        return 0
-    total = 0
-    for n, amount in enumerate(sorted(amounts, reverse=True), 1):
-        total += amount
-        if total >= deficit:
-            return n
-    return None
-
-
-#: The "priority" of slices held for a pod not bound yet: above every pod's.
-_HELD = 2**31
-#: The highest victim priority of no victim at all: below every int32.
-_NO_VICTIM = -(2**31) - 1
-
-
 __all__ = [
     "MAX_PER_DEVICE",
     "MAX_STEPS",
-    "DeviceProfile",
     "Openings",
     "TooMany",
-    "node_bound",
-    "node_profile",
-    "quick_bound",
 ]

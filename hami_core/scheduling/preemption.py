@@ -21,8 +21,9 @@ fit, quota check and held slices the filter uses:
 
 The search is bounded per node by what the pre-filter knows (``state.prefilter_miss``'s
 rule: N open devices, each a free sharer slot and the memory): the fewest victims that
-can open enough devices, a lower bound; nodes are visited by their best possible
-answer and the search stops when no unvisited node can beat the best found. A node
+can open enough devices, a lower bound (``nodebounds``: a coarse one for every node, a
+per-device one for the nodes that come first); nodes are visited by their best
+possible answer and the search stops when no unvisited node can beat the best found. A node
 whose sets of one size exceed ``max_fits_per_node`` fits falls back to kube-scheduler's
 reprieve (every victim, then give back the highest priorities first while it still
 fits: a set without a useless victim, not always the smallest); ``Choice.exact`` says
@@ -48,7 +49,8 @@ from hami_core.protocol.pods import pod_ref
 
 from .cycle import PodCycle
 from .filtering import FilterEngine
-from .openings import Openings, TooMany, node_bound
+from .nodebounds import coarse_bound, node_bound
+from .openings import Openings, TooMany
 from .sources import CachedNodes
 from .state import ClusterState, NodeState
 
@@ -120,16 +122,24 @@ class Choice:
         reason: why none, or what the candidate frees (for events and ``--explain``).
         exact: False when a node's search fell back to the reprieve (see module doc).
         fits_tried: fits run, for the figures.
+        bounds: nodes whose per-device bound (``openings.node_bound``) was computed or
+            read, for the figures: the nodes that could still win after the cheap one.
     """
 
     candidate: Candidate | None
     reason: str
     exact: bool = True
     fits_tried: int = 0
+    bounds: int = 0
 
 
 def _priorities(combo: Sequence[Victim]) -> tuple[int, int]:
     return (max((v.priority for v in combo), default=_NONE), sum(v.priority for v in combo))
+
+
+@attrs.frozen
+class _Coarse:
+    node: NodeState  # a node ordered by ``coarse_bound`` alone so far
 
 
 @attrs.define
@@ -216,6 +226,7 @@ class _Search:
         self.budgets = budgets
         self.max_fits = max_fits_per_node
         self.fits = 0
+        self.bounds = 0
         self.visits = 0
         self.exact = True
         self._pdbs: dict[frozenset[str], Sequence[Mapping[str, Any]]] = {}
@@ -402,21 +413,21 @@ def choose_victims(
     with state.lock:
         source = CachedNodes(state, list(names), selector or {})
         now = engine.clock()
-        # Every node gets a cheap bound from its cached profile; a node is prepared
-        # (its victims, openings) when it comes first, then refined (the smallest
-        # unions and their priorities), then searched; none is once no node left can
-        # beat the best found.
+        # Every node gets the coarse bound of its cached profile; a node that comes
+        # first gets its per-device bound (``node_bound``), then is prepared (its
+        # victims, openings), then refined (the smallest unions and their priorities),
+        # then searched; none is once no node left can beat the best found.
         heap: list[tuple[tuple[float, int, int, int, str], int, Any]] = []
         for name in source.names:
             node = source.node(name, now)
             if isinstance(node, str):
                 continue
-            quick = node_bound(state, node, requests, mine)
-            if quick is None:
+            coarse = coarse_bound(state, node, requests, mine)
+            if coarse is None:
                 continue
-            k, top, summed = quick
+            k, top, summed = coarse
             key = (float(k), top if k else _NONE, summed, 0, name)
-            heap.append((key, len(heap), node))
+            heap.append((key, len(heap), _Coarse(node)))
         heapq.heapify(heap)
         seq = len(heap)
         best: Candidate | None = None
@@ -425,6 +436,15 @@ def choose_victims(
             search.visits += 1
             if best is not None and key >= best.rank():
                 break  # no node left can beat it
+            if isinstance(item, _Coarse):
+                quick = node_bound(state, item.node, requests, mine)
+                search.bounds += 1
+                if quick is not None:
+                    k, top, summed = quick
+                    sharper = (float(k), top if k else _NONE, summed, 0, item.node.name)
+                    heapq.heappush(heap, (max(key, sharper), seq, item.node))
+                    seq += 1
+                continue
             if isinstance(item, NodeState):
                 entry = _prepare(state, engine, cycle, item, mine=mine, vendors=vendors)
                 if entry is None:
@@ -444,12 +464,14 @@ def choose_victims(
             f"on any of {len(source.names)} node(s)",
             exact=search.exact,
             fits_tried=search.fits,
+            bounds=search.bounds,
         )
     return Choice(
         candidate=best,
         reason=describe_candidate(best),
         exact=search.exact,
         fits_tried=search.fits,
+        bounds=search.bounds,
     )
 
 
