@@ -49,7 +49,7 @@ from hami_core.protocol.pods import pod_ref
 
 from .cycle import PodCycle
 from .filtering import FilterEngine
-from .nodebounds import coarse_bound, node_bound
+from .nodebounds import coarse_asks, coarse_bound, node_bound, remembered_bound
 from .openings import Openings, TooMany
 from .sources import CachedNodes
 from .state import ClusterState, NodeState
@@ -418,11 +418,20 @@ def choose_victims(
         # victims, openings), then refined (the smallest unions and their priorities),
         # then searched; none is once no node left can beat the best found.
         heap: list[tuple[tuple[float, int, int, int, str], int, Any]] = []
+        asks = coarse_asks(requests)
         for name in source.names:
             node = source.node(name, now)
             if isinstance(node, str):
                 continue
-            coarse = coarse_bound(state, node, requests, mine)
+            known = remembered_bound(node, asks, mine)
+            if known is None:
+                continue  # no eviction opens enough devices there
+            if known is not False:  # asked before (a retried pod, a shape seen)
+                assert isinstance(known, tuple)
+                k, top, summed = known
+                heap.append(((float(k), top if k else _NONE, summed, 0, name), len(heap), node))
+                continue
+            coarse = coarse_bound(state, node, asks, mine)
             if coarse is None:
                 continue
             k, top, summed = coarse
@@ -437,12 +446,12 @@ def choose_victims(
             if best is not None and key >= best.rank():
                 break  # no node left can beat it
             if isinstance(item, _Coarse):
-                quick = node_bound(state, item.node, requests, mine)
+                quick = node_bound(state, item.node, requests, mine, asks=asks)
                 search.bounds += 1
                 if quick is not None:
                     k, top, summed = quick
-                    sharper = (float(k), top if k else _NONE, summed, 0, item.node.name)
-                    heapq.heappush(heap, (max(key, sharper), seq, item.node))
+                    per_device = (float(k), top if k else _NONE, summed, 0, item.node.name)
+                    heapq.heappush(heap, (max(key, per_device), seq, item.node))
                     seq += 1
                 continue
             if isinstance(item, NodeState):

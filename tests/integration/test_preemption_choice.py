@@ -289,6 +289,22 @@ def test_a_new_pod_shape_bounds_only_the_nodes_that_can_win():
         assert choice.bounds <= 3, f"{choice.bounds} node bounds computed for one decision"
 
 
+def test_negative_priorities_never_hide_the_node_that_wins_the_tie():
+    # PriorityClass values may be negative. Node a: one victim of priority -3 opens its
+    # first GPU (a single sharer slot), its second is free: rank (1, -3, -3, a). Node b:
+    # one victim holding both GPUs: (1, -3, -3, b). a wins on the name; a per-device
+    # bound that took a's free GPU's sum (0) as the node's once hid it behind b.
+    store, sched = _sched(
+        node("a", [gpu("GPU-a0", index=0, memory_mib=16000, split=1), gpu("GPU-a1", index=1)]),
+        node("b", [gpu("GPU-b0", index=0, memory_mib=16000), gpu("GPU-b1", index=1)]),
+    )
+    store.add_pod(holder("a0", "a", [("GPU-a0", 1000)], priority=-3))
+    store.add_pod(holder("b01", "b", [("GPU-b0", 16000), ("GPU-b1", 16000)], priority=-3))
+    choice = _choose(sched, wanting("p", gpus=2, mib=8000, priority=0))
+    assert choice.candidate is not None
+    assert (choice.candidate.node, [v.ref for v in choice.candidate.victims]) == ("a", ["low/a0"])
+
+
 def _brute_best_rank(sched, p):
     """kube-scheduler's best ``(victims, highest priority, sum, node)`` over every subset
     of lower-priority holders of every node (no PDBs here); None when none fits."""
