@@ -122,8 +122,8 @@ class Choice:
         reason: why none, or what the candidate frees (for events and ``--explain``).
         exact: False when a node's search fell back to the reprieve (see module doc).
         fits_tried: fits run, for the figures.
-        bounds: nodes whose per-device bound (``openings.node_bound``) was computed or
-            read, for the figures: the nodes that could still win after the cheap one.
+        bounds: nodes whose per-device bound (``nodebounds.node_bound``) was computed,
+            for the figures: the nodes that could still win after the coarse one.
     """
 
     candidate: Candidate | None

@@ -132,7 +132,7 @@ class NodeState:
     signature: int | None = None
     labels: tuple[str, ...] = ()
     signed: bool = False
-    #: Who holds what per device, for preemption's bound (``openings.node_profile``).
+    #: Who holds what per device, for preemption's bounds (``nodebounds.node_profile``).
     profile: Any = None
 
 
