@@ -9,7 +9,8 @@ waiting is queued once, with the latest nodes). A worker thread then, for each p
    re-reads the pod live; a pod gone, bound, not ours to judge or with
    ``preemptionPolicy: Never`` is left alone;
 2. leaves a pod alone while lower-priority pods on its nominated node are still being
-   deleted (kube-scheduler's ``PodEligibleToPreemptOthers``), and one that fits now;
+   deleted and their room is enough (kube-scheduler's ``PodEligibleToPreemptOthers``;
+   not enough: a leader died part-way, the rest is chosen now), and one that fits now;
 3. chooses victims (``preemption.choose_victims``) over the nodes kube-scheduler's own
    filters passed;
 4. nominates the pod to the chosen node (``status.nominatedNodeName``, as kube-scheduler
@@ -22,7 +23,7 @@ waiting is queued once, with the latest nodes). A worker thread then, for each p
 
 ``preempt_now`` runs steps 2-4 at once (``hami simulate``, tests); ``choose`` runs only
 step 3 (the ``preemptVerb`` answer). Only the leader acts (``is_leader``, asked again
-before any write).
+before the nomination and before each eviction: a deposed leader stops part-way).
 """
 
 from __future__ import annotations
@@ -269,7 +270,7 @@ class Preemptor:
         cycle = self.cycle_of(pod)
         if not cycle.request.wants_devices:
             return Outcome(result="not-eligible", message="asks no managed device")
-        if self._victims_leaving(pod):
+        if self._victims_leaving(pod) and self._room_coming(pod, cycle):
             return Outcome(result="waiting", message="victims on its nominated node still leaving")
         if self.fits(pod, names):
             return Outcome(result="fits", message="fits without preemption now")
@@ -291,6 +292,14 @@ class Preemptor:
             candidate.victims, key=lambda v: not pdb_violations([v.pod], budgets, spare=True)
         )
         for victim in order:
+            if not self.is_leader():  # deposed meanwhile: the new leader carries on
+                message = (
+                    f"not the leader any more: {len(evicted)} of {len(order)} victims "
+                    f"evicted ({text})"
+                )
+                return Outcome(
+                    result="not-eligible", message=message, node=candidate.node, evicted=evicted
+                )
             how = evict_victim(self.evictions, victim.pod)
             evicted[victim.ref] = how
             if how is Evicted.BLOCKED_BY_BUDGET:
@@ -336,6 +345,15 @@ class Preemptor:
                 obj is not None and terminating(obj) and pod_priority(obj) < mine
                 for obj, _, _ in state.holders(cached)
             )
+
+    def _room_coming(self, pod: Mapping[str, Any], cycle: PodCycle) -> bool:
+        """Whether the pod fits its nominated node once the lower-priority pods leaving
+        it are gone (``choose_victims`` counts them gone: no victim left to choose). Not
+        so when a leader died, or was deposed, part-way through the evictions: then the
+        rest are chosen and evicted now rather than waiting for room that never comes."""
+        node = nominated_node(pod) or str((pod.get("status") or {}).get("nominatedNodeName") or "")
+        choice = self._choose(cycle, [node])
+        return choice.candidate is not None and not choice.candidate.victims
 
     def _event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
         try:
