@@ -255,16 +255,29 @@ def top(nodes: tuple[str, ...], **opts: Any) -> None:
             store = view_.cluster_from_file(o.snapshot, manager)
         else:
             store = view_.cluster_from_api(o.kubeconfig)
-        usage = view_.usage_from_prometheus(o.prometheus) if o.prometheus else None
+        measured = view_.Measured()
+        if o.monitor:
+            measured = view_.from_monitors(o.monitor)
+        if o.prometheus:  # besides the monitors' figures, where they have none
+            prom = view_.from_prometheus(o.prometheus)
+            measured = view_.Measured(
+                devices={**prom.devices, **measured.devices},
+                pods={**prom.pods, **measured.pods},
+                source=measured.source or prom.source,
+                unreachable=(*measured.unreachable, *prom.unreachable),
+            )
         result = view_.build_view(
             store,
             manager,
-            usage=usage,
+            usage=measured.devices,
             nodes=nodes,
             selector=o.selector,
             vendor=o.vendor,
             namespace=o.namespace,
             sort_by=o.sort_by,
+            pod_usage=measured.pods,
+            usage_source=measured.source,
+            unreachable=measured.unreachable,
         )
         if o.output == "json":
             return view_.render_json(result)

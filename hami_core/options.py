@@ -43,7 +43,17 @@ class TopOptions:
         None,
         metavar="URL",
         help="Prometheus that scrapes `hami monitor`: adds memory in use and utilization "
-        "per device (NVML).",
+        "per device (NVML) and, with -o wide, per pod (the shim's figures); n/a with the "
+        "reason when it cannot be read.",
+    )
+    monitor: tuple[str, ...] = setting(
+        (),
+        multiple=True,
+        metavar="URL",
+        show_default="none",
+        help="A node monitor's metrics page to read the same figures from directly, e.g. "
+        "http://NODE:9394/metrics (repeatable; through kubectl port-forward or the "
+        "monitor's Service); one that cannot be read shows n/a with the reason.",
     )
     output: str = setting(
         "table",
@@ -53,8 +63,11 @@ class TopOptions:
     )
     sort_by: str = setting(
         "node",
+        flag=("--sort-by", "--sort"),
         choices=("node", "memory", "free", "cores", "used", "sharers"),
-        help="Order of devices and nodes; all but node largest first.",
+        help="Order of devices and nodes (and of -o wide's pods, by their devices): node "
+        "name, allocated memory, free memory, allocated compute, used memory, sharers; "
+        "all but node largest first.",
     )
     selector: Mapping[str, str] = setting(
         factory=dict,

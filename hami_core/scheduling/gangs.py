@@ -36,6 +36,7 @@ import attrs
 from hami_core.cluster.base import ClusterStore
 from hami_core.cluster.podgroups import PodGroupSpec
 from hami_core.errors import ConflictError, InvalidInputError
+from hami_core.facts.groups import group_name
 from hami_core.facts.holdings import HoldingsReader
 from hami_core.facts.podrequest import read_pod_request
 from hami_core.model import Allocation, ReasonCode
@@ -102,16 +103,11 @@ def group_of(pod: Mapping[str, Any], *, max_members: int = MAX_MEMBERS) -> Group
     Raises:
         InvalidInputError: a group name that is not a string, or a bad minimum.
     """
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {} if isinstance(meta, Mapping) else {}
-    ann = meta.get("annotations") or {} if isinstance(meta, Mapping) else {}
-    if not isinstance(labels, Mapping) or not isinstance(ann, Mapping):
-        return None  # a malformed pod: the cycle's shape check names the fault
-    name = labels.get(keys.POD_GROUP_LABEL) or ann.get(keys.VOLCANO_GROUP_NAME)
-    if not name:
+    name = group_name(pod)  # a malformed pod's metadata: None (the shape check names it)
+    if name is None:
         return None
-    if not isinstance(name, str):
-        raise InvalidInputError(f"pod {pod_ref(pod)}: the group name must be a string")
+    meta = pod.get("metadata") or {}
+    ann = meta.get("annotations") or {}
     raw = ann.get(keys.GANG_MIN_MEMBER)
     minimum: int | None = None
     if raw is not None:

@@ -39,7 +39,11 @@ def render_table(view: TopView, *, wide: bool = False) -> str:
     held) and the pods holding the device (the first two and a count).
 
     ``wide`` adds the device's UUID, its free memory, and every pod with its slice
-    (``ns/pod(20000MiB,30%)``, ``ns/pod(mig 1g.10gb)``).
+    (``ns/pod(20000MiB,30%)``, ``ns/pod(mig 1g.10gb)``), then a table of one row per pod
+    and device (``pod_rows``): priority (and PriorityClass), gang group, the slice's mode,
+    memory used of the limit and compute used of the limit, "n/a" where the monitors'
+    figures are not known, and under it why (none given, or each endpoint that could not
+    be read).
 
     Every name comes from the cluster or a file: cells are ``printable`` (no terminal
     escape sequence or bidirectional override reaches the terminal).
@@ -76,6 +80,11 @@ def render_table(view: TopView, *, wide: bool = False) -> str:
             row[-1:-1] = [f"{d.memory_free_mib} MiB"]
         rows.append(row)
     lines = _columns(rows)
+    if wide:
+        lines += ["", *_columns(pod_rows(view))]
+        if view.usage_source is None:
+            lines.append("usage: n/a (no --monitor or --prometheus given)")
+    lines += [f"usage: n/a from {why}" for why in view.unreachable]
     node_rows = [
         [
             "NODE",
@@ -112,8 +121,56 @@ def render_table(view: TopView, *, wide: bool = False) -> str:
     return "\n".join([*lines, "", *_columns(node_rows), "", printable(summary)]) + "\n"
 
 
+def pod_rows(view: TopView) -> list[list[str]]:
+    """The header and one row per pod and device, in the devices' order: ``POD NODE GPU
+    UUID PRIORITY GROUP MODE MEMORY USED/LIMIT COMPUTE USED/LIMIT``; priority as
+    ``1000 (high-priority)`` with its PriorityClass, memory as ``12288 of 40960 MiB``,
+    compute as ``12% of 50%`` in the vendor's unit (``-`` where it accounts none)."""
+    rows = [
+        [
+            "POD",
+            "NODE",
+            "GPU",
+            "UUID",
+            "PRIORITY",
+            "GROUP",
+            "MODE",
+            "MEMORY USED/LIMIT",
+            "COMPUTE USED/LIMIT",
+        ]
+    ]
+    for d in view.devices:
+        unit = d.unit
+        for s in d.slices:
+            priority = str(s.priority) + (f" ({s.priority_class})" if s.priority_class else "")
+            used = "n/a" if s.memory_used_mib is None else f"{s.memory_used_mib:.0f}"
+            limit = "whole" if s.whole else f"{s.memory_mib} MiB"
+            if not unit.accounted:
+                compute = "-"
+            else:
+                busy = "n/a" if s.utilization_pct is None else f"{s.utilization_pct:.0f}%"
+                share = "whole" if s.whole else unit.show(unit.amount(s.cores_pct))
+                compute = f"{busy} of {share}"
+            rows.append(
+                [
+                    s.pod,
+                    d.node,
+                    str(d.index),
+                    d.uuid,
+                    priority,
+                    s.group or "-",
+                    d.slice_mode(s),
+                    f"{used} of {limit}",
+                    compute,
+                ]
+            )
+    return rows
+
+
 def render_json(view: TopView) -> str:
-    """``{"devices": [...], "nodes": [...], "totals": {...}}``, keys in snake_case with
+    """``{"devices": [...], "nodes": [...], "totals": {...}, "usage": {"source": str |
+    null, "unreachable": [str]}}`` (each device's ``slices`` with the pod's priority,
+    priority_class, group, memory_used_mib and utilization_pct), keys in snake_case with
     units in their names (MiB, pct); a device's ``cores_*_pct`` are in its
     ``cores_unit`` (percent for most vendors), node and total ``cores_*_pct`` sum the
     percent devices and ``cores_by_unit`` every unit."""

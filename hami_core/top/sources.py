@@ -80,7 +80,15 @@ ANSWER_LIMIT_BYTES = 32 * 1024 * 1024
 
 
 def _query(url: str, expr: str, timeout_s: float) -> dict[str, float]:
-    """``device_uuid`` -> value of an instant-vector query.
+    """``device_uuid`` -> value of an instant-vector query (``query_by``)."""
+    return {key[0]: v for key, v in query_by(url, expr, ("device_uuid",), timeout_s).items()}
+
+
+def query_by(
+    url: str, expr: str, labels: tuple[str, ...], timeout_s: float
+) -> dict[tuple[str, ...], float]:
+    """The values of ``labels`` -> value of an instant-vector query (a sample missing one
+    of them, or of a value no quantity has, is left out).
 
     The answer is someone else's: read up to ``ANSWER_LIMIT_BYTES``, parsed with
     ``documents``' bounds, and any shape other than Prometheus' documented one
@@ -96,7 +104,7 @@ def _query(url: str, expr: str, timeout_s: float) -> dict[str, float]:
     try:
         deadline = time.monotonic() + timeout_s
         with urllib.request.urlopen(full, timeout=timeout_s) as resp:
-            raw = _read_by(resp, deadline, timeout_s)
+            raw = read_by(resp, deadline, timeout_s)
     except urllib.error.HTTPError as exc:  # Prometheus answers errors as JSON with 4xx/5xx
         raw = _error_body(exc)
         if not raw:
@@ -118,10 +126,10 @@ def _query(url: str, expr: str, timeout_s: float) -> dict[str, float]:
     try:
         out = {}
         for r in body["data"]["result"]:
-            uuid = r["metric"].get("device_uuid")
+            key = tuple(str(r["metric"].get(label) or "") for label in labels)
             value = float(r["value"][1])
-            if uuid and math.isfinite(value) and value >= 0:
-                out[str(uuid)] = value
+            if all(key) and math.isfinite(value) and value >= 0:
+                out[key] = value
         return out
     except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
         raise HamiError(
@@ -130,7 +138,7 @@ def _query(url: str, expr: str, timeout_s: float) -> dict[str, float]:
         ) from None
 
 
-def _read_by(stream: IO[bytes], deadline: float, timeout_s: float) -> bytes:
+def read_by(stream: IO[bytes], deadline: float, timeout_s: float) -> bytes:
     """The whole answer, at most ``ANSWER_LIMIT_BYTES``, by ``deadline`` (monotonic):
     urllib's timeout bounds each socket read only, so an answer trickled a byte at a
     time would otherwise hold ``hami top`` for as long as the sender likes.

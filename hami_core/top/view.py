@@ -10,9 +10,11 @@ from typing import Any
 import attrs
 
 from hami_core.cluster.base import ClusterStore
-from hami_core.errors import NotFoundError
+from hami_core.errors import InvalidInputError, NotFoundError
+from hami_core.facts.groups import group_name
 from hami_core.facts.holdings import HoldingsReader, ProblemLog
 from hami_core.facts.nodes import read_node
+from hami_core.facts.priority import pod_priority
 from hami_core.facts.usage import pod_holdings, requested_vendors
 from hami_core.model import CORES_UNITS, PERCENT, CoresUnit
 from hami_core.model.migusage import held_cores_pct, is_mig_gpu, usable_free_memory_mib
@@ -37,6 +39,20 @@ class DeviceUse:
     utilization_pct: float
 
 
+@attrs.frozen(kw_only=True)
+class PodUse:
+    """What one pod uses of one GPU (its containers summed), from the node monitor.
+
+    Attributes:
+        memory_used_mib: device memory its processes hold, MiB.
+        utilization_pct: share of wall time its kernels ran since the monitor's previous
+            scan, 0..100; None when not measured.
+    """
+
+    memory_used_mib: float
+    utilization_pct: float | None = None
+
+
 #: How ``hami top`` names a device's mode (``DeviceInfo.mode``): who enforces the share.
 MODE_NAMES = {"hami-core": "shim", "mps": "mps", "mig": "mig"}
 
@@ -51,6 +67,11 @@ class PodSlice:
         mig_profiles: the MIG instances it holds there (``1g.10gb``), on a ``mig`` GPU.
         whole: True when its allocation could not be read and it holds the device whole
             (PROTOCOL.md §6, fail closed).
+        priority: the pod's ``spec.priority``; priority_class: its
+            ``spec.priorityClassName`` ("" when none).
+        group: its gang group, ``namespace/name`` (``scheduling.gangs.group_of``), or None.
+        memory_used_mib / utilization_pct: what it uses of the device as the node monitor
+            measures it (``measured.PodUse``); None when not known.
     """
 
     pod: str
@@ -58,6 +79,11 @@ class PodSlice:
     cores_pct: int = 0
     mig_profiles: tuple[str, ...] = ()
     whole: bool = False
+    priority: int = 0
+    priority_class: str = ""
+    group: str | None = None
+    memory_used_mib: float | None = None
+    utilization_pct: float | None = None
 
     def show(self, unit: CoresUnit) -> str:
         """``ns/pod(20000MiB,30%)``, ``ns/pod(mig 1g.10gb)``, ``ns/pod(whole)``."""
@@ -88,6 +114,10 @@ class DeviceRow:
         mode: the device's mode (``DeviceInfo.mode``: ``hami-core``, ``mps``, ``mig``).
         mig_instances: on a ``mig`` GPU, the profiles of the instances live pods hold.
         slices: what each holder has of it, in ``pods`` order.
+        shim: whether the vendor's share in ``hami-core`` mode is held by a limiter
+            preloaded into the container (``libvgpu.so`` for NVIDIA, HAMi's vNPU core for
+            Ascend: the device type protects ``/etc/ld.so.preload``); False: by the
+            vendor's own driver or runtime (shown ``vendor``).
     """
 
     node: str
@@ -111,11 +141,29 @@ class DeviceRow:
     mode: str = "hami-core"
     mig_instances: tuple[str, ...] = ()
     slices: tuple[PodSlice, ...] = ()
+    shim: bool = True
+
+    @property
+    def mode_name(self) -> str:
+        """Who holds the share: ``shim``, ``vendor`` (the vendor's own driver or
+        runtime, in ``hami-core`` mode), ``mps``, ``mig`` or the inventory's own word
+        for another mode."""
+        if self.mode == "hami-core" and not self.shim:
+            return "vendor"
+        return MODE_NAMES.get(self.mode, self.mode)
+
+    def slice_mode(self, held: PodSlice) -> str:
+        """The mode of one pod's slice: ``mig 1g.10gb`` (its instances) on a MIG GPU,
+        else the device's ``mode_name``."""
+        if held.mig_profiles:
+            return f"mig {'+'.join(held.mig_profiles)}"
+        return self.mode_name
 
     @property
     def mode_shown(self) -> str:
-        """``shim``, ``mps``, ``mig`` or, with instances held, ``mig 1g.10gb x2,3g.40gb``."""
-        name = MODE_NAMES.get(self.mode, self.mode)
+        """``shim``, ``vendor``, ``mps``, ``mig`` or, with instances held,
+        ``mig 1g.10gb x2,3g.40gb``."""
+        name = self.mode_name
         if not self.mig_instances:
             return name
         counts: dict[str, int] = {}
@@ -205,6 +253,10 @@ class TopView:
 
     devices: tuple[DeviceRow, ...]
     nodes: tuple[NodeRow, ...]
+    #: where used figures came from (``monitor``, ``prometheus``) or None; the endpoints
+    #: that could not be read, one line each
+    usage_source: str | None = None
+    unreachable: tuple[str, ...] = ()
 
     def totals(self) -> dict[str, Any]:
         """Sums over the shown devices (free counts healthy, uncordoned devices only)."""
@@ -224,6 +276,7 @@ class TopView:
             "devices": [d.as_json() for d in self.devices],
             "nodes": [n.as_json() for n in self.nodes],
             "totals": self.totals(),
+            "usage": {"source": self.usage_source, "unreachable": list(self.unreachable)},
         }
 
 
@@ -237,11 +290,19 @@ def build_view(
     vendor: str | None = None,
     namespace: str | None = None,
     sort_by: str = "node",
+    pod_usage: Mapping[tuple[str, str], PodUse] | None = None,
+    usage_source: str | None = None,
+    unreachable: Sequence[str] = (),
 ) -> TopView:
     """The rows for ``store``.
 
     Args:
-        usage: device UUID -> what the monitor measures (``usage_from_prometheus``).
+        usage: device UUID -> what the monitor measures (``usage_from_prometheus``,
+            ``measured.Measured.devices``).
+        pod_usage: ``("namespace/pod", device UUID)`` -> what the pod uses of it
+            (``measured.Measured.pods``).
+        usage_source / unreachable: where the figures came from and the endpoints that
+            could not be read (``measured.Measured``), kept in the view as they are.
         nodes: only these nodes (all when empty).
         selector: only nodes whose labels equal these (``kubectl top -l`` style).
         vendor: only devices of this vendor key (e.g. ``NVIDIA``).
@@ -270,6 +331,8 @@ def build_view(
     now = dt.datetime.now(dt.UTC)
     by_vendor = {t.vendor: t for t in types}
     usage = usage or {}
+    pod_usage = pod_usage or {}
+    shims = {t.vendor: PRELOAD in t.protected_paths for t in types}
     wanted = set(nodes)
     device_rows: list[DeviceRow] = []
     node_rows: list[NodeRow] = []
@@ -292,15 +355,22 @@ def build_view(
                 scheduler_name=manager.config.scheduler_name,
                 requested_vendors=requested_vendors(pod, manager),
             )
+            ref, priority, priority_class, group = _pod_facts(pod)
             for uuid in {*held.charges, *held.whole}:
                 charge = held.charges.get(uuid)
+                measured = pod_usage.get((ref, uuid))
                 holders.setdefault(uuid, []).append(
                     PodSlice(
-                        pod=pod_ref(pod),
+                        pod=ref,
                         memory_mib=charge.memory_mib if charge else 0,
                         cores_pct=charge.cores_pct if charge else 0,
                         mig_profiles=tuple(m.profile for m in held.mig.get(uuid, ())),
                         whole=uuid in held.whole,
+                        priority=priority,
+                        priority_class=priority_class,
+                        group=group,
+                        memory_used_mib=measured.memory_used_mib if measured else None,
+                        utilization_pct=measured.utilization_pct if measured else None,
                     )
                 )
         rows = []
@@ -340,6 +410,7 @@ def build_view(
                     memory_used_mib=use.memory_used_mib if use else None,
                     utilization_pct=use.utilization_pct if use else None,
                     memory_usable_mib=usable_free_memory_mib(u) if is_mig_gpu(d) else None,
+                    shim=shims.get(d.vendor, True),
                 )
             )
         if not rows and (namespace is not None or not info.unregistered):
@@ -349,6 +420,29 @@ def build_view(
     return TopView(
         devices=tuple(_sorted(device_rows, sort_by)),
         nodes=tuple(_sorted_nodes(node_rows, sort_by)),
+        usage_source=usage_source,
+        unreachable=tuple(unreachable),
+    )
+
+
+#: A device type protecting this path preloads a limiter into its containers (``shim``).
+PRELOAD = "/etc/ld.so.preload"
+
+
+def _pod_facts(pod: Mapping[str, Any]) -> tuple[str, int, str, str | None]:
+    """``namespace/name``, priority, PriorityClass name and gang group of ``pod`` (a
+    group name that cannot be read shows as none: top is no place to refuse a pod)."""
+    spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
+    try:
+        group = group_name(pod)
+    except InvalidInputError:
+        group = None
+    return (
+        pod_ref(pod),
+        pod_priority(pod),
+        str(spec.get("priorityClassName") or ""),
+        f"{meta.get('namespace') or 'default'}/{group}" if group is not None else None,
     )
 
 

@@ -126,14 +126,14 @@ class FakePrometheus:
             def do_GET(self) -> None:
                 expr = parse_qs(urlsplit(self.path).query)["query"][0]
                 outer.queries.append(expr)
-                metric = next(m for m in series if m in expr)
+                metric = next((m for m in series if m in expr), None)  # else: no series
                 body = {
                     "status": "success",
                     "data": {
                         "resultType": "vector",
                         "result": [
                             {"metric": {"device_uuid": u}, "value": [0, str(v)]}
-                            for u, v in series[metric].items()
+                            for u, v in (series[metric] if metric else {}).items()
                         ],
                     },
                 }
@@ -166,7 +166,9 @@ def test_used_memory_and_utilization_come_from_prometheus():
     first = json.loads(out)["devices"][0]
     assert first["uuid"] == A100_0
     assert first["memory_used_mib"] == 3000 and first["utilization_pct"] == 37
-    assert all("hami_host_gpu" in q for q in prom.queries)
+    assert sum("hami_host_gpu" in q for q in prom.queries) == 2
+    # -o wide's per-pod figures are asked too, summed over containers
+    assert any("sum by (namespace, pod, device_uuid)" in q for q in prom.queries)
 
 
 def test_bad_input_is_named():
@@ -174,8 +176,10 @@ def test_bad_input_is_named():
     assert code == 1 and "/nonexistent.yaml: no such file" in out
     code, out = run("--example", "-l", "novalue")
     assert code == 2 and "'novalue' is not key=value" in out
+    # an unreachable Prometheus is n/a with the reason, not the end of the view (a
+    # --watch outlives a Prometheus restart)
     code, out = run("--example", "--prometheus", "http://127.0.0.1:1")
-    assert code == 1 and "Prometheus at http://127.0.0.1:1" in out
+    assert code == 0 and "usage: n/a from Prometheus at http://127.0.0.1:1: " in out
     # a mistyped node is named, as kubectl top node <name> does (was an empty table)
     code, out = run("--example", "gpu-t4-01", "gpu-t4-1")
     assert code == 1
