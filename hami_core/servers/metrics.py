@@ -72,6 +72,21 @@ class PreemptionView(Protocol):
     observer: Callable[[str, int], None] | None
 
 
+class ConsolidationView(Protocol):
+    """Where continuous consolidation reports each run (``defrag.continuous.Consolidator``:
+    an ``ApplyReport``, read for its ``evicted`` and ``stopped``)."""
+
+    observer: Callable[[Any], None] | None
+
+
+#: ``ApplyReport.stopped`` -> the ``stopped`` label of the consolidation runs.
+_STOPPED = {
+    "no target needs a move": "done",
+    "eviction budget spent": "budget",
+    "not the leader": "not-leader",
+}
+
+
 class SchedulerView(Protocol):
     """What the metrics read of the scheduler (``scheduling.scheduler.Scheduler``): its
     store and backends, a node's devices and their usage, and bind's lock waits. Named
@@ -169,7 +184,21 @@ class SchedulerMetrics:
             "Pods evicted (or deleted past their PodDisruptionBudget) to make room.",
             registry=self.registry,
         )
+        self.consolidation_runs = Counter(
+            "hami_scheduler_consolidation_runs",
+            "Continuous consolidation runs, by why they stopped: done (no pending pod "
+            "needs a move), budget (an eviction budget spent), not-leader, other.",
+            ["stopped"],
+            registry=self.registry,
+        )
+        self.consolidation_evictions = Counter(
+            "hami_scheduler_consolidation_evictions",
+            "Pods evicted by continuous consolidation (the Eviction API accepted it).",
+            registry=self.registry,
+        )
         # Children exist from the start, so a rate over the first event is not lost.
+        for stopped in ("done", "budget", "not-leader", "other"):
+            self.consolidation_runs.labels(stopped)
         for result in ("preempted", "nominated", "no-candidate", "error"):
             self.preemption_attempts.labels(result)
         for outcome in ("fit", "nofit", "error"):
@@ -191,6 +220,17 @@ class SchedulerMetrics:
         self.preemption_attempts.labels(result).inc()
         if victims:
             self.preemption_victims.inc(victims)
+
+    def watch_consolidation(self, consolidator: ConsolidationView | None) -> None:
+        """Count ``consolidator``'s runs and evictions (none: the counters stay at 0)."""
+        if consolidator is not None:
+            consolidator.observer = self.observe_consolidation
+
+    def observe_consolidation(self, report: Any) -> None:
+        """One consolidation run's report (``defrag.apply.ApplyReport``)."""
+        self.consolidation_runs.labels(_STOPPED.get(str(report.stopped), "other")).inc()
+        if report.evicted:
+            self.consolidation_evictions.inc(report.evicted)
 
     def observe_lock_wait(self, seconds: float, acquired: bool) -> None:
         """Record one node-lock acquisition attempt of ``seconds`` (bind)."""

@@ -163,6 +163,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     consolidator = start_consolidation(
         opts, api, scheduler, store, is_leader=elector.is_leader if elector else (lambda: True)
     )
+    metrics.watch_consolidation(consolidator)
     app = create_extender_app(
         scheduler,
         is_leader=elector.is_leader if elector else (lambda: True),

@@ -371,3 +371,31 @@ def test_core_shares_count_each_vendors_unit():
         lab["pod"]: v for lab, v in m["hami_vgpu_core_allocated_share"] if lab["namespace"] == "ml"
     }
     assert pods == {"neuron": 0.5, "neuron2": 0.5}
+
+
+def test_consolidation_runs_and_evictions_are_counted():
+    from hami_core.defrag.apply import ApplyReport, Step
+    from hami_core.defrag.planner import Move
+
+    metrics = SchedulerMetrics(Scheduler(cluster(node("n1", [gpu("GPU-1")])), manager()))
+    assert one(samples(metrics), "hami_scheduler_consolidation_evictions_total") == 0
+    assert one(samples(metrics), "hami_scheduler_consolidation_runs_total", stopped="done") == 0
+
+    class Queue:
+        observer = None
+
+    queue = Queue()
+    metrics.watch_consolidation(queue)
+    move = Move(
+        pod="a/x", priority=0, from_node="n1", from_gpus=(), to_node="n1", to_gpus=(), for_pod="a/b"
+    )
+    queue.observer(
+        ApplyReport(
+            steps=(Step(move=move, result="evicted"), Step(move=move, result="blocked-by-budget")),
+            stopped="no target needs a move",
+        )
+    )
+    queue.observer(ApplyReport(steps=(), stopped="eviction budget spent"))
+    assert one(samples(metrics), "hami_scheduler_consolidation_evictions_total") == 1
+    assert one(samples(metrics), "hami_scheduler_consolidation_runs_total", stopped="done") == 1
+    assert one(samples(metrics), "hami_scheduler_consolidation_runs_total", stopped="budget") == 1
