@@ -52,6 +52,9 @@ from .sources import DefragInput
 
 log = logging.getLogger(__name__)
 
+#: How many times a ledger write lost to another writer is tried again.
+SAVE_TRIES = 5
+
 #: The event on a moved pod (PROTOCOL.md §5) and on a target whose plan a budget stopped.
 DEFRAGMENTED = "Defragmented"
 BLOCKED = "DefragmentBlocked"
@@ -334,18 +337,22 @@ class Applier:
 
     def _save(self, state: LedgerState, change: Callable[[LedgerState], Any]) -> None:
         """Write ``state`` (``change`` already applied to it); if another writer came
-        first, read theirs, apply ``change`` to it and write that."""
-        try:
-            self.ledger.save(state)
-        except ConflictError:
-            fresh = self.ledger.load()
-            change(fresh)
-            self.ledger.save(fresh)
-            state.evictions, state.plans, state.version = (
-                fresh.evictions,
-                fresh.plans,
-                fresh.version,
-            )
+        first, read theirs, apply ``change`` to it and write that (``SAVE_TRIES`` times;
+        then the ``ConflictError`` is raised)."""
+        for attempt in range(SAVE_TRIES):
+            try:
+                self.ledger.save(state)
+                return
+            except ConflictError:
+                if attempt == SAVE_TRIES - 1:
+                    raise
+                fresh = self.ledger.load()
+                change(fresh)
+                state.evictions, state.plans, state.version = (
+                    fresh.evictions,
+                    fresh.plans,
+                    fresh.version,
+                )
 
     def _nominate_replacements(self, state: LedgerState, read: DefragInput) -> None:
         """Nominate each moved pod's replacement now seen to the node its plan found,
@@ -364,7 +371,10 @@ class Applier:
             self.evictions.nominate(namespace, name, step.to_node)
             step.nominated = True
             log.info("nominated %s, replacing %s, to %s", pod_key(pod), step.pod, step.to_node)
-        self.ledger.save(state)
+        try:
+            self.ledger.save(state)
+        except ConflictError:  # another writer first: the next round matches them again
+            log.info("the ledger changed meanwhile; replacements are matched again next round")
 
     def _await_replacements(self, read: DefragInput) -> None:
         """Nominate the replacements still unseen, waiting up to ``replacement_wait_s``."""

@@ -334,3 +334,23 @@ def test_leadership_lost_before_the_writes_writes_nothing(mgr):
     report = a.run()
     assert report.stopped == "not the leader" and lv.evictions.nominations == []
     assert lv.evictions.asked == []
+
+
+def test_a_ledger_write_lost_to_another_writer_is_not_fatal(mgr):
+    """Two writers (a CLI run and a leader) race on the ledger: the loser reads it again
+    and goes on; nothing is evicted twice."""
+    from hami_core.errors import ConflictError
+
+    class Racy(MemoryLedger):
+        lose = 2
+
+        def save(self, state):
+            if self.lose and self.text:
+                self.lose -= 1
+                raise ConflictError("the ledger changed since it was read")
+            super().save(state)
+
+    pods = quarters()
+    lv = live(pods, [pending("pair", gpus=2)], nodes=2)
+    report = applier(mgr, lv, ledger=Racy()).run()
+    assert report.evicted == 4 and len(set(lv.evictions.asked)) == len(lv.evictions.asked)
