@@ -53,7 +53,7 @@ class VendorCoarse:
         usable: devices that may take a pod at all (healthy, not cordoned).
         open_free: free MiB of each usable device with a sharer slot once every leaving
             pod is gone, ascending (an upper bound on what each could offer unevicted).
-        capacity: ``capacity[k]`` (k = 1 .. ``COARSE_DEPTH``): per usable device whose k
+        capacity: ``capacity[k - 1]`` (k = 1 .. ``COARSE_DEPTH``): per usable device whose k
             largest holders (by slots) free a sharer slot, its free MiB once its k
             largest holders (by MiB) and every leaving pod are gone, ascending: the
             most it can offer after k evictions.
@@ -168,7 +168,6 @@ def _coarse(devices: Sequence[DeviceProfile]) -> dict[str, VendorCoarse]:
                 open_free.append(free)
             if usable:
                 at_lowest.append((free, used, split, holders))
-            if usable:
                 mibs = sorted(
                     (m for p, _, m, gone, _ in holders if not gone and p < _HELD), reverse=True
                 )
@@ -236,7 +235,8 @@ def coarse_bound(
     places, so at least the smallest such ``n`` victims, each of priority ``lowest`` or
     more: a set of that size whose highest is ``lowest`` has all its priorities equal
     to it, hence the sum. When evicting every pod of priority ``lowest`` does not open
-    enough devices, a victim of ``next_lowest`` or more is needed: the highest is that. Call under the state lock."""
+    enough devices, a victim of ``next_lowest`` or more is needed: the highest is that.
+    Call under the state lock."""
     profile = node.profile if node.profile is not None else node_profile(state, node)
     coarse = profile.coarse
     best = (0, _NO_VICTIM, 0)
@@ -348,13 +348,14 @@ def node_bound(
 
 def remembered_bound(
     node: NodeState, asks: tuple[Ask, ...], mine: int
-) -> tuple[int, int, int] | bool | None:
-    """``node_bound``'s answer if the node's profile remembers it, else False (nothing
-    computed). Call under the state lock."""
+) -> tuple[bool, tuple[int, int, int] | None]:
+    """``(True, node_bound's answer)`` if the node's profile remembers it for ``asks``
+    and ``mine``, else ``(False, None)`` (nothing computed). Call under the state lock."""
     profile = node.profile
-    if profile is None:
-        return False
-    return profile.memo.get((asks, mine), False)  # type: ignore[no-any-return]
+    key = (asks, mine)
+    if profile is None or key not in profile.memo:
+        return False, None
+    return True, profile.memo[key]
 
 
 def quick_bound(

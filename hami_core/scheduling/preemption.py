@@ -423,11 +423,10 @@ def choose_victims(
             node = source.node(name, now)
             if isinstance(node, str):
                 continue
-            known = remembered_bound(node, asks, mine)
-            if known is None:
-                continue  # no eviction opens enough devices there
-            if known is not False:  # asked before (a retried pod, a shape seen)
-                assert isinstance(known, tuple)
+            remembered, known = remembered_bound(node, asks, mine)
+            if remembered:  # asked before (a retried pod, a shape seen)
+                if known is None:
+                    continue  # no eviction opens enough devices there
                 k, top, summed = known
                 heap.append(((float(k), top if k else _NONE, summed, 0, name), len(heap), node))
                 continue
