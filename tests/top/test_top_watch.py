@@ -191,3 +191,31 @@ def test_in_a_real_terminal_it_redraws_in_place_and_q_quits(tmux: str, tmp_path:
     assert report.startswith("exit=0"), report
     # the terminal's line mode and echo are given back
     assert re.search(r"(?<!-)icanon", report) and re.search(r"(?<!-)echo\b", report), report
+
+
+def test_wide_in_a_real_terminal_keeps_redrawing_with_an_unreachable_monitor(
+    tmux: str, tmp_path: Path
+):
+    """``-o wide --watch`` with a monitor nobody answers at: every frame has the pod table
+    with n/a and the reason, the watch goes on, q quits with status 0."""
+    done = tmp_path / "done"
+    dead = "http://127.0.0.1:1/metrics"
+    command = " ".join(_hami("top", "--example", "-o", "wide", "--monitor", dead, "--watch", "1"))
+    script = f"cd {REPO}; PYTHONPATH={REPO} {command}; echo exit=$? > {done}; sleep 60"
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", tmux, "-x", "400", "-y", "50", "sh", "-c", script],
+        check=True,
+    )
+
+    def whole_frame():
+        pane = _pane(tmux)
+        return "compute 80/1000% allocated" in pane and STAMP.search(pane)
+
+    first = _until(whole_frame, "the first frame")
+    _until(lambda: (m := whole_frame()) and m.group(1) != first.group(1), "a second frame")
+    pane = _until(lambda: whole_frame() and _pane(tmux), "a whole frame")
+    assert pane.count("POD ") == 1 and "MEMORY USED/LIMIT" in pane
+    assert "n/a of 20000 MiB" in pane and f"usage: n/a from monitor {dead}: " in pane
+    subprocess.run(["tmux", "send-keys", "-t", tmux, "q"], check=True)
+    report = _until(lambda: done.exists() and done.read_text(), "q to quit")
+    assert report.startswith("exit=0"), report
