@@ -32,7 +32,7 @@ counts in its own client), the mean node-lock wait per bind and the mean bind (f
 
     .venv/bin/python benchmarks/bench_pipeline.py [--quick] [--runs N] [--sizes 100,500]
         [--workloads mixed,burst] [--arrivals before,during] [--pods N]
-        [--admission-delay S] [--trust signed|off|all] [--noop python|go] [--profile DIR]
+        [--admission-delay S] [--trust signed|off|all] [--noop python,go] [--profile DIR]
 
 ``--trust`` (default ``signed``, the shipped path): ``hami scheduler`` signs every
 allocation (``--allocation-signing-key``, a key generated for the run) and the stand-in
@@ -330,9 +330,10 @@ class Cell:
         self.lock_wait_ms: list[float] = []
         self.bind_ms: list[float] = []
         self.filter_ms: list[float] = []
-        self.noop: list[float] = []  # pods/s of kube-scheduler + the no-op extender
-        self.ours_per_noop: list[float] = []
-        self.noop_per_alone: list[float] = []
+        # per no-op extender (python, go): pods/s, ours / no-op, no-op / alone
+        self.noop: dict[str, list[float]] = collections.defaultdict(list)
+        self.ours_per_noop: dict[str, list[float]] = collections.defaultdict(list)
+        self.noop_per_alone: dict[str, list[float]] = collections.defaultdict(list)
         self.refused = 0
         self.breakdown: collections.Counter[tuple[str, str]] = collections.Counter()
 
@@ -361,12 +362,12 @@ def run_cell(
     seed: int,
     cell: Cell,
     profile: Path | None,
-    noop_url: str | None = None,
+    noop_urls: dict[str, str] | None = None,
     pids: dict[str, int] | None = None,
 ) -> None:
-    """One run of one cell: kube-scheduler alone, then (``noop_url``) with the no-op
-    extender, then with our extender + webhook. Prints each phase's CPU per pod by
-    process (``pids``: processes beyond the control plane's)."""
+    """One run of one cell: kube-scheduler alone, then with each no-op extender of
+    ``noop_urls`` (language -> URL), then with our extender + webhook. Prints each
+    phase's CPU per pod by process (``pids``: processes beyond the control plane's)."""
     shapes = shapes_of(workload, pods_n, seed)
     label = f"{size} nodes, {workload}, {arrival}"
     pids = pids or {}
@@ -388,17 +389,17 @@ def run_cell(
     cpu_alone = cpu_per_pod(cpu0, process_cpu(cp, pids), pods_n)
     cp.stop_process("kube-scheduler-default")
     clear(core, ALONE_NS)
-    noop_s = 0.0
-    if noop_url is not None:  # kube-scheduler + the no-op extender (the floor)
+    noop_s: dict[str, float] = {}
+    for language, noop_url in (noop_urls or {}).items():  # the floor: no-op extenders
         cpu0 = process_cpu(cp, pids)
-        noop_s = timed_run(
+        noop_s[language] = timed_run(
             core,
             standin.bound,
             NOOP_NS,
             [pod_body(f"noop-{i}", s, scheduler="hami-scheduler") for i, s in enumerate(shapes)],
             arrival=arrival,
-            start_scheduler=lambda: cp.start_scheduler(
-                extender_url=noop_url, managed_resources=MANAGED, http_timeout="30s"
+            start_scheduler=lambda url=noop_url: cp.start_scheduler(
+                extender_url=url, managed_resources=MANAGED, http_timeout="30s"
             ),
             timeout_s=600,
         )
@@ -407,7 +408,8 @@ def run_cell(
         cp.stop_process("kube-scheduler")
         clear(core, NOOP_NS)
         print(
-            f"  {label}: no-op extender {pods_n / noop_s:.1f} pods/s, kube-scheduler "
+            f"  {label}: no-op extender ({language}) {pods_n / noop_s[language]:.1f} pods/s, "
+            "kube-scheduler "
             f"algorithm mean {noop_ms:.1f} ms; CPU ms/pod: {cpu_noop}",
             flush=True,
         )
@@ -458,10 +460,10 @@ def run_cell(
     cell.alone.append(pods_n / alone_s)
     cell.ours.append(pods_n / ours_s)
     cell.ratio.append(alone_s / ours_s)
-    if noop_s:
-        cell.noop.append(pods_n / noop_s)
-        cell.ours_per_noop.append(noop_s / ours_s)
-        cell.noop_per_alone.append(alone_s / noop_s)
+    for language, took in noop_s.items():
+        cell.noop[language].append(pods_n / took)
+        cell.ours_per_noop[language].append(took / ours_s)
+        cell.noop_per_alone[language].append(alone_s / took)
     cell.writes.append(sum(beyond.values()) / pods_n)
     cell.breakdown.update(beyond)
     cell.refused += refused
@@ -481,6 +483,8 @@ def run_cell(
         flush=True,
     )
     print(f"  {label}: CPU ms/pod, alone: {cpu_alone}; ours: {cpu_ours}", flush=True)
+    every = {f"{v} {r}": round(n / pods_n, 2) for (v, r), n in sorted(api.items()) if n > 0}
+    print(f"  {label}: every API write per pod (all clients): {every}", flush=True)
 
 
 def main() -> None:
@@ -509,10 +513,11 @@ def main() -> None:
     )
     ap.add_argument(
         "--noop",
-        choices=("python", "go"),
-        help="also run kube-scheduler against a no-op extender in its own process in each "
-        "run (noop_extender.py on hami scheduler's transport, or noop_extender.go): the "
-        "floor any extender pays; prints ours / no-op and no-op / alone",
+        default="",
+        help="python and/or go, comma-separated: also run kube-scheduler against that "
+        "no-op extender in its own process in each run (noop_extender.py on hami "
+        "scheduler's transport, noop_extender.go on Go's): the floor an extender pays; "
+        "prints ours / no-op and no-op / alone",
     )
     ap.add_argument(
         "--profile",
@@ -534,13 +539,16 @@ def main() -> None:
     if set(workloads) - {"mixed", "burst"} or set(arrivals) - {"before", "during"}:
         ap.error("--workloads takes mixed,burst; --arrivals takes before,during")
     pods_n = args.pods or (100 if args.quick else 300)
+    noops = [n for n in args.noop.split(",") if n]
+    if set(noops) - {"python", "go"}:
+        ap.error("--noop takes python and/or go")
     cells: dict[tuple[int, str, str], Cell] = {}
     with running_stack(
         trust=args.trust,
         admission_delay_s=args.admission_delay,
         namespaces=[ALONE_NS, NOOP_NS],
     ) as stack:
-        noop_url = start_noop(stack.cp, args.noop) if args.noop else None
+        noop_urls = {language: start_noop(stack.cp, language) for language in noops}
         pids = {"hami-scheduler": stack.hami.pid, "bench (stand-in kubelets)": os.getpid()}
         have = 0
         for size in sizes:
@@ -567,7 +575,7 @@ def main() -> None:
                                 if args.profile
                                 else None
                             ),
-                            noop_url=noop_url,
+                            noop_urls=noop_urls,
                             pids=pids,
                         )
     print(
@@ -594,11 +602,12 @@ def main() -> None:
         }
         print(f"  writes beyond the Binding, {size} nodes {workload} {arrival}: {per or 'none'}")
     for (size, workload, arrival), c in cells.items():
-        if c.noop:
+        for language, rates in c.noop.items():
             print(
-                f"  no-op extender ({args.noop}), {size} nodes {workload} {arrival}: "
-                f"{median_spread(c.noop, '{:.1f}')} pods/s; ours / no-op "
-                f"{median_spread(c.ours_per_noop)}; no-op / alone {median_spread(c.noop_per_alone)}"
+                f"  no-op extender ({language}), {size} nodes {workload} {arrival}: "
+                f"{median_spread(rates, '{:.1f}')} pods/s; ours / no-op "
+                f"{median_spread(c.ours_per_noop[language])}; no-op / alone "
+                f"{median_spread(c.noop_per_alone[language])}"
             )
     worst = min(statistics.median(c.ratio) for c in cells.values())
     print(

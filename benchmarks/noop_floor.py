@@ -77,7 +77,7 @@ def start_noop(cp: ControlPlane, language: str) -> str:
     else:
         argv = [sys.executable, str(HERE / "noop_extender.py"), "--port", str(port)]
         argv += ["--kubeconfig", str(cp.kubeconfig_path)]
-    cp.start_process("noop-extender", argv)
+    cp.start_process(f"noop-extender-{language}", argv)
     url = f"http://{LOOPBACK}:{port}"
     cp.wait_for(lambda: _ok(f"{url}/healthz", b"ok"), timeout=60, message="no-op extender")
     return url
