@@ -28,11 +28,18 @@ Also per cell: the API writes per bound pod beyond the Binding that the schedule
 made (from kube-apiserver's ``apiserver_request_total``: writes to pods and nodes, less
 the benchmark's creates, the Bindings and the stand-in device plugins' writes, which it
 counts in its own client), the mean node-lock wait per bind and the mean bind (from
-``hami scheduler``'s histograms), and admissions the device plugin refused (0 expected).
+``hami scheduler``'s histograms), and admissions the device plugin refused (0 expected);
+per run, each phase's CPU milliseconds per pod by process (``/proc``: on a shared machine
+the pace follows the CPU a pod costs), the extender calls per pod and every API write per
+pod (events included). ``--noop python,go`` also runs kube-scheduler against a no-op
+extender in its own process in each run (``noop_extender.py``, hami scheduler's HTTP
+transport; ``noop_extender.go``, Go's): what any extender pays, printed as ours / no-op
+and no-op / alone. ``--filter-answer`` is passed to ``hami scheduler``.
 
     .venv/bin/python benchmarks/bench_pipeline.py [--quick] [--runs N] [--sizes 100,500]
         [--workloads mixed,burst] [--arrivals before,during] [--pods N]
-        [--admission-delay S] [--trust signed|off|all] [--noop python,go] [--profile DIR]
+        [--admission-delay S] [--trust signed|off|all] [--noop python,go]
+        [--filter-answer best|all] [--profile DIR]
 
 ``--trust`` (default ``signed``, the shipped path): ``hami scheduler`` signs every
 allocation (``--allocation-signing-key``, a key generated for the run) and the stand-in
@@ -484,7 +491,12 @@ def run_cell(
     )
     print(f"  {label}: CPU ms/pod, alone: {cpu_alone}; ours: {cpu_ours}", flush=True)
     every = {f"{v} {r}": round(n / pods_n, 2) for (v, r), n in sorted(api.items()) if n > 0}
-    print(f"  {label}: every API write per pod (all clients): {every}", flush=True)
+    print(
+        f"  {label}: extender calls per pod: filter {filters[0] / pods_n:.2f}, prioritize "
+        f"{calls.get('score', (0.0, 0.0))[0] / pods_n:.2f}, bind {binds[0] / pods_n:.2f}; "
+        f"every API write per pod (all clients): {every}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -510,6 +522,14 @@ def main() -> None:
         "nodes claim it and binds take no lock; off: no trust check, only a node lock's "
         "owner is served and every bind locks (HAMi's protocol, nodes still running HAMi's "
         "device plugin); all: every allocation trusted, no signature read (no lock)",
+    )
+    ap.add_argument(
+        "--filter-answer",
+        choices=("best", "all"),
+        default="best",
+        help="hami scheduler --filter-answer: best (the default: /filter answers the chosen "
+        "node, kube-scheduler calls no /prioritize) or all (every node that fits, then "
+        "/prioritize)",
     )
     ap.add_argument(
         "--noop",
@@ -547,6 +567,7 @@ def main() -> None:
         trust=args.trust,
         admission_delay_s=args.admission_delay,
         namespaces=[ALONE_NS, NOOP_NS],
+        scheduler_args=("--filter-answer", args.filter_answer),
     ) as stack:
         noop_urls = {language: start_noop(stack.cp, language) for language in noops}
         pids = {"hami-scheduler": stack.hami.pid, "bench (stand-in kubelets)": os.getpid()}
@@ -581,7 +602,7 @@ def main() -> None:
     print(
         "real kube-apiserver + kube-scheduler 1.20; fake nodes x 8 GPUs; stand-in kubelets call "
         f"the real Allocator {args.admission_delay * 1000:.0f} ms after a pod is bound "
-        f"(--trust {args.trust}); "
+        f"(--trust {args.trust}, --filter-answer {args.filter_answer}); "
         f"{pods_n} pods per run; median (min-max) of {args.runs} runs"
     )
     print(

@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +198,11 @@ class StandIn:
         self.store.stop()
 
 
-def start_hami(cp: ControlPlane, workdir: Path) -> tuple[str, subprocess.Popen[bytes]]:
+def start_hami(
+    cp: ControlPlane, workdir: Path, extra: Sequence[str] = ()
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """``hami scheduler`` (flags ``extra`` added) as its own process; its extender URL
+    once it leads."""
     port, metrics = free_port(), free_port()
     log = open(workdir / "hami-scheduler.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
@@ -214,6 +218,7 @@ def start_hami(cp: ControlPlane, workdir: Path) -> tuple[str, subprocess.Popen[b
             # nodes' first answer (add_nodes), and it is no part of a bind.
             "--handshake-period",
             "3600",
+            *extra,
         ),
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -259,11 +264,16 @@ class Stack:
 
 @contextlib.contextmanager
 def running_stack(
-    *, trust: str, admission_delay_s: float, namespaces: Iterable[str] = ()
+    *,
+    trust: str,
+    admission_delay_s: float,
+    namespaces: Iterable[str] = (),
+    scheduler_args: Sequence[str] = (),
 ) -> Iterator[Stack]:
     """Start the stack (module docstring) under ``--trust`` mode ``trust``; the stand-in
-    kubelets admit a bound pod ``admission_delay_s`` after seeing it. ``HAMI_NS`` (the
-    webhook's) and ``namespaces`` are created. Everything is stopped on exit."""
+    kubelets admit a bound pod ``admission_delay_s`` after seeing it; ``hami scheduler``
+    gets ``scheduler_args`` too. ``HAMI_NS`` (the webhook's) and ``namespaces`` are
+    created. Everything is stopped on exit."""
     with (
         ControlPlane(find_kube_binaries(), ready_timeout=180) as cp,
         tempfile.TemporaryDirectory() as tmp,
@@ -280,7 +290,7 @@ def running_stack(
             namespace_labels={"hami-bench": "on"},
             extra=("--threads", "8"),
         )
-        url, hami = start_hami(cp, cp.workdir)
+        url, hami = start_hami(cp, cp.workdir, scheduler_args)
         options = trust_options(trust, signing_keys(cp)[1])
         standin = StandIn(cp, Path(tmp), admission_delay_s, options)
         try:
