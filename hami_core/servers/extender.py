@@ -17,6 +17,7 @@ from flask import Flask, Response, abort, jsonify, request
 from hami_core.errors import ConflictError, HamiError, InvalidInputError
 from hami_core.facts.priority import outranks_default
 from hami_core.protocol.pods import pod_ref
+from hami_core.scheduling.assumed import AssumedSlices
 from hami_core.scheduling.preemptor import Preemptor
 from hami_core.scheduling.scheduler import Scheduler
 from hami_core.scheduling.scoring import extender_score
@@ -129,6 +130,7 @@ def create_extender_app(
         )
     app = Flask("hami-scheduler")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    assumed = AssumedSlices(scheduler.state, scheduler.manager, scheduler.gangs.reader)
 
     @app.before_request
     def limit_body() -> None:
@@ -195,6 +197,11 @@ def create_extender_app(
             answered = list(result.feasible)
             if filter_answer == "best" and len(answered) > 1 and result.fits:
                 answered = [chosen_node(scheduler, pod, answered)]
+            if filter_answer == "best" and len(answered) == 1:
+                fit = result.fits.get(answered[0])
+                if fit is not None and fit.allocation and fit.allocation.node == answered[0]:
+                    # kube-scheduler binds it while it filters the next pod: held till then
+                    assumed.assume(pod, fit.allocation)
             return jsonify(
                 {
                     "NodeNames": answered,
