@@ -75,14 +75,15 @@ def serve(page: dict) -> tuple[KeepAliveServer, str]:
     return server, f"http://127.0.0.1:{server.port}/"
 
 
-def marks_ms(browser: Browser, url: str) -> tuple[float, float]:
+def marks_ms(browser: Browser, url: str) -> tuple[float, float, float]:
     """Milliseconds from navigation start to the first frame with data (the first
-    screenful of nodes), and to the frame with every node drawn."""
+    screenful of nodes), to the frame with every node drawn, and to the data fetched and
+    parsed (before any of it is drawn)."""
     browser.open(url)
     browser.wait("document.body.dataset.complete", timeout_s=300)
-    return (
-        float(browser.eval("performance.getEntriesByName('hami-painted')[0].startTime")),
-        float(browser.eval("performance.getEntriesByName('hami-complete')[0].startTime")),
+    return tuple(  # type: ignore[return-value]
+        float(browser.eval(f"performance.getEntriesByName('hami-{m}')[0].startTime"))
+        for m in ("painted", "complete", "data")
     )
 
 
@@ -112,7 +113,7 @@ def main() -> None:
             # once per reading and viewer); the loads timed here find it encoded
             with urllib.request.urlopen(servers[0][1] + "api/view", timeout=300) as r:
                 r.read()
-            times: dict[str, list[tuple[float, float]]] = {"full": [], "empty": []}
+            times: dict[str, list[tuple[float, float, float]]] = {"full": [], "empty": []}
             for _ in range(args.runs):
                 times["empty"].append(marks_ms(b, servers[1][1]))
                 times["full"].append(marks_ms(b, servers[0][1]))
@@ -123,6 +124,7 @@ def main() -> None:
     assert shown == gpus, f"the page drew {shown} GPUs of {gpus}"
     first = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
     whole = {k: statistics.median(t[1] for t in v) for k, v in times.items()}
+    fetched = {k: statistics.median(t[2] for t in v) for k, v in times.items()}
     slices = sum(len(g["slices"]) for n in full["nodes"] for g in n["gpus"])
     print(
         f"cluster: {nodes} nodes, {gpus} GPUs, {slices} slices, {len(full['pending'])} "
@@ -134,10 +136,11 @@ def main() -> None:
         f"gzip {len(zipped) / 1024:.0f} KiB; encoded in {encode_s:.2f} s (once per reading)"
     )
     for k in ("empty", "full"):
-        runs = ", ".join(f"{a:.0f}/{b:.0f}" for a, b in times[k])
+        runs = ", ".join(f"{a:.0f}/{b:.0f}" for a, b, _ in times[k])
         print(
-            f"{k:5} page: first render {first[k]:.0f} ms, all nodes drawn {whole[k]:.0f} ms "
-            f"(median of {args.runs}; runs first/all {runs})"
+            f"{k:5} page: data fetched and parsed {fetched[k]:.0f} ms, first render "
+            f"{first[k]:.0f} ms, all nodes drawn {whole[k]:.0f} ms (median of {args.runs}; "
+            f"runs first/all {runs})"
         )
     print(
         f"headline: first render at {nodes} nodes x 8 GPUs {first['full']:.0f} ms "

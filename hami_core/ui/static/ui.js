@@ -6,7 +6,7 @@
   let timer = null;
   let generation = 0;
   const FIRST = 24;   // node cards drawn before the first paint (more than a screenful)
-  const CHUNK = 100;  // node cards drawn per turn after it
+  const CHUNK = 50;   // node cards drawn per turn after it
 
   function token() {
     const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
@@ -181,7 +181,9 @@
       chunk(FIRST);
       target.replaceChildren(...view.childNodes);
       performance.mark('hami-rendered');
-      afterPaint(() => { performance.mark('hami-painted'); document.body.dataset.painted = '1'; });
+      // the rest only once the first frame is on screen: a chunk drawn before it would
+      // hold it back
+      afterPaint(() => { performance.mark('hami-painted'); document.body.dataset.painted = '1'; setTimeout(more, 0); });
     }
     const more = () => {
       if (gen !== generation) return;  // a newer answer is being drawn
@@ -190,7 +192,7 @@
       afterPaint(() => { performance.mark('hami-complete'); document.body.dataset.complete = '1'; });
       document.body.dataset.rendered = String(Number(document.body.dataset.rendered || 0) + 1);
     };
-    more();
+    if (!first) more();
   }
 
   function afterPaint(f) { requestAnimationFrame(() => requestAnimationFrame(f)); }
@@ -220,6 +222,7 @@
     try {
       const r = await fetch('api/view', { headers: headers, cache: 'no-store' });
       const body = await r.json();
+      if (!document.body.dataset.rendered) performance.mark('hami-data');  // fetched and parsed
       if (r.status === 401) { sessionStorage.removeItem(KEY); showLogin(body.error || 'refused'); return; }
       if (!r.ok) { status(r.status + ': ' + (body.error || 'error'), true); document.body.dataset.refused = String(r.status); }
       else { document.getElementById('login').hidden = true; render(body); wait = body.refreshSeconds; }
