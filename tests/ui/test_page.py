@@ -87,3 +87,33 @@ def test_a_viewer_sees_only_its_namespaces(tmp_path):
     assert any(
         s["pod"] == "team-a/train-0" for n in data["nodes"] for g in n["gpus"] for s in g["slices"]
     )
+
+
+def test_live_usage_from_prometheus_and_its_absence_named(tmp_path):
+    """With --prometheus the GPUs carry memory in use and utilization; a Prometheus that
+    cannot be reached leaves the allocations shown and says why."""
+    from tests.top.test_top import FakePrometheus
+
+    snap = write_snapshot(tmp_path / "snap.json")
+    prom = FakePrometheus(
+        {
+            "hami_host_gpu_memory_used_bytes": {"GPU-node-0-0": 50000 * 2**20},
+            "hami_host_gpu_utilization_ratio": {"GPU-node-0-0": 61.0},
+        }
+    )
+    try:
+        data = page_builder(
+            UiOptions(snapshot=str(snap), prometheus=prom.url), make_manager(None)
+        )()
+    finally:
+        prom.http.shutdown()
+    gpus = {g["uuid"]: g for n in data["nodes"] for g in n["gpus"]}
+    assert gpus["GPU-node-0-0"]["memoryUsedMiB"] == 50000
+    assert gpus["GPU-node-0-0"]["utilizationPct"] == 61
+    assert gpus["GPU-node-1-0"]["memoryUsedMiB"] is None
+    assert data["usage"] == {"source": "prometheus", "problem": None}
+    down = page_builder(
+        UiOptions(snapshot=str(snap), prometheus="http://127.0.0.1:9"), make_manager(None)
+    )()
+    assert down["usage"]["source"] is None and "Prometheus at" in down["usage"]["problem"]
+    assert sum(len(g["slices"]) for n in down["nodes"] for g in n["gpus"]) == 4
