@@ -5,7 +5,7 @@
   const KEY = 'hami-ui-token';
   let timer = null;
   let generation = 0;
-  const FIRST = 24;   // node cards drawn before the first paint (more than a screenful)
+  const FIRST = 12;   // node cards drawn before the first paint (two screenfuls at 1280x900)
   const CHUNK = 50;   // node cards drawn per turn after it
 
   function token() {
