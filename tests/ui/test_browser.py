@@ -127,3 +127,79 @@ def test_token_asked_for_then_used(tmp_path, browser):
         text = browser.eval("document.getElementById('view').innerText")
         assert "as bob" in text and "team-a" not in text and "(another namespace)" in text
         browser.eval("sessionStorage.clear(); true")
+
+
+def test_each_gpus_mode_and_mig_instances_as_drawn(browser):
+    """The modes example after its workloads ran (a MIG, an MPS and a shim node): each
+    GPU names its mode, a MIG GPU the instances held, and each MIG slice its profile."""
+    from hami_core.defrag.sources import DefragInput
+    from hami_core.simulate.runner import bundled_examples, run_files
+    from hami_core.ui.page import build_page
+
+    examples = bundled_examples()
+    sim = run_files(
+        cluster_path=examples / "cluster-modes.yaml",
+        workload_paths=[examples / "workloads-modes"],
+    )
+    page = build_page(DefragInput(cluster=sim.pipeline.cluster), sim.manager)
+    gate = Gate(require_token=False, reviews=None)
+    server = KeepAliveServer(make_app(lambda: page, gate), host="127.0.0.1", port=0)
+    threading.Thread(target=server.run, daemon=True).start()
+    try:
+        browser.open(f"http://127.0.0.1:{server.port}/")
+        browser.wait("document.body.dataset.painted")
+        modes = browser.eval(
+            """Object.fromEntries([...document.querySelectorAll('.node')].map(n =>
+               [n.dataset.node, [...n.querySelectorAll('.gpu .mode')].map(m => m.textContent)]))"""
+        )
+        legends = browser.eval(
+            """Object.fromEntries([...document.querySelectorAll('.node')].map(n =>
+               [n.dataset.node, n.querySelector('.legend') ? n.querySelector('.legend').textContent : '']))"""
+        )
+    finally:
+        server.close()
+    mig = next(g for n in page["nodes"] if n["name"] == "mig-node" for g in n["gpus"])
+    assert mig["migInstances"], "the modes example places MIG pods"
+    assert mig["modeShown"] in modes["mig-node"] and mig["modeShown"].startswith("mig ")
+    for profile in set(mig["migInstances"]):
+        assert f"mig {profile}" in legends["mig-node"]
+    assert set(modes["mps-node"]) == {"mps"} and set(modes["shim-node"]) == {"shim"}
+
+
+def test_live_usage_drawn_under_the_allocations(tmp_path, browser):
+    from tests.top.test_top import FakePrometheus
+
+    snap = write_snapshot(tmp_path / "snap.json")
+    prom = FakePrometheus(
+        {
+            "hami_host_gpu_memory_used_bytes": {"GPU-node-0-0": (MIB // 4) * 2**20},
+            "hami_host_gpu_utilization_ratio": {"GPU-node-0-0": 40.0},
+        }
+    )
+    try:
+        page = page_builder(
+            UiOptions(snapshot=str(snap), prometheus=prom.url), make_manager(None)
+        )()
+    finally:
+        prom.http.shutdown()
+    server = KeepAliveServer(
+        make_app(lambda: page, Gate(require_token=False, reviews=None)), host="127.0.0.1", port=0
+    )
+    threading.Thread(target=server.run, daemon=True).start()
+    try:
+        browser.open(f"http://127.0.0.1:{server.port}/")
+        browser.wait("document.body.dataset.painted")
+        used = browser.eval(
+            """[...document.querySelectorAll('.gpu')].filter(g => g.querySelector('.used'))
+               .map(g => [g.dataset.uuid, [...g.querySelectorAll('.bar')].map(b =>
+                 b.querySelector('.used').getBoundingClientRect().width / b.getBoundingClientRect().width)])"""
+        )
+        head = browser.eval(
+            "document.querySelector('.gpu[data-uuid=\"GPU-node-0-0\"] .meta').textContent"
+        )
+    finally:
+        server.close()
+    assert [u for u, _ in used] == ["GPU-node-0-0"]
+    memory, compute = used[0][1]
+    assert memory == pytest.approx(0.25, abs=0.01) and compute == pytest.approx(0.40, abs=0.01)
+    assert "in use 20.0 GiB, 40%" in head
