@@ -261,11 +261,24 @@ class Applier:
             jobs=read.jobs,
         )
         planner = Planner(read.cluster, self.manager, policy, **self.planner_options)
-        nominated = {u: p.node for u, p in state.plans.items()}
+        nominated: dict[str, str | None] = {u: p.node for u, p in state.plans.items()}
         nominated.update(
             {s.replacement: s.to_node for p in state.plans.values() for s in p.steps if s.nominated}
         )
         held = hold_nominated(planner, read.pending, nominated, planner.clock())
+        # pending pods above the targets that are not helped: where they fit now, their
+        # room is theirs (a plan never makes a pending pod of higher priority worse off)
+        lowest = min((pod_priority(p) for p in targets), default=0)
+        wanted = {uid_of(p) for p in targets}
+        above = sorted(
+            (
+                p
+                for p in read.pending
+                if uid_of(p) not in wanted and uid_of(p) not in held and pod_priority(p) > lowest
+            ),
+            key=lambda p: -pod_priority(p),
+        )
+        held |= hold_nominated(planner, above, dict.fromkeys(map(uid_of, above)), planner.clock())
         plan = planner.plan([p for p in targets if uid_of(p) not in held])
         return plan, originals
 

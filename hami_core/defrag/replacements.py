@@ -104,30 +104,34 @@ def drop_leaving(cluster: MemoryCluster) -> None:
 def hold_nominated(
     planner: Planner,
     pending: Iterable[Mapping[str, Any]],
-    nominated: Mapping[str, str],
+    nominated: Mapping[str, str | None],
     now: dt.datetime,
 ) -> set[str]:
-    """Place in ``planner``'s copy each pending pod consolidation nominated (uid ->
-    node in ``nominated``) that fits on its node there, marked so no plan moves it:
-    the room the scheduler's filter holds for it. Returns the uids held; a pod that does
-    not fit on its node (yet) is left to plan."""
+    """Place in ``planner``'s copy each pending pod of ``nominated`` (uid -> its node, or
+    None for the node the scheduler's filter ranks first) that fits there, marked so no
+    plan moves it: the room the scheduler's filter holds for a pod consolidation
+    nominated, or that a pending pod of higher priority takes next. Returns the uids
+    held; a pod that does not fit (yet) is left out."""
     held: set[str] = set()
     cluster = planner.cluster
     assert isinstance(cluster, MemoryCluster)
     for pod in pending:
-        node = nominated.get(uid_of(pod))
-        if not node:
+        uid = uid_of(pod)
+        if uid not in nominated:
             continue
+        node = nominated[uid]
         try:
-            fit = planner.scheduler.filter(pod, [node]).fits.get(node)
+            result = planner.scheduler.filter(pod, [node] if node else None)
         except HamiError:
             continue
-        if fit is None or fit.allocation is None:
+        best = node if node else result.best()
+        fit = result.fits.get(best) if best else None
+        if fit is None or fit.allocation is None or best not in result.feasible:
             continue
         placed = bound_pod(pod, fit.allocation, planner.manager, now)
         placed["metadata"].setdefault("annotations", {})[OPT_OUT_KEY] = OPT_OUT_VALUE
         cluster.add_pod(placed)
-        held.add(uid_of(pod))
+        held.add(uid)
     return held
 
 

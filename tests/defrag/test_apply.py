@@ -354,3 +354,19 @@ def test_a_ledger_write_lost_to_another_writer_is_not_fatal(mgr):
     lv = live(pods, [pending("pair", gpus=2)], nodes=2)
     report = applier(mgr, lv, ledger=Racy()).run()
     assert report.evicted == 4 and len(set(lv.evictions.asked)) == len(lv.evictions.asked)
+
+
+def test_moves_never_take_the_room_of_a_higher_pending_pod_that_fits_now(mgr):
+    """A pending pod of higher priority that is not helped (it fits now, kube-scheduler
+    will place it) keeps its room: the plan for a lower pod is made with it placed."""
+    pods = [
+        running("m0", "node-0", (0,), mem=HALF, cores=50, owned_by=owner()),
+        running("m1", "node-0", (1,), mem=HALF, cores=50, owned_by=owner()),
+        running("b0", "node-1", (0,), mem=MIB, cores=100),
+        running("b1", "node-1", (1,), mem=MIB, cores=100),
+    ]
+    lv = live(pods, [pending("low", priority=0)])
+    assert applier(mgr, lv).run().evicted == 1  # alone, it is helped
+    lv = live(pods, [pending("low", priority=0), pending("high", mem=HALF, cores=50, priority=10)])
+    report = applier(mgr, lv).run(["default/low"])
+    assert report.evicted == 0 and lv.evictions.asked == []
