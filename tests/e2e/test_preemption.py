@@ -8,7 +8,9 @@ evicted from a fake node stays Terminating until ``finalize`` confirms it gone.
 - the evicted Deployment's replacement waits (no room, no lower pod to evict);
 - a lower-priority pod created while the victim terminates does not take the room;
 - a tenant cannot evict with forged priority annotations, and cannot state its own
-  ``spec.priority`` (the API server's Priority admission refuses it).
+  ``spec.priority`` (the API server's Priority admission refuses it);
+- the leader killed after its eviction: the replica taking the lease evicts nothing
+  more, holds the room and binds the pod there.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ LOW, HIGH = "hami-e2e-low", "hami-e2e-high"
 def cluster(control_plane, tmp_path_factory):
     control_plane.reset()
     control_plane.start_controller_manager(controllers=("deployment", "replicaset"))
-    stack = HamiStack(control_plane, tmp_path_factory.mktemp("hami")).start(replicas=("hami-a",))
+    stack = HamiStack(control_plane, tmp_path_factory.mktemp("hami")).start()  # a leads, b follows
     control_plane.start_scheduler(
         extender_url=stack.proxy.url, managed_resources=MANAGED, preempt_verb="preempt"
     )
@@ -85,8 +87,10 @@ def _gpu_pod(name, mib, priority_class=None, **meta):
     return p
 
 
-def test_a_high_priority_pod_evicts_the_fewest_and_its_room_is_held(control_plane, cluster):
-    core, apps, stack = cluster
+def _full_cluster(control_plane, core, apps):
+    """2 nodes x 2 GPUs of 16000 MiB, each GPU held by a priority-100 pod of a Deployment
+    of 4; then ``big`` (priority 1000, 12000 MiB) is created. Returns the nodes, the
+    fillers' names, the node ``big`` is nominated to and its one victim (terminating)."""
     nodes = [unique("pre") for _ in range(2)]
     for n in nodes:
         add_gpu_node(
@@ -134,7 +138,23 @@ def test_a_high_priority_pod_evicts_the_fewest_and_its_room_is_held(control_plan
     room = big["status"]["nominatedNodeName"]
     terminating = [q for q in _pods(core, "app=filler") if q["metadata"].get("deletionTimestamp")]
     assert len(terminating) == 1 and terminating[0]["spec"]["nodeName"] == room  # the fewest
-    victim = terminating[0]["metadata"]["name"]
+    return nodes, before, room, terminating[0]["metadata"]["name"]
+
+
+def _clean(control_plane, core, apps, nodes):
+    """No garbage collector runs here: the ReplicaSet and its pods go by hand."""
+    apps.delete_namespaced_deployment("filler", NS)
+    apps.delete_collection_namespaced_replica_set(NS, label_selector="app=filler")
+    for selector in ("app=filler", ""):
+        core.delete_collection_namespaced_pod(NS, label_selector=selector, grace_period_seconds=0)
+    control_plane.wait_for(lambda: not _pods(core), message="no pod left")
+    for n in nodes:
+        control_plane.delete_node(n)
+
+
+def test_a_high_priority_pod_evicts_the_fewest_and_its_room_is_held(control_plane, cluster):
+    core, apps, stack = cluster
+    nodes, before, room, victim = _full_cluster(control_plane, core, apps)
     control_plane.wait_for(
         lambda: any(
             "Preempted by default/big (priority 1000)" in m
@@ -165,14 +185,7 @@ def test_a_high_priority_pod_evicts_the_fewest_and_its_room_is_held(control_plan
     assert len(left) == 3  # exactly one victim
     # kube-scheduler 1.20.2 never called the declared preemptVerb (docs/preemption-and-gangs.md)
     assert "preemptVerb for" not in stack.log("hami-a")
-    # no garbage collector runs here: the ReplicaSet and its pods go by hand
-    apps.delete_namespaced_deployment("filler", NS)
-    apps.delete_collection_namespaced_replica_set(NS, label_selector="app=filler")
-    for selector in ("app=filler", ""):
-        core.delete_collection_namespaced_pod(NS, label_selector=selector, grace_period_seconds=0)
-    control_plane.wait_for(lambda: not _pods(core), message="no pod left")
-    for n in nodes:
-        control_plane.delete_node(n)
+    _clean(control_plane, core, apps, nodes)
 
 
 def test_a_tenant_cannot_preempt_with_annotations_or_its_own_priority(control_plane, cluster):
@@ -206,6 +219,8 @@ def test_a_tenant_cannot_preempt_with_annotations_or_its_own_priority(control_pl
     assert not _raw(core, "forged")["status"].get("nominatedNodeName")
     for name in ("held", "forged"):
         core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
+    control_plane.wait_for(lambda: not _pods(core), message="no pod left")
+    control_plane.delete_node(n)  # the next test's pods must not land here
 
 
 def _metric(stack, result):
@@ -219,3 +234,29 @@ def _metric(stack, result):
         and not line.endswith(" 0.0")
         for line in text.splitlines()
     )
+
+
+def test_a_new_leader_keeps_the_room_and_evicts_nothing_more(control_plane, cluster):
+    # the leader dies once it has nominated big and evicted its victim: the replica that
+    # takes the lease evicts nobody else, holds the room against a lower pod arriving
+    # meanwhile, and binds big there (last in the module: it kills hami-a)
+    core, apps, stack = cluster
+    nodes, before, room, victim = _full_cluster(control_plane, core, apps)
+    stack.kill("hami-a")
+    stack.wait_leader("hami-b")
+    core.create_namespaced_pod(NS, _gpu_pod("thief", 12000, LOW))
+    _finalize(core)
+    bound = control_plane.wait_for(
+        lambda: (p := _raw(core, "big"))["spec"].get("nodeName") and p,
+        timeout=60,
+        message="big bound by the new leader",
+    )
+    assert bound["spec"]["nodeName"] == room
+    control_plane.wait_for(
+        lambda: _events(core, "thief", "FilteringFailed"), message="the thief filtered"
+    )
+    assert not _raw(core, "thief")["spec"].get("nodeName")  # neither bound nor evicted
+    left = [p for p in _pods(core, "app=filler") if p["metadata"]["name"] in before]
+    assert victim not in {p["metadata"]["name"] for p in left} and len(left) == 3
+    assert not [p for p in _pods(core) if p["metadata"].get("deletionTimestamp")]
+    _clean(control_plane, core, apps, nodes)
