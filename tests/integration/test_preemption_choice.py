@@ -287,6 +287,9 @@ def test_a_new_pod_shape_bounds_only_the_nodes_that_can_win():
         assert choice.candidate is not None and choice.candidate.node == "n000"
         assert len(choice.candidate.victims) == 1
         assert choice.bounds <= 3, f"{choice.bounds} node bounds computed for one decision"
+        again = _choose(sched, wanting(f"q{mib}", mib=mib, priority=priority))  # same shape
+        assert again.bounds == 0 and again.candidate is not None
+        assert (again.candidate.node, again.candidate.victims) == ("n000", choice.candidate.victims)
 
 
 def test_negative_priorities_never_hide_the_node_that_wins_the_tie():
