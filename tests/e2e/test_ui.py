@@ -215,7 +215,7 @@ def test_what_a_person_sees_and_the_screenshot(ui, cluster):
         assert "default/odd-policy" in pending
         assert b.eval("window.__xss === undefined")
         assert b.eval("document.querySelectorAll('#view img').length") == 0
-        assert "ui-other" not in b.eval("document.body.innerText")
+        assert "ui-other" not in b.eval("document.body.textContent")
         assert all(u.startswith(url + "/") for u in b.requested_urls())
         b.screenshot(SCREENSHOT)
     assert SCREENSHOT.stat().st_size > 10_000
