@@ -517,3 +517,13 @@ def test_hami_top_against_the_real_api_server_and_prometheus(
     table = subprocess.run([*base, scenario.node], capture_output=True, text=True, timeout=60)
     assert table.returncode == 0, table.stderr
     assert f"3100/{GPU_MIB} MiB (78%)" in table.stdout and "3000" in table.stdout
+    # -o wide's per-pod figures: through Prometheus, and from the monitor's own page
+    (held,) = g0["slices"]
+    assert held["pod"] == f"{scenario.namespace}/trainer" and held["memory_used_mib"] == 3000
+    assert data["usage"] == {"source": "prometheus", "unreachable": []}
+    direct = [HAMI, "top", "--kubeconfig", str(cp.kubeconfig_path)]
+    direct += ["--monitor", f"http://{scenario.monitor_metrics}/metrics", scenario.node]
+    wide = subprocess.run([*direct, "-o", "wide"], capture_output=True, text=True, timeout=60)
+    assert wide.returncode == 0, wide.stderr
+    (row,) = [line for line in wide.stdout.splitlines() if line.startswith(held["pod"] + " ")]
+    assert "3000 of 3100 MiB" in row and " shim " in row, wide.stdout
