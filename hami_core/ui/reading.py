@@ -29,7 +29,9 @@ class Reading:
 
     Attributes:
         read: nodes, bound pods and quotas (``cluster``) and our pending pods.
-        quota_namespaces: namespaces holding a ResourceQuota.
+        quota_namespaces: namespaces whose quotas to show even without GPU pods (from
+            the API server: those holding a ResourceQuota; from a file: the Namespace
+            objects it lists).
     """
 
     read: DefragInput
