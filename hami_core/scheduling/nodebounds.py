@@ -92,6 +92,7 @@ class NodeProfile:
         devices: per device, who holds what (``DeviceProfile``).
         coarse: vendor -> its ``VendorCoarse``.
         memo: ``quick_bound`` per (``coarse_asks``, priority), at most 16.
+        coarse_memo: ``coarse_bound`` alike.
         holders: vendor -> its usable devices' holders as prefix sums (``_Device``),
             made when ``quick_bound`` first asks.
     """
@@ -99,6 +100,7 @@ class NodeProfile:
     devices: tuple[DeviceProfile, ...]
     coarse: dict[str, VendorCoarse]
     memo: dict[Any, Any] = attrs.field(factory=dict)
+    coarse_memo: dict[Any, Any] = attrs.field(factory=dict)
     holders: dict[str, tuple[_Device, ...]] = attrs.field(factory=dict)
 
 
@@ -346,16 +348,23 @@ def node_bound(
     return memo[key]  # type: ignore[no-any-return]
 
 
-def remembered_bound(
-    node: NodeState, asks: tuple[Ask, ...], mine: int
+def first_bound(
+    state: ClusterState, node: NodeState, asks: tuple[Ask, ...], mine: int
 ) -> tuple[bool, tuple[int, int, int] | None]:
-    """``(True, node_bound's answer)`` if the node's profile remembers it for ``asks``
-    and ``mine``, else ``(False, None)`` (nothing computed). Call under the state lock."""
-    profile = node.profile
+    """The sharpest bound the node's profile remembers for ``asks`` at priority
+    ``mine``: ``(True, node_bound's answer)`` when it was computed, else ``(False,
+    coarse_bound's)``, computed once and remembered too (a decision then reads one
+    dict per node for a shape seen before). Call under the state lock."""
+    profile = node_profile(state, node)
     key = (asks, mine)
-    if profile is None or key not in profile.memo:
-        return False, None
-    return True, profile.memo[key]
+    if key in profile.memo:
+        return True, profile.memo[key]
+    coarse = profile.coarse_memo.get(key, False)
+    if coarse is False:
+        if len(profile.coarse_memo) >= 16:
+            profile.coarse_memo.clear()
+        coarse = profile.coarse_memo[key] = coarse_bound(state, node, asks, mine)
+    return False, coarse
 
 
 def quick_bound(
@@ -459,8 +468,8 @@ __all__ = [
     "VendorCoarse",
     "coarse_asks",
     "coarse_bound",
+    "first_bound",
     "node_bound",
-    "remembered_bound",
     "node_profile",
     "quick_bound",
 ]

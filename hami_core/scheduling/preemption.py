@@ -49,7 +49,7 @@ from hami_core.protocol.pods import pod_ref
 
 from .cycle import PodCycle
 from .filtering import FilterEngine
-from .nodebounds import coarse_asks, coarse_bound, node_bound, remembered_bound
+from .nodebounds import coarse_asks, first_bound, node_bound
 from .openings import Openings, TooMany
 from .sources import CachedNodes
 from .state import ClusterState, NodeState
@@ -423,19 +423,12 @@ def choose_victims(
             node = source.node(name, now)
             if isinstance(node, str):
                 continue
-            remembered, known = remembered_bound(node, asks, mine)
-            if remembered:  # asked before (a retried pod, a shape seen)
-                if known is None:
-                    continue  # no eviction opens enough devices there
-                k, top, summed = known
-                heap.append(((float(k), top if k else _NONE, summed, 0, name), len(heap), node))
-                continue
-            coarse = coarse_bound(state, node, asks, mine)
-            if coarse is None:
-                continue
-            k, top, summed = coarse
+            per_device, bound = first_bound(state, node, asks, mine)
+            if bound is None:
+                continue  # no eviction opens enough devices there
+            k, top, summed = bound
             key = (float(k), top if k else _NONE, summed, 0, name)
-            heap.append((key, len(heap), _Coarse(node)))
+            heap.append((key, len(heap), node if per_device else _Coarse(node)))
         heapq.heapify(heap)
         seq = len(heap)
         best: Candidate | None = None
@@ -449,8 +442,8 @@ def choose_victims(
                 search.bounds += 1
                 if quick is not None:
                     k, top, summed = quick
-                    per_device = (float(k), top if k else _NONE, summed, 0, item.node.name)
-                    heapq.heappush(heap, (max(key, per_device), seq, item.node))
+                    per_node = (float(k), top if k else _NONE, summed, 0, item.node.name)
+                    heapq.heappush(heap, (max(key, per_node), seq, item.node))
                     seq += 1
                 continue
             if isinstance(item, NodeState):
