@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import attrs
 
@@ -48,22 +49,29 @@ class Measured:
     unreachable: tuple[str, ...] = ()
 
 
+#: Monitors read at once (one thread each): a --watch over many nodes is not the sum of
+#: their answer times, nor of their timeouts.
+PARALLEL_SCRAPES = 16
+
+
 def from_monitors(urls: Iterable[str], *, timeout_s: float = 10.0) -> Measured:
-    """Scrape each monitor's /metrics page (Prometheus' text format), ``timeout_s``
-    seconds at most each; a device seen by several keeps the largest figure."""
+    """Scrape each monitor's /metrics page (Prometheus' text format), ``PARALLEL_SCRAPES``
+    at once, ``timeout_s`` seconds at most each; a device seen by several keeps the
+    largest figure."""
     memory: dict[str, float] = {}
     util: dict[str, float] = {}
     pod_memory: dict[tuple[str, str], float] = {}
     pod_util: dict[tuple[str, str], float] = {}
     unreachable = []
     wanted = {HOST_MEMORY, HOST_UTIL, POD_MEMORY, POD_UTIL}
-    for url in urls:
-        try:
-            text = _scrape(url, timeout_s)
-        except HamiError as exc:
-            unreachable.append(f"monitor {documents.shown_text(url, 120)}: {exc}")
+    urls = list(dict.fromkeys(urls))  # each page once, in the order given
+    with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_SCRAPES, len(urls)))) as pool:
+        pages = list(pool.map(lambda url: _page(url, timeout_s), urls))
+    for url, page in zip(urls, pages, strict=True):
+        if isinstance(page, HamiError):
+            unreachable.append(f"monitor {documents.shown_text(url, 120)}: {page}")
             continue
-        for name, labels, value in samples(text, wanted):
+        for name, labels, value in samples(page, wanted):
             uuid = labels.get("device_uuid")
             if not uuid:
                 continue
@@ -120,6 +128,14 @@ def _pods(
         )
         for key, used in memory.items()
     }
+
+
+def _page(url: str, timeout_s: float) -> str | HamiError:
+    """``_scrape``'s page, or the error it raised (for a thread pool's map)."""
+    try:
+        return _scrape(url, timeout_s)
+    except HamiError as exc:
+        return exc
 
 
 def _scrape(url: str, timeout_s: float) -> str:

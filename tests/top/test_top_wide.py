@@ -304,3 +304,31 @@ def test_the_mode_is_who_holds_the_share_for_every_vendor():
     assert len(held) == len(rows) > 10
     for d, s in held:
         assert rows[(s.pod, d.uuid)][6] == d.slice_mode(s) == d.mode_name
+
+
+def test_monitors_that_never_answer_are_waited_for_at_once_not_in_turn():
+    """Six monitors that accept and never answer: the view waits about one timeout, not
+    six (a --watch over many nodes stays live), and names each."""
+    import socket
+    import time
+
+    from hami_core.top import from_monitors
+
+    listeners = []
+    for _ in range(6):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(4)
+        listeners.append(sock)
+    urls = [f"http://127.0.0.1:{s.getsockname()[1]}/metrics" for s in listeners]
+    try:
+        t0 = time.monotonic()
+        measured = from_monitors(urls, timeout_s=2)
+        took = time.monotonic() - t0
+    finally:
+        for sock in listeners:
+            sock.close()
+    assert len(measured.unreachable) == 6 and measured.devices == {} and measured.pods == {}
+    for why, url in zip(measured.unreachable, urls, strict=True):
+        assert why.startswith(f"monitor {url}: ")
+    assert took < 8, took  # in turn: at least 12 s
