@@ -26,6 +26,23 @@ from typing import Any
 
 import attrs
 
+#: Annotations that change where an NVIDIA pod may go (docs/PROTOCOL.md §5).
+FILTERS = frozenset(
+    {
+        "nvidia.com/use-gputype",
+        "hami.io/gpu-type",
+        "nvidia.com/nouse-gputype",
+        "nvidia.com/use-gpuuuid",
+        "hami.io/gpu-uuid-include",
+        "hami.io/gpu-uuid-white-list",
+        "nvidia.com/nouse-gpuuuid",
+        "hami.io/gpu-uuid-exclude",
+        "nvidia.com/numa-bind",
+        "hami.io/numa-hint",
+        "nvidia.com/vgpu-mode",
+        "hami.io/gpu-scheduler-policy",
+    }
+)
 #: The largest program tried: (shapes x GPUs) + movable pods. Above it, the search alone.
 MAX_TERMS = 6000
 #: Seconds HiGHS may take for one priority's program (its best answer then, if any).

@@ -25,6 +25,7 @@ from hami_core.errors import HamiError
 from hami_core.model import Allocation
 
 from . import exact
+from .exact import FILTERS
 from .movable import pod_key, pod_priority
 from .planner import Move, Outcome, _gpus, _replacement, bound_pod
 
@@ -35,23 +36,6 @@ if TYPE_CHECKING:
 VENDOR = "NVIDIA"
 #: The annotation that pins a pod copy to the GPUs the answer names.
 PIN = "nvidia.com/use-gpuuuid"
-#: Annotations that change where an NVIDIA pod may go (docs/PROTOCOL.md §5).
-FILTERS = frozenset(
-    {
-        "nvidia.com/use-gputype",
-        "hami.io/gpu-type",
-        "nvidia.com/nouse-gputype",
-        "nvidia.com/use-gpuuuid",
-        "hami.io/gpu-uuid-include",
-        "hami.io/gpu-uuid-white-list",
-        "nvidia.com/nouse-gpuuuid",
-        "hami.io/gpu-uuid-exclude",
-        "nvidia.com/numa-bind",
-        "hami.io/numa-hint",
-        "nvidia.com/vgpu-mode",
-        "hami.io/gpu-scheduler-policy",
-    }
-)
 #: The GPU mode the program's counts describe (memory, compute, sharer slots).
 MODE = "hami-core"
 

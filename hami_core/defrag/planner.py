@@ -475,7 +475,7 @@ class Planner:
         journal: list[tuple[str, dict[str, Any]]] = []
         try:
             found = self._attempt(pod, name, evict, priority, journal, MOVE_DEPTH)
-            if found is None:
+            if found is None and exact.FILTERS & set(_annotations(pod)):
                 # the estimate reads no filter of the pod (type, UUID, NUMA): with every
                 # movable pod of the node gone and the unneeded put back, the fit decides
                 self._undo(journal, 0)
@@ -768,6 +768,10 @@ def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str]:
     """kube-scheduler's queue order: higher priority first, then older, then by key."""
     created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
     return (-pod_priority(pod), created, pod_key(pod))
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    return (pod.get("metadata") or {}).get("annotations") or {}
 
 
 def _gpus(allocation: Allocation) -> tuple[str, ...]:
