@@ -16,7 +16,7 @@ from hami_core.facts.holdings import HoldingsReader, ProblemLog
 from hami_core.facts.nodes import read_node
 from hami_core.facts.priority import pod_priority
 from hami_core.facts.usage import pod_holdings, requested_vendors
-from hami_core.model import CORES_UNITS, PERCENT, CoresUnit
+from hami_core.model import CORES_UNITS, PERCENT, CoresUnit, DeviceInfo
 from hami_core.model.migusage import held_cores_pct, is_mig_gpu, usable_free_memory_mib
 from hami_core.plugin import BackendManager
 from hami_core.protocol.pods import pod_ref
@@ -116,8 +116,9 @@ class DeviceRow:
         slices: what each holder has of it, in ``pods`` order.
         shim: whether the vendor's share in ``hami-core`` mode is held by a limiter
             preloaded into the container (``libvgpu.so`` for NVIDIA, HAMi's vNPU core for
-            Ascend: the device type protects ``/etc/ld.so.preload``); False: by the
-            vendor's own driver or runtime (shown ``vendor``).
+            Ascend on a node running it: the device type protects ``/etc/ld.so.preload``
+            and no ``WITHOUT_SHIM`` fact says otherwise); False: by the vendor's own
+            driver or runtime (shown ``vendor``; Ascend's hardware vNPU templates).
     """
 
     node: str
@@ -410,7 +411,7 @@ def build_view(
                     memory_used_mib=use.memory_used_mib if use else None,
                     utilization_pct=use.utilization_pct if use else None,
                     memory_usable_mib=usable_free_memory_mib(u) if is_mig_gpu(d) else None,
-                    shim=shims.get(d.vendor, True),
+                    shim=_shim(d, shims.get(d.vendor, True)),
                 )
             )
         if not rows and (namespace is not None or not info.unregistered):
@@ -427,6 +428,15 @@ def build_view(
 
 #: A device type protecting this path preloads a limiter into its containers (``shim``).
 PRELOAD = "/etc/ld.so.preload"
+#: ``DeviceInfo.custom`` facts by which a backend says a device of such a type serves its
+#: shares without the limiter: an Ascend chip of a node not running HAMi's vNPU core
+#: serves hardware vNPU templates (``hami_ascend.inventory.HAMI_CORE_NODE``).
+WITHOUT_SHIM = (("hamiVnpuCore", "false"),)
+
+
+def _shim(device: DeviceInfo, preloads: bool) -> bool:
+    """Whether ``device``'s shares are held by its type's preloaded limiter."""
+    return preloads and not any(device.info(k) == v for k, v in WITHOUT_SHIM)
 
 
 def _pod_facts(pod: Mapping[str, Any]) -> tuple[str, int, str, str | None]:

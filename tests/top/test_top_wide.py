@@ -282,8 +282,9 @@ def test_a_hostile_endpoint_cannot_forge_escapes_or_break_the_view(tmp_path):
 
 def test_the_mode_is_who_holds_the_share_for_every_vendor():
     """Every vendor's example after its workloads ran: in ``hami-core`` mode a share is
-    held by a preloaded limiter only for NVIDIA (``libvgpu.so``) and Ascend (HAMi's vNPU
-    core); every other vendor's by its own driver or runtime, never called "shim"."""
+    held by a preloaded limiter only for NVIDIA (``libvgpu.so``) and for Ascend on a node
+    running HAMi's vNPU core; every other vendor's (and Ascend's hardware vNPU templates,
+    its default) by its own driver or runtime, never called "shim"."""
     from hami_core.simulate.runner import bundled_examples, run_files
     from hami_core.top import build_view, render_table
 
@@ -296,14 +297,19 @@ def test_the_mode_is_who_holds_the_share_for_every_vendor():
     modes = {d.vendor: d.mode_shown for d in view.devices}
     assert len(modes) > 10
     for vendor, mode in modes.items():
-        preloads = vendor == "NVIDIA" or vendor.startswith("Ascend")
-        assert mode == ("shim" if preloads else "vendor"), (vendor, mode)
+        assert mode == ("shim" if vendor == "NVIDIA" else "vendor"), (vendor, mode)
     wide = render_table(view, wide=True)
     rows = {(row[0], row[3]): row for row in pod_table(wide)}
     held = [(d, s) for d in view.devices for s in d.slices]
     assert len(held) == len(rows) > 10
     for d, s in held:
         assert rows[(s.pod, d.uuid)][6] == d.slice_mode(s) == d.mode_name
+    # the Ascend node switched to HAMi's soft slicing (its node annotation, the backend's
+    # hamiVnpuCore fact on each chip): its chips' shares are the shim's
+    (ascend,) = {d.node for d in view.devices if d.vendor.startswith("Ascend")}
+    sim.pipeline.cluster.patch_node_annotations(ascend, {"hami-vnpu-core": "true"})
+    view = build_view(sim.pipeline.cluster, sim.manager)
+    assert {d.mode_shown for d in view.devices if d.node == ascend} == {"shim"}
 
 
 def test_monitors_that_never_answer_are_waited_for_at_once_not_in_turn():
@@ -332,3 +338,11 @@ def test_monitors_that_never_answer_are_waited_for_at_once_not_in_turn():
     for why, url in zip(measured.unreachable, urls, strict=True):
         assert why.startswith(f"monitor {url}: ")
     assert took < 8, took  # in turn: at least 12 s
+
+
+def test_the_fact_that_says_no_shim_is_the_ascend_backends_own():
+    from hami_ascend.inventory import HAMI_CORE_NODE
+
+    from hami_core.top import view
+
+    assert view.WITHOUT_SHIM == ((HAMI_CORE_NODE, "false"),)
