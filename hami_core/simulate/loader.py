@@ -39,7 +39,9 @@ A **cluster file** has one of two forms, told apart automatically:
    yaml`` prints them (a ``v1 List``, ``*List`` kinds or plain documents). Nodes are kept
    as they are (their HAMi inventory annotations are the devices); live pods that carry
    a device allocation (``hami.io/vgpu-devices-allocated`` and the like) are kept with
-   their UID and count as existing usage; ``ResourceQuota`` objects are kept, and
+   their UID and count as existing usage (a bound one whose allocation cannot be read
+   too, warned: it holds the devices it names whole, PROTOCOL.md §6, as in the
+   scheduler's state); ``ResourceQuota`` objects are kept, and
    ``Namespace`` objects (``kubectl get nodes,pods,resourcequotas,namespaces``) for
    their labels.
 
@@ -733,17 +735,24 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
         if kind == "Node":
             nodes[name] = obj
         elif kind == "Pod":
-            try:
-                holds = bool(pod_allocation(obj, types))
-            except InvalidInputError as exc:
-                # As the scheduler does with a live cluster: skip that pod, say so, go on.
-                warnings.append(f"{where}: allocation of pod {name} ignored: {exc}")
-                ignored += 1
-                continue
             meta = obj["metadata"]
             bound = (meta.get("annotations") or {}).get(VGPU_NODE) or (obj.get("spec") or {}).get(
                 "nodeName"
             )
+            try:
+                holds = bool(pod_allocation(obj, types))
+            except InvalidInputError as exc:
+                if not (is_live(obj) and bound):
+                    warnings.append(f"{where}: allocation of pod {name} ignored: {exc}")
+                    ignored += 1
+                    continue
+                # As the scheduler's state does with a live cluster (PROTOCOL.md §6, fail
+                # closed): kept, and ``usage.pod_holdings`` holds what it names whole.
+                warnings.append(
+                    f"{where}: allocation of pod {name} unreadable, the devices it names "
+                    f"(or all of that vendor on its node) held whole: {exc}"
+                )
+                holds = True
             if holds and is_live(obj) and not bound:
                 warnings.append(f"{where}: pod {name} holds devices but names no node; ignored")
             if holds and is_live(obj) and bound:

@@ -423,10 +423,13 @@ def test_snapshot_problems_are_warned_and_the_run_goes_on():
     loaded = load_cluster(path, manager())
     text = "\n".join(loaded.warnings)
     assert (
-        "allocation of pod broken ignored" in text
+        "allocation of pod broken unreadable, the devices it names (or all of that vendor "
+        "on its node) held whole"
+        in text
         and "MiB ('') and cores ('') must be non-negative integers" in text
     )
     assert "node bad: NVIDIA devices unusable: hami.io/node-nvidia-register: node bad:" in text
     assert "node bad: link scores ignored" in text
     assert "node good: device GPU-1 is also on node dup" in text
-    assert [p["metadata"]["name"] for p in loaded.pods] == []
+    # kept (bound and live): the usage fold holds what it names whole, as the scheduler does
+    assert [p["metadata"]["name"] for p in loaded.pods] == ["broken"]
