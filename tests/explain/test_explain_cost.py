@@ -142,3 +142,11 @@ def test_preemptions_dry_run_is_bounded_to_the_nodes_closest_to_fitting(monkeypa
     pre = answer["preemption"]
     assert pre["victims"] and pre["node"] in names
     assert pre["nodesTried"] == 2 and pre["nodesWithLowerPriority"] == 6
+    from hami_core.explain import render_text
+
+    text = render_text(answer)
+    assert f"  preemption would evict on {pre['node']}: " in text
+    assert (
+        "    (a bounded dry run: the 2 of 6 node(s) running lower-priority pods closest "
+        "to fitting" in text
+    )
