@@ -38,7 +38,7 @@ and no-op / alone. ``--filter-answer`` is passed to ``hami scheduler``.
 
     .venv/bin/python benchmarks/bench_pipeline.py [--quick] [--runs N] [--sizes 100,500]
         [--workloads mixed,burst] [--arrivals before,during] [--pods N]
-        [--admission-delay S] [--trust signed|off|all] [--noop python,go]
+        [--admission-delay S] [--trust signed|off|all] [--noop auto|none|python,go]
         [--filter-answer best|all] [--profile DIR]
 
 ``--trust`` (default ``signed``, the shipped path): ``hami scheduler`` signs every
@@ -533,11 +533,12 @@ def main() -> None:
     )
     ap.add_argument(
         "--noop",
-        default="",
-        help="python and/or go, comma-separated: also run kube-scheduler against that "
-        "no-op extender in its own process in each run (noop_extender.py on hami "
+        default="auto",
+        help="python and/or go, comma-separated, or none: also run kube-scheduler against "
+        "that no-op extender in its own process in each run (noop_extender.py on hami "
         "scheduler's transport, noop_extender.go on Go's): the floor an extender pays; "
-        "prints ours / no-op and no-op / alone",
+        "prints ours / no-op and no-op / alone (default auto: both, go only where a Go "
+        "toolchain is on PATH)",
     )
     ap.add_argument(
         "--profile",
@@ -559,7 +560,9 @@ def main() -> None:
     if set(workloads) - {"mixed", "burst"} or set(arrivals) - {"before", "during"}:
         ap.error("--workloads takes mixed,burst; --arrivals takes before,during")
     pods_n = args.pods or (100 if args.quick else 300)
-    noops = [n for n in args.noop.split(",") if n]
+    if args.noop == "auto":
+        args.noop = "python,go" if shutil.which("go") else "python"
+    noops = [n for n in args.noop.split(",") if n and n != "none"]
     if set(noops) - {"python", "go"}:
         ap.error("--noop takes python and/or go")
     cells: dict[tuple[int, str, str], Cell] = {}
