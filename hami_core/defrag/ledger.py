@@ -236,13 +236,16 @@ def parse_location(value: str, *, flag: str) -> tuple[str, str]:
     """``NAMESPACE/NAME`` of a ledger setting.
 
     Raises:
-        InvalidInputError: not of that form (``flag`` named).
+        InvalidInputError: not of that form, or a namespace or name the API server
+            refuses (``flag`` named).
     """
     from hami_core.errors import InvalidInputError
+    from hami_core.protocol.config import namespaced_name_problem
 
+    problem = namespaced_name_problem(value)
+    if problem:
+        raise InvalidInputError(f"{flag}: {value!r} {problem}")
     namespace, _, name = value.partition("/")
-    if not namespace or not name or "/" in name:
-        raise InvalidInputError(f"{flag}: {value!r} is not NAMESPACE/NAME")
     return namespace, name
 
 

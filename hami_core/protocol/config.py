@@ -352,6 +352,7 @@ def _check_resource_name(name: str, where: str) -> None:
 
 # A RuntimeClass name is a DNS-1123 subdomain (apimachinery IsDNS1123Subdomain, checked
 # by kube-apiserver on a pod's runtimeClassName): a bad one would fail every pod later.
+_DNS1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN: Final = re.compile(
     r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 )
@@ -414,6 +415,25 @@ def _check_items(items: list[Any], default: list[Any], where: str) -> None:
             raise ConfigError(
                 f"{where}[{pos}]: expected {kind.__name__}, got {shown(item)}"
             ) from None
+
+
+def is_dns_label(value: str) -> bool:
+    """Whether ``value`` is a DNS-1123 label: what kube-apiserver requires of a namespace's
+    name (apimachinery ``IsDNS1123Label``: at most 63 lower-case alphanumerics or '-')."""
+    return len(value) <= 63 and _DNS1123_LABEL.fullmatch(value) is not None
+
+
+def namespaced_name_problem(value: str) -> str | None:
+    """Why ``value`` cannot name a namespaced object (``NAMESPACE/NAME``: a DNS-1123 label,
+    then a DNS-1123 subdomain as a ConfigMap's name), or None when it can."""
+    namespace, _, name = value.partition("/")
+    if not namespace or not name or "/" in name:
+        return "is not NAMESPACE/NAME"
+    if not is_dns_label(namespace):
+        return "has a namespace that is not a DNS-1123 label (lower-case a-z, 0-9, '-'; at most 63)"
+    if not is_dns_subdomain(name):
+        return "has a name that is not a DNS-1123 subdomain (lower-case a-z, 0-9, '-', '.')"
+    return None
 
 
 def is_dns_subdomain(value: str) -> bool:

@@ -83,13 +83,16 @@ def _policy_valid(option: str) -> Callable[[Any, Any, str | None], None]:
 
 
 def object_name_valid(option: str) -> Callable[[Any, Any, str], None]:
-    """The attrs validator of a ``NAMESPACE/NAME`` setting (one slash, both parts set):
-    refused at start, before the API server is reached, with the option named."""
+    """The attrs validator of a ``NAMESPACE/NAME`` setting (one slash, a namespace and a
+    ConfigMap name the API server accepts): refused at start, before the API server is
+    reached, with the option named."""
 
     def validate(_obj: Any, _attr: Any, value: str) -> None:
-        namespace, _, name = str(value).partition("/")
-        if not namespace or not name or "/" in name:
-            raise ConfigError(f"{option}: {value!r} is not NAMESPACE/NAME")
+        from hami_core.protocol.config import namespaced_name_problem
+
+        problem = namespaced_name_problem(str(value))
+        if problem:
+            raise ConfigError(f"{option}: {value!r} {problem}")
 
     return validate
 

@@ -132,3 +132,18 @@ def test_the_apply_report_as_json():
         "evicted": 1,
         "stopped": "done",
     }
+
+
+@pytest.mark.parametrize(
+    "value", ["Kube_System/ledger", "kube-system/Ledger", "kube-system/a b", f"{'n' * 64}/x"]
+)
+def test_a_ledger_the_api_server_cannot_name_stops_at_start(value):
+    """A namespace (DNS-1123 label) or ConfigMap name (DNS-1123 subdomain) the API
+    server refuses stops both flags at start, named, not at the first eviction."""
+    from hami_core.errors import ConfigError
+    from hami_core.servers.options import SchedulerOptions
+
+    code, out = run("--apply", "--ledger", value, "--kubeconfig", "/nonexistent")
+    assert code != 0 and f"--ledger: {value!r}" in out
+    with pytest.raises(ConfigError, match="--consolidation-ledger: "):
+        SchedulerOptions(consolidation_ledger=value)
