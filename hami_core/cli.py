@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Iterable
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -248,11 +249,13 @@ def top(nodes: tuple[str, ...], **opts: Any) -> None:
     except HamiError as exc:
         raise failure(exc) from exc
 
+    warnings: list[str] = []  # the snapshot's, said once, before the first frame
+
     def frame() -> str:
         if o.example:
             store = view_.cluster_from_file(bundled_examples() / "snapshot.yaml", manager)
         elif o.snapshot:
-            store = view_.cluster_from_file(o.snapshot, manager)
+            store = view_.cluster_from_file(o.snapshot, manager, warnings=warnings)
         else:
             store = view_.cluster_from_api(o.kubeconfig)
         measured = view_.Measured()
@@ -287,6 +290,7 @@ def top(nodes: tuple[str, ...], **opts: Any) -> None:
         first = frame()  # a bad flag or an unreachable cluster fails before any redraw
     except HamiError as exc:
         raise failure(exc) from exc
+    _warn(warnings)
     if o.watch is None:
         click.echo(first, nl=False)
         return
@@ -445,6 +449,13 @@ def defrag(**opts: Any) -> None:
         click.echo(render.render_text(plan), nl=False)
 
 
+def _warn(warnings: Iterable[str]) -> None:
+    """Each of a snapshot's warnings on stderr, printable and bounded (stdout stays the
+    answer: -o json is JSON)."""
+    for warning in warnings:
+        click.echo(f"warning: {shown_text(str(warning), WARNING_SHOWN)}", err=True)
+
+
 def _apply_plan(o: DefragOptions, manager: Any) -> None:
     """``hami defrag --apply``: carry plans out (``defrag.apply``) and print each step."""
     from hami_core.defrag.apply import ApplyLimits
@@ -533,6 +544,7 @@ def explain(pod: str, **opts: Any) -> None:
         )
     except HamiError as exc:
         raise failure(exc) from None
+    _warn(w for w in read.warnings if "no pending pods of" not in w)  # what it left out
     if not _echo_structured(data, o.output):
         click.echo(explain_.render_text(data), nl=False)
     sys.exit(explain_.exit_code(data))

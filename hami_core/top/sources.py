@@ -23,13 +23,20 @@ from .view import DeviceUse
 MIB = 1024 * 1024
 
 
-def cluster_from_file(path: str | Path, manager: BackendManager) -> MemoryCluster:
-    """A store holding the file's nodes and device-holding pods.
+def cluster_from_file(
+    path: str | Path, manager: BackendManager, *, warnings: list[str] | None = None
+) -> MemoryCluster:
+    """A store holding the file's nodes and device-holding pods; what the loader left
+    out (an object its API server could not have stored), one line each, is appended
+    to ``warnings`` when given, for the caller to say.
 
     Raises:
         InvalidInputError: unreadable or malformed file (the message names it).
     """
-    return load_cluster(path, manager).to_memory()
+    loaded = load_cluster(path, manager)
+    if warnings is not None:
+        warnings.extend(loaded.warnings)
+    return loaded.to_memory()
 
 
 def cluster_from_api(kubeconfig: str | None) -> MemoryCluster:
