@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from hami_core.model import DeviceUsage, NodeInfo
 from hami_core.plugin import BackendManager
+from hami_core.protocol.documents import printable
 
 from .quota import QuotaCharge, pod_quota_charge
 from .usage import PodHoldings, node_usage, pod_holdings, requested_vendors
@@ -36,7 +37,8 @@ class ProblemLog:
                 if len(self._reported) > 4096:
                     self._reported.clear()
                 self._reported.add(message)
-                self._log.warning("unreadable allocation, failing closed: %s", message)
+                # printable: a snapshot's pod name is not checked as an API server's is
+                self._log.warning("unreadable allocation, failing closed: %s", printable(message))
 
     def drain(self, problems: list[str]) -> None:
         """Report and empty ``problems`` (``ClusterState.problems``)."""

@@ -47,7 +47,7 @@ def test_top_shows_the_gpu_held_whole(tmp_path):
         cli, ["top", "--snapshot", str(broken_snapshot(tmp_path)), "-o", "json"]
     )
     assert result.exit_code == 0, result.output
-    (dev,) = [d for d in json.loads(result.output)["devices"] if d["uuid"] == HELD]
+    (dev,) = [d for d in json.loads(result.stdout)["devices"] if d["uuid"] == HELD]
     assert dev["memory_allocated_mib"] == dev["memory_total_mib"]
     assert [s["whole"] for s in dev["slices"]] == [True]
 
@@ -65,5 +65,21 @@ def test_explain_does_not_offer_the_held_gpu(tmp_path):
         ],
     )
     assert result.exit_code == 3, result.output
-    answer = json.loads(result.output)
+    answer = json.loads(result.stdout)
     assert "fits now" not in answer["reason"]
+
+
+def test_the_log_of_an_unreadable_allocation_is_printable(caplog):
+    """A snapshot's pod name is not checked as an API server checks it: the log line of
+    its unreadable allocation (stderr of hami top/explain/defrag) carries no terminal
+    escape or bidi override raw."""
+    import logging
+
+    from hami_core.facts.holdings import ProblemLog
+
+    caplog.set_level(logging.WARNING)
+    ProblemLog(logging.getLogger("test")).report(["pod ns/a\x1b[2J\u202eb: key: why"])
+    (record,) = caplog.records
+    text = record.getMessage()
+    assert "\x1b" not in text and "\u202e" not in text
+    assert "\\x1b[2J" in text and "\\u202e" in text
