@@ -575,7 +575,9 @@ def ui(log_level: str, **opts: Any) -> None:
     except HamiError as exc:
         raise failure(exc) from None
     except OSError as exc:  # port taken, unreadable certificate files
-        raise click.ClickException(f"cannot serve the web view: {exc}") from exc
+        raise click.ClickException(
+            f"cannot serve the web view (--address {o.address}, --port {o.port}): {exc}"
+        ) from exc
 
 
 def main() -> None:

@@ -42,6 +42,12 @@ def is_loopback(address: str) -> bool:
         return False
 
 
+def url_of(scheme: str, address: str, port: int) -> str:
+    """The page's URL: an IPv6 address in brackets (RFC 3986 §3.2.2)."""
+    host = f"[{address.strip('[]')}]" if ":" in address else address
+    return f"{scheme}://{host}:{port}/"
+
+
 def page_builder(o: UiOptions, manager: BackendManager) -> Callable[[], dict[str, Any]]:
     """Reads the cluster (and the Prometheus, if given) and builds the page."""
     read: Callable[[], Reading] = (
@@ -97,12 +103,20 @@ def make_server(o: UiOptions, manager: BackendManager) -> UiServer:
 
     Raises:
         ConfigError: a certificate without its key, or the reverse.
+        HamiError: a token is required and no API server configuration is found.
         OSError: the address cannot be bound.
     """
     if bool(o.tls_cert_file) != bool(o.tls_private_key_file):
         raise ConfigError("--tls-cert-file and --tls-private-key-file go together")
     require = o.require_token or not is_loopback(o.address)
-    gate = Gate(require_token=require, reviews=KubeReviews(o.kubeconfig) if require else None)
+    try:
+        reviews = KubeReviews(o.kubeconfig) if require else None
+    except HamiError as exc:  # --snapshot needs no API server, but a token does
+        why = "--require-token" if o.require_token else f"--address {o.address} is off loopback"
+        raise HamiError(
+            f"a bearer token is required ({why}) and checked by the API server (TokenReview): {exc}"
+        ) from None
+    gate = Gate(require_token=require, reviews=reviews)
     cache = PageCache(page_builder(o, manager), refresh_s=o.refresh)
     app = make_app(cache.get, gate)
     if o.tls_cert_file and o.tls_private_key_file:
@@ -133,10 +147,8 @@ def run_ui(o: UiOptions, manager: BackendManager, *, ready: threading.Event | No
     server = make_server(o, manager)
     scheme = "https" if o.tls_cert_file else "http"
     log.info(
-        "hami ui on %s://%s:%d/ (%s)",
-        scheme,
-        o.address,
-        server.port,
+        "hami ui on %s (%s)",
+        url_of(scheme, o.address, server.port),
         "bearer token required" if o.require_token or not is_loopback(o.address) else "loopback",
     )
     if ready is not None:

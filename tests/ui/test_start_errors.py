@@ -1,0 +1,42 @@
+"""``hami ui``'s start errors name what to change: an address that cannot be bound names
+--address and --port (was only "[Errno -2] Name or service not known"), a token
+requirement without a kubeconfig says the token is what needs the API server (a user
+of --snapshot off loopback read only "no Kubernetes configuration"), and the URL it
+logs for an IPv6 address has the address in brackets (RFC 3986), as a browser needs."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from hami_core.cli import cli
+from hami_core.ui.main import url_of
+from tests.ui.cluster import write_snapshot
+
+
+def ui(tmp_path, *args: str):
+    snapshot = write_snapshot(tmp_path / "snapshot.json")
+    return CliRunner().invoke(cli, ["ui", "--snapshot", str(snapshot), "--port", "0", *args])
+
+
+def test_an_address_that_cannot_be_bound_is_named(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "current-context: x\n"
+    )
+    result = ui(tmp_path, "--address", "not..an..address", "--kubeconfig", str(kubeconfig))
+    assert result.exit_code == 1
+    assert "--address not..an..address" in result.output, result.output
+
+
+def test_a_token_without_a_kubeconfig_says_why_the_api_server_is_needed(tmp_path):
+    result = ui(tmp_path, "--address", "0.0.0.0", "--kubeconfig", str(tmp_path / "none"))
+    assert result.exit_code != 0
+    assert "TokenReview" in result.output and "no such file" in result.output, result.output
+
+
+def test_the_url_of_an_ipv6_address_is_bracketed():
+    assert url_of("http", "::1", 8090) == "http://[::1]:8090/"
+    assert url_of("https", "127.0.0.1", 8090) == "https://127.0.0.1:8090/"
+    assert url_of("http", "localhost", 1) == "http://localhost:1/"
