@@ -403,10 +403,10 @@ def defrag(**opts: Any) -> None:
     try:
         goal = parse_goal(o.goal) if o.goal is not None else None
         if goal is not None and o.pod:
-            raise InvalidInputError("--goal and --pod: plan for a goal or for pods, not both")
+            raise ConfigError("--goal and --pod: plan for a goal or for pods, not both")
         manager = make_manager(o.config)
         if o.apply and goal is not None:
-            raise InvalidInputError("--apply carries out plans for pending pods; --goal only plans")
+            raise ConfigError("--apply carries out plans for pending pods; --goal only plans")
         if o.apply:
             _apply_plan(o, manager)
             return
@@ -464,7 +464,7 @@ def _apply_plan(o: DefragOptions, manager: Any) -> None:
     from hami_core.defrag.render import render_apply
 
     if o.snapshot:
-        raise InvalidInputError("--apply acts on the API server's cluster, not on --snapshot")
+        raise ConfigError("--apply acts on the API server's cluster, not on --snapshot")
     applier = api_applier(
         manager,
         kubeconfig=o.kubeconfig,

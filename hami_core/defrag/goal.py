@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from hami_core.errors import InvalidInputError
+from hami_core.errors import ConfigError
 from hami_core.plugin import BackendManager
 
 #: The namespace of goal pods: not a valid namespace name, so no real pod shares a key.
@@ -79,29 +79,28 @@ def parse_goal(text: str) -> WholeGpus:
     """``whole-gpus=N[,model=M][,priority=P]`` (module docstring) as a ``WholeGpus``.
 
     Raises:
-        InvalidInputError: an unknown goal or key, a key given twice, N not an integer
-            in 1..``MAX_GOAL_GPUS``, an empty model, P not an integer (each named).
+        ConfigError: (an ``InvalidInputError``; exit 2, as any refused flag) an unknown
+            goal or key, a key given twice, N not an integer in 1..``MAX_GOAL_GPUS``, an
+            empty model, P not an integer (each named).
     """
     fields: dict[str, str] = {}
     for part in text.split(","):
         key, sep, value = part.strip().partition("=")
         if not sep:
-            raise InvalidInputError(f"--goal: {part.strip()!r} is not KEY=VALUE")
+            raise ConfigError(f"--goal: {part.strip()!r} is not KEY=VALUE")
         if key not in ("whole-gpus", "model", "priority"):
-            raise InvalidInputError(
-                f"--goal: unknown key {key!r} (whole-gpus=N[,model=M][,priority=P])"
-            )
+            raise ConfigError(f"--goal: unknown key {key!r} (whole-gpus=N[,model=M][,priority=P])")
         if key in fields:
-            raise InvalidInputError(f"--goal: {key} given twice")
+            raise ConfigError(f"--goal: {key} given twice")
         fields[key] = value.strip()
     if "whole-gpus" not in fields:
-        raise InvalidInputError("--goal: whole-gpus=N is required")
+        raise ConfigError("--goal: whole-gpus=N is required")
     count = _integer(fields["whole-gpus"], "whole-gpus")
     if not 1 <= count <= MAX_GOAL_GPUS:
-        raise InvalidInputError(f"--goal: whole-gpus must be 1..{MAX_GOAL_GPUS}, not {count}")
+        raise ConfigError(f"--goal: whole-gpus must be 1..{MAX_GOAL_GPUS}, not {count}")
     model = fields.get("model")
     if model is not None and not model:
-        raise InvalidInputError("--goal: model is empty")
+        raise ConfigError("--goal: model is empty")
     priority = _integer(fields.get("priority", "0"), "priority")
     return WholeGpus(count=count, model=model, priority=priority)
 
@@ -110,7 +109,7 @@ def _integer(value: str, key: str) -> int:
     try:
         return int(value, 10)
     except ValueError:
-        raise InvalidInputError(f"--goal: {key} must be an integer, not {value!r}") from None
+        raise ConfigError(f"--goal: {key} must be an integer, not {value!r}") from None
 
 
 def goal_pods(goal: WholeGpus, manager: BackendManager) -> list[dict[str, Any]]:

@@ -147,3 +147,21 @@ def test_a_ledger_the_api_server_cannot_name_stops_at_start(value):
     assert code != 0 and f"--ledger: {value!r}" in out
     with pytest.raises(ConfigError, match="--consolidation-ledger: "):
         SchedulerOptions(consolidation_ledger=value)
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--goal", "foo"], "--goal"),
+        (["--goal", "whole-gpus=0"], "--goal"),
+        (["--goal", "whole-gpus=1,bogus=1"], "--goal"),
+        (["--goal", "whole-gpus=1", "--pod", "a/b"], "--pod"),
+        (["--apply"], "--snapshot"),
+    ],
+)
+def test_a_bad_flag_value_or_combination_exits_2_as_click_refusals_do(tmp_path, args, named):
+    """Every other refused flag of hami defrag (and of every command) exits 2, the
+    flag named; --goal's value and the refused combinations exited 1, the status of a
+    cluster that cannot be read."""
+    code, out = run("--snapshot", snapshot(tmp_path), *args)
+    assert code == 2 and named in out, out
