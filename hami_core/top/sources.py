@@ -108,6 +108,8 @@ def query_by(
     """
     full = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
     where = f"Prometheus at {documents.shown_text(url, 120)}"
+    if not url.startswith(("http://", "https://")):  # urllib: a ValueError, or a local file
+        raise HamiError(f"{where}: not an http:// or https:// URL")
     try:
         deadline = time.monotonic() + timeout_s
         with urllib.request.urlopen(full, timeout=timeout_s) as resp:

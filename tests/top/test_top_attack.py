@@ -111,3 +111,20 @@ def test_a_trickled_answer_ends_at_the_timeout(prometheus):
     assert took < 2 + 2 + 2, f"took {took:.1f}s"  # the deadline, one read's timeout, slack
     assert str(caught.value).startswith(f"Prometheus at {prometheus.url}")
     assert "2" in str(caught.value)
+
+
+@pytest.mark.parametrize("url", ["notaurl", "file:///etc/passwd", "ftp://x"])
+def test_a_prometheus_url_that_is_not_http_is_named_not_a_traceback(tmp_path, url):
+    """``--prometheus notaurl`` ended hami top in urllib's ValueError traceback, and a
+    file:// URL was opened as a local path; each is n/a with the reason, as a
+    --monitor URL of the same kind is."""
+    from pathlib import Path
+
+    snapshot = Path(__file__).parents[2] / "examples" / "snapshot-pending.yaml"
+    result = CliRunner().invoke(
+        cli, ["top", "--snapshot", str(snapshot), "-o", "wide", "--prometheus", url]
+    )
+    assert result.exit_code == 0, result.output
+    assert "not an http:// or https:// URL" in result.output
+    with pytest.raises(HamiError, match="not an http:// or https:// URL"):
+        usage_from_prometheus(url)
