@@ -165,6 +165,13 @@ class _Handler(BaseHTTPRequestHandler):
     # (405 from Flask and the web view) instead of http.server's 501.
     do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_TRACE = do_POST
 
+    def __getattr__(self, name: str) -> Any:
+        """``do_<METHOD>`` of any other method token (CONNECT, PROPFIND, ...): the app
+        refuses it too, rather than http.server's 501 without the app's headers."""
+        if name.startswith("do_") and name[3:].isalpha() and name[3:].isupper():
+            return self.do_POST
+        raise AttributeError(name)
+
     def _refuse(self, code: int, reason: str, message: str) -> None:
         data = f"{message}\n".encode()
         self.send_response(code, reason)

@@ -288,3 +288,14 @@ def test_tls_serves_https_and_a_lone_certificate_is_refused(tmp_path):
             assert r.status == 200 and json.loads(r.read())["schema"] == "hami.ui/v1"
     finally:
         server.close()
+
+
+def test_a_method_http_server_does_not_know_is_405_too(tmp_path):
+    """docs/web-view.md: any method but GET and HEAD is 405. CONNECT, PROPFIND and any
+    other token got http.server's 501, without the page's security headers."""
+    with serve(tmp_path, require_token=False) as (port, _):
+        for method in ("CONNECT", "PROPFIND", "MKCOL", "FOO"):
+            status, headers, _ = request(port, method, "/api/view")
+            assert status == 405, method
+            assert headers["allow"] == "GET, HEAD"
+            assert "content-security-policy" in headers
