@@ -18,6 +18,7 @@ from hami_core.defrag.sources import DefragInput, is_pending_for
 from hami_core.errors import HamiError
 from hami_core.explain.sources import from_file as explain_from_file
 from hami_core.plugin import BackendManager
+from hami_core.protocol.documents import shown_text
 from hami_core.protocol.pods import is_live
 
 log = logging.getLogger(__name__)
@@ -77,14 +78,22 @@ def from_api(kubeconfig: str | None, manager: BackendManager) -> Callable[[], Re
 
 def from_file(path: str | Path, manager: BackendManager) -> Callable[[], Reading]:
     """A reader of a snapshot file (``kubectl get nodes,pods,resourcequotas -A -o yaml``),
-    read anew each time (it may be rewritten).
+    read anew each time (it may be rewritten); what the loader leaves out is logged, once
+    while the file says the same.
 
     Raises (when called):
         InvalidInputError: unreadable or malformed file (the message names it).
     """
 
+    said: set[str] = set()  # warnings logged already: once while the file says the same
+
     def read() -> Reading:
         got, _ = explain_from_file(path, manager)
+        for warning in got.warnings:  # what the loader left out, else silently missing
+            if warning not in said and "no pending pods of" not in warning:
+                log.warning("%s", shown_text(warning, 500))
+        said.clear()
+        said.update(got.warnings)
         return Reading(read=got, quota_namespaces=frozenset(got.namespace_labels))
 
     return read

@@ -40,3 +40,23 @@ def test_the_url_of_an_ipv6_address_is_bracketed():
     assert url_of("http", "::1", 8090) == "http://[::1]:8090/"
     assert url_of("https", "127.0.0.1", 8090) == "https://127.0.0.1:8090/"
     assert url_of("http", "localhost", 1) == "http://localhost:1/"
+
+
+def test_what_a_snapshot_reading_leaves_out_is_logged_once(tmp_path, caplog):
+    """A node the loader left out of the snapshot vanished from the page with no word
+    anywhere; it is logged (printable), once while the file says the same."""
+    import logging
+
+    from hami_core.simulate.runner import make_manager
+    from hami_core.ui.reading import from_file
+
+    bad = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "bad\x1b[2J"}}
+    bad["status"] = {"allocatable": {"nvidia.com/gpu": "lots"}}
+    snapshot = write_snapshot(tmp_path / "snapshot.json", extra=[bad])
+    read = from_file(snapshot, make_manager(None))
+    caplog.set_level(logging.WARNING, logger="hami_core.ui.reading")
+    read()
+    read()
+    lines = [r.getMessage() for r in caplog.records if "Node skipped" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "\x1b" not in lines[0] and "nvidia.com/gpu" in lines[0]
