@@ -44,7 +44,7 @@ from hami_core.cluster.eviction import pdb_violations
 from hami_core.facts.priority import pod_priority, terminating
 from hami_core.facts.quota import NO_CHARGE, QuotaCharge, QuotaView
 from hami_core.facts.usage import PodHoldings, usage_from_holdings
-from hami_core.model import MIG_PROFILE_INFO, Allocation, DeviceUsage
+from hami_core.model import MIG_PROFILE_INFO, Allocation, DeviceRequest, DeviceUsage
 from hami_core.protocol.pods import pod_ref
 
 from .cycle import PodCycle
@@ -56,6 +56,11 @@ from .state import ClusterState, NodeState
 
 #: Fits tried on one node before its search falls back to the reprieve.
 MAX_FITS_PER_NODE = 2048
+#: Fits tried per decision, all nodes together (about 1-2 ms each: a second or two under
+#: ``state.lock``, which every /filter waits on). Past it the search returns the best
+#: candidate found (the node under way finishes with the reprieve when none was yet),
+#: ``Choice.exact`` False.
+MAX_FITS_PER_DECISION = 1024
 
 #: ``namespaces -> PodDisruptionBudget objects`` in them (empty when unknown).
 Budgets = Callable[[frozenset[str]], Sequence[Mapping[str, Any]]]
@@ -120,7 +125,8 @@ class Choice:
     Attributes:
         candidate: the chosen node and victims, or None when no eviction makes room.
         reason: why none, or what the candidate frees (for events and ``--explain``).
-        exact: False when a node's search fell back to the reprieve (see module doc).
+        exact: False when a node's search fell back to the reprieve or the decision's
+            fit budget ran out (see module doc).
         fits_tried: fits run, for the figures.
         bounds: nodes whose per-device bound (``nodebounds.node_bound``) was computed,
             for the figures: the nodes that could still win after the coarse one.
@@ -220,11 +226,13 @@ class _Search:
         budgets: Budgets,
         *,
         max_fits_per_node: int,
+        max_fits: int = MAX_FITS_PER_DECISION,
     ) -> None:
         self.engine = engine
         self.cycle = cycle
         self.budgets = budgets
         self.max_fits = max_fits_per_node
+        self.budget = max_fits
         self.fits = 0
         self.bounds = 0
         self.visits = 0
@@ -288,7 +296,13 @@ class _Search:
                 else:
                     combos = [tuple(everything[i] for i in sorted(u)) for u in unions]
                     combos.sort(key=_priorities)
-                    found, refused = self._best_of(node, combos, best, allocation)
+                    try:
+                        found, refused = self._best_of(
+                            node, combos, best, allocation, cap=self._left()
+                        )
+                    except TooMany:
+                        self.exact = False
+                        return self._reprieve(node, best)
                     if found is not None:
                         return found
                     if not refused:
@@ -303,13 +317,23 @@ class _Search:
                     if test.opened(frozenset(index[id(v)] for v in c)) >= test.count
                 )
             try:
-                found, _ = self._best_of(node, combos_iter, best, allocation, cap=self.max_fits)
+                found, _ = self._best_of(
+                    node, combos_iter, best, allocation, cap=min(self.max_fits, self._left())
+                )
             except TooMany:
                 self.exact = False
                 return self._reprieve(node, best)
             if found is not None:
                 return found
         return None
+
+    def _left(self) -> int:
+        """Fits left of the decision's budget (at least one: a node under way ends)."""
+        return max(1, self.budget - self.fits)
+
+    def spent(self) -> bool:
+        """Whether the decision's fit budget is spent (the search then stops, inexact)."""
+        return self.fits >= self.budget
 
     def _best_of(
         self,
@@ -390,6 +414,7 @@ def choose_victims(
     selector: Mapping[str, str] | None = None,
     budgets: Budgets = lambda namespaces: (),
     max_fits_per_node: int = MAX_FITS_PER_NODE,
+    max_fits: int = MAX_FITS_PER_DECISION,
 ) -> Choice:
     """The victims whose eviction lets ``cycle``'s pod fit on one of ``names`` (module
     docstring for the rules and the order of choice).
@@ -402,62 +427,25 @@ def choose_victims(
         selector: ``--node-label-selector``.
         budgets: the PodDisruptionBudgets of the victims' namespaces.
         max_fits_per_node: the exact search's budget per node and set size.
+        max_fits: the decision's budget, fits over all nodes (``MAX_FITS_PER_DECISION``).
 
     Returns:
         A ``Choice``; never raises for "no room".
     """
     mine = pod_priority(cycle.pod)
-    requests = [d for c in cycle.request.containers for d in c.devices]
-    vendors = set(cycle.request.vendors)
-    search = _Search(engine, cycle, budgets, max_fits_per_node=max_fits_per_node)
+    search = _Search(engine, cycle, budgets, max_fits_per_node=max_fits_per_node, max_fits=max_fits)
     with state.lock:
         source = CachedNodes(state, list(names), selector or {})
         now = engine.clock()
-        # Every node gets the coarse bound of its cached profile; a node that comes
-        # first gets its per-device bound (``node_bound``), then is prepared (its
-        # victims, openings), then refined (the smallest unions and their priorities),
-        # then searched; none is once no node left can beat the best found.
-        heap: list[tuple[tuple[float, int, int, int, str], int, Any]] = []
-        asks = coarse_asks(requests)
-        for name in source.names:
-            node = source.node(name, now)
-            if isinstance(node, str):
-                continue
-            per_device, bound = first_bound(state, node, asks, mine)
-            if bound is None:
-                continue  # no eviction opens enough devices there
-            k, top, summed = bound
-            key = (float(k), top if k else _NONE, summed, 0, name)
-            heap.append((key, len(heap), node if per_device else _Coarse(node)))
-        heapq.heapify(heap)
-        seq = len(heap)
         best: Candidate | None = None
-        while heap:
-            key, _, item = heapq.heappop(heap)
-            search.visits += 1
-            if best is not None and key >= best.rank():
-                break  # no node left can beat it
-            if isinstance(item, _Coarse):
-                quick = node_bound(state, item.node, requests, mine, asks=asks)
-                search.bounds += 1
-                if quick is not None:
-                    k, top, summed = quick
-                    per_node = (float(k), top if k else _NONE, summed, 0, item.node.name)
-                    heapq.heappush(heap, (max(key, per_node), seq, item.node))
-                    seq += 1
-                continue
-            if isinstance(item, NodeState):
-                entry = _prepare(state, engine, cycle, item, mine=mine, vendors=vendors)
-                if entry is None:
-                    continue
-                sharper = _refine(entry) if entry.openings is not None else entry.optimistic
-                if sharper is not None:
-                    heapq.heappush(heap, (max(key, sharper), seq, entry))
-                    seq += 1
-                continue
-            found = search.best_on(item, best)
-            if found is not None and (best is None or found.rank() < best.rank()):
-                best = found
+        whole = whole_card(cycle)
+        sound = True
+        if whole is not None:
+            best, sound = _whole_devices(state, engine, cycle, search, source, now, whole)
+            if not sound:
+                best = None  # the shortcut's premise failed: search as for any pod
+        if whole is None or (best is None and not sound):
+            best = _search_nodes(state, engine, cycle, search, source, now)
     if best is None:
         return Choice(
             candidate=None,
@@ -476,6 +464,152 @@ def choose_victims(
     )
 
 
+def _search_nodes(
+    state: ClusterState,
+    engine: FilterEngine,
+    cycle: PodCycle,
+    search: _Search,
+    source: CachedNodes,
+    now: float,
+) -> Candidate | None:
+    """The search over every node by its bound (module docstring). Call under the lock."""
+    mine = pod_priority(cycle.pod)
+    requests = [d for c in cycle.request.containers for d in c.devices]
+    vendors = set(cycle.request.vendors)
+    # Every node gets the coarse bound of its cached profile; a node that comes
+    # first gets its per-device bound (``node_bound``), then is prepared (its
+    # victims, openings), then refined (the smallest unions and their priorities),
+    # then searched; none is once no node left can beat the best found, or once the
+    # decision's fit budget is spent.
+    heap: list[tuple[tuple[float, int, int, int, str], int, Any]] = []
+    asks = coarse_asks(requests)
+    for name in source.names:
+        node = source.node(name, now)
+        if isinstance(node, str):
+            continue
+        per_device, bound = first_bound(state, node, asks, mine)
+        if bound is None:
+            continue  # no eviction opens enough devices there
+        k, top, summed = bound
+        key = (float(k), top if k else _NONE, summed, 0, name)
+        heap.append((key, len(heap), node if per_device else _Coarse(node)))
+    heapq.heapify(heap)
+    seq = len(heap)
+    best: Candidate | None = None
+    while heap:
+        key, _, item = heapq.heappop(heap)
+        search.visits += 1
+        if best is not None and key >= best.rank():
+            break  # no node left can beat it
+        if best is not None and search.spent():
+            search.exact = False
+            break
+        if isinstance(item, _Coarse):
+            quick = node_bound(state, item.node, requests, mine, asks=asks)
+            search.bounds += 1
+            if quick is not None:
+                k, top, summed = quick
+                per_node = (float(k), top if k else _NONE, summed, 0, item.node.name)
+                heapq.heappush(heap, (max(key, per_node), seq, item.node))
+                seq += 1
+            continue
+        if isinstance(item, NodeState):
+            entry = _prepare(state, engine, cycle, item, mine=mine, vendors=vendors)
+            if entry is None:
+                continue
+            sharper = _refine(entry) if entry.openings is not None else entry.optimistic
+            if sharper is not None:
+                heapq.heappush(heap, (max(key, sharper), seq, entry))
+                seq += 1
+            continue
+        found = search.best_on(item, best)
+        if found is not None and (best is None or found.rank() < best.rank()):
+            best = found
+    return best
+
+
+def whole_card(cycle: PodCycle) -> DeviceRequest | None:
+    """The pod's request when it asks one device with all its cores (``gpucores: 100``:
+    the device alone, HAMi's exclusivity), else None."""
+    requests = [d for c in cycle.request.containers for d in c.devices]
+    if len(requests) != 1:
+        return None
+    (req,) = requests
+    if req.count != 1 or req.cores_pct != 100 or req.info(MIG_PROFILE_INFO):
+        return None
+    return req
+
+
+def _whole_devices(
+    state: ClusterState,
+    engine: FilterEngine,
+    cycle: PodCycle,
+    search: _Search,
+    source: CachedNodes,
+    now: float,
+    req: DeviceRequest,
+) -> tuple[Candidate | None, bool]:
+    """The best candidate for a whole-card pod (``whole_card``) without a search: it goes
+    on one device and takes it alone, so a device's victims are all its holders, and a
+    device with any holder that is not a victim (of the pod's priority or more, slices
+    held for a pod not bound yet) is none. Every usable device's set is ranked without
+    a fit; sets are then fitted best first until no set left can beat the best fitted.
+
+    Returns ``(best, sound)``: ``sound`` False when the premise failed, and the caller
+    searches instead: the winner's fit still holds without one of its victims (the
+    vendor does not give cores 100 the device alone), or a set was refused while the
+    pod's quota counts (a victim elsewhere could give back what it needs; without a
+    quota a refused set means the device cannot take the pod at all). Call under the
+    state lock."""
+    mine = pod_priority(cycle.pod)
+    vendors = {req.vendor}
+    ranked: list[tuple[tuple[int, int, int, str, str], _Node, tuple[Victim, ...]]] = []
+    for name in source.names:
+        node = source.node(name, now)
+        if isinstance(node, str):
+            continue
+        entry = _prepare(state, engine, cycle, node, mine=mine, vendors=vendors, openings=False)
+        if entry is None:
+            continue
+        kept = {u for h in entry.base for u in (*h.charges, *h.whole)}
+        for u in node.info.devices:
+            if u.vendor != req.vendor or u.uuid in kept:
+                continue
+            on = tuple(
+                v for v in entry.victims if u.uuid in v.held.charges or u.uuid in v.held.whole
+            )
+            prios = [v.priority for v in on]
+            key = (len(on), max(prios, default=_NONE), sum(prios), name, u.uuid)
+            ranked.append((key, entry, on))
+    ranked.sort(key=lambda r: r[0])
+    best: Candidate | None = None
+    refused = False
+    for (k, top, summed, name, _), entry, on in ranked:
+        if best is not None and (k, top, summed, 0, name) >= best.rank():
+            break  # sorted: no set left can beat it
+        if best is not None and search.spent():
+            search.exact = False
+            break
+        placed = search.fit(entry, on)
+        if placed is None:
+            refused = True
+            continue
+        cand = Candidate(
+            node=name, victims=on, pdb_violations=search.violations(on), allocation=placed
+        )
+        if best is None or cand.rank() < best.rank():
+            best = cand
+    if best is None:
+        return None, not (refused and cycle.quota)
+    if refused and cycle.quota:
+        return None, False
+    winner = next(r[1] for r in ranked if r[1].state.name == best.node)
+    for v in best.victims:  # the premise: without any one victim it does not fit
+        if search.fit(winner, [x for x in best.victims if x is not v]) is not None:
+            return None, False
+    return best, True
+
+
 def _prepare(
     state: ClusterState,
     engine: FilterEngine,
@@ -484,6 +618,7 @@ def _prepare(
     *,
     mine: int,
     vendors: set[str],
+    openings: bool = True,
 ) -> _Node | None:
     """The node's victims (lower priority, holding a device of a vendor the pod asks),
     what stays, its bound and openings; None when no eviction can open enough devices.
@@ -516,17 +651,19 @@ def _prepare(
     else:
         current = node.usage
     bound = _bound(cycle, current, victims)
+    opened: Openings | None = None
     try:
-        openings = Openings.of(requests, current, [_slots(v, current) for v in victims])
+        if openings:
+            opened = Openings.of(requests, current, [_slots(v, current) for v in victims])
     except TooMany:
-        openings = None
-    if math.isinf(bound) or (openings is not None and not openings.possible):
+        opened = None
+    if math.isinf(bound) or (opened is not None and not opened.possible):
         return None
     k = int(bound)
     if k > len(victims):
         return None
     prios = [v.priority for v in victims]
-    entry = _Node(state=node, base=base, victims=victims, bound=bound, openings=openings)
+    entry = _Node(state=node, base=base, victims=victims, bound=bound, openings=opened)
     entry.optimistic = (bound, prios[k - 1] if k else _NONE, sum(prios[:k]), 0, node.name)
     return entry
 
@@ -570,6 +707,7 @@ def describe_candidate(candidate: Candidate) -> str:
 
 
 __all__ = [
+    "MAX_FITS_PER_DECISION",
     "MAX_FITS_PER_NODE",
     "Budgets",
     "Candidate",
@@ -577,4 +715,5 @@ __all__ = [
     "Victim",
     "choose_victims",
     "describe_candidate",
+    "whole_card",
 ]
