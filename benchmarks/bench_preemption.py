@@ -12,7 +12,7 @@ and the decision's time at 1000 nodes (docs/performance.md, issue 27).
 2. On the same scenarios, a victim is useless when the preemptor still fits with that
    one victim spared: counted over every victim chosen (target 0).
 3. The decision's time (``choose_victims``, every node judged) at 1000 nodes x 8 GPUs,
-   each GPU about half full of lower-priority slices, for preemptors of 5 shapes in
+   each GPU about half full of lower-priority slices, for preemptors of 6 shapes in
    turn that fit nowhere: p50 / p99 over ``DECISIONS`` decisions with the nodes'
    profiles kept (``nodebounds.node_profile``: rebuilt only for a node that changed),
    each shape's first decision included (target p99 <= 50 ms), wall and CPU time of
@@ -52,8 +52,10 @@ EXACT_NODES = 6
 SCENARIOS = 30
 BIG_NODES = 1000
 DECISIONS = 60
-#: The preemptors' shapes at 1000 nodes, in turn: ``(GPUs, MiB each)``.
-SHAPES = [(1, 81920), (1, 70000), (2, 60000), (4, 50000), (8, 60000)]
+#: The preemptors' shapes at 1000 nodes, in turn: ``(GPUs, MiB each, cores each)``; the
+#: last takes a whole card (``gpucores: 100``: the device alone) with little memory, which
+#: the pre-filter's rule sees open on every half-used GPU.
+SHAPES = [(1, 81920, 0), (1, 70000, 0), (2, 60000, 0), (4, 50000, 0), (8, 60000, 0), (1, 4000, 100)]
 PRIORITIES = (0, 10, 100)
 PREEMPTOR_PRIORITY = 50
 
@@ -102,14 +104,17 @@ def holder(
     }
 
 
-def preemptor(count: int, mib: int) -> dict[str, Any]:
+def preemptor(count: int, mib: int, cores: int = 0) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": str(count), "nvidia.com/gpumem": str(mib)}
+    if cores:
+        limits["nvidia.com/gpucores"] = str(cores)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": f"p-{count}-{mib}",
+            "name": f"p-{count}-{mib}-{cores}",
             "namespace": "high",
-            "uid": f"uid-p-{count}-{mib}",
+            "uid": f"uid-p-{count}-{mib}-{cores}",
         },
         "spec": {
             "schedulerName": SCHEDULER,
@@ -118,9 +123,7 @@ def preemptor(count: int, mib: int) -> dict[str, Any]:
                 {
                     "name": "main",
                     "image": "busybox",
-                    "resources": {
-                        "limits": {"nvidia.com/gpu": str(count), "nvidia.com/gpumem": str(mib)}
-                    },
+                    "resources": {"limits": limits},
                 }
             ],
         },
@@ -272,8 +275,8 @@ def decision_times(
     gc.freeze()  # as ``hami scheduler`` does once its caches are listed (settle_gc)
     times = []
     for i in range(decisions):
-        count, mib = SHAPES[i % len(SHAPES)]
-        p = preemptor(count, mib)
+        count, mib, cores = SHAPES[i % len(SHAPES)]
+        p = preemptor(count, mib, cores)
         p["metadata"]["uid"] += f"-{i}"
         cycle = sched.cycle(p)
         started, cpu = time.perf_counter(), time.process_time()

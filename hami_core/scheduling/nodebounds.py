@@ -451,6 +451,34 @@ def quick_bound(
     return best
 
 
+def whole_device_ranks(
+    state: ClusterState, node: NodeState, vendor: str, mine: int
+) -> tuple[tuple[int, int, int, str], ...]:
+    """Per usable device of ``vendor`` on ``node`` that a pod of priority ``mine`` may
+    take alone (every holder of lower priority; leaving lower ones count as gone),
+    ``(victims, highest victim priority, sum of priorities, uuid)`` of evicting all its
+    holders; a device with a holder of priority ``mine`` or more (or slices held for a
+    pod not bound yet) is left out. Read from the node's profile and remembered with it
+    (``NodeProfile.memo``) until the node changes. Call under the state lock."""
+    profile = node_profile(state, node)
+    key = ("whole-device", vendor, mine)
+    if key in profile.memo:
+        return profile.memo[key]  # type: ignore[no-any-return]
+    uuids = list(node.usage or ())
+    out = []
+    for uuid, (v, usable, _, _, _, _, holders) in zip(uuids, profile.devices, strict=True):
+        if v != vendor or not usable:
+            continue
+        prios = [p for p, _, _, leaving, _ in holders if not (leaving and p < mine)]
+        if any(p >= mine for p in prios):
+            continue
+        out.append((len(prios), max(prios, default=_NO_VICTIM), sum(prios), uuid))
+    if len(profile.memo) >= 16:
+        profile.memo.clear()
+    profile.memo[key] = result = tuple(out)
+    return result
+
+
 def _fewest(prefix: Sequence[int], deficit: int) -> int | None:
     """The fewest amounts (``prefix``: their sums, largest first) reaching ``deficit``,
     None when all do not."""
@@ -472,4 +500,5 @@ __all__ = [
     "node_bound",
     "node_profile",
     "quick_bound",
+    "whole_device_ranks",
 ]

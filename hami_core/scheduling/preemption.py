@@ -27,7 +27,14 @@ possible answer and the search stops when no unvisited node can beat the best fo
 whose sets of one size exceed ``max_fits_per_node`` fits falls back to kube-scheduler's
 reprieve (every victim, then give back the highest priorities first while it still
 fits: a set without a useless victim, not always the smallest); ``Choice.exact`` says
-so.
+so. The whole decision has a budget too (``MAX_FITS_PER_DECISION`` fits over all nodes,
+the search runs under ``state.lock``): past it the best found is the answer, not exact.
+
+A pod asking one device with all its cores (``gpucores: 100``: the device alone, which
+the pre-filter's rule does not see, so every half-used GPU looks open and the search
+would fit every small set of every node) is not searched: each device's victims are all
+its holders, ranked from the nodes' profiles and fitted best first (``_whole_devices``);
+the winner is checked to need each of its victims, else the search runs as for any pod.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -49,7 +57,7 @@ from hami_core.protocol.pods import pod_ref
 
 from .cycle import PodCycle
 from .filtering import FilterEngine
-from .nodebounds import coarse_asks, first_bound, node_bound
+from .nodebounds import coarse_asks, first_bound, node_bound, whole_device_ranks
 from .openings import Openings, TooMany
 from .sources import CachedNodes
 from .state import ClusterState, NodeState
@@ -470,7 +478,7 @@ def _search_nodes(
     cycle: PodCycle,
     search: _Search,
     source: CachedNodes,
-    now: float,
+    now: datetime,
 ) -> Candidate | None:
     """The search over every node by its bound (module docstring). Call under the lock."""
     mine = pod_priority(cycle.pod)
@@ -546,14 +554,15 @@ def _whole_devices(
     cycle: PodCycle,
     search: _Search,
     source: CachedNodes,
-    now: float,
+    now: datetime,
     req: DeviceRequest,
 ) -> tuple[Candidate | None, bool]:
     """The best candidate for a whole-card pod (``whole_card``) without a search: it goes
     on one device and takes it alone, so a device's victims are all its holders, and a
     device with any holder that is not a victim (of the pod's priority or more, slices
-    held for a pod not bound yet) is none. Every usable device's set is ranked without
-    a fit; sets are then fitted best first until no set left can beat the best fitted.
+    held for a pod not bound yet) is none. Every usable device's set is ranked from the
+    node's profile (``nodebounds.whole_device_ranks``: no fit, remembered until the node
+    changes); sets are then fitted best first until no set left can beat the best.
 
     Returns ``(best, sound)``: ``sound`` False when the premise failed, and the caller
     searches instead: the winner's fit still holds without one of its victims (the
@@ -563,33 +572,43 @@ def _whole_devices(
     state lock."""
     mine = pod_priority(cycle.pod)
     vendors = {req.vendor}
-    ranked: list[tuple[tuple[int, int, int, str, str], _Node, tuple[Victim, ...]]] = []
+    heap: list[tuple[tuple[int, int, int, str, str], bool]] = []
+    nodes: dict[str, NodeState] = {}
     for name in source.names:
         node = source.node(name, now)
         if isinstance(node, str):
             continue
-        entry = _prepare(state, engine, cycle, node, mine=mine, vendors=vendors, openings=False)
-        if entry is None:
-            continue
-        kept = {u for h in entry.base for u in (*h.charges, *h.whole)}
-        for u in node.info.devices:
-            if u.vendor != req.vendor or u.uuid in kept:
-                continue
-            on = tuple(
-                v for v in entry.victims if u.uuid in v.held.charges or u.uuid in v.held.whole
-            )
-            prios = [v.priority for v in on]
-            key = (len(on), max(prios, default=_NONE), sum(prios), name, u.uuid)
-            ranked.append((key, entry, on))
-    ranked.sort(key=lambda r: r[0])
+        nodes[name] = node
+        for k, top, summed, uuid in whole_device_ranks(state, node, req.vendor, mine):
+            heap.append(((k, top, summed, name, uuid), False))
+    heapq.heapify(heap)
+    prepared: dict[str, _Node | None] = {}
     best: Candidate | None = None
     refused = False
-    for (k, top, summed, name, _), entry, on in ranked:
+    while heap:
+        (k, top, summed, name, uuid), exact_key = heapq.heappop(heap)
         if best is not None and (k, top, summed, 0, name) >= best.rank():
-            break  # sorted: no set left can beat it
+            break  # ordered: no set left can beat it
         if best is not None and search.spent():
             search.exact = False
             break
+        if name not in prepared:
+            prepared[name] = _prepare(
+                state, engine, cycle, nodes[name], mine=mine, vendors=vendors, openings=False
+            )
+        entry = prepared[name]
+        if entry is None:
+            continue
+        if not exact_key:  # the profile's reading; the node's own may hold more (held slices)
+            if any(uuid in h.charges or uuid in h.whole for h in entry.base):
+                continue
+            on = _on_device(entry, uuid)
+            prios = [v.priority for v in on]
+            real = (len(on), max(prios, default=_NONE), sum(prios), name, uuid)
+            if real != (k, top, summed, name, uuid):
+                heapq.heappush(heap, (real, True))
+                continue
+        on = _on_device(entry, uuid)
         placed = search.fit(entry, on)
         if placed is None:
             refused = True
@@ -603,11 +622,16 @@ def _whole_devices(
         return None, not (refused and cycle.quota)
     if refused and cycle.quota:
         return None, False
-    winner = next(r[1] for r in ranked if r[1].state.name == best.node)
+    winner = prepared[best.node]
+    assert winner is not None
     for v in best.victims:  # the premise: without any one victim it does not fit
         if search.fit(winner, [x for x in best.victims if x is not v]) is not None:
             return None, False
     return best, True
+
+
+def _on_device(entry: _Node, uuid: str) -> tuple[Victim, ...]:
+    return tuple(v for v in entry.victims if uuid in v.held.charges or uuid in v.held.whole)
 
 
 def _prepare(
