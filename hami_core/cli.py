@@ -402,6 +402,10 @@ def defrag(**opts: Any) -> None:
     o = DefragOptions(**opts)
     try:
         goal = parse_goal(o.goal) if o.goal is not None else None
+        for ref in o.pod:
+            namespace, _, name = ref.partition("/")
+            if not namespace or not name or "/" in name:
+                raise ConfigError(f"--pod: {ref!r} is not NAMESPACE/NAME")
         if goal is not None and o.pod:
             raise ConfigError("--goal and --pod: plan for a goal or for pods, not both")
         manager = make_manager(o.config)

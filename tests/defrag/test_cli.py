@@ -165,3 +165,11 @@ def test_a_bad_flag_value_or_combination_exits_2_as_click_refusals_do(tmp_path, 
     cluster that cannot be read."""
     code, out = run("--snapshot", snapshot(tmp_path), *args)
     assert code == 2 and named in out, out
+
+
+@pytest.mark.parametrize("ref", ["", "big", "a/b/c", "/big"])
+def test_a_pod_that_is_not_namespace_slash_name_is_refused_at_start(tmp_path, ref):
+    """``--pod big`` read "not a pending pod of the scheduler: big", as if the
+    cluster had been searched for it; it is a flag value of the wrong form."""
+    code, out = run("--snapshot", snapshot(tmp_path), "--pod", ref)
+    assert code == 2 and f"--pod: {ref!r} is not NAMESPACE/NAME" in out, out
