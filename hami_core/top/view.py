@@ -15,7 +15,7 @@ from hami_core.facts.groups import group_name
 from hami_core.facts.holdings import HoldingsReader, ProblemLog
 from hami_core.facts.nodes import read_node
 from hami_core.facts.priority import pod_priority
-from hami_core.facts.usage import pod_holdings, requested_vendors
+from hami_core.facts.usage import pod_holdings
 from hami_core.model import CORES_UNITS, PERCENT, CoresUnit, DeviceInfo
 from hami_core.model.migusage import held_cores_pct, is_mig_gpu, usable_free_memory_mib
 from hami_core.plugin import BackendManager
@@ -354,7 +354,7 @@ def build_view(
                 info,
                 types,
                 scheduler_name=manager.config.scheduler_name,
-                requested_vendors=requested_vendors(pod, manager),
+                requested_vendors=reader.requested_vendors(pod),  # kept for usage below
             )
             ref, priority, priority_class, group = _pod_facts(pod)
             for uuid in {*held.charges, *held.whole}:

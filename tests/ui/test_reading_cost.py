@@ -74,6 +74,10 @@ def test_one_reading_of_the_cluster_whatever_the_pending_pods(counted):
     assert len(five["pending"]) == 5
     assert all("fits on none of 6 node(s)" in p["reason"] for p in five["pending"])
     assert with_one["state"] == 1
+    # each bound pod's requests: read once by the scheduler's state, once by the top view
+    assert {k: v for k, v in with_one.items() if k.startswith("pod:")} == {
+        f"pod:h-{n}-{g}": 2 for n in range(NODES) for g in range(2)
+    }
     # the nodes and bound pods are read as often with five pending pods as with one
     assert cluster_reads(reads) == with_one
     # each pending pod's own request is read a bounded number of times
