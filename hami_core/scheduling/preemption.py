@@ -565,7 +565,8 @@ def _whole_devices(
     changes); sets are then fitted best first until no set left can beat the best.
 
     Returns ``(best, sound)``: ``sound`` False when the premise failed, and the caller
-    searches instead: the winner's fit still holds without one of its victims (the
+    searches instead: a device of the vendor has other than 100 cores (``devcore``) or
+    is in ``mig`` mode (cores 100 then asks 100 free, not the device alone), the winner's fit still holds without one of its victims (the
     vendor does not give cores 100 the device alone), or a set was refused while the
     pod's quota counts (a victim elsewhere could give back what it needs; without a
     quota a refused set means the device cannot take the pod at all). Call under the
@@ -578,6 +579,11 @@ def _whole_devices(
         node = source.node(name, now)
         if isinstance(node, str):
             continue
+        if any(
+            d.vendor == req.vendor and (d.cores_pct != 100 or d.mode == "mig")
+            for d in node.info.devices
+        ):
+            return None, False  # cores 100 is the device alone only on a device of 100
         nodes[name] = node
         for k, top, summed, uuid in whole_device_ranks(state, node, req.vendor, mine):
             heap.append(((k, top, summed, name, uuid), False))

@@ -10,6 +10,8 @@ the fewest victims: the holders of the emptiest device.
 
 from __future__ import annotations
 
+from hami_core.model import ContainerDevice
+from hami_core.protocol.devicelist import encode_pod_devices
 from hami_core.scheduling.preemption import MAX_FITS_PER_DECISION, choose_victims
 from hami_core.scheduling.scheduler import Scheduler
 from tests.builders import cluster, container, gpu, manager, node
@@ -94,3 +96,27 @@ def test_the_decision_budget_bounds_the_fits_and_still_answers():
     # the node under way finishes its reprieve (a fit per victim and one more)
     assert choice.fits_tried <= 40 + GPUS * 3 + 2, choice.fits_tried
     assert MAX_FITS_PER_DECISION >= 1000
+
+
+def _with_cores(obj, uuid: str, mib: int, cores: int):
+    devices = ((ContainerDevice(uuid=uuid, vendor="NVIDIA", memory_mib=mib, cores_pct=cores),),)
+    obj["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] = encode_pod_devices(devices)
+    return obj
+
+
+def test_a_device_not_taken_alone_is_searched_for_the_fewest():
+    """``gpucores: 100`` takes a device alone only where it has 100 cores: on a GPU of
+    200 (``devcore``) it asks 100 free, so emptying a device is not always the fewest:
+    one 60-core sharer of GPU-a1 beats both sharers of GPU-a0 (the device alone)."""
+    store = cluster(node("a", [gpu("GPU-a0", index=0), gpu("GPU-a1", index=1, cores=200)]))
+    for name in ("a0-1", "a0-2"):
+        store.add_pod(_with_cores(holder(name, "a", [("GPU-a0", 1000)]), "GPU-a0", 1000, 10))
+    for name, cores in (("c60", 60), ("d60", 60), ("tiny", 0)):
+        store.add_pod(_with_cores(holder(name, "a", [("GPU-a1", 1000)]), "GPU-a1", 1000, cores))
+    sched = Scheduler(store, MANAGER)
+    p = _whole_card()
+    p["spec"]["containers"] = [container(gpu=1, gpucores=100, gpumem=4000)]
+    assert not sched.filter(p).feasible
+    choice = _choose(sched, p)
+    assert choice.candidate is not None and choice.exact
+    assert [v.ref for v in choice.candidate.victims] == ["low/c60"]
