@@ -15,7 +15,7 @@ from hami_core.facts.groups import group_name
 from hami_core.facts.holdings import HoldingsReader, ProblemLog
 from hami_core.facts.nodes import read_node
 from hami_core.facts.priority import pod_priority
-from hami_core.facts.usage import pod_holdings
+from hami_core.facts.usage import PodHoldings, usage_from_holdings
 from hami_core.model import CORES_UNITS, PERCENT, CoresUnit, DeviceInfo
 from hami_core.model.migusage import held_cores_pct, is_mig_gpu, usable_free_memory_mib
 from hami_core.plugin import BackendManager
@@ -347,15 +347,13 @@ def build_view(
             continue
         info = read_node(node, types, now=now, reader=manager.node_devices)
         holders: dict[str, list[PodSlice]] = {}
-        pods = list(store.pods_on_node(name))
-        for pod in pods:
-            held = pod_holdings(
-                pod,
-                info,
-                types,
-                scheduler_name=manager.config.scheduler_name,
-                requested_vendors=reader.requested_vendors(pod),  # kept for usage below
-            )
+        held_all: list[PodHoldings] = []  # the usage below folds these: one reading a pod
+        broken: list[str] = []
+        for pod in store.pods_on_node(name):
+            held = reader.holdings(pod, info)
+            if held.problem:
+                broken.append(held.problem)
+            held_all.append(held)
             ref, priority, priority_class, group = _pod_facts(pod)
             for uuid in {*held.charges, *held.whole}:
                 charge = held.charges.get(uuid)
@@ -375,7 +373,8 @@ def build_view(
                     )
                 )
         rows = []
-        for uuid, u in reader.usage_from_pods(info, pods, exclude_uid=None).items():
+        reader.problems.report(broken)
+        for uuid, u in usage_from_holdings(info, held_all).items():
             d = u.device
             if vendor and d.vendor != vendor:
                 continue

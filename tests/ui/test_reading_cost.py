@@ -84,3 +84,24 @@ def test_one_reading_of_the_cluster_whatever_the_pending_pods(counted):
     assert {k: v for k, v in reads.items() if k.startswith("pod:big-")} == {
         f"pod:big-{i}": reads["pod:big-0"] for i in range(5)
     }
+
+
+def test_the_top_view_works_out_each_pods_holdings_once(monkeypatch):
+    """The slices and the GPUs' usage come from one reading of each pod's allocation
+    (it was read for the slices and again for the usage)."""
+    from hami_core.facts import holdings, usage
+    from hami_core.top import view
+
+    worked: Counter[str] = Counter()
+    real = usage.pod_holdings
+
+    def counting(pod: Any, *args: Any, **kwargs: Any) -> Any:
+        worked[str((pod.get("metadata") or {}).get("name"))] += 1
+        return real(pod, *args, **kwargs)
+
+    for module in (usage, holdings, view):
+        monkeypatch.setattr(module, "pod_holdings", counting, raising=False)
+    top = view.build_view(cluster(0).cluster, BackendManager.from_entry_points())
+    assert sum(len(row.slices) for row in top.devices) == 2 * NODES
+    assert all(row.memory_allocated_mib == MIB // 2 for row in top.devices)
+    assert worked == {f"h-{n}-{g}": 1 for n in range(NODES) for g in range(2)}
