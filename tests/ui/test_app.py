@@ -53,15 +53,15 @@ def serve(tmp_path, *, require_token: bool, reviews=None) -> Iterator[tuple[int,
     snap = write_snapshot(tmp_path / "snap.json")
     build = page_builder(UiOptions(snapshot=str(snap)), make_manager(None))
     gate = Gate(require_token=require_token, reviews=reviews)
-    server = KeepAliveServer(
-        make_app(PageCache(build, refresh_s=60).get, gate), host="127.0.0.1", port=0
-    )
+    cache = PageCache(build, refresh_s=60)
+    server = KeepAliveServer(make_app(cache.get, gate), host="127.0.0.1", port=0)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         yield server.port, reviews
     finally:
         server.close()
+        cache.close()  # its reader thread would read on beside later tests
 
 
 def request(

@@ -35,14 +35,14 @@ def serve(tmp_path, *, require_token: bool = False) -> Iterator[str]:
     snap = write_snapshot(tmp_path / "snap.json")
     build = page_builder(UiOptions(snapshot=str(snap), refresh=1.0), make_manager(None))
     gate = Gate(require_token=require_token, reviews=FakeReviews())
-    server = KeepAliveServer(
-        make_app(PageCache(build, refresh_s=1.0).get, gate), host="127.0.0.1", port=0
-    )
+    cache = PageCache(build, refresh_s=1.0)
+    server = KeepAliveServer(make_app(cache.get, gate), host="127.0.0.1", port=0)
     threading.Thread(target=server.run, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.port}"
     finally:
         server.close()
+        cache.close()  # its reader thread would read on beside later tests
 
 
 @pytest.fixture(scope="module")
