@@ -20,13 +20,18 @@ interchangeable, so placements are counted per shape (node, GPU), as
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.util
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 #: Annotations that change where an NVIDIA pod may go (docs/PROTOCOL.md §5).
+log = logging.getLogger(__name__)
+
 FILTERS = frozenset(
     {
         "nvidia.com/use-gputype",
@@ -49,9 +54,17 @@ MAX_TERMS = 6000
 DEFAULT_TIME_LIMIT_S = 2.0
 
 
+@functools.cache
 def available() -> bool:
-    """Whether HiGHS (``highspy``, the ``defrag`` extra) can be imported."""
-    return importlib.util.find_spec("highspy") is not None
+    """Whether HiGHS (``highspy``, the ``defrag`` extra) imports: an installed but broken
+    one (its numpy missing, say) leaves the planner to its search, as an absent one does."""
+    try:
+        importlib.import_module("highspy")
+    except ImportError as exc:
+        if importlib.util.find_spec("highspy") is not None:
+            log.warning("highspy is installed but does not import (%s): search alone", exc)
+        return False
+    return True
 
 
 @attrs.frozen(kw_only=True)

@@ -5,6 +5,7 @@ HiGHS is absent; a tenant's own filter annotations never reach the program."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -136,3 +137,20 @@ def test_the_program_never_places_fewer_nor_moves_more(spec, waiting):
     assert len(solved) >= len(searched), results
     if solved == searched:  # (as many, others: the program prefers the older pods)
         assert solved_moves <= search_moves, results
+
+
+def test_a_highspy_that_does_not_import_leaves_the_search(tmp_path, monkeypatch):
+    """Installed but broken (an import error inside it): the planner's search plans, no
+    crash (``find_spec`` alone said it was there)."""
+    fake = tmp_path / "highspy"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "raise ImportError('numpy.core.multiarray failed to import')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "highspy", raising=False)
+    exact.available.cache_clear()
+    try:
+        assert exact.available() is False
+    finally:
+        exact.available.cache_clear()
