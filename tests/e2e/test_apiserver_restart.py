@@ -160,13 +160,15 @@ def test_no_lock_is_left_behind_by_an_api_server_restart(cluster):
         for u in node_usage(info, here, types, scheduler_name="hami-scheduler").values():
             assert u.used_memory_mib <= u.device.memory_mib, (name, u)
 
-    # A pod that fits a new node is bound within seconds: nothing holds the nodes.
+    # A pod that fits a new node is bound within seconds: nothing holds the nodes. The
+    # new node has room for it and for the burst's pods still Pending (6 x 3000 MiB):
+    # those are older and kube-scheduler may well try them first.
     fresh = "restart-extra"
-    devices = [gpu(f"GPU-{fresh}-0", index=0, memory_mib=MEMORY_MIB)]
+    devices = [gpu(f"GPU-{fresh}-{i}", index=i, memory_mib=MEMORY_MIB) for i in range(2)]
     cp.add_fake_node(
         fresh,
         annotations={"hami.io/node-nvidia-register": encode_inventory(devices)},
-        capacity={"nvidia.com/gpu": "10"},
+        capacity={"nvidia.com/gpu": "20"},
     )
     _create(core, "after-restart")
 
