@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import attrs
 import click
 
+from hami_core.defrag.ledger import DEFAULT_LOCATION as DEFAULT_LEDGER
 from hami_core.model import DEVICE_POLICY_TOKENS
 from hami_core.servers.options import (
     config_file_setting,
@@ -250,7 +251,7 @@ class DefragOptions:
         why="a controller creates the replacement within seconds of the eviction",
     )
     ledger: str = setting(
-        "kube-system/hami-defrag-ledger",
+        DEFAULT_LEDGER,
         metavar="NAMESPACE/NAME",
         help="With --apply: the ConfigMap recording consolidation's evictions and plans in "
         "progress (shared with the scheduler's --consolidation-ledger).",

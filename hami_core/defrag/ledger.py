@@ -36,6 +36,12 @@ from hami_core.errors import HamiError, NotFoundError
 
 #: The key of the ConfigMap's ``data`` that holds the record.
 DATA_KEY = "ledger.json"
+#: Where the record is unless told (``hami scheduler --consolidation-ledger``, ``hami
+#: defrag --ledger``): the chart's ledger (``<namespace>/<scheduler>-defrag-ledger``) as
+#: the documented install makes it (release ``hami`` in namespace ``hami-system``), so
+#: ``hami defrag --apply`` counts the same hour as that scheduler without a flag
+#: (``tests/chart/test_consolidation_chart.py`` renders the chart and compares).
+DEFAULT_LOCATION = "hami-system/hami-scheduler-defrag-ledger"
 #: Evictions older than this are forgotten (the per-hour budget's window).
 WINDOW_S = 3600.0
 #: How long a moved pod's replacement is looked for once its pending pod is bound.
@@ -251,6 +257,7 @@ def parse_location(value: str, *, flag: str) -> tuple[str, str]:
 
 __all__ = [
     "DATA_KEY",
+    "DEFAULT_LOCATION",
     "WINDOW_S",
     "ConfigMapLedger",
     "Ledger",

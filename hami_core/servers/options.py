@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import attrs
 
+from hami_core.defrag.ledger import DEFAULT_LOCATION as DEFAULT_LEDGER
 from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.facts.policy import device_policy_option, node_policy_option
 from hami_core.model import DEVICE_POLICY_TOKENS
@@ -369,7 +370,7 @@ class SchedulerOptions:
         why="bounds the churn consolidation causes",
     )
     consolidation_ledger: str = setting(
-        "kube-system/hami-defrag-ledger",
+        DEFAULT_LEDGER,
         metavar="NAMESPACE/NAME",
         help="The ConfigMap recording consolidation's evictions and plans in progress.",
         validator=object_name_valid("--consolidation-ledger"),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from hami_core.defrag.ledger import DEFAULT_LOCATION
+from hami_core.options import DefragOptions
 from hami_core.servers.options import SchedulerOptions
 from tests.chart.helm import container, find, render
 
@@ -57,6 +59,21 @@ def test_consolidation_on_passes_its_settings_and_grants_only_what_it_uses():
         "resourceNames": ["hami-scheduler-defrag-ledger"],
         "verbs": ["get", "update"],
     } in _configmap_rules(objs)
+
+
+def test_the_cli_and_the_scheduler_default_to_the_ledger_of_the_documented_install():
+    # README: helm install hami charts/hami -n hami-system (render's defaults)
+    objs = render({"scheduler": {"consolidation": {"enabled": True}}})
+    (chart,) = [a for a in _extender(objs) if a.startswith("--consolidation-ledger=")]
+    chart_ledger = chart.partition("=")[2]
+    assert chart_ledger == DEFAULT_LOCATION
+    assert DefragOptions().ledger == chart_ledger  # hami defrag --apply
+    assert SchedulerOptions().consolidation_ledger == chart_ledger
+    # the name the chart's RBAC grants is the same ConfigMap
+    (rule,) = [r for r in _configmap_rules(objs) if "update" in r["verbs"]]
+    assert rule["resourceNames"] == [chart_ledger.partition("/")[2]]
+    namespace = find(objs, "Deployment", "hami-scheduler")["metadata"]["namespace"]
+    assert chart_ledger.partition("/")[0] == namespace
 
 
 def test_bad_consolidation_values_are_refused_by_the_schema():
