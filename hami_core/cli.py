@@ -402,10 +402,6 @@ def defrag(**opts: Any) -> None:
     o = DefragOptions(**opts)
     try:
         goal = parse_goal(o.goal) if o.goal is not None else None
-        for ref in o.pod:
-            namespace, _, name = ref.partition("/")
-            if not namespace or not name or "/" in name:
-                raise ConfigError(f"--pod: {ref!r} is not NAMESPACE/NAME")
         if goal is not None and o.pod:
             raise ConfigError("--goal and --pod: plan for a goal or for pods, not both")
         manager = make_manager(o.config)
@@ -534,10 +530,12 @@ def explain(pod: str, **opts: Any) -> None:
     """
     from hami_core import explain as explain_
     from hami_core.explain import sources
+    from hami_core.explain.engine import parse_ref
     from hami_core.simulate.runner import make_manager
 
     o = ExplainOptions(**opts)
     try:
+        parse_ref(pod)  # a pod no API server could hold: said before the cluster is read
         manager = make_manager(o.config)
         if o.snapshot:
             read, lookup = sources.from_file(o.snapshot, manager)

@@ -19,6 +19,8 @@ from hami_core.servers.options import (
     force_overwrite_setting,
     kubeconfig_setting,
     label_pairs,
+    labels_valid,
+    namespace_valid,
     object_name_valid,
     policy_text,
 )
@@ -74,6 +76,7 @@ class TopOptions:
         factory=dict,
         flag=("--selector", "-l"),
         convert=label_pairs,
+        validator=labels_valid("--selector"),
         metavar="KEY=VALUE[,...]",
         help="Only nodes with these labels, e.g. -l gpu=on,zone=a.",
     )
@@ -82,6 +85,7 @@ class TopOptions:
         None,
         flag=("--namespace", "-n"),
         help="Only devices holding a pod of this namespace, and only its pods listed.",
+        validator=namespace_valid("--namespace"),
     )
     watch: float | None = setting(
         None,
@@ -161,6 +165,7 @@ class DefragOptions:
         metavar="NAMESPACE/NAME",
         show_default="every pending pod of the scheduler",
         help="Plan for this pending pod only (repeatable).",
+        validator=object_name_valid("--pod", any_name=True),
     )
     goal: str | None = setting(
         None,
@@ -177,6 +182,7 @@ class DefragOptions:
         show_default="kube-system",
         help="A namespace whose pods never move (repeatable; giving any replaces the "
         "default). A namespace labelled hami.io/defrag=never is protected too.",
+        validator=namespace_valid("--protect-namespace"),
         why="system pods are few and their moves disturb every tenant",
     )
     node_policy: str | None = setting(
@@ -286,6 +292,7 @@ class ExplainOptions:
         metavar="NAMESPACE",
         show_default="kube-system",
         help="A namespace whose pods consolidation never moves (as hami defrag's).",
+        validator=namespace_valid("--protect-namespace"),
         why="system pods are few and their moves disturb every tenant",
     )
     output: str = setting(

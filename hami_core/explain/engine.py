@@ -55,6 +55,8 @@ from hami_core.facts.usage import pod_allocation, pod_holdings, requested_vendor
 from hami_core.model import Allocation, Charge, DeviceInfo, MigSlot, NodeInfo, PodRequest
 from hami_core.plugin import BackendManager
 from hami_core.protocol.annotations import BIND_PHASE, NODE_LOCK
+from hami_core.protocol.config import namespaced_name_problem
+from hami_core.protocol.documents import shown
 from hami_core.protocol.lock import decode_lock
 from hami_core.protocol.pods import is_live
 from hami_core.scheduling.gangs import group_of
@@ -81,11 +83,16 @@ def parse_ref(ref: str) -> tuple[str, str]:
     """``namespace/name`` (a bare name is in ``default``, as kubectl reads it).
 
     Raises:
-        InvalidInputError: empty parts or more than one ``/``.
+        InvalidInputError: empty parts, more than one ``/``, or a namespace
+            kube-apiserver could not hold (not a DNS-1123 label:
+            ``protocol.config.namespaced_name_problem``); the name is only looked up.
     """
     namespace, _, name = ref.rpartition("/") if "/" in ref else ("default", "", ref)
     if not namespace or not name or "/" in namespace:
-        raise InvalidInputError(f"not NAMESPACE/POD: {ref!r}")
+        raise InvalidInputError(f"not NAMESPACE/POD: {shown(ref)}")
+    problem = namespaced_name_problem(f"{namespace}/{name}", any_name=True)
+    if problem:
+        raise InvalidInputError(f"NAMESPACE/POD {shown(ref)} {problem}")
     return namespace, name
 
 

@@ -423,17 +423,62 @@ def is_dns_label(value: str) -> bool:
     return len(value) <= 63 and _DNS1123_LABEL.fullmatch(value) is not None
 
 
-def namespaced_name_problem(value: str) -> str | None:
+#: What kube-apiserver requires of a namespace's name, in words (``IsDNS1123Label``).
+NAMESPACE_RULE: Final = (
+    "a DNS-1123 label: lower-case a-z, 0-9 and '-', at most 63, alphanumeric at both ends"
+)
+
+
+def namespace_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a namespace's name (apimachinery ``ValidateNamespaceName``:
+    a DNS-1123 label), or None when it can; the reason reads after the value
+    (``'' is not a namespace: ...``)."""
+    if is_dns_label(value):
+        return None
+    return f"is not a namespace: {NAMESPACE_RULE}"
+
+
+def namespaced_name_problem(value: str, *, any_name: bool = False) -> str | None:
     """Why ``value`` cannot name a namespaced object (``NAMESPACE/NAME``: a DNS-1123 label,
-    then a DNS-1123 subdomain as a ConfigMap's name), or None when it can."""
+    then a DNS-1123 subdomain, as the name of a ConfigMap or Secret), or None when it
+    can. ``any_name``: the name is only looked up (a pod named in a snapshot), so any
+    non-empty one will do."""
     namespace, _, name = value.partition("/")
     if not namespace or not name or "/" in name:
         return "is not NAMESPACE/NAME"
     if not is_dns_label(namespace):
-        return "has a namespace that is not a DNS-1123 label (lower-case a-z, 0-9, '-'; at most 63)"
-    if not is_dns_subdomain(name):
+        return f"has a namespace that is not {NAMESPACE_RULE}"
+    if not any_name and not is_dns_subdomain(name):
         return "has a name that is not a DNS-1123 subdomain (lower-case a-z, 0-9, '-', '.')"
     return None
+
+
+# A label's key and value (apimachinery validation.IsQualifiedName, IsValidLabelValue):
+# the key an optional DNS-1123 subdomain prefix and "/", then a name part; both parts of
+# at most 63 characters, alphanumeric at both ends, '-', '_' and '.' inside.
+_LABEL_NAME: Final = re.compile(r"(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_LABEL_NAME_RULE: Final = "at most 63 of A-Z, a-z, 0-9, '-', '_', '.', alphanumeric at both ends"
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be a label's key (apimachinery ``IsQualifiedName``: ``[PREFIX/]NAME``,
+    PREFIX a DNS-1123 subdomain of at most 253 characters, NAME at most 63 of A-Z, a-z,
+    0-9, '-', '_', '.', alphanumeric at both ends), or None when it can."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not is_dns_subdomain(prefix):
+        return "is not a label key: its prefix is not a DNS-1123 subdomain (lower-case a-z, 0-9, '-', '.')"
+    if not _LABEL_NAME.fullmatch(name):
+        return f"is not a label key: its name is not {_LABEL_NAME_RULE}"
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a label's value (apimachinery ``IsValidLabelValue``: empty,
+    or at most 63 of A-Z, a-z, 0-9, '-', '_', '.', alphanumeric at both ends), or None
+    when it can."""
+    if value == "" or _LABEL_NAME.fullmatch(value):
+        return None
+    return f"is not a label value: empty, or {_LABEL_NAME_RULE}"
 
 
 def is_dns_subdomain(value: str) -> bool:

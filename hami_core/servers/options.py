@@ -20,7 +20,13 @@ from hami_core.defrag.ledger import DEFAULT_LOCATION as DEFAULT_LEDGER
 from hami_core.errors import ConfigError, InvalidInputError
 from hami_core.facts.policy import device_policy_option, node_policy_option
 from hami_core.model import DEVICE_POLICY_TOKENS
-from hami_core.protocol.config import is_dns_subdomain
+from hami_core.protocol.config import (
+    is_dns_subdomain,
+    label_key_problem,
+    label_value_problem,
+    namespace_problem,
+    namespaced_name_problem,
+)
 from hami_core.protocol.documents import shown
 from hami_core.protocol.nodeconfig import MIG_STRATEGIES
 from hami_core.settings import setting
@@ -36,20 +42,71 @@ FILTER_ANSWERS = ("best", "all")
 
 
 def label_pairs(value: str) -> dict[str, str]:
-    """``"gpu=on,zone=a"`` -> ``{"gpu": "on", "zone": "a"}`` (HAMi's StringToString form).
+    """``"gpu=on,zone=a"`` -> ``{"gpu": "on", "zone": "a"}``: HAMi's StringToString form,
+    which is also a Kubernetes equality-based label selector (``kubectl -l``); ``""``
+    selects everything. Each key and value must be one a label can have
+    (``label_problem``).
 
     Raises:
-        InvalidInputError: an item without ``=`` or with an empty key.
+        InvalidInputError: an empty item (``a=b,``), an item without ``=`` or with a key
+            or value no label can have (``a=b=c``: the value ``b=c``; ``a!=b``: the key
+            ``a!``), or a key given twice.
     """
     out: dict[str, str] = {}
-    for item in (i.strip() for i in (value or "").split(",")):
-        if not item:
-            continue
+    if not (value or "").strip():
+        return out
+    for item in (i.strip() for i in value.split(",")):
         key, sep, val = item.partition("=")
-        if not sep or not key.strip():
-            raise InvalidInputError(f"{item!r} is not key=value")
-        out[key.strip()] = val.strip()
+        key, val = key.strip(), val.strip()
+        if not sep or not key:
+            raise InvalidInputError(f"{shown(item)} is not key=value")
+        if key in out:
+            raise InvalidInputError(f"{shown(item)}: the key {shown(key)} is given twice")
+        problem = label_problem(key, val)
+        if problem:
+            raise InvalidInputError(f"{shown(item)}: {problem}")
+        out[key] = val
     return out
+
+
+def label_problem(key: str, value: str) -> str | None:
+    """Why ``key=value`` cannot be a label (``protocol.config.label_key_problem`` and
+    ``label_value_problem``: what kube-apiserver validates), or None when it can."""
+    problem = label_key_problem(key)
+    if problem:
+        return f"the key {shown(key)} {problem}"
+    problem = label_value_problem(value)
+    if problem:
+        return f"the value {shown(value)} {problem}"
+    return None
+
+
+def labels_valid(option: str) -> Callable[[Any, Any, Mapping[str, str]], None]:
+    """The attrs validator of a label-selector setting (``label_pairs``' mapping): one
+    built by code is refused at start too, with the option named."""
+
+    def validate(_obj: Any, _attr: Any, value: Mapping[str, str]) -> None:
+        for key, val in value.items():
+            problem = label_problem(str(key), str(val))
+            if problem:
+                raise ConfigError(f"{option}: {problem}")
+
+    return validate
+
+
+def namespace_valid(option: str) -> Callable[[Any, Any, str | tuple[str, ...] | None], None]:
+    """The attrs validator of a namespace setting (one name, None for unset, or a tuple of
+    names for a repeatable flag): each must be a namespace kube-apiserver can hold (a
+    DNS-1123 label, ``protocol.config.namespace_problem``); refused at start, before
+    the API server is reached, with the option named (``-n ''`` matched nothing)."""
+
+    def validate(_obj: Any, _attr: Any, value: str | tuple[str, ...] | None) -> None:
+        for name in (value,) if isinstance(value, str) else value or ():
+            problem = namespace_problem(str(name))
+            if problem:
+                raise ConfigError(f"{option}: {shown(name)} {problem}")
+
+    return validate
 
 
 def policy_text(option: str) -> Callable[[str | None], str | None]:
@@ -83,17 +140,24 @@ def _policy_valid(option: str) -> Callable[[Any, Any, str | None], None]:
     return validate
 
 
-def object_name_valid(option: str) -> Callable[[Any, Any, str], None]:
-    """The attrs validator of a ``NAMESPACE/NAME`` setting (one slash, a namespace and a
-    ConfigMap name the API server accepts): refused at start, before the API server is
-    reached, with the option named."""
+def object_name_valid(
+    option: str, *, prefix: str = "", any_name: bool = False
+) -> Callable[[Any, Any, str | tuple[str, ...] | None], None]:
+    """The attrs validator of a ``NAMESPACE/NAME`` setting (one value, None for unset, or
+    a tuple for a repeatable flag: one slash, a namespace and an object name the API
+    server accepts): refused at start, before the API server is reached, with the
+    option named. ``prefix``: only a value starting with it names an object (after it,
+    e.g. ``secret:NAMESPACE/NAME``); any other value is something else (a file path).
+    ``any_name``: the name is only looked up, so any non-empty one will do (the
+    namespace is still checked: ``protocol.config.namespaced_name_problem``)."""
 
-    def validate(_obj: Any, _attr: Any, value: str) -> None:
-        from hami_core.protocol.config import namespaced_name_problem
-
-        problem = namespaced_name_problem(str(value))
-        if problem:
-            raise ConfigError(f"{option}: {value!r} {problem}")
+    def validate(_obj: Any, _attr: Any, value: str | tuple[str, ...] | None) -> None:
+        for ref in (value,) if isinstance(value, str) else value or ():
+            if not str(ref).startswith(prefix):
+                continue
+            problem = namespaced_name_problem(str(ref)[len(prefix) :], any_name=any_name)
+            if problem:
+                raise ConfigError(f"{option}: {shown(ref)} {problem}")
 
     return validate
 
@@ -249,6 +313,7 @@ class SchedulerOptions:
         flag=("--lease-namespace", "--leader-elect-resource-namespace"),
         env="POD_NAMESPACE",
         help="Namespace of the Lease (HAMi: --leader-elect-resource-namespace).",
+        validator=namespace_valid("--lease-namespace"),
         why="the release's own namespace when the chart sets POD_NAMESPACE.",
     )
     identity: str = setting(
@@ -414,6 +479,7 @@ class SchedulerOptions:
     node_label_selector: Mapping[str, str] = setting(
         factory=dict,
         convert=label_pairs,
+        validator=labels_valid("--node-label-selector"),
         metavar="KEY=VALUE[,...]",
         help="key=value[,key=value]: only nodes with these labels are ours (HAMi's flag; the "
         "chart's convention is gpu=on). Others fail the filter with NodeUnregistered.",
@@ -455,6 +521,7 @@ class SchedulerOptions:
         "created with a new key when absent. Required; a malformed key stops the start.",
         why="device plugins serve only allocations that verify: a forged or copied "
         "allocation (a webhook outage, a tenant's PATCH) gets no device.",
+        validator=object_name_valid("--allocation-signing-key", prefix="secret:"),
     )
     allocation_public_keys_configmap: str | None = setting(
         None,
@@ -464,6 +531,7 @@ class SchedulerOptions:
         help="At start, add the signing key's public half to this ConfigMap as <key id>.pem "
         "(created when absent; listed keys are kept, for rotation); the device plugins "
         "read it (--allocation-public-keys configmap:NAMESPACE/NAME).",
+        validator=object_name_valid("--allocation-public-keys-configmap"),
     )
 
     def resolved(self) -> SchedulerOptions:
@@ -540,6 +608,7 @@ class WebhookOptions:
         None,
         show_default="$POD_NAMESPACE, else the service-account namespace, else kube-system",
         help="Namespace of the Service and of --secret-name.",
+        validator=namespace_valid("--service-namespace"),
     )
     webhook_config_name: str = setting(
         "hami-webhook",
@@ -877,6 +946,7 @@ class DevicePluginOptions:
         "whose hami.io/allocation-signature does not verify for it, this node and its "
         "values is never served. A missing path, a refused read or a malformed key stops "
         "the start.",
+        validator=object_name_valid("--allocation-public-keys", prefix="configmap:"),
     )
     unsigned_allocations: str = setting(
         "lock",

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from hami_core.errors import ConfigError, ConflictError, HamiError, NotFoundError
+from hami_core.protocol.config import namespaced_name_problem
+from hami_core.protocol.documents import shown
 from hami_core.protocol.signature import (
     AllocationSigner,
     generate_private_key_pem,
@@ -50,11 +52,13 @@ def namespaced(value: str, flag: str) -> tuple[str, str]:
     """``NAMESPACE/NAME`` split in two.
 
     Raises:
-        ConfigError: not of that form, naming ``flag``.
+        ConfigError: not of that form, or a namespace or name the API server refuses
+            (``protocol.config.namespaced_name_problem``), naming ``flag``.
     """
-    namespace, sep, name = value.partition("/")
-    if not sep or not namespace or not name or "/" in name:
-        raise ConfigError(f"{flag} {value!r}: expected NAMESPACE/NAME")
+    problem = namespaced_name_problem(value)
+    if problem:
+        raise ConfigError(f"{flag} {shown(value)} {problem}")
+    namespace, _, name = value.partition("/")
     return namespace, name
 
 

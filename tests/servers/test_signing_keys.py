@@ -41,9 +41,21 @@ def test_a_missing_or_malformed_key_file_is_named(tmp_path: Path):
     assert len(signer_from_setting(str(good), flag=FLAG).key_id) == 16
 
 
-@pytest.mark.parametrize("value", ["secret:", "secret:ns", "secret:/name", "secret:a/b/c"])
-def test_a_malformed_secret_reference_is_named(value: str):
-    with pytest.raises(ConfigError, match=f"{FLAG} .*expected NAMESPACE/NAME"):
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("secret:", "is not NAMESPACE/NAME"),
+        ("secret:ns", "is not NAMESPACE/NAME"),
+        ("secret:/name", "is not NAMESPACE/NAME"),
+        ("secret:a/b/c", "is not NAMESPACE/NAME"),
+        # a namespace or a Secret name kube-apiserver would refuse: said at start, not
+        # as the API server's 404 / 422 after the client is made
+        ("secret:Kube-System/keys", "has a namespace that is not a DNS-1123 label"),
+        ("secret:hami/Keys_1", "has a name that is not a DNS-1123 subdomain"),
+    ],
+)
+def test_a_malformed_secret_reference_is_named(value: str, says: str):
+    with pytest.raises(ConfigError, match=f"{FLAG} '{value[len('secret:') :]}' {says}"):
         signer_from_setting(value, flag=FLAG)
 
 
