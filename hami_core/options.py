@@ -15,6 +15,7 @@ import click
 from hami_core.defrag.ledger import DEFAULT_LOCATION as DEFAULT_LEDGER
 from hami_core.model import DEVICE_POLICY_TOKENS
 from hami_core.servers.options import (
+    address_text,
     config_file_setting,
     force_overwrite_setting,
     kubeconfig_setting,
@@ -325,6 +326,7 @@ class UiOptions:
     )
     address: str = setting(
         "127.0.0.1",
+        convert=address_text("--address"),
         help="Address to listen on. Off loopback every viewer needs a bearer token the API "
         "server accepts (TokenReview) and sees only the namespaces it may list pods in "
         "(SubjectAccessReview).",

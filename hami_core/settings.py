@@ -242,7 +242,12 @@ def click_option(field: attrs.Attribute[Any], meta: Setting) -> Callable[[F], F]
     }
     if meta.convert is not None:
         kwargs["callback"] = _converter(field, meta)
-        if meta.show_default:
+        default = _default(field)
+        if isinstance(default, str) and default:
+            # given to click, so --help shows it; the callback reads it as a flag's text
+            kwargs["default"] = default
+            kwargs["show_default"] = meta.show_default or True
+        elif meta.show_default:
             kwargs["show_default"] = meta.show_default
     elif not meta.required:
         default = _default(field)

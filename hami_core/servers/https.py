@@ -72,6 +72,8 @@ from cheroot.server import HTTPConnection
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 from cheroot.wsgi import Server
 
+from hami_core.servers.address import listen_host, url_host
+
 log = logging.getLogger(__name__)
 
 #: Connections the kernel queues before a worker accepts them (cheroot's default is 5,
@@ -549,7 +551,8 @@ class HttpsServer:
 
         Args:
             app: a WSGI application (a Flask app).
-            host: address to listen on (``0.0.0.0``, ``127.0.0.1``, ``::``).
+            host: address to listen on (``0.0.0.0``, ``127.0.0.1``, ``::``, ``[::1]``:
+                ``servers.address.listen_host``).
             port: TCP port; 0 picks a free one (read it from ``port``).
             cert_file: PEM certificate chain, serving certificate first.
             key_file: PEM private key of that certificate (unencrypted).
@@ -572,6 +575,7 @@ class HttpsServer:
 
         Raises:
             OSError: the files cannot be read, do not match, or the port cannot be bound.
+            ConfigError: ``host`` is not an address to listen on.
             ssl.SSLError: the PEM data is not a certificate / key.
         """
         if threads < 1:
@@ -599,7 +603,7 @@ class HttpsServer:
 
         Connection.guard = guard
         self._server = _GuardedServer(
-            (host, port),
+            (listen_host(host), port),
             _read_body_first(app, _body_limit(app, max_body_bytes)),
             numthreads=threads,
             max=threads,
@@ -719,7 +723,7 @@ def serve_https(
     done = stop or threading.Event()
     worker = threading.Thread(target=server.run, name="https-server", daemon=True)
     worker.start()
-    log.info("serving HTTPS on %s:%d with %d threads", server.host, server.port, threads)
+    log.info("serving HTTPS on %s:%d with %d threads", url_host(server.host), server.port, threads)
     if on_ready is not None:
         on_ready(server.port)
     try:

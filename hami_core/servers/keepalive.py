@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from hami_core.servers.address import address_family, listen_host
+
 log = logging.getLogger(__name__)
 
 #: Seconds a connection may sit idle or stall mid-request before it is closed: above Go's
@@ -58,13 +60,15 @@ class KeepAliveServer:
 
         Args:
             app: a WSGI application (the extender's Flask app).
-            host, port: where to listen; port 0 picks a free one.
+            host, port: where to listen (``servers.address.listen_host``: an IPv6 address
+                bare or in brackets); port 0 picks a free one.
             max_connections: connections served at once (each holds a thread).
             max_body_bytes: request body bytes accepted at most.
             timeout_s: a connection idle or stalled this long is closed.
 
         Raises:
             OSError: the address cannot be bound.
+            ConfigError: ``host`` is not an address to listen on.
             ValueError: ``max_connections`` below 1.
         """
         if max_connections < 1:
@@ -75,7 +79,8 @@ class KeepAliveServer:
             (_Handler,),
             {"app": staticmethod(app), "max_body": max_body_bytes, "timeout": timeout_s},
         )
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        host = listen_host(host)
+        family = address_family(host)
 
         class Server(ThreadingHTTPServer):
             address_family = family

@@ -51,6 +51,8 @@ from waitress.channel import HTTPChannel
 from waitress.server import MultiSocketServer, TcpWSGIServer
 from waitress.task import ThreadedTaskDispatcher
 
+from hami_core.servers.address import listen_host, url_host
+
 log = logging.getLogger(__name__)
 
 IDLE_TIMEOUT_S = 10
@@ -299,8 +301,9 @@ def create_guarded_server(
 
     Args:
         app: the WSGI application.
-        host, port: where to listen (an address or a name; every address the name
-            resolves to is bound, as waitress does); port 0 picks a free port.
+        host, port: where to listen (an address, IPv6 bare or in brackets, or a name;
+            every address the name resolves to is bound, as waitress does:
+            ``servers.address.listen_host``); port 0 picks a free port.
         threads: worker threads (only whole requests reach them).
         idle_timeout_s, read_timeout_s, write_timeout_s, max_per_client,
         connection_limit, cleanup_interval_s: the guards described in the module docstring (seconds,
@@ -308,6 +311,7 @@ def create_guarded_server(
 
     Raises:
         OSError: the address cannot be bound (in use, not local, no permission).
+        ConfigError: ``host`` is not an address to listen on.
         ValueError: a limit below 1.
     """
     for key, value in (
@@ -320,7 +324,7 @@ def create_guarded_server(
         if value < 1:
             raise ValueError(f"{key} must be at least 1, got {value}")
     adj = Adjustments(
-        host=host,
+        host=listen_host(host),
         port=port,
         threads=threads,
         channel_timeout=idle_timeout_s,
@@ -366,7 +370,9 @@ def serve_metrics(
     try:
         server = create_guarded_server(make_wsgi_app(registry), host=host, port=port, name=name)
     except OSError as exc:
-        raise OSError(exc.errno, f"metrics on {host}:{port}: {exc.strerror or exc}") from exc
+        raise OSError(
+            exc.errno, f"metrics on {url_host(host)}:{port}: {exc.strerror or exc}"
+        ) from exc
     return server.start()
 
 

@@ -27,6 +27,7 @@ from hami_core.monitor.overuse import OveruseEnforcer
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config
 
+from .address import url_host
 from .metrics_http import create_guarded_server
 from .options import MonitorOptions
 from .overuse import KubeOveruseActions, NamespacePolicies
@@ -208,7 +209,7 @@ def run_monitor(opts: MonitorOptions, *, stop: threading.Event | None = None) ->
     log.info(
         "hami monitor for node %s on %s:%s, reading %s",
         opts.node_name,
-        opts.bind_address,
+        url_host(opts.bind_address),
         opts.port,
         opts.containers_dir,
     )

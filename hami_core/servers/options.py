@@ -29,6 +29,7 @@ from hami_core.protocol.config import (
 )
 from hami_core.protocol.documents import shown
 from hami_core.protocol.nodeconfig import MIG_STRATEGIES
+from hami_core.servers.address import listen_host, split_host_port
 from hami_core.settings import setting
 
 #: kubelet's device-plugin directory (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1
@@ -212,24 +213,24 @@ def _scheduler_name(value: str | None) -> str | None:
     return value
 
 
-def split_host_port(value: str, flag: str) -> tuple[str, int | None]:
-    """``(host, port)`` of Go's ``HOST:PORT`` (``:9395``, ``0.0.0.0:443``,
-    ``[::1]:443``), ``(value, None)`` for a bare host (``0.0.0.0``, ``::``).
+def address_text(flag: str, *, port: bool = False) -> Callable[[str | None], str | None]:
+    """The ``convert`` of an address setting (``servers.address``): the host to bind,
+    an IPv6 address's brackets dropped (``[::1]`` -> ``::1``); ``port``: Go's
+    ``HOST:PORT`` is taken too and kept as given (the options' ``resolved`` splits it).
 
     Raises:
-        ConfigError: a port that is not a number in 1-65535, naming ``flag``.
+        ConfigError: not an address to listen on, or a bad port, naming ``flag``.
     """
-    if value.startswith("["):
-        host, sep, port = value[1:].partition("]:")
-        if not sep:
-            return value.strip("[]"), None
-    elif value.count(":") == 1:
-        host, _, port = value.partition(":")
-    else:
-        return value, None
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ConfigError(f"{flag} {value}: the port must be a number in 1-65535")
-    return host, int(port)
+
+    def convert(value: str | None) -> str | None:
+        if value is None:
+            return None
+        if port:
+            split_host_port(value, flag)
+            return value
+        return listen_host(value, flag)
+
+    return convert
 
 
 def force_overwrite_setting() -> bool | None:
@@ -255,6 +256,7 @@ class SchedulerOptions:
 
     bind_address: str = setting(
         "127.0.0.1",
+        convert=address_text("--bind-address"),
         help="Address of the extender. Loopback by default: the extender has no "
         "authentication of its own (it runs beside kube-scheduler, e.g. as a sidecar); to "
         "listen elsewhere, use --tls-cert-file with --tls-client-ca-file.",
@@ -262,12 +264,14 @@ class SchedulerOptions:
     )
     metrics_bind_address: str = setting(
         "0.0.0.0",
+        convert=address_text("--metrics-bind-address", port=True),
         help="Address of the Prometheus metrics server (read-only). HAMi's HOST:PORT form "
         "(its chart's :9395) also sets --metrics-port.",
     )
     http_bind: str | None = setting(
         None,
         flag="--http_bind",
+        convert=address_text("--http_bind", port=True),
         metavar="HOST:PORT",
         show_default="--bind-address and --port",
         help="HAMi's spelling of --bind-address and --port together (cmd/scheduler/main.go; "
@@ -550,7 +554,9 @@ class SchedulerOptions:
             changes["port"] = port
         host, port = split_host_port(self.metrics_bind_address, "--metrics-bind-address")
         if port is not None:
-            changes["metrics_bind_address"], changes["metrics_port"] = host or "0.0.0.0", port
+            changes["metrics_port"] = port
+        if host != self.metrics_bind_address:  # a port, or an IPv6 address's brackets
+            changes["metrics_bind_address"] = host or "0.0.0.0"
         if "bind_address" in changes and not changes["bind_address"]:
             changes["bind_address"] = "0.0.0.0"  # Go's ":443": every address
         return attrs.evolve(self, **changes) if changes else self
@@ -568,11 +574,16 @@ class SchedulerOptions:
 class WebhookOptions:
     """The settings of ``hami webhook`` (``hami webhook --help``)."""
 
-    bind_address: str = setting("0.0.0.0", help="Address the HTTPS server listens on.")
+    bind_address: str = setting(
+        "0.0.0.0",
+        convert=address_text("--bind-address"),
+        help="Address the HTTPS server listens on.",
+    )
     port: int = setting(9443, min=0, max=65535, help="HTTPS port (/webhook, /healthz, /readyz).")
     http_bind: str | None = setting(
         None,
         flag="--http_bind",
+        convert=address_text("--http_bind", port=True),
         metavar="HOST:PORT",
         show_default="--bind-address and --port",
         help="HAMi's spelling of --bind-address and --port together (its scheduler binary "
@@ -687,7 +698,9 @@ class MonitorOptions:
         env="NODE_NAME",
         help="This node's name (in a DaemonSet: the downward API's spec.nodeName).",
     )
-    bind_address: str = setting("0.0.0.0", help="Address to serve /metrics on.")
+    bind_address: str = setting(
+        "0.0.0.0", convert=address_text("--bind-address"), help="Address to serve /metrics on."
+    )
     port: int = setting(
         9394,
         flag=("--port", "--metrics-port"),
@@ -932,7 +945,10 @@ class DevicePluginOptions:
         "this port; 0: off.",
     )
     metrics_bind_address: str = setting(
-        "0.0.0.0", env="HAMI_METRICS_BIND_ADDRESS", help="Address of --metrics-port."
+        "0.0.0.0",
+        env="HAMI_METRICS_BIND_ADDRESS",
+        convert=address_text("--metrics-bind-address"),
+        help="Address of --metrics-port.",
     )
 
     allocation_public_keys: str | None = setting(

@@ -4,7 +4,6 @@ metrics, HTTP or HTTPS)."""
 from __future__ import annotations
 
 import gc
-import ipaddress
 import logging
 import os
 import signal
@@ -30,6 +29,7 @@ from hami_core.scheduling.gangs import GangOptions
 from hami_core.scheduling.preemptor import Preemptor
 from hami_core.scheduling.scheduler import Scheduler
 
+from .address import is_loopback, url_host
 from .consolidation import start_consolidation
 from .extender import MAX_BODY_BYTES, create_extender_app
 from .keepalive import KeepAliveServer
@@ -179,7 +179,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     except OSError as exc:  # port taken, certificate files missing or not PEM
         metrics_server.close()
         raise OSError(
-            f"extender on {opts.bind_address}:{opts.port}: {exc.strerror or exc}"
+            f"extender on {url_host(opts.bind_address)}:{opts.port}: {exc.strerror or exc}"
         ) from exc
     done = stop or threading.Event()
 
@@ -204,7 +204,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     ).start()
     log.info(
         "hami scheduler extender on %s:%s, metrics on :%s",
-        opts.bind_address,
+        url_host(opts.bind_address),
         opts.port,
         opts.metrics_port,
     )
@@ -265,7 +265,7 @@ def check_exposure(opts: SchedulerOptions) -> None:
     """
     if opts.tls_client_ca_file and not (opts.tls_cert_file and opts.tls_private_key_file):
         raise ConfigError("--tls-client-ca-file needs --tls-cert-file and --tls-private-key-file")
-    if _is_loopback(opts.bind_address) or opts.tls_client_ca_file:
+    if is_loopback(opts.bind_address) or opts.tls_client_ca_file:
         return
     given = (
         f"--http_bind {opts.http_bind}" if opts.http_bind else f"--bind-address {opts.bind_address}"
@@ -275,13 +275,6 @@ def check_exposure(opts: SchedulerOptions) -> None:
         "loopback (run it beside kube-scheduler) or serve mutual TLS with --tls-cert-file, "
         "--tls-private-key-file and --tls-client-ca-file"
     )
-
-
-def _is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return address == "localhost"
 
 
 def _server(app: Any, opts: SchedulerOptions) -> Any:

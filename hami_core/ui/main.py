@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from hami_core.errors import ConfigError, HamiError
 from hami_core.options import UiOptions
 from hami_core.plugin import BackendManager
 from hami_core.protocol.documents import shown_text
+from hami_core.servers.address import is_loopback, url_host
 
 from .access import Gate, KubeReviews
 from .app import make_app
@@ -32,20 +32,9 @@ class Server(Protocol):
     def close(self) -> None: ...
 
 
-def is_loopback(address: str) -> bool:
-    """Whether ``address`` (an IP or ``localhost``) is reachable from this host only."""
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def url_of(scheme: str, address: str, port: int) -> str:
     """The page's URL: an IPv6 address in brackets (RFC 3986 §3.2.2)."""
-    host = f"[{address.strip('[]')}]" if ":" in address else address
-    return f"{scheme}://{host}:{port}/"
+    return f"{scheme}://{url_host(address)}:{port}/"
 
 
 def page_builder(o: UiOptions, manager: BackendManager) -> Callable[[], dict[str, Any]]:

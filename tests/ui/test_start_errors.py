@@ -25,9 +25,16 @@ def test_an_address_that_cannot_be_bound_is_named(tmp_path):
         "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
         "current-context: x\n"
     )
-    result = ui(tmp_path, "--address", "not..an..address", "--kubeconfig", str(kubeconfig))
+    # TEST-NET-1 (RFC 5737): an address, but none of this host's
+    result = ui(tmp_path, "--address", "192.0.2.1", "--kubeconfig", str(kubeconfig))
     assert result.exit_code == 1
-    assert "--address not..an..address" in result.output, result.output
+    assert "--address 192.0.2.1" in result.output, result.output
+
+
+def test_what_is_no_address_is_refused_before_anything_is_read(tmp_path):
+    result = ui(tmp_path, "--address", "not..an..address")
+    assert result.exit_code == 2
+    assert "'not..an..address' is not an address to listen on" in result.output, result.output
 
 
 def test_a_token_without_a_kubeconfig_says_why_the_api_server_is_needed(tmp_path):
