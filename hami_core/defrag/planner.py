@@ -53,7 +53,17 @@ from hami_core.cluster.memory import MemoryCluster
 from hami_core.errors import HamiError
 from hami_core.facts.policy import device_policy_option, node_policy_option
 from hami_core.facts.usage import PodHoldings
-from hami_core.model import Allocation, DevicePolicy, DevicePolicyChain, DeviceUsage, NodePolicy
+from hami_core.model import (
+    MIG_PROFILE_INFO,
+    Allocation,
+    DevicePolicy,
+    DevicePolicyChain,
+    DeviceRequest,
+    DeviceUsage,
+    MigSlot,
+    NodePolicy,
+)
+from hami_core.model.migusage import is_mig_gpu
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
 from hami_core.scheduling.bind import allocation_annotations
@@ -413,6 +423,7 @@ class Planner:
             return None
         usage, held = view
         movable: dict[str, list[tuple[str, int, int]]] = {}  # uuid -> (pod key, MiB, cores)
+        instances: dict[str, dict[str, tuple[MigSlot, ...]]] = {}  # uuid -> pod key -> slots
         sizes = [u.device.memory_mib for u in usage.values()] or [0]
         asked = sum(r.count * (r.memory_mib or max(sizes) * r.memory_pct // 100) for r in wants)
         widest = max(r.count for r in wants)
@@ -426,11 +437,17 @@ class Planner:
                 continue
             for uuid, charge in holdings.charges.items():
                 movable.setdefault(uuid, []).append((key, charge.memory_mib, charge.cores_pct))
+                instances.setdefault(uuid, {})[key] = holdings.mig.get(uuid, ())
         chosen: list[str] = []
         for req in wants:
             options = []
             for u in usage.values():
                 if u.device.vendor != req.vendor or u.cordoned:
+                    continue
+                if is_mig_gpu(u.device):
+                    freed = mig_evictions(u, req, instances.get(u.device.uuid, {}))
+                    if freed is not None:
+                        options.append((len([k for k in freed if k not in chosen]), freed))
                     continue
                 need_mem = req.memory_mib or u.device.memory_mib * req.memory_pct // 100
                 pods = sorted(movable.get(u.device.uuid, ()), key=lambda p: (-p[1], -p[2], p[0]))
@@ -644,7 +661,9 @@ class Planner:
             (
                 u.device.vendor,
                 u.free_memory_mib,
-                u.free_cores_pct,
+                # a MIG GPU's compute is its instances' (the fit checks each profile's),
+                # not the booked sum: seven 1g instances book 105 %
+                100 if is_mig_gpu(u.device) else u.free_cores_pct,
                 u.device.split_count - u.used_count,
                 u.device.memory_mib,
                 u.used_memory_mib,
@@ -749,6 +768,56 @@ class Planner:
         with self.scheduler.state.lock:
             usage = self.scheduler.state.node_usage(node) if node else {}
         return {uuid: (u.device.memory_mib, GpuLoad.of(u)) for uuid, u in usage.items()}
+
+
+def mig_evictions(
+    usage: DeviceUsage, request: DeviceRequest, movable: Mapping[str, Sequence[MigSlot]]
+) -> list[str] | None:
+    """The fewest pods to evict from a GPU in ``mig`` mode for one instance of
+    ``request`` to have a placement there, or None when no profile's placement can be
+    freed (an instance of an unmovable pod overlaps each).
+
+    Args:
+        usage: the GPU's usage (``mig_in_use``: every instance held on it).
+        request: one device's request: its memory (MiB or percent of the GPU), compute
+            (percent) and, for ``nvidia.com/mig-<profile>``, the profile it names
+            (``DeviceRequest.custom`` ``MIG_PROFILE_INFO``).
+        movable: pod key -> the instances it holds on this GPU, for every pod on it that
+            may move (a pod holding a share but no instance: an empty tuple).
+
+    The profiles that may hold the request are the NVIDIA fit's (``hami_nvidia.mig``:
+    the one it names, else memory and share of the SMs at least the request's); per
+    profile placement, the pods whose instances overlap it go, and every holder without
+    an instance (a GPU in ``mig`` mode takes no share beside instances). Exact for one
+    instance on one GPU; the fit still decides (the planner tries the option through
+    ``Scheduler.filter``), this only ranks and bounds the search. Booked memory and
+    sharer slots follow from a free placement (a profile's placements never exceed
+    them)."""
+    dev = usage.device
+    held = {s for slots in movable.values() for s in slots}
+    fixed = [s.placement for s in usage.mig_in_use if s not in held]
+    shares = sorted(k for k, slots in movable.items() if not slots)
+    if usage.used_count - len(usage.mig_in_use) > len(shares):
+        return None  # a share outside the instances that cannot move
+    named = request.info(MIG_PROFILE_INFO)
+    memory = 0 if named else request.memory_on(dev)
+    best: list[str] | None = None
+    for profile in dev.mig_profiles:
+        if (named and profile.name != named) or profile.memory_mib < memory:
+            continue
+        if profile.cores_pct < request.cores_pct:
+            continue
+        for place in profile.placements:
+            if any(place.overlaps(f) for f in fixed):
+                continue
+            out = [
+                k
+                for k, slots in sorted(movable.items())
+                if any(place.overlaps(s.placement) for s in slots)
+            ]
+            if best is None or len(shares) + len(out) < len(best):
+                best = shares + out
+    return best
 
 
 def policy_overrides(node_policy: str | None, gpu_policy: str | None) -> dict[str, Any]:

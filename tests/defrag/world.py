@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hami_core.cluster import MemoryCluster
-from hami_core.model import ContainerDevice
+from hami_core.model import ContainerDevice, DeviceInfo, MigPlacement, MigProfile
 from hami_core.protocol.devicelist import encode_pod_devices
 from tests.builders import gpu, node
 
@@ -29,6 +29,42 @@ def gpu_node(name: str, gpus: int = 2, *, labels: dict[str, str] | None = None) 
         ],
     )
     obj["metadata"]["labels"] = {"kubernetes.io/hostname": name, **(labels or {})}
+    return obj
+
+
+def _places(*pairs: tuple[int, int]) -> tuple[MigPlacement, ...]:
+    return tuple(MigPlacement(start=s, size=n) for s, n in pairs)
+
+
+#: An A100-SXM4-80GB's MIG profiles as dynamic MIG offers them (NVIDIA's MIG user guide,
+#: "Supported MIG Profiles"; memory as the device plugin publishes it).
+A100_MIG = (
+    MigProfile(name="1g.10gb", memory_mib=9856, cores_pct=15, slice_count=1,
+               placements=_places(*((i, 1) for i in range(7)))),
+    MigProfile(name="1g.20gb", memory_mib=19968, cores_pct=15, slice_count=1,
+               placements=_places((0, 2), (2, 2), (4, 2), (6, 2))),
+    MigProfile(name="2g.20gb", memory_mib=19968, cores_pct=29, slice_count=2,
+               placements=_places((0, 2), (2, 2), (4, 2))),
+    MigProfile(name="3g.40gb", memory_mib=40192, cores_pct=43, slice_count=3,
+               placements=_places((0, 4), (4, 4))),
+    MigProfile(name="4g.40gb", memory_mib=40192, cores_pct=58, slice_count=4,
+               placements=_places((0, 4))),
+    MigProfile(name="7g.80gb", memory_mib=81152, cores_pct=100, slice_count=7,
+               placements=_places((0, 8))),
+)  # fmt: skip
+
+
+def mig_node(name: str, gpus: int = 2) -> dict[str, Any]:
+    """A node of ``gpus`` A100-80GB in dynamic MIG mode (``A100_MIG``, 7 instances at most)."""
+    devices = [
+        DeviceInfo(
+            uuid=gpu_id(name, i), vendor="NVIDIA", model="NVIDIA A100-SXM4-80GB", index=i,
+            split_count=7, memory_mib=MIB, cores_pct=100, mode="mig", mig_profiles=A100_MIG,
+        )
+        for i in range(gpus)
+    ]  # fmt: skip
+    obj = node(name, devices)
+    obj["metadata"]["labels"] = {"kubernetes.io/hostname": name}
     return obj
 
 
