@@ -277,3 +277,21 @@ def test_the_property_s_worlds_hold_instances():
     assert len(pods) == 2
     assert slot_of(cluster, "r0")[1].profile == "1g.10gb"  # type: ignore[union-attr]
     assert slot_of(cluster, "r1")[1].profile == "3g.40gb"  # type: ignore[union-attr]
+
+
+@EXACT
+def test_a_pod_that_fits_an_instance_now_is_placed_without_moves(exact_s):
+    """Five 1g instances book 75 % of the GPU's compute (15 % each, rounded up); a 2g
+    (29 %) still has its placement at 0. The planner's room index read 25 % free, below
+    the 29 asked, so the pod that fits now was planned for with moves."""
+    cluster = world([mig_node("node-0", 1)], [])
+    for i in range(5):
+        assert place(cluster, mig_pod(f"one-{i}", 8000))
+    plan = Planner(cluster, MGR, MovePolicy.build(), exact_time_limit_s=exact_s).plan(
+        [pending("two", mem=16000, cores=29)]
+    )
+    (outcome,) = plan.outcomes
+    assert outcome.placed and not plan.moves, outcome
+    assert slot_of(cluster, "two")[1] == MigSlot(
+        profile="2g.20gb", placement=MigPlacement(start=0, size=2)
+    )
