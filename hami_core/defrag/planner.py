@@ -41,7 +41,6 @@ that needs.
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -72,6 +71,7 @@ from hami_core.scheduling.scheduler import Scheduler, utcnow
 from . import exact
 from .goal import GoalResult, WholeGpus, goal_pods
 from .movable import MovePolicy, pod_key, pod_priority
+from .room import DeviceFree, RoomIndex, shape_of
 
 #: Nodes tried per pending pod that fits nowhere (cheapest estimate first).
 DEFAULT_MAX_NODES = 16
@@ -235,7 +235,9 @@ class Planner:
         # node -> how many times the planner changed it (keys the caches above and below)
         self._version: dict[str, int] = {}
         # node -> (version, per device (vendor, free MiB, free %, free slots, MiB, used MiB))
-        self._free: dict[str, tuple[int, list[tuple[str, int, int, int, int, int]]]] = {}
+        self._free: dict[str, tuple[int, list[DeviceFree]]] = {}
+        # per pod shape, the nodes with room for it (``_room_for``), kept by ``_touch``
+        self._rooms = RoomIndex(self._free_of)
         # node -> (version, ``_view``)
         self._views: dict[
             str, tuple[int, tuple[dict[str, DeviceUsage], dict[str, PodHoldings]] | None]
@@ -613,26 +615,11 @@ class Planner:
         """The nodes where ``pod`` may fit as the cluster is (every device request has
         enough devices with the memory, compute and a sharer slot free: a necessary
         condition), fullest first, at most ``4 * max_nodes``: the fit and the node
-        policy choose among them."""
+        policy choose among them. Read from ``room.RoomIndex``: the nodes changed
+        since the pod's shape was last asked about are read again, not every node."""
         wants = [r for c in self.scheduler.pod_request(pod).containers for r in c.devices]
-        ranked = []
-        for name in self.scheduler.state.node_names():
-            devices = self._free_of(name)
-            ok = True
-            for req in wants:
-                free = sum(
-                    1
-                    for vendor, mem, cores, slots, total, _ in devices
-                    if vendor == req.vendor
-                    and mem >= (req.memory_mib or total * req.memory_pct // 100)
-                    and cores >= req.cores_pct
-                    and slots >= 1
-                )
-                ok = ok and free >= req.count
-            if ok:
-                ranked.append((-sum(d[5] for d in devices), name))
-        ranked.sort()
-        return [name for _, name in ranked[: 4 * self.max_nodes]]
+        names = self.scheduler.state.node_names()
+        return self._rooms.room(shape_of(wants), names, 4 * self.max_nodes)
 
     def _view(self, name: str) -> tuple[dict[str, DeviceUsage], dict[str, PodHoldings]] | None:
         """Node ``name``'s device usage and its pods' holdings (None: not in the state),
@@ -648,7 +635,7 @@ class Planner:
         self._views[name] = (version, view)
         return view
 
-    def _free_of(self, name: str) -> list[tuple[str, int, int, int, int, int]]:
+    def _free_of(self, name: str) -> list[DeviceFree]:
         """Per device of node ``name``: vendor, free MiB, free %, free sharer slots, its
         MiB, used MiB (cordoned devices left out); cached until the planner changes it."""
         version = self._version.get(name, 0)
@@ -716,6 +703,7 @@ class Planner:
         if node not in self._before:
             self._before[node] = self._loads(node)
         self._version[node] = self._version.get(node, 0) + 1
+        self._rooms.changed(node)
 
     def _remove(self, obj: Mapping[str, Any]) -> None:
         self._touch(obj)
@@ -863,17 +851,19 @@ def _size(pod: Mapping[str, Any]) -> tuple[int, str]:
 def _replacement(original: Mapping[str, Any]) -> dict[str, Any]:
     """The pod its controller creates after ``original`` is evicted, as pending: the
     same spec and labels, no node, no allocation (the planner keeps the name, so a move
-    reads as the pod's)."""
-    pod = copy.deepcopy(dict(original))
-    meta = pod["metadata"]
+    reads as the pod's). A new object: what differs (metadata, its annotations and
+    labels, spec, status) is new; the rest (containers, owner references, ...) is
+    ``original``'s, read-only as every pod object is here (the store copies what it
+    keeps); ``original`` is left as it was."""
+    meta = dict(original["metadata"])
     meta["uid"] = f"{meta.get('uid', '')}-moved"
     meta.pop("resourceVersion", None)
     annotations = meta.get("annotations") or {}
     meta["annotations"] = {k: v for k, v in annotations.items() if not _placement_key(k)}
-    (meta.get("labels") or {}).pop(keys.VGPU_NODE, None)
-    pod["spec"].pop("nodeName", None)
-    pod["status"] = {"phase": "Pending"}
-    return pod
+    if meta.get("labels") is not None:
+        meta["labels"] = {k: v for k, v in meta["labels"].items() if k != keys.VGPU_NODE}
+    spec = {k: v for k, v in original["spec"].items() if k != "nodeName"}
+    return {**original, "metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
 
 
 def _placement_key(key: str) -> bool:
@@ -888,11 +878,15 @@ def _placement_key(key: str) -> bool:
 def bound_pod(
     pod: Mapping[str, Any], allocation: Allocation, manager: BackendManager, now: dt.datetime
 ) -> dict[str, Any]:
-    """``pod`` bound to ``allocation.node`` with the annotations a bind writes, allocated."""
-    bound = copy.deepcopy(dict(pod))
-    meta = bound.setdefault("metadata", {})
+    """``pod`` bound to ``allocation.node`` with the annotations a bind writes, allocated.
+
+    A new object: what a bind changes (metadata, its annotations and labels, spec,
+    status) is new; the rest (containers, owner references, ...) is ``pod``'s, to be
+    read only (a store copies what it keeps: ``MemoryCluster.add_pod``); ``pod`` is
+    left as it was."""
+    meta = dict(pod.get("metadata") or {})
     meta.setdefault("namespace", "default")
-    meta.setdefault("uid", f"uid-{pod_key(bound)}")
+    meta.setdefault("uid", f"uid-{pod_key({'metadata': meta})}")
     meta.pop("resourceVersion", None)
     written = allocation_annotations(allocation, manager, now)
     written[keys.BIND_PHASE] = keys.BIND_PHASE_SUCCESS
@@ -900,7 +894,6 @@ def bound_pod(
         **(meta.get("annotations") or {}),
         **{k: v for k, v in written.items() if v is not None},
     }
-    meta.setdefault("labels", {})[keys.VGPU_NODE] = allocation.node
-    bound.setdefault("spec", {})["nodeName"] = allocation.node
-    bound["status"] = {"phase": "Running"}
-    return bound
+    meta["labels"] = {**(meta.get("labels") or {}), keys.VGPU_NODE: allocation.node}
+    spec = {**(pod.get("spec") or {}), "nodeName": allocation.node}
+    return {**pod, "metadata": meta, "spec": spec, "status": {"phase": "Running"}}

@@ -4,6 +4,7 @@ the tenant who tries to use them against another namespace."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -235,3 +236,80 @@ def test_an_evicted_pod_that_fits_nowhere_gets_moves_of_its_own(mgr, monkeypatch
     assert moved.index("default/r0") < moved.index("default/r6")  # chained ones first
     monkeypatch.setattr(planner_module, "MOVE_DEPTH", 0)
     assert not run(pods, targets, budget, 0)[0].outcomes[0].placed
+
+
+def test_a_plan_never_changes_a_pod_object_it_reads(mgr):
+    """The planner copies only what a move changes (metadata, labels, annotations, spec,
+    status) and shares the rest with the pod it read: every pod object it holds before
+    planning and every pending pod it is given are as they were after a plan with
+    moves, chained ones included (the evicted pods' replacements and the bound pods
+    are built from them)."""
+    from tests.defrag.test_properties import build
+
+    spec = [  # test_an_evicted_pod_that_fits_nowhere_gets_moves_of_its_own's cluster
+        (2, (1,), (40960, 50), "ReplicaSet", 0, False),
+        (1, (1,), (40960, 50), "ReplicaSet", 0, False),
+        (1, (0, 1), (40960, 50), "ReplicaSet", 0, False),
+        (0, (0,), (20480, 25), "ReplicaSet", 0, False),
+        (1, (1,), (20480, 25), "ReplicaSet", 0, False),
+        (1, (0,), (20000, 30), "ReplicaSet", 0, False),
+        (0, (0, 1), (20480, 25), "ReplicaSet", 0, False),
+        (2, (0, 1), (40960, 50), "ReplicaSet", 0, False),
+        (0, (1,), (20480, 25), "ReplicaSet", 0, False),
+        (2, (1,), (20000, 30), "ReplicaSet", 0, False),
+        (0, (0,), (20480, 25), "ReplicaSet", 0, False),
+    ]
+    pods, targets, _ = build(spec, [(1, (MIB, 100), 0), (1, (8000, 10), 0)], 0)
+    for exact_s in (0, 10.0):  # the search's moves and the program's
+        planner = Planner(
+            world([gpu_node(f"node-{n}") for n in range(3)], pods),
+            mgr,
+            MovePolicy.build(),
+            exact_time_limit_s=exact_s,
+        )
+        read = list(planner._objects.values())
+        before = copy.deepcopy((read, targets))
+        result = planner.plan(targets)
+        assert len(result.moves) >= 2 and all(o.placed for o in result.outcomes)
+        assert (read, targets) == before
+
+
+def test_a_replacement_and_a_bound_pod_share_nothing_they_change(mgr):
+    """``_replacement`` and ``bound_pod`` leave their pod as it was, and what they
+    change is their own: writing to it (as ``hold_nominated`` writes an annotation)
+    never reaches the pod they were made from."""
+    from hami_core.defrag.planner import _replacement, bound_pod
+    from hami_core.scheduling.scheduler import Scheduler, utcnow
+
+    original = running(
+        "r", "node-0", (0,), mem=HALF, cores=50, owned_by=owner(), labels={"app": "web"}
+    )
+    kept = copy.deepcopy(original)
+    again = _replacement(original)
+    assert original == kept
+    assert again["metadata"]["uid"] == "uid-default-r-moved"
+    assert "nodeName" not in again["spec"] and again["status"] == {"phase": "Pending"}
+    assert again["metadata"]["labels"] == {"app": "web"}
+    assert not any(k.startswith("hami.io/vgpu-") for k in again["metadata"]["annotations"])
+    assert again["spec"]["containers"] == original["spec"]["containers"]
+
+    cluster = world([gpu_node("node-0"), gpu_node("node-1")], [])
+    result = Scheduler(cluster, mgr).filter(again, ["node-1"])
+    allocation = result.fits["node-1"].allocation
+    assert allocation is not None
+    kept_again = copy.deepcopy(again)
+    bound = bound_pod(again, allocation, mgr, utcnow())
+    assert again == kept_again
+    assert bound["spec"]["nodeName"] == "node-1" and bound["status"] == {"phase": "Running"}
+    assert bound["metadata"]["labels"] == {"app": "web", "hami.io/vgpu-node": "node-1"}
+    assert bound["metadata"]["annotations"]["hami.io/vgpu-node"] == "node-1"
+    for obj in (again, bound):
+        obj["metadata"]["annotations"]["x"] = "y"
+        obj["metadata"]["labels"]["x"] = "y"
+        obj["metadata"]["uid"] = "changed"
+        obj["spec"]["nodeName"] = "elsewhere"
+        obj["status"]["phase"] = "Failed"
+    assert original == kept and again["metadata"]["uid"] == "changed"
+    assert bound_pod(kept_again, allocation, mgr, utcnow())["metadata"]["uid"] == (
+        "uid-default-r-moved"
+    )
