@@ -423,6 +423,12 @@ def defrag(**opts: Any) -> None:
         )
         pending = list(read.pending)
         if o.pod:
+            for ref in o.pod:
+                if ref in read.refused:
+                    raise InvalidInputError(
+                        f"--pod {ref}: the snapshot's Pod was refused (no API server could "
+                        f"have stored it), so nothing is planned for it: {read.refused[ref]}"
+                    )
             known = {pod_key(p): p for p in pending}
             missing = [ref for ref in o.pod if ref not in known]
             if missing:
@@ -440,7 +446,7 @@ def defrag(**opts: Any) -> None:
     except HamiError as exc:
         raise failure(exc) from None
     if o.output == "json":
-        click.echo(render.render_json(plan), nl=False)
+        click.echo(render.render_json(plan, refused=read.refused), nl=False)
     else:
         for warning in read.warnings:
             if goal is not None and "no pending pods" in warning:

@@ -16,12 +16,16 @@ JSON keys (stable; counts are integers, memory MiB, compute percent of one GPU):
   written back), ``met``, ``free_before`` (whole free GPUs found without moves),
   ``reached`` (after the plan), ``gpus`` (each ``{"node", "uuid"}``, in the order
   found). A goal plan's ``pending`` are the goal's pods (``(goal)/whole-gpu-K``), one
-  per GPU sought, and each move's ``for`` names one.
+  per GPU sought, and each move's ``for`` names one;
+- ``refused``: the snapshot's Pods left out of the plan because no API server could
+  have stored them (``DefragInput.refused``), each ``{"pod", "reason"}``; empty when
+  reading the API server.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from hami_core.protocol.documents import shown_text
@@ -30,8 +34,9 @@ from .apply import ApplyReport
 from .planner import GpuLoad, Plan
 
 
-def plan_data(plan: Plan) -> dict[str, Any]:
-    """The plan as JSON-ready data (the module docstring's keys)."""
+def plan_data(plan: Plan, *, refused: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The plan as JSON-ready data (the module docstring's keys); ``refused``: the
+    reading's refused pods (``DefragInput.refused``)."""
 
     def load(x: GpuLoad) -> dict[str, int]:
         return {"memory_mib": x.memory_mib, "cores_pct": x.cores_pct, "sharers": x.sharers}
@@ -87,11 +92,13 @@ def plan_data(plan: Plan) -> dict[str, Any]:
             "reached": plan.goal.reached,
             "gpus": [{"node": n, "uuid": u} for n, u in plan.goal.gpus],
         },
+        "refused": [{"pod": pod, "reason": why} for pod, why in (refused or {}).items()],
     }
 
 
-def render_json(plan: Plan) -> str:
-    return json.dumps(plan_data(plan), indent=2) + "\n"
+def render_json(plan: Plan, *, refused: Mapping[str, str] | None = None) -> str:
+    """The plan as ``hami defrag -o json`` prints it (``plan_data``)."""
+    return json.dumps(plan_data(plan, refused=refused), indent=2) + "\n"
 
 
 def render_text(plan: Plan) -> str:

@@ -28,6 +28,9 @@ class DefragInput:
         jobs: Job objects.
         namespace_labels: namespace -> its labels.
         warnings: what was skipped, one line each.
+        refused: ``namespace/name`` -> why the snapshot's Pod was refused (one its API
+            server could not have stored: ``simulate.loader``): in none of the above, so
+            no decision reads it; whoever is asked about it says so, with the reason.
     """
 
     cluster: MemoryCluster
@@ -36,6 +39,7 @@ class DefragInput:
     jobs: tuple[dict[str, Any], ...] = ()
     namespace_labels: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
     warnings: tuple[str, ...] = ()
+    refused: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def _items(docs: Sequence[Any]) -> Iterator[dict[str, Any]]:
@@ -70,27 +74,25 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
 
 
 def from_file(path: str | Path, manager: BackendManager) -> DefragInput:
-    """Read a snapshot file: its nodes and bound pods as ``hami simulate`` reads them
-    (``simulate.loader.load_cluster``), plus its pending pods, budgets, Jobs and
-    namespaces.
+    """Read a snapshot file: its nodes, bound and pending pods and namespaces as ``hami
+    simulate`` reads them (``simulate.loader.load_cluster``: a Pod or Namespace its API
+    server could not have stored is left out, a refused Pod named in ``refused``), plus
+    its budgets and Jobs.
 
     Raises:
         InvalidInputError: the file is unreadable or holds no nodes (the message names it).
     """
     loaded = load_cluster(path, manager)
     scheduler = manager.config.scheduler_name
-    pending, budgets, jobs = [], [], []
-    labels: dict[str, dict[str, str]] = {}
+    pending = [p for p in loaded.unbound_pods if is_pending_for(p, scheduler)]
+    budgets, jobs = [], []
     for obj in _items(read_documents(Path(path))):
         kind = obj.get("kind")
-        if kind == "Pod" and is_pending_for(obj, scheduler):
-            pending.append(obj)
-        elif kind == "PodDisruptionBudget":
+        if kind == "PodDisruptionBudget":
             budgets.append(obj)
         elif kind == "Job":
             jobs.append(obj)
-        elif kind == "Namespace":
-            labels[str((obj.get("metadata") or {}).get("name", ""))] = _labels(obj)
+    labels = {str(ns["metadata"]["name"]): _labels(ns) for ns in loaded.namespaces}
     warnings = [
         w
         for w in loaded.warnings
@@ -105,6 +107,7 @@ def from_file(path: str | Path, manager: BackendManager) -> DefragInput:
         jobs=tuple(jobs),
         namespace_labels=labels,
         warnings=tuple(warnings),
+        refused=dict(loaded.refused_pods),
     )
 
 

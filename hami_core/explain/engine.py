@@ -5,8 +5,11 @@ Shape (``-o json`` / ``-o yaml``; memory in MiB, compute in the ``coresUnit`` be
     {
       "schema": "hami.explain/v1",
       "namespace": str, "name": str,
-      "status": "placed" | "pending" | "not-ours" | "finished",
-      "reason": str,                        # pending / not-ours / finished: why, one line
+      "status": "placed" | "pending" | "not-ours" | "finished" | "refused",
+      "reason": str,                        # pending / not-ours / finished / refused: why,
+                                            # one line
+      # refused (a snapshot's Pod no API server could have stored, so nothing decides on
+      # it): only schema, namespace, name, status and reason
       "schedulerName": str, "priority": int,
       "group": str | null,                  # gang group "namespace/name"
       "request": [...],                     # as hami simulate's report (webhook-resolved)
@@ -34,8 +37,8 @@ Shape (``-o json`` / ``-o yaml``; memory in MiB, compute in the ``coresUnit`` be
     }
 
 Exit codes (``exit_code``): 0 placed, 3 pending (with its reason), 4 not ours (another
-scheduler's, or asks no managed device), 1 anything else (not found, finished, an
-unreadable cluster).
+scheduler's, or asks no managed device), 1 anything else (not found, finished, refused,
+an unreadable cluster).
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from hami_core.simulate.report import device_entries, explain_node, request_entr
 
 SCHEMA = "hami.explain/v1"
 PLACED, PENDING, NOT_OURS, FINISHED = "placed", "pending", "not-ours", "finished"
+REFUSED = "refused"
 EXIT_PLACED, EXIT_ERROR, EXIT_PENDING, EXIT_NOT_OURS = 0, 1, 3, 4
 _EXIT = {PLACED: EXIT_PLACED, PENDING: EXIT_PENDING, NOT_OURS: EXIT_NOT_OURS}
 
@@ -118,6 +122,15 @@ def explain(
     """
     namespace, name = parse_ref(ref)
     key = f"{namespace}/{name}"
+    if key in read.refused:  # the reading left it out: the file's object is not read
+        return {
+            "schema": SCHEMA,
+            "namespace": namespace,
+            "name": name,
+            "status": REFUSED,
+            "reason": "the snapshot's Pod was refused (no API server could have stored "
+            f"it), so nothing is decided on it: {read.refused[key]}",
+        }
     ours = manager.config.scheduler_name
     waiting = next((p for p in read.pending if pod_key(p) == key), None)
     if waiting is not None:

@@ -79,6 +79,8 @@ def render_text(data: Mapping[str, Any]) -> str:
     lines = [f"Pod {data['namespace']}/{data['name']}: {data['status']}"]
     if data["reason"]:
         lines.append(f"  reason: {data['reason']}")
+    if data["status"] == "refused":  # nothing else was read of it
+        return printable("\n".join(lines) + "\n", keep_newlines=True)
     lines.append(
         f"  scheduler: {data['schedulerName'] or '(unset)'}, priority {data['priority']}"
         + (f", group {data['group']}" if data["group"] else "")

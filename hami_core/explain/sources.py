@@ -18,7 +18,8 @@ from .engine import Lookup
 
 
 def from_file(path: str | Path, manager: BackendManager) -> tuple[DefragInput, Lookup]:
-    """The snapshot's cluster and a lookup over its Pod objects.
+    """The snapshot's cluster and a lookup over its Pod objects (a Pod the loader
+    refused is in ``read.refused``, not in the lookup).
 
     Raises:
         InvalidInputError: unreadable or malformed file (the message names it).
@@ -26,9 +27,11 @@ def from_file(path: str | Path, manager: BackendManager) -> tuple[DefragInput, L
     read = defrag_sources.from_file(path, manager)
     pods: dict[tuple[str, str], Mapping[str, Any]] = {}
     for obj in _objects(read_documents(Path(path))):
-        if obj.get("kind") == "Pod":
-            meta = obj.get("metadata") or {}
-            pods[(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))] = obj
+        meta = obj.get("metadata")
+        if obj.get("kind") == "Pod" and isinstance(meta, Mapping):
+            ref = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+            if "/".join(ref) not in read.refused:  # never the file's object of a refused one
+                pods[ref] = obj
     return read, lambda namespace, name: pods.get((namespace, name))
 
 

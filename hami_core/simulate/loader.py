@@ -140,6 +140,12 @@ class LoadedCluster:
         ignored_pods: snapshot pods left out (finished, or bound to no node).
         warnings: one line per thing that was skipped.
         priority_classes: PriorityClass objects (snapshot form only).
+        unbound_pods: live pods bound to no node (snapshot form only; pending ones among
+            them), in file order; a refused one is not among them.
+        refused_pods: ``namespace/name`` -> why its API server could not have stored
+            that Pod (snapshot form only, ``snapshot_problem``): left out of everything
+            above; a reader must say so where the pod is asked for, never read the
+            file's object instead. A Pod without a readable name is only warned of.
     """
 
     source: str
@@ -152,6 +158,8 @@ class LoadedCluster:
     ignored_pods: int = 0
     warnings: tuple[str, ...] = ()
     priority_classes: tuple[dict[str, Any], ...] = ()
+    unbound_pods: tuple[dict[str, Any], ...] = ()
+    refused_pods: Mapping[str, str] = attrs.field(factory=dict)
 
     def to_memory(self) -> MemoryCluster:
         """A fresh ``MemoryCluster`` holding the nodes, existing pods, quotas and
@@ -709,6 +717,8 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
     quotas: list[dict[str, Any]] = []
     namespaces: list[dict[str, Any]] = []
     classes: list[dict[str, Any]] = []
+    unbound: list[dict[str, Any]] = []
+    refused: dict[str, str] = {}
     skipped: dict[str, int] = {}
     warnings: list[str] = []
     ignored = 0
@@ -727,15 +737,21 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
         obj = apiserver.without_nulls(obj)
         problem = snapshot_problem(obj, str(kind))
         if problem:
-            warnings.append(f"{where}: {kind} skipped: {problem}")
+            key = _object_key(obj, str(kind))
+            named = f" ({documents.shown_key(key)})" if key else ""
+            warnings.append(f"{where}: {kind} skipped{named}: {problem}")
             if kind == "Pod":
                 ignored += 1
+                if key:
+                    refused[key] = problem
             continue
         name = obj["metadata"]["name"]
         if kind == "Node":
             nodes[name] = obj
         elif kind == "Pod":
             meta = obj["metadata"]
+            if is_live(obj) and not (obj.get("spec") or {}).get("nodeName"):
+                unbound.append(obj)
             bound = (meta.get("annotations") or {}).get(VGPU_NODE) or (obj.get("spec") or {}).get(
                 "nodeName"
             )
@@ -785,7 +801,22 @@ def _snapshot_cluster(docs: list[Any], shown: str, manager: BackendManager) -> L
         ignored_pods=ignored,
         warnings=tuple(warnings),
         priority_classes=tuple(classes),
+        unbound_pods=tuple(unbound),
+        refused_pods=refused,
     )
+
+
+def _object_key(obj: Mapping[str, Any], kind: str) -> str:
+    """A refused object's name as its readers ask for it (``namespace/name`` for a
+    Pod, the name for a Node), or "" when it has none that is readable."""
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not name:
+        return ""
+    if kind != "Pod":
+        return name
+    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    return f"{namespace if isinstance(namespace, str) and namespace else 'default'}/{name}"
 
 
 def _node_problems(nodes: Mapping[str, Mapping[str, Any]], manager: BackendManager) -> list[str]:
