@@ -111,12 +111,55 @@ def from_file(path: str | Path, manager: BackendManager) -> DefragInput:
     )
 
 
+@attrs.frozen(kw_only=True)
+class Listing:
+    """Nodes, pods and ResourceQuotas as one listing of the API server finds them
+    (``list_cluster``).
+
+    Attributes:
+        cluster: the nodes, the live pods bound to a node, the quotas.
+        pending: live pods of the scheduler bound to no node, in the order listed.
+        quota_namespaces: namespaces holding a ResourceQuota.
+    """
+
+    cluster: MemoryCluster
+    pending: tuple[dict[str, Any], ...]
+    quota_namespaces: frozenset[str]
+
+
+def list_cluster(core: Any, scheduler_name: str) -> Listing:
+    """List nodes, pods and ResourceQuotas once through ``core`` (a
+    ``kubernetes.client.CoreV1Api``): three ``list`` calls, nothing else read (the web
+    view's RBAC allows no more; ``from_api`` lists the rest itself).
+
+    Raises:
+        HamiError: the API server cannot be reached or refuses (the message says which).
+    """
+    from hami_core.cluster.kube import call
+
+    cluster = MemoryCluster()
+    for node in call("list nodes", core.list_node).get("items") or []:
+        cluster.add_node(node)
+    pending = []
+    for pod in call("list pods", core.list_pod_for_all_namespaces).get("items") or []:
+        if is_pending_for(pod, scheduler_name):
+            pending.append(pod)
+        elif is_live(pod) and (pod.get("spec") or {}).get("nodeName"):
+            cluster.add_pod(pod)
+    namespaces = set()
+    quotas = call("list resourcequotas", core.list_resource_quota_for_all_namespaces)
+    for quota in quotas.get("items") or []:
+        cluster.add_quota(quota)
+        namespaces.add(str((quota.get("metadata") or {}).get("namespace") or ""))
+    return Listing(cluster=cluster, pending=tuple(pending), quota_namespaces=frozenset(namespaces))
+
+
 def from_api(
     kubeconfig: str | None, manager: BackendManager, *, api_client: Any = None
 ) -> DefragInput:
-    """List nodes, pods, PodDisruptionBudgets (``policy/v1``, else ``v1beta1`` as
-    Kubernetes 1.20 serves), Jobs and namespaces once, through ``api_client`` (None: one
-    made from ``kubeconfig``).
+    """List nodes, pods and quotas (``list_cluster``), PodDisruptionBudgets
+    (``policy/v1``, else ``v1beta1`` as Kubernetes 1.20 serves), Jobs and namespaces
+    once, through ``api_client`` (None: one made from ``kubeconfig``).
 
     Raises:
         HamiError: the API server cannot be reached or refuses (the message says which).
@@ -127,20 +170,7 @@ def from_api(
 
     api = api_client if api_client is not None else make_api_client(kubeconfig)
     core = k8s.CoreV1Api(api)
-    cluster = MemoryCluster()
-    scheduler = manager.config.scheduler_name
-    for node in call("list nodes", core.list_node).get("items") or []:
-        cluster.add_node(node)
-    pending = []
-    for pod in call("list pods", core.list_pod_for_all_namespaces).get("items") or []:
-        if is_pending_for(pod, scheduler):
-            pending.append(pod)
-        elif is_live(pod) and (pod.get("spec") or {}).get("nodeName"):
-            cluster.add_pod(pod)
-    for quota in (
-        call("list resourcequotas", core.list_resource_quota_for_all_namespaces).get("items") or []
-    ):
-        cluster.add_quota(quota)
+    listed = list_cluster(core, manager.config.scheduler_name)
     labels = {
         str(ns["metadata"]["name"]): _labels(ns)
         for ns in call("list namespaces", core.list_namespace).get("items") or []
@@ -164,8 +194,8 @@ def from_api(
         ).get("items")
     jobs = call("list jobs", k8s.BatchV1Api(api).list_job_for_all_namespaces).get("items")
     return DefragInput(
-        cluster=cluster,
-        pending=tuple(pending),
+        cluster=listed.cluster,
+        pending=listed.pending,
         budgets=tuple(budgets or ()),
         jobs=tuple(jobs or ()),
         namespace_labels=labels,

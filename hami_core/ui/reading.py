@@ -13,13 +13,11 @@ from typing import Any
 
 import attrs
 
-from hami_core.cluster.memory import MemoryCluster
-from hami_core.defrag.sources import DefragInput, is_pending_for
+from hami_core.defrag.sources import DefragInput, list_cluster
 from hami_core.errors import HamiError
 from hami_core.explain.sources import from_file as explain_from_file
 from hami_core.plugin import BackendManager
 from hami_core.protocol.documents import shown_text
-from hami_core.protocol.pods import is_live
 
 log = logging.getLogger(__name__)
 
@@ -48,29 +46,16 @@ def from_api(kubeconfig: str | None, manager: BackendManager) -> Callable[[], Re
     """
     from kubernetes import client as k8s
 
-    from hami_core.cluster.kube import call, make_api_client
+    from hami_core.cluster.kube import make_api_client
 
     core = k8s.CoreV1Api(make_api_client(kubeconfig))
     scheduler = manager.config.scheduler_name
 
     def read() -> Reading:
-        cluster = MemoryCluster()
-        for node in call("list nodes", core.list_node).get("items") or []:
-            cluster.add_node(node)
-        pending = []
-        for pod in call("list pods", core.list_pod_for_all_namespaces).get("items") or []:
-            if is_pending_for(pod, scheduler):
-                pending.append(pod)
-            elif is_live(pod) and (pod.get("spec") or {}).get("nodeName"):
-                cluster.add_pod(pod)
-        quotas = call("list resourcequotas", core.list_resource_quota_for_all_namespaces)
-        names = set()
-        for quota in quotas.get("items") or []:
-            cluster.add_quota(quota)
-            names.add(str((quota.get("metadata") or {}).get("namespace") or ""))
+        listed = list_cluster(core, scheduler)  # no PDBs, Jobs or namespaces: not its RBAC
         return Reading(
-            read=DefragInput(cluster=cluster, pending=tuple(pending)),
-            quota_namespaces=frozenset(names),
+            read=DefragInput(cluster=listed.cluster, pending=listed.pending),
+            quota_namespaces=listed.quota_namespaces,
         )
 
     return read
