@@ -16,6 +16,16 @@ node, each distinct, with the same memory (MiB, or percent of each GPU) and comp
 each; an exclusive request (compute 100) alone on its GPU. Pods of one shape are
 interchangeable, so placements are counted per shape (node, GPU), as
 ``benchmarks/bench_defrag.py``'s proof of the fewest evictions counts them.
+
+A GPU in ``mig`` mode by its geometry: one binary per placement of each profile (an
+instance there), no two instances on one memory slice (the instances of pods that stay
+keep theirs), at most its split count, its memory booked at the profiles' memory; a pod
+of N GPUs there takes N instances of the node's MIG GPUs (several on one GPU allowed, as
+``hami_nvidia.fit.several_instances``), each of a profile with the request's memory and
+share of the SMs at least. The program may choose any such profile; the fit takes the
+smallest with a free placement (HAMi's order), so smaller profiles are preferred (a cost
+below one eviction) and the replay through the fit (``exactplan``) decides: an answer
+the fit does not follow is dropped for the search.
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
+
+from hami_core.model import MigPlacement, MigProfile
 
 #: Annotations that change where an NVIDIA pod may go (docs/PROTOCOL.md §5).
 log = logging.getLogger(__name__)
@@ -76,9 +88,19 @@ class Shape:
     memory_mib: int
     memory_pct: int
     cores_pct: int
+    #: the one GPU mode the pod accepts (``nvidia.com/vgpu-mode``), "" for any
+    mode: str = ""
 
     def memory_on(self, gpu_memory_mib: int) -> int:
         return self.memory_mib or gpu_memory_mib * self.memory_pct // 100
+
+    def profiles_on(self, gpu: Gpu) -> list[MigProfile]:
+        """The profiles of a MIG GPU an instance for this shape may be of (memory and
+        share of the SMs at least the request's; ``hami_nvidia.mig``)."""
+        if self.vendor != gpu.vendor or self.mode not in ("", "mig"):
+            return []
+        memory = self.memory_on(gpu.memory_mib)
+        return [p for p in gpu.profiles if p.memory_mib >= memory and p.cores_pct >= self.cores_pct]
 
 
 @attrs.frozen(kw_only=True)
@@ -95,6 +117,9 @@ class Gpu:
     fixed_memory_mib: int
     fixed_cores_pct: int
     fixed_slots: int
+    #: a GPU in ``mig`` mode: its profiles, and where the instances that stay are
+    profiles: tuple[MigProfile, ...] = ()
+    fixed_instances: tuple[MigPlacement, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -105,6 +130,7 @@ class Mover:
     shape: Shape
     holds: tuple[tuple[str, int, int], ...]  # (uuid, MiB, percent)
     budgets: tuple[str, ...]  # the disruption budgets that cover it
+    instances: tuple[tuple[str, MigPlacement], ...] = ()  # (uuid, where) on MIG GPUs
 
 
 @attrs.frozen(kw_only=True)
@@ -148,20 +174,32 @@ def solve(
     # integer per group, how many of it stay
     groups: dict[tuple[Any, ...], list[Mover]] = {}
     for m in movers:
-        groups.setdefault((m.shape, m.holds, m.budgets), []).append(m)
+        groups.setdefault((m.shape, m.holds, m.budgets, m.instances), []).append(m)
     kinds = list(groups.values())
     stay = [h.addIntegral(lb=0, ub=len(k)) for k in kinds]
     placed = [h.addBinary() for _ in pending]
     bound = len(movers) + len(pending)
-    y: dict[tuple[int, str], Any] = {}  # pods of a shape placed on a node
+    y: dict[tuple[int, str], Any] = {}  # pods of a shape placed on a node's shared GPUs
     c: dict[tuple[int, str], Any] = {}  # pods of a shape on a GPU
+    ym: dict[tuple[int, str], Any] = {}  # pods of a shape placed on a node's MIG GPUs
+    z: dict[tuple[int, str, str], Any] = {}  # their instances of a profile on a GPU
     for s, shape in enumerate(shapes):
         exclusive = shape.cores_pct >= 100
         for n in nodes:
+            mig = {g.uuid: shape.profiles_on(g) for g in on_node[n] if g.profiles}
+            if any(mig.values()):
+                ym[s, n] = h.addIntegral(lb=0, ub=bound)
+                for gpu_uuid, profiles in mig.items():
+                    for p in profiles:
+                        z[s, gpu_uuid, p.name] = h.addIntegral(lb=0, ub=bound * shape.count)
+                mine = [v for (t, u, _), v in z.items() if t == s and u in mig]
+                h.addConstr(sum(mine) - shape.count * ym[s, n] == 0)
             fits = [
                 g
                 for g in on_node[n]
-                if g.vendor == shape.vendor
+                if not g.profiles
+                and shape.mode in ("", "hami-core")
+                and g.vendor == shape.vendor
                 and g.memory_mib - g.fixed_memory_mib >= shape.memory_on(g.memory_mib)
                 and g.cores_pct - g.fixed_cores_pct >= shape.cores_pct
                 and g.slots - g.fixed_slots >= 1
@@ -176,7 +214,7 @@ def solve(
             h.addConstr(sum(c[s, g.uuid] for g in fits) - shape.count * y[s, n] == 0)
         moved = [len(k) - stay[i] for i, k in enumerate(kinds) if k[0].shape == shape]
         new = [placed[j] for j, (_, p) in enumerate(pending) if p == shape]
-        here = [v for (t, _), v in y.items() if t == s]
+        here = [v for (t, _), v in [*y.items(), *ym.items()] if t == s]
         if here:
             h.addConstr(sum(here) - sum(moved) - sum(new) == 0)
         else:  # no node takes the shape: none of it moves or is placed
@@ -189,7 +227,15 @@ def solve(
     for i, k in enumerate(kinds):
         for uuid, mem, cores in k[0].holds:
             holders.setdefault(uuid, []).append((i, mem, cores))
+    slices_cost: list[Any] = []  # slices of new instances: smaller profiles first
     for g in gpus:
+        if g.profiles:
+            slices_cost.extend(
+                _mig_gpu(
+                    h, g, kinds, stay, {(s, p): v for (s, u, p), v in z.items() if u == g.uuid}
+                )
+            )
+            continue
         here_c = [(shapes[s], v) for (s, uuid), v in c.items() if uuid == g.uuid]
         held = holders.get(g.uuid, [])
         if not here_c:
@@ -219,17 +265,70 @@ def solve(
     # lexicographic: more pending placed > older ones placed > fewer evictions
     waits = len(pending)
     unit = len(movers) + 1
+    # below one eviction (or one rank of the queue) in all: a tie-break only
+    eps = 1.0 / (1 + sum(_SLICES_MAX for g in gpus if g.profiles))
+    smaller = eps * sum(slices_cost) if slices_cost else 0
     h.minimize(
-        evicted - sum(unit * (waits * waits + 1 + waits - j) * placed[j] for j in range(waits))
+        evicted
+        - sum(unit * (waits * waits + 1 + waits - j) * placed[j] for j in range(waits))
+        + smaller
         if kinds
-        else sum(-(waits - j + 1) * placed[j] for j in range(waits))
+        else sum(-(waits - j + 1) * placed[j] for j in range(waits)) + smaller
     )
     status = h.getModelStatus()
     proven = status == highspy.HighsModelStatus.kOptimal
     if not proven and h.getInfo().primal_solution_status != 2:  # no feasible answer
         return None
     values = h.getSolution().col_value
-    return _answer(values, kinds, pending, shapes, y, c, stay, placed, on_node, proven)
+    return _answer(values, kinds, pending, shapes, y, c, stay, placed, on_node, proven, ym, z)
+
+
+#: The most compute slices (and instances) of one MIG GPU: a bound for the tie-break.
+_SLICES_MAX = 8
+
+
+def _mig_gpu(
+    h: Any,
+    g: Gpu,
+    kinds: Sequence[Sequence[Mover]],
+    stay: Sequence[Any],
+    z: dict[tuple[int, str], Any],
+) -> list[Any]:
+    """The constraints of MIG GPU ``g``: an instance binary per free placement of each
+    profile; per profile, as many instances as the shapes' ``z`` take there; per memory
+    slice, at most one instance (of a pod that stays, or new); the split count; the
+    booked memory. Returns the new instances' slices (for the tie-break)."""
+    u = {
+        (p.name, pl.start): (p, pl, h.addBinary())
+        for p in g.profiles
+        for pl in p.placements
+        if not any(pl.overlaps(f) for f in g.fixed_instances)
+    }
+    for p in g.profiles:
+        taken = [v for (_, name), v in z.items() if name == p.name]
+        made = [v for (name, _), (_, _, v) in u.items() if name == p.name]
+        if taken or made:
+            h.addConstr(sum(made) - sum(taken) == 0)
+    staying = [
+        (stay[i], pl) for i, k in enumerate(kinds) for uuid, pl in k[0].instances if uuid == g.uuid
+    ]
+    held = [
+        (stay[i], mem) for i, k in enumerate(kinds) for uuid, mem, _ in k[0].holds if uuid == g.uuid
+    ]
+    ends = [pl.start + pl.size for p in g.profiles for pl in p.placements]
+    for t in range(max(ends, default=0)):
+        over = [v for _, pl, v in u.values() if pl.start <= t < pl.start + pl.size]
+        kept = [v for v, pl in staying if pl.start <= t < pl.start + pl.size]
+        if over:
+            h.addConstr(sum(over) + sum(kept) <= 1)
+    new = [v for _, _, v in u.values()]
+    if new:
+        h.addConstr(sum(new) + sum(v for v, _ in held) <= g.slots - g.fixed_slots)
+        h.addConstr(
+            sum(p.memory_mib * v for p, _, v in u.values()) + sum(m * v for v, m in held)
+            <= g.memory_mib - g.fixed_memory_mib
+        )
+    return [p.slice_count * v for p, _, v in u.values()]
 
 
 def _answer(
@@ -243,6 +342,8 @@ def _answer(
     placed: Sequence[Any],
     on_node: dict[str, list[Gpu]],
     proven: bool,
+    ym: dict[tuple[int, str], Any],
+    z: dict[tuple[int, str, str], Any],
 ) -> Answer:
     """The program's values as pods' places: per shape and node, its count's GPU sets
     (each time the ``count`` GPUs with the most of that shape left, which splits any
@@ -265,6 +366,23 @@ def _answer(
             for u in chosen:
                 left[u] -= 1
             slots.setdefault(s, []).append((n, tuple(sorted(chosen))))
+    for (s, n), var in ym.items():
+        # the node's instances of the shape, dealt round the GPUs so that a pod's are on
+        # distinct GPUs where they can be (the fit tries distinct GPUs first)
+        per_gpu = {
+            g.uuid: sum(val(v) for (t, u, _), v in z.items() if t == s and u == g.uuid)
+            for g in on_node[n]
+        }
+        dealt: list[str] = []
+        while any(per_gpu.values()):
+            for uuid in sorted(per_gpu):
+                if per_gpu[uuid]:
+                    dealt.append(uuid)
+                    per_gpu[uuid] -= 1
+        count = shapes[s].count
+        for i in range(val(var)):
+            chunk = dealt[i * count : (i + 1) * count]
+            slots.setdefault(s, []).append((n, tuple(sorted(set(chunk)))))
     places: dict[str, tuple[str, tuple[str, ...]]] = {}
     index = {shape: s for s, shape in enumerate(shapes)}
     wanting = [(k, sh) for j, (k, sh) in enumerate(pending) if val(placed[j])]

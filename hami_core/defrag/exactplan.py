@@ -9,10 +9,15 @@ by ``Scheduler.filter`` on the node the answer names, pinned to the GPUs it name
 answer kept; else the copy is as before and the planner's search plans instead.
 
 What the program does not model stays out of it: a pod with device filters of its
-own (type, UUID, NUMA, mode, mutex annotations), a pod of several device requests or
-of another vendor than NVIDIA, a pod holding a GPU whole because its allocation cannot
-be read or holding MIG instances, and GPUs not in ``hami-core`` mode. Such running pods
-stay where they are (their load is fixed); such pending pods are left to the search.
+own (type, UUID, NUMA, mutex annotations; a mode annotation only when it names one
+mode), a pod of several device requests or of another vendor than NVIDIA, or naming a
+MIG profile (``nvidia.com/mig-<profile>``), a pod holding a GPU whole because its
+allocation cannot be read or several MIG instances of one GPU, and GPUs in another mode
+than ``hami-core`` and ``mig`` (MPS) or in ``mig`` mode with a share beside the
+instances. Such running pods stay where they are (their load is fixed); such pending
+pods are left to the search. On a GPU in ``mig`` mode the fit chooses the instance
+(the smallest profile with a free placement): where it takes another one than the
+answer's and a later step no longer fits, the answer is dropped for the search.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hami_core.errors import HamiError
-from hami_core.model import Allocation
+from hami_core.model import Allocation, DeviceUsage
+from hami_core.model.migusage import is_mig_gpu
 
 from . import exact
 from .exact import FILTERS
@@ -36,15 +42,34 @@ if TYPE_CHECKING:
 VENDOR = "NVIDIA"
 #: The annotation that pins a pod copy to the GPUs the answer names.
 PIN = "nvidia.com/use-gpuuuid"
-#: The GPU mode the program's counts describe (memory, compute, sharer slots).
+#: The GPU mode the program's counts describe (memory, compute, sharer slots); GPUs in
+#: ``mig`` mode it models by their geometry.
 MODE = "hami-core"
+MIG_MODE = "mig"
+#: The annotation of the modes a pod accepts (docs/PROTOCOL.md §5).
+MODE_KEY = "nvidia.com/vgpu-mode"
+
+
+def _mode(annotations: Mapping[str, str]) -> str | None:
+    """The one GPU mode the pod accepts (``nvidia.com/vgpu-mode`` naming ``hami-core`` or
+    ``mig`` alone), "" without the annotation; None with filters the program does not
+    model (any other of ``FILTERS``, or other modes)."""
+    if (FILTERS - {MODE_KEY}) & set(annotations):
+        return None
+    raw = annotations.get(MODE_KEY)
+    if raw is None:
+        return ""
+    tokens = [t.strip() for t in str(raw).split(",") if t.strip()]
+    return tokens[0] if len(tokens) == 1 and tokens[0] in (MODE, MIG_MODE) else None
 
 
 def shape_of(planner: Planner, pod: Mapping[str, Any]) -> exact.Shape | None:
     """``pod``'s one NVIDIA request as a shape, or None when the program cannot model it
-    (filters, several requests, another vendor, an unreadable request)."""
+    (filters, several requests, another vendor, a named MIG profile, an unreadable
+    request)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if FILTERS & set(annotations):
+    mode = _mode(annotations)
+    if mode is None:
         return None
     try:
         request = planner.scheduler.pod_request(pod)
@@ -60,7 +85,19 @@ def shape_of(planner: Planner, pod: Mapping[str, Any]) -> exact.Shape | None:
         memory_mib=r.memory_mib,
         memory_pct=r.memory_pct,
         cores_pct=r.cores_pct,
+        mode=mode,
     )
+
+
+def _modelled(usage: DeviceUsage) -> bool:
+    """Whether the program models the GPU: NVIDIA, not cordoned, in ``hami-core`` mode or
+    in ``mig`` mode (with its profiles) holding nothing but instances."""
+    dev = usage.device
+    if usage.cordoned or dev.vendor != VENDOR:
+        return False
+    if is_mig_gpu(dev):
+        return usage.used_count == len(usage.mig_in_use)
+    return dev.mode == MODE
 
 
 def _held_shape(pod: Mapping[str, Any], charges: Mapping[str, Any]) -> exact.Shape | None:
@@ -70,7 +107,8 @@ def _held_shape(pod: Mapping[str, Any], charges: Mapping[str, Any]) -> exact.Sha
     charges."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     held = {(c.memory_mib, c.cores_pct) for c in charges.values()}
-    if FILTERS & set(annotations) or len(held) != 1:
+    mode = _mode(annotations)
+    if mode is None or len(held) != 1:
         return None
     ((memory_mib, cores_pct),) = held
     return exact.Shape(
@@ -79,6 +117,7 @@ def _held_shape(pod: Mapping[str, Any], charges: Mapping[str, Any]) -> exact.Sha
         memory_mib=memory_mib,
         memory_pct=0,
         cores_pct=cores_pct,
+        mode=mode,
     )
 
 
@@ -130,28 +169,26 @@ def _read(
         if view is None:
             continue
         usage, held = view
-        modelled = {
-            uuid
-            for uuid, u in usage.items()
-            if not u.cordoned and u.device.vendor == VENDOR and u.device.mode == MODE
-        }
+        modelled = {uuid for uuid, u in usage.items() if _modelled(u)}
         fixed = {
             uuid: [u.used_memory_mib, u.used_cores_pct, u.used_count]
             for uuid, u in usage.items()
             if uuid in modelled
         }
+        moving: set[Any] = set()  # the movers' MIG instances
         for key, holdings in held.items():
             obj = planner._pod(key)
             if (
                 obj is None
                 or holdings.whole
-                or holdings.mig
                 or not holdings.charges
                 or not set(holdings.charges) <= modelled
+                or any(len(slots) != 1 for slots in holdings.mig.values())
                 or not planner._may_move(obj, priority)
             ):
                 continue
-            shape = _held_shape(obj, holdings.charges)
+            # an instance books its profile, not the request: read the request then
+            shape = shape_of(planner, obj) if holdings.mig else _held_shape(obj, holdings.charges)
             if shape is None:
                 continue
             for uuid, charge in holdings.charges.items():
@@ -168,12 +205,19 @@ def _read(
                         for uuid, ch in sorted(holdings.charges.items())
                     ),
                     budgets=tuple(b.key for b in planner.policy.budgets_of(obj)),
+                    instances=tuple(
+                        (uuid, slot.placement)
+                        for uuid, slots in sorted(holdings.mig.items())
+                        for slot in slots
+                    ),
                 )
             )
+            moving.update(s for slots in holdings.mig.values() for s in slots)
             objects[key] = obj
         for uuid in sorted(modelled):
             dev = usage[uuid].device
             mem, cores, slots = fixed[uuid]
+            mig = is_mig_gpu(dev)
             gpus.append(
                 exact.Gpu(
                     node=name,
@@ -185,6 +229,12 @@ def _read(
                     fixed_memory_mib=mem,
                     fixed_cores_pct=cores,
                     fixed_slots=slots,
+                    profiles=dev.mig_profiles if mig else (),
+                    fixed_instances=tuple(
+                        s.placement for s in usage[uuid].mig_in_use if s not in moving
+                    )
+                    if mig
+                    else (),
                 )
             )
     return gpus, movers, objects

@@ -295,3 +295,57 @@ def test_a_pod_that_fits_an_instance_now_is_placed_without_moves(exact_s):
     assert slot_of(cluster, "two")[1] == MigSlot(
         profile="2g.20gb", placement=MigPlacement(start=0, size=2)
     )
+
+
+# -- the integer program on MIG GPUs --------------------------------------------------------
+
+
+def program_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search fails loudly: what is placed, the program placed."""
+    pytest.importorskip("highspy")
+
+    def search(self: Planner, pod: Any) -> Any:
+        raise AssertionError(f"the search was asked for {pod['metadata']['name']}")
+
+    monkeypatch.setattr(Planner, "_plan_moves", search)
+
+
+def test_the_program_empties_a_mig_gpu_for_a_whole_instance(monkeypatch):
+    """The first scenario above, annotated (``nvidia.com/vgpu-mode: mig``): the program
+    models the MIG GPUs (each placement a binary, no two instances on a slice) and its
+    answer, carried out by the fit, is the one move."""
+    program_only(monkeypatch)
+    cluster = world([mig_node("node-0", 2)], [])
+    assert place(cluster, mig_pod("bare", 8000, owned=False), gpu_id("node-0", 0))
+    assert place(cluster, mig_pod("small", 8000), gpu_id("node-0", 0))
+    assert place(cluster, mig_pod("half", 30000), gpu_id("node-0", 1))
+    plan = Planner(cluster, MGR, MovePolicy.build()).plan([mig_pod("whole", 60000)])
+    assert [(m.pod, m.to_gpus) for m in plan.moves] == [("default/half", (gpu_id("node-0", 0),))]
+    assert slot_of(cluster, "whole") == (
+        gpu_id("node-0", 1),
+        MigSlot(profile="7g.80gb", placement=MigPlacement(start=0, size=8)),
+    )
+
+
+def test_the_program_moves_a_share_onto_an_instance_to_free_a_whole_card(monkeypatch):
+    """A whole card needs the shared GPU's two small pods gone; only the MIG node has
+    room for them, as instances (a 1g holds 8000 MiB at 10 %, a 2g 16000 at 20 %). A
+    bare pod's instance on the MIG GPU stays where it is."""
+    program_only(monkeypatch)
+    cluster = world([gpu_node("node-0", 1), mig_node("node-1", 1)], [])
+    for name, mem, cores in (("a", 8000, 10), ("b", 16000, 20)):
+        pod = pending(name, mem=mem, cores=cores)
+        pod["metadata"]["ownerReferences"] = [owner("ReplicaSet", f"rs-{name}")]
+        assert place(cluster, pod, gpu_id("node-0", 0))
+    assert place(cluster, mig_pod("bare", 30000, owned=False))  # a 3g at 4
+    plan = Planner(cluster, MGR, MovePolicy.build()).plan([pending("card")])
+    assert sorted((m.pod, m.to_node) for m in plan.moves) == [
+        ("default/a", "node-1"),
+        ("default/b", "node-1"),
+    ]
+    assert plan.outcomes[0].gpus == (gpu_id("node-0", 0),)
+    held = instances(cluster, "node-1")[gpu_id("node-1", 0)].mig_in_use
+    assert sorted(s.profile for s in held) == ["1g.10gb", "2g.20gb", "3g.40gb"]
+    assert slot_of(cluster, "bare")[1] == MigSlot(
+        profile="3g.40gb", placement=MigPlacement(start=4, size=4)
+    )
