@@ -175,7 +175,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         filter_answer=opts.filter_answer,
     )
     try:
-        server = _server(app, opts)
+        server = extender_server(app, opts)
     except OSError as exc:  # port taken, certificate files missing or not PEM
         metrics_server.close()
         raise OSError(
@@ -277,7 +277,18 @@ def check_exposure(opts: SchedulerOptions) -> None:
     )
 
 
-def _server(app: Any, opts: SchedulerOptions) -> Any:
+def extender_server(app: Any, opts: SchedulerOptions) -> Any:
+    """The extender's server around ``app``, bound but not serving (``run()`` serves until
+    ``close()``): HTTPS (``https.make_https_server``, ``opts.threads`` workers, client
+    certificates under ``--tls-client-ca-file``) when a certificate and key are given,
+    else ``KeepAliveServer`` (a thread per kept-alive connection, ``opts.threads`` at
+    most). ``run_scheduler`` serves with it, and ``benchmarks/bench_filter.py`` measures
+    it, so the bench serves as the product does.
+
+    Raises:
+        OSError: the address cannot be bound, or the TLS files cannot be loaded.
+        ConfigError: the bind address is not an address to listen on.
+    """
     if opts.tls_cert_file and opts.tls_private_key_file:
         from .https import make_https_server
 

@@ -62,7 +62,7 @@ def test_kube_scheduler_reuses_one_connection_for_every_request(monkeypatch: pyt
         return got
 
     monkeypatch.setattr(socket.socket, "accept", counting_accept)
-    server = scheduler_main._server(app, SchedulerOptions(bind_address="127.0.0.1", port=0))
+    server = scheduler_main.extender_server(app, SchedulerOptions(bind_address="127.0.0.1", port=0))
     port = server.effective_port
     threading.Thread(target=server.run, daemon=True).start()
     try:
