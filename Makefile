@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml tests/chart/scan-requirements.txt $(wildcard backends/*
 	$(BIN)/python -m pip install --quiet -e '.[dev]' $(foreach b,$(BACKENDS),-e $(b))
 	$(PYTHON) -m venv $(VENV)/scan
 	$(VENV)/scan/bin/python -m pip install --quiet -r tests/chart/scan-requirements.txt
-	scripts/chromium-install.sh >/dev/null || echo "warning: no chromium: the web view's browser tests will be skipped" >&2
+	scripts/chromium-install.sh >/dev/null || echo "warning: no chromium: the web view's browser tests will be skipped (and fail the run under HAMI_TEST_NO_SKIPS=1, as in .ci/run)" >&2
 	touch $@
 
 install: $(STAMP)

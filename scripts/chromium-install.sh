@@ -2,7 +2,8 @@
 # Install (once) headless Chromium for the web view's tests and bench: Debian's
 # `chromium` package, from the distribution's package registry.
 #
-# Used by `make install`; the tests skip (saying so) only where it is absent.
+# Used by `make install`; the tests skip (saying so) only where it is absent, and fail
+# the run under HAMI_TEST_NO_SKIPS=1 (.ci/run: tests/skips.py).
 # A run that finds it installs nothing and returns at once. The last line of stdout is
 # the browser's path.
 #

@@ -23,6 +23,7 @@ from hami_core.scheduling.fitting import fit_pod_nodes
 from hami_core.simulate.report import build_report
 from tests.builders import container, gpu, node, pipeline, pod
 from tests.simulate.helpers import gpu_pod, run
+from tests.skips import not_applicable
 
 POLICY = "hami.io/gpu-scheduler-policy"
 NEEDS_VENDOR_FACTS = {"AWSNeuron", "Ascend910C", "Enflame"}
@@ -187,7 +188,9 @@ def test_every_vendor_refuses_a_mutex_held_device(vendor):
         # vendors whose fit needs facts a generic device lacks (core counts, a profile
         # table, a chip template); the driver's check is the same code for them
         assert vendor in NEEDS_VENDOR_FACTS, free.reason
-        pytest.skip(f"{vendor}: a generic device does not take a generic request ({free.reason})")
+        not_applicable(
+            f"{vendor}: a generic device does not take a generic request ({free.reason})"
+        )
     shared = fit(DeviceUsage(device=dev, used_count=1, used_memory_mib=64, holders=({},)))
     assert shared.fits  # another pod's share alone does not refuse it
     held = fit(DeviceUsage(device=dev, used_count=1, used_memory_mib=64, holders=(MUTEX,)))

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.skips import not_applicable
 
 from .conftest import FakeGpus, gpu_uuid
 
@@ -103,7 +103,7 @@ def test_no_library_means_no_driver(fake_gpus: FakeGpus):
     if any(
         Path(d, "libnvidia-ml.so.1").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64")
     ):
-        pytest.skip("a real NVIDIA driver library is installed here")
+        not_applicable("a real NVIDIA driver library is installed here")
 
     out = run(fake_gpus, None, 'out["devices"] = NvidiaNode().discover(section(plugin))')
 

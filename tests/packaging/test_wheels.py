@@ -22,6 +22,8 @@ from pathlib import Path
 import attrs
 import pytest
 
+from tests.skips import not_applicable_if
+
 from .conftest import CROSS_MACHINE, REPO, Dists
 
 #: readelf's name of each machine (the ELF header's e_machine).
@@ -124,7 +126,7 @@ def test_the_nvidia_wheel_is_tagged_manylinux_for_what_libvgpu_uses(
     assert "system-provided shared libraries: libc.so.6" in text
 
 
-@pytest.mark.skipif(CROSS_MACHINE is None, reason="cross-builds from an x86_64 host only")
+@not_applicable_if(CROSS_MACHINE is None, "cross-builds from an x86_64 host only")
 def test_the_aarch64_wheel_holds_what_the_native_one_holds(dists: Dists) -> None:
     native, cross = dists.wheel["hami-nvidia"], dists.cross["aarch64"]
     with zipfile.ZipFile(native) as a, zipfile.ZipFile(cross) as b:
@@ -138,7 +140,7 @@ def test_the_aarch64_wheel_holds_what_the_native_one_holds(dists: Dists) -> None
         assert b.read(LIB).count(b".debug_info") == 0 and b".symtab" not in b.read(LIB)
 
 
-@pytest.mark.skipif(CROSS_MACHINE is None, reason="cross-builds from an x86_64 host only")
+@not_applicable_if(CROSS_MACHINE is None, "cross-builds from an x86_64 host only")
 def test_the_shim_tests_pass_on_the_aarch64_wheels_library_under_qemu(
     dists: Dists, tmp_path: Path
 ) -> None:

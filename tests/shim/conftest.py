@@ -17,6 +17,8 @@ from types import ModuleType
 
 import pytest
 
+from tests.skips import NOT_APPLICABLE
+
 from .support import BUILD, READER, ROOT, SHIM, TARGET, Build, Shim
 
 #: What a cross build (HAMI_SHIM_ARCH) cannot run, by test module or test: this host's
@@ -55,7 +57,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module, _, test = name.partition("::")
         reason = NATIVE_ONLY.get(module) or NATIVE_ONLY.get(f"{module}::{test.split('[')[0]}")
         if reason:
-            item.add_marker(pytest.mark.skip(reason=f"native only under QEMU: {reason}"))
+            item.add_marker(
+                pytest.mark.skip(reason=f"{NOT_APPLICABLE}native only under QEMU: {reason}")
+            )
 
 
 @pytest.fixture(scope="session")

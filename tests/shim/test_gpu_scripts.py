@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-import pytest
+from tests.skips import not_applicable
 
 from .support import SHIM
 
@@ -25,7 +25,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 def test_modes_check_skips_without_a_driver():
     if any(os.access(os.path.join(d, "nvidia-smi"), os.X_OK) for d in ("/usr/bin", "/bin")):
-        pytest.skip("a machine with an NVIDIA driver: the script would really run")
+        not_applicable("a machine with an NVIDIA driver: the script would really run")
     p = _run()
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == {"skipped": "no NVIDIA driver (nvidia-smi not found)"}
