@@ -79,6 +79,31 @@ def available() -> bool:
     return True
 
 
+def describe(time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> str:
+    """Which planner this process has, in one line for its start log: the integer
+    program first (HiGHS's version, its size bound and time per priority) then the
+    search, or the search alone and why (``available``; with ``time_limit_s`` 0 the
+    program is off, ``Planner``'s ``exact_time_limit_s``)."""
+    if not time_limit_s:
+        return "the search alone (the integer program is off)"
+    if not available():
+        return (
+            "the search alone (no HiGHS: the defrag extra, pip install 'hami-core[defrag]', "
+            "is not installed; plans may evict more pods than the fewest that suffice, "
+            "docs/consolidation.md)"
+        )
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        highs = f"highspy {version('highspy')}"
+    except PackageNotFoundError:  # importable but not installed as a distribution
+        highs = "highspy"
+    return (
+        f"the integer program ({highs}, up to {MAX_TERMS} terms, {time_limit_s:g} s per "
+        "priority), then the search"
+    )
+
+
 @attrs.frozen(kw_only=True)
 class Shape:
     """What a pod asks of each of ``count`` distinct GPUs of one node."""

@@ -3,10 +3,12 @@ the settings read into a ``defrag.continuous.Consolidator`` (docs/consolidation.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from hami_core.cluster.kube import KubeCluster
+from hami_core.defrag import exact
 from hami_core.defrag.apply import ApplyLimits
 from hami_core.defrag.continuous import Consolidator
 from hami_core.defrag.live import api_applier
@@ -15,6 +17,8 @@ from hami_core.defrag.planner import policy_overrides
 from hami_core.scheduling.scheduler import Scheduler
 
 from .options import SchedulerOptions
+
+log = logging.getLogger(__name__)
 
 #: How long the scheduler's consolidation waits on a PodDisruptionBudget's refusal
 #: before that pod's plan stops (its worker is busy meanwhile).
@@ -30,7 +34,8 @@ def start_consolidation(
     is_leader: Callable[[], bool],
 ) -> Consolidator | None:
     """The consolidator over the scheduler's API client and policies, started; None when
-    ``--consolidation`` is off.
+    ``--consolidation`` is off. Logs which planner it has (``exact.describe``: the
+    integer program needs the ``defrag`` extra).
 
     Raises:
         InvalidInputError: ``--consolidation-ledger`` is not ``NAMESPACE/NAME``.
@@ -53,6 +58,7 @@ def start_consolidation(
         is_leader=is_leader,
         component="hami-scheduler",
     )
+    log.info("consolidation on, planning with %s", exact.describe())
     return Consolidator(
         applier, read_pod=store.get_pod, after_s=opts.consolidation_after_s, is_leader=is_leader
     ).start()

@@ -347,6 +347,18 @@ class SchedulerOptions:
         help="Time between election rounds.",
         why="client-go's default.",
     )
+    follow_lease: str | None = setting(
+        None,
+        metavar="NAMESPACE/NAME",
+        validator=attrs.validators.optional(object_name_valid("--follow-lease")),
+        help="With --no-leader-elect: the writes this process makes on its own "
+        "(preemption's and consolidation's evictions and nominations, handshakes) only "
+        "while this Lease is held by kube-scheduler beside it (holder <hostname>_..., "
+        "renewed within its duration); its binds are kube-scheduler's to ask. The chart "
+        "passes kube-scheduler's own Lease.",
+        why="the extender of every replica runs; only the one whose kube-scheduler leads "
+        "may evict, or two would act on one plan (docs/consolidation.md)",
+    )
     node_policy: str | None = setting(
         None,
         flag=("--node-policy", "--node-scheduler-policy"),

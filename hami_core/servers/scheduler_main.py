@@ -17,7 +17,7 @@ from hami_core.cluster.backoff import Backoff
 from hami_core.cluster.events import EventRecorder
 from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.cluster.kube_eviction import KubeEvictions
-from hami_core.cluster.lease import LeaderElector
+from hami_core.cluster.lease import LeaderElector, LeaseFollower
 from hami_core.cluster.podgroups import PodGroupReader
 from hami_core.errors import ConfigError
 from hami_core.facts.handshake import request_handshakes
@@ -80,6 +80,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     opts = opts.resolved()
     check_exposure(opts)
     check_lease_timing(opts)
+    check_follow_lease(opts)
     favour_request_latency()
     manager = BackendManager.from_entry_points(
         disabled=[*disabled_backends(), *opts.disabled_backends()]
@@ -142,6 +143,10 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
             retry_period_s=opts.retry_period_s,
         )
         elector.start()
+    follower = follow_lease(opts, api)
+    # the writes made on this process's own initiative (evictions, nominations,
+    # handshakes): the leader's alone, by our election or by kube-scheduler's Lease
+    acts = elector.is_leader if elector else (follower.is_leader if follower else (lambda: True))
     metrics = SchedulerMetrics(
         scheduler,
         informers={"nodes": store.nodes, "pods": store.pods, "resourcequotas": store.quotas},
@@ -153,16 +158,14 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         Preemptor.over(
             scheduler,
             KubeEvictions(store),
-            is_leader=elector.is_leader if elector else (lambda: True),
+            is_leader=acts,
             settle_s=opts.preemption_settle_s,
         ).start()
         if opts.preemption
         else None
     )
     metrics.watch_preemption(preemptor)
-    consolidator = start_consolidation(
-        opts, api, scheduler, store, is_leader=elector.is_leader if elector else (lambda: True)
-    )
+    consolidator = start_consolidation(opts, api, scheduler, store, is_leader=acts)
     metrics.watch_consolidation(consolidator)
     app = create_extender_app(
         scheduler,
@@ -197,7 +200,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
             scheduler,
             done,
             opts.handshake_period_s,
-            elector.is_leader if elector else (lambda: True),
+            acts,
         ),
         name="handshake",
         daemon=True,
@@ -213,6 +216,8 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     metrics_server.close()
     if elector is not None:
         elector.stop()
+    if follower is not None:
+        follower.stop()
     if preemptor is not None:
         preemptor.stop()
     if consolidator is not None:
@@ -253,6 +258,41 @@ def check_lease_timing(opts: SchedulerOptions) -> None:
             f"need --retry-period ({opts.retry_period_s:g}) < --renew-deadline "
             f"({opts.renew_deadline_s:g}) < --lease-duration ({opts.lease_duration_s:g})"
         )
+
+
+def check_follow_lease(opts: SchedulerOptions) -> None:
+    """``--follow-lease`` replaces our own election; checked before the API server is
+    reached.
+
+    Raises:
+        ConfigError: ``--follow-lease`` with ``--leader-elect`` (two answers to who
+            leads).
+    """
+    if opts.follow_lease and opts.leader_elect:
+        raise ConfigError(
+            f"--follow-lease {opts.follow_lease}: give --no-leader-elect with it (the "
+            "followed Lease decides who leads, not an election of ours)"
+        )
+
+
+def follow_lease(
+    opts: SchedulerOptions, api: Any, *, hostname: str | None = None
+) -> LeaseFollower | None:
+    """The follower of ``--follow-lease`` (None without it), started: this process leads
+    while kube-scheduler in its pod (identity ``<hostname>_<uuid>``; ``hostname`` is
+    this host's unless given) holds that Lease. Polled every ``--retry-period``."""
+    if not opts.follow_lease:
+        return None
+    namespace, _, name = opts.follow_lease.partition("/")
+    follower = LeaseFollower.over(
+        api,
+        namespace=namespace,
+        name=name,
+        holder_prefix=f"{hostname or socket.gethostname()}_",
+        period_s=opts.retry_period_s,
+    )
+    log.info("leading while %s holds lease %s", follower.holder_prefix, opts.follow_lease)
+    return follower.start()
 
 
 def check_exposure(opts: SchedulerOptions) -> None:

@@ -107,3 +107,51 @@ def test_a_new_leader_resumes_the_plan_without_a_second_eviction(mgr):
     b.request(lv.pod("default/pair"))
     assert b.tick().evicted == 3
     assert len(lv.evictions.asked) == len(set(lv.evictions.asked)) == 4
+
+
+def test_a_replica_whose_kube_scheduler_does_not_lead_acts_on_nothing(mgr):
+    """The chart runs every replica's extender with --no-leader-elect --follow-lease: the
+    one beside a kube-scheduler that does not hold the Lease neither evicts for pods it
+    queued nor nominates the replacements the ledger lists (it did both when every
+    extender counted as leader); once its kube-scheduler takes the Lease over, it
+    resumes the plan without a second eviction."""
+    from hami_core.cluster.lease import LeaseFollower
+    from tests.cluster.test_lease_follower import lease
+
+    clock = Clock()
+    pair = born(pending("pair", gpus=2), clock.now - 1000)
+    lv = live(quarters(), [pair])
+    lv.evictions.terminating = True
+    ledger = MemoryLedger()
+    held = {"lease": lease("sched-a_1f2e", clock.now)}
+    follower = {
+        host: LeaseFollower(lambda: held["lease"], holder_prefix=f"{host}_", clock=clock)
+        for host in ("sched-a", "sched-b")
+    }
+    a, b = (
+        consolidator(mgr, lv, clock, ledger=ledger, leader=follower[h].is_leader)
+        for h in ("sched-a", "sched-b")
+    )
+
+    def a_fails(_key: str) -> None:  # sched-a's kube-scheduler loses the Lease to b's
+        if len(lv.evictions.evicted) == 1:
+            held["lease"] = lease("sched-b_93cd", clock.now)
+            follower["sched-a"].poll()
+
+    lv.evictions.on_evict = a_fails
+    for f in follower.values():
+        f.poll()
+    b.request(pair)  # b's filter saw it too (a request racing the takeover)
+    assert b.tick() is None and lv.evictions.asked == [] and not ledger.text
+    a.request(pair)
+    assert a.tick().evicted == 1
+    recorded = ledger.text
+    nominated = lv.nominated()
+    # b's Lease reading is older than the takeover: its kube-scheduler does not lead yet
+    assert b.tick() is None
+    assert ledger.text == recorded and lv.nominated() == nominated
+    assert a.tick() is None  # a's kube-scheduler no longer leads: a's queue stays put
+    follower["sched-b"].poll()
+    report = b.tick()
+    assert report is not None and report.evicted == 3
+    assert len(lv.evictions.asked) == len(set(lv.evictions.asked)) == 4

@@ -154,3 +154,40 @@ def test_a_highspy_that_does_not_import_leaves_the_search(tmp_path, monkeypatch)
         assert exact.available() is False
     finally:
         exact.available.cache_clear()
+
+
+def test_the_scheduler_says_at_start_which_planner_it_has(monkeypatch, caplog):
+    """``hami scheduler --consolidation`` logs whether its plans have the integer program
+    (the image ships the defrag extra) or the search alone, and why."""
+    import logging
+
+    from kubernetes import client as k8s
+
+    from hami_core.scheduling.scheduler import Scheduler
+    from hami_core.servers.consolidation import start_consolidation
+    from hami_core.servers.options import SchedulerOptions
+    from tests.builders import cluster
+
+    store = cluster()
+    scheduler = Scheduler(store, MGR)
+    opts = SchedulerOptions(consolidation=True, leader_elect=False)
+    for has_highs, says in (
+        (True, "planning with the integer program (highspy "),
+        (False, "planning with the search alone (no HiGHS: the defrag extra"),
+    ):
+        monkeypatch.setattr(exact, "available", lambda has=has_highs: has)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="hami_core.servers.consolidation"):
+            c = start_consolidation(
+                opts, k8s.ApiClient(), scheduler, store, is_leader=lambda: False
+            )
+        assert c is not None
+        c.stop()
+        assert says in caplog.text, caplog.text
+    assert "the integer program is off" in exact.describe(0)
+    assert (
+        start_consolidation(
+            SchedulerOptions(), k8s.ApiClient(), scheduler, store, is_leader=lambda: False
+        )
+        is None
+    )

@@ -21,6 +21,11 @@
 {{- default .Release.Namespace .Values.namespaceOverride -}}
 {{- end -}}
 
+{{- /* Whether kube-scheduler elects a leader on its Lease (named schedulerName): asked,
+or forced by more than one replica. "true" or "false". */ -}}
+{{- define "hami.schedulerElects" -}}
+{{- if or .Values.scheduler.leaderElect (gt (int .Values.scheduler.replicas) 1) }}true{{ else }}false{{ end -}}
+{{- end -}}
 {{- define "hami.scheduler" -}}{{ include "hami.fullname" . | trunc 53 }}-scheduler{{- end -}}
 {{- define "hami.webhook" -}}{{ include "hami.fullname" . | trunc 55 }}-webhook{{- end -}}
 {{- define "hami.devicePlugin" -}}{{ include "hami.fullname" . | trunc 48 }}-device-plugin{{- end -}}
