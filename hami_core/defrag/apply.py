@@ -200,7 +200,7 @@ class Applier:
         for uid, pod in pending.items():
             if uid in targets and group_member(pod):
                 skipped[targets.pop(uid)] = "a gang member: groups are not consolidated for"
-            elif uid in targets and uid not in state.plans and _nominated(pod):
+            elif uid in targets and not _ours(state, uid) and _nominated(pod):
                 skipped[targets.pop(uid)] = "preemption holds room for it"
         if not targets:
             return "no target needs a move"
@@ -261,7 +261,7 @@ class Applier:
             jobs=read.jobs,
         )
         planner = Planner(read.cluster, self.manager, policy, **self.planner_options)
-        nominated: dict[str, str | None] = {u: p.node for u, p in state.plans.items()}
+        nominated: dict[str, str | None] = {u: p.node for u, p in state.plans.items() if p.node}
         nominated.update(
             {s.replacement: s.to_node for p in state.plans.values() for s in p.steps if s.nominated}
         )
@@ -288,13 +288,20 @@ class Applier:
         self, state: LedgerState, target: Mapping[str, Any], outcome: Outcome
     ) -> PlanRecord:
         """Nominate the target to its planned node (its room held) before any eviction,
-        recorded first so a new leader knows the nomination is consolidation's."""
+        recorded first so a new leader knows the nomination is consolidation's; a plan
+        a budget stopped earlier is going on again (its ``blocked`` cleared)."""
         uid = uid_of(target)
         record = state.plans.get(uid) or PlanRecord(pod=outcome.pod, node="")
-        if record.node != outcome.node:
-            record.node = str(outcome.node)
-            state.plans[uid] = record
-            self._save(state, lambda s: s.plans.setdefault(uid, record))
+        if record.node != outcome.node or record.blocked:
+            node = str(outcome.node)
+
+            def change(s: LedgerState) -> None:
+                r = s.plans.setdefault(uid, record)
+                r.node, r.blocked, r.blocked_at = node, "", 0.0
+
+            change(state)
+            self._save(state, change)
+            record = state.plans[uid]
             namespace, _, name = outcome.pod.partition("/")
             self.evictions.nominate(namespace, name, record.node)
         return record
@@ -313,19 +320,30 @@ class Applier:
     def _blocked(
         self, state: LedgerState, target: Mapping[str, Any], record: PlanRecord, move: Move
     ) -> None:
-        """The target's plan stops: say so; withdraw a nomination that freed nothing."""
+        """The target's plan stops: say so, on the pod and in the ledger (``blocked``);
+        withdraw a nomination that freed nothing."""
+        why = (
+            f"a PodDisruptionBudget refused the eviction of {move.pod} for "
+            f"{self.limits.budget_wait_s:g} s"
+        )
         self._event(
             target,
             "Warning",
             BLOCKED,
-            f"a PodDisruptionBudget refused the eviction of {move.pod} for "
-            f"{self.limits.budget_wait_s:g} s; the plan for this pod stops "
-            f"({len(record.steps)} moves made)",
+            f"{why}; the plan for this pod stops ({len(record.steps)} moves made)",
         )
-        if not record.steps:
-            uid = uid_of(target)
-            state.plans.pop(uid, None)
-            self._save(state, lambda s: s.plans.pop(uid, None))
+        uid, now = uid_of(target), self.clock()
+        withdraw = not record.steps
+
+        def change(s: LedgerState) -> None:
+            r = s.plans.setdefault(uid, record)
+            r.blocked, r.blocked_at = why, now
+            if not r.steps:
+                r.node = ""
+
+        change(state)
+        self._save(state, change)
+        if withdraw:
             namespace, _, name = pod_key(target).partition("/")
             self.evictions.nominate(namespace, name, "")
 
@@ -376,7 +394,7 @@ class Applier:
         pairs = match_replacements(state, read.pending, read.cluster.list_pods())
         if not pairs or not self.is_leader():
             return
-        helped = {p.node for p in state.plans.values()}
+        helped = {p.node for p in state.plans.values() if p.node}
         for step, pod in pairs:
             if step.to_node in helped:
                 continue
@@ -407,6 +425,12 @@ class Applier:
             self.events.record_event(dict(obj), type=kind, reason=reason, message=message)
         except Exception as exc:  # an event is information; the move is done
             log.warning("cannot record %s event: %s", reason, exc)
+
+
+def _ours(state: LedgerState, uid: str) -> bool:
+    """Whether the pending pod's nomination is consolidation's (its plan names a node)."""
+    record = state.plans.get(uid)
+    return bool(record and record.node)
 
 
 def _nominated(pod: Mapping[str, Any]) -> bool:

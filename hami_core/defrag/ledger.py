@@ -6,7 +6,8 @@ One ConfigMap (``data["ledger.json"]``) in the scheduler's namespace holds:
   last hour, for ``--max-evictions-per-hour``;
 - ``plans``: per pending pod being helped (by uid), the node it was nominated to and
   the moves done for it (the evicted pod, its uid, its controller's uid, the node its
-  replacement was planned for, when, and the replacement once nominated).
+  replacement was planned for, when, and the replacement once nominated), and, when a
+  PodDisruptionBudget stopped its plan, why and when.
 
 ``hami defrag --apply`` and every scheduler leader read and write the same record, so a
 new leader resumes a plan in progress (it nominates the replacements still unseen and
@@ -82,13 +83,20 @@ class PlanRecord:
 
     Attributes:
         pod: ``namespace/name`` of the pending pod.
-        node: the node it is nominated to (its room held there).
+        node: the node it is nominated to (its room held there); "" when a plan that
+            moved nothing was stopped (its nomination withdrawn).
         steps: the evictions made for it, in order.
+        blocked: why its plan stopped ("" while it goes on): a PodDisruptionBudget
+            refused an eviction for the whole wait (``apply.BLOCKED``); cleared when a
+            later round tries again.
+        blocked_at: when it stopped (Unix seconds; 0 when not).
     """
 
     pod: str
     node: str
     steps: list[StepRecord] = attrs.field(factory=list)
+    blocked: str = ""
+    blocked_at: float = 0.0
 
 
 @attrs.define(kw_only=True)
@@ -138,7 +146,13 @@ class LedgerState:
             plans = {}
             for uid, p in (raw.get("plans") or {}).items():
                 steps = [StepRecord(**s) for s in p.get("steps") or ()]
-                plans[str(uid)] = PlanRecord(pod=str(p["pod"]), node=str(p["node"]), steps=steps)
+                plans[str(uid)] = PlanRecord(
+                    pod=str(p["pod"]),
+                    node=str(p["node"]),
+                    steps=steps,
+                    blocked=str(p.get("blocked") or ""),
+                    blocked_at=float(p.get("blocked_at") or 0),
+                )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise LedgerError(f"{where}: not a consolidation ledger ({exc})") from None
         return cls(evictions=evictions, plans=plans, version=version)

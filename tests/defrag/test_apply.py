@@ -155,7 +155,8 @@ def test_a_pdb_at_its_limit_stops_the_plan_and_nothing_is_forced(mgr):
     for p in pods:
         lv.evictions.refuse[f"default/{p['metadata']['name']}"] = 10**6
     clock = Clock()
-    report = applier(mgr, lv, clock, budget_wait_s=6, budget_retry_s=2).run()
+    ledger = MemoryLedger()
+    report = applier(mgr, lv, clock, ledger=ledger, budget_wait_s=6, budget_retry_s=2).run()
     assert report.evicted == 0 and len(report.steps) == 1
     assert report.steps[0].result == "blocked-by-budget"
     assert sum(clock.slept) == 6  # waited the bound, no longer
@@ -164,6 +165,38 @@ def test_a_pdb_at_its_limit_stops_the_plan_and_nothing_is_forced(mgr):
     assert "PodDisruptionBudget refused" in event.message
     assert "default/big" not in lv.nominated()  # a nomination that freed nothing is withdrawn
     assert "default/big" in report.skipped
+    # the ledger says so: no node held, no move made, why and when it stopped
+    state = LedgerState.from_json(ledger.text, where="t")
+    (record,) = state.plans.values()
+    assert (record.pod, record.node, record.steps) == ("default/big", "", [])
+    assert record.blocked == (
+        f"a PodDisruptionBudget refused the eviction of {report.steps[0].move.pod} for 6 s"
+    )
+    assert record.blocked_at == clock.now and state.evictions == []
+    # once the budget allows it, a later run goes on and the mark is cleared
+    lv.evictions.refuse.clear()
+    assert applier(mgr, lv, clock, ledger=ledger).run().evicted == 1
+    (record,) = LedgerState.from_json(ledger.text, where="t").plans.values()
+    assert (record.blocked, record.blocked_at, len(record.steps)) == ("", 0.0, 1)
+    assert record.node == lv.nominated()["default/big"]
+
+
+def test_a_budget_refusal_after_moves_keeps_the_room_and_marks_the_plan(mgr):
+    """A plan stopped part-way: the moves made stay made, the pending pod keeps its
+    nomination, and the ledger names the refusal beside the moves."""
+    lv = live(quarters(), [pending("pair", gpus=2)], nodes=2)
+    ledger = MemoryLedger()
+
+    def refuse_the_rest(_key: str) -> None:
+        for p in lv.cluster.list_pods():
+            lv.evictions.refuse[f"default/{p['metadata']['name']}"] = 10**6
+
+    lv.evictions.on_evict = refuse_the_rest
+    report = applier(mgr, lv, ledger=ledger, budget_wait_s=4, budget_retry_s=2).run()
+    assert report.evicted == 1 and report.steps[-1].result == "blocked-by-budget"
+    (record,) = LedgerState.from_json(ledger.text, where="t").plans.values()
+    assert record.node == "node-0" == lv.nominated()["default/pair"]
+    assert len(record.steps) == 1 and "PodDisruptionBudget refused" in record.blocked
 
 
 def test_the_planner_skips_pods_whose_pdb_status_allows_none(mgr):
