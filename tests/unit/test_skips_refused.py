@@ -67,14 +67,8 @@ def run(suite: Path, *, ci: bool) -> subprocess.CompletedProcess[str]:
     env["PYTHONPATH"] = str(REPO)
     if ci:
         env[NO_SKIPS_ENV] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.skips", "-p", "no:cacheprovider", "-q"],
-        cwd=suite,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "tests.skips", "-p", "no:cacheprovider"]
+    return subprocess.run(argv, cwd=suite, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_ci_fails_a_run_with_a_skip_for_a_missing_tool_naming_each(suite):
