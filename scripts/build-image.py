@@ -23,8 +23,8 @@ Load the result into containerd with ``ctr -n k8s.io images import FILE``; its n
 Needs root (debootstrap, chroot) and Debian's ``debootstrap`` package (installed with
 apt-get when missing). The last stdout line is the tarball's path.
 
-Usage: scripts/build-image.py [--name NAME] [--force]   (with a Python that has pip,
-e.g. .venv/bin/python scripts/build-image.py)
+Usage: scripts/build-image.py [--name NAME] [--force] [--extras server,defrag]
+(with a Python that has pip, e.g. .venv/bin/python scripts/build-image.py)
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ PACKAGES = ("python3", "python3-venv")
 INSTALL_SCRIPT = REPO / "scripts" / "image" / "install-hami.sh"
 SOURCE_DIRS = ("hami_core", "backends", "shim")
 SOURCE_FILES = ("pyproject.toml", "README.md", "LICENSE")
+#: hami-core's extras the image installs unless told (``--extras``, the Dockerfile's
+#: ``EXTRAS``): the servers' dependencies; not ``defrag`` (docs/consolidation.md).
+DEFAULT_EXTRAS = "server"
 ENV = [
     "PATH=/opt/hami/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "PYTHONUNBUFFERED=1",
@@ -218,9 +221,10 @@ def build_base(cache: Path, mirror: str) -> Path:
     return root
 
 
-def build_wheels(src: Path, out: Path) -> None:
-    """hami-core, every backend, and their dependencies, as wheels in ``out``, built from
-    a copy of exactly the hashed source files (so the checkout gets no build debris)."""
+def build_wheels(src: Path, out: Path, extras: str = DEFAULT_EXTRAS) -> None:
+    """hami-core with ``extras``, every backend, and their dependencies, as wheels in
+    ``out``, built from a copy of exactly the hashed source files (so the checkout gets
+    no build debris)."""
     for path in source_files():
         dest = src / path.relative_to(REPO)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -238,7 +242,7 @@ def build_wheels(src: Path, out: Path) -> None:
             "--disable-pip-version-check",
             "-w",
             str(out),
-            f"{src}[server]",
+            f"{src}[{extras}]",
             *backends,
         ],
         stdout=sys.stderr,
@@ -324,11 +328,16 @@ def oci_tarball(
     tmp.rename(path)
 
 
-def build(name: str, *, force: bool = False) -> Path:
+def build(name: str, *, force: bool = False, extras: str = DEFAULT_EXTRAS) -> Path:
+    if not re.fullmatch(r"[a-z]+(,[a-z]+)*", extras):
+        raise SystemExit(f"build-image: --extras {extras!r} is not a comma list of extras")
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     mirror = debian_mirror()
-    key = hashlib.sha256(f"{base_key(mirror)} {sources_key()} {name}".encode()).hexdigest()[:16]
+    variant = "" if extras == DEFAULT_EXTRAS else f" {extras}"
+    key = hashlib.sha256(
+        f"{base_key(mirror)} {sources_key()} {name}{variant}".encode()
+    ).hexdigest()[:16]
     image = cache / f"hami-{key}.oci.tar"
     if image.exists() and not force:
         os.utime(image)  # in use: prune() keeps what another run touched lately
@@ -354,9 +363,14 @@ def build(name: str, *, force: bool = False) -> Path:
         run(["cp", "-a", str(base), str(root)])
         wheels = root / "tmp" / "wheels"
         wheels.mkdir(parents=True)
-        build_wheels(work / "src", wheels)
+        build_wheels(work / "src", wheels, extras)
         shutil.copy(INSTALL_SCRIPT, root / "tmp" / "install-hami.sh")
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+        env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root",
+            "LANG": "C.UTF-8",
+            "HAMI_EXTRAS": extras,
+        }
         run(
             ["chroot", str(root), "/bin/sh", "/tmp/install-hami.sh", "/tmp/wheels"],
             env=env,
@@ -410,8 +424,14 @@ def main(argv: list[str]) -> int:
         "--name", default=f"hami.local/hami:{version()}", help="image name in the tarball"
     )
     parser.add_argument("--force", action="store_true", help="rebuild even when cached")
+    parser.add_argument(
+        "--extras",
+        default=DEFAULT_EXTRAS,
+        help="hami-core's extras installed, comma-separated (server,defrag adds HiGHS for "
+        "consolidation's integer program; docs/consolidation.md)",
+    )
     args = parser.parse_args(argv)
-    print(build(args.name, force=args.force))
+    print(build(args.name, force=args.force, extras=args.extras))
     return 0
 
 
