@@ -21,6 +21,8 @@ Shape (memory in MiB; compute in the ``coresUnit`` beside it, percent for most v
                      "quota": [{"quota", "key", "used", "hard"}]}],
      "pending": [{"pod", "namespace", "name", "reason", "request", "quota"}],
      "pendingLeftOut": int,     # pending pods past the limit, not explained this time
+     "refused": [{"pod", "namespace", "reason"}],  # a snapshot's Pods no API server
+                                # could have stored: in nothing above (DefragInput.refused)
      "problem": str}            # only when the last reading failed: this page is older
 """
 
@@ -98,6 +100,10 @@ def build_page(
         "namespaces": namespaces,
         "pending": list(summary.pending),
         "pendingLeftOut": max(0, len(pending) - pending_limit),
+        "refused": [
+            {"pod": pod, "namespace": _namespace(pod), "reason": why}
+            for pod, why in sorted(read.refused.items())
+        ],
     }
 
 
@@ -106,8 +112,8 @@ def for_viewer(
 ) -> dict[str, Any]:
     """``page`` as a viewer sees it who may list pods in ``namespaces`` only (None: in
     all): other namespaces' slices keep their sizes (the GPU's totals show them anyway)
-    but lose their pod and namespace; other namespaces' quotas and pending pods are left
-    out."""
+    but lose their pod and namespace; other namespaces' quotas, pending and refused pods
+    are left out."""
     out = dict(page)
     if namespaces is None:
         out["viewer"] = {"user": user, "namespaces": None}
@@ -117,14 +123,15 @@ def for_viewer(
     out["nodes"] = [{**n, "gpus": [_gpu_for(g, allowed) for g in n["gpus"]]} for n in page["nodes"]]
     out["namespaces"] = [n for n in page["namespaces"] if n["name"] in allowed]
     out["pending"] = [p for p in page["pending"] if p["namespace"] in allowed]
+    out["refused"] = [p for p in page["refused"] if p["namespace"] in allowed]
     return out
 
 
 def page_namespaces(page: Mapping[str, Any]) -> set[str]:
-    """Every namespace ``page`` names (slices, namespaces, pending pods): those whose
-    rights a viewer is checked for."""
+    """Every namespace ``page`` names (slices, namespaces, pending and refused pods):
+    those whose rights a viewer is checked for."""
     names = {n["name"] for n in page["namespaces"]}
-    names |= {p["namespace"] for p in page["pending"]}
+    names |= {p["namespace"] for p in (*page["pending"], *page["refused"])}
     for node in page["nodes"]:
         for gpu in node["gpus"]:
             names |= {s["namespace"] for s in gpu["slices"] if s["namespace"] is not None}

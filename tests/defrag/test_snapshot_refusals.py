@@ -2,7 +2,7 @@
 ``gpucores`` that is no quantity) is refused everywhere, with its reason, and nothing is
 decided on it: ``hami defrag`` planned for it and ``hami explain`` explained it as
 Pending (both re-read the file's Pod objects past the loader), and the web view listed
-it among the pending pods. One reading (``defrag.sources.from_file``, over
+it among the pending pods; now each shows it as refused, with the reason. One reading (``defrag.sources.from_file``, over
 ``simulate.loader``) serves all three."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from hami_core.defrag.sources import from_file
 from hami_core.explain import sources as explain_sources
 from hami_core.simulate.loader import load_cluster
 from hami_core.simulate.runner import make_manager
+from hami_core.ui.page import build_page, for_viewer, page_namespaces
 from hami_core.ui.reading import from_file as ui_from_file
 from tests.defrag.world import MIB, gpu_node, owner, pending, running
 
@@ -106,9 +107,21 @@ def test_explain_answers_refused_with_the_reason_pending_or_bound(tmp_path):
     assert lookup("t", "bad") is None and lookup("default", "good") is not None
 
 
-def test_the_web_view_lists_no_refused_pod_and_logs_why(tmp_path, caplog):
+def test_the_web_view_shows_refused_pods_apart_with_why_and_logs_them(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="hami_core.ui.reading")
-    reading = ui_from_file(snapshot(tmp_path), make_manager(None))()
+    manager = make_manager(None)
+    reading = ui_from_file(snapshot(tmp_path), manager)()
     assert [p["metadata"]["name"] for p in reading.read.pending] == ["good"]
     logged = [r.getMessage() for r in caplog.records]
     assert any("Pod skipped (t/bad)" in m and QUANTITY in m for m in logged), logged
+    page = build_page(reading.read, manager)
+    assert [p["pod"] for p in page["pending"]] == ["default/good"]
+    assert [(p["pod"], p["namespace"]) for p in page["refused"]] == [
+        ("t/bad", "t"),
+        ("t/squatter", "t"),
+    ]
+    assert all(QUANTITY in p["reason"] for p in page["refused"])
+    assert "t" in page_namespaces(page)
+    # a viewer of another namespace sees none of the tenant's refused pods
+    assert for_viewer(page, user="u", namespaces=["default"])["refused"] == []
+    assert len(for_viewer(page, user="u", namespaces=["t"])["refused"]) == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from hami_core.ui.app import make_app
 from hami_core.ui.main import page_builder
 from hami_core.ui.reading import PageCache
 from tests.browser import Browser, chromium_path
-from tests.defrag.world import MIB
+from tests.defrag.world import MIB, pending
 from tests.ui.cluster import PENDING, SLICES, XSS, write_snapshot
 from tests.ui.test_app import FakeReviews
 
@@ -31,8 +32,10 @@ pytestmark = pytest.mark.skipif(
 
 
 @contextmanager
-def serve(tmp_path, *, require_token: bool = False) -> Iterator[str]:
-    snap = write_snapshot(tmp_path / "snap.json")
+def serve(
+    tmp_path, *, require_token: bool = False, extra: list[dict[str, Any]] | None = None
+) -> Iterator[str]:
+    snap = write_snapshot(tmp_path / "snap.json", extra=extra)
     build = page_builder(UiOptions(snapshot=str(snap), refresh=1.0), make_manager(None))
     gate = Gate(require_token=require_token, reviews=FakeReviews())
     cache = PageCache(build, refresh_s=1.0)
@@ -96,6 +99,23 @@ def test_markup_in_a_pod_name_is_text_and_never_runs(tmp_path, browser):
         legend = browser.eval("document.querySelector('#nodes').textContent")
         assert XSS in legend
         assert not any("/x" in u for u in browser.requested_urls())
+
+
+def test_a_refused_pod_is_drawn_apart_with_why_its_name_as_text(tmp_path, browser):
+    """A snapshot's Pod no API server could have stored is neither pending nor on a GPU:
+    it is listed as refused, with the reason, its name (markup) shown as text."""
+    bad = pending(XSS, namespace="team-b")
+    bad["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] = "lots"
+    with serve(tmp_path, extra=[bad]) as url:
+        browser.open(url + "/")
+        browser.wait("document.body.dataset.painted")
+        tables = browser.eval(
+            "[...document.querySelectorAll('#pending table')].map(t => t.textContent)"
+        )
+        assert len(tables) == 2 and XSS not in tables[0], tables
+        assert f"team-b/{XSS}" in tables[1] and "quantities must match" in tables[1]
+        assert browser.eval("window.__xss === undefined")
+        assert browser.eval("document.querySelectorAll('#view img').length") == 0
 
 
 def test_readable_on_a_phone(tmp_path, browser):

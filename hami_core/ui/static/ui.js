@@ -149,6 +149,10 @@
         el('span', 'reason', p.reason)])));
     } else pend.appendChild(el('p', null, 'none'));
     if (d.pendingLeftOut) pend.appendChild(el('p', null, d.pendingLeftOut + ' more not explained (hami explain NAMESPACE/POD)'));
+    if (d.refused.length) {
+      pend.appendChild(el('p', null, 'refused by the reading (no API server could have stored them; nothing is decided on them):'));
+      pend.appendChild(table(['pod', 'why'], d.refused.map(p => [p.pod, el('span', 'reason', p.reason)])));
+    }
     view.appendChild(pend);
 
     const ns = section('Namespaces', 'namespaces');
