@@ -66,6 +66,7 @@ class Binder:
         lock_wait_s: float = 0.0,
         longest_bind_s: float = LONGEST_BIND_S,
         signer: AllocationSigner | None = None,
+        success_events: bool = False,
     ) -> None:
         """Args:
         refit: ``(pod, node) -> FilterResult`` of the pod on that one node, against
@@ -73,7 +74,7 @@ class Binder:
         node_info: a node object's devices (``Scheduler.node_info``), for a node the
             state does not hold.
         reservations: released when the bind has run.
-        events / lock_wait_s / longest_bind_s: as ``Scheduler``'s.
+        events / lock_wait_s / longest_bind_s / success_events: as ``Scheduler``'s.
         signer: signs each allocation written (``hami.io/allocation-signature``,
             PROTOCOL.md §4a); ``hami scheduler`` always sets one (``signer``
             attribute), None writes none (``hami simulate``, HAMi's unsigned protocol).
@@ -89,6 +90,7 @@ class Binder:
         self.lock_wait_s = lock_wait_s
         self.longest_bind_s = longest_bind_s
         self.signer = signer
+        self.success_events = success_events
         #: Called after each node-lock attempt with (seconds waited, acquired); the
         #: metrics server installs one.
         self.lock_observer: Callable[[float, bool], None] | None = None
@@ -106,8 +108,8 @@ class Binder:
     ) -> Allocation | None:
         """Lock ``node``, re-fit the pod there against current usage, write the
         allocation annotations, create the Binding; on any failure undo what this call
-        wrote (and nothing else) and release the lock. Emits ``BindingSucceed`` /
-        ``BindingFailed``.
+        wrote (and nothing else) and release the lock. Emits ``BindingFailed``, and
+        ``BindingSucceed`` with ``success_events``.
 
         Binds of one pod uid are serialised in this process (kube-scheduler retries a
         bind after its 5 s extender timeout while the first may still run). A retried
@@ -208,12 +210,13 @@ class Binder:
                 log.warning(
                     "pod %s/%s: cannot set the %s label: %s", namespace, name, keys.VGPU_NODE, exc
                 )
-        self._event(
-            pod,
-            "Normal",
-            "BindingSucceed",
-            f"bound to {node}: {describe(allocation, self._cores_units())}",
-        )
+        if self.success_events:
+            self._event(
+                pod,
+                "Normal",
+                "BindingSucceed",
+                f"bound to {node}: {describe(allocation, self._cores_units())}",
+            )
         return allocation
 
     def _lock(

@@ -73,6 +73,7 @@ class Scheduler:
         prefilter: bool = True,
         share_fits: bool = True,
         gang: GangOptions | None = None,
+        success_events: bool = False,
     ) -> None:
         """Args:
         node_policy / device_policy: override the configured defaults (pod
@@ -92,12 +93,17 @@ class Scheduler:
         share_fits: fit a new pod shape once per class of identical nodes, relabelled
             for the others (``nodeclass``; backends declaring ``fit_by_node_class``);
             never changes an answer (False fits each node alone, property-tested).
+        success_events: also write the Normal events of a pod placed,
+            ``FilteringSucceed`` (the extender's ``/filter``) and ``BindingSucceed``
+            (``bind.Binder``), as HAMi does; the failure events are written either way
+            (``hami scheduler --success-events``, PROTOCOL.md §5).
         """
         self.store = store
         self.manager = manager
         self.clock = clock
         self.node_selector = dict(node_selector or {})
         self.events: EventSink = events if events is not None else store
+        self.success_events = success_events
         self._node_policy = node_policy
         self._device_policy = device_policy
         self._types = manager.device_types()
@@ -135,6 +141,7 @@ class Scheduler:
             events=self.events,
             lock_wait_s=lock_wait_s,
             longest_bind_s=longest_bind_s,
+            success_events=success_events,
         )
         parts = (store, self.state, manager, self._cached, self._reader, self.events)
         self.gangs = Gangs(*parts, gang or GangOptions())

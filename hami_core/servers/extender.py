@@ -361,6 +361,8 @@ def _filter_event(
 ) -> None:
     total = len(feasible) + len(failed)
     if feasible:
+        if not scheduler.success_events:  # hami scheduler --success-events
+            return
         kind, reason = "Normal", "FilteringSucceed"
         message = f"{len(feasible)}/{total} nodes fit: {', '.join(feasible)}"
     else:

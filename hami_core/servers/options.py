@@ -401,6 +401,16 @@ class SchedulerOptions:
         "when one node is left, so best saves the /prioritize round trip of every pod: "
         "kube-scheduler's pace (docs/performance.md, issue #26).",
     )
+    success_events: bool = setting(
+        False,
+        help="Also write the Normal events FilteringSucceed (on /filter) and BindingSucceed "
+        "(on /bind, naming the devices chosen) on every pod placed, as HAMi does; failure "
+        "events (FilteringFailed, BindingFailed) are written either way.",
+        why="they are two of every placed pod's three Events (kube-scheduler writes "
+        "Scheduled): two API writes and two etcd objects a pod, for what Scheduled, the "
+        "pod's allocation annotations and hami explain already say (docs/performance.md, "
+        "issue #26).",
+    )
     bind_lock_wait_s: float = setting(
         2.0,
         flag="--bind-lock-wait",

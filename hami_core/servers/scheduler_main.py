@@ -123,6 +123,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
         if opts.gpu_policy
         else None,
         lock_wait_s=opts.bind_lock_wait_s,
+        success_events=opts.success_events,
         node_selector=opts.node_label_selector,
         gang=GangOptions(
             timeout_s=opts.gang_timeout_s,

@@ -122,6 +122,16 @@ def test_the_extender_is_a_loopback_sidecar_whose_binds_are_never_refused():
     assert config["leaderElection"]["resourceNamespace"] == "hami-system"
 
 
+@pytest.mark.parametrize("on", [False, True])
+def test_success_events_follow_the_value_and_are_off_by_default(on):
+    values = {"scheduler": {"extender": {"successEvents": True}}} if on else None
+    deploy = find(render(values), "Deployment", "hami-scheduler")
+    flags = [a for a in _args(container(deploy, "extender")) if "success-events" in a]
+    assert flags == (["--success-events"] if on else [])
+    with pytest.raises(helm_python.HelmError, match="successEvents"):
+        render({"scheduler": {"extender": {"successEvents": "yes"}}})
+
+
 def test_two_replicas_always_elect_a_leader_and_spread():
     objs = render({"scheduler": {"replicas": 2, "leaderElect": False}})
     assert _kube_scheduler_config(objs)["leaderElection"]["leaderElect"] is True

@@ -26,7 +26,10 @@ def read_node(obj):
 
 @pytest.fixture(scope="module")
 def stack(control_plane, tmp_path_factory):
-    s = HamiStack(control_plane, tmp_path_factory.mktemp("hami")).start()
+    s = HamiStack(control_plane, tmp_path_factory.mktemp("hami"))
+    # HAMi's success events too (off by default): their write through the API is tested here
+    s.extra_args = {name: ("--success-events",) for name in ("hami-a", "hami-b")}
+    s.start()
     yield s
     s.stop()
 
@@ -96,8 +99,8 @@ def test_pod_is_bound_with_the_exact_allocation_annotations(control_plane, core)
         "success",
     )
     control_plane.wait_for(
-        lambda: any(r == "BindingSucceed" for r, _ in events(core, "one")),
-        message="BindingSucceed event",
+        lambda: {"FilteringSucceed", "BindingSucceed"} <= {r for r, _ in events(core, "one")},
+        message="FilteringSucceed and BindingSucceed events (--success-events)",
     )
 
 

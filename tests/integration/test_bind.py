@@ -251,7 +251,9 @@ def test_bind_gives_up_after_the_wait(env):
 
 
 def test_a_failing_event_write_never_fails_a_bind(env, monkeypatch):
-    c, sched, _ = env
+    c, _, _ = env
+    # BindingSucceed is written only with --success-events
+    sched = Scheduler(c, manager(), clock=lambda: T0, success_events=True)
     p = add(c, "p", gpu=1, gpumem=1000)
 
     tried = []

@@ -26,10 +26,9 @@ def admitted(c, p):
     return c.add_pod(obj)
 
 
-@pytest.fixture
-def env():
+def make_env(*, success_events=False):
     c = cluster(node("n1", [gpu("GPU-1")]), node("n2", [gpu("GPU-2", memory_mib=8192)]))
-    sched = Scheduler(c, manager())
+    sched = Scheduler(c, manager(), success_events=success_events)
     metrics = SchedulerMetrics(sched)
     state = {"leader": True}
     app = create_extender_app(
@@ -39,6 +38,11 @@ def env():
         metrics=metrics,
     )
     return c, sched, app.test_client(), state, metrics
+
+
+@pytest.fixture
+def env():
+    return make_env()
 
 
 def real_filter_args(p, names):
@@ -59,7 +63,38 @@ def test_filter_with_the_fixture_shape(env):
         "FailedAndUnresolvableNodes": {},
         "Error": "",
     }
-    assert [e.reason for e in c.events] == ["FilteringSucceed"]
+    assert c.events == []  # no success event by default (--success-events)
+
+
+@pytest.mark.parametrize("success_events", [False, True])
+def test_success_events_only_when_asked_failure_events_always(success_events):
+    c, _, client, _, _ = make_env(success_events=success_events)
+    p = admitted(c, pod("p", container(gpu=1, gpumem=10000)))
+    meta = p["metadata"]
+    assert client.post("/filter", json=real_filter_args(p, ["n1", "n2"])).get_json()[
+        "NodeNames"
+    ] == ["n1"]
+    bind = {"PodName": "p", "PodNamespace": "default", "PodUID": meta["uid"], "Node": "n1"}
+    assert client.post("/bind", json=bind).get_json() == {"Error": ""}
+    placed = [(e.type, e.reason) for e in c.events]
+    if success_events:  # HAMi's events, with the devices chosen
+        assert placed == [("Normal", "FilteringSucceed"), ("Normal", "BindingSucceed")]
+        assert "1/2 nodes fit: n1" in c.events[0].message
+        assert c.events[1].message.startswith("bound to n1: ")
+    else:
+        assert placed == []
+    # a pod that fits nowhere, and a bind that no longer fits: Warnings either way
+    huge = admitted(c, pod("huge", container(gpu=1, gpumem=20000)))
+    assert (
+        client.post("/filter", json=real_filter_args(huge, ["n1", "n2"])).get_json()["NodeNames"]
+        == []
+    )
+    late = admitted(c, pod("late", container(gpu=1, gpumem=10000)))
+    bind = {"PodName": "late", "PodNamespace": "default", "PodUID": late["metadata"]["uid"]}
+    answer = client.post("/bind", json={**bind, "Node": "n2"}).get_json()
+    assert "no longer fits node n2" in answer["Error"]
+    failed = [(e.type, e.reason, e.name) for e in c.events[len(placed) :]]
+    assert failed == [("Warning", "FilteringFailed", "huge"), ("Warning", "BindingFailed", "late")]
 
 
 def test_filter_failing_everywhere_records_filtering_failed(env):
@@ -240,7 +275,7 @@ def test_bind_writes_the_allocation_and_counts(env):
     assert ann["hami.io/bind-phase"] == "allocating" and ann["hami.io/vgpu-node"] == "n1"
     assert bound["metadata"]["labels"]["hami.io/vgpu-node"] == "n1"
     assert c.get_node("n1")["metadata"]["annotations"]["hami.io/mutex.lock"].endswith(",default,p")
-    assert c.events[-1].reason == "BindingSucceed"
+    assert c.events == []  # no BindingSucceed by default (--success-events)
     assert metrics.registry.get_sample_value("hami_scheduler_bind_success_total") == 1
     text = "\n".join(f"{m.name}" for m in metrics.registry.collect())
     assert "hami_gpu_memory_allocated_bytes" in text
