@@ -495,18 +495,36 @@ def _forward(listener: Listener, kind: str, old: KubeObject | None, new: KubeObj
 class KubeCluster:
     """A ``ClusterStore`` over the API server. Call ``start()`` before use."""
 
-    def __init__(self, api_client: k8s.ApiClient, *, component: str = "hami-scheduler") -> None:
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        component: str = "hami-scheduler",
+        scheduler_name: str | None = None,
+    ) -> None:
         """Args:
         api_client: a configured client (in-cluster, kubeconfig, or a test's).
         component: reporting controller name written on events.
+        scheduler_name: cache only the pods whose ``spec.schedulerName`` is this one
+            (the pod watch's field selector: the API server sends no other pod's events,
+            and a pod read or written here of another scheduler is not cached). Exactly
+            the pods the scheduler's usage and the webhook's quota count (PROTOCOL.md §6,
+            §8: ``usage.bound_here``, ``quota.placed_by_us``); ``spec.schedulerName`` is
+            immutable, so a pod never moves in or out of the selection. None: every pod.
         """
         self.api = api_client
         self.core = k8s.CoreV1Api(api_client)
         self.events_api = k8s.EventsV1Api(api_client)
         self.component = component
         self.instance = socket.gethostname()
+        self.scheduler_name = scheduler_name
         self.nodes = Informer("nodes", self.core.list_node)
-        self.pods = Informer("pods", self.core.list_pod_for_all_namespaces, index_fn=_pod_nodes)
+        list_pods: Callable[..., Any] = self.core.list_pod_for_all_namespaces
+        if scheduler_name:
+            list_pods = functools.partial(
+                list_pods, field_selector=f"spec.schedulerName={scheduler_name}"
+            )
+        self.pods = Informer("pods", list_pods, index_fn=_pod_nodes)
         self.quotas = Informer("resourcequotas", self.core.list_resource_quota_for_all_namespaces)
         self._informers: tuple[Informer, ...] = (self.nodes, self.pods, self.quotas)
 
@@ -679,8 +697,15 @@ class KubeCluster:
     cache_writes = True
 
     def _remember(self, informer: Informer, obj: KubeObject) -> None:
-        if self.cache_writes:
-            informer.put(obj)
+        if not self.cache_writes:
+            return
+        if (
+            informer is self.pods
+            and self.scheduler_name
+            and (obj.get("spec") or {}).get("schedulerName") != self.scheduler_name
+        ):
+            return  # outside the watch's selection: never updated or removed once cached
+        informer.put(obj)
 
     def bind_pod(
         self,

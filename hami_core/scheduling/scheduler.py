@@ -170,6 +170,11 @@ class Scheduler:
             info, self.store.pods_on_node(info.name), exclude_uid=exclude_uid
         )
 
+    def quota_namespaces(self) -> list[str]:
+        """The namespaces holding a ResourceQuota, sorted (from the quota cache: a
+        namespace's quota counts whether or not the store holds its pods)."""
+        return self.state.quota_namespaces()
+
     # -- the stages ------------------------------------------------------------------
 
     def cycle(self, pod: Mapping[str, Any]) -> PodCycle:

@@ -572,6 +572,11 @@ class ClusterState:
                     used = used.minus(held.quota)
             return used
 
+    def quota_namespaces(self) -> list[str]:
+        """The namespaces holding a ResourceQuota (of any resource), sorted."""
+        with self._lock:
+            return sorted(ns for ns, quotas in self._quotas.items() if quotas)
+
     def quota_limits(self, namespace: str) -> tuple[QuotaLimit, ...]:
         with self._lock:
             return self._limits.get(namespace, ())

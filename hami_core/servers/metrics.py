@@ -111,6 +111,8 @@ class SchedulerView(Protocol):
         self, info: NodeInfo, *, exclude_uid: str | None = None
     ) -> dict[str, DeviceUsage]: ...
 
+    def quota_namespaces(self) -> list[str]: ...
+
 
 def device_type(device: DeviceInfo) -> str:
     """HAMi's ``device_type`` label: the inventory's ``type`` (model), else the vendor."""
@@ -482,11 +484,9 @@ class AllocationCollector(Collector):
         """HAMi's quota metrics: ``quota_name`` is the limited resource (the key less
         ``limits.``, e.g. ``nvidia.com/gpumem``), ``limit`` the hard limit as text."""
         store = self.scheduler.store
-        namespaces = sorted(
-            {str((p.get("metadata") or {}).get("namespace", "")) for p in store.list_pods()}
-            | {"default"}
-        )
-        for ns in namespaces:
+        # every namespace with a device quota, pods or none (the store may hold only our
+        # scheduler's pods: a namespace's quota shows whatever runs there)
+        for ns in self.scheduler.quota_namespaces():
             limits = quota_limits(store.list_quotas(ns), types)
             if not limits:
                 continue

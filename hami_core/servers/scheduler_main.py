@@ -108,7 +108,11 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
             flag="--allocation-public-keys-configmap",
         )
     log.info("signing allocations with key %s", signer.key_id)
-    store = KubeCluster(api, component="hami-scheduler")
+    # only our pods: the usage and quota count no other (PROTOCOL.md §6), and a cluster's
+    # other pods' events are most of its pod events
+    store = KubeCluster(
+        api, component="hami-scheduler", scheduler_name=manager.config.scheduler_name
+    )
     store.start()
     settle_gc()
     events = EventRecorder(store).start()  # off the request thread, aggregated

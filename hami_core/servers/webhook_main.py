@@ -121,7 +121,10 @@ def run_webhook(
         else:
             assert opts.tls_cert_file and opts.tls_private_key_file
             cert_file, key_file = opts.tls_cert_file, opts.tls_private_key_file
-        store = KubeCluster(api, component="hami-webhook")
+        # the quota check counts only our scheduler's pods (PROTOCOL.md §8): watch no other
+        store = KubeCluster(
+            api, component="hami-webhook", scheduler_name=manager.config.scheduler_name
+        )
         store.start()
         labels: Callable[[str], Mapping[str, str]] = NamespaceLabels(
             kube_namespace_fetch(api), ttl_s=opts.namespace_cache_s

@@ -4,7 +4,8 @@
 Serves only what the device plugin uses (``NodeKubeCluster``): get / merge-patch a
 node, a JSON patch (``test`` + ``remove`` of an annotation) of a node, list nodes with
 ``fieldSelector=metadata.name=<node>``, get / merge-patch a pod, list pods with
-``fieldSelector=spec.nodeName=<node>``, get a namespace (every one exists; its labels are
+``fieldSelector=spec.nodeName=<node>`` or ``spec.schedulerName=<name>`` (each selector
+asked, list or watch, is recorded in ``pod_selectors``), get a namespace (every one exists; its labels are
 the ``MemoryCluster``'s ``label_namespace``), list resource quotas (none), create an
 ``events.k8s.io/v1`` Event. A node, pod or quota watch (``watch=true``, what an informer opens after its list) is held open without
 events until its ``timeoutSeconds`` or ``stop()``, so the plugin's caches stay as first
@@ -41,6 +42,7 @@ class FakeApiServer:
         self.cluster = cluster
         self.requests: list[tuple[str, str]] = []
         self.events: list[dict[str, Any]] = []
+        self.pod_selectors: list[tuple[bool, str]] = []  # (watch, fieldSelector) per pod list
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         server = self
@@ -106,6 +108,9 @@ class FakeApiServer:
         query = urllib.parse.parse_qs(url.query)
         watch = (query.get("watch") or [""])[0] == "true"
         listed = _PODS.match(url.path) or _NODES.match(url.path) or _QUOTAS.match(url.path)
+        if method == "GET" and _PODS.match(url.path):
+            with self._lock:
+                self.pod_selectors.append((watch, (query.get("fieldSelector") or [""])[0]))
         if method == "GET" and listed and watch:
             h.send_response(200)
             h.send_header("Content-Type", "application/json")
@@ -163,11 +168,14 @@ class FakeApiServer:
             return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": nodes}
         if _PODS.match(path) and method == "GET":
             selector = (query.get("fieldSelector") or [""])[0]
-            node = selector.removeprefix("spec.nodeName=") if selector else None
+            field, _, value = selector.partition("=")
+            if field not in ("", "spec.nodeName", "spec.schedulerName"):
+                return 400, _status(400, "BadRequest", f"fake API server: field {field!r}")
+            key = field.removeprefix("spec.")
             items = [
                 p
                 for p in self.cluster.list_pods()
-                if node is None or (p.get("spec") or {}).get("nodeName") == node
+                if not field or (p.get("spec") or {}).get(key) == value
             ]
             return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
         if (m := _NAMESPACE.match(path)) and method == "GET":

@@ -116,6 +116,30 @@ def test_quota_metrics_under_hamis_names():
     )
 
 
+def test_quota_metrics_of_a_namespace_with_no_pod_of_ours():
+    """The scheduler's cache holds only its own pods (``KubeCluster(scheduler_name=)``): a
+    namespace's quota is shown from the quota, not found through its pods; a namespace
+    whose quota limits no device resource shows none."""
+    c, _, metrics = bound_cluster()
+    c.add_quota(
+        {
+            "metadata": {"name": "gpu-quota", "namespace": "idle-team"},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "8000"}},
+        }
+    )
+    c.add_quota(
+        {
+            "metadata": {"name": "cpu-quota", "namespace": "cpu-team"},
+            "spec": {"hard": {"limits.cpu": "8"}},
+        }
+    )
+    m = samples(metrics)
+    labels = dict(namespace="idle-team", quota_name="nvidia.com/gpumem")
+    assert one(m, "hami_resource_quota_used", **labels, limit="8000") == 0
+    assert one(m, "hami_resource_quota_limit", **labels) == 8000
+    assert {s["namespace"] for s, _ in m["hami_resource_quota_limit"]} == {"idle-team"}
+
+
 def test_node_registration_and_handshake_age():
     now = dt.datetime.now(dt.UTC)
     asked = encode_handshake(HandshakeState.REQUESTING, now - dt.timedelta(seconds=300))
