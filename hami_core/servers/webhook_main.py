@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hami_core.cluster.kube import KubeCluster, make_api_client
+from hami_core.cluster.kube import make_api_client
+from hami_core.cluster.quotapods import QuotaPodsKubeCluster
 from hami_core.errors import ConfigError
 from hami_core.plugin import BackendManager
 from hami_core.protocol.config import load_config, with_overrides
@@ -108,7 +109,7 @@ def run_webhook(
     )
     api = make_api_client(opts.kubeconfig)
     scratch: str | None = None
-    store: KubeCluster | None = None
+    store: QuotaPodsKubeCluster | None = None
     try:
         if opts.cert_mode == "auto":
             if opts.tls_cert_file and opts.tls_private_key_file:
@@ -121,15 +122,14 @@ def run_webhook(
         else:
             assert opts.tls_cert_file and opts.tls_private_key_file
             cert_file, key_file = opts.tls_cert_file, opts.tls_private_key_file
-        # the quota check counts only our scheduler's pods (PROTOCOL.md §8): watch no other
-        store = KubeCluster(
-            api, component="hami-webhook", scheduler_name=manager.config.scheduler_name
-        )
+        # the quota check counts only our scheduler's pods (PROTOCOL.md §8): no other pod
+        # is watched, and ours only once the cluster has a ResourceQuota
+        store = QuotaPodsKubeCluster(api, scheduler_name=manager.config.scheduler_name)
         store.start()
         labels: Callable[[str], Mapping[str, str]] = NamespaceLabels(
             kube_namespace_fetch(api), ttl_s=opts.namespace_cache_s
         )
-        caches = (store.pods, store.quotas)
+        caches = (store.quotas,)  # pods are read once listed, else live (QuotaPodsKubeCluster)
         app = create_webhook_app(
             Admission(manager, store, trusted_users=trusted_users(opts)),
             namespace_labels=labels,

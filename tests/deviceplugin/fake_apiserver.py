@@ -6,7 +6,8 @@ node, a JSON patch (``test`` + ``remove`` of an annotation) of a node, list node
 ``fieldSelector=metadata.name=<node>``, get / merge-patch a pod, list pods with
 ``fieldSelector=spec.nodeName=<node>`` or ``spec.schedulerName=<name>`` (each selector
 asked, list or watch, is recorded in ``pod_selectors``), get a namespace (every one exists; its labels are
-the ``MemoryCluster``'s ``label_namespace``), list resource quotas (none), create an
+the ``MemoryCluster``'s ``label_namespace``), list a namespace's pods with the same
+selectors, list resource quotas (those in ``quotas``, none unless a test adds), create an
 ``events.k8s.io/v1`` Event. A node, pod or quota watch (``watch=true``, what an informer opens after its list) is held open without
 events until its ``timeoutSeconds`` or ``stop()``, so the plugin's caches stay as first
 listed and its live reads are exercised. Errors are ``Status`` objects with the codes the
@@ -31,6 +32,7 @@ from hami_core.errors import ConflictError, NotFoundError
 _NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
 _POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
 _PODS = re.compile(r"^/api/v1/pods$")
+_NS_PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")
 _NODES = re.compile(r"^/api/v1/nodes$")
 _NAMESPACE = re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")
 _QUOTAS = re.compile(r"^/api/v1/resourcequotas$")
@@ -43,6 +45,7 @@ class FakeApiServer:
         self.requests: list[tuple[str, str]] = []
         self.events: list[dict[str, Any]] = []
         self.pod_selectors: list[tuple[bool, str]] = []  # (watch, fieldSelector) per pod list
+        self.quotas: list[dict[str, Any]] = []  # what a list of resource quotas answers
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         server = self
@@ -108,7 +111,7 @@ class FakeApiServer:
         query = urllib.parse.parse_qs(url.query)
         watch = (query.get("watch") or [""])[0] == "true"
         listed = _PODS.match(url.path) or _NODES.match(url.path) or _QUOTAS.match(url.path)
-        if method == "GET" and _PODS.match(url.path):
+        if method == "GET" and (_PODS.match(url.path) or _NS_PODS.match(url.path)):
             with self._lock:
                 self.pod_selectors.append((watch, (query.get("fieldSelector") or [""])[0]))
         if method == "GET" and listed and watch:
@@ -166,15 +169,16 @@ class FakeApiServer:
                 n for n in self.cluster.list_nodes() if wanted in (None, n["metadata"]["name"])
             ]
             return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": nodes}
-        if _PODS.match(path) and method == "GET":
+        if (m := _PODS.match(path) or _NS_PODS.match(path)) and method == "GET":
             selector = (query.get("fieldSelector") or [""])[0]
             field, _, value = selector.partition("=")
             if field not in ("", "spec.nodeName", "spec.schedulerName"):
                 return 400, _status(400, "BadRequest", f"fake API server: field {field!r}")
             key = field.removeprefix("spec.")
+            namespace = m.groupdict().get("ns")
             items = [
                 p
-                for p in self.cluster.list_pods()
+                for p in self.cluster.list_pods(namespace=namespace)
                 if not field or (p.get("spec") or {}).get(key) == value
             ]
             return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
@@ -187,7 +191,7 @@ class FakeApiServer:
                 "kind": "ResourceQuotaList",
                 "apiVersion": "v1",
                 "metadata": {},
-                "items": [],
+                "items": list(self.quotas),
             }
         if (m := _EVENTS.match(path)) and method == "POST":
             with self._lock:
