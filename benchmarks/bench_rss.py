@@ -3,8 +3,12 @@
 A fresh process holds what ``hami scheduler`` holds: ``KubeCluster``'s informer caches
 (the nodes, and pods bound with allocation annotations, fed through the same ``put`` the
 watch threads use; managedFields dropped as there), the ``Scheduler`` and its
-incremental state, after a stream of filters over every node (which fills the per-node
-fit memo). Its peak RSS (``getrusage``) is reported against the 1 GiB target.
+incremental state, its ``EventRecorder``, the extender app (``create_extender_app`` under
+``SchedulerOptions``' ``--filter-answer``, with its ``SchedulerMetrics``), the caches
+moved out of the collector's sight (``settle_gc``), after a stream of ``/filter`` calls
+over every node through the app (which fills the per-node fit memo and holds each
+answered placement, as no bind follows). Its peak RSS (``getrusage``) is reported
+against the 1 GiB target.
 
     .venv/bin/python benchmarks/bench_rss.py [--quick]
 """
@@ -25,36 +29,57 @@ HERE = Path(__file__).resolve().parent
 
 def child(nodes: int, pods: int) -> None:
     sys.path.insert(0, str(HERE))
+    from bench_filter import CountedEvents, extender_args
     from kubernetes import client as k8s
     from workload import node_object, pod_object, pod_shape, preload
 
+    from hami_core.cluster.events import EventRecorder
     from hami_core.cluster.kube import KubeCluster
     from hami_core.plugin import BackendManager
     from hami_core.scheduling.scheduler import Scheduler
+    from hami_core.servers.extender import create_extender_app
+    from hami_core.servers.metrics import SchedulerMetrics
+    from hami_core.servers.options import SchedulerOptions
+    from hami_core.servers.scheduler_main import settle_gc
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     store = KubeCluster(k8s.ApiClient(k8s.Configuration()))
     names = [f"node-{i:05}" for i in range(nodes)]
     for n in names:
         store.nodes.put(node_object(n))
-    # ~50 % preload gives ~11 pods per node; trim or pad to exactly ``pods``.
-    bound = preload(names, fill=0.5, seed=1)[:pods]
+    # ~50 % preload gives ~11 pods per node; trim or pad to ``pods`` with the probes.
+    probes = 30
+    bound = preload(names, fill=0.5, seed=1)[: pods - probes]
     rng = random.Random(2)
     i = 0
-    while len(bound) < pods:  # pending pods (not yet scheduled) make up the rest
+    while len(bound) < pods - probes:  # pending pods (not yet scheduled) make up the rest
         bound.append(pod_object(f"pending-{i}", pod_shape(rng)))
         i += 1
     for p in bound:
         p["metadata"]["managedFields"] = [{"manager": "kubelet", "operation": "Update"}]
         store.pods.put(p)
     del bound
-    scheduler = Scheduler(store, BackendManager.from_entry_points())
+    opts = SchedulerOptions()
+    events = EventRecorder(CountedEvents()).start()
+    scheduler = Scheduler(
+        store, BackendManager.from_entry_points(), events=events, lock_wait_s=opts.bind_lock_wait_s
+    )
+    settle_gc()
+    metrics = SchedulerMetrics(
+        scheduler,
+        informers={"nodes": store.nodes, "pods": store.pods, "resourcequotas": store.quotas},
+    )
+    app = create_extender_app(scheduler, metrics=metrics, filter_answer=opts.filter_answer)
+    client = app.test_client()
     t0 = time.perf_counter()
-    for k in range(30):
+    for k in range(probes):
         pod = pod_object(f"probe-{k}", pod_shape(rng))
         pod["metadata"]["resourceVersion"] = str(k + 1)
-        scheduler.filter(pod, names)
+        store.pods.put(pod)
+        answer = client.post("/filter", json=extender_args(pod, names))
+        assert answer.status_code == 200 and not answer.json["Error"], answer.json
     filters_s = time.perf_counter() - t0
+    events.stop()
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(
         json.dumps(
