@@ -288,7 +288,6 @@ def running_stack(
             config_name="hami-bench",
             secret_name="hami-bench-webhook",
             namespace_labels={"hami-bench": "on"},
-            extra=("--threads", "8"),
         )
         url, hami = start_hami(cp, cp.workdir, scheduler_args)
         options = trust_options(trust, signing_keys(cp)[1])
