@@ -127,16 +127,22 @@ def run(nodes: int, pods: int, seed: int, opts: SchedulerOptions) -> dict[str, A
     api = k8s.ApiClient(k8s.Configuration())
     pool = CountingPool()
     api.rest_client.pool_manager = pool  # type: ignore[assignment]
-    store = KubeCluster(api)
+    manager = BackendManager.from_entry_points()
+    store = KubeCluster(api, scheduler_name=manager.config.scheduler_name)  # our pods only
     names = [f"node-{i:05}" for i in range(nodes)]
     for n in names:
         store.nodes.put(node_object(n))
     for p in preload(names, fill=0.5, seed=seed):
         store.pods.put(p)
-    manager = BackendManager.from_entry_points()
     written = CountedEvents()
     events = EventRecorder(written).start()  # off the request thread, as hami scheduler's
-    scheduler = Scheduler(store, manager, events=events, lock_wait_s=opts.bind_lock_wait_s)
+    scheduler = Scheduler(
+        store,
+        manager,
+        events=events,
+        lock_wait_s=opts.bind_lock_wait_s,
+        success_events=opts.success_events,
+    )
     settle_gc()  # as ``hami scheduler`` does once its caches are listed
     app = create_extender_app(scheduler, filter_answer=opts.filter_answer)  # the leader
     server = extender_server(app, opts)

@@ -43,7 +43,11 @@ def child(nodes: int, pods: int) -> None:
     from hami_core.servers.scheduler_main import settle_gc
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    store = KubeCluster(k8s.ApiClient(k8s.Configuration()))
+    manager = BackendManager.from_entry_points()
+    # as hami scheduler's: our scheduler's pods only
+    store = KubeCluster(
+        k8s.ApiClient(k8s.Configuration()), scheduler_name=manager.config.scheduler_name
+    )
     names = [f"node-{i:05}" for i in range(nodes)]
     for n in names:
         store.nodes.put(node_object(n))
@@ -62,7 +66,11 @@ def child(nodes: int, pods: int) -> None:
     opts = SchedulerOptions()
     events = EventRecorder(CountedEvents()).start()
     scheduler = Scheduler(
-        store, BackendManager.from_entry_points(), events=events, lock_wait_s=opts.bind_lock_wait_s
+        store,
+        manager,
+        events=events,
+        lock_wait_s=opts.bind_lock_wait_s,
+        success_events=opts.success_events,
     )
     settle_gc()
     metrics = SchedulerMetrics(
