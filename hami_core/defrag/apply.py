@@ -391,8 +391,11 @@ class Applier:
         filter fits held pods of equal priority on a node in turn, by its own GPU
         choice, and the replacement's could take the helped pod's GPUs; there the
         replacement is placed by the filter after the helped pod's room."""
+        still_open = open_steps(state)
         pairs = match_replacements(state, read.pending, read.cluster.list_pods())
-        if not pairs or not self.is_leader():
+        # a replacement found already bound is recorded too (nothing to nominate), or
+        # every later round and the wait for replacements would look for it again
+        if not any(s.replacement for s in still_open) or not self.is_leader():
             return
         helped = {p.node for p in state.plans.values() if p.node}
         for step, pod in pairs:
