@@ -226,7 +226,8 @@ class Applier:
         victim = originals[move.pod]
         if not self.is_leader():  # asked again right before the writes
             return "not the leader"
-        record = self._nominate_target(state, target, outcome)
+        to_move = [uid_of(originals[m.pod]) for m in outcome.moves]
+        record = self._nominate_target(state, target, outcome, to_move)
         how = self._evict(victim)
         steps.append(Step(move=move, result=how.value))
         if how is Evicted.BLOCKED_BY_BUDGET:
@@ -285,23 +286,31 @@ class Applier:
     # -- the writes ------------------------------------------------------------------
 
     def _nominate_target(
-        self, state: LedgerState, target: Mapping[str, Any], outcome: Outcome
+        self,
+        state: LedgerState,
+        target: Mapping[str, Any],
+        outcome: Outcome,
+        to_move: Sequence[str],
     ) -> PlanRecord:
         """Nominate the target to its planned node (its room held) before any eviction,
-        recorded first so a new leader knows the nomination is consolidation's; a plan
-        a budget stopped earlier is going on again (its ``blocked`` cleared)."""
+        recorded first, with the pods its plan moves (``to_move``, uids), so a new leader
+        knows the nomination is consolidation's and the filter holds the room as if
+        those pods were gone; a plan a budget stopped earlier is going on again (its
+        ``blocked`` cleared)."""
         uid = uid_of(target)
         record = state.plans.get(uid) or PlanRecord(pod=outcome.pod, node="")
-        if record.node != outcome.node or record.blocked:
-            node = str(outcome.node)
+        node = str(outcome.node)
+        renominate = record.node != node
+        if renominate or record.blocked or record.to_move != list(to_move):
 
             def change(s: LedgerState) -> None:
                 r = s.plans.setdefault(uid, record)
-                r.node, r.blocked, r.blocked_at = node, "", 0.0
+                r.node, r.blocked, r.blocked_at, r.to_move = node, "", 0.0, list(to_move)
 
             change(state)
             self._save(state, change)
             record = state.plans[uid]
+        if renominate:
             namespace, _, name = outcome.pod.partition("/")
             self.evictions.nominate(namespace, name, record.node)
         return record
@@ -338,8 +347,8 @@ class Applier:
         def change(s: LedgerState) -> None:
             r = s.plans.setdefault(uid, record)
             r.blocked, r.blocked_at = why, now
-            if not r.steps:
-                r.node = ""
+            if not r.steps:  # nothing freed: nothing to hold
+                r.node, r.to_move = "", []
 
         change(state)
         self._save(state, change)
@@ -361,7 +370,9 @@ class Applier:
 
         def change(s: LedgerState) -> None:
             s.evictions.append(now)
-            s.plans.setdefault(target_uid, PlanRecord(pod=move.for_pod, node="")).steps.append(step)
+            r = s.plans.setdefault(target_uid, PlanRecord(pod=move.for_pod, node=""))
+            r.steps.append(step)
+            r.to_move = [u for u in r.to_move if u != step.uid]
 
         change(state)
         self._save(state, change)

@@ -10,7 +10,9 @@ longer than ``after_s`` is a target. The targets are handed to an ``apply.Applie
 once, which plans, checks the eviction budgets and carries out what fits them, one
 eviction at a time. A pod that got no help is tried again after ``retry_s``. The worker
 also runs a round when the ledger records moved pods whose replacements are still to be
-nominated (a plan a previous leader left), so a new leader resumes it.
+nominated (a plan a previous leader left), so a new leader resumes it. On every replica,
+leading or not, the worker reads the ledger each period, so the filter holds the room of
+the plans in progress (``scheduling.held``) from before a failover.
 """
 
 from __future__ import annotations
@@ -99,10 +101,13 @@ class Consolidator:
     def tick(self) -> ApplyReport | None:
         """One look at the queue (module docstring); the run's report, None when nothing
         was due. Raises what the applier raises."""
+        # every replica reads the ledger: its filter holds the room of the plans in
+        # progress (a ``RememberingLedger`` remembers them), leader or not yet
+        state = self.applier.ledger.load()
         if not self.is_leader():
             return None
         due = self._due()
-        if not due and not open_steps(self.applier.ledger.load()):
+        if not due and not open_steps(state):
             return None
         report = self.applier.run(due)
         now = self.clock()

@@ -6,8 +6,9 @@ One ConfigMap (``data["ledger.json"]``) in the scheduler's namespace holds:
   last hour, for ``--max-evictions-per-hour``;
 - ``plans``: per pending pod being helped (by uid), the node it was nominated to and
   the moves done for it (the evicted pod, its uid, its controller's uid, the node its
-  replacement was planned for, when, and the replacement once nominated), and, when a
-  PodDisruptionBudget stopped its plan, why and when.
+  replacement was planned for, when, and the replacement once nominated), the pods
+  its plan still has to move, and, when a PodDisruptionBudget stopped its plan, why
+  and when.
 
 ``hami defrag --apply`` and every scheduler leader read and write the same record, so a
 new leader resumes a plan in progress (it nominates the replacements still unseen and
@@ -90,6 +91,10 @@ class PlanRecord:
             refused an eviction for the whole wait (``apply.BLOCKED``); cleared when a
             later round tries again.
         blocked_at: when it stopped (Unix seconds; 0 when not).
+        to_move: the uids of the pods its plan still has to evict (the latest round's
+            plan; an evicted pod leaves it): the scheduler's filter holds the pending
+            pod's room as if they were gone (``scheduling.held``), so a plan stopped
+            part-way keeps the room it freed.
     """
 
     pod: str
@@ -97,6 +102,7 @@ class PlanRecord:
     steps: list[StepRecord] = attrs.field(factory=list)
     blocked: str = ""
     blocked_at: float = 0.0
+    to_move: list[str] = attrs.field(factory=list)
 
 
 @attrs.define(kw_only=True)
@@ -152,6 +158,7 @@ class LedgerState:
                     steps=steps,
                     blocked=str(p.get("blocked") or ""),
                     blocked_at=float(p.get("blocked_at") or 0),
+                    to_move=[str(u) for u in p.get("to_move") or ()],
                 )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise LedgerError(f"{where}: not a consolidation ledger ({exc})") from None
@@ -252,6 +259,36 @@ class ConfigMapLedger:
         state.version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
+class RememberingLedger:
+    """A ``Ledger`` that remembers, from the last record it read or wrote, which pods each
+    plan in progress still moves (``leaving``): what the scheduler's filter asks between
+    consolidation's rounds (``scheduling.held``), without a request of its own."""
+
+    def __init__(self, inner: Ledger) -> None:
+        self.inner = inner
+        self._leaving: dict[str, frozenset[str]] = {}
+
+    def load(self) -> LedgerState:
+        state = self.inner.load()
+        self._remember(state)
+        return state
+
+    def save(self, state: LedgerState) -> None:
+        self.inner.save(state)
+        self._remember(state)
+
+    def leaving(self, pod: Mapping[str, Any]) -> frozenset[str]:
+        """The uids of the pods the plan in progress for pending ``pod`` still moves
+        (empty when none: no plan, or one that holds no node)."""
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        return self._leaving.get(uid, frozenset())
+
+    def _remember(self, state: LedgerState) -> None:
+        self._leaving = {  # one assignment: readers on other threads see old or new
+            uid: frozenset(p.to_move) for uid, p in state.plans.items() if p.node and p.to_move
+        }
+
+
 def parse_location(value: str, *, flag: str) -> tuple[str, str]:
     """``NAMESPACE/NAME`` of a ledger setting.
 
@@ -279,6 +316,7 @@ __all__ = [
     "LedgerState",
     "MemoryLedger",
     "PlanRecord",
+    "RememberingLedger",
     "StepRecord",
     "parse_location",
 ]

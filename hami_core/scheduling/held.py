@@ -12,6 +12,12 @@ moved for it, are freeing: a pod of no higher priority must not settle beside a 
 pod in that room), and what it would hold is added to the node's usage before the
 judged pod is fitted.
 
+The pods a consolidation plan in progress still has to move for a nominated pod
+(``leaving``: the ledger's plans, ``defrag.ledger.RememberingLedger.leaving``) count as
+leaving for that pod too: a plan stopped part-way (a budget refused its next eviction,
+or its leader died) keeps the room it freed, or a moved pod's replacement would settle
+there before the last move is made.
+
 Slices held whatever the judged pod's priority (a gang member's reservation) live in
 ``ClusterState`` itself and count in every node's usage; these depend on who asks, so
 they are added per judged pod.
@@ -19,7 +25,7 @@ they are added per judged pod.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hami_core.facts.priority import pod_priority, terminating
@@ -36,6 +42,12 @@ if TYPE_CHECKING:
 FitOne = Callable[[PodCycle, NodeState, Mapping[str, DeviceUsage]], Allocation | None]
 #: ``pod -> PodCycle`` (``Scheduler.cycle``).
 CycleOf = Callable[[Mapping[str, Any]], PodCycle]
+#: ``nominated pod -> uids of the pods its consolidation plan still moves`` (empty: none).
+Leaving = Callable[[Mapping[str, Any]], Collection[str]]
+
+
+def _nothing_leaving(_pod: Mapping[str, Any]) -> Collection[str]:
+    return ()
 
 
 def allocation_holdings(pod: Mapping[str, Any], allocation: Allocation) -> PodHoldings:
@@ -52,10 +64,15 @@ def allocation_holdings(pod: Mapping[str, Any], allocation: Allocation) -> PodHo
 class HeldSlices:
     """The slices held on a node for a judged pod's betters (module docstring)."""
 
-    def __init__(self, state: ClusterState, *, fit: FitOne, cycle_of: CycleOf) -> None:
+    def __init__(
+        self, state: ClusterState, *, fit: FitOne, cycle_of: CycleOf, leaving: Leaving | None = None
+    ) -> None:
         self.state = state
         self.fit = fit
         self.cycle_of = cycle_of
+        #: the pods a plan in progress still moves for a nominated pod (module docstring);
+        #: set by continuous consolidation, which reads its ledger
+        self.leaving: Leaving = leaving or _nothing_leaving
 
     @classmethod
     def over(cls, engine: FilterEngine, *, cycle_of: CycleOf) -> HeldSlices:
@@ -74,8 +91,9 @@ class HeldSlices:
         """What is held on ``node`` against ``cycle``'s pod: for every pod nominated there
         (not the judged pod) of priority >= the judged pod's, what it would hold fitted
         on the node's usage without the pods being deleted (the room its victims or
-        moved pods are freeing) plus the holds before it; a nominated pod that does not
-        fit (or cannot be read) holds nothing. Call under the state lock."""
+        moved pods are freeing) nor those its consolidation plan still moves
+        (``leaving``), plus the holds before it; a nominated pod that does not fit (or
+        cannot be read) holds nothing. Call under the state lock."""
         out: list[PodHoldings] = []
         nominated = self.state.nominated_on(node.name)
         if not nominated:
@@ -86,8 +104,7 @@ class HeldSlices:
         # the room being freed counts for a nominated pod: pods being deleted are left
         # out of what it is fitted on (they still count for the judged pod, below it)
         holders = self.state.holders(node)
-        staying = [h for obj, h, _ in holders if obj is None or not terminating(obj)]
-        leaving = len(staying) < len(holders)
+        deleting = {i for i, (obj, _, _) in enumerate(holders) if obj and terminating(obj)}
         for pod in nominated:
             if (pod.get("metadata") or {}).get("uid") == uid or pod_priority(pod) < mine:
                 continue
@@ -95,10 +112,15 @@ class HeldSlices:
                 other = self.cycle_of(pod)
                 if not other.request.wants_devices:
                     continue
+                planned = set(self.leaving(pod))
+                gone = deleting | {
+                    i
+                    for i, (obj, _, _) in enumerate(holders)
+                    if obj and planned and (obj.get("metadata") or {}).get("uid") in planned
+                }
+                staying = [h for i, (_, h, _) in enumerate(holders) if i not in gone]
                 usage = (
-                    usage_from_holdings(node.info, [*staying, *out])
-                    if out or leaving
-                    else node.usage
+                    usage_from_holdings(node.info, [*staying, *out]) if out or gone else node.usage
                 )
                 allocation = self.fit(other, node, usage)
             except Exception:  # a nominated pod we cannot read holds nothing
@@ -116,4 +138,4 @@ class HeldSlices:
         return usage_from_holdings(node.info, [*node.pods.values(), *held])
 
 
-__all__ = ["CycleOf", "FitOne", "HeldSlices", "allocation_holdings"]
+__all__ = ["CycleOf", "FitOne", "HeldSlices", "Leaving", "allocation_holdings"]

@@ -11,6 +11,7 @@ from hami_core.cluster.kube import KubeCluster
 from hami_core.defrag import exact
 from hami_core.defrag.apply import ApplyLimits
 from hami_core.defrag.continuous import Consolidator
+from hami_core.defrag.ledger import RememberingLedger
 from hami_core.defrag.live import api_applier
 from hami_core.defrag.movable import DEFAULT_PROTECTED_NAMESPACES
 from hami_core.defrag.planner import policy_overrides
@@ -59,6 +60,11 @@ def start_consolidation(
         component="hami-scheduler",
     )
     log.info("consolidation on, planning with %s", exact.describe())
+    # the filter holds the room of plans in progress as the ledger has them
+    ledger = RememberingLedger(applier.ledger)
+    applier.ledger = ledger
+    if scheduler.engine.held is not None:
+        scheduler.engine.held.leaving = ledger.leaving
     return Consolidator(
         applier, read_pod=store.get_pod, after_s=opts.consolidation_after_s, is_leader=is_leader
     ).start()

@@ -405,17 +405,14 @@ def test_moves_never_take_the_room_of_a_higher_pending_pod_that_fits_now(mgr):
     assert report.evicted == 0 and lv.evictions.asked == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the room a plan stopped part-way has freed is not held (the filter "
-    "holds a nominated pod's room only where it fits once the pods leaving are gone, and "
-    "the pods still to move are not leaving); a replacement that prefers that GPU takes it",
-)
 def test_a_plan_stopped_part_way_keeps_the_room_it_freed(mgr):
     """docs/consolidation.md: a plan that stops where it is keeps the pending pod's
     nomination and room. Here the second move is refused by a budget after the first;
-    the first move's replacement (spread, as its template says) is then filtered."""
-    from hami_core.scheduling.scheduler import Scheduler
+    the first move's replacement (spread, as its template says: it prefers the GPU just
+    emptied) is then filtered by a scheduler whose consolidation reads the same ledger.
+    Seen failing first: the filter held the pending pod's room only where it fits with
+    the leaving pods gone, and the pod still to move was not leaving."""
+    from hami_core.defrag.ledger import RememberingLedger
 
     spread = {"hami.io/gpu-scheduler-policy": "spread"}
     a, b = (6 * MIB // 16, 30), (2 * MIB // 16, 20)
@@ -430,20 +427,35 @@ def test_a_plan_stopped_part_way_keeps_the_room_it_freed(mgr):
     for p in pods:
         if p["metadata"]["labels"]["app"] == "fill-b":
             lv.evictions.refuse[f"default/{p['metadata']['name']}"] = 10**6
-    report = applier(mgr, lv, budget_wait_s=2).run()
+    ledger = RememberingLedger(MemoryLedger())
+    report = applier(mgr, lv, ledger=ledger, budget_wait_s=2).run()
     assert [s.result for s in report.steps] == ["evicted", "blocked-by-budget"]
-    freed = report.steps[0].move.from_gpus
+    freed, still = report.steps[0].move.from_gpus, report.steps[1].move.pod
     assert lv.nominated()["default/big"] == "node-0"
+    (record,) = ledger.load().plans.values()
+    assert record.to_move == [lv.pod(still)["metadata"]["uid"]] and record.blocked
     for p in lv.cluster.list_pods():  # kubelet: the evicted pod is gone
         if p["metadata"].get("deletionTimestamp"):
             lv.cluster.delete_pod("default", p["metadata"]["name"])
     (replacement,) = [p for p in lv.cluster.list_pods() if "~" in p["metadata"]["name"]]
     replacement["metadata"]["annotations"].update(spread)  # its template's annotation
     lv.cluster.add_pod(replacement)
-    fit = Scheduler(lv.cluster, mgr).filter(replacement).fits["node-0"]
+    scheduler = Scheduler(lv.cluster, mgr)
+    assert scheduler.engine.held is not None
+    scheduler.engine.held.leaving = ledger.leaving  # as hami scheduler --consolidation
+    fit = scheduler.filter(replacement).fits["node-0"]
     assert fit.allocation is not None
     taken = {d.uuid for ds in fit.allocation.devices.values() for c in ds for d in c}
     assert not taken & set(freed)
+    # the room is the pending pod's alone: a pod of its priority that would fit only
+    # there is kept off it too; the pending pod itself fits once the last move is made
+    other = pending("other", mem=10 * MIB // 16, cores=30)
+    lv.cluster.add_pod(other)
+    assert not scheduler.filter(other).feasible
+    scheduler.engine.held.leaving = lambda _pod: ()  # (without the ledger it would fit)
+    assert scheduler.filter(other).feasible == ("node-0",)
+    scheduler.engine.held.leaving = ledger.leaving
+    assert not scheduler.filter(lv.pod("default/big")).feasible
 
 
 def test_a_replacement_found_bound_is_recorded_so_no_later_round_looks_again(mgr):
