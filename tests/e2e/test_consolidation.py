@@ -11,6 +11,11 @@ another:
   nominated first and binds on the freed GPU; the replica's replacement binds elsewhere;
   a ``Defragmented`` event on the moved pod names the pending pod;
 - a PodDisruptionBudget at its limit stops the plan: nothing is evicted;
+- a budget that reaches its limit between the plan and the eviction (a drain beside
+  takes the disruption it allowed) answers the eviction 429: it is asked again for the
+  wait, never forced; refused throughout, the plan stops, the pending pod's nomination
+  is withdrawn and the ledger marks the plan blocked; allowed again within the wait,
+  the eviction goes through and the blocked pod gets its room;
 - with ``--consolidation`` on the leader (after the other replica dies), the same
   happens without the CLI.
 """
@@ -19,12 +24,17 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 import pytest
 from click.testing import CliRunner
 from kubernetes import client
 
 from hami_core.cli import cli
+from hami_core.defrag.apply import BLOCKED, ApplyLimits
+from hami_core.defrag.ledger import DATA_KEY, LedgerState
+from hami_core.defrag.live import api_applier
+from hami_core.simulate.runner import make_manager
 from tests.builders import container, gpu, pod
 from tests.e2e.hami_stack import HamiStack
 from tests.e2e.test_scheduler import add_gpu_node, unique
@@ -232,6 +242,145 @@ def test_a_pdb_at_its_limit_stops_the_plan(control_plane, cluster):
     assert not [p for p in _pods(core) if p["metadata"].get("deletionTimestamp")]
     assert not _raw(core, "big")["status"].get("nominatedNodeName")
     pdbs.delete_namespaced_custom_object(*where, "fillers")
+    _clean(control_plane, core, apps, nodes)
+
+
+PDBS = ("policy", "v1beta1", NS, "poddisruptionbudgets")  # policy/v1beta1 on 1.20
+
+
+def _ready(core, name, ready=True):
+    """What kubelet reports: the pod running, its containers ready or not (the disruption
+    controller counts ready pods as healthy; the Eviction API asks budgets only for
+    running pods: a Pending one is evicted whatever they say)."""
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    core.patch_namespaced_pod_status(
+        name,
+        NS,
+        {"status": {"phase": "Running", "conditions": [condition]}},
+        _content_type="application/strategic-merge-patch+json",  # merged by type
+    )
+
+
+def _allowed(pdbs, name):
+    status = pdbs.get_namespaced_custom_object(*PDBS, name).get("status") or {}
+    return status.get("disruptionsAllowed")
+
+
+def _ledger(core, location=LEDGER):
+    """The record of ledger ``location`` as the API server has it (empty before any run
+    wrote it)."""
+    namespace, _, name = location.partition("/")
+    found = core.list_namespaced_config_map(namespace, field_selector=f"metadata.name={name}")
+    if not found.items:
+        return LedgerState()
+    return LedgerState.from_json(found.items[0].data[DATA_KEY], where=location)
+
+
+class _DrainBeside:
+    """The Eviction API as ``hami defrag --apply`` calls it, with a drain running beside:
+    right before the first eviction is asked, another pod of the budget goes unready
+    (its node drained) and the disruption controller takes the budget to 0; with
+    ``back_after_s`` that pod is ready again that long after (the drain's replacement
+    came up). Everything else is the real API server's answer."""
+
+    def __init__(self, inner, cp, core, pdbs, fillers, *, back_after_s=None):
+        self.inner, self.cp, self.core, self.pdbs = inner, cp, core, pdbs
+        self.fillers, self.back_after_s = fillers, back_after_s
+        self.asked: list[tuple[str, bool]] = []
+        self.other = ""
+
+    def evict(self, namespace, name, *, uid):
+        if not self.asked:
+            self.other = next(f for f in self.fillers if f != name)
+            _ready(self.core, self.other, False)
+            self.cp.wait_for(
+                lambda: _allowed(self.pdbs, "fillers") == 0,
+                message="the disruption controller took the budget to 0",
+            )
+            if self.back_after_s is not None:
+                threading.Timer(self.back_after_s, _ready, (self.core, self.other)).start()
+        accepted = self.inner.evict(namespace, name, uid=uid)
+        self.asked.append((name, accepted))
+        return accepted
+
+    def nominate(self, namespace, name, node):
+        self.inner.nominate(namespace, name, node)
+
+    def budgets(self, namespace):
+        return self.inner.budgets(namespace)
+
+
+def _apply_beside_a_drain(cp, core, pdbs, fillers, *, budget_wait_s, back_after_s=None):
+    applier = api_applier(
+        make_manager(None),
+        api_client=cp.api_client(new=True),
+        ledger=LEDGER,
+        ledger_flag="--ledger",
+        limits=ApplyLimits(budget_wait_s=budget_wait_s, budget_retry_s=1, replacement_wait_s=20),
+        protected_namespaces=("kube-system",),
+        planner_options={},
+    )
+    drain = _DrainBeside(
+        applier.evictions, cp, core, pdbs, list(fillers), back_after_s=back_after_s
+    )
+    applier.evictions = drain
+    return applier.run([f"{NS}/big"]), drain
+
+
+def test_a_budget_at_its_limit_at_the_eviction_is_waited_on_never_forced(control_plane, cluster):
+    core, apps, _ = cluster
+    pdbs = client.CustomObjectsApi(control_plane.api_client())
+    nodes, fillers = _layout(control_plane, core, apps)
+    for name in fillers:
+        _ready(core, name)
+    pdbs.create_namespaced_custom_object(
+        *PDBS,
+        {
+            "apiVersion": "policy/v1beta1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "fillers"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"tier": "filler"}}},
+        },
+    )
+    control_plane.wait_for(
+        lambda: _allowed(pdbs, "fillers") == 1, message="the budget allows one disruption"
+    )
+    big_uid = _raw(core, "big")["metadata"]["uid"]
+    evicted_before = len(_ledger(core).evictions)  # the module's earlier runs
+
+    # refused for the whole wait: asked again, never forced; the plan stops
+    report, drain = _apply_beside_a_drain(control_plane, core, pdbs, fillers, budget_wait_s=3)
+    assert report.evicted == 0 and [s.result for s in report.steps] == ["blocked-by-budget"]
+    victim = report.steps[0].move.pod.split("/")[1]
+    assert len(drain.asked) >= 3 and drain.asked == [(victim, False)] * len(drain.asked)
+    assert all(not p["metadata"].get("deletionTimestamp") for p in _pods(core))
+    assert len(_pods(core, "tier=filler")) == 4
+    assert not _raw(core, "big")["status"].get("nominatedNodeName")  # withdrawn
+    (event,) = [e for e in _events(core, BLOCKED) if e.involved_object.name == "big"]
+    assert f"refused the eviction of {NS}/{victim}" in event.message
+    record = _ledger(core).plans[big_uid]
+    assert (record.node, record.steps) == ("", [])
+    assert record.blocked == f"a PodDisruptionBudget refused the eviction of {NS}/{victim} for 3 s"
+    assert len(_ledger(core).evictions) == evicted_before
+
+    # the drained pod is ready again: a later run's refusal is waited on, then accepted
+    _ready(core, drain.other)
+    control_plane.wait_for(lambda: _allowed(pdbs, "fillers") == 1, message="the budget back")
+    report, drain = _apply_beside_a_drain(
+        control_plane, core, pdbs, fillers, budget_wait_s=30, back_after_s=2
+    )
+    assert report.evicted == 1, report
+    (step,) = report.steps
+    moved = step.move.pod.split("/")[1]
+    assert drain.asked[0] == (moved, False) and drain.asked[-1] == (moved, True)
+    assert not any(ok for _, ok in drain.asked[:-1])
+    ledger = _ledger(core)
+    assert len(ledger.evictions) == evicted_before + 1
+    record = ledger.plans[big_uid]
+    assert record.blocked == "" and [s.pod for s in record.steps] == [step.move.pod]
+    assert record.node == step.move.from_node
+    _moved_and_placed(control_plane, core, fillers, moved)
+    pdbs.delete_namespaced_custom_object(*PDBS, "fillers")
     _clean(control_plane, core, apps, nodes)
 
 
