@@ -55,7 +55,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import datetime as dt
 import os
 import random
 import shutil
@@ -86,15 +85,11 @@ from pipeline_stack import (  # noqa: E402
     BoundWatch,
     StandIn,
     claims_podresources,
+    published_annotations,
     running_stack,
 )
-from workload import node_object, pod_shape  # noqa: E402
+from workload import pod_shape  # noqa: E402
 
-from hami_core.protocol.handshake import (  # noqa: E402
-    HandshakeState,
-    encode_handshake,
-    podresources_key,
-)
 from tests.e2e.controlplane import (  # noqa: E402
     ControlPlane,
 )
@@ -102,7 +97,6 @@ from tests.standin_kubelet import DEFAULT_ADMISSION_DELAY_S  # noqa: E402
 
 ALONE_NS, NOOP_NS = "bench-alone", "bench-noop"
 BURST_SHAPE = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
-HANDSHAKE = "hami.io/node-handshake"
 
 
 def apiserver_writes(cp: ControlPlane) -> collections.Counter[tuple[str, str]]:
@@ -227,22 +221,16 @@ def clear(core: k8s.CoreV1Api, ns: str) -> None:
 
 
 def add_nodes(cp: ControlPlane, first: int, last: int, *, claims: bool) -> None:
-    """Nodes ``first`` .. ``last - 1`` as their device plugins publish them: the
-    inventory and a handshake answer, with (``claims``) the capability to tell pods
-    apart beside it (``protocol.handshake.identifies_pods``), as ``NodeAgent`` writes it
-    for an ``Allocator`` that reads PodResources and has a trust check."""
-    answer = encode_handshake(HandshakeState.REPORTED, dt.datetime.now(dt.UTC))
+    """Nodes ``first`` .. ``last - 1`` as their device plugins publish them
+    (``pipeline_stack.published_annotations``: with ``claims``, binds to them take no
+    node lock)."""
 
     def worker(indices: list[int]) -> None:
         for i in indices:
             name = f"bench-node-{i:04}"
-            obj = node_object(name)
-            annotations = {**obj["metadata"]["annotations"], HANDSHAKE: answer}
-            if claims:
-                annotations[podresources_key(HANDSHAKE)] = answer
             cp.add_fake_node(
                 name,
-                annotations=annotations,
+                annotations=published_annotations(name, claims=claims),
                 capacity={"nvidia.com/gpu": "80", "pods": "250"},
             )
 

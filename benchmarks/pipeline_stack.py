@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -29,11 +30,17 @@ sys.path.insert(0, str(ROOT))
 
 import hami_nvidia.plugin  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
+from workload import node_object  # noqa: E402
 
 from hami_core.cluster.direct import DirectKubeCluster  # noqa: E402
 from hami_core.cluster.kube import CONNECTION_POOL_SIZE, KubeCluster  # noqa: E402
 from hami_core.plugin import BackendManager  # noqa: E402
 from hami_core.protocol.config import parse_config  # noqa: E402
+from hami_core.protocol.handshake import (  # noqa: E402
+    HandshakeState,
+    encode_handshake,
+    podresources_key,
+)
 from hami_core.protocol.signature import AllocationVerifier  # noqa: E402
 from hami_core.servers.signingkeys import PublicKeyFiles  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
@@ -90,6 +97,24 @@ def trust_options(mode: str, public_keys: Path) -> dict[str, Any]:
 def claims_podresources(mode: str) -> bool:
     """Whether a ``--trust`` mode's nodes claim they tell pods apart (binds take no lock)."""
     return mode != "off"
+
+
+#: hami-nvidia's handshake annotation (its ``DeviceType.handshake_annotation``).
+HANDSHAKE = "hami.io/node-handshake"
+
+
+def published_annotations(name: str, *, claims: bool) -> dict[str, str]:
+    """Node ``name``'s annotations as its device plugin publishes them: the inventory
+    (``workload.node_object``: 8 A100-80GB, split 10) and a handshake answer, with
+    (``claims``) the capability to tell pods apart beside it
+    (``protocol.handshake.identifies_pods``), as ``NodeAgent`` writes it for an
+    ``Allocator`` that reads PodResources and has a trust check: binds to such a node
+    take no node lock."""
+    answer = encode_handshake(HandshakeState.REPORTED, dt.datetime.now(dt.UTC))
+    annotations = {**node_object(name)["metadata"]["annotations"], HANDSHAKE: answer}
+    if claims:
+        annotations[podresources_key(HANDSHAKE)] = answer
+    return annotations
 
 
 class WriteCounter:

@@ -130,6 +130,85 @@ class _SerialQueues:
                 self._queues[key].popleft()
 
 
+class KubeletPods:
+    """kubelet's pod manager and device assignments, per node, as its PodResources
+    ``List`` reports them (kubelet 1.20): a pod is listed from its admission on and until
+    it is deleted (also when its admission was refused), each container with the device
+    IDs its answered ``Allocate`` gave it. ``StandInKubelet`` keeps its nodes' here;
+    ``benchmarks/bench_allocate.py``, which calls ``Allocate`` itself, keeps its node's.
+    Thread-safe.
+    """
+
+    def __init__(self, resource: str) -> None:
+        """Args:
+        resource: the extended resource the IDs are of (``nvidia.com/gpu``).
+        """
+        self.resource = resource
+        self._lock = threading.Lock()
+        # node -> uid -> (namespace, name, container names): kubelet's pod manager
+        self._listed: dict[str, dict[str, tuple[str, str, tuple[str, ...]]]] = {}
+        self._held: dict[str, dict[str, tuple[str, ...]]] = {}  # node -> uid/container -> IDs
+
+    def admit(self, node: str, pod: KubeObject) -> None:
+        """``pod`` is being admitted on ``node``: listed from now on, no device yet."""
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        ordered = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        with self._lock:
+            self._listed.setdefault(node, {})[str(meta.get("uid") or "")] = (
+                str(meta.get("namespace") or "default"),
+                str(meta.get("name") or ""),
+                tuple(str(c.get("name") or "") for c in ordered),
+            )
+
+    def give(self, node: str, uid: str, container: str, ids: Sequence[str]) -> None:
+        """The ``Allocate`` of pod ``uid``'s ``container`` answered with ``ids``."""
+        with self._lock:
+            self._held.setdefault(node, {})[f"{uid}/{container}"] = tuple(ids)
+
+    def free(self, node: str, uid: str) -> None:
+        """Pod ``uid``'s device IDs are free again (a failed admission: it stays listed)."""
+        with self._lock:
+            held = self._held.get(node, {})
+            for key in [k for k in held if k.startswith(f"{uid}/")]:
+                del held[key]
+
+    def forget(self, node: str, uid: str) -> None:
+        """Pod ``uid`` was deleted: no longer listed, its IDs free."""
+        self.free(node, uid)
+        with self._lock:
+            self._listed.get(node, {}).pop(uid, None)
+
+    def held_ids(self, node: str) -> dict[str, tuple[str, ...]]:
+        """``uid/container`` -> device IDs handed out on ``node``."""
+        with self._lock:
+            return dict(self._held.get(node, {}))
+
+    def listed(self, node: str) -> list[KubeletPod]:
+        """What kubelet's PodResources ``List`` answers on ``node`` now."""
+        with self._lock:
+            pods = list(self._listed.get(node, {}).items())
+            held = dict(self._held.get(node, {}))
+        return [
+            KubeletPod(
+                namespace=ns,
+                name=name,
+                containers=tuple(
+                    KubeletContainer(
+                        name=c,
+                        devices={self.resource: held[f"{uid}/{c}"]} if f"{uid}/{c}" in held else {},
+                    )
+                    for c in containers
+                ),
+            )
+            for uid, (ns, name, containers) in pods
+        ]
+
+    def source(self, node: str) -> _PodResources:
+        """Kubelet's PodResources ``List`` on ``node`` (a ``PodResourcesSource``)."""
+        return _PodResources(self, node)
+
+
 class StandInKubelet:
     """kubelet's device manager for every node of ``store`` (see the module docstring).
 
@@ -183,9 +262,7 @@ class StandInKubelet:
         self._heap: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
         self._seen: set[str] = set()
-        self._held: dict[str, dict[str, tuple[str, ...]]] = {}  # node -> uid/container -> IDs
-        # node -> uid -> (namespace, name, container names): kubelet's pod manager
-        self._listed: dict[str, dict[str, tuple[str, str, tuple[str, ...]]]] = {}
+        self.pods = KubeletPods(self.resource)
         self._allocators: dict[str, Allocator] = {}
         self.admissions: dict[str, Admission] = {}
         self._stopped = False
@@ -228,32 +305,15 @@ class StandInKubelet:
 
     def pod_resources(self, node: str) -> _PodResources:
         """Kubelet's PodResources ``List`` on ``node`` (a ``PodResourcesSource``)."""
-        return _PodResources(self, node)
+        return self.pods.source(node)
 
     def listed(self, node: str) -> list[KubeletPod]:
         """What kubelet's PodResources ``List`` answers on ``node`` now."""
-        with self._cond:
-            pods = list(self._listed.get(node, {}).items())
-            held = dict(self._held.get(node, {}))
-        return [
-            KubeletPod(
-                namespace=ns,
-                name=name,
-                containers=tuple(
-                    KubeletContainer(
-                        name=c,
-                        devices={self.resource: held[f"{uid}/{c}"]} if f"{uid}/{c}" in held else {},
-                    )
-                    for c in containers
-                ),
-            )
-            for uid, (ns, name, containers) in pods
-        ]
+        return self.pods.listed(node)
 
     def held_ids(self, node: str) -> dict[str, tuple[str, ...]]:
         """``uid/container`` -> device IDs kubelet handed out on ``node`` (PodResources)."""
-        with self._cond:
-            return dict(self._held.get(node, {}))
+        return self.pods.held_ids(node)
 
     # -- the watch ---------------------------------------------------------------------
 
@@ -291,10 +351,7 @@ class StandInKubelet:
             self._seen.discard(uid)
             self.admissions.pop(uid, None)
             if node:
-                self._listed.get(node, {}).pop(uid, None)
-                held = self._held.get(node, {})
-                for key in [k for k in held if k.startswith(f"{uid}/")]:
-                    del held[key]
+                self.pods.forget(node, uid)
                 queue = self._queues.get(node)
                 if queue:
                     kept = [q for q in queue if (q.pod.get("metadata") or {}).get("uid") != uid]
@@ -345,11 +402,7 @@ class StandInKubelet:
         with self._cond:  # kubelet's pod manager has the pod from its admission on
             if uid not in self._seen:
                 return  # deleted while it waited
-            self._listed.setdefault(node, {})[uid] = (
-                str(meta.get("namespace") or "default"),
-                str(meta.get("name") or ""),
-                tuple(str(c.get("name") or "") for c in ordered),
-            )
+            self.pods.admit(node, pod)
         try:
             allocator = self._allocator(node)
             for container in ordered:
@@ -360,15 +413,11 @@ class StandInKubelet:
                 allocator.allocate([list(ids)])
                 name = str(container.get("name") or "")
                 given[name] = ids
-                with self._cond:
-                    self._held.setdefault(node, {})[f"{uid}/{name}"] = ids
+                self.pods.give(node, uid, name, ids)
         except HamiError as exc:
             error = str(exc)
             log.info("kubelet %s: pod %s not admitted: %s", node, ref, exc)
-            with self._cond:  # kubelet frees what a failed admission was given
-                held = self._held.get(node, {})
-                for key in [k for k in held if k.startswith(f"{uid}/")]:
-                    del held[key]
+            self.pods.free(node, uid)  # kubelet frees what a failed admission was given
         with self._cond:
             if uid in self._seen:  # not deleted meanwhile
                 self.admissions[uid] = Admission(
@@ -394,8 +443,7 @@ class StandInKubelet:
     def _take(self, allocator: Allocator, node: str, n: int) -> tuple[str, ...]:
         """``n`` free IDs of ``node``: the plugin's preference when it names ``n`` free
         IDs (kubelet's ``GetPreferredAllocation``), else the first free ones."""
-        with self._cond:
-            used = {i for ids in self._held.get(node, {}).values() for i in ids}
+        used = {i for ids in self.pods.held_ids(node).values() for i in ids}
         free = sorted(allocator.known_ids() - used)
         if len(free) < n:
             raise _KubeletRefused(f"{n} {self.resource} asked, {len(free)} free on {node}")
@@ -451,16 +499,16 @@ class _PodResources:
 
     version = "stand-in"
 
-    def __init__(self, kubelet: StandInKubelet, node: str) -> None:
-        self._kubelet = kubelet
+    def __init__(self, pods: KubeletPods, node: str) -> None:
+        self._pods = pods
         self._node = node
 
     def list(self) -> Sequence[KubeletPod]:
-        return self._kubelet.listed(self._node)
+        return self._pods.listed(self._node)
 
 
 class _KubeletRefused(HamiError):
     """kubelet's own refusal before any Allocate (no plugin, too few free devices)."""
 
 
-__all__ = ["DEFAULT_ADMISSION_DELAY_S", "Admission", "StandInKubelet"]
+__all__ = ["DEFAULT_ADMISSION_DELAY_S", "Admission", "KubeletPods", "StandInKubelet"]
