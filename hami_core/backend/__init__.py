@@ -3,7 +3,8 @@
 Everything a backend needs from the core is here, so a backend's imports say
 ``from hami_core.backend import ...`` and nothing else of the core:
 
-- the hook marker ``hookimpl`` (specs: ``hami_core.plugin.hookspecs``) and the model
+- the hook marker ``hookimpl`` (specs: ``hami_core.plugin.hookspecs``), the declaration
+  ``reads_pod_annotations`` of the pod annotations a ``hami_parse_request`` reads, and the model
   classes that cross the hooks (``DeviceInfo``, ``DeviceRequest``, ``FitResult``, ...);
 - the configuration section ``VendorConfig`` and the errors a hook may raise
   (``InvalidInputError`` for bad input, ``ConfigError`` for a bad section);
@@ -43,7 +44,7 @@ from hami_core.errors import (
     QuantityError,
 )
 from hami_core.model import *  # noqa: F403 (every model class crosses the hooks)
-from hami_core.plugin import hookimpl
+from hami_core.plugin import hookimpl, reads_pod_annotations
 from hami_core.protocol.config import VendorConfig, is_extended_resource_name
 from hami_core.protocol.migallocations import (
     MigAllocation,
@@ -149,6 +150,7 @@ __all__ = [
     "largest_accepted",
     "hami_annotation_keys",
     "hookimpl",
+    "reads_pod_annotations",
     "remove_tree",
     "is_extended_resource_name",
     "inventory_device",

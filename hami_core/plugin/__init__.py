@@ -7,10 +7,16 @@ group ``hami.backends``; the rest of the code reaches them only through
 
 import pluggy
 
-from .hookspecs import PROJECT
+from .hookspecs import PROJECT, reads_pod_annotations
 
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 from .manager import ENTRY_POINT_GROUP, BackendManager, BackendRecord  # noqa: E402
 
-__all__ = ["ENTRY_POINT_GROUP", "BackendManager", "BackendRecord", "hookimpl"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "BackendManager",
+    "BackendRecord",
+    "hookimpl",
+    "reads_pod_annotations",
+]

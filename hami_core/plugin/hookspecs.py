@@ -19,8 +19,8 @@ exception is reported as a ``BackendError`` naming the backend.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import pluggy
 
@@ -49,6 +49,40 @@ _hookspec = pluggy.HookspecMarker(PROJECT)
 
 Pod = Mapping[str, Any]
 Container = Mapping[str, Any]
+
+#: The attribute ``reads_pod_annotations`` sets on a ``hami_parse_request`` implementation.
+POD_ANNOTATIONS_ATTR = "hami_reads_pod_annotations"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reads_pod_annotations(*keys: str) -> Callable[[F], F]:
+    """Declare that a ``hami_parse_request`` implementation reads of the pod only these
+    annotations (HAMi's request annotations: Ascend's ``huawei.com/vnpu-mode``, MetaX's
+    app class and QoS policy).
+
+    The implementation is then passed, as ``pod``, only ``{"metadata": {"annotations":
+    {...}}}`` holding those of ``keys`` the pod carries, and its answer is kept per
+    container content and those annotations' values (``BackendManager.parse_requests``)
+    instead of being asked again for every pod. Without the declaration an implementation
+    that names ``pod`` gets the whole pod and is asked for every pod.
+
+    Example::
+
+        @reads_pod_annotations("huawei.com/vnpu-mode")
+        def parse_request(pod, container, config): ...
+
+    Raises:
+        TypeError: no key, or a key that is not a non-empty string.
+    """
+    if not keys or not all(isinstance(k, str) and k for k in keys):
+        raise TypeError(f"reads_pod_annotations needs annotation keys, got {keys!r}")
+
+    def mark(fn: F) -> F:
+        setattr(fn, POD_ANNOTATIONS_ATTR, frozenset(keys))
+        return fn
+
+    return mark
 
 
 @_hookspec
@@ -196,7 +230,10 @@ def hami_parse_request(
     the pod's annotations, not this hook); ``hami top`` and ``hami simulate``.
     The answer must follow from the arguments alone: an implementation that does not
     name ``pod`` is asked once per container content (its answer kept for the other
-    replicas, ``BackendManager.parse_requests``); one that reads the pod names it.
+    replicas, ``BackendManager.parse_requests``); one that reads the pod names it, and
+    declares the annotations it reads with ``@reads_pod_annotations(...)`` to be asked
+    once per container content and values of those annotations (it is then given only
+    them); an undeclared one gets the whole pod and is asked for every pod.
     Args:
         pod: the pod; container: one of its containers; init: True for an init container.
         config: this backend's configuration section.

@@ -129,9 +129,11 @@ class BackendManager:
         self._by_vendor: dict[str, str] = {}
         self._callers: dict[tuple[str, str], Any] = {}
         self._sections: dict[str, VendorConfig] = {}
-        # (backend, init, the container's JSON) -> its answer, for hooks not naming pod
-        self._request_memo: dict[tuple[str, bool, str], DeviceRequest | None] = {}
-        self._reads_pod: dict[str, bool] = {}
+        # (init, the container's JSON[, the declared annotations' values]) -> the answers
+        # of the backends whose hook is kept (``_pod_reading`` not ``_WHOLE_POD``), by name
+        self._request_memo: dict[tuple[Any, ...], dict[str, DeviceRequest | None]] = {}
+        self._pod_reads: dict[str, frozenset[str] | None] = {}
+        self._declared: tuple[str, ...] | None = None
         for name in sorted(plugins):
             try:
                 self._pm.register(plugins[name], name=name)
@@ -291,36 +293,72 @@ class BackendManager:
     # -- hooks ----------------------------------------------------------------------
 
     def parse_requests(self, pod: Pod, container: Container, *, init: bool) -> list[DeviceRequest]:
-        """Every backend's request for one container (usually zero or one).
+        """Every backend's request for one container (usually zero or one), by backend name.
 
         A backend whose hook does not name ``pod`` answers from the container, ``init``
-        and its configuration alone: its answer is kept by the container's content (at
-        most ``REQUEST_MEMO_SIZE``; errors are not kept), so the replicas of one
-        Deployment cost one parse per backend when a cluster's pods are read from scratch.
+        and its configuration alone; one that declares the pod annotations it reads
+        (``reads_pod_annotations``) is given only those. Both answers are kept by the
+        container's content and the values of every declared annotation (at most
+        ``REQUEST_MEMO_SIZE`` keys; errors are not kept), so the replicas of one
+        Deployment cost one parse per backend when a cluster's pods are read from
+        scratch. A hook that names ``pod`` without a declaration is asked every time.
 
         Raises:
             InvalidInputError: a backend found a malformed quantity.
             BackendError: a backend broke the contract.
         """
+        key = self._memo_key(pod, container, init)
+        kept = self._request_memo.get(key) if key is not None else None
+        fresh: dict[str, DeviceRequest | None] = {}
         out = []
-        content = _json_or_none(container)
         for name in self._records:
-            key = (name, init, content) if content is not None else None
-            if key is not None and key in self._request_memo and not self._hook_reads_pod(name):
-                req = self._request_memo[key]
+            if kept is not None and name in kept:
+                req = kept[name]
             else:
-                req = self._parse_one(name, pod, container, init)
-                if key is not None and not self._hook_reads_pod(name):
-                    if len(self._request_memo) >= REQUEST_MEMO_SIZE:
-                        self._request_memo.clear()
-                    self._request_memo[key] = req
+                reads = self._pod_reading(name)
+                req = self._parse_one(name, _pod_view(pod, reads), container, init)
+                if reads is not _WHOLE_POD:
+                    fresh[name] = req
             if req is not None:
                 out.append(req)
+        if key is not None and kept is None and fresh:
+            if len(self._request_memo) >= REQUEST_MEMO_SIZE:
+                self._request_memo.clear()
+            self._request_memo[key] = fresh
         return out
 
     def request_memo_size(self) -> int:
-        """How many answers ``parse_requests`` keeps now (at most ``REQUEST_MEMO_SIZE``)."""
+        """How many container readings ``parse_requests`` keeps now (at most
+        ``REQUEST_MEMO_SIZE``)."""
         return len(self._request_memo)
+
+    def _memo_key(self, pod: Pod, container: Container, init: bool) -> tuple[Any, ...] | None:
+        """The memo's key of one container: ``init``, the container as JSON and the values
+        of every annotation a backend declares reading; None (nothing kept) when the
+        container is not JSON or such an annotation is not a string (no API server sends
+        either)."""
+        content = _json_or_none(container)
+        if content is None:
+            return None
+        declared = self._declared_annotations()
+        if not declared:
+            return (init, content)
+        ann = _annotations(pod)
+        values = tuple(ann.get(k) for k in declared)
+        if not all(v is None or isinstance(v, str) for v in values):
+            return None
+        return (init, content, values)
+
+    def _declared_annotations(self) -> tuple[str, ...]:
+        """Every annotation key a backend's ``hami_parse_request`` declares, sorted."""
+        if self._declared is None:
+            keys: set[str] = set()
+            for name in self._records:
+                reads = self._pod_reading(name)
+                if reads is not None and reads is not _WHOLE_POD:
+                    keys |= reads
+            self._declared = tuple(sorted(keys))
+        return self._declared
 
     def _parse_one(
         self, name: str, pod: Pod, container: Container, init: bool
@@ -340,16 +378,27 @@ class BackendManager:
             )
         return req
 
-    def _hook_reads_pod(self, name: str) -> bool:
-        """Whether backend ``name``'s ``hami_parse_request`` names ``pod`` (pluggy passes
-        a hook only the arguments it names: one that does not answers from the container,
-        ``init`` and its configuration alone, so its answer can be kept by content)."""
-        if name not in self._reads_pod:
+    def _pod_reading(self, name: str) -> frozenset[str] | None:
+        """What backend ``name``'s ``hami_parse_request`` reads of the pod: None when it
+        does not name ``pod`` (pluggy passes a hook only the arguments it names: it
+        answers from the container, ``init`` and its configuration alone), the annotation
+        keys it declares (``reads_pod_annotations``), else ``_WHOLE_POD``."""
+        if name not in self._pod_reads:
             impls = [
                 i for i in self._pm.hook.hami_parse_request.get_hookimpls() if i.plugin_name == name
             ]
-            self._reads_pod[name] = not impls or any("pod" in i.argnames for i in impls)
-        return self._reads_pod[name]
+            reads: frozenset[str] | None = _WHOLE_POD
+            if impls and not any("pod" in i.argnames for i in impls):
+                reads = None
+            elif impls:
+                declared = [
+                    getattr(i.function, hookspecs.POD_ANNOTATIONS_ATTR, None) for i in impls
+                ]
+                keys = [d for d in declared if isinstance(d, frozenset)]
+                if len(keys) == len(declared):
+                    reads = frozenset(k for d in keys for k in d)
+            self._pod_reads[name] = reads
+        return self._pod_reads[name]
 
     def mutate(
         self,
@@ -824,6 +873,29 @@ class BackendManager:
             others = [p for n, p in self._pm.list_name_plugin() if n != name]
             self._callers[key] = self._pm.subset_hook_caller(hook, remove_plugins=others)
         return self._callers[key]  # type: ignore[no-any-return]
+
+
+#: ``_pod_reading`` of a hook that reads the pod without declaring what (compared by
+#: identity: a declaration of the key ``*`` is a declaration like any other).
+_WHOLE_POD: frozenset[str] = frozenset({"*"})
+
+
+def _annotations(pod: Pod) -> Mapping[str, Any]:
+    """The pod's annotations; empty when it has none or they are not a mapping (as
+    ``hami_core.backend.annotations_of`` reads them)."""
+    meta = pod.get("metadata") or {}
+    ann = meta.get("annotations") or {} if isinstance(meta, Mapping) else {}
+    return ann if isinstance(ann, Mapping) else {}
+
+
+def _pod_view(pod: Pod, reads: frozenset[str] | None) -> Pod:
+    """What a ``hami_parse_request`` implementation is given as ``pod``: the pod itself,
+    unless it declared the annotations it reads; then only those of them the pod carries
+    (so that its answer follows from what the memo's key holds)."""
+    if reads is None or reads is _WHOLE_POD:
+        return pod
+    ann = _annotations(pod)
+    return {"metadata": {"annotations": {k: ann[k] for k in sorted(reads) if k in ann}}}
 
 
 def _json_or_none(container: Container) -> str | None:

@@ -38,6 +38,7 @@ from hami_core.backend import (
     VendorConfig,
     annotations_of,
     read_quantity,
+    reads_pod_annotations,
 )
 
 from .models import MODE_HAMI_CORE, MODES, AscendSettings, ModelSpec, Template, settings
@@ -242,9 +243,12 @@ def resolve(
     )
 
 
+@reads_pod_annotations(VNPU_MODE_ANNOTATION)
 def parse_request(
     pod: Mapping[str, Any], container: Mapping[str, Any], config: VendorConfig
 ) -> DeviceRequest | None:
-    """``hami_parse_request`` for Ascend: the core's ``DeviceRequest``, or None."""
+    """``hami_parse_request`` for Ascend: the core's ``DeviceRequest``, or None. Of the pod
+    it reads the vNPU mode annotation only (``pod_mode``), so the core keeps its answer per
+    container content and that annotation's value."""
     req = resolve(pod, container, settings(config))
     return None if req is None else req.device_request()

@@ -32,6 +32,7 @@ from hami_core.backend import (
     denies_invalid_input,
     pointer_token,
     read_quantity,
+    reads_pod_annotations,
     resource_value,
     stated_quantities,
 )
@@ -112,8 +113,11 @@ def check_pod_annotations(pod: Mapping[str, Any], count: int, container: Mapping
         )
 
 
+@reads_pod_annotations(APP_CLASS, QOS_POLICY)
 def parse_request(pod: Mapping[str, Any], container: Mapping[str, Any]) -> DeviceRequest | None:
-    """The container's MetaX request (whole GPUs first, then sGPUs), or None.
+    """The container's MetaX request (whole GPUs first, then sGPUs), or None. Of the pod
+    it reads the app class and QoS policy annotations only (the core keeps its answer per
+    container content and their values).
 
     Raises:
         InvalidInputError: a count of 0 or below, malformed quantities, vcore above 100,
