@@ -9,6 +9,8 @@ the first and the last without devices.
 
 from __future__ import annotations
 
+import functools
+
 from hami_core.errors import AnnotationError
 from hami_core.model import ContainerDevice, ContainerDevices, PodDevices
 
@@ -27,8 +29,17 @@ def encode_container_devices(devices: ContainerDevices) -> str:
     return "".join(f"{d.uuid},{d.vendor},{d.memory_mib},{d.cores_pct}:" for d in devices)
 
 
+#: Device lists whose decoding ``decode_pod_devices`` keeps (least recently used first
+#: out): the scheduler's state reads each bound pod's list for its node and its quota.
+DECODED_LISTS = 4096
+
+
+@functools.lru_cache(maxsize=DECODED_LISTS)
 def decode_pod_devices(value: str) -> PodDevices:
     """Decode a device list, keeping empty entries (never shifting containers).
+
+    The answer (immutable: tuples of frozen ``ContainerDevice``) is kept per distinct
+    string, at most ``DECODED_LISTS`` of them; a malformed list is decoded again each time.
 
     Returns:
         One tuple per container, in wire order (init containers first).

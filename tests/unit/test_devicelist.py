@@ -3,8 +3,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami_core.errors import AnnotationError
-from hami_core.model import ContainerDevice
+from hami_core.model import ContainerDevice, PodDevices
 from hami_core.protocol import decode_pod_devices, encode_pod_devices
+from hami_core.protocol.devicelist import DECODED_LISTS
 
 PROTOCOL_EXAMPLE = ";GPU-aaa,NVIDIA,8000,30:GPU-bbb,NVIDIA,8000,30:;;"
 
@@ -73,3 +74,45 @@ slices = st.builds(
 @given(st.lists(st.lists(slices, max_size=4).map(tuple), max_size=6).map(tuple))
 def test_round_trip_keeps_container_positions(pod):
     assert decode_pod_devices(encode_pod_devices(pod)) == pod
+
+
+def _fresh(value: str) -> PodDevices | str:
+    """The list decoded without the kept answers, or its error's message."""
+    try:
+        return decode_pod_devices.__wrapped__(value)
+    except AnnotationError as exc:
+        return str(exc)
+
+
+def _kept(value: str) -> PodDevices | str:
+    try:
+        return decode_pod_devices(value)
+    except AnnotationError as exc:
+        return str(exc)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.lists(st.lists(slices, max_size=3).map(tuple), max_size=3)
+            .map(tuple)
+            .map(encode_pod_devices),
+            st.text(alphabet="GPU-a,NVIDIA1:;x ", max_size=30),  # malformed ones too
+        ),
+        max_size=8,
+    )
+)
+def test_a_kept_decoding_is_the_fresh_one(values):
+    """Kept per string (the scheduler's state reads each pod's list twice): every answer,
+    and every error, is the one a fresh decode gives, however often asked."""
+    for value in values + values:
+        assert _kept(value) == _fresh(value)
+
+
+def test_kept_decodings_are_bounded():
+    """A tenant writing a new list per pod does not grow the kept answers past the bound."""
+    for i in range(DECODED_LISTS + 100):
+        assert decode_pod_devices(f"GPU-{i},NVIDIA,{i},1:;") == (
+            (ContainerDevice(uuid=f"GPU-{i}", vendor="NVIDIA", memory_mib=i, cores_pct=1),),
+        )
+    assert decode_pod_devices.cache_info().currsize <= DECODED_LISTS
