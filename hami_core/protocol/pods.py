@@ -6,7 +6,7 @@ Kubernetes ``v1.Pod`` JSON form, as the API server sends it)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from hami_core.errors import InvalidInputError
 from hami_core.model.charge import SIDECAR_RESTART_POLICY, init_flags
@@ -55,6 +55,12 @@ def pod_ref(pod: Pod) -> str:
     return f"{meta.get('namespace', 'default')}/{meta.get('name') or meta.get('generateName', '?')}"
 
 
+def _is_mapping(value: object) -> TypeGuard[Mapping[Any, Any]]:
+    """``isinstance(value, Mapping)``, with a JSON object (a ``dict``) answered without
+    the ABC's check (every field of every pod is asked when a cluster is read)."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def check_pod_shape(pod: object) -> None:
     """Check the parts of a Pod object hami reads have the types the Kubernetes API gives
     them, so a malformed object gets a clear error instead of a crash deeper down.
@@ -62,10 +68,10 @@ def check_pod_shape(pod: object) -> None:
     Raises:
         InvalidInputError: names the field and what it should be.
     """
-    if not isinstance(pod, Mapping):
+    if not _is_mapping(pod):
         raise InvalidInputError("the pod must be an object")
     meta = pod.get("metadata")
-    if not isinstance(meta, Mapping):
+    if not _is_mapping(meta):
         raise InvalidInputError("pod metadata must be an object")
     for key in ("name", "namespace", "uid", "generateName"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
@@ -74,14 +80,14 @@ def check_pod_shape(pod: object) -> None:
         value = meta.get(key)
         if value is None:
             continue
-        if not isinstance(value, Mapping) or not all(
+        if not _is_mapping(value) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
             raise InvalidInputError(f"pod metadata.{key} must map strings to strings")
     spec = pod.get("spec")
     if spec is None:
         return
-    if not isinstance(spec, Mapping):
+    if not _is_mapping(spec):
         raise InvalidInputError("pod spec must be an object")
     for key in ("initContainers", "containers"):
         items = spec.get(key)
@@ -90,17 +96,14 @@ def check_pod_shape(pod: object) -> None:
         if not isinstance(items, list):
             raise InvalidInputError(f"pod spec.{key} must be a list")
         for i, c in enumerate(items):
-            if not isinstance(c, Mapping) or not isinstance(c.get("name", ""), str):
+            if not _is_mapping(c) or not isinstance(c.get("name", ""), str):
                 raise InvalidInputError(
                     f"pod spec.{key}[{i}] must be a container object with a name"
                 )
             res = c.get("resources")
             if res is not None and not (
-                isinstance(res, Mapping)
-                and all(
-                    res.get(s) is None or isinstance(res[s], Mapping)
-                    for s in ("limits", "requests")
-                )
+                _is_mapping(res)
+                and all(res.get(s) is None or _is_mapping(res[s]) for s in ("limits", "requests"))
             ):
                 raise InvalidInputError(
                     f"pod spec.{key}[{i}].resources must hold limits and requests objects"
@@ -119,13 +122,13 @@ def check_pod_shape(pod: object) -> None:
     status = pod.get("status")
     if status is None:
         return
-    if not isinstance(status, Mapping):
+    if not _is_mapping(status):
         raise InvalidInputError("pod status must be an object")
     if status.get("phase") is not None and not isinstance(status["phase"], str):
         raise InvalidInputError("pod status.phase must be a string")
     statuses = status.get("initContainerStatuses")
     if statuses is not None and not (
-        isinstance(statuses, list) and all(isinstance(s, Mapping) for s in statuses)
+        isinstance(statuses, list) and all(_is_mapping(s) for s in statuses)
     ):
         raise InvalidInputError("pod status.initContainerStatuses must be a list of objects")
 
@@ -142,19 +145,19 @@ def _check_container_fields(c: Mapping[str, Any], where: str) -> None:
         if not isinstance(env, list):
             raise InvalidInputError(f"{where}.env must be a list")
         for j, e in enumerate(env):
-            if not isinstance(e, Mapping) or not isinstance(e.get("name"), str):
+            if not _is_mapping(e) or not isinstance(e.get("name"), str):
                 raise InvalidInputError(f"{where}.env[{j}] must be an object with a string name")
     sources = c.get("envFrom")
     if sources is not None:
         if not isinstance(sources, list):
             raise InvalidInputError(f"{where}.envFrom must be a list")
         for j, src in enumerate(sources):
-            if not isinstance(src, Mapping):
+            if not _is_mapping(src):
                 raise InvalidInputError(f"{where}.envFrom[{j}] must be an object")
             if src.get("prefix") is not None and not isinstance(src["prefix"], str):
                 raise InvalidInputError(f"{where}.envFrom[{j}].prefix must be a string")
             for ref in ("configMapRef", "secretRef"):
-                if src.get(ref) is not None and not isinstance(src[ref], Mapping):
+                if src.get(ref) is not None and not _is_mapping(src[ref]):
                     raise InvalidInputError(f"{where}.envFrom[{j}].{ref} must be an object")
     for field, key in (("volumeMounts", "mountPath"), ("volumeDevices", "devicePath")):
         items = c.get(field)
@@ -163,7 +166,7 @@ def _check_container_fields(c: Mapping[str, Any], where: str) -> None:
         if not isinstance(items, list):
             raise InvalidInputError(f"{where}.{field} must be a list")
         for j, m in enumerate(items):
-            if not isinstance(m, Mapping) or not isinstance(m.get(key), str):
+            if not _is_mapping(m) or not isinstance(m.get(key), str):
                 raise InvalidInputError(
                     f"{where}.{field}[{j}] must be an object with a string {key}"
                 )
