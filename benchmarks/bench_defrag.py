@@ -49,15 +49,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import highspy
-from bench_packing import GPUS, ISSUE_LOAD, NODES, _highs, _model, demand, optimum_work, stream
+import yaml
+from bench_packing import GPUS, ISSUE_LOAD, NODES, _highs, demand, optimum_work, stream
 from workload import GPU_MEMORY_MIB, SPLIT, node_object, pod_object, pod_shape, preload
 
 from hami_core.cluster import MemoryCluster
 from hami_core.defrag.exact import DEFAULT_TIME_LIMIT_S
 from hami_core.defrag.movable import MovePolicy
 from hami_core.defrag.planner import Planner, bound_pod
-from hami_core.model import DevicePolicy, NodePolicy
+from hami_core.model import DevicePolicy, MigPlacement, MigProfile, MigSlot, NodePolicy
 from hami_core.plugin import BackendManager
+from hami_core.protocol.inventory import decode_mig_profiles
 from hami_core.scheduling.scheduler import Scheduler, utcnow
 
 TIME_LIMIT_S = 60.0
@@ -74,32 +76,116 @@ OWNER = {
     "controller": True,
 }
 
-Where = list[tuple[int, int]]
+#: A shape's annotation key carried in its dict beside its limits (``owned`` moves it to
+#: the pod's annotations): ``nvidia.com/vgpu-mode``, the modes the pod accepts
+#: (docs/PROTOCOL.md §5; HAMi's ``AllocateMode``).
+MODE = "nvidia.com/vgpu-mode"
+#: The bundled example whose MIG geometry the churn cluster's MIG GPUs have.
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cluster-modes.yaml"
 
 
-def work(limits: dict[str, str]) -> int:
-    """Compute of a pod: devices x cores (GPU-percent)."""
-    n, _, cores = demand(limits)
-    return n * cores
+def example_mig_profiles() -> tuple[MigProfile, ...]:
+    """The MIG profiles of ``examples/cluster-modes.yaml``'s A100-SXM4-80GB (NVIDIA's MIG
+    user guide, "Supported MIG Profiles": ``1g.10gb`` x7, ``2g.20gb`` x3, ``3g.40gb`` x2,
+    ``7g.80gb`` x1, with their placements in memory slices)."""
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    (gpu,) = [g for n in raw["nodes"] for g in n["gpus"] if g.get("mode") == "mig"]
+    return decode_mig_profiles(gpu["migProfiles"], str(EXAMPLE))
 
 
-def owned(name: str, limits: dict[str, str]) -> dict[str, Any]:
-    pod = pod_object(name, limits)
+PROFILES = example_mig_profiles()
+#: A MIG GPU's compute slices, its split count (the most instances: ``hami simulate``'s
+#: loader), its memory slices.
+SLICES = max(p.slice_count for p in PROFILES)
+MIG_SPLIT = max(len(p.placements) for p in PROFILES)
+MEMORY_SLICES = max(pl.start + pl.size for p in PROFILES for pl in p.placements)
+#: The churn cluster: the last node's 8 GPUs in dynamic MIG mode (``PROFILES``), the
+#: others shared (``workload.devices``). A node's GPUs are in one mode, as the GPU
+#: operator's MIG manager configures a node.
+MIG_NODES = frozenset({NODES - 1})
+#: The MIG shapes' memory: the bundled examples' ``mig-small`` / ``mig-large`` (one GPU,
+#: ``gpumem``, ``nvidia.com/vgpu-mode: mig``), each the smallest memory that takes a
+#: ``1g.10gb``, ``2g.20gb``, ``3g.40gb`` or ``7g.80gb`` (repeated: drawn more often).
+MIG_MEMORY = (8000, 8000, 8000, 16000, 16000, 30000, 30000, 60000)
+#: Of the churn traces' arrivals, the share that asks a MIG instance.
+MIG_SHARE = 0.25
+
+#: Where a pod's slices are: (node, GPU, its MIG instance on a GPU in ``mig`` mode).
+Where = list[tuple[int, int, MigSlot | None]]
+#: What placement reads of a shape: (GPUs, MiB per GPU, cores per GPU, MIG GPUs only).
+Kind = tuple[int, int, int, bool]
+
+
+def kind(shape: dict[str, str]) -> Kind:
+    """A shape's ``Kind`` (``MODE: mig``: it fits GPUs in ``mig`` mode only)."""
+    return (*demand(shape), shape.get(MODE) == "mig")
+
+
+def smallest(memory_mib: int, cores_pct: int = 0) -> MigProfile | None:
+    """The profile our fit gives a request on an empty MIG GPU: the least memory that
+    holds ``memory_mib``, with at least ``cores_pct`` of the SMs (``hami_nvidia.mig``)."""
+    fits = [p for p in PROFILES if p.memory_mib >= memory_mib and p.cores_pct >= cores_pct]
+    return min(fits, key=lambda p: (p.memory_mib, p.slice_count), default=None)
+
+
+def allowed(k: Kind) -> list[MigProfile]:
+    """The profiles an instance of a pod of kind ``k`` may be on a MIG GPU (our fit's
+    rule, ``hami_nvidia.mig._candidates``: the profile's memory and SM share at least the
+    request's per GPU); none for a whole card (its memory is the GPU's, more than
+    ``7g.80gb``'s)."""
+    _, mem, cores, _ = k
+    return [p for p in PROFILES if p.memory_mib >= mem and p.cores_pct >= cores]
+
+
+def kind_work(k: Kind) -> float:
+    """Compute a pod of kind ``k`` asks: devices x cores (GPU-percent); a MIG shape's is
+    its smallest profile's compute slices of the GPU's (a ``1g`` of 7: 14.3)."""
+    count, mem, cores, mig = k
+    if not mig:
+        return count * cores
+    profile = smallest(mem)
+    assert profile is not None
+    return count * 100 * profile.slice_count / SLICES
+
+
+def work(shape: dict[str, str]) -> float:
+    """``kind_work`` of a shape."""
+    return kind_work(kind(shape))
+
+
+def owned(name: str, shape: dict[str, str]) -> dict[str, Any]:
+    """A pending pod of ``shape`` owned by a ReplicaSet (movable)."""
+    pod = pod_object(name, {k: v for k, v in shape.items() if k != MODE})
+    if MODE in shape:
+        pod["metadata"]["annotations"] = {MODE: shape[MODE]}
     pod["metadata"]["ownerReferences"] = [dict(OWNER)]
     return pod
+
+
+def churn_shape(rng: random.Random) -> dict[str, str]:
+    """One churn arrival: a MIG instance (``MIG_SHARE``) or ``workload.pod_shape``'s mix."""
+    if rng.random() < MIG_SHARE:
+        return {
+            "nvidia.com/gpu": "1",
+            "nvidia.com/gpumem": str(rng.choice(MIG_MEMORY)),
+            MODE: "mig",
+        }
+    return pod_shape(rng)
 
 
 # -- the allocators: ours (the scheduler's own filter) and HAMi's ordering ----------------
 
 
 class Ours:
-    """Our scheduler (binpack / binpack) on an embedded cluster."""
+    """Our scheduler (binpack / binpack) on an embedded cluster (``mig_nodes``: nodes
+    whose GPUs are in MIG mode)."""
 
-    def __init__(self, manager: BackendManager) -> None:
+    def __init__(self, manager: BackendManager, mig_nodes: frozenset[int] = frozenset()) -> None:
         self.manager = manager
         self.cluster = MemoryCluster()
         for n in range(NODES):
-            self.cluster.add_node(node_object(f"node-{n}", GPUS))
+            profiles = PROFILES if n in mig_nodes else ()
+            self.cluster.add_node(node_object(f"node-{n}", GPUS, mig_profiles=profiles))
         self.scheduler = Scheduler(
             self.cluster,
             manager,
@@ -107,8 +193,8 @@ class Ours:
             device_policy=DevicePolicy.BINPACK,
         )
 
-    def place(self, name: str, limits: dict[str, str]) -> Where | None:
-        pod = owned(name, limits)
+    def place(self, name: str, shape: dict[str, str]) -> Where | None:
+        pod = owned(name, shape)
         result = self.scheduler.filter(pod)
         best = result.best()
         if best is None:
@@ -123,11 +209,46 @@ class Ours:
 
 
 def _where(allocation: Any) -> Where:
-    out = []
+    out: Where = []
     for d in allocation.all_devices():
         _, node, index = d.uuid.rsplit("-", 2)
-        out.append((int(node), int(index)))
+        out.append((int(node), int(index), d.mig))
     return out
+
+
+class _HamiGpu:
+    """One GPU as HAMi's ``DeviceUsage`` counts it: ``Count``, ``Used``, ``Usedmem``,
+    ``Usedcores``, ``Mode`` and, in ``mig`` mode, ``MigAllocationsInUse``."""
+
+    def __init__(self, node: int, index: int, mig: bool) -> None:
+        self.where = (node, index)
+        self.numa = index * 2 // GPUS
+        self.mode = "mig" if mig else "hami-core"
+        self.count = MIG_SPLIT if mig else SPLIT
+        self.used = self.used_mem = self.used_cores = 0
+        self.slots: list[MigSlot] = []
+
+
+def _select_mig(occupied: Sequence[MigPlacement], memory_mib: int) -> MigSlot | None:
+    """HAMi's ``selectMigCandidate`` (``pkg/device/nvidia/device.go``): the profiles by
+    memory, then slices, ascending; the first whose memory holds ``memory_mib`` (its
+    compute is not read) with a placement free, placements in ``orderedMigPlacements``'
+    order (``mig_topology.go``: ``1g`` and ``3g`` from the highest start down)."""
+    for profile in sorted(PROFILES, key=lambda p: (p.memory_mib, p.slice_count)):
+        if profile.memory_mib < memory_mib:
+            continue
+        high = profile.name.startswith(("1g.", "3g."))  # preferHighMigPlacement
+        placement = next(
+            (
+                c
+                for c in sorted(profile.placements, key=lambda c: -c.start if high else c.start)
+                if not any(c.overlaps(o) for o in occupied)
+            ),
+            None,
+        )
+        if placement is not None:
+            return MigSlot(profile=profile.name, placement=placement)
+    return None
 
 
 class HamiOrder:
@@ -145,44 +266,77 @@ class HamiOrder:
       sorted ascending for binpack, descending for spread, NUMA breaking ties; NVIDIA's
       ``Fit`` walks the list from its end, so binpack takes the fullest GPUs first and
       spread the emptiest;
-    - a GPU fits when a slot, the MiB and the cores are free, an exclusive request
-      (cores 100) only on an unused GPU, none on a GPU whose cores are all taken.
+    - a GPU fits (``Fit``) when its mode is one the pod's ``nvidia.com/vgpu-mode`` names
+      (``checkType``), a slot, the MiB and the cores are free, an exclusive request
+      (cores 100) only on an unused GPU, none with cores 0 on a GPU whose cores are all
+      booked;
+    - a GPU in ``mig`` mode also needs an instance (``CustomFilterRule``,
+      ``selectMigCandidate``: the profile with the least memory that holds the request,
+      its compute not read, with a placement free of the instances in use and of those
+      this container already took there); ``Fit`` then takes the same GPU again for the
+      container's next device (``if dev.Mode == "mig" { i++ }``), so a pod of N GPUs may
+      get N instances of one GPU; ``AddResourceUsage`` books the instance's profile
+      memory and ``core`` (not the request's) and its placement.
     """
 
-    def __init__(self, node_policy: str, device_policy: str) -> None:
+    def __init__(
+        self, node_policy: str, device_policy: str, mig_nodes: frozenset[int] = frozenset()
+    ) -> None:
         self.node_policy, self.device_policy = node_policy, device_policy
-        self.held = {(n, g): (0, 0, 0) for n in range(NODES) for g in range(GPUS)}
-        self.pods: dict[str, tuple[dict[str, str], Where]] = {}
+        self.gpus = [[_HamiGpu(n, g, n in mig_nodes) for g in range(GPUS)] for n in range(NODES)]
+        self.pods: dict[str, list[tuple[_HamiGpu, int, int, MigSlot | None]]] = {}
 
-    def _fits(self, ng: tuple[int, int], mem: int, cores: int) -> bool:
-        m, c, k = self.held[ng]
-        if k >= SPLIT or m + mem > GPU_MEMORY_MIB or c + cores > 100 or c >= 100:
+    @staticmethod
+    def _fits(
+        d: _HamiGpu, mem: int, cores: int, mode: str | None, taken: Sequence[MigPlacement]
+    ) -> MigSlot | bool:
+        """One step of HAMi's ``Fit`` loop on ``d``: False, True, or the MIG instance."""
+        if mode is not None and d.mode not in mode:
             return False
-        return not (cores == 100 and k > 0)
+        if d.used >= d.count or d.used_mem + mem > GPU_MEMORY_MIB or d.used_cores + cores > 100:
+            return False
+        if (cores == 100 and d.used > 0) or (d.used_cores == 100 and cores == 0):
+            return False
+        if d.mode != "mig":
+            return True
+        slot = _select_mig([*(s.placement for s in d.slots), *taken], mem)
+        return slot if slot is not None else False
 
-    def place(self, name: str, limits: dict[str, str]) -> Where | None:
-        count, mem, cores = demand(limits)
+    def place(self, name: str, shape: dict[str, str]) -> Where | None:
+        count, mem, cores, _ = kind(shape)
+        mode = shape.get(MODE)
         options = []
-        for n in range(NODES):
-            gpus = [(n, g) for g in range(GPUS)]
-            node_score = 10 * sum(
-                (
-                    sum(self.held[x][2] for x in gpus) / (SPLIT * GPUS),
-                    sum(self.held[x][1] for x in gpus) / (100 * GPUS),
-                    sum(self.held[x][0] for x in gpus) / (GPU_MEMORY_MIB * GPUS),
-                )
+        for n, gpus in enumerate(self.gpus):
+            node_score = 10 * (
+                sum(d.used for d in gpus) / sum(d.count for d in gpus)
+                + sum(d.used_cores for d in gpus) / (100 * len(gpus))
+                + sum(d.used_mem for d in gpus) / (GPU_MEMORY_MIB * len(gpus))
             )
 
-            def device_score(x: tuple[int, int]) -> float:
-                m, c, k = self.held[x]
-                return 10 * ((k + 1) / SPLIT + (c + cores) / 100 + (m + mem) / GPU_MEMORY_MIB)
+            def device_score(d: _HamiGpu) -> float:
+                return 10 * (
+                    (d.used + 1) / d.count
+                    + (d.used_cores + cores) / 100
+                    + (d.used_mem + mem) / GPU_MEMORY_MIB
+                )
 
-            numa = {x: x[1] * 2 // GPUS for x in gpus}
-            if self.device_policy == "binpack":
-                ordered = sorted(gpus, key=lambda x: (device_score(x), numa[x]))
-            else:
-                ordered = sorted(gpus, key=lambda x: (-device_score(x), numa[x]))
-            chosen = [x for x in reversed(ordered) if self._fits(x, mem, cores)][:count]
+            sign = 1 if self.device_policy == "binpack" else -1
+            ordered = sorted(gpus, key=lambda d: (sign * device_score(d), d.numa))
+            chosen: list[_HamiGpu] = []
+            walk, i = list(reversed(ordered)), 0
+            while i < len(walk) and len(chosen) < count:
+                d = walk[i]
+                taken = [
+                    s.placement
+                    for s in _replay_mig(d, [x for x in chosen if x is d], mem)
+                    if s is not None
+                ]
+                if self._fits(d, mem, cores, mode, taken) is False:
+                    i += 1
+                    continue
+                chosen.append(d)
+                if d.mode != "mig":
+                    i += 1
             if len(chosen) == count:
                 options.append((node_score, n, chosen))
         if not options:
@@ -191,27 +345,52 @@ class HamiOrder:
             best = max(options, key=lambda o: (o[0], -o[1]))
         else:
             best = min(options, key=lambda o: (o[0], o[1]))
-        for x in best[2]:
-            m, c, k = self.held[x]
-            self.held[x] = (m + mem, c + cores, k + 1)
-        self.pods[name] = (limits, best[2])
-        return best[2]
+        held = []
+        for d in best[2]:  # AddResourceUsage, device by device
+            slot = _select_mig([s.placement for s in d.slots], mem) if d.mode == "mig" else None
+            if slot is not None:
+                profile = next(p for p in PROFILES if p.name == slot.profile)
+                booked = (profile.memory_mib, profile.cores_pct)
+                d.slots.append(slot)
+            else:
+                booked = (mem, cores)
+            d.used, d.used_mem, d.used_cores = (
+                d.used + 1,
+                d.used_mem + booked[0],
+                d.used_cores + booked[1],
+            )
+            held.append((d, *booked, slot))
+        self.pods[name] = held
+        return [(*d.where, slot) for d, _, _, slot in held]
 
     def remove(self, name: str) -> None:
-        limits, where = self.pods.pop(name)
-        _, mem, cores = demand(limits)
-        for x in where:
-            m, c, k = self.held[x]
-            self.held[x] = (m - mem, c - cores, k - 1)
+        for d, mem, cores, slot in self.pods.pop(name):
+            d.used, d.used_mem, d.used_cores = d.used - 1, d.used_mem - mem, d.used_cores - cores
+            if slot is not None:
+                d.slots.remove(slot)
+
+
+def _replay_mig(d: _HamiGpu, earlier: Sequence[_HamiGpu], mem: int) -> list[MigSlot | None]:
+    """The instances ``CustomFilterRule`` works out again for the container's entries
+    already taken on ``d`` (each by ``selectMigCandidate`` on the request's memory, beside
+    the instances in use and the ones before it)."""
+    occupied = [s.placement for s in d.slots]
+    out: list[MigSlot | None] = []
+    for _ in earlier:
+        slot = _select_mig(occupied, mem)
+        out.append(slot)
+        if slot is not None:
+            occupied.append(slot.placement)
+    return out
 
 
 # -- churn traces ---------------------------------------------------------------------------
 
 
 def churn_trace(seed: int) -> list[tuple[dict[str, str], int]]:
-    """One arrival a step: (limits, lifetime in steps once placed)."""
+    """One arrival a step: (shape, lifetime in steps once placed)."""
     rng = random.Random(1000 + seed)
-    return [(pod_shape(rng), rng.randint(*LIFETIME)) for _ in range(STEPS)]
+    return [(churn_shape(rng), rng.randint(*LIFETIME)) for _ in range(STEPS)]
 
 
 def run_churn(
@@ -219,46 +398,167 @@ def run_churn(
     trace: list[tuple[dict[str, str], int]],
     checkpoint: Callable[[int, dict[str, tuple[dict[str, str], Where]], list[Any]], None]
     | None = None,
-) -> tuple[int, int]:
+) -> tuple[int, float]:
     """Drive ``alloc`` through ``trace``; returns (placements, compute placed); calls
-    ``checkpoint(step, running {name: (limits, where)}, waiting [(name, limits)])`` at
+    ``checkpoint(step, running {name: (shape, where)}, waiting [(name, shape)])`` at
     each of ``CHECKPOINTS``."""
     waiting: list[tuple[str, dict[str, str], int]] = []
     ends: dict[int, list[str]] = {}
     running: dict[str, tuple[dict[str, str], Where]] = {}
-    placed = computed = 0
-    for step, (limits, life) in enumerate(trace, start=1):
+    placed, computed = 0, 0.0
+    for step, (shape, life) in enumerate(trace, start=1):
         for name in ends.pop(step, ()):
             alloc.remove(name)
             del running[name]
-        waiting.append((f"p{step}", limits, life))
+        waiting.append((f"p{step}", shape, life))
         still = []
-        for name, lim, lf in waiting:
-            where = alloc.place(name, lim)
+        for name, sh, lf in waiting:
+            where = alloc.place(name, sh)
             if where is None:
-                still.append((name, lim, lf))
+                still.append((name, sh, lf))
                 continue
-            running[name] = (lim, where)
+            running[name] = (sh, where)
             ends.setdefault(step + lf, []).append(name)
             placed += 1
-            computed += work(lim)
+            computed += work(sh)
         waiting = still
         if checkpoint is not None and step in CHECKPOINTS:
-            checkpoint(step, dict(running), [(n, lim) for n, lim, _ in waiting])
+            checkpoint(step, dict(running), [(n, sh) for n, sh, _ in waiting])
     return placed, computed
 
 
-def ideal_repack(running: Sequence[dict[str, str]], waiting: Sequence[dict[str, str]]):
+# -- the exact models: shares on shared GPUs, instances at placements on MIG GPUs ---------
+
+
+def _program(
+    running: Sequence[tuple[dict[str, str], Where]],
+    extra: Sequence[dict[str, str]],
+    *,
+    may_stay: bool,
+) -> tuple[highspy.Highs, list[Any], dict[Kind, Any]]:
+    """The churn cluster's integer program: (HiGHS, per running pod a binary "stays where
+    it is" (none when ``may_stay`` is False: every running pod is placed again), per kind
+    of ``extra`` how many of them are placed).
+
+    Shared GPUs as ``bench_packing._model`` counts them: pods of a kind per node ``y`` and
+    per GPU ``c`` (``c <= y``, ``sum c = GPUs x y``: N distinct GPUs), per GPU memory,
+    100 % compute and ``SPLIT`` slots. A MIG GPU's geometry exactly: a binary per profile
+    placement (an instance there), no two instances on one memory slice (the running
+    pods that stay keep theirs), at most its split count of instances and its memory
+    booked; per node and profile, the instances are the kinds' (a kind takes only the
+    profiles of ``allowed``; a pod of N GPUs takes N instances of the node, on one GPU or
+    several, as ``hami_nvidia.fit.several_instances`` allows). MIG-only kinds go to MIG
+    GPUs only.
+
+    Where it is wider than the fit: an instance may be of any profile that holds the
+    request, where the fit takes the smallest with a free placement at that moment. So
+    the most it places is an upper bound and the fewest evictions a lower bound of what
+    the fit reaches (both ratios never flatter the planner)."""
+    h = _highs()
+    h.setOptionValue("time_limit", TIME_LIMIT_S)
+    h.setOptionValue("mip_rel_gap", 0.0)
+    kinds = sorted({kind(s) for s, _ in running} | {kind(s) for s in extra})
+    stay = [h.addBinary() for _ in running] if may_stay else []
+    new = {k: h.addIntegral(lb=0, ub=sum(1 for s in extra if kind(s) == k)) for k in kinds}
+    bound = len(running) + len(extra)
+    y: dict[tuple[Kind, int], Any] = {}
+    c: dict[tuple[Kind, tuple[int, int]], Any] = {}
+    z: dict[tuple[Kind, int, str], Any] = {}
+    for k in kinds:
+        count = k[0]
+        for n in range(NODES):
+            if n in MIG_NODES:
+                profiles = allowed(k)
+                if not profiles:
+                    continue
+                y[k, n] = h.addIntegral(lb=0, ub=bound)
+                for p in profiles:
+                    z[k, n, p.name] = h.addIntegral(lb=0, ub=bound * count)
+                h.addConstr(sum(z[k, n, p.name] for p in profiles) - count * y[k, n] == 0)
+            elif not k[3]:
+                y[k, n] = h.addIntegral(lb=0, ub=bound)
+                for g in range(GPUS):
+                    c[k, (n, g)] = h.addIntegral(lb=0, ub=bound)
+                    h.addConstr(c[k, (n, g)] - y[k, n] <= 0)
+                h.addConstr(sum(c[k, (n, g)] for g in range(GPUS)) - count * y[k, n] == 0)
+        moving = [i for i, (s, _) in enumerate(running) if kind(s) == k]
+        moved = sum(1 - stay[i] for i in moving) if may_stay else len(moving)
+        here = [v for (kk, _), v in y.items() if kk == k]
+        if here:
+            h.addConstr(sum(here) - moved - new[k] == 0)
+        else:  # no node takes the kind: none of it is placed, none moves
+            h.addConstr(new[k] <= 0)
+            for i in moving if may_stay else ():
+                h.addConstr(stay[i] >= 1)
+    holders: dict[tuple[int, int], list[tuple[int, Kind, MigSlot | None]]] = {}
+    for i, (s, where) in enumerate(running):
+        for n, g, slot in where:
+            holders.setdefault((n, g), []).append((i, kind(s), slot))
+    by_name = {p.name: p for p in PROFILES}
+    for n in range(NODES):
+        if n in MIG_NODES:
+            u = {
+                (g, p.name, pl.start): h.addBinary()
+                for g in range(GPUS)
+                for p in PROFILES
+                for pl in p.placements
+            }
+            for p in PROFILES:
+                h.addConstr(
+                    sum(v for (_, name, _), v in u.items() if name == p.name)
+                    - sum(v for (_, nn, name), v in z.items() if nn == n and name == p.name)
+                    == 0
+                )
+            for g in range(GPUS):
+                held = holders.get((n, g), []) if may_stay else []
+                for t in range(MEMORY_SLICES):
+                    h.addConstr(
+                        sum(stay[i] for i, _, slot in held if _covers(slot, t))
+                        + sum(
+                            u[g, p.name, pl.start]
+                            for p in PROFILES
+                            for pl in p.placements
+                            if pl.start <= t < pl.start + pl.size
+                        )
+                        <= 1
+                    )
+                mine = [v for (gg, _, _), v in u.items() if gg == g]
+                h.addConstr(sum(stay[i] for i, _, _ in held) + sum(mine) <= MIG_SPLIT)
+                h.addConstr(
+                    sum(by_name[slot.profile].memory_mib * stay[i] for i, _, slot in held if slot)
+                    + sum(by_name[name].memory_mib * v for (gg, name, _), v in u.items() if gg == g)
+                    <= GPU_MEMORY_MIB
+                )
+            continue
+        for g in range(GPUS):
+            held = holders.get((n, g), []) if may_stay else []
+            here_c = [(k, v) for (k, x), v in c.items() if x == (n, g)]
+            h.addConstr(
+                sum(k[1] * stay[i] for i, k, _ in held) + sum(k[1] * v for k, v in here_c)
+                <= GPU_MEMORY_MIB
+            )
+            h.addConstr(
+                sum(k[2] * stay[i] for i, k, _ in held) + sum(k[2] * v for k, v in here_c) <= 100
+            )
+            h.addConstr(sum(stay[i] for i, _, _ in held) + sum(v for _, v in here_c) <= SPLIT)
+    return h, stay, new
+
+
+def _covers(slot: MigSlot | None, t: int) -> bool:
+    return (
+        slot is not None and slot.placement.start <= t < slot.placement.start + slot.placement.size
+    )
+
+
+def ideal_repack(
+    running: Sequence[tuple[dict[str, str], Where]], waiting: Sequence[dict[str, str]]
+) -> tuple[float, bool]:
     """The most compute of ``waiting`` any placement holds with all of ``running`` placed
-    too (upper bound if not proven), and whether proven."""
+    too (upper bound if not proven; ``_program``), and whether proven."""
     if not waiting:
         return 0.0, True
-    m = _model([*running, *waiting], all_placed=False, cuts=(len(running),))
-    h = m.h
-    h.addConstr(m.placed[0] >= len(running))
-    h.maximize(
-        sum(m.kinds[s][0] * m.kinds[s][2] * v for (s, _), v in m.y.items() if m.segment[s] == 1)
-    )
+    h, _, new = _program(running, waiting, may_stay=False)
+    h.maximize(sum(kind_work(k) * v for k, v in new.items()))
     info = h.getInfo()
     proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
     return (info.objective_function_value if proven else info.mip_dual_bound), proven
@@ -266,43 +566,17 @@ def ideal_repack(running: Sequence[dict[str, str]], waiting: Sequence[dict[str, 
 
 def fewest_evictions(
     running: Sequence[tuple[dict[str, str], Where]], extra: Sequence[dict[str, str]]
-):
+) -> tuple[float, bool]:
     """The fewest running pods to move so that ``extra`` (pending pods) fit too (lower
-    bound if not proven), and whether proven. A moved pod may go anywhere, the same node
-    included; one that stays keeps its GPUs."""
-    h = _highs()
-    h.setOptionValue("time_limit", TIME_LIMIT_S)
-    h.setOptionValue("mip_rel_gap", 0.0)
-    stay = [h.addBinary() for _ in running]
-    shapes = sorted({demand(lim) for lim, _ in running} | {demand(lim) for lim in extra})
-    gpus = [(n, g) for n in range(NODES) for g in range(GPUS)]
-    bound = len(running) + len(extra)
-    y = {(s, n): h.addIntegral(lb=0, ub=bound) for s in range(len(shapes)) for n in range(NODES)}
-    c = {(s, x): h.addIntegral(lb=0, ub=bound) for s in range(len(shapes)) for x in gpus}
-    for s, (k, _, _) in enumerate(shapes):
-        for n in range(NODES):
-            h.addConstr(sum(c[s, (n, g)] for g in range(GPUS)) - k * y[s, n] == 0)
-            for g in range(GPUS):
-                h.addConstr(c[s, (n, g)] - y[s, n] <= 0)
-        moved = sum(1 - stay[i] for i, (lim, _) in enumerate(running) if demand(lim) == shapes[s])
-        new = sum(1 for lim in extra if demand(lim) == shapes[s])
-        h.addConstr(sum(y[s, n] for n in range(NODES)) - moved == new)
-    for x in gpus:
-        holders = [(i, demand(lim)) for i, (lim, where) in enumerate(running) if x in where]
-        h.addConstr(
-            sum(mem * stay[i] for i, (_, mem, _) in holders)
-            + sum(shapes[s][1] * c[s, x] for s in range(len(shapes)))
-            <= GPU_MEMORY_MIB
-        )
-        h.addConstr(
-            sum(cores * stay[i] for i, (_, _, cores) in holders)
-            + sum(shapes[s][2] * c[s, x] for s in range(len(shapes)))
-            <= 100
-        )
-        h.addConstr(
-            sum(stay[i] for i, _ in holders) + sum(c[s, x] for s in range(len(shapes))) <= SPLIT
-        )
-    h.minimize(sum(1 - v for v in stay) if stay else 0 * y[0, 0])
+    bound if not proven; ``_program``), and whether proven. A moved pod may go anywhere,
+    the same node included; one that stays keeps its GPUs (and MIG instances)."""
+    h, stay, new = _program(running, extra, may_stay=True)
+    for k, v in new.items():
+        h.addConstr(v >= sum(1 for s in extra if kind(s) == k))
+    if stay:
+        h.minimize(sum(1 - v for v in stay))
+    else:
+        h.minimize(0 * next(iter(new.values())))
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
         raise AssertionError("the planner's end state is a placement: the model must hold it")
@@ -316,9 +590,9 @@ def plan_round(
     ours: Ours,
     waiting: list[tuple[str, dict[str, str]]],
     exact_s: float = DEFAULT_TIME_LIMIT_S,
-):
+) -> tuple[float, list[dict[str, str]], int]:
     """The planner's one round on a copy of ``ours``' cluster: (compute placed of the
-    waiting, the placed pending limits, moves); ``exact_s`` 0: its search alone."""
+    waiting, the placed pending shapes, moves); ``exact_s`` 0: its search alone."""
     copy = MemoryCluster()
     for node in ours.cluster.list_nodes():
         copy.add_node(node)
@@ -333,15 +607,15 @@ def plan_round(
         exact_time_limit_s=exact_s,
     )
     by_name = dict(waiting)
-    plan = planner.plan([owned(n, lim) for n, lim in waiting])
+    plan = planner.plan([owned(n, sh) for n, sh in waiting])
     placed = [by_name[o.pod.split("/")[1]] for o in plan.outcomes if o.placed]
-    return sum(work(lim) for lim in placed), placed, len(plan.moves)
+    return sum(work(sh) for sh in placed), placed, len(plan.moves)
 
 
 # -- overloaded streams with consolidation --------------------------------------------------
 
 
-def consolidating_stream(manager: BackendManager, pods: list[dict[str, str]]) -> tuple[int, int]:
+def consolidating_stream(manager: BackendManager, pods: list[dict[str, str]]) -> tuple[float, int]:
     """(compute placed, evictions): each arrival planned for (moves only)."""
     cluster = MemoryCluster()
     for n in range(NODES):
@@ -356,16 +630,16 @@ def consolidating_stream(manager: BackendManager, pods: list[dict[str, str]]) ->
             device_policy=DevicePolicy.BINPACK,
         )
         moves += len(planner.plan([owned(f"p{i}", limits)]).moves)
-    total = 0
+    total = 0.0
     for pod in cluster.list_pods():
         limits = pod["spec"]["containers"][0]["resources"]["limits"]
         total += work(limits)
     return total, moves
 
 
-def arrival(alloc: Any, pods: list[dict[str, str]]) -> tuple[int, int]:
+def arrival(alloc: Any, pods: list[dict[str, str]]) -> tuple[int, float]:
     """(pods placed, compute placed) in arrival order, refusals skipped."""
-    placed = computed = 0
+    placed, computed = 0, 0.0
     for i, limits in enumerate(pods):
         if alloc.place(f"p{i}", limits) is not None:
             placed += 1
@@ -432,13 +706,13 @@ def checkpoint_row(
     """One checkpoint's figures: the ideal repack, the planner's round, the fewest moves;
     and the planner's search alone (its integer program off), with the fewest moves for
     what it placed."""
-    ideal, proven = ideal_repack([lim for lim, _ in running.values()], [lim for _, lim in waiting])
+    ideal, proven = ideal_repack(list(running.values()), [sh for _, sh in waiting])
     got, placed, moves = plan_round(manager, ours, waiting)
     fewest, f_proven = fewest_evictions(list(running.values()), placed)
     _, placed_s, moves_s = plan_round(manager, ours, waiting, 0)
     fewest_s = (
         fewest
-        if sorted(map(demand, placed_s)) == sorted(map(demand, placed))
+        if sorted(map(kind, placed_s)) == sorted(map(kind, placed))
         else fewest_evictions(list(running.values()), placed_s)[0]
     )
     rows.append(
@@ -449,12 +723,17 @@ def checkpoint_row(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer traces and streams, 200 nodes")
+    ap.add_argument("--churn", action="store_true", help="the churn traces only")
     args = ap.parse_args()
     manager = BackendManager.from_entry_points()
     seeds = range(1, 3) if args.quick else range(1, 6)
     t0 = time.perf_counter()
     print(f"consolidation on {NODES} nodes x {GPUS} GPUs (A100-80GB, split {SPLIT}); HiGHS optima")
-    print("churn traces: blocked demand (compute of the waiting pods, GPU-%) at each checkpoint")
+    print(
+        f"churn traces (node {', '.join(map(str, sorted(MIG_NODES)))}'s GPUs in MIG mode: "
+        f"{', '.join(p.name for p in PROFILES)}; {MIG_SHARE:.0%} of arrivals ask an instance):"
+        " blocked demand (compute of the waiting pods, GPU-%) at each checkpoint"
+    )
     print(
         f"{'trace':>6} {'step':>5} {'waiting':>7} {'ideal':>7} {'planner':>7} {'ratio':>6}"
         f" {'moves':>5} {'fewest':>6} {'ratio':>6} {'search':>6} {'ratio':>6}"
@@ -466,21 +745,28 @@ def main() -> None:
     move_ratios: list[float] = []
     search_ratios: list[float] = []
     peers: list[tuple[str, float, float, float, float]] = []
+    churn_counts: list[str] = []
     for seed in seeds:
         trace = churn_trace(seed)
-        ours = Ours(manager)
-        rows: list[tuple[int, int, float, bool, int, int, float, bool]] = []
+        ours = Ours(manager, MIG_NODES)
+        rows: list[tuple[int, int, float, bool, float, int, float, bool, int, float]] = []
         # plans at each checkpoint as the trace passes it (on a copy: the trace goes on)
         measure = functools.partial(checkpoint_row, manager, ours, rows)
         ours_churn = run_churn(ours, trace, measure)
-        hami_churn = run_churn(HamiOrder("binpack", "binpack"), trace)
+        hami_churn = run_churn(HamiOrder("binpack", "binpack", MIG_NODES), trace)
+        spread = run_churn(HamiOrder("binpack", "spread", MIG_NODES), trace)
         peers.append(
             (
                 f"churn-{seed}",
                 ours_churn[0] / max(1, hami_churn[0]),
                 ours_churn[1] / max(1, hami_churn[1]),
-                *run_churn(HamiOrder("binpack", "spread"), trace),
+                *spread,
             )
+        )
+        churn_counts.append(
+            f"  churn-{seed}: pods placed ours {ours_churn[0]}, HAMi binpack/binpack "
+            f"{hami_churn[0]}, binpack/spread {spread[0]}; compute ours {ours_churn[1]:.0f}, "
+            f"HAMi {hami_churn[1]:.0f}, {spread[1]:.0f}"
         )
         for step, n, ideal, proven, got, moves, fewest, f_proven, moves_s, fewest_s in rows:
             ratio = got / ideal if ideal > 1e-9 else 1.0
@@ -491,10 +777,22 @@ def main() -> None:
                 search_ratios.append(ms)
             print(
                 f"{'churn-' + str(seed):>6} {step:>5} {n:>7} {ideal:>6.0f}{'' if proven else '*'}"
-                f" {got:>7} {ratio:>6.3f} {moves:>5} {fewest:>5.0f}{'' if f_proven else '*'}"
+                f" {got:>7.0f} {ratio:>6.3f} {moves:>5} {fewest:>5.0f}{'' if f_proven else '*'}"
                 f" {mr:>6.3f} {moves_s:>6} {ms:>6.3f}"
             )
     print("(* not proven within the time limit: the solver's bound)")
+    print("churn traces, ours and HAMi's ordering, without consolidation:")
+    print("\n".join(churn_counts))
+    move_ratios, search_ratios = move_ratios or [1.0], search_ratios or [1.0]
+    if args.churn:
+        print(
+            "headline (churn): blocked demand placed in one round / ideal repack, worst = "
+            f"{min(placed_ratios):.3f}; evictions / fewest, worst = {max(move_ratios):.3f}, "
+            f"mean = {sum(move_ratios) / len(move_ratios):.3f} over {len(move_ratios)} plans; "
+            f"ours / HAMi ordering worst = {min(min(p[1], p[2]) for p in peers):.3f} "
+            f"({time.perf_counter() - t0:.0f} s)"
+        )
+        return
     print(
         f"overloaded arrival streams (demand {ISSUE_LOAD}x): compute placed / most any placement holds"
     )
@@ -534,7 +832,6 @@ def main() -> None:
     )
     print(f"({time.perf_counter() - t0:.0f} s)")
     peer_min = min(min(p[1], p[2]) for p in peers)
-    move_ratios, search_ratios = move_ratios or [1.0], search_ratios or [1.0]
     print(
         "headline: churn blocked demand placed in one round / ideal repack, worst = "
         f"{min(placed_ratios):.3f} (target >= 0.95); evictions / fewest, worst = "

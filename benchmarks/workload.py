@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from typing import Any
 
-from hami_core.model import ContainerDevice, DeviceInfo
+from hami_core.model import ContainerDevice, DeviceInfo, MigProfile
 from hami_core.protocol import encode_inventory
 from hami_core.protocol.devicelist import encode_pod_devices
 
@@ -20,45 +21,58 @@ SPLIT = 10
 SCHEDULER = "hami-scheduler"
 
 
-def devices(node: str, gpus: int = 8) -> list[DeviceInfo]:
-    """The inventory of one fake node: ``gpus`` A100-80GB, split 10, two NUMA nodes."""
+def devices(
+    node: str, gpus: int = 8, *, mig_profiles: Sequence[MigProfile] = ()
+) -> list[DeviceInfo]:
+    """The inventory of one fake node: ``gpus`` A100-80GB, split 10, two NUMA nodes; with
+    ``mig_profiles``, every GPU in dynamic ``mig`` mode offering them, its split count the
+    most placements of one profile (as ``hami simulate``'s loader reads a ``mode: mig``
+    GPU)."""
+    split = max((len(p.placements) for p in mig_profiles), default=SPLIT)
     return [
         DeviceInfo(
             uuid=f"GPU-{node}-{g}",
             vendor="NVIDIA",
             model="NVIDIA A100-SXM4-80GB",
             index=g,
-            split_count=SPLIT,
+            split_count=split,
             memory_mib=GPU_MEMORY_MIB,
             cores_pct=100,
             numa=g * 2 // gpus,
+            mode="mig" if mig_profiles else "hami-core",
+            mig_profiles=tuple(mig_profiles),
         )
         for g in range(gpus)
     ]
 
 
-def node_object(name: str, gpus: int = 8) -> dict[str, Any]:
-    """A Node as the device plugin leaves it: inventory annotation, allocatable count."""
+def node_object(
+    name: str, gpus: int = 8, *, mig_profiles: Sequence[MigProfile] = ()
+) -> dict[str, Any]:
+    """A Node as the device plugin leaves it: inventory annotation, allocatable count
+    (``mig_profiles``: its GPUs in ``mig`` mode, ``devices``)."""
+    inventory = devices(name, gpus, mig_profiles=mig_profiles)
+    slots = str(sum(d.split_count for d in inventory))
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": name,
             "labels": {"kubernetes.io/hostname": name},
-            "annotations": {"hami.io/node-nvidia-register": encode_inventory(devices(name, gpus))},
+            "annotations": {"hami.io/node-nvidia-register": encode_inventory(inventory)},
         },
         "status": {
             "capacity": {
                 "cpu": "64",
                 "memory": "512Gi",
                 "pods": "250",
-                "nvidia.com/gpu": str(gpus * SPLIT),
+                "nvidia.com/gpu": slots,
             },
             "allocatable": {
                 "cpu": "64",
                 "memory": "512Gi",
                 "pods": "250",
-                "nvidia.com/gpu": str(gpus * SPLIT),
+                "nvidia.com/gpu": slots,
             },
             "conditions": [{"type": "Ready", "status": "True"}],
         },
