@@ -4,34 +4,43 @@ On ``bench_packing``'s cluster (4 nodes x 8 A100-80GB, split 10) and pod shapes
 (``workload.pod_shape``: fractional 1-GPU pods, whole cards, 2-4 GPU pods at half a card):
 
 - churn traces: seeded arrivals and departures (each pod lives 20-60 steps; one arrival
-  a step); pods that fit nowhere wait and are retried, in order, after each step. At
+  a step); pods that fit nowhere wait and are retried, in order, after each step. The
+  last node's GPUs are in MIG mode (``MIG_NODES``: the geometry of
+  ``examples/cluster-modes.yaml``'s A100-80GB, ``1g.10gb``, ``2g.20gb``, ``3g.40gb``,
+  ``7g.80gb``) and a quarter of the arrivals ask an instance (``churn_shape``: the
+  bundled ``mig-small`` / ``mig-large`` shape, one GPU, memory, ``nvidia.com/vgpu-mode:
+  mig``); the other shapes may take instances there too, as the fit allows. At
   checkpoints, the *blocked demand* is the waiting pods (none fits now); the ideal
-  repack is the most compute (devices x cores) of them that any placement holds with
-  every running pod placed too (exact). The planner (``hami_core.defrag.planner``,
-  every running pod owned by a ReplicaSet) plans one round for them; its figure is the
-  compute it places / the ideal's. Its moves are compared with the fewest evictions
-  that let the same pending pods fit (exact: which running pods stay, where the moved
-  and pending ones go);
-- overloaded arrival streams (``bench_packing.stream``, demand 1.6x): each arrival goes
-  through the planner (moves only: it is placed where it fits, or after moves, or
-  waits forever; a placed pod is never refused later); compute placed / the most
-  compute any placement of the stream holds (``bench_packing.optimum_work``), beside
-  the same without consolidation and the evictions made;
+  repack is the most compute (devices x cores; an instance: its profile's slices of 7)
+  of them that any placement holds with every running pod placed too (exact,
+  ``_program``: shares per GPU, MIG instances at their profiles' placements). The
+  planner (``hami_core.defrag.planner``, every running pod owned by a ReplicaSet) plans
+  one round for them; its figure is the compute it places / the ideal's. Its moves are
+  compared with the fewest evictions that let the same pending pods fit (exact: which
+  running pods stay, keeping their GPUs and instances, where the moved and pending ones
+  go);
+- overloaded arrival streams (``bench_packing.stream``, demand 1.6x, no MIG): each
+  arrival goes through the planner (moves only: it is placed where it fits, or after
+  moves, or waits forever; a placed pod is never refused later); compute placed / the
+  most compute any placement of the stream holds (``bench_packing.optimum_work``),
+  beside the same without consolidation and the evictions made;
 - HAMi's ordering on the same streams and traces, without consolidation: its node
-  score and device order re-expressed from its source (``hami_order``), binpack and
-  spread; ours / HAMi's, pods and compute placed;
+  score, device order and MIG fit re-expressed from its source (``HamiOrder``), binpack
+  and spread; ours / HAMi's, pods and compute placed;
 - plan time on 1000 nodes x 8 GPUs, every GPU about half full (``workload.preload``),
   20 whole-card pods blocked: the whole plan's wall and CPU seconds, on 10 snapshots
   (p50 and p99; of 10, the p99 is the worst).
 
 The planner is the product's: with HiGHS installed (it is, here) it asks its integer
 program first on these small clusters (``hami_core.defrag.exact``), and searches alone
-at 1000 nodes (the program's size bound).
+at 1000 nodes (the program's size bound). The program models no MIG GPU: pending pods
+that ask an instance are planned by the search, and the program's answers move no pod
+onto or off the MIG node (docs/consolidation.md).
 
 A trace or stream where the exact solver stops at its time limit reports its bound (the
 ratio then never flatters us).
 
-    .venv/bin/python benchmarks/bench_defrag.py [--quick]
+    .venv/bin/python benchmarks/bench_defrag.py [--quick] [--churn]
 """
 
 from __future__ import annotations
