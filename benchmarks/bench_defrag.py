@@ -40,7 +40,7 @@ onto or off the MIG node (docs/consolidation.md).
 A trace or stream where the exact solver stops at its time limit reports its bound (the
 ratio then never flatters us).
 
-    .venv/bin/python benchmarks/bench_defrag.py [--quick] [--churn]
+    .venv/bin/python benchmarks/bench_defrag.py [--quick] [--churn] [--traces N]
 """
 
 from __future__ import annotations
@@ -733,9 +733,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer traces and streams, 200 nodes")
     ap.add_argument("--churn", action="store_true", help="the churn traces only")
+    ap.add_argument("--traces", type=int, default=5, help="churn traces and streams (5)")
     args = ap.parse_args()
     manager = BackendManager.from_entry_points()
-    seeds = range(1, 3) if args.quick else range(1, 6)
+    seeds = range(1, 3) if args.quick else range(1, args.traces + 1)
     t0 = time.perf_counter()
     print(f"consolidation on {NODES} nodes x {GPUS} GPUs (A100-80GB, split {SPLIT}); HiGHS optima")
     print(
