@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami_core.cluster import MemoryCluster
+from hami_core.defrag import exactplan
 from hami_core.defrag.movable import MovePolicy
 from hami_core.defrag.planner import Planner, bound_pod, mig_evictions
 from hami_core.facts.holdings import HoldingsReader, ProblemLog
@@ -349,3 +350,16 @@ def test_the_program_moves_a_share_onto_an_instance_to_free_a_whole_card(monkeyp
     assert slot_of(cluster, "bare")[1] == MigSlot(
         profile="3g.40gb", placement=MigPlacement(start=4, size=4)
     )
+
+
+def test_the_program_reads_one_mode_and_leaves_other_mode_lists_and_named_profiles_out():
+    planner = Planner(world([mig_node("node-0", 1)], []), MGR, MovePolicy.build())
+    assert exactplan.shape_of(planner, mig_pod("a", 8000)).mode == "mig"  # type: ignore[union-attr]
+    assert exactplan.shape_of(planner, pending("b", mem=8000, cores=10)).mode == ""  # type: ignore[union-attr]
+    both = mig_pod("c", 8000)
+    both["metadata"]["annotations"]["nvidia.com/vgpu-mode"] = "mig,mps"
+    assert exactplan.shape_of(planner, both) is None
+    named = mig_pod("d", 8000)
+    named["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": "1"}}
+    del named["metadata"]["annotations"]["nvidia.com/vgpu-mode"]
+    assert exactplan.shape_of(planner, named) is None
