@@ -171,9 +171,10 @@ def owned(name: str, shape: dict[str, str]) -> dict[str, Any]:
     return pod
 
 
-def churn_shape(rng: random.Random) -> dict[str, str]:
-    """One churn arrival: a MIG instance (``MIG_SHARE``) or ``workload.pod_shape``'s mix."""
-    if rng.random() < MIG_SHARE:
+def churn_shape(rng: random.Random, mig_share: float = MIG_SHARE) -> dict[str, str]:
+    """One churn arrival: a MIG instance (``mig_share`` of them) or
+    ``workload.pod_shape``'s mix (``mig_share`` 0: the traces before MIG, draw for draw)."""
+    if mig_share and rng.random() < mig_share:
         return {
             "nvidia.com/gpu": "1",
             "nvidia.com/gpumem": str(rng.choice(MIG_MEMORY)),
@@ -396,10 +397,11 @@ def _replay_mig(d: _HamiGpu, earlier: Sequence[_HamiGpu], mem: int) -> list[MigS
 # -- churn traces ---------------------------------------------------------------------------
 
 
-def churn_trace(seed: int) -> list[tuple[dict[str, str], int]]:
-    """One arrival a step: (shape, lifetime in steps once placed)."""
+def churn_trace(seed: int, mig_share: float = MIG_SHARE) -> list[tuple[dict[str, str], int]]:
+    """One arrival a step: (shape, lifetime in steps once placed); ``mig_share`` of the
+    arrivals ask a MIG instance (0: the traces without MIG, for a cluster without)."""
     rng = random.Random(1000 + seed)
-    return [(churn_shape(rng), rng.randint(*LIFETIME)) for _ in range(STEPS)]
+    return [(churn_shape(rng, mig_share), rng.randint(*LIFETIME)) for _ in range(STEPS)]
 
 
 def run_churn(
@@ -414,7 +416,8 @@ def run_churn(
     waiting: list[tuple[str, dict[str, str], int]] = []
     ends: dict[int, list[str]] = {}
     running: dict[str, tuple[dict[str, str], Where]] = {}
-    placed, computed = 0, 0.0
+    placed = 0
+    computed: float = 0  # an int without MIG instances
     for step, (shape, life) in enumerate(trace, start=1):
         for name in ends.pop(step, ()):
             alloc.remove(name)
@@ -648,7 +651,8 @@ def consolidating_stream(manager: BackendManager, pods: list[dict[str, str]]) ->
 
 def arrival(alloc: Any, pods: list[dict[str, str]]) -> tuple[int, float]:
     """(pods placed, compute placed) in arrival order, refusals skipped."""
-    placed, computed = 0, 0.0
+    placed = 0
+    computed: float = 0  # an int without MIG instances
     for i, limits in enumerate(pods):
         if alloc.place(f"p{i}", limits) is not None:
             placed += 1
