@@ -225,9 +225,10 @@ class Planner:
         )
         self._pinned: set[str] = set()  # pods placed or moved by the plan
         self._busy: set[str] = set()  # pods placed by the option being tried
-        # pod key -> the pod object (the copy's, kept as the planner changes it: a
-        # store read copies the object)
-        self._objects = {pod_key(p): p for p in cluster.list_pods()}
+        # pod key -> the pod object as the copy holds it, kept as the planner changes it
+        # (the store's own snapshots, read only: the planner replaces a pod, never
+        # changes one; ``bound_pod`` makes a new object)
+        self._objects = {pod_key(p): p for p in cluster.cached_pods()}
         self._fixed: dict[str, bool] = {}  # pod uid -> movable for the top priority
         # (node, its generation, priority, requests, budgets spent) -> ``_estimate``:
         # pending pods of one shape meet the same untouched nodes again and again

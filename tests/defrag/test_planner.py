@@ -53,6 +53,23 @@ def test_a_whole_card_gets_one_by_one_move_and_the_gpus_say_so(mgr):
     assert (shared.before.cores_pct, shared.after.cores_pct, shared.after.sharers) == (50, 100, 2)
 
 
+def test_the_planner_reads_the_store_s_pods_without_changing_one(mgr):
+    """The planner keeps the store's own pod objects (shared snapshots, not copies):
+    a plan that evicts, replaces and places leaves every object it was given as it was."""
+    c = world([gpu_node(f"node-{n}") for n in range(2)], halves())
+    given = c.cached_pods()
+    before = copy.deepcopy(given)
+    (out,) = Planner(c, mgr, MovePolicy.build()).plan([pending("big")]).outcomes
+    assert out.placed and len(out.moves) == 1
+    assert given == before
+    moved = out.moves[0].pod.split("/")[-1]
+    assert all(
+        p["spec"]["nodeName"] == out.moves[0].from_node
+        for p in given
+        if p["metadata"]["name"] == moved
+    )
+
+
 def test_a_pod_that_fits_is_placed_without_moves(mgr):
     (out,) = plan(mgr, halves(), [pending("small", mem=8000, cores=10)]).outcomes
     assert out.placed and out.moves == ()
