@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 BACKENDS := $(wildcard backends/hami-*)
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-packaging lint typecheck layers pytest install clean prometheus dashboards bench bench-quick chart-repo cross
+.PHONY: demo test test-fast test-packaging lint typecheck layers pytest install clean prometheus dashboards bench bench-quick chart-repo cross web-view-screenshot
 
 # A new venv's setuptools is too old for the backends' build-system (>=77): the shim and
 # packaging tests build them without isolation, so upgrade it with pip.
@@ -87,6 +87,13 @@ chart-repo: $(STAMP)
 # Regenerate the chart's Grafana dashboards from scripts/gen-dashboards.py.
 dashboards: $(STAMP)
 	$(BIN)/python scripts/gen-dashboards.py
+
+# Refresh docs/web-view.png (the picture of hami ui in the README and docs/web-view.md)
+# from the e2e test's browser run; every other run writes its screenshot under a tmp
+# directory, leaving the checkout as it was.
+web-view-screenshot: $(STAMP)
+	scripts/kube-build.sh
+	HAMI_UI_SCREENSHOT=$(CURDIR)/docs/web-view.png $(BIN)/python -m pytest -p no:cacheprovider tests/e2e/test_ui.py -k screenshot
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

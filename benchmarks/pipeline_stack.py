@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime as dt
-import os
 import subprocess
 import sys
 import tempfile
@@ -48,9 +47,8 @@ from tests.e2e.controlplane import (  # noqa: E402
     ControlPlane,
     _set_pdeathsig,
     find_kube_binaries,
-    free_port,
 )
-from tests.e2e.hami_servers import scheduler_argv, signing_keys, start_webhook  # noqa: E402
+from tests.e2e.hami_servers import signing_keys, spawn_scheduler, start_webhook  # noqa: E402
 from tests.standin_kubelet import StandInKubelet  # noqa: E402
 
 MANAGED = [
@@ -228,29 +226,18 @@ def start_hami(
 ) -> tuple[str, subprocess.Popen[bytes]]:
     """``hami scheduler`` (flags ``extra`` added) as its own process; its extender URL
     once it leads."""
-    port, metrics = free_port(), free_port()
-    log = open(workdir / "hami-scheduler.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        scheduler_argv(
-            cp,
-            port,
-            metrics,
-            "--lease-namespace",
-            "default",
-            "--log-level",
-            "warning",
-            # No Requesting_ round during the benchmark: nothing answers it but the
-            # nodes' first answer (add_nodes), and it is no part of a bind.
-            "--handshake-period",
-            "3600",
-            *extra,
-        ),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    proc, url, metrics = spawn_scheduler(
+        cp,
+        workdir / "hami-scheduler.log",
+        "--log-level",
+        "warning",
+        # No Requesting_ round during the benchmark: nothing answers it but the
+        # nodes' first answer (add_nodes), and it is no part of a bind.
+        "--handshake-period",
+        "3600",
+        *extra,
         preexec_fn=_set_pdeathsig,  # never outlives the benchmark
     )
-    url = f"http://{LOOPBACK}:{port}"
     cp.wait_for(lambda: _ok(f"{url}/-/leader", b'"leader":true'), timeout=90, message="hami leader")
     global METRICS_URL
     METRICS_URL = f"http://{LOOPBACK}:{metrics}/metrics"

@@ -34,6 +34,9 @@ import functools
 import importlib
 import importlib.util
 import logging
+import os
+import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -102,6 +105,52 @@ def describe(time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> str:
         f"the integer program ({highs}, up to {MAX_TERMS} terms, {time_limit_s:g} s per "
         "priority), then the search"
     )
+
+
+_BANNER_LOCK = threading.Lock()
+_banner_swallowed = False
+
+
+def _quiet_highs() -> Any:
+    """A new ``highspy.Highs``, HiGHS's banner kept off the process's standard output.
+
+    HiGHS writes ``Running HiGHS <version> ... Copyright ...`` to file descriptor 1
+    (C's stdio, not ``sys.stdout``) when the first ``Highs`` of a process is built,
+    before any option can silence it: the standard output of ``hami defrag -o json``
+    and ``hami explain -o json`` was then not JSON. The first one is built with
+    descriptor 1 on ``os.devnull`` (under a lock; another thread's write to it in that
+    instant is lost too); later ones print nothing.
+    """
+    global _banner_swallowed
+    import highspy
+
+    with _BANNER_LOCK:
+        if _banner_swallowed:
+            return highspy.Highs()
+        sys.stdout.flush()  # what Python holds goes out before descriptor 1 moves
+        saved = os.dup(1)
+        try:
+            with open(os.devnull, "wb") as null:
+                os.dup2(null.fileno(), 1)
+            try:
+                h = highspy.Highs()
+            finally:
+                _flush_c_stdio()
+                os.dup2(saved, 1)
+        finally:
+            os.close(saved)
+        _banner_swallowed = True
+        return h
+
+
+def _flush_c_stdio() -> None:
+    """``fflush(NULL)``: C's buffered output goes where descriptor 1 points now."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C library to ask: nothing buffered there
+        pass
 
 
 @attrs.frozen(kw_only=True)
@@ -188,7 +237,7 @@ def solve(
         return None
     import highspy
 
-    h = highspy.Highs()
+    h = _quiet_highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
     h.setOptionValue("time_limit", float(time_limit_s))

@@ -50,8 +50,11 @@ def live_pod_uids(pods: Iterable[Pod]) -> frozenset[str]:
 
 
 def pod_ref(pod: Pod) -> str:
-    """``namespace/name`` of a pod, for messages."""
-    meta = pod.get("metadata") or {}
+    """``namespace/name`` of a pod, for messages; never raises, so a message about a
+    malformed pod can name it (metadata that is not an object reads as none)."""
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    if not isinstance(meta, Mapping):
+        meta = {}
     return f"{meta.get('namespace', 'default')}/{meta.get('name') or meta.get('generateName', '?')}"
 
 

@@ -5,6 +5,8 @@ and the real-pipeline benchmark (``benchmarks/bench_pipeline.py``) start alike.
 - ``server_argv`` / ``scheduler_argv``: ``hami <server>`` against the control plane, on
   loopback ports (the scheduler signing with ``signing_keys``, made once per control
   plane; a device plugin verifies with its public half);
+- ``spawn_scheduler``: one ``hami scheduler`` process on free ports, its Lease in
+  ``default`` (the e2e replicas and the benchmark's scheduler);
 - ``start_webhook``: ``hami webhook`` with its own certificates (``--cert-mode auto``)
   and the ``MutatingWebhookConfiguration`` that sends it the pods of the selected
   namespaces, waiting until the webhook has written its CA into it.
@@ -12,10 +14,12 @@ and the real-pipeline benchmark (``benchmarks/bench_pipeline.py``) start alike.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from kubernetes import client
@@ -72,6 +76,31 @@ def scheduler_argv(cp: ControlPlane, port: int, metrics_port: int, *extra: str) 
         key,
         *extra,
     )
+
+
+def spawn_scheduler(
+    cp: ControlPlane,
+    log_path: Path,
+    *extra: str,
+    preexec_fn: Callable[[], None] | None = None,
+) -> tuple[subprocess.Popen[bytes], str, int]:
+    """Start ``hami scheduler`` (``scheduler_argv``: extender and metrics on free
+    loopback ports, its Lease in ``default``, then ``extra`` flags) with unbuffered
+    output to ``log_path``, not waiting for it.
+
+    Returns:
+        The process, its extender URL (``http://LOOPBACK:port``) and its metrics port.
+    """
+    port, metrics = free_port(), free_port()
+    with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            scheduler_argv(cp, port, metrics, "--lease-namespace", "default", *extra),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=preexec_fn,
+        )
+    return proc, f"http://{LOOPBACK}:{port}", metrics
 
 
 def start_webhook(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import http.server
-import os
 import signal
 import subprocess
 import threading
@@ -21,7 +20,7 @@ from hami_core.cluster.kube import KubeCluster
 from hami_core.deviceplugin.allocate import finish_allocation
 from hami_core.protocol import annotations as keys
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, free_port
-from tests.e2e.hami_servers import scheduler_argv
+from tests.e2e.hami_servers import spawn_scheduler
 
 MANAGED = [
     "nvidia.com/gpu",
@@ -130,30 +129,19 @@ class HamiStack:
         return self
 
     def start_replica(self, name: str) -> None:
-        port, metrics = free_port(), free_port()
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            scheduler_argv(
-                self.cp,
-                port,
-                metrics,
-                "--lease-namespace",
-                "default",
-                "--identity",
-                name,
-                "--lease-duration",
-                "4",
-                "--renew-deadline",
-                "3",
-                "--retry-period",
-                "0.5",
-                *self.extra_args.get(name, ()),
-            ),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        proc, url, metrics = spawn_scheduler(
+            self.cp,
+            self.workdir / f"{name}.log",
+            "--identity",
+            name,
+            "--lease-duration",
+            "4",
+            "--renew-deadline",
+            "3",
+            "--retry-period",
+            "0.5",
+            *self.extra_args.get(name, ()),
         )
-        url = f"http://{LOOPBACK}:{port}"
         self.replicas[name] = (proc, url)
         self.metrics_ports = getattr(self, "metrics_ports", {})
         self.metrics_ports[name] = metrics

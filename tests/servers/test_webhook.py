@@ -800,3 +800,24 @@ def test_a_patch_applied_to_check_it_is_sent_unchanged():
     apply_patch(in_place, ops, in_place=True)
     in_place["spec"]["containers"][0]["env"].append({"name": "LATER", "value": "x"})
     assert ops == sent  # the document shares no object with the operations
+
+
+@pytest.mark.parametrize("side", ["object", "oldObject"])
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        (7, "pod metadata must be an object"),
+        (["x"], "pod metadata must be an object"),
+        ({"name": 7}, "pod metadata.name must be a string"),
+    ],
+)
+def test_a_malformed_pod_update_is_named_not_an_internal_error(client, side, metadata, expected):
+    """An UPDATE whose pod has malformed metadata is a 400 naming the field, as on CREATE;
+    the message's ``namespace/name`` was read from that metadata (a 500 before)."""
+    body = fixture("v1-pod-update.json")
+    body["request"][side]["metadata"] = metadata
+    out = post(client, body)["response"]
+    assert out["allowed"] is False
+    assert out["status"]["code"] == 400, out["status"]
+    assert expected in out["status"]["message"]
+    assert "internal error" not in out["status"]["message"]

@@ -128,3 +128,59 @@ def test_readme_says_which_parts_mix_with_hamis_and_which_do_not():
     assert MAGIC.decode() in text and "19920718" in text
     for wire in ("annotations", "extender JSON", "AdmissionReview", "device-plugin env"):
         assert wire in text, wire
+
+
+#: A repository path opening a backticked span, with an optional ``::test`` or ``:name``.
+_PATH_REF = re.compile(
+    r"((?:tests|hami_core|benchmarks|scripts|charts|backends|shim|examples|docs)/"
+    r"[A-Za-z0-9_./-]*[A-Za-z0-9_/])(?:(::|:)([A-Za-z0-9_]+\*?))?"
+)
+
+
+def _path_refs() -> list[tuple[str, str, str | None]]:
+    """``(document, path or pattern, name or None)`` for every repository path the
+    documents name in backticks; a placeholder (``backends/hami-<vendor>/``) is not a path, nor one
+    of HAMi's repository (``HAMi's `docs/...```)."""
+    documents = [ROOT / "README.md", ROOT / "examples/README.md", *sorted(ROOT.glob("docs/*.md"))]
+    refs = []
+    for doc in documents:
+        text = doc.read_text(encoding="utf-8")
+        for span in re.finditer(r"`([^`\n]+)`", text):
+            m = _PATH_REF.match(span.group(1))
+            if m is None or "<" in span.group(1) or text[: span.start()].endswith("HAMi's "):
+                continue
+            glob = span.group(1).split(":")[0]
+            if "*" in glob:  # a pattern (``backends/hami-*``): something matches it
+                refs.append((str(doc.relative_to(ROOT)), glob, None))
+                continue
+            refs.append((str(doc.relative_to(ROOT)), m.group(1), m.group(3)))
+    return refs
+
+
+def test_every_path_and_test_a_document_names_exists():
+    """A newcomer follows the paths the documents give from the repository root: each
+    exists, and a ``file.py::name`` / ``file.py:name`` names a function or class there
+    (``name*``: one whose name starts so). Seen failing first: README.md and
+    docs/threat-model.md gave the chart's ``examples/ha.yaml`` from the root, where
+    ``examples/`` is the simulator's and holds no such file."""
+    wrong = []
+    for doc, path, name in _path_refs():
+        target = ROOT / path
+        if "*" in path:
+            if not any(ROOT.glob(path)):
+                wrong.append(f"{doc}: nothing matches {path}")
+            continue
+        if not target.exists():
+            wrong.append(f"{doc}: {path} does not exist")
+            continue
+        if name is None or target.suffix != ".py":
+            continue
+        prefix = name.endswith("*")
+        pattern = rf"^\s*(?:async\s+)?(?:def|class)\s+{re.escape(name.rstrip('*'))}"
+        pattern += r"\w*" if prefix else r"\b"
+        source = target.read_text(encoding="utf-8")
+        if not re.search(pattern, source, re.M) and not re.search(
+            rf"^{re.escape(name)}\s*[:=]", source, re.M
+        ):
+            wrong.append(f"{doc}: {path} has no {name}")
+    assert not wrong, "\n".join(wrong)
