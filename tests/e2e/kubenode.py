@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import ipaddress
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -50,6 +52,40 @@ CNI_BIN = Path("/usr/lib/cni")
 #: Held from start() to stop(): kubelet 1.20's device-plugin directory, the pod logs and
 #: the bridge are machine-wide, so two real nodes on one machine take turns.
 NODE_LOCK = Path("/run/hami-e2e-kubelet.lock")
+
+
+def claim_lo_address(block: ipaddress.IPv4Network) -> str:
+    """An address of ``block`` that this call added to lo, tried in random order: one
+    held on any interface is passed over, and the kernel adds none twice (``ip addr
+    add`` of one held answers EEXIST), so two runs on one machine never share one (a
+    fixed address was removed by whichever run ended first, under the other).
+    ``release_lo_address`` gives it back.
+
+    Raises:
+        RuntimeError: ``ip`` refuses for another reason (no root), or every address
+            of ``block`` is held.
+    """
+    hosts = [str(ip) for ip in block.hosts()]
+    random.shuffle(hosts)
+    for address in hosts:
+        held = subprocess.run(
+            ["ip", "-o", "addr", "show", "to", f"{address}/32"], capture_output=True, text=True
+        )
+        if held.stdout.strip():
+            continue
+        added = subprocess.run(
+            ["ip", "addr", "add", f"{address}/32", "dev", "lo"], capture_output=True, text=True
+        )
+        if added.returncode == 0:
+            return address
+        if "exists" not in added.stderr:
+            raise RuntimeError(f"cannot add {address} to lo: {added.stderr.strip()}")
+    raise RuntimeError(f"every address of {block} is held on this machine")
+
+
+def release_lo_address(address: str) -> None:
+    """Remove ``address`` (``claim_lo_address``'s) from lo."""
+    subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"], capture_output=True)
 
 
 def gpu_pod_body(

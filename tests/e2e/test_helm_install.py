@@ -20,6 +20,7 @@ with no bind refused for leadership, also after the leading replica is deleted;
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import subprocess
@@ -42,8 +43,10 @@ from tests.e2e.kubenode import (
     DEVICE_PLUGIN_DIR,
     KubeletNode,
     NodeUnavailable,
+    claim_lo_address,
     ensure_node_packages,
     gpu_pod_body,
+    release_lo_address,
 )
 from tests.e2e.oci import HAMI_IMAGE, binary_image
 
@@ -56,23 +59,18 @@ REPO = Path(__file__).resolve().parents[2]
 NODE = "hami-helm-node"
 RELEASE = "hami"
 NAMESPACE = "hami-system"
-#: An address on lo that pods reach through their default route (the CNI bridge).
-API_ADDRESS = "10.244.78.1"
+#: Where the API server listens for the chart's pods: an address of this block put on lo
+#: (pods reach it through their default route, the CNI bridge, outside its
+#: ``kubenode.SUBNET``), a free one claimed per run (``kubenode.claim_lo_address``).
+API_ADDRESSES = ipaddress.ip_network("10.244.78.0/24")
 GPUS = [f"GPU-helm000{i}-aaaa-bbbb-cccc-0123456789ab" for i in range(2)]
 KUBE_SCHEDULER_IMAGE = "hami.local/kube-scheduler:v1.20.2"
-
-
-def _lo_address(add: bool) -> None:
-    subprocess.run(
-        ["ip", "addr", "add" if add else "del", f"{API_ADDRESS}/32", "dev", "lo"],
-        capture_output=True,
-        check=False,
-    )
 
 
 class Release:
     def __init__(self, cp: ControlPlane, node: KubeletNode, work: Path) -> None:
         self.cp = cp
+        self.api_address = cp.bind_address  # the chart's pods reach the API server there
         self.node = node
         self.work = work
         self.core = client.CoreV1Api(cp.api_client())
@@ -89,7 +87,7 @@ class Release:
     def make_values(self) -> dict[str, Any]:
         base = yaml.safe_load((CHART / "examples" / "no-kube-proxy.yaml").read_text())
         port = int((self.cp.api_url or "").rsplit(":", 1)[1])
-        base["global"]["kubeAPIServer"] = {"host": API_ADDRESS, "port": port}
+        base["global"]["kubeAPIServer"] = {"host": self.api_address, "port": port}
         base["global"]["gpuHookPath"] = str(self.work / "hook")
         custom = base["scheduler"]["admissionWebhook"]["customURL"]
         custom["port"] = self.webhook_port
@@ -244,16 +242,16 @@ def cluster_for_the_chart(
     if os.geteuid() != 0:
         pytest.fail("the chart e2e tests need root (kubelet, containerd, chroot)", pytrace=False)
     ensure_node_packages()
-    _lo_address(True)
+    api_address = claim_lo_address(API_ADDRESSES)
     cp = ControlPlane(
-        kube_bin_dir, bind_address=API_ADDRESS, disable_admission_plugins=("TaintNodesByCondition",)
+        kube_bin_dir, bind_address=api_address, disable_admission_plugins=("TaintNodesByCondition",)
     )
     node: KubeletNode | None = None
     try:
         cp.start()
         cp.start_controller_manager()
         cp.start_default_scheduler()
-        node = KubeletNode(cp, kube_bin_dir, name=NODE, pod_routes=[f"{API_ADDRESS}/32"])
+        node = KubeletNode(cp, kube_bin_dir, name=NODE, pod_routes=[f"{api_address}/32"])
         work = Path(cp.workdir or "/tmp") / work_name
         work.mkdir(parents=True, exist_ok=True)
         rel = Release(cp, node, work)
@@ -291,7 +289,7 @@ def cluster_for_the_chart(
             node.stop()
             left = node.leftovers()
         cp.stop()
-        _lo_address(False)
+        release_lo_address(api_address)
         with contextlib.suppress(OSError):
             (DEVICE_PLUGIN_DIR / "nvidia-gpu.sock").unlink()
         if node is not None:
