@@ -27,6 +27,7 @@ steps; the defaults are NVIDIA's behaviour:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -75,6 +76,26 @@ def type_matches(model: str, token: str) -> bool:
     return re.search(pattern, model.lower()) is not None
 
 
+#: The most word boundaries of a model whose whole-word runs are listed (``_word_runs``).
+_MAX_BOUNDARIES = 32
+
+
+@functools.lru_cache(maxsize=512)
+def _word_runs(model: str) -> frozenset[str] | None:
+    """Every part of ``model`` (lower case) that a token matches by ``type_matches``'s
+    rule: from the start or after a space, ``-`` or ``_``, to the end or before one. A
+    token matches exactly when it is one of them (lower case), so a pod's list of any
+    length is decided with one set lookup per device, not a pattern per token (a tenant's
+    ``nvidia.com/use-gputype`` may hold thousands). None for a model of more than
+    ``_MAX_BOUNDARIES`` boundaries: decide it token by token."""
+    m = model.lower()
+    cuts = [k for k, c in enumerate(m) if c.isspace() or c in "_-"]
+    if len(cuts) > _MAX_BOUNDARIES:
+        return None
+    starts, ends = [0, *(k + 1 for k in cuts)], [*cuts, len(m)]
+    return frozenset(m[i:j] for i in starts for j in ends if j > i)
+
+
 @attrs.frozen(kw_only=True)
 class DeviceFilters:
     """A pod's device filters (PROTOCOL.md §5): type and UUID include/exclude lists and
@@ -107,6 +128,15 @@ class DeviceFilters:
     mutex: bool = False
     tie_breaks: tuple[DevicePolicy, ...] = ()
     weights: DeviceScoringWeights | None = None
+    #: ``use_type``, ``require_type``, ``nouse_type`` in lower case (``type_ok``)
+    _lowered: tuple[frozenset[str], ...] = attrs.field(init=False, repr=False, eq=False)
+
+    @_lowered.default
+    def _lower(self) -> tuple[frozenset[str], ...]:
+        return tuple(
+            frozenset(t.lower() for t in ts)
+            for ts in (self.use_type, self.require_type, self.nouse_type)
+        )
 
     @classmethod
     def from_annotations(
@@ -167,11 +197,25 @@ class DeviceFilters:
         return token.lower() in self.vendor_tokens or type_matches(model, token)
 
     def type_ok(self, model: str) -> bool:
-        if self.use_type and not any(self.matches(model, t) for t in self.use_type):
+        """Whether a device of ``model`` passes the type filters: it matches a token of
+        ``use_type`` and of ``require_type`` (each when given) and none of
+        ``nouse_type`` (``matches``), at a cost that does not grow with the tokens."""
+        use, required, nouse = self._lowered
+        if self.use_type and not self._any(model, self.use_type, use):
             return False
-        if self.require_type and not any(self.matches(model, t) for t in self.require_type):
+        if self.require_type and not self._any(model, self.require_type, required):
             return False
-        return not any(self.matches(model, t) for t in self.nouse_type)
+        return not (self.nouse_type and self._any(model, self.nouse_type, nouse))
+
+    def _any(self, model: str, tokens: tuple[str, ...], lowered: frozenset[str]) -> bool:
+        """``any(self.matches(model, t) for t in tokens)``; ``lowered``: the tokens in
+        lower case."""
+        if not lowered.isdisjoint(self.vendor_tokens):
+            return True
+        runs = _word_runs(model)
+        if runs is None:
+            return any(type_matches(model, t) for t in tokens)
+        return not runs.isdisjoint(lowered)
 
     def uuid_ok(self, uuid: str) -> bool:
         if self.use_uuid and uuid not in self.use_uuid:
