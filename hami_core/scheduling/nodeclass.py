@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import re
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any
@@ -195,10 +196,36 @@ def _fields(cls: type) -> tuple[Any, ...]:
     return found
 
 
+#: Characters of the pieces a long text is indexed by (``_pieces``).
+_PIECE = 6
+#: Texts shorter than this are searched label by label (cheaper than an index).
+_INDEX_FROM = 4096
+
+
+@functools.lru_cache(maxsize=1)
+def _pieces(text: str) -> frozenset[str]:
+    """Every ``_PIECE`` characters of ``text`` at every offset. A label is in ``text``
+    only if each of its pieces is; kept for the last text asked (a filter asks for one
+    pod's text once per node)."""
+    return frozenset(text[i : i + _PIECE] for i in range(len(text) - _PIECE + 1))
+
+
 def mentions(text: str, labels: tuple[str, ...]) -> bool:
     """Whether ``text`` (a pod's annotations) contains one of a node's ``labels`` (its
-    name, a UUID): such a pod's answer may single the node out, so it is fitted alone."""
-    return any(label in text for label in labels)
+    name, a UUID): such a pod's answer may single the node out, so it is fitted alone.
+
+    A text of ``_INDEX_FROM`` characters or more (annotations reach 256 KiB, and any
+    key counts: its author's, kubectl's last-applied-configuration) is searched only
+    for a label all of whose pieces it holds (``_pieces``), not once per label: nodes x
+    (GPUs + 1) scans of the whole text per pod before, under the state lock."""
+    if len(text) < _INDEX_FROM:
+        return any(label in text for label in labels)
+    pieces = _pieces(text)
+    return any(
+        all(label[i : i + _PIECE] in pieces for i in range(0, len(label) - _PIECE + 1, _PIECE))
+        and label in text
+        for label in labels
+    )
 
 
 def relabel(obj: Any, mapping: Mapping[str, str]) -> Any:
