@@ -90,13 +90,10 @@ class Scheduler:
         prefilter: reject nodes in O(1) from their free-device summary before running
             the fit (their reason then names the sharing checks only); ``hami
             simulate`` turns it off to explain every node in full.
-        share_fits: fit a new pod shape once per class of identical nodes, relabelled
-            for the others (``nodeclass``; backends declaring ``fit_by_node_class``);
-            never changes an answer (False fits each node alone, property-tested).
-        success_events: also write the Normal events of a pod placed,
-            ``FilteringSucceed`` (the extender's ``/filter``) and ``BindingSucceed``
-            (``bind.Binder``), as HAMi does; the failure events are written either way
-            (``hami scheduler --success-events``, PROTOCOL.md §5).
+        share_fits: fit a new pod shape once per class of identical nodes (``nodeclass``,
+            backends declaring ``fit_by_node_class``); same answers (property-tested).
+        success_events: also write HAMi's ``FilteringSucceed`` and ``BindingSucceed``;
+            failure events are written either way (``--success-events``, PROTOCOL.md §5).
         """
         self.store = store
         self.manager = manager
@@ -159,8 +156,8 @@ class Scheduler:
     def node_usage(
         self, info: NodeInfo, *, exclude_uid: str | None = None
     ) -> dict[str, DeviceUsage]:
-        """Current usage of a node's devices from the live pods on it (the incremental
-        state when the node is in it and ``info`` is what it holds; else recomputed)."""
+        """A node's device usage: the incremental state's when it holds ``info``, else
+        recomputed from the live pods on it."""
         with self.state.lock:
             cached = self.state.node(info.name)
             if cached is not None and cached.info == info:
@@ -169,11 +166,6 @@ class Scheduler:
         return self._reader.usage_from_pods(
             info, self.store.pods_on_node(info.name), exclude_uid=exclude_uid
         )
-
-    def quota_namespaces(self) -> list[str]:
-        """The namespaces holding a ResourceQuota, sorted (from the quota cache: a
-        namespace's quota counts whether or not the store holds its pods)."""
-        return self.state.quota_namespaces()
 
     # -- the stages ------------------------------------------------------------------
 
@@ -206,12 +198,10 @@ class Scheduler:
     def filter_objects(
         self, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]
     ) -> FilterResult:
-        """Fit against full ``Node`` objects (kube-scheduler's ``nodeCacheCapable: false``
-        form, and the cluster autoscaler's simulation), writing nothing. A node the cache
-        knows is judged as ``filter`` judges it: its cached object, live usage and the
-        namespace's quotas; only a node the cache does not know (an autoscaler template)
-        is judged from the object given, with zero usage and no quota (a gang member as
-        ``filter`` judges it)."""
+        """Fit against full ``Node`` objects (``nodeCacheCapable: false``, the cluster
+        autoscaler's simulation), writing nothing: a node the cache knows is judged as
+        ``filter`` judges it; an unknown one (an autoscaler template) from the object
+        given, with zero usage and no quota (a gang member as ``filter`` judges it)."""
         if self.gangs.member(pod) is not None:
             return self.filter(pod, [str((n.get("metadata") or {}).get("name", "")) for n in nodes])
         with self.state.lock:
@@ -234,10 +224,9 @@ class Scheduler:
     def prioritize(
         self, pod: Mapping[str, Any], node_names: Iterable[str]
     ) -> list[tuple[str, int]]:
-        """``[(node, 0..10)]`` for the named nodes; infeasible nodes score 0, and so does
-        a feasible node another pod is being bound to while a free one exists
-        (``prioritize.prioritize``). Answered from the pod's last filter when it holds
-        every named node."""
+        """``[(node, 0..10)]`` for the named nodes (``prioritize.prioritize``: infeasible
+        ones and ones being bound to while a free one exists score 0), from the pod's last
+        filter when it holds every named node."""
         names = list(dict.fromkeys(node_names))  # a node named twice is scored once
         result = self._recent.get(pod)
         if result is None or not all(n in result.fits or n in result.failed for n in names):
@@ -253,9 +242,8 @@ class Scheduler:
         )
 
     def bind(self, namespace: str, name: str, *, uid: str, node: str) -> Allocation | None:
-        """``bind.Binder.bind``: lock ``node``, re-fit the pod there, write the
-        allocation on the Binding; on any failure undo what this call wrote (a gang
-        member only with its group's reservation on ``node``: ``Gangs.bind``)."""
+        """``bind.Binder.bind``: re-fit the pod on ``node``, write the allocation on the
+        Binding, undo on failure (a gang member only with its group's room: ``Gangs.bind``)."""
         return self.gangs.bind(namespace, name, uid=uid, node=node, bind=self.binder.bind)
 
 
