@@ -5,8 +5,9 @@
 #   docker build --build-arg EXTRAS=server,defrag -t <registry>/hami:0.1.0-defrag .
 #
 # EXTRAS: hami-core's extras installed (default server). server,defrag adds HiGHS
-# (highspy and numpy), so the scheduler's consolidation plans with its integer program
-# first; without it the search plans alone (docs/consolidation.md, *The image*).
+# (highspy and numpy: +67.5 MB, +20 MB gzipped), so the scheduler's consolidation plans
+# with its integer program first; without it the search plans alone
+# (docs/consolidation.md, *The image*).
 #
 # scripts/build-image.py builds the same content without a container engine (Debian's
 # packages + the same wheels + scripts/image/install-hami.sh), as an OCI image tarball.
