@@ -5,16 +5,24 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 BACKENDS := $(wildcard backends/hami-*)
 STAMP := $(VENV)/.installed
+CORE_STAMP := $(VENV)/.core-installed
 
 .PHONY: demo test test-fast test-packaging lint typecheck layers pytest install clean prometheus dashboards bench bench-quick chart-repo cross web-view-screenshot
 
-# A new venv's setuptools is too old for the backends' build-system (>=77): the shim and
-# packaging tests build them without isolation, so upgrade it with pip.
-$(STAMP): pyproject.toml tests/chart/scan-requirements.txt $(wildcard backends/*/pyproject.toml) $(wildcard shim/src/*) $(wildcard shim/Makefile)
+# What `make demo` needs and no more: hami-core and every backend. A new venv's
+# setuptools is too old for the backends' build-system (>=77): the shim and packaging
+# tests build them without isolation, so upgrade it with pip.
+$(CORE_STAMP): pyproject.toml $(wildcard backends/*/pyproject.toml) $(wildcard shim/src/*) $(wildcard shim/Makefile)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "hami needs Python >= 3.11; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
-	$(BIN)/python -m pip install --quiet -e '.[dev]' $(foreach b,$(BACKENDS),-e $(b))
+	$(BIN)/python -m pip install --quiet -e . $(foreach b,$(BACKENDS),-e $(b))
+	touch $@
+
+# Everything the tests need besides: the dev extras, checkov in a venv of its own (the
+# chart's scan) and Chromium (the web view's browser tests).
+$(STAMP): $(CORE_STAMP) tests/chart/scan-requirements.txt
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(PYTHON) -m venv $(VENV)/scan
 	$(VENV)/scan/bin/python -m pip install --quiet -r tests/chart/scan-requirements.txt
 	scripts/chromium-install.sh >/dev/null || echo "warning: no chromium: the web view's browser tests will be skipped (and fail the run under HAMI_TEST_NO_SKIPS=1, as in .ci/run)" >&2
@@ -22,7 +30,7 @@ $(STAMP): pyproject.toml tests/chart/scan-requirements.txt $(wildcard backends/*
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(CORE_STAMP)
 	$(BIN)/hami simulate
 
 lint: $(STAMP)
