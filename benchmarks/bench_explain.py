@@ -41,6 +41,7 @@ from workload import node_object, pod_object, preload
 from hami_core.cluster import MemoryCluster
 from hami_core.defrag.sources import DefragInput
 from hami_core.explain import explain, render_text
+from hami_core.explain.oneshot import paused_collector
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.scheduler import Scheduler
 
@@ -85,8 +86,9 @@ def timed_cpu(fn: Callable[[], Any]) -> tuple[float, float, Any]:
 
 
 def answer(read: DefragInput, manager: BackendManager, ref: str) -> tuple[dict[str, Any], str]:
-    data = explain(read, manager, ref, lookup=lambda ns, name: None)
-    return data, render_text(data)
+    with paused_collector():  # as `hami explain` answers
+        data = explain(read, manager, ref, lookup=lambda ns, name: None)
+        return data, render_text(data)
 
 
 def check(case: str, data: dict[str, Any], nodes: int) -> None:
@@ -124,9 +126,10 @@ def measure(manager: BackendManager, nodes: int, runs: int) -> None:
             cpus[case].append(cpu)
         read = reading(node_objs, pods, 0)
         # explain's own (pre-filter off: every node names its reason)
-        _, build, _ = timed_cpu(
-            lambda: Scheduler(read.cluster, manager, prefilter=False)  # noqa: B023
-        )
+        with paused_collector():  # as explain builds it
+            _, build, _ = timed_cpu(
+                lambda: Scheduler(read.cluster, manager, prefilter=False)  # noqa: B023
+            )
         server = Scheduler(read.cluster, manager)  # as hami scheduler builds it
         server.filter(read.pending[0])  # the pod's shape seen once, as a server has
         took, _ = timed(lambda: server.filter(read.pending[0]))  # noqa: B023

@@ -537,19 +537,21 @@ def explain(pod: str, **opts: Any) -> None:
     from hami_core import explain as explain_
     from hami_core.explain import sources
     from hami_core.explain.engine import parse_ref
+    from hami_core.explain.oneshot import paused_collector
     from hami_core.simulate.runner import make_manager
 
     o = ExplainOptions(**opts)
     try:
         parse_ref(pod)  # a pod no API server could hold: said before the cluster is read
         manager = make_manager(o.config)
-        if o.snapshot:
-            read, lookup = sources.from_file(o.snapshot, manager)
-        else:
-            read, lookup = sources.from_api(o.kubeconfig, manager)
-        data = explain_.explain(
-            read, manager, pod, lookup=lookup, protected_namespaces=o.protect_namespace
-        )
+        with paused_collector():  # read once, answer, exit: nothing to collect
+            if o.snapshot:
+                read, lookup = sources.from_file(o.snapshot, manager)
+            else:
+                read, lookup = sources.from_api(o.kubeconfig, manager)
+            data = explain_.explain(
+                read, manager, pod, lookup=lookup, protected_namespaces=o.protect_namespace
+            )
     except HamiError as exc:
         raise failure(exc) from None
     _warn(w for w in read.warnings if "no pending pods of" not in w)  # what it left out

@@ -59,7 +59,14 @@ def running_pods(draw: Any) -> list[dict[str, Any]]:
     return pods
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: the same 40 examples each run, so the non-vacuity check below cannot
+# flake (with random ones about 1 run in 12 drew no example that evicts)
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     running_pods(),
     st.lists(
