@@ -80,16 +80,12 @@ class Scheduler:
             annotations still win); ``device_policy`` may be a whole chain
             (``mutex,spread``, read by ``policy.device_policy_option``).
         lock_wait_s: at bind, how long to wait for another pod's node lock.
-        node_selector: node labels a node must carry to be ours (HAMi's
-            ``--node-label-selector``, e.g. ``{"gpu": "on"}``); other nodes fail the
-            filter with ``NodeUnregistered`` for a pod asking devices.
-        longest_bind_s: the longest one bind can take; a lock whose owner is not
-            bound to its node is taken over once it is older than this.
-        events: where events go (default: the store, synchronously); the servers pass
-            an ``EventRecorder`` that writes them off the request thread, aggregated.
-        prefilter: reject nodes in O(1) from their free-device summary before running
-            the fit (their reason then names the sharing checks only); ``hami
-            simulate`` turns it off to explain every node in full.
+        node_selector: labels a node must carry to be ours (HAMi's ``--node-label-selector``,
+            e.g. ``{"gpu": "on"}``); other nodes fail with ``NodeUnregistered``.
+        longest_bind_s: a lock whose owner is not bound is taken over past this age.
+        events: where events go (default: the store; the servers' ``EventRecorder``).
+        prefilter: reject nodes in O(1) from their free-device summary before the fit
+            (off in ``hami simulate``, to explain every node in full).
         share_fits: fit a new pod shape once per class of identical nodes (``nodeclass``,
             backends declaring ``fit_by_node_class``); same answers (property-tested).
         success_events: also write HAMi's ``FilteringSucceed`` and ``BindingSucceed``;
@@ -166,6 +162,10 @@ class Scheduler:
         return self._reader.usage_from_pods(
             info, self.store.pods_on_node(info.name), exclude_uid=exclude_uid
         )
+
+    def quota_namespaces(self) -> list[str]:
+        """The namespaces holding a ResourceQuota, sorted (``servers.metrics``)."""
+        return self.state.quota_namespaces()
 
     # -- the stages ------------------------------------------------------------------
 

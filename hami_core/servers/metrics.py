@@ -486,7 +486,7 @@ class AllocationCollector(Collector):
         store = self.scheduler.store
         # every namespace with a device quota, pods or none (the store may hold only our
         # scheduler's pods: a namespace's quota shows whatever runs there)
-        for ns in self.scheduler.state.quota_namespaces():
+        for ns in self.scheduler.quota_namespaces():
             limits = quota_limits(store.list_quotas(ns), types)
             if not limits:
                 continue
