@@ -62,10 +62,9 @@ from hami_core.deviceplugin import PreferredRequest  # noqa: E402
 from hami_core.plugin import BackendManager  # noqa: E402
 from hami_core.protocol import annotations as keys  # noqa: E402
 from hami_core.protocol.config import parse_config  # noqa: E402
-from hami_core.scheduling.scheduler import Scheduler  # noqa: E402
 from hami_core.servers.deviceplugin_main import DevicePluginProcess  # noqa: E402
 from hami_core.servers.options import DevicePluginOptions, SchedulerOptions  # noqa: E402
-from hami_core.servers.scheduler_main import SIGNING_KEY_FLAG  # noqa: E402
+from hami_core.servers.scheduler_main import SIGNING_KEY_FLAG, build_scheduler  # noqa: E402
 from hami_core.servers.signingkeys import signer_from_setting  # noqa: E402
 from tests.e2e.controlplane import ControlPlane, find_kube_binaries  # noqa: E402
 from tests.e2e.hami_servers import signing_keys  # noqa: E402
@@ -172,13 +171,7 @@ def measure(
     store.start()
     events = EventRecorder(store).start()
     opts = SchedulerOptions()
-    scheduler = Scheduler(
-        store,
-        manager,
-        events=events,
-        lock_wait_s=opts.bind_lock_wait_s,
-        success_events=opts.success_events,
-    )
+    scheduler = build_scheduler(opts, store, manager, events)
     # as run_scheduler: every allocation signed, whatever the nodes claim
     scheduler.binder.signer = signer_from_setting(str(private_key), flag=SIGNING_KEY_FLAG)
     target = names[0]

@@ -53,10 +53,10 @@ from hami_core.cluster.events import EventRecorder
 from hami_core.cluster.kube import KubeCluster
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.bind import allocation_annotations
-from hami_core.scheduling.scheduler import Scheduler
 from hami_core.servers.extender import create_extender_app
 from hami_core.servers.options import FILTER_ANSWERS, SchedulerOptions
 from hami_core.servers.scheduler_main import (
+    build_scheduler,
     extender_server,
     favour_request_latency,
     settle_gc,
@@ -136,13 +136,7 @@ def run(nodes: int, pods: int, seed: int, opts: SchedulerOptions) -> dict[str, A
         store.pods.put(p)
     written = CountedEvents()
     events = EventRecorder(written).start()  # off the request thread, as hami scheduler's
-    scheduler = Scheduler(
-        store,
-        manager,
-        events=events,
-        lock_wait_s=opts.bind_lock_wait_s,
-        success_events=opts.success_events,
-    )
+    scheduler = build_scheduler(opts, store, manager, events)
     settle_gc()  # as ``hami scheduler`` does once its caches are listed
     app = create_extender_app(scheduler, filter_answer=opts.filter_answer)  # the leader
     server = extender_server(app, opts)

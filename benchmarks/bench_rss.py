@@ -36,11 +36,10 @@ def child(nodes: int, pods: int) -> None:
     from hami_core.cluster.events import EventRecorder
     from hami_core.cluster.kube import KubeCluster
     from hami_core.plugin import BackendManager
-    from hami_core.scheduling.scheduler import Scheduler
     from hami_core.servers.extender import create_extender_app
     from hami_core.servers.metrics import SchedulerMetrics
     from hami_core.servers.options import SchedulerOptions
-    from hami_core.servers.scheduler_main import settle_gc
+    from hami_core.servers.scheduler_main import build_scheduler, settle_gc
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     manager = BackendManager.from_entry_points()
@@ -65,13 +64,7 @@ def child(nodes: int, pods: int) -> None:
     del bound
     opts = SchedulerOptions()
     events = EventRecorder(CountedEvents()).start()
-    scheduler = Scheduler(
-        store,
-        manager,
-        events=events,
-        lock_wait_s=opts.bind_lock_wait_s,
-        success_events=opts.success_events,
-    )
+    scheduler = build_scheduler(opts, store, manager, events)
     settle_gc()
     metrics = SchedulerMetrics(
         scheduler,

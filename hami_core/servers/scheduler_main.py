@@ -18,7 +18,7 @@ from hami_core.cluster.events import EventRecorder
 from hami_core.cluster.kube import KubeCluster, make_api_client
 from hami_core.cluster.kube_eviction import KubeEvictions
 from hami_core.cluster.lease import LeaderElector, LeaseFollower
-from hami_core.cluster.podgroups import PodGroupReader
+from hami_core.cluster.podgroups import PodGroupReader, PodGroupSpec
 from hami_core.errors import ConfigError
 from hami_core.facts.handshake import request_handshakes
 from hami_core.facts.policy import device_policy_option, node_policy_option
@@ -69,6 +69,46 @@ def favour_request_latency() -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
+def build_scheduler(
+    opts: SchedulerOptions,
+    store: Any,
+    manager: BackendManager,
+    events: Any,
+    *,
+    pod_groups: Callable[[str, str], PodGroupSpec | None] | None = None,
+) -> Scheduler:
+    """The ``Scheduler`` as ``hami scheduler`` runs it with ``opts`` (``run_scheduler``
+    and the benches that measure it build it here, so they cannot drift apart).
+
+    Args:
+        store: the ``ClusterStore`` (``KubeCluster`` in the server).
+        events: where its events go (the server's ``EventRecorder``).
+        pod_groups: the PodGroup reader (``PodGroupReader.over``); None reads none.
+
+    Raises:
+        InvalidInputError: ``--node-policy`` or ``--gpu-policy`` is not a policy.
+    """
+    return Scheduler(
+        store,
+        manager,
+        events=events,
+        node_policy=node_policy_option(opts.node_policy, "--node-policy")
+        if opts.node_policy
+        else None,
+        device_policy=device_policy_option(opts.gpu_policy, "--gpu-policy")
+        if opts.gpu_policy
+        else None,
+        lock_wait_s=opts.bind_lock_wait_s,
+        success_events=opts.success_events,
+        node_selector=opts.node_label_selector,
+        gang=GangOptions(
+            timeout_s=opts.gang_timeout_s,
+            max_members=opts.gang_max_members,
+            pod_groups=pod_groups,
+        ),
+    )
+
+
 def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None) -> None:
     """Serve until SIGTERM / SIGINT (or ``stop`` is set).
 
@@ -116,25 +156,7 @@ def run_scheduler(opts: SchedulerOptions, *, stop: threading.Event | None = None
     store.start()
     settle_gc()
     events = EventRecorder(store).start()  # off the request thread, aggregated
-    scheduler = Scheduler(
-        store,
-        manager,
-        events=events,
-        node_policy=node_policy_option(opts.node_policy, "--node-policy")
-        if opts.node_policy
-        else None,
-        device_policy=device_policy_option(opts.gpu_policy, "--gpu-policy")
-        if opts.gpu_policy
-        else None,
-        lock_wait_s=opts.bind_lock_wait_s,
-        success_events=opts.success_events,
-        node_selector=opts.node_label_selector,
-        gang=GangOptions(
-            timeout_s=opts.gang_timeout_s,
-            max_members=opts.gang_max_members,
-            pod_groups=PodGroupReader.over(api),
-        ),
-    )
+    scheduler = build_scheduler(opts, store, manager, events, pod_groups=PodGroupReader.over(api))
     scheduler.binder.signer = signer
     elector: LeaderElector | None = None
     if opts.leader_elect:

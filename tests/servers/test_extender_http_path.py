@@ -87,3 +87,23 @@ def test_kube_scheduler_reuses_one_connection_for_every_request(monkeypatch: pyt
     finally:
         server.close()
     assert len(accepted) == 1
+
+
+def test_build_scheduler_carries_every_setting_of_hami_scheduler():
+    """``build_scheduler`` is the one place ``hami scheduler`` and the benches that
+    measure it turn options into a ``Scheduler``; a bad policy is refused naming it."""
+    opts = SchedulerOptions(
+        node_policy="spread",
+        gpu_policy="binpack",
+        bind_lock_wait_s=1.5,
+        success_events=True,
+        node_label_selector={"gpu": "on"},
+        gang_timeout_s=42.0,
+    )
+    store = cluster()
+    built = scheduler_main.build_scheduler(opts, store, manager(), store)
+    assert built.binder.lock_wait_s == 1.5
+    assert built.binder.success_events and built.success_events
+    assert built.node_selector == {"gpu": "on"}
+    assert built.gangs.timeout_s == 42.0
+    assert "spread" in str(built._node_policy).lower()
