@@ -37,7 +37,7 @@ from hami_core.facts.priority import group_member
 from hami_core.plugin import BackendManager
 from hami_core.scheduling.bind import EventSink
 
-from .ledger import Ledger, LedgerState, PlanRecord, StepRecord
+from .ledger import BLOCKED_HOLD_S, Ledger, LedgerState, PlanRecord, StepRecord
 from .movable import MovePolicy, pod_key, pod_priority
 from .planner import Move, Outcome, Plan, Planner
 from .replacements import (
@@ -175,6 +175,7 @@ class Applier:
                 break
             state = self.ledger.load()
             state.prune(self.clock(), {uid_of(p) for p in read.pending})
+            self._give_back_stale_rooms(state)
             self._nominate_replacements(state, read)
             stopped = self._round(read, state, targets, steps, skipped)
             if stopped:
@@ -314,6 +315,39 @@ class Applier:
             namespace, _, name = outcome.pod.partition("/")
             self.evictions.nominate(namespace, name, record.node)
         return record
+
+    def _give_back_stale_rooms(self, state: LedgerState) -> None:
+        """Plans a budget stopped part-way whose last eviction is more than
+        ``BLOCKED_HOLD_S`` old give their room back: nomination withdrawn, nothing held
+        (``to_move`` emptied; ``blocked`` kept, so the record says why). Counted from the
+        last eviction, not from the stop, so rounds that try the refused eviction again
+        in vain do not hold the room on. A later round may plan for the pod afresh,
+        within the eviction budgets."""
+        now = self.clock()
+        stale = [
+            uid
+            for uid, r in state.plans.items()
+            if r.node and r.blocked and r.steps and now - r.steps[-1].at >= BLOCKED_HOLD_S
+        ]
+        if not stale:
+            return
+        pods = [state.plans[uid].pod for uid in stale]
+
+        def change(s: LedgerState) -> None:
+            for uid in stale:
+                if (r := s.plans.get(uid)) is not None:
+                    r.node, r.to_move = "", []
+
+        change(state)
+        self._save(state, change)
+        for key in pods:
+            log.info(
+                "pod %s: its plan stopped, its last move over %g s ago: room given back",
+                key,
+                BLOCKED_HOLD_S,
+            )
+            namespace, _, name = key.partition("/")
+            self.evictions.nominate(namespace, name, "")
 
     def _evict(self, victim: Mapping[str, Any]) -> Evicted:
         """Evict; a budget's refusal is asked again until ``budget_wait_s`` passes."""

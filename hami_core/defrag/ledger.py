@@ -48,6 +48,11 @@ DEFAULT_LOCATION = "hami-system/hami-scheduler-defrag-ledger"
 WINDOW_S = 3600.0
 #: How long a moved pod's replacement is looked for once its pending pod is bound.
 REPLACEMENT_KEEP_S = 300.0
+#: How long after its last eviction a plan a PodDisruptionBudget stopped part-way keeps
+#: the room it freed (the budget may relax: a replica becoming ready) before giving it
+#: back; a budget that never relaxes, or one the pending pod's own tenant pins at 0,
+#: then holds no other pod off that room for good (``apply.Applier``).
+BLOCKED_HOLD_S = 600.0
 
 
 class LedgerError(HamiError):
@@ -90,7 +95,9 @@ class PlanRecord:
         blocked: why its plan stopped ("" while it goes on): a PodDisruptionBudget
             refused an eviction for the whole wait (``apply.BLOCKED``); cleared when a
             later round tries again.
-        blocked_at: when it stopped (Unix seconds; 0 when not).
+        blocked_at: when it stopped (Unix seconds; 0 when not). A stopped plan whose
+            last eviction is ``BLOCKED_HOLD_S`` old gives its room back (``node`` and
+            ``to_move`` emptied).
         to_move: the uids of the pods its plan still has to evict (the latest round's
             plan; an evicted pod leaves it): the scheduler's filter holds the pending
             pod's room as if they were gone (``scheduling.held``), so a plan stopped

@@ -458,6 +458,51 @@ def test_a_plan_stopped_part_way_keeps_the_room_it_freed(mgr):
     assert not scheduler.filter(lv.pod("default/big")).feasible
 
 
+def test_a_stopped_plan_gives_its_room_back_after_the_hold(mgr):
+    """A plan a budget stopped part-way keeps the room it freed for BLOCKED_HOLD_S, then
+    gives it back (found by trying it as a tenant: the pending pod's own tenant pins its
+    budget at 0 after the first move, and the room freed from another tenant's pod was
+    held for it for good, keeping every pod of its priority off it)."""
+    from hami_core.defrag.ledger import BLOCKED_HOLD_S, RememberingLedger
+
+    a, b = (6 * MIB // 16, 30), (2 * MIB // 16, 20)
+    pods = [
+        running(f"{app}-{i}", "node-0", (g,), mem=m, cores=c, owned_by=owner(name=app),
+                labels={"app": app})
+        for app, (m, c), layout in (("fill-a", a, (0, 1)), ("fill-b", b, (1, 0)))
+        for i, g in enumerate(layout)
+    ]  # fmt: skip
+    lv = live(pods, [pending("big")], nodes=1)
+    lv.evictions.terminating = True
+    for p in pods:
+        if p["metadata"]["labels"]["app"] == "fill-b":
+            lv.evictions.refuse[f"default/{p['metadata']['name']}"] = 10**9
+    clock = Clock()
+    ledger = RememberingLedger(MemoryLedger())
+    report = applier(mgr, lv, clock=clock, ledger=ledger, budget_wait_s=2).run()
+    assert [s.result for s in report.steps] == ["evicted", "blocked-by-budget"]
+    for p in lv.cluster.list_pods():  # kubelet: the evicted pod is gone
+        if p["metadata"].get("deletionTimestamp"):
+            lv.cluster.delete_pod("default", p["metadata"]["name"])
+    scheduler = Scheduler(lv.cluster, mgr)
+    assert scheduler.engine.held is not None
+    scheduler.engine.held.leaving = ledger.leaving
+    other = pending("other", mem=10 * MIB // 16, cores=30)
+    lv.cluster.add_pod(other)
+    # within the hold: a later round keeps the room (the budget may still relax)
+    clock.sleep(BLOCKED_HOLD_S / 2)
+    applier(mgr, lv, clock=clock, ledger=ledger, budget_wait_s=2).run()
+    assert lv.nominated()["default/big"] == "node-0"
+    assert not scheduler.filter(other).feasible
+    # past it: the nomination is withdrawn, nothing is held, the record says why
+    clock.sleep(BLOCKED_HOLD_S)
+    applier(mgr, lv, clock=clock, ledger=ledger, budget_wait_s=2).run()
+    assert lv.nominated().get("default/big", "") == ""
+    (record,) = ledger.load().plans.values()
+    assert record.node == "" and record.to_move == [] and record.blocked
+    assert scheduler.filter(other).feasible == ("node-0",)
+
+
 def test_a_replacement_found_bound_is_recorded_so_no_later_round_looks_again(mgr):
     """kube-scheduler may bind a moved pod's replacement before the next round sees it
     pending: the ledger records it all the same (it did only for pending ones, so each
