@@ -405,6 +405,24 @@ def test_moves_never_take_the_room_of_a_higher_pending_pod_that_fits_now(mgr):
     assert report.evicted == 0 and lv.evictions.asked == []
 
 
+def _two_moves_the_second_refused(annotations: dict[str, str]) -> Live:
+    """One node whose pending pod "big" needs a fill-a and a fill-b pod moved (every pod
+    carrying ``annotations``); a budget refuses every fill-b eviction, for good."""
+    a, b = (6 * MIB // 16, 30), (2 * MIB // 16, 20)
+    pods = [
+        running(f"{app}-{i}", "node-0", (g,), mem=m, cores=c, owned_by=owner(name=app),
+                labels={"app": app}, annotations=annotations)
+        for app, (m, c), layout in (("fill-a", a, (0, 1)), ("fill-b", b, (1, 0)))
+        for i, g in enumerate(layout)
+    ]  # fmt: skip
+    lv = live(pods, [pending("big")], nodes=1)
+    lv.evictions.terminating = True
+    for p in pods:
+        if p["metadata"]["labels"]["app"] == "fill-b":
+            lv.evictions.refuse[f"default/{p['metadata']['name']}"] = 10**9
+    return lv
+
+
 def test_a_plan_stopped_part_way_keeps_the_room_it_freed(mgr):
     """docs/consolidation.md: a plan that stops where it is keeps the pending pod's
     nomination and room. Here the second move is refused by a budget after the first;
@@ -415,18 +433,7 @@ def test_a_plan_stopped_part_way_keeps_the_room_it_freed(mgr):
     from hami_core.defrag.ledger import RememberingLedger
 
     spread = {"hami.io/gpu-scheduler-policy": "spread"}
-    a, b = (6 * MIB // 16, 30), (2 * MIB // 16, 20)
-    pods = [
-        running(f"{app}-{i}", "node-0", (g,), mem=m, cores=c, owned_by=owner(name=app),
-                labels={"app": app}, annotations=spread)
-        for app, (m, c), layout in (("fill-a", a, (0, 1)), ("fill-b", b, (1, 0)))
-        for i, g in enumerate(layout)
-    ]  # fmt: skip
-    lv = live(pods, [pending("big")], nodes=1)
-    lv.evictions.terminating = True
-    for p in pods:
-        if p["metadata"]["labels"]["app"] == "fill-b":
-            lv.evictions.refuse[f"default/{p['metadata']['name']}"] = 10**6
+    lv = _two_moves_the_second_refused(spread)
     ledger = RememberingLedger(MemoryLedger())
     report = applier(mgr, lv, ledger=ledger, budget_wait_s=2).run()
     assert [s.result for s in report.steps] == ["evicted", "blocked-by-budget"]
@@ -465,18 +472,7 @@ def test_a_stopped_plan_gives_its_room_back_after_the_hold(mgr):
     held for it for good, keeping every pod of its priority off it)."""
     from hami_core.defrag.ledger import BLOCKED_HOLD_S, RememberingLedger
 
-    a, b = (6 * MIB // 16, 30), (2 * MIB // 16, 20)
-    pods = [
-        running(f"{app}-{i}", "node-0", (g,), mem=m, cores=c, owned_by=owner(name=app),
-                labels={"app": app})
-        for app, (m, c), layout in (("fill-a", a, (0, 1)), ("fill-b", b, (1, 0)))
-        for i, g in enumerate(layout)
-    ]  # fmt: skip
-    lv = live(pods, [pending("big")], nodes=1)
-    lv.evictions.terminating = True
-    for p in pods:
-        if p["metadata"]["labels"]["app"] == "fill-b":
-            lv.evictions.refuse[f"default/{p['metadata']['name']}"] = 10**9
+    lv = _two_moves_the_second_refused({})
     clock = Clock()
     ledger = RememberingLedger(MemoryLedger())
     report = applier(mgr, lv, clock=clock, ledger=ledger, budget_wait_s=2).run()
