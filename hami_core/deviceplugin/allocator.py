@@ -699,17 +699,26 @@ class Allocator:
             log.error("pod %s: answered, but bind-phase success not written: %s", pending.ref, exc)
 
     def _release(self, pending: PendingPod, lock_value: str | None) -> None:
-        """Release the node lock if ``pending`` owns it: one conditional write when the
-        value read names it, else read and release (``release_node_lock``)."""
+        """Release the node lock if ``pending`` owns it as read (``lock_value``): one
+        conditional write, and a read and release (``release_node_lock``) only when
+        that value changed meanwhile.
+
+        A lock the read did not show as ``pending``'s (none, or another pod's: a pod
+        served by its signature, PROTOCOL.md §4) is left alone, with no read of the
+        node: had the scheduler locked for ``pending`` after all (a node cache behind
+        its pod cache), the lock holds nothing once the progress write that follows
+        sets ``bind-phase: success`` (``facts.nodelock``'s ``_holds``), so the next
+        bind takes it over. That saves a GET of the node per signed pod."""
         try:
             lock = decode_lock(lock_value) if lock_value else None
         except AnnotationError:
             lock = None
+        if lock is None or not lock.owned_by(pending.namespace, pending.name):
+            return
+        assert lock_value is not None
         try:
-            if lock is not None and lock.owned_by(pending.namespace, pending.name):
-                assert lock_value is not None
-                if release_node_lock_value(self.store, self.node, lock_value):
-                    return
+            if release_node_lock_value(self.store, self.node, lock_value):
+                return
             release_node_lock(self.store, self.node, namespace=pending.namespace, pod=pending.name)
         except HamiError as exc:
             log.error("pod %s: cannot release the node lock: %s", pending.ref, exc)

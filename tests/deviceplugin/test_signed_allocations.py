@@ -7,6 +7,8 @@ another pod's signed set onto it). Pods are bound by the real scheduler."""
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -18,10 +20,12 @@ from hami_core.deviceplugin.pending import (
     UNSIGNED_REFUSE,
     find_candidates,
 )
+from hami_core.deviceplugin.podresources import KubeletContainer, KubeletPod
 from hami_core.errors import HamiError
+from hami_core.facts.nodelock import acquire_node_lock
 from hami_core.plugin import BackendManager
 from hami_core.protocol import annotations as keys
-from hami_core.protocol.lock import encode_lock
+from hami_core.protocol.lock import decode_lock, encode_lock
 from hami_core.protocol.signature import (
     AllocationSigner,
     AllocationVerifier,
@@ -100,6 +104,62 @@ def test_a_signed_pod_is_served(cluster, nvidia, bound_pod: BindPod):
     assert answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
     assert ann(cluster, "p")[keys.BIND_PHASE] == "success"
     assert lock(cluster) is None
+
+
+class _Listing:
+    """kubelet's PodResources ``List`` while it admits ``pods``."""
+
+    def __init__(self, *pods: KubeletPod) -> None:
+        self.pods = list(pods)
+
+    def list(self) -> list[KubeletPod]:
+        return self.pods
+
+
+class _NodeCacheBehind:
+    """A device plugin's view of ``cluster`` whose node cache lags its pod cache: the
+    node lock the scheduler wrote is not seen yet; its reads of the node are counted."""
+
+    def __init__(self, cluster: MemoryCluster) -> None:
+        self._cluster = cluster
+        self.node_reads = 0
+
+    def cached_node(self, name: str) -> dict[str, Any]:
+        node = copy.deepcopy(self._cluster.cached_node(name))
+        node["metadata"].get("annotations", {}).pop(keys.NODE_LOCK, None)
+        return node
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        self.node_reads += 1
+        return self._cluster.get_node(name)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cluster, name)
+
+
+def test_a_signed_pod_no_lock_was_read_for_costs_no_read_of_the_node(
+    cluster, nvidia, bound_pod: BindPod
+):
+    """The lock-free path (PROTOCOL.md §4): a pod served by its signature, the node lock
+    read as absent, costs no GET of the node after Allocate; and had the scheduler
+    locked for it after all (the node's cache behind), that lock holds nothing once
+    its bind-phase is success: the next bind takes the node."""
+    bind(cluster, nvidia, bound_pod, "p", 3000)
+    assert decode_lock(str(lock(cluster))).owned_by("default", "p")  # taken by the bind
+    view = _NodeCacheBehind(cluster)
+    admitting = KubeletPod(
+        namespace="default", name="p", containers=(KubeletContainer(name="main"),)
+    )
+    served_by_signature = allocator(view, nvidia, pod_resources=_Listing(admitting))  # type: ignore[arg-type]
+    (answer,) = served_by_signature.allocate([[f"{uuid_of(cluster, 'p')}-0"]])
+    assert answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert ann(cluster, "p")[keys.BIND_PHASE] == "success"
+    assert view.node_reads == 0  # nothing read to release
+    assert decode_lock(str(lock(cluster))).owned_by("default", "p")  # the unseen lock stays
+    taken = acquire_node_lock(
+        cluster, NODE, namespace="default", pod="q", now=dt.datetime.now(dt.UTC)
+    )
+    assert taken is not None and decode_lock(taken).owned_by("default", "q")  # holds nothing
 
 
 def _refused(cluster, nvidia, name: str, why: str) -> None:
