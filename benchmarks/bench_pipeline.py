@@ -76,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pipeline_stack  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
-from noop_floor import cpu_per_pod, process_cpu, start_noop  # noqa: E402
+from noop_floor import cpu_per_pod, process_cpu, settle, start_noop  # noqa: E402
 from pipeline_stack import (  # noqa: E402
     HAMI_NS,
     MANAGED,
@@ -102,6 +102,15 @@ BURST_SHAPE = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
 def apiserver_writes(cp: ControlPlane) -> collections.Counter[tuple[str, str]]:
     """Writes kube-apiserver has served so far, by (verb, resource[/subresource]), from
     its ``apiserver_request_total`` counter (pods, nodes and events only)."""
+    return apiserver_requests(cp, WRITES)
+
+
+def apiserver_requests(
+    cp: ControlPlane, verbs: Sequence[str] = ("GET", "LIST", "WATCH", *WRITES)
+) -> collections.Counter[tuple[str, str]]:
+    """Requests of ``verbs`` kube-apiserver has served so far, by (verb,
+    resource[/subresource]), from its ``apiserver_request_total`` counter (pods, nodes
+    and events only; a pod create refused while the webhook warms up not counted)."""
     assert cp.api_url is not None and cp.ca_cert_path is not None
     request = urllib.request.Request(
         f"{cp.api_url}/metrics", headers={"Authorization": f"Bearer {cp.token}"}
@@ -119,7 +128,7 @@ def apiserver_writes(cp: ControlPlane) -> collections.Counter[tuple[str, str]]:
             if "=" in part
         )
         verb, resource = labels.get("verb", ""), labels.get("resource", "")
-        if verb not in WRITES or resource not in ("pods", "nodes", "events"):
+        if verb not in verbs or resource not in ("pods", "nodes", "events"):
             continue
         sub = labels.get("subresource", "")
         if (verb, resource, sub) == ("POST", "pods", "") and not labels.get("code", "").startswith(
@@ -254,7 +263,7 @@ def profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
         [
             spy,
             "record",
-            "--idle",
+            *(os.environ.get("HAMI_BENCH_PYSPY", "--idle").split()),
             "--pid",
             str(pid),
             "--rate",
@@ -368,6 +377,7 @@ def run_cell(
     pids = pids or {}
     # kube-scheduler alone
     cp.stop_process("kube-scheduler")
+    settled = [settle(cp, pids)]
     cpu0 = process_cpu(cp, pids)
     alone_s = timed_run(
         core,
@@ -386,6 +396,7 @@ def run_cell(
     clear(core, ALONE_NS)
     noop_s: dict[str, float] = {}
     for language, noop_url in (noop_urls or {}).items():  # the floor: no-op extenders
+        settled.append(settle(cp, pids))
         cpu0 = process_cpu(cp, pids)
         noop_s[language] = timed_run(
             core,
@@ -409,8 +420,9 @@ def run_cell(
             flush=True,
         )
     # kube-scheduler + our extender + webhook, the stand-in kubelets admitting
-    api_before, plugin_before = apiserver_writes(cp), standin.writes.snapshot()
-    before = extender_seconds()
+    api_before, plugin_before = apiserver_requests(cp), standin.writes.snapshot()
+    before = extender_seconds()  # a scrape: before the stack settles
+    settled.append(settle(cp, pids))
     cpu0 = process_cpu(cp, pids)
     with profiling(hami_pid, profile):
         ours_s = timed_run(
@@ -436,7 +448,8 @@ def run_cell(
     if not standin.kubelet.wait_admitted(uids, timeout_s=300):
         print(f"  {label}: not every pod admitted within 300 s", flush=True)
     time.sleep(1.0)  # the device plugins' writes follow their answers
-    api = apiserver_writes(cp) - api_before
+    requests = apiserver_requests(cp) - api_before
+    api = collections.Counter({k: n for k, n in requests.items() if k[0] in WRITES})
     plugin = standin.writes.snapshot() - plugin_before
     failures = standin.kubelet.failures()
     refused = len(failures)
@@ -480,12 +493,21 @@ def run_cell(
         f"{algorithm_ms:.1f} ms; refused admissions {refused}",
         flush=True,
     )
-    print(f"  {label}: CPU ms/pod, alone: {cpu_alone}; ours: {cpu_ours}", flush=True)
+    print(
+        f"  {label}: CPU ms/pod, alone: {cpu_alone}; ours: {cpu_ours}; each phase started "
+        f"once the stack idled, after {', '.join(f'{s:.1f}' for s in settled)} s",
+        flush=True,
+    )
     every = {f"{v} {r}": round(n / pods_n, 2) for (v, r), n in sorted(api.items()) if n > 0}
+    reads = {
+        f"{v} {r}": round(n / pods_n, 2)
+        for (v, r), n in sorted(requests.items())
+        if n > 0 and v not in WRITES
+    }
     print(
         f"  {label}: extender calls per pod: filter {filters[0] / pods_n:.2f}, prioritize "
         f"{calls.get('score', (0.0, 0.0))[0] / pods_n:.2f}, bind {binds[0] / pods_n:.2f}; "
-        f"every API write per pod (all clients): {every}",
+        f"every API write per pod (all clients): {every}; reads per pod: {reads}",
         flush=True,
     )
 

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from pipeline_stack import _ok
@@ -37,6 +38,25 @@ def process_cpu(cp: ControlPlane, extra: dict[str, int]) -> dict[str, float]:
             continue
         out[name] = (int(fields[11]) + int(fields[12])) / tick
     return out
+
+
+def settle(
+    cp: ControlPlane, extra: dict[str, int], *, idle_ms_per_s: float = 40.0, timeout_s: float = 30.0
+) -> float:
+    """Wait until the stack is idle: the processes of ``process_cpu`` together spend
+    under ``idle_ms_per_s`` of CPU per second over half a second (the watches of every
+    process have taken in the previous phase's deletions), at most ``timeout_s``.
+    Each phase of a run starts so, so none pays for the one before it. Returns the
+    seconds waited."""
+    start = time.monotonic()
+    before = sum(process_cpu(cp, extra).values())
+    while time.monotonic() - start < timeout_s:
+        time.sleep(0.5)
+        now = sum(process_cpu(cp, extra).values())
+        if (now - before) * 1000 < idle_ms_per_s * 0.5:
+            break
+        before = now
+    return time.monotonic() - start
 
 
 def cpu_per_pod(before: dict[str, float], after: dict[str, float], pods_n: int) -> str:
