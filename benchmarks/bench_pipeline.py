@@ -368,10 +368,13 @@ def run_cell(
     profile: Path | None,
     noop_urls: dict[str, str] | None = None,
     pids: dict[str, int] | None = None,
+    kube_qps: float | None = None,
 ) -> None:
     """One run of one cell: kube-scheduler alone, then with each no-op extender of
     ``noop_urls`` (language -> URL), then with our extender + webhook. Prints each
-    phase's CPU per pod by process (``pids``: processes beyond the control plane's)."""
+    phase's CPU per pod by process (``pids``: processes beyond the control plane's).
+    ``kube_qps``: kube-scheduler's client rate limit in every phase (None: its
+    defaults, 50 requests/s, burst 100)."""
     shapes = shapes_of(workload, pods_n, seed)
     label = f"{size} nodes, {workload}, {arrival}"
     pids = pids or {}
@@ -388,7 +391,7 @@ def run_cell(
             for i, s in enumerate(shapes)
         ],
         arrival=arrival,
-        start_scheduler=lambda: cp.start_default_scheduler(),
+        start_scheduler=lambda: cp.start_default_scheduler(client_qps=kube_qps),
         timeout_s=600,
     )
     cpu_alone = cpu_per_pod(cpu0, process_cpu(cp, pids), pods_n)
@@ -405,7 +408,10 @@ def run_cell(
             [pod_body(f"noop-{i}", s, scheduler="hami-scheduler") for i, s in enumerate(shapes)],
             arrival=arrival,
             start_scheduler=lambda url=noop_url: cp.start_scheduler(
-                extender_url=url, managed_resources=MANAGED, http_timeout="30s"
+                extender_url=url,
+                managed_resources=MANAGED,
+                http_timeout="30s",
+                client_qps=kube_qps,
             ),
             timeout_s=600,
         )
@@ -432,7 +438,10 @@ def run_cell(
             [pod_body(f"hami-{i}", s, scheduler=None) for i, s in enumerate(shapes)],
             arrival=arrival,
             start_scheduler=lambda: cp.start_scheduler(
-                extender_url=url, managed_resources=MANAGED, http_timeout="30s"
+                extender_url=url,
+                managed_resources=MANAGED,
+                http_timeout="30s",
+                client_qps=kube_qps,
             ),
             timeout_s=900,
         )
@@ -560,6 +569,13 @@ def main() -> None:
         "schedules the pods with the extender) into this folder, as collapsed stacks (one "
         "line per stack and its sample count: flamegraph.pl or speedscope read them)",
     )
+    ap.add_argument(
+        "--kube-api-qps",
+        type=float,
+        help="kube-scheduler's client rate limit (clientConnection.qps, burst twice it) in "
+        "every phase; default: its own, 50 requests/s (burst 100), which paces kube-scheduler "
+        "alone, whose every Binding goes through it, and not an extender that binds",
+    )
     args = ap.parse_args()
     sizes = (
         [int(x) for x in args.sizes.split(",")]
@@ -614,11 +630,13 @@ def main() -> None:
                             ),
                             noop_urls=noop_urls,
                             pids=pids,
+                            kube_qps=args.kube_api_qps,
                         )
     print(
         "real kube-apiserver + kube-scheduler 1.20; fake nodes x 8 GPUs; stand-in kubelets call "
         f"the real Allocator {args.admission_delay * 1000:.0f} ms after a pod is bound "
-        f"(--trust {args.trust}, --filter-answer {args.filter_answer}); "
+        f"(--trust {args.trust}, --filter-answer {args.filter_answer}); kube-scheduler's "
+        f"client {'at its default rate limit, 50/s' if args.kube_api_qps is None else f'at {args.kube_api_qps:g} requests/s'}; "
         f"{pods_n} pods per run; median (min-max) of {args.runs} runs"
     )
     print(

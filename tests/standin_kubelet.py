@@ -148,6 +148,10 @@ class KubeletPods:
         # node -> uid -> (namespace, name, container names): kubelet's pod manager
         self._listed: dict[str, dict[str, tuple[str, str, tuple[str, ...]]]] = {}
         self._held: dict[str, dict[str, tuple[str, ...]]] = {}  # node -> uid/container -> IDs
+        # node -> uid -> the pod as ``listed`` answers it, built again only when the pod
+        # changes: kubelet keeps these in its (Go) pod manager on the GPU node, which the
+        # benchmarks' one process should not pay for per List.
+        self._answers: dict[str, dict[str, KubeletPod]] = {}
 
     def admit(self, node: str, pod: KubeObject) -> None:
         """``pod`` is being admitted on ``node``: listed from now on, no device yet."""
@@ -155,16 +159,19 @@ class KubeletPods:
         spec = pod.get("spec") or {}
         ordered = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
         with self._lock:
-            self._listed.setdefault(node, {})[str(meta.get("uid") or "")] = (
+            uid = str(meta.get("uid") or "")
+            self._listed.setdefault(node, {})[uid] = (
                 str(meta.get("namespace") or "default"),
                 str(meta.get("name") or ""),
                 tuple(str(c.get("name") or "") for c in ordered),
             )
+            self._answers.get(node, {}).pop(uid, None)
 
     def give(self, node: str, uid: str, container: str, ids: Sequence[str]) -> None:
         """The ``Allocate`` of pod ``uid``'s ``container`` answered with ``ids``."""
         with self._lock:
             self._held.setdefault(node, {})[f"{uid}/{container}"] = tuple(ids)
+            self._answers.get(node, {}).pop(uid, None)
 
     def free(self, node: str, uid: str) -> None:
         """Pod ``uid``'s device IDs are free again (a failed admission: it stays listed)."""
@@ -172,6 +179,7 @@ class KubeletPods:
             held = self._held.get(node, {})
             for key in [k for k in held if k.startswith(f"{uid}/")]:
                 del held[key]
+            self._answers.get(node, {}).pop(uid, None)
 
     def forget(self, node: str, uid: str) -> None:
         """Pod ``uid`` was deleted: no longer listed, its IDs free."""
@@ -187,22 +195,27 @@ class KubeletPods:
     def listed(self, node: str) -> list[KubeletPod]:
         """What kubelet's PodResources ``List`` answers on ``node`` now."""
         with self._lock:
-            pods = list(self._listed.get(node, {}).items())
-            held = dict(self._held.get(node, {}))
-        return [
-            KubeletPod(
-                namespace=ns,
-                name=name,
-                containers=tuple(
-                    KubeletContainer(
-                        name=c,
-                        devices={self.resource: held[f"{uid}/{c}"]} if f"{uid}/{c}" in held else {},
+            held = self._held.get(node, {})
+            answers = self._answers.setdefault(node, {})
+            out = []
+            for uid, (ns, name, containers) in self._listed.get(node, {}).items():
+                pod = answers.get(uid)
+                if pod is None:
+                    pod = answers[uid] = KubeletPod(
+                        namespace=ns,
+                        name=name,
+                        containers=tuple(
+                            KubeletContainer(
+                                name=c,
+                                devices={self.resource: held[f"{uid}/{c}"]}
+                                if f"{uid}/{c}" in held
+                                else {},
+                            )
+                            for c in containers
+                        ),
                     )
-                    for c in containers
-                ),
-            )
-            for uid, (ns, name, containers) in pods
-        ]
+                out.append(pod)
+            return out
 
     def source(self, node: str) -> _PodResources:
         """Kubelet's PodResources ``List`` on ``node`` (a ``PodResourcesSource``)."""

@@ -66,6 +66,16 @@ __all__ = [
 ]
 
 
+def _client_connection(kubeconfig: Path, qps: float | None) -> dict[str, Any]:
+    """kube-scheduler's ``clientConnection``: the kubeconfig, and with ``qps`` its
+    client's rate limit (burst twice it) instead of the defaults (50 / 100)."""
+    out: dict[str, Any] = {"kubeconfig": str(kubeconfig)}
+    if qps is not None:
+        out["qps"] = qps
+        out["burst"] = int(2 * qps)
+    return out
+
+
 class ControlPlaneError(RuntimeError):
     """A control-plane process failed to start or died; the message carries log tails."""
 
@@ -673,10 +683,12 @@ class ControlPlane:
         preempt_verb: str | None = None,
         extra_args: Sequence[str] = (),
         ready_timeout: float = 30.0,
+        client_qps: float | None = None,
     ) -> subprocess.Popen:
         """Start kube-scheduler with one profile ``scheduler_name`` whose extender is at
         ``extender_url`` (filter / prioritize / bind verbs, weight 1, nodeCacheCapable;
-        ``preempt_verb`` too when given).
+        ``preempt_verb`` too when given). ``client_qps``: its API client's
+        ``clientConnection.qps`` (burst twice that) instead of the defaults, 50 and 100.
 
         Every name in ``managed_resources`` is listed with ``ignoredByScheduler: true``.
         A scheduler started before is stopped first. An ``https://`` extender is called
@@ -713,7 +725,7 @@ class ControlPlane:
             config = {
                 "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
                 "kind": "KubeSchedulerConfiguration",
-                "clientConnection": {"kubeconfig": str(self.kubeconfig_path)},
+                "clientConnection": _client_connection(self.kubeconfig_path, client_qps),
                 "leaderElection": {"leaderElect": False},
                 "healthzBindAddress": healthz,
                 "metricsBindAddress": healthz,
@@ -743,10 +755,12 @@ class ControlPlane:
                 raise
         raise AssertionError("unreachable")
 
-    def start_default_scheduler(self, *, ready_timeout: float = 30.0) -> subprocess.Popen:
+    def start_default_scheduler(
+        self, *, ready_timeout: float = 30.0, client_qps: float | None = None
+    ) -> subprocess.Popen:
         """Start a plain kube-scheduler for ``default-scheduler`` (no extender), as every
         cluster has: it places pods that name no scheduler, e.g. a chart's own pods.
-        Process name ``kube-scheduler-default``."""
+        Process name ``kube-scheduler-default``; ``client_qps`` as ``start_scheduler``'s."""
         if self.workdir is None or self.kubeconfig_path is None:
             raise ControlPlaneError("start() the control plane first")
         self.stop_process("kube-scheduler-default")
@@ -755,7 +769,7 @@ class ControlPlane:
         config = {
             "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
             "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(self.kubeconfig_path)},
+            "clientConnection": _client_connection(self.kubeconfig_path, client_qps),
             "leaderElection": {"leaderElect": False},
             "healthzBindAddress": healthz,
             "metricsBindAddress": healthz,
