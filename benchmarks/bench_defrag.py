@@ -687,58 +687,71 @@ def arrival(alloc: Any, pods: list[dict[str, str]]) -> tuple[int, float]:
 
 
 def _rooms(booked: dict[tuple[int, int], list[int]]) -> list[dict[str, str]]:
-    """One 1-GPU pod per GPU with room left, asking exactly that room (memory and
-    compute, a sharer slot), the roomiest first: a stream the state ``booked``
-    ((node, GPU) -> [slots, MiB, cores] used) holds in full."""
+    """One 1-GPU pod per GPU with room left, asking exactly that room (a whole card for
+    an unused GPU; else its memory and compute left, a sharer slot), the roomiest
+    first: a stream the state ``booked`` ((node, GPU) -> [slots, MiB, cores] used)
+    holds in full."""
+    whole = [{"nvidia.com/gpu": "1", "nvidia.com/gpucores": "100"}]
     out = []
     for used, mem, cores in booked.values():
         free_mem, free_cores = GPU_MEMORY_MIB - mem, 100 - cores
-        if used < SPLIT and free_mem > 0 and 0 < free_cores < 100:
+        if used == 0:
+            out.append((GPU_MEMORY_MIB + 1, 100))  # before every share
+        elif used < SPLIT and free_mem > 0 and 0 < free_cores < 100:
             out.append((free_mem, free_cores))
     return [
-        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(m), "nvidia.com/gpucores": str(c)}
+        whole[0]
+        if m > GPU_MEMORY_MIB
+        else {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(m), "nvidia.com/gpucores": str(c)}
         for m, c in sorted(out, reverse=True)
     ]
+
+
+def _canonical(booked: dict[tuple[int, int], list[int]]) -> tuple[Any, ...]:
+    """A state up to the cluster's symmetry (identical nodes, identical GPUs): each
+    node's GPUs' (slots, MiB, cores) used, sorted, and the nodes sorted."""
+    nodes: dict[int, list[tuple[int, ...]]] = {}
+    for (n, _), used in booked.items():
+        nodes.setdefault(n, []).append(tuple(used))
+    return tuple(sorted(tuple(sorted(gpus)) for gpus in nodes.values()))
 
 
 def divergence(manager: BackendManager, pods: list[dict[str, str]]) -> str:
     """The proof, on one arrival stream, that no ordering other than HAMi's is at least
     HAMi's on every stream, and that HAMi's is not either: at the first arrival ``i``
-    where ours places a pod elsewhere than HAMi's ordering, the two states differ; the
-    stream cut after ``i`` and followed by one pod per GPU asking exactly the room
-    HAMi's state has left there fills HAMi's cluster, and ours, whose room is split
-    otherwise, holds fewer of them; followed by the room ours has left, the other way
-    round. Both continuations are played from the start by both orderings (the
-    printed counts are theirs, not assumed). The same cut works against any
-    ordering at its first difference from HAMi's, so ">= 1.0 on every stream" holds
-    only for an ordering that makes HAMi's choices (``docs/performance.md``)."""
+    after which ours and HAMi's ordering hold different states (up to the cluster's
+    symmetry: GPU 0 or GPU 7 of an empty node is the same choice), the stream cut
+    after ``i`` and followed by one pod per GPU asking exactly the room HAMi's state
+    has left there fills HAMi's cluster, and ours, whose room is split otherwise,
+    holds fewer of them; followed by the room ours has left, the other way round. Both
+    continuations are played from the start by both orderings (the printed counts are
+    theirs, not assumed). The same cut works against any ordering at its first
+    difference from HAMi's, so ">= 1.0 on every stream" holds only for an ordering
+    that makes HAMi's choices (``docs/performance.md``)."""
     ours, hami = Ours(manager), HamiOrder("binpack", "binpack")
     booked: dict[tuple[int, int], list[int]] = {
         (n, g): [0, 0, 0] for n in range(NODES) for g in range(GPUS)
     }
+
+    def theirs_booked() -> dict[tuple[int, int], list[int]]:
+        return {d.where: [d.used, d.used_mem, d.used_cores] for gpus in hami.gpus for d in gpus}
+
     for i, shape in enumerate(pods):
         mine, theirs = ours.place(f"p{i}", shape), hami.place(f"p{i}", shape)
-        if sorted(mine or []) != sorted(theirs or []):
-            break
         _, mem, cores = demand(shape)
         for n, g, _ in mine or []:
-            booked[(n, g)] = [
-                booked[(n, g)][0] + 1,
-                booked[(n, g)][1] + mem,
-                booked[(n, g)][2] + cores,
-            ]
+            used = booked[(n, g)]
+            booked[(n, g)] = [used[0] + 1, used[1] + mem, used[2] + cores]
+        if _canonical(booked) != _canonical(theirs_booked()):
+            break
     else:
-        return "ours makes HAMi's choices on the whole stream"
-    _, mem, cores = demand(shape)
-    for n, g, _ in mine or []:
-        booked[(n, g)] = [booked[(n, g)][0] + 1, booked[(n, g)][1] + mem, booked[(n, g)][2] + cores]
-    hami_booked = {d.where: [d.used, d.used_mem, d.used_cores] for gpus in hami.gpus for d in gpus}
+        return "ours holds HAMi's state (up to symmetry) after every arrival"
     head = pods[: i + 1]
     lines = [
-        f"first different choice at arrival {i} ({shape}): ours {[w[:2] for w in mine or []]}, "
-        f"HAMi's {[w[:2] for w in theirs or []]}"
+        f"states part at arrival {i} ({shape}): ours on {[w[:2] for w in mine or []] or 'none'}, "
+        f"HAMi's on {[w[:2] for w in theirs or []] or 'none'}"
     ]
-    for whose, rest in (("HAMi's", _rooms(hami_booked)), ("ours", _rooms(booked))):
+    for whose, rest in (("HAMi's", _rooms(theirs_booked())), ("ours", _rooms(booked))):
         o = arrival(Ours(manager), head + rest)
         h = arrival(HamiOrder("binpack", "binpack"), head + rest)
         lines.append(
