@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hami_core.errors import AnnotationError, QuantityError
@@ -84,6 +84,10 @@ def read_node(
                 if own and stale and _allocatable_zero(allocatable, dtype.resources.count):
                     unregistered[dtype.vendor] = f"{dtype.handshake_annotation}: {stale}"
                     continue
+                repeated = _repeated(own, devices)
+                if repeated:
+                    unregistered[dtype.vendor] = f"{dtype.register_annotation}: {repeated}"
+                    continue
                 devices.extend(own)
                 continue
         value = ann.get(dtype.register_annotation)
@@ -101,6 +105,10 @@ def read_node(
         stale = _stale_handshake(ann.get(dtype.handshake_annotation), now)
         if stale and _allocatable_zero(allocatable, dtype.resources.count):
             unregistered[dtype.vendor] = f"{dtype.handshake_annotation}: {stale}"
+            continue
+        repeated = _repeated(found, devices)
+        if repeated:
+            unregistered[dtype.vendor] = f"{dtype.register_annotation}: {repeated}"
             continue
         devices.extend(found)
     link_scores: dict[str, dict[str, int]] = {}
@@ -138,6 +146,21 @@ def read_node(
         unregistered=unregistered,
         ignored=ignored,
     )
+
+
+def _repeated(found: Sequence[DeviceInfo], before: Sequence[DeviceInfo]) -> str | None:
+    """Why ``found`` cannot join a node's devices ``before``: a device ID listed twice
+    (in ``found``, or already another vendor's on the node). Usage, allocations and
+    the device plugin's IDs are all keyed by it, so the second device would be
+    counted as the first (a pod of two devices could be given one GPU twice): the
+    vendor is marked unregistered on that node rather than guessed at. None when
+    every ID is new."""
+    seen = {d.uuid for d in before}
+    for d in found:
+        if d.uuid in seen:
+            return f"device {d.uuid} is listed twice"
+        seen.add(d.uuid)
+    return None
 
 
 def _reason(exc: BaseException) -> str:
