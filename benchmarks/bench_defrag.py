@@ -687,23 +687,20 @@ def arrival(alloc: Any, pods: list[dict[str, str]]) -> tuple[int, float]:
 
 
 def _rooms(booked: dict[tuple[int, int], list[int]]) -> list[dict[str, str]]:
-    """One 1-GPU pod per GPU with room left, asking exactly that room (a whole card for
-    an unused GPU; else its memory and compute left, a sharer slot), the roomiest
-    first: a stream the state ``booked`` ((node, GPU) -> [slots, MiB, cores] used)
-    holds in full."""
-    whole = [{"nvidia.com/gpu": "1", "nvidia.com/gpucores": "100"}]
-    out = []
+    """One 1-GPU pod per GPU with room left, asking exactly the room the state
+    ``booked`` ((node, GPU) -> [slots, MiB, cores] used) has left there: a whole card
+    for each unused GPU first, then the memory and compute left on each shared one
+    with a free slot, the roomiest first."""
+    unused, shares = 0, []
     for used, mem, cores in booked.values():
-        free_mem, free_cores = GPU_MEMORY_MIB - mem, 100 - cores
         if used == 0:
-            out.append((GPU_MEMORY_MIB + 1, 100))  # before every share
-        elif used < SPLIT and free_mem > 0 and 0 < free_cores < 100:
-            out.append((free_mem, free_cores))
-    return [
-        whole[0]
-        if m > GPU_MEMORY_MIB
-        else {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(m), "nvidia.com/gpucores": str(c)}
-        for m, c in sorted(out, reverse=True)
+            unused += 1
+        elif used < SPLIT and mem < GPU_MEMORY_MIB and 0 < cores < 100:
+            shares.append((GPU_MEMORY_MIB - mem, 100 - cores))
+    card = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "100"}
+    return [dict(card) for _ in range(unused)] + [
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(m), "nvidia.com/gpucores": str(c)}
+        for m, c in sorted(shares, reverse=True)
     ]
 
 
@@ -720,12 +717,12 @@ def divergence(manager: BackendManager, pods: list[dict[str, str]]) -> str:
     """The proof, on one arrival stream, that no ordering other than HAMi's is at least
     HAMi's on every stream, and that HAMi's is not either: at the first arrival ``i``
     after which ours and HAMi's ordering hold different states (up to the cluster's
-    symmetry: GPU 0 or GPU 7 of an empty node is the same choice), the stream cut
+    symmetry: GPU 0 or GPU 7 of an empty node is the same choice), the stream is cut
     after ``i`` and followed by one pod per GPU asking exactly the room HAMi's state
-    has left there fills HAMi's cluster, and ours, whose room is split otherwise,
-    holds fewer of them; followed by the room ours has left, the other way round. Both
-    continuations are played from the start by both orderings (the printed counts are
-    theirs, not assumed). The same cut works against any ordering at its first
+    has left there (``_rooms``), which HAMi's split of the room holds and ours, split
+    otherwise, may not; and again with the room ours has left. Both continuations are
+    played from the start by both orderings: the printed counts are theirs, not
+    assumed. The same cut works against any ordering at its first
     difference from HAMi's, so ">= 1.0 on every stream" holds only for an ordering
     that makes HAMi's choices (``docs/performance.md``)."""
     ours, hami = Ours(manager), HamiOrder("binpack", "binpack")
