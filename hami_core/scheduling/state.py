@@ -11,7 +11,9 @@ node and quota informers' add/update/delete) and keeps:
   small memo of fit results for that generation and its class signature
   (``nodeclass``);
 - per pod: what it holds on each node it is assigned to and its quota charge, decoded
-  once per (UID, resourceVersion);
+  once per (UID, resourceVersion); an update that charges nothing new (kubelet's
+  status, the device plugin's progress keys) leaves its nodes' generations, and so
+  their fits, as they were;
 - per namespace: the quota charge of its live allocated pods, and its parsed quotas;
 - the held slices (``hold``): devices set aside for a pod that is not bound yet (a gang
   member's reservation, ``gangs``), counted on their node and in their namespace's quota
@@ -40,7 +42,7 @@ from hami_core.errors import AnnotationError
 from hami_core.facts.nodes import NodeDevicesReader, read_node
 from hami_core.facts.priority import nominated_node
 from hami_core.facts.quota import NO_CHARGE, QuotaCharge, QuotaLimit, QuotaView, quota_limits
-from hami_core.facts.usage import PodHoldings, usage_from_holdings
+from hami_core.facts.usage import NO_HOLDINGS, PodHoldings, usage_from_holdings
 from hami_core.model import (
     MIG_PROFILE_INFO,
     DeviceRequest,
@@ -51,7 +53,7 @@ from hami_core.model import (
     PodRequest,
     ReasonCode,
 )
-from hami_core.protocol.annotations import NODE_LOCK
+from hami_core.protocol.annotations import BIND_PHASE, NODE_LOCK
 from hami_core.protocol.handshake import HANDSHAKE_TIMEOUT_S, HandshakeState, decode_handshake
 from hami_core.protocol.lock import decode_lock
 from hami_core.protocol.pods import is_live
@@ -202,6 +204,8 @@ class ClusterState:
             (``quota.quota_device_types``); ``device_types`` when not given.
         """
         self._types = device_types
+        # what the device plugin writes as it serves a pod, read by no fit
+        self._progress = frozenset({BIND_PHASE, *(t.to_allocate_annotation for t in device_types)})
         self._quota_types = device_types if quota_types is None else quota_types
         self._clock = clock
         self._holdings = holdings
@@ -250,6 +254,9 @@ class ClusterState:
             # version with other content is a write remembered at the version it was read
             # at (``KubeCluster.bind_pod``: the Binding answers no pod): charged at once.
             return
+        if new is not None and prev is not None and self._charges_as_before(key, prev, new):
+            prev.obj, prev.rv = new, _rv(new)
+            return
         if prev is not None:
             self._drop_pod(key, prev)
         meta = (new if new is not None else old or {}).get("metadata") or {}
@@ -281,6 +288,47 @@ class ClusterState:
             if node is not None:
                 self._charge(node, key, state)
                 self._changed(node)
+
+    def _charges_as_before(self, key: str, prev: PodState, new: KubeObject) -> bool:
+        """True when ``new``, a later version of ``prev``'s pod, is charged exactly as
+        ``prev`` was (the same nodes, holdings, quota charge and nominated node, no hold
+        for it) and its annotations differ at most in the device plugin's progress keys
+        (``bind-phase``, each vendor's ``*-devices-to-allocate``), which no fit reads:
+        kubelet's status updates and the device plugin's progress write. The new
+        holdings are swapped in and the nodes' fits stand: without this each such update
+        re-fitted the node for every pod shape (a bound pod is written 2-4 times after
+        its Binding). Anything else (a user's annotation, a MIG instance realised, the
+        pod finished) takes the full path."""
+        meta = new.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if uid != prev.uid or uid in self._holds:
+            return False
+        if _node_names(new) != prev.nodes or nominated_node(new) != prev.nominated:
+            return False
+        before = (prev.obj.get("metadata") or {}).get("annotations") or {}
+        after = meta.get("annotations") or {}
+        if before != after:
+            progress = self._progress
+            if {k: v for k, v in before.items() if k not in progress} != {
+                k: v for k, v in after.items() if k not in progress
+            }:
+                return False
+        if self._quota_charge(new) != prev.quota:
+            return False
+        fresh: list[tuple[NodeState, PodHoldings]] = []
+        for name in prev.nodes:
+            node = self._nodes.get(name)
+            if node is None:
+                continue
+            held = self._holdings(new, node.info)
+            old = node.pods.get(key)
+            if held.problem or held != (old if old is not None else NO_HOLDINGS):
+                return False
+            fresh.append((node, held))
+        for node, held in fresh:
+            if key in node.pods:
+                node.pods[key] = held  # the same charges, the new annotations
+        return True
 
     def _drop_pod(self, key: str, prev: PodState) -> None:
         del self._pods[key]

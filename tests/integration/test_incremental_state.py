@@ -112,6 +112,15 @@ operations = st.lists(
             st.sampled_from([f"p{i}" for i in range(6)]),
             st.sampled_from(NODES),
         ),
+        # the device plugin's progress write (what no fit reads)
+        st.tuples(st.just("progress"), st.sampled_from(NAMESPACES), st.sampled_from(NAMES)),
+        # a user's annotation that fits do read: the holder's device policy
+        st.tuples(
+            st.just("policy"),
+            st.sampled_from(NAMESPACES),
+            st.sampled_from(NAMES),
+            st.sampled_from(["mutex", "binpack", None]),
+        ),
     ),
     max_size=30,
 )
@@ -136,6 +145,17 @@ def apply(c: Any, op: tuple[Any, ...]) -> None:
             c.set_pod_status(op[1], op[2], {"initContainerStatuses": statuses})
     elif kind == "node":
         c.add_node(inventory(op[1], op[2]))
+    elif kind == "progress" and (op[1], op[2]) in c._pods:
+        c.patch_pod_metadata(
+            op[1],
+            op[2],
+            annotations={
+                "hami.io/bind-phase": "success",
+                "hami.io/vgpu-devices-to-allocate": ";",
+            },
+        )
+    elif kind == "policy" and (op[1], op[2]) in c._pods:
+        c.patch_pod_metadata(op[1], op[2], annotations={"hami.io/gpu-scheduler-policy": op[3]})
     elif kind == "bind" and (op[1], op[2]) in c._pods:
         p = c.get_pod(op[1], op[2])
         if not p["spec"].get("nodeName"):
@@ -200,6 +220,51 @@ def test_the_prefilter_never_changes_which_nodes_fit(ops, asks):
         # The memo answers a second pod of the same shape exactly as a fresh fit does.
         again = c.add_pod(pod(f"again{i}", container(**ask)))
         assert fast.filter(again, list(NODES)).feasible == a.feasible
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations, st.lists(requests, min_size=1, max_size=3))
+def test_fits_kept_across_pod_updates_answer_as_a_fresh_scheduler(ops, asks):
+    """A node keeps its fits across the pod updates that charge nothing new (kubelet's
+    status, the device plugin's progress write: ``ClusterState._charges_as_before``);
+    after every operation the long-lived scheduler, its memos warm, answers every
+    probe exactly as a scheduler started now does (a user's device-policy annotation,
+    which fits read, is no such update)."""
+    c = cluster(*(inventory(n, 0) for n in NODES))
+    m = manager()
+    warm = Scheduler(c, m)
+    probes = [c.add_pod(pod(f"probe{i}", container(**ask))) for i, ask in enumerate(asks)]
+    for op in ops:
+        apply(c, op)
+        fresh = Scheduler(c, m)
+        for p in probes:
+            a, b = warm.filter(p, list(NODES)), fresh.filter(p, list(NODES))
+            assert {n: (f.allocation, f.reason) for n, f in a.fits.items()} == {
+                n: (f.allocation, f.reason) for n, f in b.fits.items()
+            }, op
+
+
+def test_a_progress_write_keeps_the_nodes_fits_and_a_policy_change_does_not() -> None:
+    store = cluster(inventory("n0", 0))
+    sched = Scheduler(store, manager())
+    held = allocated_pod(
+        "p", "default", "n0", [[(0, 4000, 30)]], inits=0, phase="Running", broken=False, bound=True
+    )
+    store.add_pod(held)
+    generation = sched.state.node("n0").generation
+    store.patch_pod_metadata(
+        "default",
+        "p",
+        annotations={"hami.io/bind-phase": "success", "hami.io/vgpu-devices-to-allocate": ";"},
+    )
+    store.set_pod_phase("default", "p", "Running")
+    assert sched.state.node("n0").generation == generation
+    store.patch_pod_metadata("default", "p", annotations={"hami.io/gpu-scheduler-policy": "mutex"})
+    assert sched.state.node("n0").generation != generation
+    probe = store.add_pod(pod("q", container(gpu=1, gpumem=1000)))
+    fit = sched.filter(probe, ["n0"]).fits["n0"].allocation
+    assert fit is not None  # the other GPU is free
+    assert [d.uuid for d in fit.all_devices()] == ["GPU-n0-1"]  # GPU-n0-0 is the mutex pod's
 
 
 def test_a_binding_remembered_at_the_cached_version_is_charged_at_once() -> None:
