@@ -54,6 +54,9 @@ class HoldingsReader:
         self.problems = problems
         self._types = manager.device_types()
         self._vendors_by_uid: dict[str, frozenset[str] | None] = {}
+        # the same by the pod's requests (``BackendManager.request_key``): one reading
+        # for the replicas of one Deployment when a cluster is read from scratch
+        self._vendors_by_request: dict[tuple[Any, ...], frozenset[str]] = {}
 
     def holdings(self, pod: Mapping[str, Any], info: NodeInfo) -> PodHoldings:
         """What ``pod`` holds on ``info`` under the trust rule (``usage.pod_holdings``)."""
@@ -97,7 +100,14 @@ class HoldingsReader:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         if uid and uid in self._vendors_by_uid:
             return self._vendors_by_uid[uid]
-        vendors = requested_vendors(pod, self.manager)
+        key = self.manager.request_key(pod)
+        vendors = self._vendors_by_request.get(key) if key is not None else None
+        if vendors is None:
+            vendors = requested_vendors(pod, self.manager)
+            if key is not None and vendors is not None:  # an unreadable pod is read again
+                if len(self._vendors_by_request) > 4096:
+                    self._vendors_by_request.clear()
+                self._vendors_by_request[key] = vendors
         if uid:
             if len(self._vendors_by_uid) > 65536:
                 self._vendors_by_uid.clear()

@@ -327,6 +327,31 @@ class BackendManager:
             self._request_memo[key] = fresh
         return out
 
+    def request_key(self, pod: Pod) -> tuple[Any, ...] | None:
+        """A key equal for two pods whose ``parse_requests`` answers are the same for
+        every container: their containers (init ones included) as JSON and the values of
+        every annotation a backend declares reading. None when no such key exists: a
+        backend's ``hami_parse_request`` reads the pod without declaring what, or the
+        containers are not JSON, or such an annotation is not a string. For callers that
+        keep what they derive from a pod's requests across the replicas of one
+        Deployment (``facts.holdings``)."""
+        if any(self._pod_reading(name) is _WHOLE_POD for name in self._records):
+            return None
+        spec = pod.get("spec") if isinstance(pod, Mapping) else None
+        if not isinstance(spec, Mapping):
+            return None
+        try:
+            content = json.dumps(
+                [spec.get("initContainers"), spec.get("containers")], separators=(",", ":")
+            )
+        except (TypeError, ValueError):
+            return None
+        ann = _annotations(pod)
+        values = tuple(ann.get(k) for k in self._declared_annotations())
+        if not all(v is None or isinstance(v, str) for v in values):
+            return None
+        return (content, values)
+
     def request_memo_size(self) -> int:
         """How many container readings ``parse_requests`` keeps now (at most
         ``REQUEST_MEMO_SIZE``)."""

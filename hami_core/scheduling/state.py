@@ -14,7 +14,9 @@ node and quota informers' add/update/delete) and keeps:
   once per (UID, resourceVersion); an update that charges nothing new (kubelet's
   status, the device plugin's progress keys) leaves its nodes' generations, and so
   their fits, as they were;
-- per namespace: the quota charge of its live allocated pods, and its parsed quotas;
+- per namespace: the quota charge of its live allocated pods (read from its first
+  ResourceQuota, or the first read of its usage, on: a namespace without one costs no
+  charge reading per pod event), and its parsed quotas;
 - the held slices (``hold``): devices set aside for a pod that is not bound yet (a gang
   member's reservation, ``gangs``), counted on their node and in their namespace's quota
   charge as if the pod were bound there, left out for that pod's own fit (its uid), and
@@ -218,6 +220,7 @@ class ClusterState:
         self._by_node: dict[str, set[str]] = {}  # node name -> pod keys (nodes not seen yet too)
         self._nominated: dict[str, set[str]] = {}  # node name -> keys of pods nominated there
         self._ns_used: dict[str, QuotaCharge] = {}
+        self._tracked: set[str] = set()  # namespaces whose pods' charges are kept
         self._quotas: dict[str, dict[str, KubeObject]] = {}
         self._limits: dict[str, tuple[QuotaLimit, ...]] = {}
         self.problems: list[str] = []  # unreadable allocations, for the caller's log
@@ -272,7 +275,7 @@ class ClusterState:
             namespace=str(meta.get("namespace") or ""),
             obj=new,
             nodes=_node_names(new),
-            quota=self._quota_charge(new),
+            quota=self._charge_of(new, str(meta.get("namespace") or "")),
             nominated=nominated_node(new),
         )
         self._pods[key] = state
@@ -313,7 +316,7 @@ class ClusterState:
                 k: v for k, v in after.items() if k not in progress
             }:
                 return False
-        if self._quota_charge(new) != prev.quota:
+        if self._charge_of(new, prev.namespace) != prev.quota:
             return False
         fresh: list[tuple[NodeState, PodHoldings]] = []
         for name in prev.nodes:
@@ -329,6 +332,27 @@ class ClusterState:
             if key in node.pods:
                 node.pods[key] = held  # the same charges, the new annotations
         return True
+
+    def _charge_of(self, pod: KubeObject, namespace: str) -> QuotaCharge:
+        """``pod``'s quota charge where its namespace's charges are kept (``_track``),
+        else none: a namespace without a ResourceQuota, which nothing reads the usage
+        of, costs no charge reading per pod event."""
+        return self._quota_charge(pod) if namespace in self._tracked else NO_CHARGE
+
+    def _track(self, namespace: str) -> None:
+        """Keep ``namespace``'s quota charges from now on: its first ResourceQuota, or
+        the first read of its usage. Its pods' charges are read once here; the held
+        slices' are counted already (``hold``)."""
+        if namespace in self._tracked:
+            return
+        self._tracked.add(namespace)
+        for pod in self._pods.values():
+            if pod.namespace == namespace:
+                pod.quota = self._quota_charge(pod.obj)
+                if pod.quota:
+                    self._ns_used[namespace] = self._ns_used.get(namespace, NO_CHARGE).plus(
+                        pod.quota
+                    )
 
     def _drop_pod(self, key: str, prev: PodState) -> None:
         del self._pods[key]
@@ -463,6 +487,7 @@ class ClusterState:
         obj = new if new is not None else old or {}
         meta = obj.get("metadata") or {}
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name", ""))
+        self._track(ns)
         quotas = self._quotas.setdefault(ns, {})
         if new is None:
             quotas.pop(name, None)
@@ -610,6 +635,7 @@ class ClusterState:
     def namespace_usage(self, namespace: str, *, exclude_uid: str | None = None) -> QuotaCharge:
         """The namespace's charge (``quota.namespace_usage``), less the pod ``exclude_uid``'s."""
         with self._lock:
+            self._track(namespace)
             used = self._ns_used.get(namespace, NO_CHARGE)
             if exclude_uid:
                 for pod in self._pods.values():

@@ -1,4 +1,4 @@
-"""What ``hami explain`` costs: one reading of each pod of the cluster for a Pending pod
+"""What ``hami explain`` costs: at most one reading of each pod of the cluster for a Pending pod
 (the filter, quota, node locks, preemption's and consolidation's dry runs share one
 scheduler state), and for a bound pod its own pod and node only. At 1000 nodes x 8 GPUs
 reading the pods is most of the time (``benchmarks/bench_explain.py``)."""
@@ -47,14 +47,15 @@ def test_a_pending_pod_reads_each_pod_of_the_cluster_once(counted):
     answer = explain(cluster(big), manager, "default/big", lookup=lambda ns, n: None)
     assert answer["status"] == "pending"
     assert answer["preemption"]["victims"] and answer["consolidation"]["moves"]
-    # the pods the dry runs evict or move are fitted again by them; every other once
+    # the pods the dry runs evict or move are fitted again by them; every other at most
+    # once, and the replicas of one content (all twelve here) once between them
+    # (``HoldingsReader.requested_vendors`` keeps the answer by ``request_key``)
     acted = {m["pod"].split("/")[1] for m in answer["consolidation"]["moves"]}
     acted |= {v["pod"].split("/")[1] for v in answer["preemption"]["victims"]}
     bound = {k: v for k, v in reads.items() if k != "big"}
-    assert len(bound) == 12 and len(acted) < 12
-    assert {k: v for k, v in bound.items() if k not in acted} == dict.fromkeys(
-        set(bound) - acted, 1
-    )
+    assert len(acted) < 12
+    assert all(v == 1 for k, v in bound.items() if k not in acted), bound
+    assert sum(v for k, v in bound.items() if k not in acted) <= 1, bound
 
 
 def test_a_bound_pod_reads_only_itself(counted):

@@ -290,3 +290,52 @@ def test_a_binding_remembered_at_the_cached_version_is_charged_at_once() -> None
     # the watch's event of the same version and content afterwards changes nothing
     sched.state.on_event("Pod", bound, dict(bound))
     assert sched.state.node_usage("n0")["GPU-n0-0"].used_memory_mib == 4000
+
+
+def test_a_quota_added_after_the_pods_counts_them() -> None:
+    """A namespace's charges are read from its first ResourceQuota on (a namespace
+    without one costs no charge reading per pod event): pods placed before the quota
+    count against it at once, and those after it too."""
+    store = cluster(inventory("n0", 0))
+    sched = Scheduler(store, manager())
+    for name, mib in (("a", 4000), ("b", 3000)):
+        store.add_pod(
+            allocated_pod(
+                name,
+                "team",
+                "n0",
+                [[(0, mib, 10)]],
+                inits=0,
+                phase="Running",
+                broken=False,
+                bound=True,
+            )
+        )
+    assert sched.state.quota_view("team").limits == ()  # no quota yet: nothing summed
+    store.add_quota(
+        {
+            "metadata": {"name": "q", "namespace": "team"},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "10000"}},
+        }
+    )
+    view = sched.state.quota_view("team")
+    assert view.used == namespace_usage(
+        store.list_pods(namespace="team"), manager().device_types(), scheduler_name=SCHEDULER
+    )
+    assert view.used.by_vendor["NVIDIA"].memory_mib == 7000
+    store.add_pod(
+        allocated_pod(
+            "c",
+            "team",
+            "n0",
+            [[(1, 2000, 10)]],
+            inits=0,
+            phase="Running",
+            broken=False,
+            bound=True,
+        )
+    )
+    assert sched.state.quota_view("team").used.by_vendor["NVIDIA"].memory_mib == 9000
+    over = store.add_pod(pod("d", container(gpu=1, gpumem=2000), namespace="team"))
+    fit = sched.filter(over, ["n0"]).fits["n0"]
+    assert fit.allocation is None and "ResourceQuotaNotFit" in fit.reason

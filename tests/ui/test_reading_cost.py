@@ -74,10 +74,11 @@ def test_one_reading_of_the_cluster_whatever_the_pending_pods(counted):
     assert len(five["pending"]) == 5
     assert all("fits on none of 6 node(s)" in p["reason"] for p in five["pending"])
     assert with_one["state"] == 1
-    # each bound pod's requests: read once by the scheduler's state, once by the top view
-    assert {k: v for k, v in with_one.items() if k.startswith("pod:")} == {
-        f"pod:h-{n}-{g}": 2 for n in range(NODES) for g in range(2)
-    }
+    # each bound pod's requests: at most once by the scheduler's state and once by the
+    # top view (the replicas of one content, all twelve here, share a reading)
+    bound = {k: v for k, v in with_one.items() if k.startswith("pod:")}
+    assert bound and set(bound) <= {f"pod:h-{n}-{g}" for n in range(NODES) for g in range(2)}
+    assert all(v <= 2 for v in bound.values()), bound
     # the nodes and bound pods are read as often with five pending pods as with one
     assert cluster_reads(reads) == with_one
     # each pending pod's own request is read a bounded number of times

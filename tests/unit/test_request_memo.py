@@ -286,3 +286,58 @@ def test_ascend_and_metax_answers_through_the_memo_are_the_hooks_own(pods):
         except InvalidInputError as exc:
             got = str(exc)
         assert got == _unmemoised(p, c)
+
+
+def test_request_key_is_one_for_the_replicas_and_none_when_a_hook_reads_the_pod():
+    """``request_key`` (what ``facts.holdings`` keeps a pod's requested vendors by):
+    equal for pods that differ only in what no hook reads, other for another container
+    content or a declared annotation's value, None when a hook reads the pod undeclared."""
+    manager = BackendManager.from_plugins({"toy": Counting()})
+    a, b = pod("r-1"), pod("r-2", annotations={"other": "x"})
+    assert manager.request_key(a) is not None
+    assert manager.request_key(a) == manager.request_key(b)
+    assert manager.request_key(a) != manager.request_key(pod("big", memory="300"))
+    undeclared = BackendManager.from_plugins({"toy": PodReading()})
+    assert undeclared.request_key(a) is None
+
+    class Declared(ToyBackend):
+        @hookimpl
+        @reads_pod_annotations("toy/half")
+        def hami_parse_request(self, pod, container):  # type: ignore[override]
+            return PodReading.hami_parse_request(self, pod, container)  # type: ignore[arg-type]
+
+    declared = BackendManager.from_plugins({"toy": Declared()})
+    half = pod("h", annotations={"toy/half": "1"})
+    assert declared.request_key(a) != declared.request_key(half)
+    assert declared.request_key(half) == declared.request_key(
+        pod("h2", annotations={"toy/half": "1", "other": "y"})
+    )
+
+
+def test_the_holdings_reader_reads_the_replicas_requests_once(monkeypatch):
+    """The scheduler's state reads each pod's requested vendors for the trust rule; the
+    replicas of one Deployment (same containers, other names and UIDs) cost one reading
+    of the pod (shape check and parse) between them."""
+    import logging
+
+    from hami_core.facts import holdings
+
+    reads = []
+
+    def counted(p, m):
+        reads.append(p["metadata"]["name"])
+        return requested(p, m)
+
+    requested = holdings.requested_vendors
+    monkeypatch.setattr(holdings, "requested_vendors", counted)
+    manager = BackendManager.from_plugins({"toy": Counting()})
+    reader = holdings.HoldingsReader(manager, holdings.ProblemLog(logging.getLogger("t")))
+    for i in range(20):
+        p = pod(f"r-{i}")
+        p["metadata"]["uid"] = f"u-{i}"
+        assert reader.requested_vendors(p) == frozenset({"TOY"})
+    assert reads == ["r-0"]
+    other = pod("big", memory="300")
+    other["metadata"]["uid"] = "u-big"
+    assert reader.requested_vendors(other) == frozenset({"TOY"})
+    assert reads == ["r-0", "big"]
