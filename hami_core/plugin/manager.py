@@ -346,11 +346,8 @@ class BackendManager:
             )
         except (TypeError, ValueError):
             return None
-        ann = _annotations(pod)
-        values = tuple(ann.get(k) for k in self._declared_annotations())
-        if not all(v is None or isinstance(v, str) for v in values):
-            return None
-        return (content, values)
+        values = self._declared_values(pod)
+        return None if values is None else (content, values)
 
     def request_memo_size(self) -> int:
         """How many container readings ``parse_requests`` keeps now (at most
@@ -365,14 +362,19 @@ class BackendManager:
         content = _json_or_none(container)
         if content is None:
             return None
-        declared = self._declared_annotations()
-        if not declared:
+        if not self._declared_annotations():
             return (init, content)
+        values = self._declared_values(pod)
+        return None if values is None else (init, content, values)
+
+    def _declared_values(self, pod: Pod) -> tuple[str | None, ...] | None:
+        """The pod's value of every annotation a backend declares reading (None where
+        it has none); None when one of them is not a string."""
         ann = _annotations(pod)
-        values = tuple(ann.get(k) for k in declared)
+        values = tuple(ann.get(k) for k in self._declared_annotations())
         if not all(v is None or isinstance(v, str) for v in values):
             return None
-        return (init, content, values)
+        return values
 
     def _declared_annotations(self) -> tuple[str, ...]:
         """Every annotation key a backend's ``hami_parse_request`` declares, sorted."""
