@@ -99,12 +99,6 @@ ALONE_NS, NOOP_NS = "bench-alone", "bench-noop"
 BURST_SHAPE = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
 
 
-def apiserver_writes(cp: ControlPlane) -> collections.Counter[tuple[str, str]]:
-    """Writes kube-apiserver has served so far, by (verb, resource[/subresource]), from
-    its ``apiserver_request_total`` counter (pods, nodes and events only)."""
-    return apiserver_requests(cp, WRITES)
-
-
 def apiserver_requests(
     cp: ControlPlane, verbs: Sequence[str] = ("GET", "LIST", "WATCH", *WRITES)
 ) -> collections.Counter[tuple[str, str]]:
